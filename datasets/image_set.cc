@@ -1,0 +1,69 @@
+// Folder walking and pairing by relative path.
+#include "datasets/image_set.h"
+
+#include <algorithm>
+#include <map>
+
+#include "kernels/error.h"
+
+namespace qeval::datasets {
+
+namespace fs = std::filesystem;
+
+namespace {
+bool is_image_extension(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+std::string stem_key(const std::string& rel) {
+  return fs::path(rel).replace_extension().generic_string();
+}
+}  // namespace
+
+std::vector<std::string> list_images(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::exists(root, ec)) throw InputError(root.string() + ": no such directory");
+  if (!fs::is_directory(root, ec)) throw InputError(root.string() + ": not a directory");
+  std::vector<std::string> out;
+  fs::recursive_directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec);
+  if (ec) throw InputError(root.string() + ": cannot list: " + ec.message());
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) throw InputError(root.string() + ": cannot list: " + ec.message());
+    if (it->is_regular_file(ec) && is_image_extension(it->path()))
+      out.push_back(fs::relative(it->path(), root).generic_string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<ImagePairEntry> pair_image_sets(const fs::path& ref_root, const fs::path& test_root) {
+  auto refs = list_images(ref_root);
+  auto tests = list_images(test_root);
+  std::map<std::string, ImagePairEntry> by_name;
+  std::map<std::string, std::string> ref_by_stem;
+  for (const auto& r : refs) {
+    by_name[r] = {r, ref_root / r, std::nullopt};
+    ref_by_stem.emplace(stem_key(r), r);
+  }
+  for (const auto& t : tests) {
+    auto exact = by_name.find(t);
+    if (exact != by_name.end()) {
+      exact->second.test = test_root / t;
+      continue;
+    }
+    auto stem = ref_by_stem.find(stem_key(t));
+    if (stem != ref_by_stem.end() && !by_name[stem->second].test) {
+      by_name[stem->second].test = test_root / t;
+      continue;
+    }
+    by_name[t] = {t, std::nullopt, test_root / t};
+  }
+  std::vector<ImagePairEntry> out;
+  out.reserve(by_name.size());
+  for (auto& [name, entry] : by_name) out.push_back(std::move(entry));
+  return out;
+}
+
+}  // namespace qeval::datasets

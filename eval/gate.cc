@@ -1,0 +1,248 @@
+// Gate files and their evaluation.
+#include "eval/gate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kernels/error.h"
+
+namespace qeval::eval {
+
+using nlohmann::json;
+
+const std::vector<std::string>& gate_metric_keys() {
+  static const std::vector<std::string> keys = {"psnr_db", "psnr_y_db", "mse",         "ssim",
+                                                "ms_ssim", "max_abs_diff"};
+  return keys;
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& source, const std::string& what) {
+  throw InputError(source + ": " + what + " (see docs/gate.md)");
+}
+
+void check_keys(const json& obj, std::initializer_list<const char*> allowed,
+                const std::string& source, const std::string& where) {
+  for (const auto& [key, _] : obj.items()) {
+    if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) {
+      std::string list;
+      for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+      bad(source, where + ": unknown key '" + key + "' (allowed: " + list + ")");
+    }
+  }
+}
+
+std::string check_metric(const json& v, const std::string& source, const std::string& where) {
+  if (!v.is_string()) bad(source, where + ": 'metric' must be a string");
+  std::string m = v.get<std::string>();
+  const auto& keys = gate_metric_keys();
+  if (std::find(keys.begin(), keys.end(), m) == keys.end()) {
+    std::string list;
+    for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+    bad(source, where + ": unknown metric '" + m + "' (known: " + list + ")");
+  }
+  return m;
+}
+
+Bound parse_bound(const json& obj, const std::string& source, const std::string& where) {
+  Bound b;
+  for (const char* key : {"min", "max"}) {
+    if (!obj.contains(key)) continue;
+    if (!obj[key].is_number()) bad(source, where + ": '" + key + "' must be a number");
+    (std::string(key) == "min" ? b.min : b.max) = obj[key].get<double>();
+  }
+  if (!b.min && !b.max) bad(source, where + ": needs 'min' and/or 'max'");
+  return b;
+}
+
+std::string fmt_num(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt::format("{:.6g}", v);
+}
+
+}  // namespace
+
+Gate parse_gate(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    bad(source, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad(source, "the gate must be a JSON object");
+  check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors"},
+             source, "top level");
+  Gate g;
+  g.source = source;
+  if (j.contains("checks")) {
+    if (!j["checks"].is_array()) bad(source, "'checks' must be an array");
+    for (std::size_t i = 0; i < j["checks"].size(); ++i) {
+      const json& c = j["checks"][i];
+      const std::string where = "checks[" + std::to_string(i) + "]";
+      if (!c.is_object()) bad(source, where + ": must be an object");
+      check_keys(c, {"metric", "stat", "min", "max"}, source, where);
+      if (!c.contains("metric")) bad(source, where + ": missing 'metric'");
+      GateCheck check;
+      check.metric = check_metric(c["metric"], source, where);
+      check.stat = c.contains("stat") ? c["stat"].get<std::string>() : "mean";
+      try {
+        check.spec = metrics::parse_stat(check.stat);
+      } catch (const std::invalid_argument& e) {
+        bad(source, where + ": " + e.what());
+      }
+      check.bound = parse_bound(c, source, where);
+      g.checks.push_back(std::move(check));
+    }
+  }
+  if (j.contains("per_pair")) {
+    if (!j["per_pair"].is_object()) bad(source, "'per_pair' must be an object of metric -> bound");
+    for (const auto& [metric, bound] : j["per_pair"].items()) {
+      const std::string where = "per_pair." + metric;
+      check_metric(json(metric), source, where);
+      if (!bound.is_object()) bad(source, where + ": must be an object with min/max");
+      check_keys(bound, {"min", "max"}, source, where);
+      g.per_pair[metric] = parse_bound(bound, source, where);
+    }
+  }
+  if (j.contains("max_failed_pair_share")) {
+    const json& v = j["max_failed_pair_share"];
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1)
+      bad(source, "'max_failed_pair_share' must be a number in [0, 1]");
+    g.max_failed_pair_share = v.get<double>();
+  }
+  if (j.contains("max_errors")) {
+    const json& v = j["max_errors"];
+    if (!v.is_number_integer() || v.get<long long>() < 0)
+      bad(source, "'max_errors' must be a non-negative integer");
+    g.max_errors = v.get<std::size_t>();
+  }
+  return g;
+}
+
+Gate load_gate(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path.string() + ": cannot open gate file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_gate(ss.str(), path.string());
+}
+
+GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& samples) {
+  GateOutcome out;
+  out.section.source = gate.source;
+  out.failed_checks.resize(samples.size());
+
+  for (const auto& check : gate.checks) {
+    std::vector<double> values;
+    std::vector<std::pair<double, const std::string*>> named;
+    std::size_t unbounded = 0, missing = 0;
+    for (const auto& s : samples) {
+      if (s.error) continue;
+      auto it = s.values.find(check.metric);
+      if (it == s.values.end() || !it->second) {
+        ++missing;
+        continue;
+      }
+      values.push_back(*it->second);
+      named.emplace_back(*it->second, &s.name);
+      unbounded += std::isinf(*it->second);
+    }
+    std::optional<double> value = metrics::compute_stat(check.spec, values);
+    std::string detail;
+    if (values.empty()) {
+      detail = fmt::format("no compared pair has a value for {} ({} not applicable)", check.metric,
+                           missing);
+    } else {
+      auto [lo, hi] = std::minmax_element(named.begin(), named.end());
+      auto summary = metrics::summarize(values);
+      detail = fmt::format("{} = {} over {} pairs; min {} ({}), median {}, max {} ({})", check.stat,
+                           value ? fmt_num(*value) : "n/a", values.size(), fmt_num(lo->first),
+                           *lo->second, fmt_num(summary->median), fmt_num(hi->first), *hi->second);
+      if (unbounded) detail += fmt::format("; {} identical (unbounded)", unbounded);
+      if (missing) detail += fmt::format("; {} not applicable", missing);
+    }
+    for (int side = 0; side < 2; ++side) {
+      const std::optional<double>& bound = side == 0 ? check.bound.min : check.bound.max;
+      if (!bound) continue;
+      reports::GateCheckRow row;
+      row.metric = check.metric;
+      row.stat = check.stat;
+      row.op = side == 0 ? ">=" : "<=";
+      row.threshold = *bound;
+      row.value = value;
+      row.name = fmt::format("{} {} {} {}", check.metric, check.stat, row.op, fmt_num(*bound));
+      row.passed = value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
+      row.detail = detail;
+      out.section.checks.push_back(std::move(row));
+    }
+  }
+
+  std::size_t compared = 0, failed = 0;
+  std::vector<std::string> failed_names;
+  std::vector<std::string> errors;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const auto& s = samples[i];
+    if (s.error) {
+      errors.push_back(s.name + " (" + s.error_text + ")");
+      continue;
+    }
+    ++compared;
+    for (const auto& [metric, bound] : gate.per_pair) {
+      auto it = s.values.find(metric);
+      if (it == s.values.end() || !it->second) continue;  // not applicable: not checked
+      double v = *it->second;
+      if (bound.min && !(v >= *bound.min))
+        out.failed_checks[i].push_back(fmt::format("{} {} < {}", metric, fmt_num(v), fmt_num(*bound.min)));
+      if (bound.max && !(v <= *bound.max))
+        out.failed_checks[i].push_back(fmt::format("{} {} > {}", metric, fmt_num(v), fmt_num(*bound.max)));
+    }
+    if (!out.failed_checks[i].empty()) {
+      ++failed;
+      std::string all;
+      for (const auto& f : out.failed_checks[i]) all += (all.empty() ? "" : ", ") + f;
+      failed_names.push_back(s.name + " (" + all + ")");
+    }
+  }
+  auto list = [](const std::vector<std::string>& items) {
+    std::string s;
+    for (std::size_t i = 0; i < items.size() && i < 5; ++i) s += (i ? "; " : "") + items[i];
+    if (items.size() > 5) s += fmt::format("; and {} more", items.size() - 5);
+    return s;
+  };
+  if (!gate.per_pair.empty()) {
+    reports::GateCheckRow row;
+    row.metric = "failed_pair_share";
+    row.stat = "share";
+    row.op = "<=";
+    row.threshold = gate.max_failed_pair_share;
+    row.value = compared ? double(failed) / double(compared) : 0.0;
+    row.name = fmt::format("share of pairs below per-pair thresholds <= {}", fmt_num(row.threshold));
+    row.passed = *row.value <= gate.max_failed_pair_share;
+    row.detail = fmt::format("{} of {} compared pairs failed", failed, compared) +
+                 (failed ? ": " + list(failed_names) : "");
+    out.section.checks.push_back(std::move(row));
+  }
+  reports::GateCheckRow err;
+  err.metric = "errors";
+  err.stat = "count";
+  err.op = "<=";
+  err.threshold = double(gate.max_errors);
+  err.value = double(errors.size());
+  err.name = fmt::format("pairs that could not be compared <= {}", gate.max_errors);
+  err.passed = errors.size() <= gate.max_errors;
+  err.detail = errors.empty() ? "every pair was compared"
+                              : fmt::format("{} pair(s): ", errors.size()) + list(errors);
+  out.section.checks.push_back(std::move(err));
+
+  out.section.passed = std::all_of(out.section.checks.begin(), out.section.checks.end(),
+                                   [](const auto& c) { return c.passed; });
+  return out;
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,60 @@
+// Gates: thresholds on summary statistics of per-sample metrics, with every verdict explained.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "metrics/stats.h"
+#include "reports/report_model.h"
+
+namespace qeval::eval {
+
+struct Bound {
+  std::optional<double> min, max;  // inclusive: value >= min, value <= max
+};
+
+struct GateCheck {
+  std::string metric;  // e.g. "ssim", "psnr_db"
+  std::string stat;    // "mean", "min", "p5", ...
+  metrics::StatSpec spec;
+  Bound bound;
+};
+
+struct Gate {
+  std::string source = "default (no --gate given): fails only on pairs that could not be compared";
+  std::vector<GateCheck> checks;
+  std::map<std::string, Bound> per_pair;  // a pair outside any of these bounds is a failed pair
+  double max_failed_pair_share = 0.0;     // share of compared pairs allowed to fail per_pair
+  std::size_t max_errors = 0;             // pairs allowed to be missing, unreadable or mismatched
+};
+
+// Metric keys a gate may name.
+const std::vector<std::string>& gate_metric_keys();
+
+// Parses a gate file (documented in docs/gate.md). Unknown keys, unknown metrics or statistics and
+// missing bounds are errors (a typo must not turn a check off). Throws InputError naming the file
+// and the offending field.
+Gate load_gate(const std::filesystem::path& path);
+Gate parse_gate(const std::string& json_text, const std::string& source);
+
+// One sample (image pair) as the gate sees it: +inf for an unbounded value (PSNR of identical
+// images), nullopt for not applicable.
+struct GateSample {
+  std::string name;
+  bool error = false;
+  std::string error_text;
+  std::map<std::string, std::optional<double>> values;
+};
+
+struct GateOutcome {
+  reports::GateSection section;
+  // failed_checks[i]: the per-pair bounds sample i missed (empty when it passed or had an error).
+  std::vector<std::vector<std::string>> failed_checks;
+};
+
+GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& samples);
+
+}  // namespace qeval::eval

@@ -1,0 +1,128 @@
+// Tensor storage, shapes and element types.
+#include "kernels/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace qeval {
+
+namespace {
+constexpr std::size_t kAlignment = 64;
+
+std::byte* allocate_aligned(std::size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return static_cast<std::byte*>(p);
+}
+}  // namespace
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kInt8: return 1;
+    case DType::kUInt8: return 1;
+    case DType::kUInt16: return 2;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kBool: return 1;
+  }
+  throw std::logic_error("dtype_size: unknown dtype");
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kUInt16: return "uint16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kBool: return "bool";
+  }
+  return "unknown";
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_to_string(shape));
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d)
+      throw std::invalid_argument("shape " + shape_to_string(shape) + " has too many elements");
+    n *= d;
+  }
+  return n;
+}
+
+void Tensor::FreeAligned::operator()(std::byte* p) const { std::free(p); }
+
+Tensor::Tensor(DType dtype, Shape shape)
+    : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)),
+      data_(allocate_aligned(nbytes())) {}
+
+Tensor::Tensor(const Tensor& other)
+    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_),
+      data_(allocate_aligned(other.nbytes())) {
+  if (numel_) std::memcpy(data_.get(), other.data_.get(), nbytes());
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) *this = Tensor(other);
+  return *this;
+}
+
+std::int64_t Tensor::dim(int i) const {
+  int r = rank();
+  if (i < 0) i += r;
+  if (i < 0 || i >= r)
+    throw std::out_of_range("dim " + std::to_string(i) + " of a rank-" + std::to_string(r) +
+                            " tensor");
+  return shape_[static_cast<std::size_t>(i)];
+}
+
+void Tensor::check_type(DType requested) const {
+  if (requested != dtype_)
+    throw std::logic_error("tensor of type " + std::string(dtype_name(dtype_)) +
+                           " accessed as " + std::string(dtype_name(requested)));
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  int infer = -1;
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) throw std::invalid_argument("reshape: more than one -1 in " + shape_to_string(shape));
+      infer = static_cast<int>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel_ % known != 0)
+      throw std::invalid_argument("reshape: cannot infer -1 in " + shape_to_string(shape) +
+                                  " for " + std::to_string(numel_) + " elements");
+    shape[static_cast<std::size_t>(infer)] = numel_ / known;
+  }
+  if (shape_numel(shape) != numel_)
+    throw std::invalid_argument("reshape: " + shape_to_string(shape_) + " to " +
+                                shape_to_string(shape) + " changes the element count");
+  Tensor t(*this);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+}  // namespace qeval

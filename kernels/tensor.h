@@ -1,0 +1,97 @@
+// Tensor: a dense, row-major, 64-byte-aligned n-d array with a runtime element type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qeval {
+
+enum class DType : std::uint8_t {
+  kFloat32,
+  kFloat64,
+  kInt8,
+  kUInt8,
+  kUInt16,
+  kInt32,
+  kInt64,
+  kBool,
+};
+
+std::size_t dtype_size(DType t);
+std::string_view dtype_name(DType t);
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::kFloat32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::kFloat64; };
+template <> struct dtype_of<std::int8_t> { static constexpr DType value = DType::kInt8; };
+template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::kUInt8; };
+template <> struct dtype_of<std::uint16_t> { static constexpr DType value = DType::kUInt16; };
+template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::kInt32; };
+template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::kInt64; };
+template <> struct dtype_of<bool> { static constexpr DType value = DType::kBool; };
+
+using Shape = std::vector<std::int64_t>;
+
+// "[1, 3, 64, 64]", for error messages.
+std::string shape_to_string(const Shape& shape);
+// Product of the dimensions; throws std::invalid_argument on a negative dimension or overflow.
+std::int64_t shape_numel(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Zero-initialised tensor of the given type and shape.
+  Tensor(DType dtype, Shape shape);
+
+  Tensor(const Tensor& other);
+  Tensor& operator=(const Tensor& other);
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  std::int64_t dim(int i) const;
+  std::int64_t numel() const { return numel_; }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
+  bool empty() const { return numel_ == 0; }
+
+  std::byte* raw() { return data_.get(); }
+  const std::byte* raw() const { return data_.get(); }
+
+  // Typed access; throws std::logic_error when T does not match dtype().
+  template <class T> T* data() {
+    check_type(dtype_of<T>::value);
+    return reinterpret_cast<T*>(data_.get());
+  }
+  template <class T> const T* data() const {
+    check_type(dtype_of<T>::value);
+    return reinterpret_cast<const T*>(data_.get());
+  }
+  template <class T> std::span<T> span() { return {data<T>(), static_cast<std::size_t>(numel_)}; }
+  template <class T> std::span<const T> span() const {
+    return {data<T>(), static_cast<std::size_t>(numel_)};
+  }
+
+  // Same data, new shape with the same element count (-1 infers one dimension).
+  Tensor reshaped(Shape shape) const;
+
+ private:
+  struct FreeAligned {
+    void operator()(std::byte* p) const;
+  };
+  void check_type(DType requested) const;
+
+  DType dtype_ = DType::kFloat32;
+  Shape shape_;
+  std::int64_t numel_ = 0;
+  std::unique_ptr<std::byte, FreeAligned> data_;
+};
+
+}  // namespace qeval

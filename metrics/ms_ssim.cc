@@ -1,0 +1,58 @@
+// MS-SSIM on top of the SSIM plane kernel.
+#include "metrics/ms_ssim.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "metrics/ssim.h"
+
+namespace qeval::metrics {
+
+MsSsimResult ms_ssim(const Tensor& ref, const Tensor& test, double peak) {
+  check_image_pair(ref, test);
+  const int channels = static_cast<int>(ref.dim(0));
+  const int h = static_cast<int>(ref.dim(1)), w = static_cast<int>(ref.dim(2));
+  const SsimWindow window = gaussian_window(11, 1.5);
+  MsSsimResult result;
+  // Five scales need the short side to stay >= 11 after four ceil-halvings.
+  int sh = h, sw = w;
+  for (int j = 1; j < 5; ++j) sh = (sh + 1) / 2, sw = (sw + 1) / 2;
+  if (std::min(sh, sw) < window.size()) {
+    result.note = "needs at least " + std::to_string(kMsSsimMinSide) +
+                  " px on the short side for 5 scales (11x11 window at 1/16 scale); image is " +
+                  std::to_string(w) + "x" + std::to_string(h);
+    return result;
+  }
+  const std::size_t plane = std::size_t(h) * w;
+  double total = 0;
+  for (int c = 0; c < channels; ++c) {
+    std::vector<float> x(ref.data<float>() + c * plane, ref.data<float>() + (c + 1) * plane);
+    std::vector<float> y(test.data<float>() + c * plane, test.data<float>() + (c + 1) * plane);
+    int ch = h, cw = w;
+    double value = 1.0;
+    for (std::size_t scale = 0; scale < kMsSsimWeights.size(); ++scale) {
+      SsimPlaneResult r = ssim_plane({x.data(), ch, cw}, {y.data(), ch, cw}, window, peak);
+      const bool last = scale + 1 == kMsSsimWeights.size();
+      value *= std::pow(std::max(last ? r.ssim : r.cs, 0.0), kMsSsimWeights[scale]);
+      if (last) break;
+      int nh = 0, nw = 0;
+      x = box_downsample({x.data(), ch, cw}, 2, &nh, &nw);
+      y = box_downsample({y.data(), ch, cw}, 2, &nh, &nw);
+      ch = nh;
+      cw = nw;
+    }
+    result.per_channel.push_back(value);
+    total += value;
+  }
+  result.ms_ssim = total / channels;
+  return result;
+}
+
+void MsSsimMetric::compute(const Tensor& ref, const Tensor& test, const ImageMetricOptions& options,
+                           std::vector<MetricValue>& out) const {
+  MsSsimResult r = ms_ssim(ref, test, options.peak);
+  std::vector<std::optional<double>> channels(r.per_channel.begin(), r.per_channel.end());
+  out.push_back({"ms_ssim", r.ms_ssim, std::move(channels), r.note});
+}
+
+}  // namespace qeval::metrics

@@ -1,0 +1,347 @@
+// Rendering of the compare-images report to JSON, HTML and JUnit XML.
+#include "reports/compare_report.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <string_view>
+
+#include "reports/files.h"
+#include "reports/heatmap.h"
+
+namespace qeval::reports {
+
+using nlohmann::json;
+
+json json_number(std::optional<double> v) {
+  if (v && std::isfinite(*v)) return *v;
+  return nullptr;
+}
+
+namespace {
+
+json metric_json(const metrics::MetricValue& m) {
+  json j = json_number(m.value);
+  return j;
+}
+
+json pair_json(const PairRow& p) {
+  json j;
+  j["name"] = p.name;
+  j["status"] = p.ok() ? "ok" : "error";
+  j["ref"] = p.ref_path.empty() ? json(nullptr) : json(p.ref_path);
+  j["test"] = p.test_path.empty() ? json(nullptr) : json(p.test_path);
+  if (!p.ok()) {
+    j["error"] = p.error;
+    j["error_kind"] = p.error_kind;
+  }
+  for (const char* key : {"psnr_db", "ssim", "ms_ssim"}) {
+    const auto* m = p.metric(key);
+    j[key] = m ? metric_json(*m) : json(nullptr);
+  }
+  if (p.ok()) {
+    j["identical"] = p.identical;
+    j["width"] = p.width;
+    j["height"] = p.height;
+    j["channels"] = p.channels;
+    j["bit_depth"] = p.bit_depth;
+    j["color_type"] = p.color_type;
+    j["max_abs_diff"] = p.max_abs_diff;
+    json extra = json::object();
+    json per_channel = json::object();
+    json notes = json::object();
+    for (const auto& m : p.metrics) {
+      if (m.key != "psnr_db" && m.key != "ssim" && m.key != "ms_ssim") extra[m.key] = metric_json(m);
+      if (!m.per_channel.empty()) {
+        json arr = json::array();
+        for (const auto& v : m.per_channel) arr.push_back(json_number(v));
+        per_channel[m.key] = arr;
+      }
+      if (!m.note.empty()) notes[m.key] = m.note;
+    }
+    j["metrics"] = extra;
+    j["per_channel"] = per_channel;
+    j["metric_notes"] = notes;
+  }
+  j["notes"] = p.notes;
+  j["failed_checks"] = p.failed_checks;
+  j["passed"] = p.ok() && p.failed_checks.empty();
+  return j;
+}
+
+}  // namespace
+
+json to_json(const CompareImagesReport& r) {
+  json j;
+  j["schema_version"] = kCompareImagesSchemaVersion;
+  j["kind"] = "compare-images";
+  j["tool"] = {{"name", "qeval"}, {"version", r.tool_version}};
+  j["created_utc"] = r.created_utc;
+  j["command_line"] = r.command_line;
+  json config = json::object();
+  for (const auto& [k, v] : r.config) config[k] = v;
+  j["config"] = config;
+  json conventions = json::object();
+  for (const auto& [k, v] : r.conventions) conventions[k] = v;
+  j["conventions"] = conventions;
+  std::size_t identical = 0;
+  for (const auto& p : r.pairs) identical += p.ok() && p.identical;
+  json summary = {{"pairs", r.pairs.size()},
+                  {"compared", r.pairs.size() - r.count_errors()},
+                  {"errors", r.count_errors()},
+                  {"identical", identical},
+                  {"elapsed_s", r.elapsed_s}};
+  json stats = json::object();
+  for (const auto& s : r.summary) {
+    stats[s.metric] = {{"count", s.count}, {"unbounded", s.unbounded},
+                       {"not_applicable", s.not_applicable}};
+    if (s.count > 0)
+      stats[s.metric].update({{"mean", s.mean}, {"min", s.min}, {"p5", s.p5}, {"median", s.median},
+                              {"p95", s.p95}, {"max", s.max}});
+  }
+  summary["metrics"] = stats;
+  j["summary"] = summary;
+  json checks = json::array();
+  for (const auto& c : r.gate.checks) {
+    json cj = {{"name", c.name}, {"metric", c.metric}, {"stat", c.stat}, {"op", c.op},
+               {"threshold", c.threshold}, {"value", json_number(c.value)},
+               {"passed", c.passed}, {"detail", c.detail}};
+    if (c.value && std::isinf(*c.value)) cj["value_unbounded"] = true;
+    checks.push_back(cj);
+  }
+  j["gate"] = {{"passed", r.gate.passed}, {"source", r.gate.source}, {"checks", checks}};
+  json pairs = json::array();
+  for (const auto& p : r.pairs) pairs.push_back(pair_json(p));
+  j["pairs"] = pairs;
+  return j;
+}
+
+namespace {
+
+std::string esc(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string fmt_value(const std::string& metric, std::optional<double> v) {
+  if (!v) return "&ndash;";
+  if (std::isinf(*v)) return *v > 0 ? "&infin;" : "&minus;&infin;";
+  if (metric.find("psnr") != std::string::npos) return fmt::format("{:.2f}", *v);
+  if (metric.find("ssim") != std::string::npos) return fmt::format("{:.5f}", *v);
+  return fmt::format("{:.4g}", *v);
+}
+
+std::string data_uri(const std::vector<std::uint8_t>& png) {
+  return "data:image/png;base64," +
+         base64(std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
+}
+
+constexpr std::string_view kCss = R"(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+main{max-width:1200px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
+.sub{color:#5b6475;font-size:13px}
+.verdict{border-radius:8px;padding:16px 20px;margin:16px 0;color:#fff;font-size:18px;font-weight:600}
+.verdict small{display:block;font-weight:400;font-size:14px;opacity:.92}
+.pass{background:#1f7a3f} .fail{background:#b3261e}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px;border:1px solid #dde1e7}
+th,td{padding:6px 9px;border-bottom:1px solid #e6e9ee;text-align:left;vertical-align:top}
+th{background:#eef1f5;font-weight:600;cursor:default;white-space:nowrap}
+table.sortable th{cursor:pointer} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.bad td{background:#fdecea} tr.err td{background:#fff4e0}
+.ok{color:#1f7a3f;font-weight:600} .no{color:#b3261e;font-weight:600}
+.strip{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:12px;margin:12px 0}
+.strip .imgs{display:flex;gap:10px;flex-wrap:wrap}
+.strip figure{margin:0} .strip img{max-width:360px;image-rendering:pixelated;border:1px solid #ccd}
+.strip figcaption{font-size:12px;color:#5b6475}
+code{background:#eef1f5;padding:1px 4px;border-radius:3px}
+.legend{display:inline-block;width:160px;height:10px;vertical-align:middle;border:1px solid #ccd}
+)";
+
+constexpr std::string_view kSortJs = R"(
+document.querySelectorAll('table.sortable').forEach(t=>{
+ t.querySelectorAll('th').forEach((th,i)=>th.addEventListener('click',()=>{
+  const tb=t.tBodies[0],rows=[...tb.rows],asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
+  const key=r=>{const c=r.cells[i];const v=c.dataset.v;return v!==undefined?(v===''?NaN:+v):c.textContent};
+  rows.sort((a,b)=>{const x=key(a),y=key(b);
+   if(typeof x==='number'&&typeof y==='number'){if(isNaN(x))return 1;if(isNaN(y))return -1;return asc?x-y:y-x}
+   return asc?String(x).localeCompare(y):String(y).localeCompare(x)});
+  rows.forEach(r=>tb.appendChild(r));}));});
+)";
+
+std::string legend_gradient() {
+  std::string stops;
+  for (int i = 0; i <= 8; ++i) {
+    std::uint8_t c[3];
+    ramp_color(float(i) / 8.0f, c);
+    stops += fmt::format("{}rgb({},{},{})", i ? "," : "", c[0], c[1], c[2]);
+  }
+  return "background:linear-gradient(90deg," + stops + ")";
+}
+
+std::string sort_value(std::optional<double> v) {
+  if (!v) return "";
+  if (std::isinf(*v)) return *v > 0 ? "1e308" : "-1e308";
+  return fmt::format("{}", *v);
+}
+
+}  // namespace
+
+std::string render_html(const CompareImagesReport& r) {
+  std::string h;
+  h.reserve(1 << 16);
+  const std::size_t errors = r.count_errors();
+  std::size_t failed_checks = 0;
+  for (const auto& c : r.gate.checks) failed_checks += !c.passed;
+
+  h += "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+       "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+       "<title>qeval compare-images: ";
+  h += r.gate.passed ? "PASS" : "FAIL";
+  h += "</title><style>";
+  h += kCss;
+  h += "</style></head><body><main>";
+  h += "<h1>qeval compare-images</h1><div class=\"sub\">" + esc(r.created_utc) + " &middot; qeval " +
+       esc(r.tool_version) + " &middot; <code>" + esc(r.command_line) + "</code></div>";
+
+  h += fmt::format("<div class=\"verdict {}\">{}<small>{} of {} gate checks passed &middot; {} "
+                   "pairs, {} compared, {} could not be compared</small></div>",
+                   r.gate.passed ? "pass" : "fail", r.gate.passed ? "PASS" : "FAIL",
+                   r.gate.checks.size() - failed_checks, r.gate.checks.size(), r.pairs.size(),
+                   r.pairs.size() - errors, errors);
+
+  h += "<h2>Gate</h2><div class=\"sub\">" + esc(r.gate.source) + "</div>";
+  h += "<table><thead><tr><th>check</th><th>threshold</th><th>value</th><th>verdict</th>"
+       "<th>why</th></tr></thead><tbody>";
+  for (const auto& c : r.gate.checks) {
+    h += fmt::format("<tr class=\"{}\"><td>{}</td><td class=\"num\">{} {}</td><td class=\"num\">{}"
+                     "</td><td class=\"{}\">{}</td><td>{}</td></tr>",
+                     c.passed ? "" : "bad", esc(c.name), esc(c.op),
+                     fmt_value(c.metric, c.threshold), fmt_value(c.metric, c.value),
+                     c.passed ? "ok" : "no", c.passed ? "pass" : "FAIL", esc(c.detail));
+  }
+  h += "</tbody></table>";
+
+  h += "<h2>Summary</h2><table><thead><tr><th>metric</th><th>pairs</th><th>mean</th><th>min</th>"
+       "<th>p5</th><th>median</th><th>p95</th><th>max</th><th>note</th></tr></thead><tbody>";
+  for (const auto& s : r.summary) {
+    std::string note;
+    if (s.unbounded) note += fmt::format("{} identical (unbounded, excluded) ", s.unbounded);
+    if (s.not_applicable) note += fmt::format("{} not applicable", s.not_applicable);
+    if (s.count == 0) {
+      h += fmt::format("<tr><td>{}</td><td class=\"num\">0</td><td colspan=\"6\"></td><td>{}</td></tr>",
+                       esc(s.metric), esc(note));
+      continue;
+    }
+    h += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td>", esc(s.metric), s.count);
+    for (double v : {s.mean, s.min, s.p5, s.median, s.p95, s.max})
+      h += "<td class=\"num\">" + fmt_value(s.metric, v) + "</td>";
+    h += "<td>" + esc(note) + "</td></tr>";
+  }
+  h += "</tbody></table>";
+
+  if (!r.worst.empty()) {
+    h += "<h2>Worst pairs</h2><div class=\"sub\">reference | test | |reference &minus; test| "
+         "(max over channels) <span class=\"legend\" style=\"" +
+         legend_gradient() + "\"></span> 0 &rarr; scale in each caption</div>";
+    for (const auto& s : r.worst) {
+      h += "<div class=\"strip\"><b>" + esc(s.name) + "</b> &middot; " + esc(s.caption) +
+           "<div class=\"imgs\">";
+      h += "<figure><img alt=\"reference\" src=\"" + data_uri(s.ref_png) +
+           "\"><figcaption>reference</figcaption></figure>";
+      h += "<figure><img alt=\"test\" src=\"" + data_uri(s.test_png) +
+           "\"><figcaption>test</figcaption></figure>";
+      h += "<figure><img alt=\"difference\" src=\"" + data_uri(s.heatmap_png) +
+           "\"><figcaption>" + esc(s.heatmap_legend) + "</figcaption></figure>";
+      h += "</div></div>";
+    }
+  }
+
+  h += "<h2>Pairs</h2><div class=\"sub\">click a column to sort</div>"
+       "<table class=\"sortable\"><thead><tr><th>name</th><th>status</th><th>size</th>"
+       "<th>PSNR dB</th><th>PSNR-Y dB</th><th>SSIM</th><th>MS-SSIM</th><th>max |diff|</th>"
+       "<th>notes</th></tr></thead><tbody>";
+  for (const auto& p : r.pairs) {
+    auto value = [&](const char* key) -> std::optional<double> {
+      const auto* m = p.metric(key);
+      if (!m) return std::nullopt;
+      if (!m->value && p.identical && std::string_view(key).find("psnr") != std::string_view::npos)
+        return std::numeric_limits<double>::infinity();
+      return m->value;
+    };
+    std::string status = !p.ok() ? "<span class=\"no\">error</span>"
+                         : p.failed_checks.empty() ? "<span class=\"ok\">ok</span>"
+                                                   : "<span class=\"no\">below threshold</span>";
+    std::string notes = p.ok() ? "" : esc(p.error);
+    for (const auto& c : p.failed_checks) notes += (notes.empty() ? "" : "; ") + esc(c);
+    for (const auto& n : p.notes) notes += (notes.empty() ? "" : "; ") + esc(n);
+    for (const auto& m : p.metrics)
+      if (!m.value && !p.identical && !m.note.empty())
+        notes += (notes.empty() ? "" : "; ") + esc(m.key + ": " + m.note);
+    h += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td>",
+                     !p.ok() ? "err" : (p.failed_checks.empty() ? "" : "bad"), esc(p.name), status,
+                     p.ok() ? fmt::format("{}&times;{} {} {}-bit", p.width, p.height,
+                                          esc(p.color_type), p.bit_depth)
+                            : "");
+    for (const char* key : {"psnr_db", "psnr_y_db", "ssim", "ms_ssim"})
+      h += "<td class=\"num\" data-v=\"" + sort_value(value(key)) + "\">" +
+           fmt_value(key, value(key)) + "</td>";
+    h += fmt::format("<td class=\"num\" data-v=\"{}\">{}</td><td>{}</td></tr>",
+                     p.ok() ? fmt::format("{}", p.max_abs_diff) : "",
+                     p.ok() ? fmt::format("{:g}", p.max_abs_diff) : "&ndash;", notes);
+  }
+  h += "</tbody></table>";
+
+  h += "<h2>Configuration</h2><table><tbody>";
+  for (const auto& [k, v] : r.config)
+    h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
+  for (const auto& [k, v] : r.conventions)
+    h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
+  h += fmt::format("<tr><th>elapsed</th><td>{:.2f} s</td></tr>", r.elapsed_s);
+  h += "</tbody></table>";
+  h += "<script>";
+  h += kSortJs;
+  h += "</script></main></body></html>\n";
+  return h;
+}
+
+std::string render_junit(const CompareImagesReport& r) {
+  std::size_t failures = 0;
+  for (const auto& c : r.gate.checks) failures += !c.passed;
+  std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  x += fmt::format("<testsuite name=\"qeval compare-images\" tests=\"{}\" failures=\"{}\" "
+                   "time=\"{:.3f}\">\n",
+                   r.gate.checks.size(), failures, r.elapsed_s);
+  for (const auto& c : r.gate.checks) {
+    x += "  <testcase classname=\"gate\" name=\"" + esc(c.name) + "\">";
+    if (!c.passed) x += "<failure message=\"" + esc(c.detail) + "\"/>";
+    x += "</testcase>\n";
+  }
+  x += "</testsuite>\n";
+  return x;
+}
+
+void write_compare_images_report(const CompareImagesReport& report,
+                                 const std::filesystem::path& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw std::runtime_error(out_dir.string() + ": cannot create output folder: " + ec.message());
+  // HTML and JUnit first: report.json appearing is the signal that the report is complete.
+  write_file_atomic(out_dir / "report.html", render_html(report));
+  write_file_atomic(out_dir / "junit.xml", render_junit(report));
+  write_file_atomic(out_dir / "report.json", to_json(report).dump(2) + "\n");
+}
+
+}  // namespace qeval::reports

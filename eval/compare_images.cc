@@ -307,7 +307,7 @@ reports::CompareImagesReport run_compare_images(const CompareImagesOptions& opti
       {"psnr_y_db", "PSNR on BT.601 luma Y = 0.299 R + 0.587 G + 0.114 B (full range)"},
       {"ssim", ssim_def + "; mean over channels"},
       {"ms_ssim", "Wang 2003, 5 scales, weights 0.0448/0.2856/0.3001/0.2363/0.1333, 2x2 average "
-                  "downsampling, negative terms clamped to 0; mean over channels; needs >= 176 px"},
+                  "downsampling, negative terms clamped to 0; mean over channels; needs >= 161 px on the short side"},
   };
   report.elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

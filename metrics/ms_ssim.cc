@@ -19,7 +19,7 @@ MsSsimResult ms_ssim(const Tensor& ref, const Tensor& test, double peak) {
   for (int j = 1; j < 5; ++j) sh = (sh + 1) / 2, sw = (sw + 1) / 2;
   if (std::min(sh, sw) < window.size()) {
     result.note = "needs at least " + std::to_string(kMsSsimMinSide) +
-                  " px on the short side for 5 scales (11x11 window at 1/16 scale); image is " +
+                  " px on the short side for 5 scales (11x11 window after four 2x downsamplings); image is " +
                   std::to_string(w) + "x" + std::to_string(h);
     return result;
   }

@@ -12,8 +12,9 @@
 namespace qeval::metrics {
 
 inline constexpr std::array<double, 5> kMsSsimWeights = {0.0448, 0.2856, 0.3001, 0.2363, 0.1333};
-// The short side an image needs for five scales of an 11x11 window: 11 at 1/16 scale.
-inline constexpr int kMsSsimMinSide = 176;
+// The short side an image needs for five scales of an 11x11 window: four ceil-halvings of 161
+// leave 11 (161 -> 81 -> 41 -> 21 -> 11).
+inline constexpr int kMsSsimMinSide = 161;
 
 struct MsSsimResult {
   std::optional<double> ms_ssim;  // mean over channels; empty when the image is too small

@@ -4,6 +4,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -52,50 +53,59 @@ SsimWindow window_for(SsimConvention convention) {
 
 namespace {
 
+#ifndef QEVAL_SSIM_FAST_TYPE
+#define QEVAL_SSIM_FAST_TYPE double
+#endif
+using SsimFastType = QEVAL_SSIM_FAST_TYPE;
 constexpr int kStripRows = 32;  // fixed: the strip partition, and so the sum order, never varies
-constexpr int kLanes = 8;
 
-struct Constants {
-  float c1, c2, cov_norm;
+// One SIMD register's worth of T (GCC vector extension: AVX-512 where the target has it, split
+// into narrower registers otherwise).
+template <class T>
+struct Simd {
+  static constexpr int kLanes = 64 / sizeof(T);
+  typedef T V __attribute__((vector_size(64)));
+  static V load(const T* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store(T* p, V v) { std::memcpy(p, &v, sizeof v); }
+  static V splat(T s) { return V{} + s; }
 };
 
-Constants constants(const SsimWindow& window, double peak) {
-  return {static_cast<float>((0.01 * peak) * (0.01 * peak)),
-          static_cast<float>((0.03 * peak) * (0.03 * peak)), static_cast<float>(window.cov_norm)};
-}
-
-// out[j] = sum_t w[t] * in[j + t], j in [0, n). K > 0 fixes the tap count at compile time so the
-// tap loop unrolls and the j loop vectorises; K == 0 takes it from k.
-template <int K>
-inline void filter_row(const float* in, float* out, int n, const float* w, int k) {
-  const int taps = K > 0 ? K : k;
-  for (int j = 0; j < n; ++j) {
-    float acc = w[0] * in[j];
-    for (int t = 1; t < taps; ++t) acc += w[t] * in[j + t];
-    out[j] = acc;
-  }
-}
-
-inline void accumulate(const float* v, int n, double* lanes, double& tail) {
-  int j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lanes[l] += double(v[j + l]);
-  for (; j < n; ++j) tail += double(v[j]);
-}
-
-template <int K>
-SsimPlaneResult ssim_plane_fast(PlaneView x, PlaneView y, const SsimWindow& window, double peak) {
-  const int k = window.size();
+// Fast path. Moments are accumulated in T on mean-centred samples; T = double keeps the
+// E[x^2] - mu^2 cancellation harmless (the numerics contract), T = float is kept for comparison.
+// K > 0 fixes the tap count at compile time so the tap loops unroll.
+template <class T, int K>
+SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& window, double peak) {
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int N = S::kLanes;
+  constexpr int kMaxTaps = K > 0 ? K : 64;
+  constexpr int kBlock = 4;    // vectors per vertical-pass block: 5 x 4 accumulators in registers
+  constexpr int kSignals = 5;  // x, y, x^2, y^2, xy (centred)
+  const int k = K > 0 ? K : window.size();
   const int h = x.height, w = x.width;
   const int hv = h - k + 1, wv = w - k + 1;
-  const Constants cst = constants(window, peak);
-  std::vector<float> taps(window.taps.begin(), window.taps.end());
+  const int wv_pad = (wv + N * kBlock - 1) / (N * kBlock) * (N * kBlock);  // whole blocks
+  const int w_pad = wv_pad + k - 1;  // inputs those outputs read; the tail stays zero
+  const T c1 = T((0.01 * peak) * (0.01 * peak)), c2 = T((0.03 * peak) * (0.03 * peak));
+  const T cov_norm = T(window.cov_norm);
+  T taps[kMaxTaps];
+  for (int t = 0; t < k; ++t) taps[t] = T(window.taps[std::size_t(t)]);
 
-  // Centre on the rounded mean of both planes: moments of (x - c) are small where the image is
-  // smooth, so E[(x-c)^2] - E[x-c]^2 keeps its digits in float. Integer c keeps x - c exact.
+  // Centre on the rounded mean of both planes: the moments of (x - c) are smaller, so fewer digits
+  // cancel in E[(x-c)^2] - E[x-c]^2. An integer c keeps x - c exact for integer samples.
+  const std::int64_t count = std::int64_t(h) * w;
+  double lane_sum[8] = {};
+  std::int64_t i0 = 0;
+  for (; i0 + 8 <= count; i0 += 8)
+    for (int l = 0; l < 8; ++l) lane_sum[l] += double(x.data[i0 + l]) + double(y.data[i0 + l]);
   double sum = 0;
-  for (std::int64_t i = 0, n = std::int64_t(h) * w; i < n; ++i) sum += double(x.data[i]) + y.data[i];
-  const float center = static_cast<float>(std::round(sum / (2.0 * h * w)));
+  for (; i0 < count; ++i0) sum += double(x.data[i0]) + double(y.data[i0]);
+  for (double v : lane_sum) sum += v;
+  const T center = T(std::round(sum / (2.0 * double(count))));
 
   const int strips = (hv + kStripRows - 1) / kStripRows;
   std::vector<double> strip_ssim(static_cast<std::size_t>(strips));
@@ -103,63 +113,99 @@ SsimPlaneResult ssim_plane_fast(PlaneView x, PlaneView y, const SsimWindow& wind
 
   tbb::parallel_for(0, strips, [&](int s) {
     const int r0 = s * kStripRows, r1 = std::min(hv, r0 + kStripRows);
-    constexpr int kSignals = 5;  // x, y, x^2, y^2, xy
-    std::vector<float> ring(std::size_t(kSignals) * k * wv);
-    std::vector<float> row(std::size_t(kSignals) * w);
-    std::vector<float> map_ssim(static_cast<std::size_t>(wv)), map_cs(static_cast<std::size_t>(wv));
-    auto ring_row = [&](int signal, int slot) { return ring.data() + (std::size_t(signal) * k + slot) * wv; };
-    double lanes_ssim[kLanes] = {}, lanes_cs[kLanes] = {}, tail_ssim = 0, tail_cs = 0;
+    // Horizontal results of input row r0 + q are stored at ring rows q % k and q % k + k, so the
+    // k rows an output row needs are always contiguous: ring rows (ro % k) .. (ro % k) + k - 1.
+    const std::size_t plane_stride = std::size_t(2 * k) * wv_pad;
+    std::vector<T> ring(kSignals * plane_stride);
+    std::vector<T> row(std::size_t(kSignals) * w_pad, T(0));
+    double total_ssim = 0, total_cs = 0;
 
     for (int i = r0; i < r1 + k - 1; ++i) {
       const float* xr = x.data + std::size_t(i) * w;
       const float* yr = y.data + std::size_t(i) * w;
-      float *xc = row.data(), *yc = xc + w, *xx = yc + w, *yy = xx + w, *xy = yy + w;
-      for (int j = 0; j < w; ++j) {
-        xc[j] = xr[j] - center;
-        yc[j] = yr[j] - center;
+      T* xc = row.data();
+      T* yc = xc + w_pad;
+      T* xx = yc + w_pad;
+      T* yy = xx + w_pad;
+      T* xy = yy + w_pad;
+      int j = 0;
+      for (; j + N <= w; j += N) {
+        typedef float F __attribute__((vector_size(N * sizeof(float))));
+        F fx, fy;
+        std::memcpy(&fx, xr + j, sizeof fx);
+        std::memcpy(&fy, yr + j, sizeof fy);
+        const V vx = __builtin_convertvector(fx, V) - center;
+        const V vy = __builtin_convertvector(fy, V) - center;
+        S::store(xc + j, vx);
+        S::store(yc + j, vy);
+        S::store(xx + j, vx * vx);
+        S::store(yy + j, vy * vy);
+        S::store(xy + j, vx * vy);
+      }
+      for (; j < w; ++j) {
+        xc[j] = T(xr[j]) - center;
+        yc[j] = T(yr[j]) - center;
         xx[j] = xc[j] * xc[j];
         yy[j] = yc[j] * yc[j];
         xy[j] = xc[j] * yc[j];
       }
       const int slot = (i - r0) % k;
-      for (int sgn = 0; sgn < kSignals; ++sgn)
-        filter_row<K>(row.data() + std::size_t(sgn) * w, ring_row(sgn, slot), wv, taps.data(), k);
+      for (int sgn = 0; sgn < kSignals; ++sgn) {
+        const T* in = row.data() + std::size_t(sgn) * w_pad;
+        T* out0 = ring.data() + sgn * plane_stride + std::size_t(slot) * wv_pad;
+        T* out1 = out0 + std::size_t(k) * wv_pad;
+        for (int jj = 0; jj < wv_pad; jj += N) {
+          V acc = S::load(in + jj) * taps[0];
+          for (int t = 1; t < k; ++t) acc += S::load(in + jj + t) * taps[t];
+          S::store(out0 + jj, acc);
+          S::store(out1 + jj, acc);
+        }
+      }
       if (i - r0 < k - 1) continue;
 
-      // Output row r = i - k + 1 needs ring rows r..i; slot of input row r + t is (r - r0 + t) % k.
-      const int ro = i - k + 1 - r0;
-      const float* rows[kSignals][K > 0 ? K : 64];
+      const int first = (i - k + 1 - r0) % k;  // ring row of the output row's first input row
+      const T* base[kSignals];
       for (int sgn = 0; sgn < kSignals; ++sgn)
-        for (int t = 0; t < k; ++t) rows[sgn][t] = ring_row(sgn, (ro + t) % k);
-      const int taps_n = K > 0 ? K : k;
-      for (int j = 0; j < wv; ++j) {
-        float mx = 0, my = 0, mxx = 0, myy = 0, mxy = 0;
-        for (int t = 0; t < taps_n; ++t) {
-          const float wt = taps[std::size_t(t)];
-          mx += wt * rows[0][t][j];
-          my += wt * rows[1][t][j];
-          mxx += wt * rows[2][t][j];
-          myy += wt * rows[3][t][j];
-          mxy += wt * rows[4][t][j];
+        base[sgn] = ring.data() + sgn * plane_stride + std::size_t(first) * wv_pad;
+      V acc_ssim = S::splat(0), acc_cs = S::splat(0);
+      for (int jb = 0; jb < wv_pad; jb += N * kBlock) {
+        V m[kSignals][kBlock];
+        for (int sgn = 0; sgn < kSignals; ++sgn)
+          for (int b = 0; b < kBlock; ++b) m[sgn][b] = S::splat(0);
+        for (int t = 0; t < k; ++t) {
+          const T wt = taps[t];
+          for (int sgn = 0; sgn < kSignals; ++sgn) {
+            const T* p = base[sgn] + std::size_t(t) * wv_pad + jb;
+            for (int b = 0; b < kBlock; ++b) m[sgn][b] += S::load(p + b * N) * wt;
+          }
         }
-        const float vx = cst.cov_norm * (mxx - mx * mx);
-        const float vy = cst.cov_norm * (myy - my * my);
-        const float vxy = cst.cov_norm * (mxy - mx * my);
-        const float ux = mx + center, uy = my + center;
-        const float a2 = 2.0f * vxy + cst.c2, b2 = vx + vy + cst.c2;
-        const float cs = a2 / b2;
-        map_cs[std::size_t(j)] = cs;
-        map_ssim[std::size_t(j)] = (2.0f * ux * uy + cst.c1) / (ux * ux + uy * uy + cst.c1) * cs;
+        for (int b = 0; b < kBlock; ++b) {
+          const V mx = m[0][b], my = m[1][b];
+          const V vx = (m[2][b] - mx * mx) * cov_norm;
+          const V vy = (m[3][b] - my * my) * cov_norm;
+          const V vxy = (m[4][b] - mx * my) * cov_norm;
+          const V ux = mx + center, uy = my + center;
+          const V a1 = ux * uy * T(2) + c1, b1 = ux * ux + uy * uy + c1;
+          const V a2 = vxy * T(2) + c2, b2 = vx + vy + c2;
+          const V inv = T(1) / (b1 * b2);  // one division for both terms
+          V ssim = a1 * a2 * inv;
+          V cs = a2 * b1 * inv;
+          const int j0 = jb + b * N;
+          if (j0 + N > wv) {  // padding lanes past the valid width
+            for (int l = 0; l < N; ++l)
+              if (j0 + l >= wv) ssim[l] = cs[l] = T(0);
+          }
+          acc_ssim += ssim;
+          acc_cs += cs;
+        }
       }
-      accumulate(map_ssim.data(), wv, lanes_ssim, tail_ssim);
-      accumulate(map_cs.data(), wv, lanes_cs, tail_cs);
+      for (int l = 0; l < N; ++l) {
+        total_ssim += double(acc_ssim[l]);
+        total_cs += double(acc_cs[l]);
+      }
     }
-    for (int l = 0; l < kLanes; ++l) {
-      tail_ssim += lanes_ssim[l];
-      tail_cs += lanes_cs[l];
-    }
-    strip_ssim[std::size_t(s)] = tail_ssim;
-    strip_cs[std::size_t(s)] = tail_cs;
+    strip_ssim[std::size_t(s)] = total_ssim;
+    strip_cs[std::size_t(s)] = total_cs;
   });
 
   const double n = double(hv) * wv;
@@ -247,9 +293,9 @@ std::vector<double> to_double(PlaneView p) {
 SsimPlaneResult ssim_plane(PlaneView x, PlaneView y, const SsimWindow& window, double peak) {
   check_plane_pair(x, y, window);
   switch (window.size()) {
-    case 7: return ssim_plane_fast<7>(x, y, window, peak);
-    case 11: return ssim_plane_fast<11>(x, y, window, peak);
-    default: return ssim_plane_fast<0>(x, y, window, peak);
+    case 7: return ssim_plane_simd<SsimFastType, 7>(x, y, window, peak);
+    case 11: return ssim_plane_simd<SsimFastType, 11>(x, y, window, peak);
+    default: return ssim_plane_simd<SsimFastType, 0>(x, y, window, peak);
   }
 }
 

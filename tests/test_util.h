@@ -1,0 +1,95 @@
+// Shared test helpers: paths to committed data, scratch folders, synthetic images.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/image_io.h"
+#include "kernels/tensor.h"
+
+namespace qeval::testing {
+
+inline std::filesystem::path source_dir() { return QEVAL_SOURCE_DIR; }
+inline std::filesystem::path data_dir() { return source_dir() / "tests" / "data"; }
+
+inline nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  if (!in) throw std::runtime_error("cannot open " + p.string());
+  return nlohmann::json::parse(in);
+}
+
+// A fresh, empty folder under the system temp dir, removed when the object dies.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag) {
+    static std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() / ("qeval-test-" + tag + "-" + std::to_string(rd()));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& rel) const { return path_ / rel; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_bytes(const std::filesystem::path& p, const std::vector<std::uint8_t>& bytes) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream out(p, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+inline std::vector<std::uint8_t> read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A smooth 8-bit test pattern with texture, deterministic in (w, h, channels, seed).
+inline datasets::Rgb8 pattern(int w, int h, int channels, unsigned seed) {
+  datasets::Rgb8 img{w, h, channels, std::vector<std::uint8_t>(std::size_t(w) * h * channels)};
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> noise(-6, 6);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < channels; ++c) {
+        int v = 128 + static_cast<int>(90 * std::sin(0.07 * x * (c + 1) + 0.05 * y)) + noise(rng);
+        img.pixels[(std::size_t(y) * w + x) * channels + c] = static_cast<std::uint8_t>(std::clamp(v, 0, 255));
+      }
+  return img;
+}
+
+// Adds seeded noise of amplitude `amp` to an 8-bit image.
+inline datasets::Rgb8 perturb(datasets::Rgb8 img, int amp, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> noise(-amp, amp);
+  for (auto& p : img.pixels) p = static_cast<std::uint8_t>(std::clamp(int(p) + noise(rng), 0, 255));
+  return img;
+}
+
+// Random planar float image [C, H, W] with integer values in [0, 255].
+inline Tensor random_planes(int c, int h, int w, unsigned seed, bool smooth = true) {
+  Tensor t(DType::kFloat32, {c, h, w});
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0, 1);
+  float* d = t.data<float>();
+  for (int k = 0; k < c; ++k)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        float base = smooth ? 127.5f + 100.0f * std::sin(0.11f * x + 0.07f * y + float(k)) : 0.0f;
+        float v = smooth ? base + 20.0f * (u(rng) - 0.5f) : 255.0f * u(rng);
+        d[(std::size_t(k) * h + y) * w + x] = std::round(std::clamp(v, 0.0f, 255.0f));
+      }
+  return t;
+}
+
+}  // namespace qeval::testing

@@ -33,8 +33,12 @@ class CompareImagesTest : public ::testing::Test {
     write_bytes(test / "sized.png", encode_png(pattern(32, 30, 3, 6)));
     write_bytes(ref / "gray.png", encode_png(pattern(32, 32, 1, 7)));
     write_bytes(test / "gray.png", encode_png(pattern(32, 32, 3, 7)));
-    auto rgba = pattern(48, 48, 4, 8);
     auto rgb = pattern(48, 48, 3, 8);
+    datasets::Rgb8 rgba{48, 48, 4, {}};
+    for (std::size_t p = 0; p < rgb.pixels.size() / 3; ++p) {
+      rgba.pixels.insert(rgba.pixels.end(), rgb.pixels.begin() + 3 * p, rgb.pixels.begin() + 3 * p + 3);
+      rgba.pixels.push_back(static_cast<std::uint8_t>(p % 251));
+    }
     write_bytes(ref / "alpha.png", encode_png(rgba));
     write_bytes(test / "alpha.png", encode_png(rgb));
     write_bytes(ref / "corrupt.png", encode_png(pattern(32, 32, 3, 9)));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <stdexcept>
 
 namespace qeval::metrics {
@@ -53,47 +54,118 @@ SsimWindow window_for(SsimConvention convention) {
 
 namespace {
 
-#ifndef QEVAL_SSIM_FAST_TYPE
-#define QEVAL_SSIM_FAST_TYPE double
-#endif
-using SsimFastType = QEVAL_SSIM_FAST_TYPE;
-constexpr int kStripRows = 32;  // fixed: the strip partition, and so the sum order, never varies
+constexpr int kStripRows = 64;  // fixed: the strip partition, and so the sum order, never varies
 
-// One SIMD register's worth of T (GCC vector extension: AVX-512 where the target has it, split
-// into narrower registers otherwise).
-template <class T>
-struct Simd {
-  static constexpr int kLanes = 64 / sizeof(T);
-  typedef T V __attribute__((vector_size(64)));
-  static V load(const T* p) {
-    V v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
+// Eight doubles: one AVX-512 register (GCC splits it into narrower registers on other targets).
+// Moments are accumulated in double: single precision loses up to 4e-6 of SSIM on flat regions
+// far from the image mean (tests/metrics/ssim_test.cc, FlatRegionsFarFromTheMeanStayAccurate).
+constexpr int N = 8;
+typedef double V __attribute__((vector_size(64)));
+typedef long long VMask __attribute__((vector_size(64)));
+typedef float VF __attribute__((vector_size(32)));
+
+inline V load(const double* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(double* p, V v) { std::memcpy(p, &v, sizeof v); }
+inline V splat(double s) { return V{} + s; }
+
+// Elements Shift .. Shift + 7 of the 16-element concatenation (a, b): one register shuffle
+// instead of an unaligned load.
+template <int Shift, std::size_t... I>
+inline V shifted(V a, V b, std::index_sequence<I...>) {
+  if constexpr (Shift == 0) return a;
+  else if constexpr (Shift == N) return b;
+  else return __builtin_shuffle(a, b, VMask{(Shift + static_cast<long long>(I))...});
+}
+template <int Shift>
+inline V window_at(const V* regs) {  // regs: consecutive vectors of the input row
+  return shifted<Shift % N>(regs[Shift / N], regs[Shift / N + 1], std::make_index_sequence<N>{});
+}
+
+// out[j..j+7] = sum_t taps[t] * in[j + t], symmetric taps: pair sums on the adders, half the
+// multiply-adds. With the tap count known at compile time the shifted inputs come from shuffles.
+template <int K>
+inline V filter_horizontal(const double* in, const double* taps, int k) {
+  if constexpr (K > 0) {
+    constexpr int kHalf = K / 2;
+    V regs[(K - 1) / N + 2];
+    for (int r = 0; r < (K - 1) / N + 2; ++r) regs[r] = load(in + r * N);
+    V acc = window_at<kHalf>(regs) * taps[kHalf];
+    [&]<std::size_t... T>(std::index_sequence<T...>) {
+      ((acc += (window_at<T>(regs) + window_at<K - 1 - T>(regs)) * taps[T]), ...);
+    }(std::make_index_sequence<kHalf>{});
+    return acc;
+  } else {
+    const int half = k / 2;
+    V acc = load(in + half) * taps[half];
+    for (int t = 0; t < half; ++t) acc += (load(in + t) + load(in + k - 1 - t)) * taps[t];
+    return acc;
   }
-  static void store(T* p, V v) { std::memcpy(p, &v, sizeof v); }
-  static V splat(T s) { return V{} + s; }
+}
+
+// Centred x, y, x^2 + y^2 and xy: cs needs only the sum of the two variances, so four filtered
+// signals suffice where the textbook formula filters five.
+constexpr int kSignals = 4;
+constexpr int kBlock = 2;    // vectors per vertical-pass block
+
+struct MapConstants {
+  double c1, c2, cov_norm, center;
 };
 
-// Fast path. Moments are accumulated in T on mean-centred samples; T = double keeps the
-// E[x^2] - mu^2 cancellation harmless (the numerics contract), T = float is kept for comparison.
-// K > 0 fixes the tap count at compile time so the tap loops unroll.
-template <class T, int K>
+// Vertical filter of kRows consecutive output rows (1 or 2; two share 10 of their 11 input rows)
+// and the SSIM/cs map of those rows, summed into acc_ssim/acc_cs. base[sgn] points at the first
+// input row of the first output row, rows `stride` apart; columns [jb, jb + N * kBlock).
+template <int K, int kRows>
+inline void vertical_block(const double* const* base, std::size_t stride, int jb, int wv,
+                           const double* taps, int k, const MapConstants& mc, V& acc_ssim,
+                           V& acc_cs) {
+  const int kk = K > 0 ? K : k;
+  const int half = kk / 2;
+  V m[kRows][kSignals][kBlock];
+  for (int sgn = 0; sgn < kSignals; ++sgn)
+    for (int b = 0; b < kBlock; ++b) {
+      const double* p = base[sgn] + jb + b * N;
+      auto row = [&](int t) { return load(p + std::size_t(t) * stride); };
+      for (int r = 0; r < kRows; ++r) {
+        V acc = row(half + r) * taps[half];
+        for (int t = 0; t < half; ++t) acc += (row(t + r) + row(kk - 1 - t + r)) * taps[t];
+        m[r][sgn][b] = acc;
+      }
+    }
+  for (int r = 0; r < kRows; ++r)
+    for (int b = 0; b < kBlock; ++b) {
+      const V mx = m[r][0][b], my = m[r][1][b];
+      const V v_sum = (m[r][2][b] - mx * mx - my * my) * mc.cov_norm;  // var x + var y
+      const V vxy = (m[r][3][b] - mx * my) * mc.cov_norm;
+      const V ux = mx + mc.center, uy = my + mc.center;
+      const V a1 = ux * uy * 2.0 + mc.c1, b1 = ux * ux + uy * uy + mc.c1;
+      const V a2 = vxy * 2.0 + mc.c2, b2 = v_sum + mc.c2;
+      const V inv = 1.0 / (b1 * b2);  // one division for both terms
+      V ssim = a1 * a2 * inv;
+      V cs = a2 * b1 * inv;
+      const int j0 = jb + b * N;
+      if (j0 + N > wv) {  // padding lanes past the valid width
+        for (int l = 0; l < N; ++l)
+          if (j0 + l >= wv) ssim[l] = cs[l] = 0.0;
+      }
+      acc_ssim += ssim;
+      acc_cs += cs;
+    }
+}
+
+template <int K>
 SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& window, double peak) {
-  using S = Simd<T>;
-  using V = typename S::V;
-  constexpr int N = S::kLanes;
   constexpr int kMaxTaps = K > 0 ? K : 64;
-  constexpr int kBlock = 4;    // vectors per vertical-pass block: 5 x 4 accumulators in registers
-  constexpr int kSignals = 5;  // x, y, x^2, y^2, xy (centred)
   const int k = K > 0 ? K : window.size();
   const int h = x.height, w = x.width;
   const int hv = h - k + 1, wv = w - k + 1;
   const int wv_pad = (wv + N * kBlock - 1) / (N * kBlock) * (N * kBlock);  // whole blocks
-  const int w_pad = wv_pad + k - 1;  // inputs those outputs read; the tail stays zero
-  const T c1 = T((0.01 * peak) * (0.01 * peak)), c2 = T((0.03 * peak) * (0.03 * peak));
-  const T cov_norm = T(window.cov_norm);
-  T taps[kMaxTaps];
-  for (int t = 0; t < k; ++t) taps[t] = T(window.taps[std::size_t(t)]);
+  const int w_pad = wv_pad + k - 1 + 2 * N;  // inputs those outputs read (and shuffle registers)
+  double taps[kMaxTaps];
+  for (int t = 0; t < k; ++t) taps[t] = window.taps[std::size_t(t)];
 
   // Centre on the rounded mean of both planes: the moments of (x - c) are smaller, so fewer digits
   // cancel in E[(x-c)^2] - E[x-c]^2. An integer c keeps x - c exact for integer samples.
@@ -105,7 +177,8 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
   double sum = 0;
   for (; i0 < count; ++i0) sum += double(x.data[i0]) + double(y.data[i0]);
   for (double v : lane_sum) sum += v;
-  const T center = T(std::round(sum / (2.0 * double(count))));
+  const MapConstants mc{(0.01 * peak) * (0.01 * peak), (0.03 * peak) * (0.03 * peak),
+                        window.cov_norm, std::round(sum / (2.0 * double(count)))};
 
   const int strips = (hv + kStripRows - 1) / kStripRows;
   std::vector<double> strip_ssim(static_cast<std::size_t>(strips));
@@ -113,96 +186,74 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
 
   tbb::parallel_for(0, strips, [&](int s) {
     const int r0 = s * kStripRows, r1 = std::min(hv, r0 + kStripRows);
-    // Horizontal results of input row r0 + q are stored at ring rows q % k and q % k + k, so the
-    // k rows an output row needs are always contiguous: ring rows (ro % k) .. (ro % k) + k - 1.
-    const std::size_t plane_stride = std::size_t(2 * k) * wv_pad;
-    std::vector<T> ring(kSignals * plane_stride);
-    std::vector<T> row(std::size_t(kSignals) * w_pad, T(0));
-    double total_ssim = 0, total_cs = 0;
+    // A ring of k + 1 horizontal rows, each stored twice (slot q % P and q % P + P), so the k + 1
+    // input rows of an output-row pair are always contiguous.
+    const int ring_rows = k + 1;
+    const std::size_t plane_stride = std::size_t(2 * ring_rows) * wv_pad;
+    std::vector<double> ring(kSignals * plane_stride);
+    std::vector<double> row(std::size_t(kSignals) * w_pad, 0.0);
+    V acc_ssim = splat(0), acc_cs = splat(0);
+    const int last_input = r1 + k - 2;
 
-    for (int i = r0; i < r1 + k - 1; ++i) {
+    for (int i = r0; i <= last_input; ++i) {
       const float* xr = x.data + std::size_t(i) * w;
       const float* yr = y.data + std::size_t(i) * w;
-      T* xc = row.data();
-      T* yc = xc + w_pad;
-      T* xx = yc + w_pad;
-      T* yy = xx + w_pad;
-      T* xy = yy + w_pad;
+      double* xc = row.data();
+      double* yc = xc + w_pad;
+      double* sq = yc + w_pad;
+      double* xy = sq + w_pad;
       int j = 0;
       for (; j + N <= w; j += N) {
-        typedef float F __attribute__((vector_size(N * sizeof(float))));
-        F fx, fy;
+        VF fx, fy;
         std::memcpy(&fx, xr + j, sizeof fx);
         std::memcpy(&fy, yr + j, sizeof fy);
-        const V vx = __builtin_convertvector(fx, V) - center;
-        const V vy = __builtin_convertvector(fy, V) - center;
-        S::store(xc + j, vx);
-        S::store(yc + j, vy);
-        S::store(xx + j, vx * vx);
-        S::store(yy + j, vy * vy);
-        S::store(xy + j, vx * vy);
+        const V vx = __builtin_convertvector(fx, V) - mc.center;
+        const V vy = __builtin_convertvector(fy, V) - mc.center;
+        store(xc + j, vx);
+        store(yc + j, vy);
+        store(sq + j, vx * vx + vy * vy);
+        store(xy + j, vx * vy);
       }
       for (; j < w; ++j) {
-        xc[j] = T(xr[j]) - center;
-        yc[j] = T(yr[j]) - center;
-        xx[j] = xc[j] * xc[j];
-        yy[j] = yc[j] * yc[j];
+        xc[j] = double(xr[j]) - mc.center;
+        yc[j] = double(yr[j]) - mc.center;
+        sq[j] = xc[j] * xc[j] + yc[j] * yc[j];
         xy[j] = xc[j] * yc[j];
       }
-      const int slot = (i - r0) % k;
+      const int slot = (i - r0) % ring_rows;
       for (int sgn = 0; sgn < kSignals; ++sgn) {
-        const T* in = row.data() + std::size_t(sgn) * w_pad;
-        T* out0 = ring.data() + sgn * plane_stride + std::size_t(slot) * wv_pad;
-        T* out1 = out0 + std::size_t(k) * wv_pad;
+        const double* in = row.data() + std::size_t(sgn) * w_pad;
+        double* out0 = ring.data() + sgn * plane_stride + std::size_t(slot) * wv_pad;
+        double* out1 = out0 + std::size_t(ring_rows) * wv_pad;
         for (int jj = 0; jj < wv_pad; jj += N) {
-          V acc = S::load(in + jj) * taps[0];
-          for (int t = 1; t < k; ++t) acc += S::load(in + jj + t) * taps[t];
-          S::store(out0 + jj, acc);
-          S::store(out1 + jj, acc);
+          const V acc = filter_horizontal<K>(in + jj, taps, k);
+          store(out0 + jj, acc);
+          store(out1 + jj, acc);
         }
       }
-      if (i - r0 < k - 1) continue;
 
-      const int first = (i - k + 1 - r0) % k;  // ring row of the output row's first input row
-      const T* base[kSignals];
+      // Output rows whose inputs are all in: up to ro = i - k + 1 (strip-relative). They are
+      // emitted in pairs; the strip's last row goes alone when the count is odd.
+      const int ro = i - k + 1 - r0;
+      if (ro < 0) continue;
+      const bool pair_ready = ro % 2 == 1;
+      const bool lone_last = i == last_input && ro % 2 == 0;
+      if (!pair_ready && !lone_last) continue;
+      const int first_row = pair_ready ? ro - 1 : ro;
+      const double* base[kSignals];
       for (int sgn = 0; sgn < kSignals; ++sgn)
-        base[sgn] = ring.data() + sgn * plane_stride + std::size_t(first) * wv_pad;
-      V acc_ssim = S::splat(0), acc_cs = S::splat(0);
+        base[sgn] = ring.data() + sgn * plane_stride + std::size_t(first_row % ring_rows) * wv_pad;
       for (int jb = 0; jb < wv_pad; jb += N * kBlock) {
-        V m[kSignals][kBlock];
-        for (int sgn = 0; sgn < kSignals; ++sgn)
-          for (int b = 0; b < kBlock; ++b) m[sgn][b] = S::splat(0);
-        for (int t = 0; t < k; ++t) {
-          const T wt = taps[t];
-          for (int sgn = 0; sgn < kSignals; ++sgn) {
-            const T* p = base[sgn] + std::size_t(t) * wv_pad + jb;
-            for (int b = 0; b < kBlock; ++b) m[sgn][b] += S::load(p + b * N) * wt;
-          }
-        }
-        for (int b = 0; b < kBlock; ++b) {
-          const V mx = m[0][b], my = m[1][b];
-          const V vx = (m[2][b] - mx * mx) * cov_norm;
-          const V vy = (m[3][b] - my * my) * cov_norm;
-          const V vxy = (m[4][b] - mx * my) * cov_norm;
-          const V ux = mx + center, uy = my + center;
-          const V a1 = ux * uy * T(2) + c1, b1 = ux * ux + uy * uy + c1;
-          const V a2 = vxy * T(2) + c2, b2 = vx + vy + c2;
-          const V inv = T(1) / (b1 * b2);  // one division for both terms
-          V ssim = a1 * a2 * inv;
-          V cs = a2 * b1 * inv;
-          const int j0 = jb + b * N;
-          if (j0 + N > wv) {  // padding lanes past the valid width
-            for (int l = 0; l < N; ++l)
-              if (j0 + l >= wv) ssim[l] = cs[l] = T(0);
-          }
-          acc_ssim += ssim;
-          acc_cs += cs;
-        }
+        if (pair_ready)
+          vertical_block<K, 2>(base, wv_pad, jb, wv, taps, k, mc, acc_ssim, acc_cs);
+        else
+          vertical_block<K, 1>(base, wv_pad, jb, wv, taps, k, mc, acc_ssim, acc_cs);
       }
-      for (int l = 0; l < N; ++l) {
-        total_ssim += double(acc_ssim[l]);
-        total_cs += double(acc_cs[l]);
-      }
+    }
+    double total_ssim = 0, total_cs = 0;
+    for (int l = 0; l < N; ++l) {
+      total_ssim += acc_ssim[l];
+      total_cs += acc_cs[l];
     }
     strip_ssim[std::size_t(s)] = total_ssim;
     strip_cs[std::size_t(s)] = total_cs;
@@ -293,9 +344,9 @@ std::vector<double> to_double(PlaneView p) {
 SsimPlaneResult ssim_plane(PlaneView x, PlaneView y, const SsimWindow& window, double peak) {
   check_plane_pair(x, y, window);
   switch (window.size()) {
-    case 7: return ssim_plane_simd<SsimFastType, 7>(x, y, window, peak);
-    case 11: return ssim_plane_simd<SsimFastType, 11>(x, y, window, peak);
-    default: return ssim_plane_simd<SsimFastType, 0>(x, y, window, peak);
+    case 7: return ssim_plane_simd<7>(x, y, window, peak);
+    case 11: return ssim_plane_simd<11>(x, y, window, peak);
+    default: return ssim_plane_simd<0>(x, y, window, peak);
   }
 }
 

@@ -54,7 +54,9 @@ SsimWindow window_for(SsimConvention convention) {
 
 namespace {
 
-constexpr int kStripRows = 64;  // fixed: the strip partition, and so the sum order, never varies
+// Fixed tile sizes: the partition, and so the summation order, never depends on the thread count.
+constexpr int kStripRows = 128;
+constexpr int kTileCols = 128;
 
 // Eight doubles: one AVX-512 register (GCC splits it into narrower registers on other targets).
 // Moments are accumulated in double: single precision loses up to 4e-6 of SSIM on flat regions
@@ -161,9 +163,7 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
   constexpr int kMaxTaps = K > 0 ? K : 64;
   const int k = K > 0 ? K : window.size();
   const int h = x.height, w = x.width;
-  const int hv = h - k + 1, wv = w - k + 1;
-  const int wv_pad = (wv + N * kBlock - 1) / (N * kBlock) * (N * kBlock);  // whole blocks
-  const int w_pad = wv_pad + k - 1 + 2 * N;  // inputs those outputs read (and shuffle registers)
+  const int hv = h - k + 1, wv_plane = w - k + 1;
   double taps[kMaxTaps];
   for (int t = 0; t < k; ++t) taps[t] = window.taps[std::size_t(t)];
 
@@ -180,12 +180,19 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
   const MapConstants mc{(0.01 * peak) * (0.01 * peak), (0.03 * peak) * (0.03 * peak),
                         window.cov_norm, std::round(sum / (2.0 * double(count)))};
 
+  // Tasks are tiles of kStripRows x kTileCols outputs, so each one's rows stay in L2.
   const int strips = (hv + kStripRows - 1) / kStripRows;
-  std::vector<double> strip_ssim(static_cast<std::size_t>(strips));
-  std::vector<double> strip_cs(static_cast<std::size_t>(strips));
+  const int tiles = (wv_plane + kTileCols - 1) / kTileCols;
+  std::vector<double> task_ssim(static_cast<std::size_t>(strips * tiles));
+  std::vector<double> task_cs(static_cast<std::size_t>(strips * tiles));
 
-  tbb::parallel_for(0, strips, [&](int s) {
-    const int r0 = s * kStripRows, r1 = std::min(hv, r0 + kStripRows);
+  tbb::parallel_for(0, strips * tiles, [&](int task) {
+    const int r0 = task / tiles * kStripRows, r1 = std::min(hv, r0 + kStripRows);
+    const int c0 = task % tiles * kTileCols;
+    const int wv = std::min(kTileCols, wv_plane - c0);  // outputs of this tile in a row
+    const int tw = wv + k - 1;                          // inputs they read
+    const int wv_pad = (wv + N * kBlock - 1) / (N * kBlock) * (N * kBlock);  // whole blocks
+    const int w_pad = wv_pad + k - 1 + 2 * N;  // inputs the padded outputs (and shuffles) read
     // A ring of k + 1 horizontal rows, each stored twice (slot q % P and q % P + P), so the k + 1
     // input rows of an output-row pair are always contiguous.
     const int ring_rows = k + 1;
@@ -196,14 +203,14 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
     const int last_input = r1 + k - 2;
 
     for (int i = r0; i <= last_input; ++i) {
-      const float* xr = x.data + std::size_t(i) * w;
-      const float* yr = y.data + std::size_t(i) * w;
+      const float* xr = x.data + std::size_t(i) * w + c0;
+      const float* yr = y.data + std::size_t(i) * w + c0;
       double* xc = row.data();
       double* yc = xc + w_pad;
       double* sq = yc + w_pad;
       double* xy = sq + w_pad;
       int j = 0;
-      for (; j + N <= w; j += N) {
+      for (; j + N <= tw; j += N) {
         VF fx, fy;
         std::memcpy(&fx, xr + j, sizeof fx);
         std::memcpy(&fy, yr + j, sizeof fy);
@@ -214,7 +221,7 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
         store(sq + j, vx * vx + vy * vy);
         store(xy + j, vx * vy);
       }
-      for (; j < w; ++j) {
+      for (; j < tw; ++j) {
         xc[j] = double(xr[j]) - mc.center;
         yc[j] = double(yr[j]) - mc.center;
         sq[j] = xc[j] * xc[j] + yc[j] * yc[j];
@@ -255,13 +262,13 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
       total_ssim += acc_ssim[l];
       total_cs += acc_cs[l];
     }
-    strip_ssim[std::size_t(s)] = total_ssim;
-    strip_cs[std::size_t(s)] = total_cs;
+    task_ssim[std::size_t(task)] = total_ssim;
+    task_cs[std::size_t(task)] = total_cs;
   });
 
-  const double n = double(hv) * wv;
-  return {std::accumulate(strip_ssim.begin(), strip_ssim.end(), 0.0) / n,
-          std::accumulate(strip_cs.begin(), strip_cs.end(), 0.0) / n};
+  const double n = double(hv) * wv_plane;
+  return {std::accumulate(task_ssim.begin(), task_ssim.end(), 0.0) / n,
+          std::accumulate(task_cs.begin(), task_cs.end(), 0.0) / n};
 }
 
 void check_plane_pair(PlaneView x, PlaneView y, const SsimWindow& window) {

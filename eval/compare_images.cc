@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,8 +23,8 @@ namespace qeval::eval {
 namespace {
 
 // Keeps the first `channels` planes of a [C, H, W] image.
-Tensor first_planes(const Tensor& planes, int channels) {
-  if (channels == planes.dim(0)) return planes;
+Tensor first_planes(Tensor&& planes, int channels) {
+  if (channels == planes.dim(0)) return std::move(planes);
   Tensor out(DType::kFloat32, {channels, planes.dim(1), planes.dim(2)});
   std::copy_n(planes.data<float>(), out.numel(), out.data<float>());
   return out;
@@ -78,8 +79,9 @@ std::optional<PreparedPair> prepare(const datasets::ImagePairEntry& entry,
     }
   }
   row.channels = channels;
-  return PreparedPair{first_planes(ref.planes, channels), first_planes(test.planes, channels),
-                      options.peak.value_or(ref.peak())};
+  const double peak = options.peak.value_or(ref.peak());
+  return PreparedPair{first_planes(std::move(ref.planes), channels),
+                      first_planes(std::move(test.planes), channels), peak};
 }
 
 double max_abs_difference(const Tensor& a, const Tensor& b) {
@@ -118,7 +120,9 @@ std::vector<reports::PairRow> compare_pairs(const std::vector<datasets::ImagePai
                                             const std::function<void()>& on_done) {
   std::vector<reports::PairRow> rows(entries.size());
   tbb::parallel_for(std::size_t(0), entries.size(), [&](std::size_t i) {
-    rows[i] = compare_pair(entries[i], options);
+    // Isolated: a thread waiting inside this pair's parallel metric kernels must not start another
+    // pair (and hold a second set of image buffers) from the outer loop.
+    tbb::this_task_arena::isolate([&] { rows[i] = compare_pair(entries[i], options); });
     if (on_done) on_done();
   });
   return rows;

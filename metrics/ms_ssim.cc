@@ -26,20 +26,20 @@ MsSsimResult ms_ssim(const Tensor& ref, const Tensor& test, double peak) {
   const std::size_t plane = std::size_t(h) * w;
   double total = 0;
   for (int c = 0; c < channels; ++c) {
-    std::vector<float> x(ref.data<float>() + c * plane, ref.data<float>() + (c + 1) * plane);
-    std::vector<float> y(test.data<float>() + c * plane, test.data<float>() + (c + 1) * plane);
-    int ch = h, cw = w;
+    // Scale 1 reads the input planes; the coarser scales live in x_small / y_small.
+    PlaneView x{ref.data<float>() + c * plane, h, w}, y{test.data<float>() + c * plane, h, w};
+    std::vector<float> x_small, y_small;
     double value = 1.0;
     for (std::size_t scale = 0; scale < kMsSsimWeights.size(); ++scale) {
-      SsimPlaneResult r = ssim_plane({x.data(), ch, cw}, {y.data(), ch, cw}, window, peak);
+      SsimPlaneResult r = ssim_plane(x, y, window, peak);
       const bool last = scale + 1 == kMsSsimWeights.size();
       value *= std::pow(std::max(last ? r.ssim : r.cs, 0.0), kMsSsimWeights[scale]);
       if (last) break;
       int nh = 0, nw = 0;
-      x = box_downsample({x.data(), ch, cw}, 2, &nh, &nw);
-      y = box_downsample({y.data(), ch, cw}, 2, &nh, &nw);
-      ch = nh;
-      cw = nw;
+      x_small = box_downsample(x, 2, &nh, &nw);
+      y_small = box_downsample(y, 2, &nh, &nw);
+      x = {x_small.data(), nh, nw};
+      y = {y_small.data(), nh, nw};
     }
     result.per_channel.push_back(value);
     total += value;

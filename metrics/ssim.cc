@@ -319,9 +319,12 @@ SsimPlaneResult ssim_plane_reference_d(const double* x, const double* y, int h, 
   return {sum_ssim / n, sum_cs / n};
 }
 
-std::vector<double> box_downsample_d(const double* x, int h, int w, int f, int* oh, int* ow) {
-  // MATLAB imfilter 'same' centre for an f-tap kernel: c = floor((f + 1) / 2) (1-based), so output
-  // i averages inputs i - (c - 1) .. i + (f - c); 'symmetric' mirrors including the edge sample.
+// MATLAB imfilter(img, ones(f)/f^2, 'symmetric', 'same') then img(1:f:end, 1:f:end), on any
+// sample type, accumulated in double.
+template <class Out, class In>
+std::vector<Out> box_downsample_t(const In* x, int h, int w, int f, int* oh, int* ow) {
+  // imfilter's 'same' centre for an f-tap kernel is c = floor((f + 1) / 2) (1-based): output i
+  // averages inputs i - (c - 1) .. i + (f - c); 'symmetric' mirrors including the edge sample.
   const int before = (f + 1) / 2 - 1;
   auto mirror = [](int i, int n) {
     while (i < 0 || i >= n) i = i < 0 ? -i - 1 : 2 * n - i - 1;
@@ -329,16 +332,23 @@ std::vector<double> box_downsample_d(const double* x, int h, int w, int f, int* 
   };
   *oh = (h + f - 1) / f;
   *ow = (w + f - 1) / f;
-  std::vector<double> out(std::size_t(*oh) * *ow);
+  std::vector<int> rows(std::size_t(*oh) * f), cols(std::size_t(*ow) * f);
+  for (int o = 0; o < *oh; ++o)
+    for (int a = 0; a < f; ++a) rows[std::size_t(o) * f + a] = mirror(o * f - before + a, h);
+  for (int o = 0; o < *ow; ++o)
+    for (int b = 0; b < f; ++b) cols[std::size_t(o) * f + b] = mirror(o * f - before + b, w);
+  std::vector<Out> out(std::size_t(*oh) * *ow);
+  std::vector<double> acc(static_cast<std::size_t>(*ow));
   const double norm = 1.0 / (double(f) * f);
-  for (int oi = 0; oi < *oh; ++oi)
-    for (int oj = 0; oj < *ow; ++oj) {
-      double acc = 0;
-      for (int a = 0; a < f; ++a)
-        for (int b = 0; b < f; ++b)
-          acc += x[std::size_t(mirror(oi * f - before + a, h)) * w + mirror(oj * f - before + b, w)];
-      out[std::size_t(oi) * *ow + oj] = acc * norm;
+  for (int oi = 0; oi < *oh; ++oi) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int a = 0; a < f; ++a) {
+      const In* row = x + std::size_t(rows[std::size_t(oi) * f + a]) * w;
+      for (int oj = 0; oj < *ow; ++oj)
+        for (int b = 0; b < f; ++b) acc[std::size_t(oj)] += double(row[cols[std::size_t(oj) * f + b]]);
     }
+    for (int oj = 0; oj < *ow; ++oj) out[std::size_t(oi) * *ow + oj] = Out(acc[std::size_t(oj)] * norm);
+  }
   return out;
 }
 
@@ -369,9 +379,7 @@ int matlab_downsample_factor(int height, int width) {
 }
 
 std::vector<float> box_downsample(PlaneView x, int f, int* out_height, int* out_width) {
-  auto xd = to_double(x);
-  auto d = box_downsample_d(xd.data(), x.height, x.width, f, out_height, out_width);
-  return std::vector<float>(d.begin(), d.end());
+  return box_downsample_t<float>(x.data, x.height, x.width, f, out_height, out_width);
 }
 
 namespace {
@@ -404,8 +412,8 @@ SsimResult ssim_impl(const Tensor& ref, const Tensor& test, SsimConvention conve
       auto xd = to_double(x), yd = to_double(y);
       int dh = h, dw = w;
       if (f > 1) {
-        xd = box_downsample_d(xd.data(), h, w, f, &dh, &dw);
-        yd = box_downsample_d(yd.data(), h, w, f, &dh, &dw);
+        xd = box_downsample_t<double>(xd.data(), h, w, f, &dh, &dw);
+        yd = box_downsample_t<double>(yd.data(), h, w, f, &dh, &dw);
       }
       r = ssim_plane_reference_d(xd.data(), yd.data(), dh, dw, window, peak);
     } else if (f > 1) {

@@ -20,7 +20,7 @@ struct Pair {
 };
 
 const Pair& pair_1024() {
-  static const Pair p = [] {
+  static const Pair pair = [] {
     const int h = 1024, w = 1024, c = 3;
     Pair p{Tensor(DType::kFloat32, {c, h, w}), Tensor(DType::kFloat32, {c, h, w}),
            cv::Mat(h, w, CV_8UC3), cv::Mat(h, w, CV_8UC3)};
@@ -39,7 +39,7 @@ const Pair& pair_1024() {
         }
     return p;
   }();
-  return p;
+  return pair;
 }
 
 void BM_SsimWang_1024_rgb(benchmark::State& state) {

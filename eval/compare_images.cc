@@ -230,12 +230,13 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
                    [&](auto* a, auto* b) { return key(a) < key(b); });
   candidates.resize(std::min(candidates.size(), static_cast<std::size_t>(std::max(0, options.worst))));
 
-  std::vector<reports::ImageStrip> strips;
-  for (const auto* row : candidates) {
+  std::vector<std::optional<reports::ImageStrip>> strips(candidates.size());
+  tbb::parallel_for(std::size_t(0), candidates.size(), [&](std::size_t idx) {
+    const reports::PairRow* row = candidates[idx];
     datasets::ImagePairEntry entry{row->name, row->ref_path, row->test_path};
     reports::PairRow scratch;
     auto pair = prepare(entry, options, scratch);
-    if (!pair) continue;
+    if (!pair) return;  // the file changed since it was compared; nothing to show
     const int c = static_cast<int>(pair->ref.dim(0)), h = static_cast<int>(pair->ref.dim(1)),
               w = static_cast<int>(pair->ref.dim(2));
     const int f = std::max(1, (std::max(h, w) + options.thumbnail_px - 1) / options.thumbnail_px);
@@ -264,9 +265,12 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
     strip.heatmap_png = datasets::encode_png(heat);
     strip.heatmap_legend = fmt::format("|diff|: black 0, bright >= {:.3g} (p99.9; max {:g} of {:g})",
                                        scale, row->max_abs_diff, pair->peak);
-    strips.push_back(std::move(strip));
-  }
-  return strips;
+    strips[idx] = std::move(strip);
+  });
+  std::vector<reports::ImageStrip> out;
+  for (auto& s : strips)
+    if (s) out.push_back(std::move(*s));
+  return out;
 }
 
 reports::CompareImagesReport run_compare_images(const CompareImagesOptions& options,

@@ -23,9 +23,17 @@ double percentile_sorted(const std::vector<double>& s, double q) {
 std::optional<double> percentile(std::span<const double> values, double q) {
   if (values.empty()) return std::nullopt;
   if (!(q >= 0 && q <= 100)) throw std::invalid_argument("percentile must be in [0, 100]");
+  // Selection, not a full sort: the two order statistics around the rank, in O(n).
   std::vector<double> s(values.begin(), values.end());
-  std::sort(s.begin(), s.end());
-  return percentile_sorted(s, q);
+  const double pos = q / 100.0 * double(s.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
+  std::nth_element(s.begin(), s.begin() + std::ptrdiff_t(lo), s.end());
+  const double a = s[lo];
+  if (lo + 1 >= s.size()) return a;
+  const double b = *std::min_element(s.begin() + std::ptrdiff_t(lo) + 1, s.end());
+  const double frac = pos - double(lo);
+  if (frac == 0 || a == b) return a;  // also keeps +inf samples from making inf - inf
+  return a + (b - a) * frac;
 }
 
 std::optional<Summary> summarize(std::span<const double> values) {

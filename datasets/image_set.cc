@@ -27,7 +27,8 @@ std::vector<std::string> list_images(const fs::path& root) {
   if (!fs::exists(root, ec)) throw InputError(root.string() + ": no such directory");
   if (!fs::is_directory(root, ec)) throw InputError(root.string() + ": not a directory");
   std::vector<std::string> out;
-  fs::recursive_directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec);
+  // Directory symlinks are not followed (a cycle would never end); symlinked files are read.
+  fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec);
   if (ec) throw InputError(root.string() + ": cannot list: " + ec.message());
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) throw InputError(root.string() + ": cannot list: " + ec.message());

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string_view>
 
+#include "kernels/error.h"
 #include "reports/files.h"
 #include "reports/heatmap.h"
 
@@ -337,7 +338,7 @@ void write_compare_images_report(const CompareImagesReport& report,
                                  const std::filesystem::path& out_dir) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw std::runtime_error(out_dir.string() + ": cannot create output folder: " + ec.message());
+  if (ec) throw InputError(out_dir.string() + ": cannot create the output folder: " + ec.message());
   // HTML and JUnit first: report.json appearing is the signal that the report is complete.
   write_file_atomic(out_dir / "report.html", render_html(report));
   write_file_atomic(out_dir / "junit.xml", render_junit(report));

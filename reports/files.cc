@@ -1,6 +1,8 @@
 // Atomic writes (temp file + fsync + rename) and base64.
 #include "reports/files.h"
 
+#include "kernels/error.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,7 +21,7 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
   auto fail = [&](const std::string& what) {
     std::string msg = path.string() + ": " + what + ": " + std::strerror(errno);
     ::unlink(tmp.c_str());
-    throw std::runtime_error(msg);
+    throw InputError(msg);
   };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create temporary file");

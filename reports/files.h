@@ -8,7 +8,8 @@
 namespace qeval::reports {
 
 // Writes `content` to `path` through a temporary file in the same folder, flushed and renamed
-// over the target. Throws std::runtime_error naming the path on failure; the target is untouched.
+// over the target. Throws InputError naming the path on failure (an unwritable output location
+// is for the user to fix); the target is then untouched.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
 // RFC 4648 base64, for data: URIs.

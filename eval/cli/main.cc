@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
                "qeval"};
   app.set_version_flag("--version", std::string("qeval ") + QEVAL_VERSION);
   app.require_subcommand(1);
+  app.fallthrough();  // global options (--threads) are accepted after the verb too
   int threads = 0;
   app.add_option("--threads", threads, "worker threads (default: all cores)")
       ->check(CLI::NonNegativeNumber);

@@ -65,6 +65,15 @@ TEST(Cli, BadInputExitsTwoWithTheReason) {
   EXPECT_FALSE(std::filesystem::exists(dir / "o" / "report.json"));  // nothing judged, nothing written
 }
 
+TEST(Cli, UnwritableOutputIsBadInput) {
+  testing::ScratchDir dir("cli-out");
+  testing::write_bytes(dir / "file", {'x'});
+  auto r = qeval("compare-images --ref " + samples("ref") + " --test " + samples("test") +
+                 " --out " + (dir / "file").string() + " --threads 1");  // options after the verb
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("cannot create the output folder"), std::string::npos) << r.out;
+}
+
 TEST(Cli, SamplesPassTheShippedGateAndFailAStricterOne) {
   testing::ScratchDir dir("cli-run");
   auto pass = qeval("compare-images --ref " + samples("ref") + " --test " + samples("test") +

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/error.h"
 #include "reports/compare_report.h"
 #include "reports/files.h"
 #include "reports/heatmap.h"
@@ -103,7 +104,7 @@ TEST(Files, AtomicWriteReplacesAndLeavesNoTemporary) {
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
   EXPECT_EQ(files, 1);
-  EXPECT_THROW(write_file_atomic(dir / "no/such/dir/r.json", "x"), std::runtime_error);
+  EXPECT_THROW(write_file_atomic(dir / "no/such/dir/r.json", "x"), InputError);
 }
 
 TEST(Files, WriteReportCreatesTheThreeFiles) {

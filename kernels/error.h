@@ -13,4 +13,11 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A valid model uses something qeval does not implement (an op configuration, a data type, a
+// dynamic shape). Also exit code 2, but tools can tell "unsupported" from "broken".
+class UnsupportedError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 }  // namespace qeval

@@ -24,11 +24,20 @@ std::size_t dtype_size(DType t) {
   switch (t) {
     case DType::kFloat32: return 4;
     case DType::kFloat64: return 8;
+    case DType::kFloat16: return 2;
+    case DType::kBFloat16: return 2;
+    case DType::kFloat8E4M3FN: return 1;
+    case DType::kFloat8E5M2: return 1;
+    case DType::kFloat8E4M3FNUZ: return 1;
+    case DType::kFloat8E5M2FNUZ: return 1;
     case DType::kInt8: return 1;
     case DType::kUInt8: return 1;
+    case DType::kInt16: return 2;
     case DType::kUInt16: return 2;
     case DType::kInt32: return 4;
+    case DType::kUInt32: return 4;
     case DType::kInt64: return 8;
+    case DType::kUInt64: return 8;
     case DType::kBool: return 1;
   }
   throw std::logic_error("dtype_size: unknown dtype");
@@ -38,11 +47,20 @@ std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::kFloat32: return "float32";
     case DType::kFloat64: return "float64";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat8E4M3FN: return "float8e4m3fn";
+    case DType::kFloat8E5M2: return "float8e5m2";
+    case DType::kFloat8E4M3FNUZ: return "float8e4m3fnuz";
+    case DType::kFloat8E5M2FNUZ: return "float8e5m2fnuz";
     case DType::kInt8: return "int8";
     case DType::kUInt8: return "uint8";
+    case DType::kInt16: return "int16";
     case DType::kUInt16: return "uint16";
     case DType::kInt32: return "int32";
+    case DType::kUInt32: return "uint32";
     case DType::kInt64: return "int64";
+    case DType::kUInt64: return "uint64";
     case DType::kBool: return "bool";
   }
   return "unknown";
@@ -71,13 +89,35 @@ std::int64_t shape_numel(const Shape& shape) {
 void Tensor::FreeAligned::operator()(std::byte* p) const { std::free(p); }
 
 Tensor::Tensor(DType dtype, Shape shape)
-    : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)),
+    : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)), capacity_(nbytes()),
       data_(allocate_aligned(nbytes())) {}
 
 Tensor::Tensor(const Tensor& other)
-    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_),
+    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), capacity_(other.nbytes()),
       data_(allocate_aligned(other.nbytes())) {
   if (numel_) std::memcpy(data_.get(), other.data_.get(), nbytes());
+}
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : dtype_(other.dtype_), shape_(std::move(other.shape_)), numel_(other.numel_),
+      capacity_(other.capacity_), data_(std::move(other.data_)) {
+  other.shape_.clear();
+  other.numel_ = 0;
+  other.capacity_ = 0;
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    dtype_ = other.dtype_;
+    shape_ = std::move(other.shape_);
+    numel_ = other.numel_;
+    capacity_ = other.capacity_;
+    data_ = std::move(other.data_);
+    other.shape_.clear();
+    other.numel_ = 0;
+    other.capacity_ = 0;
+  }
+  return *this;
 }
 
 Tensor& Tensor::operator=(const Tensor& other) {
@@ -92,6 +132,15 @@ std::int64_t Tensor::dim(int i) const {
     throw std::out_of_range("dim " + std::to_string(i) + " of a rank-" + std::to_string(r) +
                             " tensor");
   return shape_[static_cast<std::size_t>(i)];
+}
+
+bool Tensor::reuse_as(DType dtype, Shape shape) {
+  const std::int64_t n = shape_numel(shape);
+  if (static_cast<std::size_t>(n) * dtype_size(dtype) > capacity_) return false;
+  dtype_ = dtype;
+  shape_ = std::move(shape);
+  numel_ = n;
+  return true;
 }
 
 void Tensor::check_type(DType requested) const {

@@ -15,11 +15,20 @@ namespace qeval {
 enum class DType : std::uint8_t {
   kFloat32,
   kFloat64,
+  kFloat16,
+  kBFloat16,
+  kFloat8E4M3FN,
+  kFloat8E5M2,
+  kFloat8E4M3FNUZ,
+  kFloat8E5M2FNUZ,
   kInt8,
   kUInt8,
+  kInt16,
   kUInt16,
   kInt32,
+  kUInt32,
   kInt64,
+  kUInt64,
   kBool,
 };
 
@@ -31,7 +40,10 @@ template <> struct dtype_of<float> { static constexpr DType value = DType::kFloa
 template <> struct dtype_of<double> { static constexpr DType value = DType::kFloat64; };
 template <> struct dtype_of<std::int8_t> { static constexpr DType value = DType::kInt8; };
 template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::kUInt8; };
+template <> struct dtype_of<std::int16_t> { static constexpr DType value = DType::kInt16; };
 template <> struct dtype_of<std::uint16_t> { static constexpr DType value = DType::kUInt16; };
+template <> struct dtype_of<std::uint32_t> { static constexpr DType value = DType::kUInt32; };
+template <> struct dtype_of<std::uint64_t> { static constexpr DType value = DType::kUInt64; };
 template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::kInt32; };
 template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::kInt64; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::kBool; };
@@ -51,8 +63,8 @@ class Tensor {
 
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
-  Tensor(Tensor&&) noexcept = default;
-  Tensor& operator=(Tensor&&) noexcept = default;
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -82,6 +94,12 @@ class Tensor {
   // Same data, new shape with the same element count (-1 infers one dimension).
   Tensor reshaped(Shape shape) const;
 
+  // Bytes of storage owned (may exceed nbytes() after reuse_as).
+  std::size_t capacity() const { return capacity_; }
+  // Gives this storage a new type and shape without reallocating, when it fits (buffer reuse in
+  // the executor). The contents are left as they were: the new owner must write every element.
+  bool reuse_as(DType dtype, Shape shape);
+
  private:
   struct FreeAligned {
     void operator()(std::byte* p) const;
@@ -91,6 +109,7 @@ class Tensor {
   DType dtype_ = DType::kFloat32;
   Shape shape_;
   std::int64_t numel_ = 0;
+  std::size_t capacity_ = 0;
   std::unique_ptr<std::byte, FreeAligned> data_;
 };
 

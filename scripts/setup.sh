@@ -9,8 +9,10 @@ BUILD_PKGS=(
   libpng-dev libjpeg-dev      # image decoding with precise error messages; 8- and 16-bit PNG
   libtbb-dev                  # parallel evaluation
   libfmt-dev nlohmann-json3-dev libcli11-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX models through the ONNX project's protobufs
 )
-TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev)
+TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev
+  libonnx-testdata)  # the ONNX conformance node tests
 # Python is for tools/ only (golden data, shipped-model training, peer benchmarks); never for tests.
 TOOLS_PKGS=(python3 python3-numpy python3-skimage python3-opencv python3-torch python3-onnx)
 # Node.js/npm (for the onnxruntime-node peer in bench/) come with the machine image; Debian's npm

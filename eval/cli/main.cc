@@ -12,6 +12,7 @@
 
 #include "eval/compare_images.h"
 #include "eval/exit_codes.h"
+#include "eval/infer.h"
 #include "eval/progress.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
@@ -142,6 +143,31 @@ int main(int argc, char** argv) {
   cmp->add_option("--worst", compare.worst, "worst pairs shown side by side in the HTML (default 4)")
       ->check(CLI::NonNegativeNumber);
 
+  eval::InferOptions infer;
+  std::string infer_model, infer_inputs, infer_outputs, infer_precision = "fp32", infer_dump;
+  std::vector<std::string> infer_shapes;
+  auto* inf = app.add_subcommand(
+      "infer",
+      "Run one ONNX model through qeval's own kernels: inputs are <input name>.npy files in\n"
+      "--inputs, outputs are written as <output name>.npy in --outputs (characters outside\n"
+      "[A-Za-z0-9_.-] in names become '_'). --dump-all also writes every intermediate tensor\n"
+      "(Polygraphy's 'mark all', without changing the computation) plus an index.json.\n"
+      "Exit: 0 ran, 2 bad model or inputs.");
+  inf->add_option("--model", infer_model, "the .onnx file (external weights beside it)")->required();
+  inf->add_option("--inputs", infer_inputs, "folder of <input name>.npy")->required();
+  inf->add_option("--outputs", infer_outputs, "folder for <output name>.npy")->required();
+  inf->add_option("--precision", infer_precision,
+                  "fp32 (default), fp16 or bf16: values rounded to the format after every op, FP32 accumulation")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  inf->add_option("--shape", infer_shapes, "NAME=D0,D1,...: reshape that input's array (repeatable)");
+  inf->add_option("--dump-all", infer_dump, "folder for every intermediate tensor (.npy)");
+
+  std::string inspect_path;
+  auto* ins = app.add_subcommand(
+      "inspect", "Describe an ONNX model: inputs, outputs, opsets, op histogram, unsupported ops, "
+                 "parameters. Exit: 0 all ops supported, 1 some are not, 2 unreadable model.");
+  ins->add_option("model", inspect_path, "the .onnx file")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -160,6 +186,28 @@ int main(int argc, char** argv) {
                                                   static_cast<std::size_t>(threads));
   try {
     if (cmp->parsed()) return run_compare(compare, join_args(argc, argv));
+    if (inf->parsed()) {
+      infer.model = infer_model;
+      infer.inputs_dir = infer_inputs;
+      infer.outputs_dir = infer_outputs;
+      infer.precision = infer_precision == "fp16"   ? eval::Precision::kFp16
+                        : infer_precision == "bf16" ? eval::Precision::kBf16
+                                                    : eval::Precision::kFp32;
+      for (const auto& s : infer_shapes) infer.shapes.insert(eval::parse_shape_option(s));
+      if (!infer_dump.empty()) infer.dump_dir = infer_dump;
+      auto r = eval::run_infer(infer);
+      fmt::print("qeval infer: {} ({} precision) ran in {:.1f} ms\n", infer_model, infer_precision, r.elapsed_ms);
+      for (const auto& [name, shape] : r.outputs)
+        fmt::print("  output {} {} -> {}/{}.npy\n", name, shape_to_string(shape), infer_outputs,
+                   eval::tensor_file_name(name));
+      if (r.dumped) fmt::print("  --dump-all: {} tensors in {} (index.json maps names to files)\n", r.dumped, infer_dump);
+      return eval::kExitPass;
+    }
+    if (ins->parsed()) {
+      bool supported = false;
+      fmt::print("{}", eval::inspect_model(inspect_path, &supported));
+      return supported ? eval::kExitPass : eval::kExitGateFailed;
+    }
   } catch (const InputError& e) {
     std::fprintf(stderr, "qeval: error: %s\n", e.what());
     return eval::kExitBadInput;

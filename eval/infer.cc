@@ -1,0 +1,173 @@
+// infer and inspect: .npy in, executor, .npy out; and a model summary.
+#include "eval/infer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "datasets/npy.h"
+#include "eval/onnx_import.h"
+#include "kernels/error.h"
+#include "reports/files.h"
+
+namespace qeval::eval {
+
+namespace fs = std::filesystem;
+
+std::string tensor_file_name(const std::string& name) {
+  std::string out = name;
+  for (char& c : out) {
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+std::pair<std::string, Shape> parse_shape_option(const std::string& text) {
+  const auto eq = text.rfind('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError("--shape '" + text + "': expected NAME=D0,D1,... (e.g. latent=1,4,64,64)");
+  Shape shape;
+  std::string dims = text.substr(eq + 1);
+  std::size_t pos = 0;
+  while (pos <= dims.size() && !dims.empty()) {
+    std::size_t comma = dims.find(',', pos);
+    std::string d = dims.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      std::size_t used = 0;
+      long long v = std::stoll(d, &used);
+      if (used != d.size() || v < 0) throw std::invalid_argument(d);
+      shape.push_back(v);
+    } catch (const std::exception&) {
+      throw InputError("--shape '" + text + "': '" + d + "' is not a non-negative integer");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return {text.substr(0, eq), shape};
+}
+
+namespace {
+
+// --dump-all: every node output, as the executor holds it (float16 values as float32).
+class DumpObserver final : public Observer {
+ public:
+  explicit DumpObserver(fs::path dir) : dir_(std::move(dir)) {}
+  void on_node(const NodeEvent& e) override {
+    for (std::size_t i = 0; i < e.outputs.size(); ++i) {
+      if (!e.outputs[i] || i >= e.node.outputs.size()) continue;
+      const std::string& name = e.node.outputs[i];
+      std::string file = tensor_file_name(name);
+      for (int k = 2; used_.count(file); ++k) file = tensor_file_name(name) + "__" + std::to_string(k);
+      used_.insert(file);
+      datasets::write_npy(dir_ / (file + ".npy"), *e.outputs[i]);
+      index_.push_back({{"tensor", name}, {"file", file + ".npy"}, {"node", e.node.name},
+                        {"op_type", e.node.op_type}, {"folded", e.folded}});
+    }
+  }
+  std::size_t count() const { return index_.size(); }
+  void write_index() const {
+    reports::write_file_atomic(dir_ / "index.json", nlohmann::json(index_).dump(1) + "\n");
+  }
+
+ private:
+  fs::path dir_;
+  std::set<std::string> used_;
+  std::vector<nlohmann::json> index_;
+};
+
+void make_dir(const fs::path& dir, const char* what) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw InputError(dir.string() + ": cannot create the " + what + " folder: " + ec.message());
+}
+
+}  // namespace
+
+InferResult run_infer(const InferOptions& options) {
+  Graph graph = load_onnx(options.model);
+  std::map<std::string, Tensor> inputs;
+  for (const auto& in : graph.inputs) {
+    const fs::path file = options.inputs_dir / (tensor_file_name(in.name) + ".npy");
+    std::error_code ec;
+    if (!fs::exists(file, ec))
+      throw InputError(file.string() + ": missing input file for model input '" + in.name + "' (" +
+                       std::string(dtype_name(in.dtype)) + ")");
+    Tensor t = datasets::read_npy(file);
+    if (auto s = options.shapes.find(in.name); s != options.shapes.end()) {
+      if (shape_numel(s->second) != t.numel())
+        throw InputError("--shape " + in.name + "=" + shape_to_string(s->second) + ": " + file.string() +
+                         " has " + std::to_string(t.numel()) + " elements " + shape_to_string(t.shape()));
+      t = t.reshaped(s->second);
+    }
+    inputs.emplace(in.name, std::move(t));
+  }
+  for (const auto& [name, _] : options.shapes)
+    if (!inputs.count(name)) throw InputError("--shape " + name + ": the model has no input with that name");
+
+  Session session(graph, SessionOptions{options.precision});
+  std::unique_ptr<DumpObserver> dump;
+  if (options.dump_dir) {
+    make_dir(*options.dump_dir, "--dump-all");
+    dump = std::make_unique<DumpObserver>(*options.dump_dir);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto outputs = session.run(inputs, dump.get());
+  InferResult result;
+  result.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  make_dir(options.outputs_dir, "outputs");
+  for (const auto& out : graph.outputs) {
+    const Tensor& t = outputs.at(out.name);
+    datasets::write_npy(options.outputs_dir / (tensor_file_name(out.name) + ".npy"), t);
+    result.outputs.emplace_back(out.name, t.shape());
+  }
+  if (dump) {
+    dump->write_index();
+    result.dumped = dump->count();
+  }
+  return result;
+}
+
+std::string inspect_model(const fs::path& model, bool* all_supported) {
+  ImportOptions options;
+  options.require_supported_ops = false;
+  Graph g = load_onnx(model, options);
+  std::string s = fmt::format("model: {}\nopsets:", model.string());
+  for (const auto& [domain, version] : g.opsets) s += fmt::format(" {}={}", domain.empty() ? "ai.onnx" : domain, version);
+  auto dims = [](const ValueInfo& v) {
+    if (!v.has_shape) return std::string("(unknown shape)");
+    std::string d = "[";
+    for (std::size_t i = 0; i < v.dims.size(); ++i)
+      d += (i ? ", " : "") + (v.dims[i] >= 0 ? std::to_string(v.dims[i]) : (v.dim_params[i].empty() ? "?" : v.dim_params[i]));
+    return d + "]";
+  };
+  s += "\ninputs:\n";
+  for (const auto& in : g.inputs) s += fmt::format("  {} {} {}\n", in.name, dtype_name(in.dtype), dims(in));
+  s += "outputs:\n";
+  for (const auto& out : g.outputs) s += fmt::format("  {} {} {}\n", out.name, dtype_name(out.dtype), dims(out));
+  std::map<std::string, int> histogram;
+  std::map<std::string, std::string> unsupported;
+  for (const auto& n : g.nodes) {
+    const std::string key = (n.domain.empty() ? "" : n.domain + "::") + n.op_type;
+    ++histogram[key];
+    if (!find_op(n.domain, n.op_type, n.opset)) unsupported[key] = unsupported_reason(n.domain, n.op_type, n.opset);
+  }
+  s += fmt::format("nodes: {}\n", g.nodes.size());
+  for (const auto& [op, count] : histogram) s += fmt::format("  {:<28}{:>6}{}\n", op, count, unsupported.count(op) ? "  (unsupported)" : "");
+  std::int64_t bytes = 0;
+  for (const auto& [name, t] : g.initializers) bytes += static_cast<std::int64_t>(t.nbytes());
+  s += fmt::format("parameters: {} in {} initializers ({:.2f} MB)\n", g.parameter_count(), g.initializers.size(), bytes / 1e6);
+  if (unsupported.empty()) {
+    s += "unsupported ops: none\n";
+  } else {
+    s += "unsupported ops:\n";
+    for (const auto& [op, why] : unsupported) s += "  " + why + "\n";
+  }
+  if (all_supported) *all_supported = unsupported.empty();
+  return s;
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,43 @@
+// `qeval infer`: one ONNX model on .npy inputs through qeval's executor, outputs as .npy.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eval/graph.h"
+#include "eval/session.h"
+
+namespace qeval::eval {
+
+struct InferOptions {
+  std::filesystem::path model, inputs_dir, outputs_dir;
+  Precision precision = Precision::kFp32;
+  // --shape NAME=D0,D1,...: the input file is reshaped to this shape (same element count).
+  std::map<std::string, Shape> shapes;
+  std::optional<std::filesystem::path> dump_dir;  // --dump-all: every node output as .npy
+};
+
+struct InferResult {
+  std::vector<std::pair<std::string, Shape>> outputs;  // name, shape
+  std::size_t dumped = 0;                              // tensors written by --dump-all
+  double elapsed_ms = 0;                               // the run itself, without I/O
+};
+
+// File name for a tensor name: every character outside [A-Za-z0-9_.-] becomes '_'.
+std::string tensor_file_name(const std::string& tensor_name);
+
+// Throws InputError on a missing input file, a wrong input name, type or shape, and the model's
+// own load errors.
+InferResult run_infer(const InferOptions& options);
+
+// Parses "NAME=D0,D1,..." (the --shape option); throws InputError on a malformed value.
+std::pair<std::string, Shape> parse_shape_option(const std::string& text);
+
+// `qeval inspect`: a human-readable description of a model (inputs, outputs, opsets, op
+// histogram, unsupported ops, parameters).
+std::string inspect_model(const std::filesystem::path& model, bool* all_supported);
+
+}  // namespace qeval::eval

@@ -1,0 +1,454 @@
+// Elementwise ops: broadcasting arithmetic, comparisons, logic, Where, unary math, activations.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "eval/ops/families.h"
+#include "kernels/broadcast.h"
+
+namespace qeval::eval {
+
+namespace {
+
+constexpr int kLatest = 22;
+
+template <class T, class F>
+void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  using R = decltype(f(T{}, T{}));
+  R* po = reinterpret_cast<R*>(out.raw());
+  kernels::for_each_broadcast(out.shape(), a.shape(), b.shape(),
+                              [&](std::int64_t i, std::int64_t ia, std::int64_t ib) { po[i] = f(pa[ia], pb[ib]); });
+}
+
+// ---- binary arithmetic ---------------------------------------------------------------------
+
+enum class Arith { kAdd, kSub, kMul, kDiv, kPow };
+
+class ArithOp final : public Op {
+ public:
+  ArithOp(const Node& node, Arith kind) : node_(node), kind_(kind) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs two inputs");
+    if (kind_ != Arith::kPow && in[0]->dtype != in[1]->dtype)
+      fail(node_, "input types differ: " + std::string(dtype_name(in[0]->declared)) + " and " +
+                      std::string(dtype_name(in[1]->declared)));
+    return {meta_like(*in[0], broadcast_shapes(node_, in[0]->shape, in[1]->shape))};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const Tensor& a = *in[0];
+    const Tensor& b = *in[1];
+    switch (a.dtype()) {
+      case DType::kFloat32: return apply<float>(a, b, *out[0]);
+      case DType::kFloat64: return apply<double>(a, b, *out[0]);
+      case DType::kInt8: return apply<std::int8_t>(a, b, *out[0]);
+      case DType::kUInt8: return apply<std::uint8_t>(a, b, *out[0]);
+      case DType::kInt16: return apply<std::int16_t>(a, b, *out[0]);
+      case DType::kUInt16: return apply<std::uint16_t>(a, b, *out[0]);
+      case DType::kInt32: return apply<std::int32_t>(a, b, *out[0]);
+      case DType::kUInt32: return apply<std::uint32_t>(a, b, *out[0]);
+      case DType::kInt64: return apply<std::int64_t>(a, b, *out[0]);
+      case DType::kUInt64: return apply<std::uint64_t>(a, b, *out[0]);
+      default: fail(node_, "unsupported type " + std::string(dtype_name(a.dtype())));
+    }
+  }
+
+ private:
+  template <class T>
+  void apply(const Tensor& a, const Tensor& b, Tensor& o) const {
+    switch (kind_) {
+      case Arith::kAdd: return binary_loop<T>(a, b, o, [](T x, T y) { return T(x + y); });
+      case Arith::kSub: return binary_loop<T>(a, b, o, [](T x, T y) { return T(x - y); });
+      case Arith::kMul: return binary_loop<T>(a, b, o, [](T x, T y) { return T(x * y); });
+      case Arith::kDiv:
+        if constexpr (std::is_integral_v<T>) {
+          return binary_loop<T>(a, b, o, [this](T x, T y) {
+            if (y == 0) fail(node_, "integer division by zero");
+            return T(x / y);  // truncation toward zero, as ONNX Runtime
+          });
+        } else {
+          return binary_loop<T>(a, b, o, [](T x, T y) { return T(x / y); });
+        }
+      case Arith::kPow: return pow_apply<T>(a, b, o);
+    }
+  }
+  template <class T>
+  void pow_apply(const Tensor& a, const Tensor& b, Tensor& o) const {
+    if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double> &&
+                  !std::is_same_v<T, std::int32_t> && !std::is_same_v<T, std::int64_t>) {
+      fail(node_, "Pow base type " + std::string(dtype_name(a.dtype())) + " is not supported");
+    }
+    // The exponent may have another type (opset 12+); compute in double, cast to the base type.
+    auto exponent = [&](std::int64_t i) -> double {
+      switch (b.dtype()) {
+        case DType::kFloat32: return b.data<float>()[i];
+        case DType::kFloat64: return b.data<double>()[i];
+        case DType::kInt32: return b.data<std::int32_t>()[i];
+        case DType::kInt64: return double(b.data<std::int64_t>()[i]);
+        case DType::kUInt32: return b.data<std::uint32_t>()[i];
+        case DType::kUInt64: return double(b.data<std::uint64_t>()[i]);
+        default: fail(node_, "unsupported exponent type " + std::string(dtype_name(b.dtype())));
+      }
+    };
+    const T* pa = a.data<T>();
+    T* po = o.data<T>();
+    kernels::for_each_broadcast(o.shape(), a.shape(), b.shape(), [&](std::int64_t i, std::int64_t ia, std::int64_t ib) {
+      if constexpr (std::is_same_v<T, float>) {
+        const double e = exponent(ib);
+        po[i] = std::pow(pa[ia], static_cast<float>(e));
+      } else {
+        po[i] = static_cast<T>(std::pow(static_cast<double>(pa[ia]), exponent(ib)));
+      }
+    });
+  }
+  Node node_;
+  Arith kind_;
+};
+
+// ---- comparisons and logic -------------------------------------------------------------------
+
+enum class Compare { kEqual, kGreater, kLess, kGreaterOrEqual, kLessOrEqual };
+
+class CompareOp final : public Op {
+ public:
+  CompareOp(const Node& node, Compare kind) : node_(node), kind_(kind) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs two inputs");
+    if (in[0]->dtype != in[1]->dtype) fail(node_, "input types differ");
+    return {meta_of(DType::kBool, broadcast_shapes(node_, in[0]->shape, in[1]->shape))};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    switch (in[0]->dtype()) {
+      case DType::kFloat32: return apply<float>(*in[0], *in[1], *out[0]);
+      case DType::kFloat64: return apply<double>(*in[0], *in[1], *out[0]);
+      case DType::kInt32: return apply<std::int32_t>(*in[0], *in[1], *out[0]);
+      case DType::kInt64: return apply<std::int64_t>(*in[0], *in[1], *out[0]);
+      case DType::kBool: return apply<bool>(*in[0], *in[1], *out[0]);
+      case DType::kInt8: return apply<std::int8_t>(*in[0], *in[1], *out[0]);
+      case DType::kUInt8: return apply<std::uint8_t>(*in[0], *in[1], *out[0]);
+      default: fail(node_, "unsupported type " + std::string(dtype_name(in[0]->dtype())));
+    }
+  }
+
+ private:
+  template <class T>
+  void apply(const Tensor& a, const Tensor& b, Tensor& o) const {
+    switch (kind_) {
+      case Compare::kEqual: return binary_loop<T>(a, b, o, [](T x, T y) { return x == y; });
+      case Compare::kGreater: return binary_loop<T>(a, b, o, [](T x, T y) { return x > y; });
+      case Compare::kLess: return binary_loop<T>(a, b, o, [](T x, T y) { return x < y; });
+      case Compare::kGreaterOrEqual: return binary_loop<T>(a, b, o, [](T x, T y) { return x >= y; });
+      case Compare::kLessOrEqual: return binary_loop<T>(a, b, o, [](T x, T y) { return x <= y; });
+    }
+  }
+  Node node_;
+  Compare kind_;
+};
+
+enum class Logic { kAnd, kOr, kXor };
+
+class LogicOp final : public Op {
+ public:
+  LogicOp(const Node& node, Logic kind) : node_(node), kind_(kind) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs two inputs");
+    if (in[0]->dtype != DType::kBool || in[1]->dtype != DType::kBool) fail(node_, "inputs must be bool");
+    return {meta_of(DType::kBool, broadcast_shapes(node_, in[0]->shape, in[1]->shape))};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    switch (kind_) {
+      case Logic::kAnd: return binary_loop<bool>(*in[0], *in[1], *out[0], [](bool x, bool y) { return x && y; });
+      case Logic::kOr: return binary_loop<bool>(*in[0], *in[1], *out[0], [](bool x, bool y) { return x || y; });
+      case Logic::kXor: return binary_loop<bool>(*in[0], *in[1], *out[0], [](bool x, bool y) { return x != y; });
+    }
+  }
+
+ private:
+  Node node_;
+  Logic kind_;
+};
+
+class WhereOp final : public Op {
+ public:
+  explicit WhereOp(const Node& node) : node_(node) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 3 || !in[0] || !in[1] || !in[2]) fail(node_, "needs three inputs");
+    if (in[0]->dtype != DType::kBool) fail(node_, "condition must be bool");
+    if (in[1]->dtype != in[2]->dtype) fail(node_, "X and Y types differ");
+    Shape s = broadcast_shapes(node_, in[0]->shape, in[1]->shape);
+    return {meta_like(*in[1], broadcast_shapes(node_, s, in[2]->shape))};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const Tensor& c = *in[0];
+    const Tensor& x = *in[1];
+    const Tensor& y = *in[2];
+    Tensor& o = *out[0];
+    const std::size_t es = dtype_size(x.dtype());
+    const auto sc = kernels::broadcast_strides(c.shape(), o.shape());
+    const auto sx = kernels::broadcast_strides(x.shape(), o.shape());
+    const auto sy = kernels::broadcast_strides(y.shape(), o.shape());
+    const int rank = o.rank();
+    std::vector<std::int64_t> idx(std::size_t(rank), 0);
+    const bool* pc = c.data<bool>();
+    for (std::int64_t i = 0; i < o.numel(); ++i) {
+      std::int64_t oc = 0, ox = 0, oy = 0, rem = i;
+      for (int d = rank - 1; d >= 0; --d) {
+        const std::int64_t k = rem % o.shape()[std::size_t(d)];
+        rem /= o.shape()[std::size_t(d)];
+        oc += k * sc[std::size_t(d)];
+        ox += k * sx[std::size_t(d)];
+        oy += k * sy[std::size_t(d)];
+      }
+      const std::byte* src = pc[oc] ? x.raw() + ox * std::int64_t(es) : y.raw() + oy * std::int64_t(es);
+      std::memcpy(o.raw() + i * std::int64_t(es), src, es);
+    }
+  }
+
+ private:
+  Node node_;
+};
+
+// ---- unary ----------------------------------------------------------------------------------
+
+using UnaryFn = float (*)(float, const float* params);
+
+class UnaryOp final : public Op {
+ public:
+  UnaryOp(const Node& node, UnaryFn fn, std::vector<float> params, bool ints_ok = false)
+      : node_(node), fn_(fn), params_(std::move(params)), ints_ok_(ints_ok) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.empty() || !in[0]) fail(node_, "needs an input");
+    const DType t = in[0]->dtype;
+    if (t != DType::kFloat32 && t != DType::kFloat64 && !(ints_ok_ && (t == DType::kInt32 || t == DType::kInt64)))
+      fail(node_, "unsupported type " + std::string(dtype_name(in[0]->declared)));
+    return {meta_like(*in[0], in[0]->shape)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const Tensor& x = *in[0];
+    Tensor& o = *out[0];
+    const std::int64_t n = x.numel();
+    switch (x.dtype()) {
+      case DType::kFloat32: {
+        const float* px = x.data<float>();
+        float* po = o.data<float>();
+        for (std::int64_t i = 0; i < n; ++i) po[i] = fn_(px[i], params_.data());
+        break;
+      }
+      case DType::kFloat64: {
+        const double* px = x.data<double>();
+        double* po = o.data<double>();
+        for (std::int64_t i = 0; i < n; ++i) po[i] = fn_(float(px[i]), params_.data());
+        break;
+      }
+      case DType::kInt32: {
+        const auto* px = x.data<std::int32_t>();
+        auto* po = o.data<std::int32_t>();
+        for (std::int64_t i = 0; i < n; ++i) po[i] = std::int32_t(fn_(float(px[i]), params_.data()));
+        break;
+      }
+      case DType::kInt64: {
+        const auto* px = x.data<std::int64_t>();
+        auto* po = o.data<std::int64_t>();
+        for (std::int64_t i = 0; i < n; ++i) po[i] = std::int64_t(fn_(float(px[i]), params_.data()));
+        break;
+      }
+      default: fail(node_, "unsupported type");
+    }
+  }
+
+ private:
+  Node node_;
+  UnaryFn fn_;
+  std::vector<float> params_;
+  bool ints_ok_;
+};
+
+// Integer Neg/Abs must stay exact beyond float's 24 bits: a dedicated op.
+class IntExactUnaryOp final : public Op {
+ public:
+  IntExactUnaryOp(const Node& node, bool neg, UnaryFn float_fn) : node_(node), neg_(neg), float_(node, float_fn, {}) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.empty() || !in[0]) fail(node_, "needs an input");
+    const DType t = in[0]->dtype;
+    if (t == DType::kInt32 || t == DType::kInt64 || t == DType::kInt8 || t == DType::kInt16)
+      return {meta_like(*in[0], in[0]->shape)};
+    return float_.infer(in);
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    switch (in[0]->dtype()) {
+      case DType::kInt32: return apply<std::int32_t>(*in[0], *out[0]);
+      case DType::kInt64: return apply<std::int64_t>(*in[0], *out[0]);
+      case DType::kInt8: return apply<std::int8_t>(*in[0], *out[0]);
+      case DType::kInt16: return apply<std::int16_t>(*in[0], *out[0]);
+      default: return float_.run(in, out);
+    }
+  }
+
+ private:
+  template <class T>
+  void apply(const Tensor& x, Tensor& o) const {
+    const T* px = x.data<T>();
+    T* po = o.data<T>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) po[i] = neg_ ? T(-px[i]) : T(px[i] < 0 ? -px[i] : px[i]);
+  }
+  Node node_;
+  bool neg_;
+  UnaryOp float_;
+};
+
+class NotOp final : public Op {
+ public:
+  explicit NotOp(const Node& node) : node_(node) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.empty() || !in[0] || in[0]->dtype != DType::kBool) fail(node_, "needs a bool input");
+    return {meta_like(*in[0], in[0]->shape)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const bool* px = in[0]->data<bool>();
+    bool* po = out[0]->data<bool>();
+    for (std::int64_t i = 0; i < in[0]->numel(); ++i) po[i] = !px[i];
+  }
+
+ private:
+  Node node_;
+};
+
+// Clip: bounds as attributes before opset 11, as optional inputs from 11 on.
+class ClipOp final : public Op {
+ public:
+  explicit ClipOp(const Node& node) : node_(node) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.empty() || !in[0]) fail(node_, "needs an input");
+    for (std::size_t i = 1; i < in.size() && i < 3; ++i)
+      if (in[i] && in[i]->dtype != in[0]->dtype) fail(node_, "min/max type differs from the input");
+    return {meta_like(*in[0], in[0]->shape)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    switch (in[0]->dtype()) {
+      case DType::kFloat32: return apply<float>(in, *out[0]);
+      case DType::kFloat64: return apply<double>(in, *out[0]);
+      case DType::kInt32: return apply<std::int32_t>(in, *out[0]);
+      case DType::kInt64: return apply<std::int64_t>(in, *out[0]);
+      case DType::kInt8: return apply<std::int8_t>(in, *out[0]);
+      case DType::kUInt8: return apply<std::uint8_t>(in, *out[0]);
+      default: fail(node_, "unsupported type");
+    }
+  }
+
+ private:
+  template <class T>
+  void apply(std::span<const Tensor* const> in, Tensor& o) const {
+    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+    if (node_.opset < 11) {
+      lo = T(node_.get_float("min", -std::numeric_limits<float>::max()));
+      hi = T(node_.get_float("max", std::numeric_limits<float>::max()));
+    } else {
+      if (in.size() > 1 && in[1]) lo = in[1]->data<T>()[0];
+      if (in.size() > 2 && in[2]) hi = in[2]->data<T>()[0];
+    }
+    const T* px = in[0]->data<T>();
+    T* po = o.data<T>();
+    for (std::int64_t i = 0; i < o.numel(); ++i) {
+      T v = px[i];
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(v)) {
+          po[i] = v;
+          continue;
+        }
+      }
+      po[i] = v < lo ? lo : (v > hi ? hi : v);
+    }
+  }
+  Node node_;
+};
+
+#define QEVAL_UNARY(NAME, SINCE, EXPR, PARAMS, INTS)                                          \
+  OpSchema{NAME, "", SINCE, kLatest, [](const Node& n) -> std::unique_ptr<Op> {               \
+             (void)n;                                                                           \
+             return std::make_unique<UnaryOp>(                                                 \
+                 n, [](float x, const float* p) -> float { (void)p; return EXPR; },            \
+                 std::vector<float> PARAMS, INTS);                                              \
+           }}
+
+}  // namespace
+
+void register_elementwise_ops(std::vector<OpSchema>& out) {
+  auto arith = [](Arith k) {
+    switch (k) {
+      case Arith::kAdd: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kAdd); };
+      case Arith::kSub: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kSub); };
+      case Arith::kMul: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kMul); };
+      case Arith::kDiv: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kDiv); };
+      case Arith::kPow: break;
+    }
+    return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kPow); };
+  };
+  out.push_back({"Add", "", 7, kLatest, arith(Arith::kAdd)});
+  out.push_back({"Sub", "", 7, kLatest, arith(Arith::kSub)});
+  out.push_back({"Mul", "", 7, kLatest, arith(Arith::kMul)});
+  out.push_back({"Div", "", 7, kLatest, arith(Arith::kDiv)});
+  out.push_back({"Pow", "", 7, kLatest, arith(Arith::kPow)});
+
+  out.push_back({"Equal", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kEqual); }});
+  out.push_back({"Greater", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kGreater); }});
+  out.push_back({"Less", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kLess); }});
+  out.push_back({"GreaterOrEqual", "", 12, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kGreaterOrEqual); }});
+  out.push_back({"LessOrEqual", "", 12, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kLessOrEqual); }});
+  out.push_back({"And", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kAnd); }});
+  out.push_back({"Or", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kOr); }});
+  out.push_back({"Xor", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kXor); }});
+  out.push_back({"Not", "", 1, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<NotOp>(n); }});
+  out.push_back({"Where", "", 9, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<WhereOp>(n); }});
+  out.push_back({"Clip", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ClipOp>(n); }});
+
+  out.push_back({"Neg", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
+                   return std::make_unique<IntExactUnaryOp>(n, true, [](float x, const float*) { return -x; });
+                 }});
+  out.push_back({"Abs", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
+                   return std::make_unique<IntExactUnaryOp>(n, false, [](float x, const float*) { return std::fabs(x); });
+                 }});
+  out.push_back(QEVAL_UNARY("Sqrt", 6, std::sqrt(x), {}, false));
+  out.push_back(QEVAL_UNARY("Exp", 6, std::exp(x), {}, false));
+  out.push_back(QEVAL_UNARY("Log", 6, std::log(x), {}, false));
+  out.push_back(QEVAL_UNARY("Erf", 9, std::erf(x), {}, false));
+  out.push_back(QEVAL_UNARY("Tanh", 6, std::tanh(x), {}, false));
+  out.push_back(QEVAL_UNARY("Sigmoid", 6, x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x)), {}, false));
+  out.push_back(QEVAL_UNARY("Relu", 6, x > 0 ? x : 0.0f, {}, true));
+  out.push_back(QEVAL_UNARY("Reciprocal", 6, 1.0f / x, {}, false));
+  out.push_back(QEVAL_UNARY("Floor", 6, std::floor(x), {}, false));
+  out.push_back(QEVAL_UNARY("Ceil", 6, std::ceil(x), {}, false));
+  out.push_back(QEVAL_UNARY("Round", 11, std::nearbyint(x), {}, false));
+  out.push_back(QEVAL_UNARY("Sign", 9, x > 0 ? 1.0f : (x < 0 ? -1.0f : x), {}, true));
+  out.push_back(QEVAL_UNARY("Sin", 7, std::sin(x), {}, false));
+  out.push_back(QEVAL_UNARY("Cos", 7, std::cos(x), {}, false));
+  out.push_back(QEVAL_UNARY("Softplus", 1, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)), {}, false));
+  out.push_back(QEVAL_UNARY("Softsign", 1, x / (1.0f + std::fabs(x)), {}, false));
+  out.push_back({"LeakyRelu", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
+                   return std::make_unique<UnaryOp>(n, [](float x, const float* p) { return x >= 0 ? x : p[0] * x; },
+                                                    std::vector<float>{n.get_float("alpha", 0.01f)});
+                 }});
+  out.push_back({"Elu", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
+                   return std::make_unique<UnaryOp>(n, [](float x, const float* p) { return x >= 0 ? x : p[0] * (std::exp(x) - 1.0f); },
+                                                    std::vector<float>{n.get_float("alpha", 1.0f)});
+                 }});
+  out.push_back({"HardSigmoid", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
+                   return std::make_unique<UnaryOp>(n, [](float x, const float* p) { return std::max(0.0f, std::min(1.0f, p[0] * x + p[1])); },
+                                                    std::vector<float>{n.get_float("alpha", 0.2f), n.get_float("beta", 0.5f)});
+                 }});
+  out.push_back(QEVAL_UNARY("HardSwish", 14, x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f)), {}, false));
+  out.push_back({"Gelu", "", 20, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
+                   const std::string approx = n.get_string("approximate", "none");
+                   if (approx == "tanh")
+                     return std::make_unique<UnaryOp>(n, [](float x, const float*) {
+                       return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+                     }, std::vector<float>{});
+                   if (approx != "none") fail(n, "approximate must be 'none' or 'tanh', got '" + approx + "'");
+                   return std::make_unique<UnaryOp>(n, [](float x, const float*) {
+                     return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
+                   }, std::vector<float>{});
+                 }});
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,28 @@
+// The op families (one file each in eval/ops/); each appends its schemas to the registry.
+#pragma once
+
+#include <vector>
+
+#include "eval/ops/op.h"
+
+namespace qeval::eval {
+
+using RegisterOps = void (*)(std::vector<OpSchema>&);
+
+void register_elementwise_ops(std::vector<OpSchema>& out);    // elementwise.cc
+void register_tensor_ops(std::vector<OpSchema>& out);         // tensor_ops.cc: shape, data movement
+void register_reduce_ops(std::vector<OpSchema>& out);         // reduce.cc: Reduce*, ArgMax/ArgMin
+void register_matmul_ops(std::vector<OpSchema>& out);         // matmul.cc: MatMul, Gemm, Einsum
+void register_conv_ops(std::vector<OpSchema>& out);           // conv.cc: Conv, ConvTranspose
+void register_normalization_ops(std::vector<OpSchema>& out);  // normalization.cc
+void register_softmax_ops(std::vector<OpSchema>& out);        // softmax.cc: Softmax, LogSoftmax
+void register_pool_ops(std::vector<OpSchema>& out);           // pool.cc
+void register_resize_ops(std::vector<OpSchema>& out);         // resize.cc
+
+inline constexpr RegisterOps kOpFamilies[] = {
+    register_elementwise_ops,   register_tensor_ops, register_reduce_ops,
+    register_matmul_ops,        register_conv_ops,   register_normalization_ops,
+    register_softmax_ops,       register_pool_ops,   register_resize_ops,
+};
+
+}  // namespace qeval::eval

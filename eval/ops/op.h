@@ -1,0 +1,81 @@
+// The operator interface: shape/type inference separate from compute, one op a file, registered
+// by (domain, op type, opset range) as ONNX Runtime does.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eval/graph.h"
+#include "kernels/error.h"
+#include "kernels/tensor.h"
+
+namespace qeval::eval {
+
+// What is known about a value before running: its storage type, its shape, and, for values that
+// are constant (initializers, folded sub-graphs, Shape of a statically shaped tensor), its value.
+//
+// Storage vs declared type: float16/bfloat16 values are stored and computed as float32 (the
+// numerics contract: FP32 accumulation, values rounded to the format). `declared` keeps the ONNX
+// type so the executor rounds such values and writes them back in their own format.
+struct ValueMeta {
+  DType dtype = DType::kFloat32;     // storage type the kernels see
+  DType declared = DType::kFloat32;  // the ONNX element type
+  Shape shape;
+  std::shared_ptr<const Tensor> value;  // set when the value is a known constant
+};
+
+// Storage type for an ONNX element type: the float formats narrower than 32 bits compute in f32.
+DType storage_type(DType declared);
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  // Output metas from input metas (nullptr for omitted optional inputs). Throws InputError,
+  // prefixed with the node's description, on inconsistent inputs (shape mismatch, bad axis, a
+  // shape input that is not a constant). An op may set `value` on an output it can compute from
+  // metadata alone (Shape, Size).
+  virtual std::vector<ValueMeta> infer(std::span<const ValueMeta* const> inputs) const = 0;
+  // Computes outputs already allocated with the inferred storage types and shapes. Inputs are
+  // nullptr where omitted.
+  virtual void run(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) const = 0;
+};
+
+using OpFactory = std::unique_ptr<Op> (*)(const Node& node);
+
+struct OpSchema {
+  std::string_view op_type;
+  std::string_view domain;  // "" = ai.onnx
+  int since_version;        // inclusive
+  int until_version;        // inclusive
+  OpFactory make;
+};
+
+// Every registered op (eval/ops/registry.cc).
+std::span<const OpSchema> op_schemas();
+// The schema for a node, or nullptr when (domain, op type, opset) is not supported.
+const OpSchema* find_op(std::string_view domain, std::string_view op_type, int opset);
+// Why a node is unsupported, for load-time errors: unknown op, or known op at another opset.
+std::string unsupported_reason(std::string_view domain, std::string_view op_type, int opset);
+
+// ---- helpers for op implementations --------------------------------------------------------
+
+// Throws InputError "<node>: <message>".
+[[noreturn]] void fail(const Node& node, const std::string& message);
+// The constant value of input i, or InputError naming the input when it is not constant.
+const Tensor& constant_input(const Node& node, std::span<const ValueMeta* const> inputs,
+                             std::size_t i, const char* what);
+// Values of a 1-D (or scalar) int32/int64 tensor.
+std::vector<std::int64_t> to_int64s(const Tensor& t);
+// Normalises a possibly negative axis for a tensor of the given rank; InputError if out of range.
+int normalize_axis(const Node& node, std::int64_t axis, int rank);
+// Numpy broadcasting of two shapes; InputError naming both when incompatible.
+Shape broadcast_shapes(const Node& node, const Shape& a, const Shape& b);
+// A meta for an output with the given shape that has the storage and declared type of `like`.
+ValueMeta meta_like(const ValueMeta& like, Shape shape);
+ValueMeta meta_of(DType declared, Shape shape);
+
+}  // namespace qeval::eval

@@ -1,0 +1,387 @@
+// The executor: planning (inference, folding, liveness) and running with buffer reuse.
+#include "eval/session.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "kernels/error.h"
+#include "kernels/numeric.h"
+
+namespace qeval::eval {
+
+std::string_view precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+namespace {
+
+enum class Rounding : std::uint8_t { kNone, kFp16, kBf16 };
+
+Rounding rounding_for(DType storage, DType declared, Precision precision) {
+  if (declared == DType::kFloat16) return Rounding::kFp16;
+  if (declared == DType::kBFloat16) return Rounding::kBf16;
+  if (storage != DType::kFloat32) return Rounding::kNone;
+  if (precision == Precision::kFp16) return Rounding::kFp16;
+  if (precision == Precision::kBf16) return Rounding::kBf16;
+  return Rounding::kNone;
+}
+
+void apply_rounding(Tensor& t, Rounding r) {
+  if (r == Rounding::kNone || t.dtype() != DType::kFloat32) return;
+  if (r == Rounding::kFp16) round_to_float16(t.data<float>(), static_cast<std::size_t>(t.numel()));
+  else round_to_bfloat16(t.data<float>(), static_cast<std::size_t>(t.numel()));
+}
+
+// A tensor in its declared ONNX type -> storage type (narrow floats widen to float32).
+Tensor to_storage(const Tensor& t) {
+  const DType storage = storage_type(t.dtype());
+  if (storage == t.dtype()) return t;
+  Tensor out(storage, t.shape());
+  float* dst = out.data<float>();
+  const std::uint8_t* b = reinterpret_cast<const std::uint8_t*>(t.raw());
+  const std::size_t n = static_cast<std::size_t>(t.numel());
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (t.dtype()) {
+      case DType::kFloat16: {
+        std::uint16_t bits;
+        std::memcpy(&bits, b + 2 * i, 2);
+        dst[i] = to_float(float16{bits});
+        break;
+      }
+      case DType::kBFloat16: {
+        std::uint16_t bits;
+        std::memcpy(&bits, b + 2 * i, 2);
+        dst[i] = to_float(bfloat16{bits});
+        break;
+      }
+      case DType::kFloat8E4M3FN: dst[i] = to_float(float8_e4m3fn{b[i]}); break;
+      case DType::kFloat8E5M2: dst[i] = to_float(float8_e5m2{b[i]}); break;
+      case DType::kFloat8E4M3FNUZ: dst[i] = to_float(float8_e4m3fnuz{b[i]}); break;
+      case DType::kFloat8E5M2FNUZ: dst[i] = to_float(float8_e5m2fnuz{b[i]}); break;
+      default: throw std::logic_error("to_storage: unexpected type");
+    }
+  }
+  return out;
+}
+
+// Storage float32 -> declared narrow float type (values are already representable).
+Tensor to_declared(const Tensor& t, DType declared) {
+  if (declared == t.dtype()) return t;
+  Tensor out(declared, t.shape());
+  const float* src = t.data<float>();
+  std::uint8_t* b = reinterpret_cast<std::uint8_t*>(out.raw());
+  const std::size_t n = static_cast<std::size_t>(t.numel());
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (declared) {
+      case DType::kFloat16: {
+        std::uint16_t bits = to_float16(src[i]).bits;
+        std::memcpy(b + 2 * i, &bits, 2);
+        break;
+      }
+      case DType::kBFloat16: {
+        std::uint16_t bits = to_bfloat16(src[i]).bits;
+        std::memcpy(b + 2 * i, &bits, 2);
+        break;
+      }
+      case DType::kFloat8E4M3FN: b[i] = to_float8_e4m3fn(src[i]).bits; break;
+      case DType::kFloat8E5M2: b[i] = to_float8_e5m2(src[i]).bits; break;
+      case DType::kFloat8E4M3FNUZ: b[i] = to_float8_e4m3fnuz(src[i]).bits; break;
+      case DType::kFloat8E5M2FNUZ: b[i] = to_float8_e5m2fnuz(src[i]).bits; break;
+      default: throw std::logic_error("to_declared: unexpected type");
+    }
+  }
+  return out;
+}
+
+// Reuses dead activation buffers: best fit by capacity, at most twice the request.
+class BufferPool {
+ public:
+  Tensor take(DType dtype, const Shape& shape) {
+    const std::size_t need = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+    auto it = free_.lower_bound(need);
+    if (it != free_.end() && it->first <= 2 * need + 4096) {
+      Tensor t = std::move(it->second);
+      free_.erase(it);
+      t.reuse_as(dtype, shape);
+      return t;
+    }
+    return Tensor(dtype, shape);
+  }
+  void give(Tensor&& t) {
+    if (t.capacity() > 0) free_.emplace(t.capacity(), std::move(t));
+  }
+
+ private:
+  std::multimap<std::size_t, Tensor> free_;
+};
+
+}  // namespace
+
+struct Session::Plan {
+  struct Step {
+    std::size_t node;
+    std::vector<int> in, out;  // value ids; -1 for omitted
+    bool folded = false;
+    std::vector<int> release;  // runtime values dead after this step
+  };
+  std::vector<ValueMeta> metas;
+  std::vector<std::shared_ptr<const Tensor>> constants;  // per value id, null for runtime values
+  std::vector<Rounding> rounding;
+  std::vector<Step> steps;
+  std::vector<int> input_ids, output_ids;
+  std::unordered_map<std::string, int> ids;
+};
+
+Session::Session(const Graph& graph, SessionOptions options) : graph_(graph), options_(options) {
+  ops_.reserve(graph.nodes.size());
+  for (const auto& node : graph.nodes) {
+    const OpSchema* schema = find_op(node.domain, node.op_type, node.opset);
+    if (!schema)
+      throw InputError(graph.source + ": " + node.describe() + ": " +
+                       unsupported_reason(node.domain, node.op_type, node.opset));
+    ops_.push_back(schema->make(node));
+  }
+}
+
+Session::~Session() = default;
+
+Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shapes,
+                                 const std::map<std::string, const Tensor*>& int_values) {
+  std::vector<Shape> shapes;
+  std::string key;
+  for (const auto& in : graph_.inputs) {
+    auto it = input_shapes.find(in.name);
+    if (it == input_shapes.end())
+      throw InputError(graph_.source + ": input '" + in.name + "' was not given");
+    shapes.push_back(it->second);
+    key += shape_to_string(it->second);
+    if (auto v = int_values.find(in.name); v != int_values.end())
+      key += "=" + std::string(reinterpret_cast<const char*>(v->second->raw()), v->second->nbytes());
+    key += ";";
+  }
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+
+  auto plan = std::make_unique<Plan>();
+  Plan& p = *plan;
+  auto new_value = [&](const std::string& name) {
+    int id = static_cast<int>(p.metas.size());
+    p.ids[name] = id;
+    p.metas.emplace_back();
+    p.constants.emplace_back();
+    p.rounding.push_back(Rounding::kNone);
+    return id;
+  };
+  auto set_constant = [&](int id, std::shared_ptr<const Tensor> t, DType declared) {
+    p.metas[std::size_t(id)] = ValueMeta{t->dtype(), declared, t->shape(), t};
+    p.constants[std::size_t(id)] = std::move(t);
+  };
+
+  for (const auto& [name, t] : graph_.initializers) {
+    int id = new_value(name);
+    Tensor storage = to_storage(t);
+    apply_rounding(storage, rounding_for(storage.dtype(), t.dtype(), options_.precision));
+    set_constant(id, std::make_shared<const Tensor>(std::move(storage)), t.dtype());
+  }
+  for (std::size_t i = 0; i < graph_.inputs.size(); ++i) {
+    const auto& in = graph_.inputs[i];
+    if (p.ids.count(in.name)) continue;
+    int id = new_value(in.name);
+    p.metas[std::size_t(id)] = meta_of(in.dtype, shapes[i]);
+    p.rounding[std::size_t(id)] = rounding_for(storage_type(in.dtype), in.dtype, options_.precision);
+    p.input_ids.push_back(id);
+    if (auto v = int_values.find(in.name); v != int_values.end())
+      set_constant(id, std::make_shared<const Tensor>(*v->second), in.dtype);
+  }
+
+  for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
+    const Node& node = graph_.nodes[n];
+    Plan::Step step;
+    step.node = n;
+    std::vector<const ValueMeta*> in_metas;
+    bool all_constant = true;
+    for (const auto& name : node.inputs) {
+      if (name.empty()) {
+        step.in.push_back(-1);
+        in_metas.push_back(nullptr);
+        continue;
+      }
+      int id = p.ids.at(name);
+      step.in.push_back(id);
+      in_metas.push_back(&p.metas[std::size_t(id)]);
+      all_constant &= p.constants[std::size_t(id)] != nullptr;
+    }
+    std::vector<ValueMeta> out_metas = ops_[n]->infer(in_metas);
+    if (out_metas.size() < node.outputs.size())
+      throw std::logic_error(node.describe() + ": op inferred fewer outputs than the node has");
+    bool op_gave_values = true;
+    for (std::size_t o = 0; o < node.outputs.size(); ++o)
+      op_gave_values &= node.outputs[o].empty() || out_metas[o].value != nullptr;
+    for (std::size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.outputs[o].empty()) {
+        step.out.push_back(-1);
+        continue;
+      }
+      int id = new_value(node.outputs[o]);
+      step.out.push_back(id);
+      ValueMeta& m = p.metas[std::size_t(id)];
+      m = out_metas[o];
+      p.rounding[std::size_t(id)] = rounding_for(m.dtype, m.declared, options_.precision);
+      if (m.value) p.constants[std::size_t(id)] = m.value;
+    }
+    if (!op_gave_values && all_constant) {
+      // Constant sub-graph: compute it once now.
+      std::vector<const Tensor*> ins;
+      for (int id : step.in) ins.push_back(id < 0 ? nullptr : p.constants[std::size_t(id)].get());
+      std::vector<Tensor> outs;
+      for (int id : step.out)
+        outs.emplace_back(id < 0 ? Tensor() : Tensor(p.metas[std::size_t(id)].dtype, p.metas[std::size_t(id)].shape));
+      std::vector<Tensor*> out_ptrs;
+      for (std::size_t o = 0; o < outs.size(); ++o) out_ptrs.push_back(step.out[o] < 0 ? nullptr : &outs[o]);
+      ops_[n]->run(ins, out_ptrs);
+      for (std::size_t o = 0; o < outs.size(); ++o) {
+        int id = step.out[o];
+        if (id < 0) continue;
+        apply_rounding(outs[o], p.rounding[std::size_t(id)]);
+        set_constant(id, std::make_shared<const Tensor>(std::move(outs[o])), p.metas[std::size_t(id)].declared);
+      }
+      step.folded = true;
+    } else if (op_gave_values) {
+      step.folded = true;
+    }
+    p.steps.push_back(std::move(step));
+  }
+
+  for (const auto& out : graph_.outputs) p.output_ids.push_back(p.ids.at(out.name));
+  // Liveness: a runtime value dies after its last reader (graph outputs never die).
+  std::vector<int> last_use(p.metas.size(), -1);
+  for (std::size_t s = 0; s < p.steps.size(); ++s) {
+    if (p.steps[s].folded) continue;
+    for (int id : p.steps[s].in)
+      if (id >= 0) last_use[std::size_t(id)] = static_cast<int>(s);
+    for (int id : p.steps[s].out)
+      if (id >= 0 && last_use[std::size_t(id)] < 0) last_use[std::size_t(id)] = static_cast<int>(s);
+  }
+  for (int id : p.output_ids) last_use[std::size_t(id)] = -2;
+  for (std::size_t id = 0; id < last_use.size(); ++id)
+    if (last_use[id] >= 0 && !p.constants[id]) p.steps[std::size_t(last_use[id])].release.push_back(int(id));
+
+  Plan& ref = *plan;
+  plans_.emplace(std::move(key), std::move(plan));
+  return ref;
+}
+
+std::map<std::string, ValueMeta> Session::infer_metas(const std::map<std::string, Shape>& input_shapes) {
+  Plan& p = plan_for(input_shapes, {});
+  std::map<std::string, ValueMeta> out;
+  for (const auto& [name, id] : p.ids) out[name] = p.metas[std::size_t(id)];
+  return out;
+}
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Observer* observer) {
+  // Check the inputs against the model before planning.
+  std::map<std::string, Shape> shapes;
+  for (const auto& in : graph_.inputs) {
+    auto it = inputs.find(in.name);
+    if (it == inputs.end()) {
+      std::string given;
+      for (const auto& [k, _] : inputs) given += (given.empty() ? "" : ", ") + k;
+      throw InputError(graph_.source + ": missing input '" + in.name + "' (given: " +
+                       (given.empty() ? "none" : given) + ")");
+    }
+    const Tensor& t = it->second;
+    if (t.dtype() != in.dtype)
+      throw InputError(graph_.source + ": input '" + in.name + "' must be " +
+                       std::string(dtype_name(in.dtype)) + ", got " + std::string(dtype_name(t.dtype())));
+    if (in.has_shape) {
+      bool ok = in.dims.size() == t.shape().size();
+      for (std::size_t d = 0; ok && d < in.dims.size(); ++d) ok = in.dims[d] < 0 || in.dims[d] == t.shape()[d];
+      if (!ok) {
+        std::string want = "[";
+        for (std::size_t d = 0; d < in.dims.size(); ++d)
+          want += (d ? ", " : "") + (in.dims[d] >= 0 ? std::to_string(in.dims[d])
+                                                     : (in.dim_params[d].empty() ? "?" : in.dim_params[d]));
+        throw InputError(graph_.source + ": input '" + in.name + "' has shape " +
+                         shape_to_string(t.shape()) + ", the model expects " + want + "]");
+      }
+    }
+    shapes[in.name] = t.shape();
+  }
+  for (const auto& [name, _] : inputs)
+    if (std::none_of(graph_.inputs.begin(), graph_.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
+      throw InputError(graph_.source + ": the model has no input named '" + name + "'");
+
+  // Small integer/bool inputs are planned as constants (shape tensors fed as inputs, as the ONNX node
+  // tests do); larger ones stay runtime data.
+  std::map<std::string, const Tensor*> int_values;
+  for (const auto& [name, t] : inputs)
+    if ((t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool) &&
+        t.numel() <= 64)
+      int_values[name] = &t;
+  Plan& p = plan_for(shapes, int_values);
+  std::vector<Tensor> slots(p.metas.size());
+  for (std::size_t i = 0; i < graph_.inputs.size(); ++i) {
+    int id = p.ids.at(graph_.inputs[i].name);
+    if (p.constants[std::size_t(id)]) continue;
+    slots[std::size_t(id)] = to_storage(inputs.at(graph_.inputs[i].name));
+    apply_rounding(slots[std::size_t(id)], p.rounding[std::size_t(id)]);
+  }
+  auto value = [&](int id) -> const Tensor* {
+    if (id < 0) return nullptr;
+    if (const auto& c = p.constants[std::size_t(id)]) return c.get();
+    return &slots[std::size_t(id)];
+  };
+
+  BufferPool pool;
+  std::size_t live = 0;
+  peak_bytes_ = 0;
+  std::vector<const Tensor*> ins, out_views;
+  std::vector<Tensor*> outs;
+  for (const auto& step : p.steps) {
+    const Node& node = graph_.nodes[step.node];
+    ins.clear();
+    for (int id : step.in) ins.push_back(value(id));
+    if (!step.folded) {
+      outs.clear();
+      for (int id : step.out) {
+        if (id < 0) {
+          outs.push_back(nullptr);
+          continue;
+        }
+        const ValueMeta& m = p.metas[std::size_t(id)];
+        slots[std::size_t(id)] = pool.take(m.dtype, m.shape);
+        live += slots[std::size_t(id)].capacity();
+        outs.push_back(&slots[std::size_t(id)]);
+      }
+      peak_bytes_ = std::max(peak_bytes_, live);
+      ops_[step.node]->run(ins, outs);
+      for (std::size_t o = 0; o < step.out.size(); ++o)
+        if (step.out[o] >= 0) apply_rounding(*outs[o], p.rounding[std::size_t(step.out[o])]);
+    }
+    if (observer) {
+      out_views.clear();
+      for (int id : step.out) out_views.push_back(value(id));
+      observer->on_node(NodeEvent{node, ins, out_views, step.folded});
+    }
+    for (int id : step.release) {
+      live -= slots[std::size_t(id)].capacity();
+      pool.give(std::move(slots[std::size_t(id)]));
+    }
+  }
+
+  std::map<std::string, Tensor> result;
+  for (std::size_t i = 0; i < graph_.outputs.size(); ++i) {
+    int id = p.output_ids[i];
+    const ValueMeta& m = p.metas[std::size_t(id)];
+    const Tensor* t = value(id);
+    result[graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
+  }
+  return result;
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,77 @@
+// The executor: plans a Graph for concrete input shapes (shapes inferred, constant sub-graphs
+// folded, buffers reused once dead) and runs it, calling an optional observer after every node.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "eval/graph.h"
+#include "eval/ops/op.h"
+
+namespace qeval::eval {
+
+enum class Precision { kFp32, kFp16, kBf16 };
+std::string_view precision_name(Precision p);
+
+struct SessionOptions {
+  // fp16/bf16 emulate TensorRT's reduced-precision kernels: weights, graph inputs and every op's
+  // float outputs are rounded to the format; kernels accumulate in float32. Values a model itself
+  // declares as float16/bfloat16 are rounded to their format under every precision.
+  Precision precision = Precision::kFp32;
+};
+
+// What an observer sees after each node. Tensors hold storage values (float16 as rounded float32).
+struct NodeEvent {
+  const Node& node;
+  std::span<const Tensor* const> inputs;   // nullptr for omitted optional inputs
+  std::span<const Tensor* const> outputs;  // nullptr for omitted optional outputs
+  bool folded;                             // computed once at plan time (constant sub-graph)
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_node(const NodeEvent& event) = 0;
+};
+
+class Session {
+ public:
+  // Creates every node's Op (attribute errors surface here). The graph must outlive the session.
+  explicit Session(const Graph& graph, SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Runs the graph. Inputs are matched by name and checked against the model's declared element
+  // types and fixed dimensions (InputError names the input, the expected and the given shape/type).
+  // Outputs come back in their declared element types (float16 outputs as float16 bits).
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs,
+                                    Observer* observer = nullptr);
+
+  // Metas of every value after planning for these input shapes (for inspect and tests).
+  std::map<std::string, ValueMeta> infer_metas(const std::map<std::string, Shape>& input_shapes);
+
+  const Graph& graph() const { return graph_; }
+  const SessionOptions& options() const { return options_; }
+
+  // Peak bytes of runtime activations held at once during the last run (buffer reuse included).
+  std::size_t last_peak_activation_bytes() const { return peak_bytes_; }
+
+ private:
+  struct Plan;
+  // Plans for these input shapes. Small integer inputs (shape tensors, axes, indices) are planned
+  // as constants, so a plan is specific to their values too (`int_values`).
+  Plan& plan_for(const std::map<std::string, Shape>& input_shapes,
+                 const std::map<std::string, const Tensor*>& int_values);
+
+  const Graph& graph_;
+  SessionOptions options_;
+  std::vector<std::unique_ptr<Op>> ops_;  // one per graph node
+  std::map<std::string, std::unique_ptr<Plan>> plans_;  // key: input shapes + int input values
+  std::size_t peak_bytes_ = 0;
+};
+
+}  // namespace qeval::eval

@@ -1,0 +1,74 @@
+// Bit-exact conversions to/from float16, bfloat16 and the ONNX float8 formats; int8/uint8 quantize.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qeval {
+
+// Storage types: the raw code, so a caller can compare and serialise bits without going through
+// float (NaN payloads and -0 survive).
+struct float16 { std::uint16_t bits; };          // IEEE 754 binary16
+struct bfloat16 { std::uint16_t bits; };
+struct float8_e4m3fn { std::uint8_t bits; };     // no inf, NaN = 0x7F/0xFF, max 448
+struct float8_e5m2 { std::uint8_t bits; };       // IEEE-like, inf and NaN, max 57344
+struct float8_e4m3fnuz { std::uint8_t bits; };   // no inf, no -0, NaN = 0x80, max 240
+struct float8_e5m2fnuz { std::uint8_t bits; };   // no inf, no -0, NaN = 0x80, max 57344
+
+// float -> format: round to nearest, ties to even, on the exact value (no double rounding).
+// Overflow is decided on the rounded value, as the ONNX Cast-19 tables say ("[x] means the value
+// rounded to the target mantissa width"): e.g. 464 is the tie between E4M3FN's 448 and the
+// unrepresentable 480 and goes to 448; anything above it overflows.
+//
+// float8 `saturate` (ONNX Cast / QuantizeLinear opset 19+):
+//   saturate=true:  overflow and +-inf -> +-max, for every float8 format (as onnx.reference,
+//                   ml_dtypes and ONNX Runtime do; the Cast-19 table lists inf -> NaN for the fnuz
+//                   formats, but no implementation does that).
+//   saturate=false: overflow and +-inf -> +-inf (E5M2) or NaN (E4M3FN: 0x7F|sign; fnuz: 0x80).
+//   NaN -> NaN whatever `saturate` is: E4M3FN and E5M2 give 0x7F|sign (ONNX Runtime's code;
+//   ml_dtypes gives 0x7E|sign for E5M2, also a NaN), the fnuz formats 0x80.
+//   -0 -> 0x80 for E4M3FN/E5M2; the fnuz formats have no -0, so -0 and negative values that round
+//   to zero give 0x00.
+// to_float16: overflow -> inf (IEEE); NaN -> quiet NaN keeping sign and top payload bits (as F16C).
+float16 to_float16(float v);
+bfloat16 to_bfloat16(float v);  // RNE as onnx.reference and PyTorch; every NaN -> 0x7FC0 as they do
+float8_e4m3fn to_float8_e4m3fn(float v, bool saturate = true);
+float8_e5m2 to_float8_e5m2(float v, bool saturate = true);
+float8_e4m3fnuz to_float8_e4m3fnuz(float v, bool saturate = true);
+float8_e5m2fnuz to_float8_e5m2fnuz(float v, bool saturate = true);
+
+// format -> float: exact (every code of these formats is a float). NaN codes give a quiet NaN with
+// the code's sign (the fnuz NaN 0x80 gives +NaN); a float16 signalling NaN is quieted as F16C does,
+// bfloat16 codes are shifted unchanged (as onnx.reference does).
+float to_float(float16 v);
+float to_float(bfloat16 v);
+float to_float(float8_e4m3fn v);
+float to_float(float8_e5m2 v);
+float to_float(float8_e4m3fnuz v);
+float to_float(float8_e5m2fnuz v);
+
+// Round-trip helpers used to emulate a precision in float32 storage:
+float round_to_float16(float v);   // to_float(to_float16(v))
+float round_to_bfloat16(float v);  // to_float(to_bfloat16(v))
+// Bulk versions, in place (the executor calls these on whole tensors). round_to_float16 uses F16C
+// (AVX-512 or AVX width) when compiled with it; results are bit-identical to the portable path.
+void round_to_float16(float* data, std::size_t n);
+void round_to_bfloat16(float* data, std::size_t n);
+// The portable (integer-only) bulk path, exposed so tests and benchmarks can compare it with the
+// F16C one. `float16_bulk_uses_f16c` says which one round_to_float16(float*, n) runs.
+void round_to_float16_portable(float* data, std::size_t n);
+bool float16_bulk_uses_f16c();
+
+// int8/uint8 quantize, as ONNX QuantizeLinear:
+// q = saturate(round_half_even(x / scale) + zero_point).
+// x / scale is a float division (not a multiplication by 1/scale: ONNX Runtime and onnx.reference
+// divide, and the two differ in the last bit), rounded with std::nearbyint under the default
+// rounding mode. NaN input (implementation-defined in ONNX) gives saturate(zero_point).
+std::int8_t quantize_int8(float x, float scale, std::int32_t zero_point = 0);
+std::uint8_t quantize_uint8(float x, float scale, std::int32_t zero_point = 0);
+// DequantizeLinear: (q - zero_point) * scale, in float.
+inline float dequantize(std::int32_t q, float scale, std::int32_t zero_point) {
+  return float(q - zero_point) * scale;
+}
+
+}  // namespace qeval

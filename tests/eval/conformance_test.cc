@@ -1,0 +1,133 @@
+// The ONNX project's own node tests (libonnx-testdata): every test whose ops qeval implements runs
+// and must pass with the suite's tolerances; the rest are listed with the reason they were skipped.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "eval/onnx_import.h"
+#include "eval/session.h"
+#include "kernels/error.h"
+#include "kernels/numeric.h"
+#include "test_util.h"
+
+namespace qeval::eval {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
+
+// Values as double for comparison, whatever the element type.
+std::vector<double> as_doubles(const Tensor& t) {
+  std::vector<double> v(static_cast<std::size_t>(t.numel()));
+  const auto* b = reinterpret_cast<const std::uint8_t*>(t.raw());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    switch (t.dtype()) {
+      case DType::kFloat32: v[i] = t.data<float>()[i]; break;
+      case DType::kFloat64: v[i] = t.data<double>()[i]; break;
+      case DType::kFloat16: { std::uint16_t u; std::memcpy(&u, b + 2 * i, 2); v[i] = to_float(float16{u}); break; }
+      case DType::kBFloat16: { std::uint16_t u; std::memcpy(&u, b + 2 * i, 2); v[i] = to_float(bfloat16{u}); break; }
+      case DType::kFloat8E4M3FN: v[i] = to_float(float8_e4m3fn{b[i]}); break;
+      case DType::kFloat8E5M2: v[i] = to_float(float8_e5m2{b[i]}); break;
+      case DType::kFloat8E4M3FNUZ: v[i] = to_float(float8_e4m3fnuz{b[i]}); break;
+      case DType::kFloat8E5M2FNUZ: v[i] = to_float(float8_e5m2fnuz{b[i]}); break;
+      case DType::kInt8: v[i] = t.data<std::int8_t>()[i]; break;
+      case DType::kUInt8: v[i] = t.data<std::uint8_t>()[i]; break;
+      case DType::kInt16: v[i] = t.data<std::int16_t>()[i]; break;
+      case DType::kUInt16: v[i] = t.data<std::uint16_t>()[i]; break;
+      case DType::kInt32: v[i] = t.data<std::int32_t>()[i]; break;
+      case DType::kUInt32: v[i] = t.data<std::uint32_t>()[i]; break;
+      case DType::kInt64: v[i] = double(t.data<std::int64_t>()[i]); break;
+      case DType::kUInt64: v[i] = double(t.data<std::uint64_t>()[i]); break;
+      case DType::kBool: v[i] = t.data<bool>()[i]; break;
+    }
+  }
+  return v;
+}
+
+// "" when equal within the ONNX backend-test tolerances (rtol 1e-3, atol 1e-7).
+std::string compare(const std::string& name, const Tensor& expected, const Tensor& actual) {
+  if (expected.dtype() != actual.dtype())
+    return name + ": type " + std::string(dtype_name(actual.dtype())) + ", expected " +
+           std::string(dtype_name(expected.dtype()));
+  if (expected.shape() != actual.shape())
+    return name + ": shape " + shape_to_string(actual.shape()) + ", expected " + shape_to_string(expected.shape());
+  auto e = as_doubles(expected), a = as_doubles(actual);
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    if (std::isnan(e[i]) && std::isnan(a[i])) continue;
+    if (e[i] == a[i]) continue;
+    if (std::abs(e[i] - a[i]) <= 1e-7 + 1e-3 * std::abs(e[i])) continue;
+    return name + ": element " + std::to_string(i) + " is " + std::to_string(a[i]) + ", expected " +
+           std::to_string(e[i]);
+  }
+  return "";
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
+  if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " missing: install libonnx-testdata";
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(kNodeTests))
+    if (e.is_directory()) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+
+  int passed = 0, failed = 0, skipped = 0;
+  std::ofstream log(fs::path(QEVAL_BINARY).parent_path() / "onnx_conformance.txt");
+  for (const auto& dir : dirs) {
+    const std::string test = dir.filename().string();
+    std::unique_ptr<Graph> graph;
+    try {
+      graph = std::make_unique<Graph>(load_onnx(dir / "model.onnx"));
+    } catch (const InputError& e) {
+      ++skipped;
+      std::string why = e.what();
+      auto pos = why.find('\n');
+      log << "SKIP " << test << ": " << (pos == std::string::npos ? why : why.substr(pos + 3)) << "\n";
+      continue;
+    }
+    std::string problem, unsupported;
+    try {
+      Session session(*graph);
+      for (const auto& set : fs::directory_iterator(dir)) {
+        if (!set.is_directory()) continue;
+        std::map<std::string, Tensor> inputs;
+        for (std::size_t i = 0; i < graph->inputs.size(); ++i) {
+          fs::path p = set.path() / ("input_" + std::to_string(i) + ".pb");
+          if (fs::exists(p)) inputs.emplace(graph->inputs[i].name, read_tensor_pb(p));
+        }
+        auto outputs = session.run(inputs);
+        for (std::size_t i = 0; i < graph->outputs.size() && problem.empty(); ++i) {
+          fs::path p = set.path() / ("output_" + std::to_string(i) + ".pb");
+          if (!fs::exists(p)) continue;
+          problem = compare(graph->outputs[i].name, read_tensor_pb(p), outputs.at(graph->outputs[i].name));
+        }
+      }
+    } catch (const UnsupportedError& e) {
+      unsupported = first_line(e.what());
+    } catch (const std::exception& e) {
+      problem = std::string("threw: ") + first_line(e.what());
+    }
+    if (!unsupported.empty()) {
+      ++skipped;
+      log << "SKIP " << test << ": " << unsupported << "\n";
+    } else if (problem.empty()) {
+      ++passed;
+      log << "PASS " << test << "\n";
+    } else {
+      ++failed;
+      log << "FAIL " << test << ": " << problem << "\n";
+      ADD_FAILURE() << test << ": " << problem;
+    }
+  }
+  log << "passed " << passed << ", failed " << failed << ", skipped " << skipped << "\n";
+  std::printf("ONNX node tests: %d run, %d passed, %d failed, %d skipped (unsupported); list in %s\n",
+              passed + failed, passed, failed, skipped,
+              (fs::path(QEVAL_BINARY).parent_path() / "onnx_conformance.txt").c_str());
+  // Guards against a runner that silently runs nothing.
+  EXPECT_GE(passed + failed, 100);
+}
+
+}  // namespace
+}  // namespace qeval::eval

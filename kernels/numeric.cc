@@ -214,17 +214,21 @@ void round_to_float16(float* data, std::size_t n) {
   // Rounding mode in the immediate, not MXCSR, so a caller's mode cannot change the result.
   constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(data + i), kRne);
-    _mm512_storeu_ps(data + i, _mm512_cvtph_ps(h));
+  // Masked forms throughout: they also take the tail, and the unmasked _mm512_cvtps_ph/cvtph_ps
+  // trip GCC 12's -Wmaybe-uninitialized inside its own headers.
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m256i h = _mm512_maskz_cvtps_ph(m, _mm512_maskz_loadu_ps(m, data + i), kRne);
+    _mm512_mask_storeu_ps(data + i, m, _mm512_maskz_cvtph_ps(m, h));
   }
-#endif
+#else
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(data + i), kRne);
     _mm256_storeu_ps(data + i, _mm256_cvtph_ps(h));
   }
 #endif
-  round_to_float16_portable(data + i, n - i);
+#endif
+  if (i < n) round_to_float16_portable(data + i, n - i);
 }
 
 void round_to_bfloat16(float* data, std::size_t n) {

@@ -498,7 +498,7 @@ TEST(NumericFloat16, BulkF16cPathMatchesPortablePath) {
     ASSERT_EQ(bits_of(portable[i]), bits_of(round_to_float16(values[i])))
         << std::hex << bits_of(values[i]);
   }
-  // Lengths and misalignments that exercise the 16-, 8-wide and scalar tails.
+  // Lengths and misalignments that exercise the SIMD tails (masked or scalar).
   for (std::size_t offset = 0; offset < 3; ++offset) {
     for (std::size_t n = 0; n <= 70; ++n) {
       std::vector<float> a(values.begin() + 70000, values.begin() + 70000 + 80);

@@ -1,0 +1,237 @@
+// ONNX import and the executor: precise load errors, folding, observers, buffer reuse, precisions.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "eval/onnx_import.h"
+#include "eval/session.h"
+#include "kernels/error.h"
+#include "kernels/numeric.h"
+#include "onnx_builder.h"
+#include "test_util.h"
+
+namespace qeval::eval {
+namespace {
+
+using testing::floats;
+using testing::OnnxBuilder;
+
+std::string load_error(const std::vector<std::uint8_t>& bytes) {
+  try {
+    parse_onnx(bytes, "m.onnx", ".");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OnnxImport, GarbageAndTruncatedFilesAreInputErrors) {
+  EXPECT_NE(load_error({}).find("m.onnx: file is empty"), std::string::npos);
+  EXPECT_NE(load_error({'h', 'e', 'l', 'l', 'o'}).find("not an ONNX model"), std::string::npos);
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  b.node("Relu", {"x"}, {"y"}, "relu");
+  auto bytes = b.bytes();
+  for (std::size_t cut : {bytes.size() / 3, bytes.size() / 2, bytes.size() - 3}) {
+    std::vector<std::uint8_t> part(bytes.begin(), bytes.begin() + std::ptrdiff_t(cut));
+    EXPECT_NE(load_error(part), "") << "cut at " << cut;  // never a crash, always a reason
+  }
+  EXPECT_THROW(load_onnx("/nonexistent/model.onnx"), InputError);
+}
+
+TEST(OnnxImport, UnsupportedOpsAreListedAtLoadWithNameOpDomainOpset) {
+  OnnxBuilder b(17);
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("z", onnx::TensorProto::FLOAT, {2});
+  b.node("Relu", {"x"}, {"y"}, "ok");
+  b.node("FancyOp", {"y"}, {"z"}, "fancy");
+  std::string e = load_error(b.bytes());
+  EXPECT_NE(e.find("1 unsupported node(s)"), std::string::npos) << e;
+  EXPECT_NE(e.find("node 'fancy' (FancyOp): op FancyOp (ai.onnx opset 17) is not supported"), std::string::npos) << e;
+
+  OnnxBuilder old(5);  // Add with broadcasting semantics starts at opset 7
+  old.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  old.node("Add", {"x", "x"}, {"y"}, "add");
+  e = load_error(old.bytes());
+  EXPECT_NE(e.find("op Add is supported at opsets 7-22, not ai.onnx opset 5"), std::string::npos) << e;
+
+  OnnxBuilder dom;
+  dom.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  dom.node("Relu", {"x"}, {"y"}, "r", "com.example");
+  EXPECT_NE(load_error(dom.bytes()).find("uses domain 'com.example', which the model does not import"), std::string::npos);
+}
+
+TEST(OnnxImport, DanglingInputsAndCyclesAreRejected) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  b.node("Add", {"x", "ghost"}, {"y"}, "add");
+  EXPECT_NE(load_error(b.bytes()).find("input 1 'ghost' is not produced"), std::string::npos);
+  OnnxBuilder c;
+  c.input("x", onnx::TensorProto::FLOAT, {2}).output("b", onnx::TensorProto::FLOAT, {2});
+  c.node("Add", {"x", "b"}, {"a"}, "first");
+  c.node("Relu", {"a"}, {"b"}, "second");
+  EXPECT_NE(load_error(c.bytes()).find("cycle"), std::string::npos);
+}
+
+TEST(OnnxImport, NodesAreSortedAndConstantsBecomeInitializers) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {3}).output("z", onnx::TensorProto::FLOAT, {3});
+  b.node("Relu", {"y"}, {"z"}, "second");  // listed before its producer
+  b.node("Add", {"x", "c"}, {"y"}, "first");
+  auto& c = b.node("Constant", {}, {"c"}, "const");
+  auto* attr = c.add_attribute();
+  attr->set_name("value_floats");
+  attr->set_type(onnx::AttributeProto::FLOATS);
+  for (float v : {1.0f, -5.0f, 0.5f}) attr->add_floats(v);
+  Graph g = b.graph();
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[0].name, "first");
+  EXPECT_EQ(g.initializers.count("c"), 1u);
+  Session s(g);
+  auto out = s.run({{"x", floats({3}, {1, 2, 3})}});
+  const float* z = out.at("z").data<float>();
+  EXPECT_EQ(z[0], 2.0f);
+  EXPECT_EQ(z[1], 0.0f);
+  EXPECT_EQ(z[2], 3.5f);
+}
+
+TEST(OnnxImport, ExternalDataIsReadBesideTheModel) {
+  testing::ScratchDir dir("extdata");
+  std::vector<float> w = {1.5f, -2.0f, 4.0f, 0.25f};
+  testing::write_bytes(dir / "weights.bin", std::vector<std::uint8_t>(8, 0));  // 8 bytes of offset
+  {
+    std::ofstream f(dir / "weights.bin", std::ios::binary | std::ios::app);
+    f.write(reinterpret_cast<const char*>(w.data()), 16);
+  }
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {4}).output("y", onnx::TensorProto::FLOAT, {4});
+  b.node("Mul", {"x", "w"}, {"y"}, "mul");
+  auto* t = b.proto().mutable_graph()->add_initializer();
+  t->set_name("w");
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  t->add_dims(4);
+  t->set_data_location(onnx::TensorProto::EXTERNAL);
+  for (auto [k, v] : {std::pair{"location", "weights.bin"}, {"offset", "8"}, {"length", "16"}}) {
+    auto* kv = t->add_external_data();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
+  testing::write_bytes(dir / "m.onnx", b.bytes());
+  Graph g = load_onnx(dir / "m.onnx");
+  Session s(g);
+  auto out = s.run({{"x", floats({4}, {2, 2, 2, 2})}});
+  EXPECT_EQ(out.at("y").data<float>()[1], -4.0f);
+  std::filesystem::remove(dir / "weights.bin");
+  try {
+    load_onnx(dir / "m.onnx");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("external data file"), std::string::npos) << e.what();
+  }
+}
+
+// Shape -> Reshape on a statically shaped input folds at plan time; the observer sees every node.
+class Recorder final : public Observer {
+ public:
+  void on_node(const NodeEvent& e) override {
+    events.push_back(e.node.name + (e.folded ? ":folded" : ":run"));
+    for (const Tensor* t : e.outputs) EXPECT_NE(t, nullptr);
+  }
+  std::vector<std::string> events;
+};
+
+TEST(Session, FoldsShapeComputationsAndReportsEveryNode) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {-1, 6}).output("y", onnx::TensorProto::FLOAT);
+  b.node("Shape", {"x"}, {"s"}, "shape");
+  b.node("Reshape", {"x", "target"}, {"r"}, "reshape");
+  b.node("Relu", {"r"}, {"y"}, "relu");
+  b.initializer_i64("target", {-1, 3});
+  b.output("s", onnx::TensorProto::INT64);
+  Graph g = b.graph();
+  Session s(g);
+  Recorder rec;
+  auto out = s.run({{"x", floats({2, 6}, std::vector<float>(12, -1.0f))}}, &rec);
+  EXPECT_EQ(out.at("y").shape(), (Shape{4, 3}));
+  EXPECT_EQ(out.at("s").data<std::int64_t>()[0], 2);  // the symbolic dim bound from the input
+  EXPECT_EQ(rec.events, (std::vector<std::string>{"shape:folded", "reshape:run", "relu:run"}));
+}
+
+TEST(Session, InputsAreCheckedByNameTypeAndShape) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {-1, 4}).output("y", onnx::TensorProto::FLOAT);
+  b.node("Relu", {"x"}, {"y"}, "relu");
+  Graph g = b.graph();
+  Session s(g);
+  auto error = [&](std::map<std::string, Tensor> in) -> std::string {
+    try {
+      s.run(in);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error({}).find("missing input 'x'"), std::string::npos);
+  EXPECT_NE(error({{"x", floats({2, 3}, std::vector<float>(6))}}).find("has shape [2, 3], the model expects [d0, 4]"), std::string::npos);
+  EXPECT_NE(error({{"x", Tensor(DType::kInt64, {2, 4})}}).find("must be float32, got int64"), std::string::npos);
+  EXPECT_NE(error({{"x", floats({1, 4}, std::vector<float>(4))}, {"extra", Tensor()}}).find("no input named 'extra'"), std::string::npos);
+}
+
+TEST(Session, DeadBuffersAreReused) {
+  // A chain of 12 Relu on 1 MiB tensors: without reuse 12 MiB would be live.
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {256, 1024}).output("y11", onnx::TensorProto::FLOAT);
+  std::string prev = "x";
+  for (int i = 0; i < 12; ++i) {
+    b.node("Relu", {prev}, {"y" + std::to_string(i)}, "relu" + std::to_string(i));
+    prev = "y" + std::to_string(i);
+  }
+  Graph g = b.graph();
+  Session s(g);
+  s.run({{"x", Tensor(DType::kFloat32, {256, 1024})}});
+  EXPECT_LE(s.last_peak_activation_bytes(), 2u * 1024 * 1024 + 8192);
+}
+
+TEST(Session, Fp16PrecisionRoundsEveryOpOutput) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT);
+  b.node("Add", {"x", "w"}, {"y"}, "add");
+  b.initializer("w", {0.1f, 1000.0f}, {2});
+  Graph g = b.graph();
+  Session fp32(g), fp16(g, SessionOptions{Precision::kFp16}), bf16(g, SessionOptions{Precision::kBf16});
+  auto in = floats({2}, {1.0f, 0.3f});
+  const float y32 = fp32.run({{"x", in}}).at("y").data<float>()[0];
+  const float y16 = fp16.run({{"x", in}}).at("y").data<float>()[0];
+  const float yb16 = bf16.run({{"x", in}}).at("y").data<float>()[0];
+  EXPECT_EQ(y32, 1.1f);
+  // fp16: w rounds to 0.0999755859375, the sum 1.0999755859375 rounds to 1.099609375.
+  EXPECT_EQ(y16, round_to_float16(1.0f + round_to_float16(0.1f)));
+  EXPECT_NE(y16, y32);
+  EXPECT_EQ(yb16, round_to_bfloat16(1.0f + round_to_bfloat16(0.1f)));
+  EXPECT_EQ(fp16.run({{"x", in}}).at("y").data<float>()[1], round_to_float16(1000.0f + round_to_float16(0.3f)));
+}
+
+TEST(Session, Float16ModelsRunAndAnswerInFloat16) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT16, {2}).output("y", onnx::TensorProto::FLOAT16);
+  b.node("Mul", {"x", "w"}, {"y"}, "mul");
+  auto* t = b.proto().mutable_graph()->add_initializer();
+  t->set_name("w");
+  t->set_data_type(onnx::TensorProto::FLOAT16);
+  t->add_dims(2);
+  t->add_int32_data(to_float16(3.0f).bits);
+  t->add_int32_data(to_float16(0.1f).bits);
+  Graph g = b.graph();
+  Session s(g);
+  Tensor x(DType::kFloat16, {2});
+  std::uint16_t bits[2] = {to_float16(1.5f).bits, to_float16(3.0f).bits};
+  std::memcpy(x.raw(), bits, 4);
+  Tensor y = s.run({{"x", x}}).at("y");
+  ASSERT_EQ(y.dtype(), DType::kFloat16);
+  std::uint16_t out[2];
+  std::memcpy(out, y.raw(), 4);
+  EXPECT_EQ(to_float(float16{out[0]}), 4.5f);
+  EXPECT_EQ(to_float(float16{out[1]}), round_to_float16(3.0f * round_to_float16(0.1f)));
+}
+
+}  // namespace
+}  // namespace qeval::eval

@@ -1,4 +1,4 @@
-// Small-float conversions and int8/uint8 quantization (bit-exact, integer arithmetic only).
+// Small-float conversions (bit-exact) and int8/uint8 quantization.
 #include "kernels/numeric.h"
 
 #include <algorithm>

@@ -37,7 +37,7 @@ struct Format {
   int total_bits, exp_bits, mant_bits, bias;
   Specials specials;
   std::uint32_t max_code;  // largest finite positive code
-  // Conversions under test; `saturate` is ignored by float16/bfloat16 (they always overflow to inf).
+  // Conversions under test; float16/bfloat16 ignore `saturate` (they always overflow to inf).
   std::function<std::uint32_t(float, bool)> encode;
   std::function<float(std::uint32_t)> decode;
 
@@ -259,7 +259,8 @@ TEST(NumericEncode, MidpointsTieToEvenAndNeighboursRoundToNearest) {
         const float s = negative ? -1.0f : 1.0f;
         for (bool saturate : {true, false}) {
           auto expect_code = [&](std::uint32_t c) {
-            return c > f.max_code ? overflow_code(f, negative, saturate) : with_sign(f, c, negative);
+            return c > f.max_code ? overflow_code(f, negative, saturate)
+                                  : with_sign(f, c, negative);
           };
           ASSERT_EQ(f.encode(s * mid_f, saturate), expect_code(even)) << "tie after code " << lo;
           ASSERT_EQ(f.encode(s * above, saturate), expect_code(hi)) << "above tie, code " << lo;
@@ -474,7 +475,8 @@ TEST(NumericFloat16, EncodeIsNearestRepresentableOnRandomFloats) {
 
 TEST(NumericFloat16, BulkF16cPathMatchesPortablePath) {
   std::vector<float> values;
-  for (std::uint32_t c = 0; c < 0x10000u; ++c) values.push_back(to_float(float16{std::uint16_t(c)}));
+  for (std::uint32_t c = 0; c < 0x10000u; ++c)
+    values.push_back(to_float(float16{std::uint16_t(c)}));
   const Format f16 = all_formats()[0];
   for (std::uint32_t lo = 0; lo <= f16.max_code; ++lo) {
     const float mid = float((ref_magnitude(f16, lo) + ref_magnitude(f16, lo + 1)) / 2);

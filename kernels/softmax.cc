@@ -1,0 +1,116 @@
+// Softmax and log-softmax kernels: contiguous rows, and strided columns vectorised across `inner`.
+#include "kernels/softmax.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+namespace qeval::kernels {
+
+namespace {
+
+template <class T>
+inline T exp_of(T v) {
+  if constexpr (std::is_same_v<T, float>) return exp_vectorisable(v);
+  else return std::exp(v);
+}
+
+// Sum in double with eight independent accumulators: breaks the add latency chain and lets the
+// compiler use vector adds, while the order stays fixed (results do not depend on threads).
+template <class T>
+double sum_double(const T* v, std::int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(v[i + j]);
+  for (; i < n; ++i) acc[0] += static_cast<double>(v[i]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <class T>
+void softmax_row(const T* x, T* y, std::int64_t n, bool log) {
+  T m = x[0];
+  for (std::int64_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;  // NaN reaches y via the sum
+  for (std::int64_t i = 0; i < n; ++i) y[i] = exp_of<T>(x[i] - m);
+  const double sum = sum_double(y, n);
+  if (log) {
+    const T lse = static_cast<T>(std::log(sum));
+    for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - lse;
+  } else {
+    const T inv = static_cast<T>(1.0 / sum);
+    for (std::int64_t i = 0; i < n; ++i) y[i] *= inv;
+  }
+}
+
+// One [n, width] block of columns (stride `inner`): every loop runs across the columns.
+template <class T>
+void softmax_columns(const T* x, T* y, std::int64_t n, std::int64_t inner, std::int64_t width,
+                     bool log, T* m, double* s) {
+  std::copy_n(x, width, m);
+  for (std::int64_t k = 1; k < n; ++k) {
+    const T* xk = x + k * inner;
+    for (std::int64_t j = 0; j < width; ++j) m[j] = xk[j] > m[j] ? xk[j] : m[j];
+  }
+  std::fill_n(s, width, 0.0);
+  for (std::int64_t k = 0; k < n; ++k) {
+    const T* xk = x + k * inner;
+    T* yk = y + k * inner;
+    for (std::int64_t j = 0; j < width; ++j) {
+      const T e = exp_of<T>(xk[j] - m[j]);
+      yk[j] = e;
+      s[j] += static_cast<double>(e);
+    }
+  }
+  if (log) {
+    for (std::int64_t j = 0; j < width; ++j) s[j] = std::log(s[j]);
+    for (std::int64_t k = 0; k < n; ++k) {
+      const T* xk = x + k * inner;
+      T* yk = y + k * inner;
+      for (std::int64_t j = 0; j < width; ++j) yk[j] = (xk[j] - m[j]) - static_cast<T>(s[j]);
+    }
+  } else {
+    for (std::int64_t j = 0; j < width; ++j) s[j] = 1.0 / s[j];
+    for (std::int64_t k = 0; k < n; ++k) {
+      T* yk = y + k * inner;
+      for (std::int64_t j = 0; j < width; ++j) yk[j] *= static_cast<T>(s[j]);
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void softmax(const T* x, T* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log) {
+  if (outer <= 0 || n <= 0 || inner <= 0) return;
+  // About 32k elements a task: big enough to amortise scheduling, small enough to balance.
+  const std::int64_t row = n * inner;
+  if (inner == 1) {
+    const std::int64_t grain = std::max<std::int64_t>(1, 32768 / row);
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, outer, grain), [&](const auto& r) {
+      for (std::int64_t o = r.begin(); o < r.end(); ++o) softmax_row(x + o * n, y + o * n, n, log);
+    });
+    return;
+  }
+  // Columns in tiles of 256: the per-column max and sum stay in L1 while `n` rows stream by.
+  constexpr std::int64_t kTile = 256;
+  const std::int64_t tiles = (inner + kTile - 1) / kTile;
+  const std::int64_t grain = std::max<std::int64_t>(1, 32768 / (n * std::min(inner, kTile)));
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, outer * tiles, grain), [&](const auto& r) {
+    std::vector<T> m(kTile);
+    std::vector<double> s(kTile);
+    for (std::int64_t t = r.begin(); t < r.end(); ++t) {
+      const std::int64_t o = t / tiles, j0 = (t % tiles) * kTile;
+      const std::int64_t width = std::min(kTile, inner - j0);
+      softmax_columns(x + o * row + j0, y + o * row + j0, n, inner, width, log, m.data(), s.data());
+    }
+  });
+}
+
+template void softmax<float>(const float*, float*, std::int64_t, std::int64_t, std::int64_t, bool);
+template void softmax<double>(const double*, double*, std::int64_t, std::int64_t, std::int64_t, bool);
+
+}  // namespace qeval::kernels

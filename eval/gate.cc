@@ -29,7 +29,8 @@ namespace {
 
 void check_keys(const json& obj, std::initializer_list<const char*> allowed,
                 const std::string& source, const std::string& where) {
-  for (const auto& [key, _] : obj.items()) {
+  for (const auto& item : obj.items()) {
+    const std::string key = item.key();  // a named copy: lambdas may not capture bindings (clang 14)
     if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) {
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;

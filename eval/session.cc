@@ -146,6 +146,18 @@ Session::Session(const Graph& graph, SessionOptions options) : graph_(graph), op
       throw InputError(graph.source + ": " + node.describe() + ": " +
                        unsupported_reason(node.domain, node.op_type, node.opset));
     ops_.push_back(schema->make(node));
+    for (std::size_t i : ops_.back()->constant_inputs())
+      if (node.has_input(i)) constant_graph_inputs_.insert(node.inputs[i]);
+  }
+  for (const auto& [name, t] : graph.initializers) {
+    const Rounding r = rounding_for(storage_type(t.dtype()), t.dtype(), options_.precision);
+    if (storage_type(t.dtype()) == t.dtype() && (r == Rounding::kNone || t.dtype() != DType::kFloat32)) {
+      weights_.emplace(name, std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}));
+      continue;
+    }
+    Tensor storage = to_storage(t);
+    apply_rounding(storage, r);
+    weights_.emplace(name, std::make_shared<const Tensor>(std::move(storage)));
   }
 }
 
@@ -182,12 +194,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
     p.constants[std::size_t(id)] = std::move(t);
   };
 
-  for (const auto& [name, t] : graph_.initializers) {
-    int id = new_value(name);
-    Tensor storage = to_storage(t);
-    apply_rounding(storage, rounding_for(storage.dtype(), t.dtype(), options_.precision));
-    set_constant(id, std::make_shared<const Tensor>(std::move(storage)), t.dtype());
-  }
+  for (const auto& [name, t] : graph_.initializers) set_constant(new_value(name), weights_.at(name), t.dtype());
   for (std::size_t i = 0; i < graph_.inputs.size(); ++i) {
     const auto& in = graph_.inputs[i];
     if (p.ids.count(in.name)) continue;
@@ -312,16 +319,19 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     }
     shapes[in.name] = t.shape();
   }
-  for (const auto& [name, _] : inputs)
+  for (const auto& given : inputs) {
+    const std::string& name = given.first;
     if (std::none_of(graph_.inputs.begin(), graph_.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
       throw InputError(graph_.source + ": the model has no input named '" + name + "'");
+  }
 
   // Small integer/bool inputs are planned as constants (shape tensors fed as inputs, as the ONNX node
   // tests do); larger ones stay runtime data.
   std::map<std::string, const Tensor*> int_values;
   for (const auto& [name, t] : inputs)
-    if ((t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool) &&
-        t.numel() <= 64)
+    if (((t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool) &&
+         t.numel() <= 64) ||
+        constant_graph_inputs_.count(name))
       int_values[name] = &t;
   Plan& p = plan_for(shapes, int_values);
   std::vector<Tensor> slots(p.metas.size());

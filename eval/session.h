@@ -5,7 +5,9 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "eval/graph.h"
@@ -70,6 +72,12 @@ class Session {
   const Graph& graph_;
   SessionOptions options_;
   std::vector<std::unique_ptr<Op>> ops_;  // one per graph node
+  // Initializers in storage form, converted and rounded once per session; those needing neither
+  // alias the graph's own tensors (no copy of the weights).
+  std::unordered_map<std::string, std::shared_ptr<const Tensor>> weights_;
+  // Value names some op needs at plan time (Op::constant_inputs); graph inputs among them are
+  // planned as constants.
+  std::set<std::string> constant_graph_inputs_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;  // key: input shapes + int input values
   std::size_t peak_bytes_ = 0;
 };

@@ -80,7 +80,11 @@ template <int Shift, std::size_t... I>
 inline V shifted(V a, V b, std::index_sequence<I...>) {
   if constexpr (Shift == 0) return a;
   else if constexpr (Shift == N) return b;
+#if defined(__clang__)
+  else return __builtin_shufflevector(a, b, (Shift + static_cast<int>(I))...);
+#else
   else return __builtin_shuffle(a, b, VMask{(Shift + static_cast<long long>(I))...});
+#endif
 }
 template <int Shift>
 inline V window_at(const V* regs) {  // regs: consecutive vectors of the input row

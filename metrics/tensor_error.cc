@@ -56,7 +56,7 @@ TensorError tensor_error(const float* ref, const float* test, std::int64_t n) {
   for (; i + kLanes <= n; i += kLanes) {
     bool finite = true;
     for (int l = 0; l < kLanes; ++l)
-      finite &= std::isfinite(ref[i + l]) & std::isfinite(test[i + l]);
+      finite &= std::isfinite(ref[i + l]) && std::isfinite(test[i + l]);
     if (finite) {
       for (int l = 0; l < kLanes; ++l) add(l, ref[i + l], test[i + l]);
       e.count += kLanes;

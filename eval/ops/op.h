@@ -42,6 +42,9 @@ class Op {
   // Computes outputs already allocated with the inferred storage types and shapes. Inputs are
   // nullptr where omitted.
   virtual void run(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) const = 0;
+  // Inputs that must be known at plan time whatever their type (Resize's roi/scales/sizes). A
+  // graph input feeding one of them directly is planned as a constant (a plan per value).
+  virtual std::vector<std::size_t> constant_inputs() const { return {}; }
 };
 
 using OpFactory = std::unique_ptr<Op> (*)(const Node& node);

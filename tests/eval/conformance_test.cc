@@ -66,6 +66,22 @@ std::string compare(const std::string& name, const Tensor& expected, const Tenso
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// Test-data quirks of ONNX 1.12's node tests, not qeval behaviour: bfloat16 tensors are stored as
+// UINT16, so they are reinterpreted by type; and these tests' expected data was produced by
+// truncating to bfloat16 where the spec (and qeval) round to nearest even.
+const std::map<std::string, std::string> kBadTestData = {
+    {"test_cast_FLOAT_to_BFLOAT16", "expected data truncates instead of rounding to nearest even"},
+    {"test_castlike_FLOAT_to_BFLOAT16", "expected data truncates instead of rounding to nearest even"},
+    {"test_castlike_FLOAT_to_BFLOAT16_expanded", "expected data truncates instead of rounding to nearest even"},
+    {"test_castlike_BFLOAT16_to_FLOAT", "input 'like' is [1] where the model declares [3, 4]"},
+    {"test_castlike_BFLOAT16_to_FLOAT_expanded", "input 'like' is [1] where the model declares [3, 4]"},
+};
+
+Tensor as_type(Tensor t, DType want) {
+  if (t.dtype() == DType::kUInt16 && want == DType::kBFloat16) t.reuse_as(DType::kBFloat16, t.shape());
+  return t;
+}
+
 TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
   if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " missing: install libonnx-testdata";
   std::vector<fs::path> dirs;
@@ -87,6 +103,11 @@ TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
       log << "SKIP " << test << ": " << (pos == std::string::npos ? why : why.substr(pos + 3)) << "\n";
       continue;
     }
+    if (auto bad = kBadTestData.find(test); bad != kBadTestData.end()) {
+      ++skipped;
+      log << "SKIP " << test << ": ONNX 1.12 test data: " << bad->second << "\n";
+      continue;
+    }
     std::string problem, unsupported;
     try {
       Session session(*graph);
@@ -95,13 +116,14 @@ TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
         std::map<std::string, Tensor> inputs;
         for (std::size_t i = 0; i < graph->inputs.size(); ++i) {
           fs::path p = set.path() / ("input_" + std::to_string(i) + ".pb");
-          if (fs::exists(p)) inputs.emplace(graph->inputs[i].name, read_tensor_pb(p));
+          if (fs::exists(p)) inputs.emplace(graph->inputs[i].name, as_type(read_tensor_pb(p), graph->inputs[i].dtype));
         }
         auto outputs = session.run(inputs);
         for (std::size_t i = 0; i < graph->outputs.size() && problem.empty(); ++i) {
           fs::path p = set.path() / ("output_" + std::to_string(i) + ".pb");
           if (!fs::exists(p)) continue;
-          problem = compare(graph->outputs[i].name, read_tensor_pb(p), outputs.at(graph->outputs[i].name));
+          problem = compare(graph->outputs[i].name, as_type(read_tensor_pb(p), graph->outputs[i].dtype),
+                            outputs.at(graph->outputs[i].name));
         }
       }
     } catch (const UnsupportedError& e) {

@@ -1,0 +1,172 @@
+// Compute-kernel benchmarks: SGEMM (packed and reference), 3x3 conv, and an FMA-loop peak for scale.
+#include <benchmark/benchmark.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <ctime>
+#include <random>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/gemm.h"
+
+namespace {
+
+using namespace qeval::kernels;
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// Threads: 0 = TBB's default (all cores), else an arena of that many.
+template <class F>
+void in_arena(int threads, F&& f) {
+  if (threads == 0) return f();
+  tbb::task_arena arena(threads);
+  arena.execute(f);
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// GFLOP/s is wall-clock throughput. The machine is shared, so GFLOP/cpu-s (flops over the CPU time
+// of all this process's threads) is reported too: per-core throughput, insensitive to how many
+// cores other processes took during the run.
+void set_flops(benchmark::State& state, double flops_per_iteration, double cpu_seconds) {
+  const double flops = flops_per_iteration * double(state.iterations());
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/cpu-s"] = flops / 1e9 / cpu_seconds;
+}
+
+// ---- FMA peak: 16 independent vector FMA chains (enough to cover latency x issue width). Without
+// -ffast-math the compiler may not reassociate the chains, so the loop stays as written. ------------
+
+typedef float V __attribute__((vector_size(64)));
+
+V fma_chains(std::int64_t iterations, V seed) {
+  V acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = seed + float(i);
+  const V mul = seed * 0.0f + 0.999999f, add = seed * 0.0f + 1e-7f;
+  for (std::int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = acc[i] * mul + add;
+  }
+  V sum = acc[0];
+  for (int i = 1; i < 16; ++i) sum += acc[i];
+  return sum;
+}
+
+constexpr std::int64_t kFmaIterations = 1 << 22;
+constexpr double kFmaFlops = double(kFmaIterations) * 16 * 16 * 2;
+
+void BM_FmaPeak_1thread(benchmark::State& state) {
+  V seed = V{} + 1.0f;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(seed);  // an opaque input: the call cannot be hoisted
+    benchmark::DoNotOptimize(fma_chains(kFmaIterations, seed));
+  }
+  set_flops(state, kFmaFlops, process_cpu_seconds() - cpu0);
+}
+BENCHMARK(BM_FmaPeak_1thread)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_FmaPeak_allthreads(benchmark::State& state) {
+  const int threads = tbb::this_task_arena::max_concurrency();
+  std::vector<V> out(static_cast<std::size_t>(threads));
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    tbb::parallel_for(0, threads, [&](int t) { out[std::size_t(t)] = fma_chains(kFmaIterations, V{} + float(t)); },
+                      tbb::static_partitioner());
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_flops(state, kFmaFlops * threads, process_cpu_seconds() - cpu0);
+  state.counters["threads"] = threads;
+}
+BENCHMARK(BM_FmaPeak_allthreads)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- SGEMM ------------------------------------------------------------------------------------
+
+void run_sgemm(benchmark::State& state, std::int64_t m, std::int64_t n, std::int64_t k, int threads,
+               bool reference) {
+  const auto a = random_floats(std::size_t(m * k), 1), b = random_floats(std::size_t(k * n), 2);
+  std::vector<float> c(std::size_t(m * n));
+  GemmShape s{false, false, m, n, k, k, n, n};
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    in_arena(threads, [&] {
+      if (reference) sgemm_reference(s, 1.0f, a.data(), b.data(), 0.0f, c.data());
+      else sgemm(s, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    });
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * double(m) * double(n) * double(k), process_cpu_seconds() - cpu0);
+}
+
+void BM_Sgemm(benchmark::State& state) {
+  run_sgemm(state, state.range(0), state.range(1), state.range(2), int(state.range(3)), false);
+}
+// Args: m, n, k, threads (0 = all).
+BENCHMARK(BM_Sgemm)
+    ->ArgNames({"m", "n", "k", "threads"})
+    ->Args({512, 512, 512, 0})
+    ->Args({1024, 1024, 1024, 0})
+    ->Args({4096, 320, 320, 0})
+    ->Args({512, 512, 512, 1})
+    ->Args({1024, 1024, 1024, 1})
+    ->Args({4096, 320, 320, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_SgemmReference(benchmark::State& state) {
+  run_sgemm(state, state.range(0), state.range(1), state.range(2), 1, true);
+}
+BENCHMARK(BM_SgemmReference)->ArgNames({"m", "n", "k"})->Args({512, 512, 512})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- conv ---------------------------------------------------------------------------------------
+
+// A UNet-ish 3x3 conv: 1x320x64x64 -> 320 channels, pad 1.
+ConvParams unet_conv_3x3() {
+  ConvParams p;
+  p.batch = 1;
+  p.in_channels = 320;
+  p.out_channels = 320;
+  p.groups = 1;
+  p.in_spatial = {64, 64};
+  p.kernel = {3, 3};
+  p.strides = {1, 1};
+  p.dilations = {1, 1};
+  p.pads_begin = {1, 1};
+  p.pads_end = {1, 1};
+  p.out_spatial = conv_output_spatial(p);
+  return p;
+}
+
+void run_conv(benchmark::State& state, const ConvParams& p, int threads, bool reference) {
+  const auto x = random_floats(std::size_t(conv_input_size(p)), 1);
+  const auto w = random_floats(std::size_t(conv_weight_size(p)), 2);
+  const auto bias = random_floats(std::size_t(p.out_channels), 3);
+  std::vector<float> y(std::size_t(conv_output_size(p)));
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    in_arena(threads, [&] {
+      if (reference) conv_reference(p, x.data(), w.data(), bias.data(), y.data());
+      else conv(p, x.data(), w.data(), bias.data(), y.data());
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_flops(state, conv_flops(p), process_cpu_seconds() - cpu0);
+}
+
+void BM_Conv3x3_320x64x64(benchmark::State& state) { run_conv(state, unet_conv_3x3(), int(state.range(0)), false); }
+BENCHMARK(BM_Conv3x3_320x64x64)->ArgName("threads")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

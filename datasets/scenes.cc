@@ -1,0 +1,271 @@
+// Synthetic captioned scenes: draws, captions, exact integer rasterisation, caption parsing.
+// tools/scenes.py is a line-for-line port; keep the two in step (docs/scenes.md).
+#include "datasets/scenes.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "kernels/error.h"
+
+namespace qeval::datasets {
+namespace {
+
+constexpr std::string_view kShapeNames[kSceneShapeCount] = {"circle", "square", "triangle",
+                                                            "ring",   "cross",  "diamond"};
+constexpr std::string_view kColorNames[kSceneColorCount] = {"red",  "orange", "yellow", "green",
+                                                            "blue", "purple", "white",  "black"};
+constexpr std::string_view kSizeNames[kSceneSizeCount] = {"small", "medium", "large"};
+constexpr std::string_view kStyleNames[kBackgroundStyleCount] = {"plain", "gradient", "striped"};
+constexpr std::string_view kPositions[kSceneCellCount] = {
+    "at the top left",    "at the top",    "at the top right",    "on the left", "in the center",
+    "on the right",       "at the bottom left", "at the bottom", "at the bottom right"};
+constexpr Rgb kObjectRgb[kSceneColorCount] = {{220, 40, 40}, {245, 140, 20}, {240, 220, 30},
+                                              {40, 170, 60}, {40, 90, 220},  {150, 60, 200},
+                                              {245, 245, 245}, {25, 25, 25}};
+constexpr int kSizePercent[kSceneSizeCount] = {7, 10, 13};
+constexpr int kJitterPercent = 3;
+
+std::string_view article(std::string_view word) {
+  return std::string_view("aeiou").find(word.front()) != std::string_view::npos ? "an" : "a";
+}
+
+std::string object_phrase(const SceneObject& o) {
+  std::string first = o.size == SceneSize::kMedium ? std::string(scene_color_name(o.color))
+                                                   : std::string(scene_size_name(o.size));
+  std::string s(article(first));
+  if (o.size != SceneSize::kMedium) s += " " + std::string(scene_size_name(o.size));
+  s += " ";
+  s += scene_color_name(o.color);
+  s += " ";
+  s += scene_shape_name(o.shape);
+  s += " ";
+  s += scene_position_phrase(o.cell);
+  return s;
+}
+
+// Whether the sample at offset (dx, dy) from an object's centre, in sub-pixel units, is inside it.
+bool inside(SceneShape shape, std::int64_t dx, std::int64_t dy, std::int64_t r) {
+  const std::int64_t ax = std::llabs(dx), ay = std::llabs(dy);
+  switch (shape) {
+    case SceneShape::kCircle: return dx * dx + dy * dy <= r * r;
+    case SceneShape::kSquare: return ax <= r && ay <= r;
+    case SceneShape::kTriangle: return dy <= r && 2 * ax <= dy + r;  // apex up
+    case SceneShape::kRing: {
+      const std::int64_t ri = 3 * r / 5, d2 = dx * dx + dy * dy;
+      return d2 <= r * r && d2 >= ri * ri;
+    }
+    case SceneShape::kCross: {
+      const std::int64_t w = r / 3;
+      return (ax <= w && ay <= r) || (ay <= w && ax <= r);
+    }
+    case SceneShape::kDiamond: return ax + ay <= r;
+  }
+  return false;
+}
+
+std::string normalise(std::string_view text) {
+  std::string out;
+  bool space = false;
+  for (char c : text) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  }
+  return out;
+}
+
+std::vector<std::string_view> split(std::string_view s, std::string_view sep) {
+  std::vector<std::string_view> parts;
+  for (std::size_t pos = 0;;) {
+    const std::size_t next = s.find(sep, pos);
+    parts.push_back(s.substr(pos, next == std::string_view::npos ? std::string_view::npos : next - pos));
+    if (next == std::string_view::npos) return parts;
+    pos = next + sep.size();
+  }
+}
+
+template <std::size_t N>
+int index_of(const std::string_view (&names)[N], std::string_view word) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (names[i] == word) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace
+
+std::string_view scene_shape_name(SceneShape s) { return kShapeNames[static_cast<int>(s)]; }
+std::string_view scene_color_name(SceneColor c) { return kColorNames[static_cast<int>(c)]; }
+std::string_view scene_size_name(SceneSize s) { return kSizeNames[static_cast<int>(s)]; }
+std::string_view background_style_name(BackgroundStyle s) { return kStyleNames[static_cast<int>(s)]; }
+std::string_view scene_position_phrase(int cell) { return kPositions[cell]; }
+Rgb scene_object_rgb(SceneColor c) { return kObjectRgb[static_cast<int>(c)]; }
+
+std::array<Rgb, 2> scene_background_tones(SceneColor c) {
+  const Rgb& o = kObjectRgb[static_cast<int>(c)];
+  Rgb t0{}, t1{};
+  for (int k = 0; k < 3; ++k) {
+    t0[k] = static_cast<std::uint8_t>((2 * o[k] + 3 * 150) / 5);
+    t1[k] = static_cast<std::uint8_t>((3 * t0[k]) / 4);
+  }
+  return {t0, t1};
+}
+
+std::string scene_caption(const std::vector<SceneObject>& objects, BackgroundStyle style,
+                          SceneColor background) {
+  std::string s;
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    if (i > 0) s += i + 1 == objects.size() ? " and " : ", ";
+    s += object_phrase(objects[i]);
+  }
+  s += " on a ";
+  s += background_style_name(style);
+  s += " ";
+  s += scene_color_name(background);
+  s += " background";
+  return s;
+}
+
+SceneDescription describe_scene(std::uint64_t seed, std::uint64_t index, const SceneOptions& options) {
+  const int size = options.size;
+  if (size < 16 || size > 4096)
+    throw InputError("scene size must be in [16, 4096], got " + std::to_string(size));
+  if (!(1 <= options.min_objects && options.min_objects <= options.max_objects && options.max_objects <= 3))
+    throw InputError("scene object counts need 1 <= min_objects <= max_objects <= 3, got " +
+                     std::to_string(options.min_objects) + ".." + std::to_string(options.max_objects));
+  SplitMix64 rng(SplitMix64::mix(SplitMix64::mix(seed) ^ index));
+  SceneDescription d;
+  d.seed = seed;
+  d.index = index;
+  d.size = size;
+  const int n = options.min_objects +
+                static_cast<int>(rng.uniform(static_cast<std::uint32_t>(options.max_objects - options.min_objects + 1)));
+  d.style = static_cast<BackgroundStyle>(rng.uniform(kBackgroundStyleCount));
+  d.background = static_cast<SceneColor>(rng.uniform(kSceneColorCount));
+  std::array<int, kSceneCellCount> cells;
+  std::iota(cells.begin(), cells.end(), 0);
+  for (int i = 0; i < n; ++i) {
+    const int j = i + static_cast<int>(rng.uniform(static_cast<std::uint32_t>(kSceneCellCount - i)));
+    std::swap(cells[i], cells[j]);
+  }
+  const int jitter = size * kSceneSubpixel * kJitterPercent / 100;
+  for (int i = 0; i < n; ++i) {
+    SceneObject o;
+    o.shape = static_cast<SceneShape>(rng.uniform(kSceneShapeCount));
+    o.color = static_cast<SceneColor>(rng.uniform(kSceneColorCount));
+    while (o.color == d.background) o.color = static_cast<SceneColor>(rng.uniform(kSceneColorCount));
+    o.size = static_cast<SceneSize>(rng.uniform(kSceneSizeCount));
+    const int dx = static_cast<int>(rng.uniform(static_cast<std::uint32_t>(2 * jitter + 1))) - jitter;
+    const int dy = static_cast<int>(rng.uniform(static_cast<std::uint32_t>(2 * jitter + 1))) - jitter;
+    o.cell = cells[i];
+    const int row = o.cell / 3, col = o.cell % 3;
+    o.center_x = (2 * col + 1) * size * kSceneSubpixel / 6 + dx;
+    o.center_y = (2 * row + 1) * size * kSceneSubpixel / 6 + dy;
+    o.radius = size * kSceneSubpixel * kSizePercent[static_cast<int>(o.size)] / 100;
+    d.objects.push_back(o);
+  }
+  d.caption = scene_caption(d.objects, d.style, d.background);
+  return d;
+}
+
+Scene render_scene(const SceneDescription& d) {
+  const int size = d.size;
+  const auto tones = scene_background_tones(d.background);
+  const int stripe = std::max(2, size / 10);
+  const std::size_t n_obj = d.objects.size();
+  Scene scene;
+  scene.description = d;
+  scene.image = Rgb8{size, size, 3, std::vector<std::uint8_t>(std::size_t(size) * size * 3)};
+  scene.masks.assign(n_obj, std::vector<std::uint8_t>(std::size_t(size) * size, 0));
+  std::vector<int> counts(n_obj);
+  for (int y = 0; y < size; ++y) {
+    for (int x = 0; x < size; ++x) {
+      std::array<int, 3> bg{};
+      for (int k = 0; k < 3; ++k) {
+        const int t0 = tones[0][k], t1 = tones[1][k];
+        switch (d.style) {
+          case BackgroundStyle::kPlain: bg[k] = t0; break;
+          case BackgroundStyle::kGradient: bg[k] = (t0 * (size - 1 - y) + t1 * y + (size - 1) / 2) / (size - 1); break;
+          case BackgroundStyle::kStriped: bg[k] = ((x + y) / stripe) % 2 == 0 ? t0 : t1; break;
+        }
+      }
+      std::fill(counts.begin(), counts.end(), 0);
+      int n_bg = 0;
+      for (int sy = 0; sy < 4; ++sy) {
+        for (int sx = 0; sx < 4; ++sx) {
+          const std::int64_t px = kSceneSubpixel * x + 2 * sx + 1, py = kSceneSubpixel * y + 2 * sy + 1;
+          int top = -1;
+          for (std::size_t i = 0; i < n_obj; ++i) {
+            const SceneObject& o = d.objects[i];
+            if (inside(o.shape, px - o.center_x, py - o.center_y, o.radius)) top = static_cast<int>(i);
+          }
+          if (top < 0) ++n_bg; else ++counts[top];
+        }
+      }
+      const std::size_t p = std::size_t(y) * size + x;
+      for (int k = 0; k < 3; ++k) {
+        int acc = bg[k] * n_bg;
+        for (std::size_t i = 0; i < n_obj; ++i) acc += scene_object_rgb(d.objects[i].color)[k] * counts[i];
+        scene.image.pixels[3 * p + k] = static_cast<std::uint8_t>((acc + kSceneSamplesPerPixel / 2) / kSceneSamplesPerPixel);
+      }
+      for (std::size_t i = 0; i < n_obj; ++i)
+        if (2 * counts[i] >= kSceneSamplesPerPixel) scene.masks[i][p] = 255;
+    }
+  }
+  return scene;
+}
+
+ParsedCaption parse_scene_caption(std::string_view caption) {
+  const std::string text = normalise(caption);
+  const auto fail = [&](const std::string& why) {
+    return InputError("not a scene caption (" + why + "): \"" + text + "\"");
+  };
+  constexpr std::string_view kOn = " on a ", kTail = " background";
+  const std::size_t on = text.rfind(kOn);
+  if (on == std::string::npos || !text.ends_with(kTail)) throw fail("no 'on a ... background'");
+  ParsedCaption out;
+  const std::string_view view(text);
+  const auto bg = split(view.substr(on + kOn.size(), text.size() - on - kOn.size() - kTail.size()), " ");
+  const int style = bg.size() == 2 ? index_of(kStyleNames, bg[0]) : -1;
+  const int bg_color = bg.size() == 2 ? index_of(kColorNames, bg[1]) : -1;
+  if (style < 0 || bg_color < 0) throw fail("bad background phrase");
+  out.style = static_cast<BackgroundStyle>(style);
+  out.background = static_cast<SceneColor>(bg_color);
+
+  const auto parts = split(view.substr(0, on), " and ");
+  if (parts.size() > 2) throw fail("too many 'and'");
+  std::vector<std::string_view> phrases = split(parts[0], ", ");
+  if (parts.size() == 2) phrases.push_back(parts[1]);
+  for (std::string_view p : phrases) {
+    int cell = -1;
+    for (int c = 0; c < kSceneCellCount; ++c) {  // longest matching position phrase wins
+      const std::string suffix = " " + std::string(kPositions[c]);
+      if (p.ends_with(suffix) && (cell < 0 || kPositions[c].size() > kPositions[cell].size())) cell = c;
+    }
+    if (cell < 0) throw fail("no position in \"" + std::string(p) + "\"");
+    const auto words = split(p.substr(0, p.size() - kPositions[cell].size() - 1), " ");
+    if ((words.size() != 3 && words.size() != 4) || words[0] != article(words[1]))
+      throw fail("bad object phrase \"" + std::string(p) + "\"");
+    SceneObject o;
+    o.cell = cell;
+    if (words.size() == 4) {
+      const int size = index_of(kSizeNames, words[1]);
+      if (size < 0 || size == static_cast<int>(SceneSize::kMedium))
+        throw fail("bad size in \"" + std::string(p) + "\"");
+      o.size = static_cast<SceneSize>(size);
+    }
+    const int color = index_of(kColorNames, words[words.size() - 2]);
+    const int shape = index_of(kShapeNames, words.back());
+    if (color < 0 || shape < 0) throw fail("unknown color or shape in \"" + std::string(p) + "\"");
+    o.color = static_cast<SceneColor>(color);
+    o.shape = static_cast<SceneShape>(shape);
+    out.objects.push_back(o);
+  }
+  return out;
+}
+
+}  // namespace qeval::datasets

@@ -1,0 +1,380 @@
+// Convolution kernels: validation, im2col into GEMM panels, depthwise direct loops, col2im for
+// ConvTranspose, and the naive references.
+#include "kernels/conv.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/gemm.h"
+
+namespace qeval::kernels {
+namespace {
+
+constexpr int NR = kGemmNR, KC = kGemmKC, MC = kGemmMC;
+
+std::string dims_to_string(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// The geometry with leading spatial dimensions padded to three (size 1, kernel 1, stride 1, no pad),
+// so one set of loops serves 1-D, 2-D and 3-D.
+struct Geom {
+  std::int64_t in[3], k[3], s[3], d[3], pb[3], out[3];
+  std::int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  std::int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  std::int64_t k_size() const { return k[0] * k[1] * k[2]; }
+};
+
+void validate(const ConvParams& p, bool transpose) {
+  const char* what = transpose ? "conv_transpose" : "conv";
+  const std::size_t r = p.in_spatial.size();
+  auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(what) + ": " + m); };
+  if (r < 1 || r > 3) fail(std::to_string(r) + " spatial dimensions (1 to 3 are supported)");
+  if (p.kernel.size() != r || p.strides.size() != r || p.dilations.size() != r || p.pads_begin.size() != r ||
+      p.pads_end.size() != r || p.out_spatial.size() != r)
+    fail("spatial parameter vectors differ in length");
+  if (p.batch < 0 || p.in_channels < 1 || p.out_channels < 1 || p.groups < 1)
+    fail("batch " + std::to_string(p.batch) + ", channels " + std::to_string(p.in_channels) + " -> " +
+         std::to_string(p.out_channels) + ", groups " + std::to_string(p.groups));
+  if (p.in_channels % p.groups || p.out_channels % p.groups)
+    fail("channels " + std::to_string(p.in_channels) + " -> " + std::to_string(p.out_channels) +
+         " are not divisible by groups " + std::to_string(p.groups));
+  for (std::size_t i = 0; i < r; ++i)
+    if (p.in_spatial[i] < 0 || p.kernel[i] < 1 || p.strides[i] < 1 || p.dilations[i] < 1 || p.pads_begin[i] < 0 ||
+        p.pads_end[i] < 0 || p.out_spatial[i] < 0)
+      fail("bad geometry: input " + dims_to_string(p.in_spatial) + ", kernel " + dims_to_string(p.kernel) +
+           ", strides " + dims_to_string(p.strides) + ", dilations " + dims_to_string(p.dilations) + ", pads " +
+           dims_to_string(p.pads_begin) + " / " + dims_to_string(p.pads_end) + ", output " +
+           dims_to_string(p.out_spatial));
+  if (!transpose && p.out_spatial != conv_output_spatial(p))
+    fail("output " + dims_to_string(p.out_spatial) + " does not match the geometry's " +
+         dims_to_string(conv_output_spatial(p)));
+}
+
+Geom geom3(const ConvParams& p) {
+  Geom g;
+  const std::size_t r = p.in_spatial.size(), lead = 3 - r;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const bool real = i >= lead;
+    const std::size_t j = real ? i - lead : 0;
+    g.in[i] = real ? p.in_spatial[j] : 1;
+    g.k[i] = real ? p.kernel[j] : 1;
+    g.s[i] = real ? p.strides[j] : 1;
+    g.d[i] = real ? p.dilations[j] : 1;
+    g.pb[i] = real ? p.pads_begin[j] : 0;
+    g.out[i] = real ? p.out_spatial[j] : 1;
+  }
+  return g;
+}
+
+std::int64_t product(const std::vector<std::int64_t>& v) {
+  std::int64_t n = 1;
+  for (auto x : v) n *= x;
+  return n;
+}
+
+// Writes rows [k0, k0 + kc) and columns [c0, c0 + nc) of one group's im2col matrix straight into
+// packed-B panel layout (gemm.h). Row = (input channel, kd, kh, kw); column = output position.
+void im2col_block(const Geom& g, const float* xg, std::int64_t k0, std::int64_t kc, std::int64_t c0,
+                  std::int64_t nc, float* dst) {
+  const std::int64_t kprod = g.k_size(), in_size = g.in_size();
+  const std::int64_t panel_stride = kc * NR;
+  for (std::int64_t r = 0; r < kc; ++r) {
+    const std::int64_t row = k0 + r, ci = row / kprod, rem = row % kprod;
+    const std::int64_t kd = rem / (g.k[1] * g.k[2]), kh = (rem / g.k[2]) % g.k[1], kw = rem % g.k[2];
+    const float* xc = xg + ci * in_size;
+    const std::int64_t off_w = kw * g.d[2] - g.pb[2];
+    std::int64_t ow = c0 % g.out[2], oh = (c0 / g.out[2]) % g.out[1], od = c0 / (g.out[2] * g.out[1]);
+    float* drow = dst + r * NR;
+    for (std::int64_t col = c0; col < c0 + nc;) {
+      const std::int64_t run = std::min(c0 + nc - col, g.out[2] - ow);
+      const std::int64_t id = od * g.s[0] + kd * g.d[0] - g.pb[0], ih = oh * g.s[1] + kh * g.d[1] - g.pb[1];
+      const bool row_valid = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1];
+      const float* src = row_valid ? xc + (id * g.in[1] + ih) * g.in[2] : nullptr;
+      // Sub-runs that stay inside one destination panel are contiguous there.
+      for (std::int64_t t = 0; t < run;) {
+        const std::int64_t dc = col - c0 + t, lane = dc % NR;
+        const std::int64_t len = std::min(run - t, NR - lane);
+        float* out = drow + (dc / NR) * panel_stride + lane;
+        if (!row_valid) {
+          std::fill(out, out + len, 0.0f);
+        } else if (g.s[2] == 1) {
+          const std::int64_t ix0 = ow + t + off_w;  // source index of out[0]
+          const std::int64_t lo = std::clamp<std::int64_t>(-ix0, 0, len);
+          const std::int64_t hi = std::clamp<std::int64_t>(g.in[2] - ix0, lo, len);
+          std::fill(out, out + lo, 0.0f);
+          if (hi > lo) std::copy(src + ix0 + lo, src + ix0 + hi, out + lo);
+          std::fill(out + hi, out + len, 0.0f);
+        } else {
+          for (std::int64_t u = 0; u < len; ++u) {
+            const std::int64_t ix = (ow + t + u) * g.s[2] + off_w;
+            out[u] = ix >= 0 && ix < g.in[2] ? src[ix] : 0.0f;
+          }
+        }
+        t += len;
+      }
+      col += run;
+      ow += run;
+      if (ow == g.out[2]) {
+        ow = 0;
+        if (++oh == g.out[1]) {
+          oh = 0;
+          ++od;
+        }
+      }
+    }
+    // Columns past nc in the last panel must be zero: the micro-kernel reads whole panels.
+    if (const std::int64_t tail = nc % NR) std::fill(drow + (nc / NR) * panel_stride + tail, drow + (nc / NR) * panel_stride + NR, 0.0f);
+  }
+}
+
+// One output channel's planes when each group has a single input channel (depthwise, or a 1-channel
+// input): direct loops along output rows, padded taps skipped.
+void depthwise_rows(const Geom& g, const float* xc, const float* wk, float bias, float* yc, std::int64_t row_begin,
+                    std::int64_t row_end) {
+  for (std::int64_t row = row_begin; row < row_end; ++row) {
+    const std::int64_t od = row / g.out[1], oh = row % g.out[1];
+    float* y = yc + row * g.out[2];
+    std::fill(y, y + g.out[2], 0.0f);
+    for (std::int64_t kd = 0; kd < g.k[0]; ++kd) {
+      const std::int64_t id = od * g.s[0] + kd * g.d[0] - g.pb[0];
+      if (id < 0 || id >= g.in[0]) continue;
+      for (std::int64_t kh = 0; kh < g.k[1]; ++kh) {
+        const std::int64_t ih = oh * g.s[1] + kh * g.d[1] - g.pb[1];
+        if (ih < 0 || ih >= g.in[1]) continue;
+        const float* xr = xc + (id * g.in[1] + ih) * g.in[2];
+        for (std::int64_t kw = 0; kw < g.k[2]; ++kw) {
+          const float wv = wk[(kd * g.k[1] + kh) * g.k[2] + kw];
+          const std::int64_t off = kw * g.d[2] - g.pb[2], s = g.s[2];
+          // Output columns whose tap lands inside the row: 0 <= ow * s + off < in.
+          const std::int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+          const std::int64_t hi = std::min(g.out[2], g.in[2] - off <= 0 ? 0 : (g.in[2] - off + s - 1) / s);
+          if (s == 1) {
+            for (std::int64_t ow = lo; ow < hi; ++ow) y[ow] += wv * xr[ow + off];
+          } else {
+            for (std::int64_t ow = lo; ow < hi; ++ow) y[ow] += wv * xr[ow * s + off];
+          }
+        }
+      }
+    }
+    for (std::int64_t ow = 0; ow < g.out[2]; ++ow) y[ow] += bias;
+  }
+}
+
+void conv_depthwise(const ConvParams& p, const Geom& g, const float* x, const float* w, const float* bias, float* y) {
+  const std::int64_t cout_g = p.out_channels / p.groups, rows = g.out[0] * g.out[1];
+  const std::int64_t in_size = g.in_size(), out_size = g.out_size(), kprod = g.k_size();
+  const std::int64_t planes = p.batch * p.out_channels;
+  // Row blocks of ~16K outputs keep tasks big enough to amortise and small enough to balance.
+  const std::int64_t rows_per_task = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, g.out[2]));
+  const std::int64_t blocks = (rows + rows_per_task - 1) / rows_per_task;
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, planes * blocks), [&](const auto& range) {
+    for (std::int64_t t = range.begin(); t < range.end(); ++t) {
+      const std::int64_t plane = t / blocks, blk = t % blocks;
+      const std::int64_t n = plane / p.out_channels, oc = plane % p.out_channels, ci = oc / cout_g;
+      depthwise_rows(g, x + (n * p.in_channels + ci) * in_size, w + oc * kprod, bias ? bias[oc] : 0.0f,
+                     y + plane * out_size, blk * rows_per_task, std::min(rows, (blk + 1) * rows_per_task));
+    }
+  });
+}
+
+// im2col + GEMM: weights packed once per group; tasks over (image, group, row chunk, column tile)
+// each im2col their own B blocks into a private buffer and run all their k blocks.
+void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* w, const float* bias, float* y) {
+  const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
+  const std::int64_t kdim = cin_g * g.k_size(), ncols = g.out_size(), in_size = g.in_size();
+  std::vector<PackedA> weights;
+  weights.reserve(std::size_t(p.groups));
+  for (std::int64_t grp = 0; grp < p.groups; ++grp) weights.emplace_back(false, cout_g, kdim, w + grp * cout_g * kdim, kdim);
+
+  // Column tiles of up to 256 keep a task's B block (KC x 256 floats) and C tile in L2; narrower
+  // tiles and row chunks only when there would be too few tasks for the cores. The split never
+  // changes a sum: k is blocked by KC whatever the tiling.
+  const std::int64_t want = 4 * std::int64_t(tbb::this_task_arena::max_concurrency());
+  const std::int64_t images = p.batch * p.groups;
+  std::int64_t nt = std::min<std::int64_t>(round_up(ncols, NR), 8 * NR);
+  while (images * ((ncols + nt - 1) / nt) < want && nt > 2 * NR) nt = round_up(nt / 2, NR);
+  const std::int64_t col_tiles = (ncols + nt - 1) / nt;
+  std::int64_t mt = round_up(cout_g, MC);
+  while (images * col_tiles * ((cout_g + mt - 1) / mt) < want && mt > MC) mt = round_up(mt / 2, MC);
+  const std::int64_t row_chunks = (cout_g + mt - 1) / mt;
+
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, images * row_chunks * col_tiles, 1),
+      [&](const auto& range) {
+        AlignedFloats b_buf = alloc_aligned_floats(std::size_t(packed_b_floats(KC, nt)));
+        for (std::int64_t t = range.begin(); t < range.end(); ++t) {
+          const std::int64_t img = t / (row_chunks * col_tiles), rest = t % (row_chunks * col_tiles);
+          const std::int64_t n = img / p.groups, grp = img % p.groups;
+          const std::int64_t m0 = (rest / col_tiles) * mt, mc = std::min(mt, cout_g - m0);
+          const std::int64_t c0 = (rest % col_tiles) * nt, nc = std::min(nt, ncols - c0);
+          const float* xg = x + (n * p.in_channels + grp * cin_g) * in_size;
+          float* yt = y + (n * p.out_channels + grp * cout_g + m0) * ncols + c0;
+          for (std::int64_t k0 = 0; k0 < kdim; k0 += KC) {
+            const std::int64_t kc = std::min<std::int64_t>(KC, kdim - k0);
+            im2col_block(g, xg, k0, kc, c0, nc, b_buf.get());
+            for (std::int64_t i = 0; i < mc; i += MC)
+              gemm_packed_block(std::min<std::int64_t>(MC, mc - i), nc, kc, weights[std::size_t(grp)].block(m0 + i, k0),
+                                b_buf.get(), 1.0f, k0 == 0 ? 0.0f : 1.0f, yt + i * ncols, ncols);
+          }
+          if (bias)
+            for (std::int64_t i = 0; i < mc; ++i) {
+              const float b = bias[grp * cout_g + m0 + i];
+              float* yr = yt + i * ncols;
+              for (std::int64_t j = 0; j < nc; ++j) yr[j] += b;
+            }
+        }
+      },
+      tbb::simple_partitioner());
+}
+
+}  // namespace
+
+std::vector<std::int64_t> conv_output_spatial(const ConvParams& p) {
+  std::vector<std::int64_t> out(p.in_spatial.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::int64_t span = p.in_spatial[i] + p.pads_begin[i] + p.pads_end[i] - p.dilations[i] * (p.kernel[i] - 1) - 1;
+    out[i] = span < 0 ? 0 : span / p.strides[i] + 1;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> conv_transpose_output_spatial(const ConvParams& p) {
+  std::vector<std::int64_t> out(p.in_spatial.size());
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = p.strides[i] * (p.in_spatial[i] - 1) + p.dilations[i] * (p.kernel[i] - 1) + 1 - p.pads_begin[i] -
+             p.pads_end[i];
+  return out;
+}
+
+std::int64_t conv_input_size(const ConvParams& p) { return p.batch * p.in_channels * product(p.in_spatial); }
+std::int64_t conv_output_size(const ConvParams& p) { return p.batch * p.out_channels * product(p.out_spatial); }
+std::int64_t conv_weight_size(const ConvParams& p) {
+  return p.out_channels * (p.in_channels / p.groups) * product(p.kernel);
+}
+std::int64_t conv_transpose_weight_size(const ConvParams& p) {
+  return p.in_channels * (p.out_channels / p.groups) * product(p.kernel);
+}
+double conv_flops(const ConvParams& p) {
+  return 2.0 * double(p.batch) * double(p.out_channels) * double(product(p.out_spatial)) *
+         double(p.in_channels / p.groups) * double(product(p.kernel));
+}
+
+void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
+  validate(p, false);
+  const Geom g = geom3(p);
+  if (p.batch == 0 || g.out_size() == 0) return;
+  if (p.in_channels / p.groups == 1) return conv_depthwise(p, g, x, w, bias, y);
+  conv_gemm(p, g, x, w, bias, y);
+}
+
+void conv_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
+  validate(p, false);
+  const Geom g = geom3(p);
+  const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
+  const std::int64_t in_size = g.in_size(), out_size = g.out_size(), kprod = g.k_size();
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t oc = 0; oc < p.out_channels; ++oc) {
+      const std::int64_t grp = oc / cout_g;
+      for (std::int64_t o = 0; o < out_size; ++o) {
+        const std::int64_t od = o / (g.out[1] * g.out[2]), oh = (o / g.out[2]) % g.out[1], ow = o % g.out[2];
+        float acc = 0.0f;
+        for (std::int64_t ci = 0; ci < cin_g; ++ci) {
+          const float* xc = x + (n * p.in_channels + grp * cin_g + ci) * in_size;
+          const float* wk = w + (oc * cin_g + ci) * kprod;
+          for (std::int64_t kd = 0; kd < g.k[0]; ++kd)
+            for (std::int64_t kh = 0; kh < g.k[1]; ++kh)
+              for (std::int64_t kw = 0; kw < g.k[2]; ++kw) {
+                const std::int64_t id = od * g.s[0] + kd * g.d[0] - g.pb[0];
+                const std::int64_t ih = oh * g.s[1] + kh * g.d[1] - g.pb[1];
+                const std::int64_t iw = ow * g.s[2] + kw * g.d[2] - g.pb[2];
+                const bool inside = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1] && iw >= 0 && iw < g.in[2];
+                const float v = inside ? xc[(id * g.in[1] + ih) * g.in[2] + iw] : 0.0f;
+                acc += v * wk[(kd * g.k[1] + kh) * g.k[2] + kw];
+              }
+        }
+        y[(n * p.out_channels + oc) * out_size + o] = acc + (bias ? bias[oc] : 0.0f);
+      }
+    }
+}
+
+void conv_transpose(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
+  validate(p, true);
+  const Geom g = geom3(p);
+  const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
+  const std::int64_t in_size = g.in_size(), out_size = g.out_size(), kprod = g.k_size();
+  if (p.batch == 0 || out_size == 0) return;
+  // cols[(oc, k), input position] = sum over input channels of w * x: one GEMM per (image, group),
+  // then each output channel gathers its kprod rows (col2im), one channel per task.
+  const std::int64_t rows = cout_g * kprod;
+  AlignedFloats cols = alloc_aligned_floats(std::size_t(rows * in_size));
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t grp = 0; grp < p.groups; ++grp) {
+      const GemmShape shape{true, false, rows, in_size, cin_g, rows, in_size, in_size};
+      sgemm(shape, 1.0f, w + grp * cin_g * rows, x + (n * p.in_channels + grp * cin_g) * in_size, 0.0f, cols.get());
+      tbb::parallel_for(std::int64_t(0), cout_g, [&](std::int64_t oc) {
+        float* yc = y + (n * p.out_channels + grp * cout_g + oc) * out_size;
+        std::fill(yc, yc + out_size, bias ? bias[grp * cout_g + oc] : 0.0f);
+        for (std::int64_t kd = 0; kd < g.k[0]; ++kd)
+          for (std::int64_t kh = 0; kh < g.k[1]; ++kh)
+            for (std::int64_t kw = 0; kw < g.k[2]; ++kw) {
+              const float* crow = cols.get() + (oc * kprod + (kd * g.k[1] + kh) * g.k[2] + kw) * in_size;
+              const std::int64_t off = kw * g.d[2] - g.pb[2], s = g.s[2];
+              // Input columns whose output lands inside the row: 0 <= iw * s + off < out.
+              const std::int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+              const std::int64_t hi = std::min(g.in[2], g.out[2] - off <= 0 ? 0 : (g.out[2] - off + s - 1) / s);
+              for (std::int64_t id = 0; id < g.in[0]; ++id) {
+                const std::int64_t od = id * g.s[0] + kd * g.d[0] - g.pb[0];
+                if (od < 0 || od >= g.out[0]) continue;
+                for (std::int64_t ih = 0; ih < g.in[1]; ++ih) {
+                  const std::int64_t oh = ih * g.s[1] + kh * g.d[1] - g.pb[1];
+                  if (oh < 0 || oh >= g.out[1]) continue;
+                  const float* cr = crow + (id * g.in[1] + ih) * g.in[2];
+                  float* yr = yc + (od * g.out[1] + oh) * g.out[2];
+                  for (std::int64_t iw = lo; iw < hi; ++iw) yr[iw * s + off] += cr[iw];
+                }
+              }
+            }
+      });
+    }
+}
+
+void conv_transpose_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
+  validate(p, true);
+  const Geom g = geom3(p);
+  const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
+  const std::int64_t in_size = g.in_size(), out_size = g.out_size(), kprod = g.k_size();
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t oc = 0; oc < p.out_channels; ++oc)
+      std::fill(y + (n * p.out_channels + oc) * out_size, y + (n * p.out_channels + oc + 1) * out_size,
+                bias ? bias[oc] : 0.0f);
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t ic = 0; ic < p.in_channels; ++ic) {
+      const std::int64_t grp = ic / cin_g;
+      for (std::int64_t i = 0; i < in_size; ++i) {
+        const std::int64_t id = i / (g.in[1] * g.in[2]), ih = (i / g.in[2]) % g.in[1], iw = i % g.in[2];
+        const float xv = x[(n * p.in_channels + ic) * in_size + i];
+        for (std::int64_t oc = 0; oc < cout_g; ++oc)
+          for (std::int64_t kd = 0; kd < g.k[0]; ++kd)
+            for (std::int64_t kh = 0; kh < g.k[1]; ++kh)
+              for (std::int64_t kw = 0; kw < g.k[2]; ++kw) {
+                const std::int64_t od = id * g.s[0] + kd * g.d[0] - g.pb[0];
+                const std::int64_t oh = ih * g.s[1] + kh * g.d[1] - g.pb[1];
+                const std::int64_t ow = iw * g.s[2] + kw * g.d[2] - g.pb[2];
+                if (od < 0 || od >= g.out[0] || oh < 0 || oh >= g.out[1] || ow < 0 || ow >= g.out[2]) continue;
+                y[(n * p.out_channels + grp * cout_g + oc) * out_size + (od * g.out[1] + oh) * g.out[2] + ow] +=
+                    xv * w[((ic * cout_g + oc) * kprod) + (kd * g.k[1] + kh) * g.k[2] + kw];
+              }
+      }
+    }
+}
+
+}  // namespace qeval::kernels

@@ -1,0 +1,48 @@
+// Convolution kernels (NCHW, 1 to 3 spatial dimensions): im2col packed straight into GEMM panels,
+// a depthwise direct path, ConvTranspose via GEMM + col2im, and naive references for tests.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace qeval::kernels {
+
+// Geometry of a convolution over `in_spatial.size()` (1 to 3) spatial dimensions. Every spatial
+// vector has that many entries; pads are split into begin/end. For conv, out_spatial must equal
+// conv_output_spatial(); for conv_transpose it is the caller's (output_shape / output_padding), and
+// output positions no input reaches get only the bias.
+struct ConvParams {
+  std::int64_t batch = 1;
+  std::int64_t in_channels = 0;
+  std::int64_t out_channels = 0;
+  std::int64_t groups = 1;
+  std::vector<std::int64_t> in_spatial, kernel, strides, dilations, pads_begin, pads_end, out_spatial;
+};
+
+// floor((in + pad_begin + pad_end - dilation * (kernel - 1) - 1) / stride) + 1 per dimension.
+std::vector<std::int64_t> conv_output_spatial(const ConvParams& p);
+// stride * (in - 1) + dilation * (kernel - 1) + 1 - pad_begin - pad_end (before output_padding).
+std::vector<std::int64_t> conv_transpose_output_spatial(const ConvParams& p);
+
+// Element counts. Conv weights are [out_channels, in_channels / groups, kernel...]; ConvTranspose
+// weights are [in_channels, out_channels / groups, kernel...] (the ONNX layouts).
+std::int64_t conv_input_size(const ConvParams& p);
+std::int64_t conv_output_size(const ConvParams& p);
+std::int64_t conv_weight_size(const ConvParams& p);
+std::int64_t conv_transpose_weight_size(const ConvParams& p);
+// Multiply-adds times two, for GFLOP/s figures.
+double conv_flops(const ConvParams& p);
+
+// y = conv(x, w) + bias (bias may be null). x, w, y dense NC... row-major; y is fully written.
+// Throws std::invalid_argument on inconsistent parameters. Results do not depend on the thread count.
+void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
+// Direct definition, single-threaded; accumulates each output over (input channel, kernel offsets)
+// in order, padded positions contributing zero products.
+void conv_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
+
+// y = conv_transpose(x, w) + bias; x is [batch, in_channels, in_spatial...], y [batch, out_channels,
+// out_spatial...].
+void conv_transpose(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
+void conv_transpose_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
+
+}  // namespace qeval::kernels

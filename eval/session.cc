@@ -348,8 +348,9 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   };
 
   BufferPool pool;
-  std::size_t live = 0;
+  std::size_t live = 0, live_exact = 0;
   peak_bytes_ = 0;
+  live_peak_bytes_ = 0;
   std::vector<const Tensor*> ins, out_views;
   std::vector<Tensor*> outs;
   for (const auto& step : p.steps) {
@@ -366,9 +367,11 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
         const ValueMeta& m = p.metas[std::size_t(id)];
         slots[std::size_t(id)] = pool.take(m.dtype, m.shape);
         live += slots[std::size_t(id)].capacity();
+        live_exact += slots[std::size_t(id)].nbytes();
         outs.push_back(&slots[std::size_t(id)]);
       }
       peak_bytes_ = std::max(peak_bytes_, live);
+      live_peak_bytes_ = std::max(live_peak_bytes_, live_exact);
       ops_[step.node]->run(ins, outs);
       for (std::size_t o = 0; o < step.out.size(); ++o)
         if (step.out[o] >= 0) apply_rounding(*outs[o], p.rounding[std::size_t(step.out[o])]);
@@ -380,6 +383,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     }
     for (int id : step.release) {
       live -= slots[std::size_t(id)].capacity();
+      live_exact -= slots[std::size_t(id)].nbytes();
       pool.give(std::move(slots[std::size_t(id)]));
     }
   }

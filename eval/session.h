@@ -59,8 +59,11 @@ class Session {
   const Graph& graph() const { return graph_; }
   const SessionOptions& options() const { return options_; }
 
-  // Peak bytes of runtime activations held at once during the last run (buffer reuse included).
+  // Peak bytes of activation buffers held at once during the last run (pool capacity included).
   std::size_t last_peak_activation_bytes() const { return peak_bytes_; }
+  // The largest set of simultaneously live activations in the last run (exact sizes): the floor
+  // any allocator could reach; the pool's peak is compared against it.
+  std::size_t last_live_activation_bytes() const { return live_peak_bytes_; }
 
  private:
   struct Plan;
@@ -80,6 +83,7 @@ class Session {
   std::set<std::string> constant_graph_inputs_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;  // key: input shapes + int input values
   std::size_t peak_bytes_ = 0;
+  std::size_t live_peak_bytes_ = 0;
 };
 
 }  // namespace qeval::eval

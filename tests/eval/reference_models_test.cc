@@ -6,13 +6,16 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "datasets/npy.h"
 #include "eval/onnx_import.h"
+#include "eval/ops/op.h"
 #include "eval/session.h"
 #include "kernels/error.h"
 #include "test_util.h"
@@ -100,15 +103,30 @@ class ReferenceModels : public ::testing::TestWithParam<std::string> {
  protected:
   fs::path folder() const { return models_dir() / GetParam(); }
 
-  // Loads model.onnx; an unsupported op (or any other load error) is a failure naming the nodes.
+  // Loads model.onnx; an unsupported op (or any other load error) is a failure naming the nodes,
+  // followed by the distinct missing op types (load_onnx's list stops after a few nodes).
   bool load(Graph& graph) {
     try {
       graph = load_onnx(folder() / "model.onnx");
       return true;
     } catch (const InputError& e) {
-      ADD_FAILURE() << GetParam() << ": load_onnx failed: " << e.what();
+      ADD_FAILURE() << GetParam() << ": load_onnx failed: " << e.what() << missing_op_types();
       return false;
     }
+  }
+
+  std::string missing_op_types() const {
+    std::set<std::string> missing;
+    try {
+      const Graph g = load_onnx(folder() / "model.onnx", ImportOptions{.require_supported_ops = false});
+      for (const auto& n : g.nodes)
+        if (!find_op(n.domain, n.op_type, n.opset)) missing.insert(n.op_type);
+    } catch (const InputError&) {
+      return "";
+    }
+    std::string list;
+    for (const auto& op : missing) list += (list.empty() ? "" : ", ") + op;
+    return missing.empty() ? "" : "\nmissing op types: " + list;
   }
 };
 
@@ -142,6 +160,7 @@ TEST_P(ReferenceModels, Fp32MatchesOnnxRuntime) {
     }
     const Difference d = difference(ort, got);
     EXPECT_LE(d.rel_l2, kFp32MaxRelL2) << "qeval fp32 vs ONNX Runtime: " << d.describe();
+    std::cout << "  " << GetParam() << " " << out.name << " fp32 vs ORT: " << d.describe() << "\n";
   }
 }
 
@@ -164,6 +183,7 @@ TEST_P(ReferenceModels, Fp16StaysCloseToFp32) {
     const Difference d = difference(r, h);
     EXPECT_LT(d.rel_l2, kFp16MaxRelL2) << "fp16 vs fp32: " << d.describe();
     EXPECT_GT(d.rel_l2, kFp16MinRelL2) << "fp16 emulation changed (almost) nothing: " << d.describe();
+    std::cout << "  " << GetParam() << " " << out.name << " fp16 vs fp32: " << d.describe() << "\n";
   }
   EXPECT_GT(float_outputs, 0);
 }

@@ -113,7 +113,11 @@ async function main() {
   }
 }
 
-main().catch((e) => {
-  console.error(e.stack || String(e));
-  process.exit(1);
-});
+module.exports = { readNpy, writeNpy, safeName };
+
+if (require.main === module) {
+  main().catch((e) => {
+    console.error(e.stack || String(e));
+    process.exit(1);
+  });
+}

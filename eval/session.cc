@@ -89,10 +89,12 @@ Tensor to_declared(const Tensor& t, DType declared) {
         std::memcpy(b + 2 * i, &bits, 2);
         break;
       }
-      case DType::kFloat8E4M3FN: b[i] = to_float8_e4m3fn(src[i]).bits; break;
-      case DType::kFloat8E5M2: b[i] = to_float8_e5m2(src[i]).bits; break;
-      case DType::kFloat8E4M3FNUZ: b[i] = to_float8_e4m3fnuz(src[i]).bits; break;
-      case DType::kFloat8E5M2FNUZ: b[i] = to_float8_e5m2fnuz(src[i]).bits; break;
+      // Values are already representable (Cast rounded them); no saturation, so an inf that a
+      // non-saturating Cast produced stays inf.
+      case DType::kFloat8E4M3FN: b[i] = to_float8_e4m3fn(src[i], false).bits; break;
+      case DType::kFloat8E5M2: b[i] = to_float8_e5m2(src[i], false).bits; break;
+      case DType::kFloat8E4M3FNUZ: b[i] = to_float8_e4m3fnuz(src[i], false).bits; break;
+      case DType::kFloat8E5M2FNUZ: b[i] = to_float8_e5m2fnuz(src[i], false).bits; break;
       default: throw std::logic_error("to_declared: unexpected type");
     }
   }

@@ -18,6 +18,46 @@ namespace {
 
 constexpr int NR = kGemmNR, KC = kGemmKC, MC = kGemmMC;
 
+typedef float VU __attribute__((vector_size(64), aligned(4)));
+typedef float V8 __attribute__((vector_size(32), aligned(4)));
+typedef float V4 __attribute__((vector_size(16), aligned(4)));
+
+// Copies n <= 32 floats with fixed-size moves: im2col moves many short runs, and a libc memmove
+// call per run (what GCC makes of a plain loop) cost more than the copy itself.
+inline void copy_run(const float* src, float* dst, std::int64_t n) {
+  if (n >= 16) {
+    *reinterpret_cast<VU*>(dst) = *reinterpret_cast<const VU*>(src);
+    // The rest as a second, possibly overlapping, 16-float move.
+    if (n > 16) *reinterpret_cast<VU*>(dst + n - 16) = *reinterpret_cast<const VU*>(src + n - 16);
+    return;
+  }
+  if (n & 8) {
+    *reinterpret_cast<V8*>(dst) = *reinterpret_cast<const V8*>(src);
+    src += 8, dst += 8;
+  }
+  if (n & 4) {
+    *reinterpret_cast<V4*>(dst) = *reinterpret_cast<const V4*>(src);
+    src += 4, dst += 4;
+  }
+  if (n & 2) {
+    dst[0] = src[0], dst[1] = src[1];
+    src += 2, dst += 2;
+  }
+  if (n & 1) dst[0] = src[0];
+}
+
+inline void zero_run(float* dst, std::int64_t n) {
+  if (n >= 16) {
+    *reinterpret_cast<VU*>(dst) = VU{};
+    if (n > 16) *reinterpret_cast<VU*>(dst + n - 16) = VU{};
+    return;
+  }
+  if (n & 8) *reinterpret_cast<V8*>(dst) = V8{}, dst += 8;
+  if (n & 4) *reinterpret_cast<V4*>(dst) = V4{}, dst += 4;
+  if (n & 2) dst[0] = 0.0f, dst[1] = 0.0f, dst += 2;
+  if (n & 1) dst[0] = 0.0f;
+}
+
 std::string dims_to_string(const std::vector<std::int64_t>& v) {
   std::string s = "[";
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -83,56 +123,65 @@ std::int64_t product(const std::vector<std::int64_t>& v) {
 
 // Writes rows [k0, k0 + kc) and columns [c0, c0 + nc) of one group's im2col matrix straight into
 // packed-B panel layout (gemm.h). Row = (input channel, kd, kh, kw); column = output position.
+// Panel by panel, so the writes are sequential; within a panel, runs of columns that share an
+// output row read consecutive (or strided) input positions.
 void im2col_block(const Geom& g, const float* xg, std::int64_t k0, std::int64_t kc, std::int64_t c0,
                   std::int64_t nc, float* dst) {
   const std::int64_t kprod = g.k_size(), in_size = g.in_size();
-  const std::int64_t panel_stride = kc * NR;
+  // Per row: the input channel plane and the kernel offsets, decoded once.
+  struct RowInfo {
+    const float* plane;
+    std::int64_t dd, dh, dw;  // kernel offset times dilation, minus the leading pad
+  };
+  std::vector<RowInfo> rows(static_cast<std::size_t>(kc));
   for (std::int64_t r = 0; r < kc; ++r) {
     const std::int64_t row = k0 + r, ci = row / kprod, rem = row % kprod;
     const std::int64_t kd = rem / (g.k[1] * g.k[2]), kh = (rem / g.k[2]) % g.k[1], kw = rem % g.k[2];
-    const float* xc = xg + ci * in_size;
-    const std::int64_t off_w = kw * g.d[2] - g.pb[2];
-    std::int64_t ow = c0 % g.out[2], oh = (c0 / g.out[2]) % g.out[1], od = c0 / (g.out[2] * g.out[1]);
-    float* drow = dst + r * NR;
-    for (std::int64_t col = c0; col < c0 + nc;) {
-      const std::int64_t run = std::min(c0 + nc - col, g.out[2] - ow);
-      const std::int64_t id = od * g.s[0] + kd * g.d[0] - g.pb[0], ih = oh * g.s[1] + kh * g.d[1] - g.pb[1];
-      const bool row_valid = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1];
-      const float* src = row_valid ? xc + (id * g.in[1] + ih) * g.in[2] : nullptr;
-      // Sub-runs that stay inside one destination panel are contiguous there.
-      for (std::int64_t t = 0; t < run;) {
-        const std::int64_t dc = col - c0 + t, lane = dc % NR;
-        const std::int64_t len = std::min(run - t, NR - lane);
-        float* out = drow + (dc / NR) * panel_stride + lane;
-        if (!row_valid) {
-          std::fill(out, out + len, 0.0f);
-        } else if (g.s[2] == 1) {
-          const std::int64_t ix0 = ow + t + off_w;  // source index of out[0]
-          const std::int64_t lo = std::clamp<std::int64_t>(-ix0, 0, len);
-          const std::int64_t hi = std::clamp<std::int64_t>(g.in[2] - ix0, lo, len);
-          std::fill(out, out + lo, 0.0f);
-          if (hi > lo) std::copy(src + ix0 + lo, src + ix0 + hi, out + lo);
-          std::fill(out + hi, out + len, 0.0f);
+    rows[std::size_t(r)] = {xg + ci * in_size, kd * g.d[0] - g.pb[0], kh * g.d[1] - g.pb[1], kw * g.d[2] - g.pb[2]};
+  }
+  // Runs of columns inside one panel and one output row.
+  struct Run {
+    std::int64_t lane, len, od, oh, ow;
+  };
+  std::vector<Run> runs;
+  for (std::int64_t p0 = 0; p0 < nc; p0 += NR) {
+    float* panel = dst + (p0 / NR) * kc * NR;
+    const std::int64_t pn = std::min<std::int64_t>(NR, nc - p0);
+    runs.clear();
+    for (std::int64_t t = 0; t < pn;) {
+      const std::int64_t col = c0 + p0 + t, ow = col % g.out[2], rest = col / g.out[2];
+      const std::int64_t len = std::min(pn - t, g.out[2] - ow);
+      runs.push_back({t, len, rest / g.out[1], rest % g.out[1], ow});
+      t += len;
+    }
+    for (std::int64_t r = 0; r < kc; ++r) {
+      const RowInfo& ri = rows[std::size_t(r)];
+      float* out_row = panel + r * NR;
+      for (const Run& run : runs) {
+        float* out = out_row + run.lane;
+        const std::int64_t id = run.od * g.s[0] + ri.dd, ih = run.oh * g.s[1] + ri.dh;
+        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+          zero_run(out, run.len);
+          continue;
+        }
+        const float* src = ri.plane + (id * g.in[1] + ih) * g.in[2];
+        const std::int64_t ix0 = run.ow * g.s[2] + ri.dw;  // input column of out[0]
+        if (g.s[2] == 1) {
+          const std::int64_t lo = std::clamp<std::int64_t>(-ix0, 0, run.len);
+          const std::int64_t hi = std::clamp<std::int64_t>(g.in[2] - ix0, lo, run.len);
+          zero_run(out, lo);
+          copy_run(src + ix0 + lo, out + lo, hi - lo);
+          zero_run(out + hi, run.len - hi);
         } else {
-          for (std::int64_t u = 0; u < len; ++u) {
-            const std::int64_t ix = (ow + t + u) * g.s[2] + off_w;
+          for (std::int64_t u = 0; u < run.len; ++u) {
+            const std::int64_t ix = ix0 + u * g.s[2];
             out[u] = ix >= 0 && ix < g.in[2] ? src[ix] : 0.0f;
           }
         }
-        t += len;
       }
-      col += run;
-      ow += run;
-      if (ow == g.out[2]) {
-        ow = 0;
-        if (++oh == g.out[1]) {
-          oh = 0;
-          ++od;
-        }
-      }
+      // Columns past nc in the last panel must be zero: the micro-kernel reads whole panels.
+      zero_run(out_row + pn, NR - pn);
     }
-    // Columns past nc in the last panel must be zero: the micro-kernel reads whole panels.
-    if (const std::int64_t tail = nc % NR) std::fill(drow + (nc / NR) * panel_stride + tail, drow + (nc / NR) * panel_stride + NR, 0.0f);
   }
 }
 

@@ -96,16 +96,28 @@ void pack_a(bool trans, const float* a, std::int64_t lda, std::int64_t i0, std::
     const int rows = int(std::min<std::int64_t>(MR, mc - ip));
     float* d = dst + (ip / MR) * kc * MR;
     if (!trans) {
-      // k outer: the panel is written sequentially while MR row streams are read.
+      // 16 columns of k at a time: each source row contributes one cache line to a small tile
+      // that is then transposed into the panel. Reading the MR rows element by element instead
+      // thrashes L1 when lda is a power of two (all rows map to the same cache sets).
       const float* src = a + (i0 + ip) * lda + k0;
-      if (rows == MR) {
-        for (std::int64_t kk = 0; kk < kc; ++kk)
+      alignas(64) float tile[MR][16];
+      for (std::int64_t kb = 0; kb < kc; kb += 16) {
+        const int width = int(std::min<std::int64_t>(16, kc - kb));
+        if (width == 16) {
+          for (int r = 0; r < rows; ++r) *reinterpret_cast<V*>(tile[r]) = *reinterpret_cast<const VU*>(src + r * lda + kb);
+        } else {
+          for (int r = 0; r < rows; ++r) std::copy(src + r * lda + kb, src + r * lda + kb + width, tile[r]);
+        }
+        for (int r = rows; r < MR; ++r) *reinterpret_cast<V*>(tile[r]) = V{};
+        float* out = d + kb * MR;
+        if (width == 16) {
 #pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) d[kk * MR + r] = src[r * lda + kk];
-      } else {
-        for (std::int64_t kk = 0; kk < kc; ++kk) {
-          for (int r = 0; r < rows; ++r) d[kk * MR + r] = src[r * lda + kk];
-          for (int r = rows; r < MR; ++r) d[kk * MR + r] = 0.0f;
+          for (int kk = 0; kk < 16; ++kk)
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; ++r) out[kk * MR + r] = tile[r][kk];
+        } else {
+          for (int kk = 0; kk < width; ++kk)
+            for (int r = 0; r < MR; ++r) out[kk * MR + r] = tile[r][kk];
         }
       }
     } else {

@@ -31,10 +31,25 @@ double sum_double(const T* v, std::int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// Row maximum with sixteen independent lanes, so the compiler can use vector max instructions
+// (a single running max is a reduction it may not reorder). A NaN is skipped here and reaches
+// the output through the sum of exponentials instead.
+template <class T>
+T row_max(const T* x, std::int64_t n) {
+  T lane[16];
+  for (int j = 0; j < 16; ++j) lane[j] = x[0];
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+  T m = x[0];
+  for (int j = 0; j < 16; ++j) m = lane[j] > m ? lane[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
 template <class T>
 void softmax_row(const T* x, T* y, std::int64_t n, bool log) {
-  T m = x[0];
-  for (std::int64_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;  // NaN reaches y via the sum
+  const T m = row_max(x, n);
   for (std::int64_t i = 0; i < n; ++i) y[i] = exp_of<T>(x[i] - m);
   const double sum = sum_double(y, n);
   if (log) {

@@ -197,12 +197,46 @@ void global_pool(const T* x, T* y, std::int64_t planes, std::int64_t size, bool 
   });
 }
 
+template <class T>
+std::int64_t max_unpool(const T* x, const std::int64_t* indices, std::int64_t count, T* y,
+                        const std::vector<std::int64_t>& inferred, const std::vector<std::int64_t>& out) {
+  std::int64_t inferred_numel = 1, out_numel = 1;
+  for (auto d : inferred) inferred_numel *= d;
+  for (auto d : out) out_numel *= d;
+  std::fill_n(y, out_numel, T(0));
+  const bool same = inferred == out;
+  std::int64_t bad = -1;
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t idx = indices[i];
+    if (idx < 0 || idx >= inferred_numel) {
+      if (bad < 0) bad = i;
+      continue;
+    }
+    if (!same) {
+      // Coordinates in the inferred shape, re-flattened in the output shape.
+      std::int64_t flat = 0, stride = 1;
+      for (std::size_t d = inferred.size(); d-- > 0;) {
+        flat += (idx % inferred[d]) * stride;
+        idx /= inferred[d];
+        stride *= out[d];
+      }
+      idx = flat;
+    }
+    y[idx] = x[i];
+  }
+  return bad;
+}
+
 template void max_pool<float>(const float*, float*, std::int64_t*, std::int64_t, const PoolWindow&, bool);
 template void max_pool<double>(const double*, double*, std::int64_t*, std::int64_t, const PoolWindow&, bool);
 template void max_pool<std::int8_t>(const std::int8_t*, std::int8_t*, std::int64_t*, std::int64_t, const PoolWindow&, bool);
 template void max_pool<std::uint8_t>(const std::uint8_t*, std::uint8_t*, std::int64_t*, std::int64_t, const PoolWindow&, bool);
 template void average_pool<float>(const float*, float*, std::int64_t, const PoolWindow&, bool);
 template void average_pool<double>(const double*, double*, std::int64_t, const PoolWindow&, bool);
+template std::int64_t max_unpool<float>(const float*, const std::int64_t*, std::int64_t, float*,
+                                        const std::vector<std::int64_t>&, const std::vector<std::int64_t>&);
+template std::int64_t max_unpool<double>(const double*, const std::int64_t*, std::int64_t, double*,
+                                         const std::vector<std::int64_t>&, const std::vector<std::int64_t>&);
 template void global_pool<float>(const float*, float*, std::int64_t, std::int64_t, bool);
 template void global_pool<double>(const double*, double*, std::int64_t, std::int64_t, bool);
 

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace qeval::kernels {
 
@@ -29,6 +30,14 @@ void max_pool(const T* x, T* y, std::int64_t* indices, std::int64_t planes, cons
 // the padding, from ceil-mode windows, never count). An empty window gives NaN. T: float, double.
 template <class T>
 void average_pool(const T* x, T* y, std::int64_t planes, const PoolWindow& w, bool count_include_pad);
+
+// Inverse of max pooling: y (shape `out`) is zero except where the values of x land. Each x[i]
+// goes to flat position indices[i] of an array of shape `inferred`, which sits at the origin of
+// `out` (every out dimension >= its inferred one). Returns the position i of the first index
+// outside [0, numel(inferred)), or -1 when all are valid (nothing is written for invalid ones).
+template <class T>
+std::int64_t max_unpool(const T* x, const std::int64_t* indices, std::int64_t count, T* y,
+                        const std::vector<std::int64_t>& inferred, const std::vector<std::int64_t>& out);
 
 // Mean (summed in double) or max (NaN-propagating) of each of `planes` contiguous runs of `size`.
 template <class T>

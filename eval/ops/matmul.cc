@@ -122,8 +122,8 @@ class MatMulOp final : public Op {
     const std::int64_t batch = product(p.batch, 0, p.batch.size());
     const auto sa = kernels::broadcast_strides(Shape(p.a.begin(), p.a.end() - 2), p.batch);
     const auto sb = kernels::broadcast_strides(Shape(p.b.begin(), p.b.end() - 2), p.batch);
-    std::vector<const T*> as(std::size_t(batch)), bs(std::size_t(batch));
-    std::vector<T*> ys(std::size_t(batch));
+    std::vector<const T*> as(static_cast<std::size_t>(batch)), bs(static_cast<std::size_t>(batch));
+    std::vector<T*> ys(static_cast<std::size_t>(batch));
     std::vector<std::int64_t> idx(p.batch.size(), 0);
     for (std::int64_t e = 0; e < batch; ++e) {
       std::int64_t oa = 0, ob = 0, rem = e;
@@ -487,8 +487,8 @@ class EinsumOp final : public Op {
     const bool direct = c_labels == lo;
     std::vector<T> c_buf(direct ? 0 : std::size_t(nb * m * n));
     T* pc = direct ? y.data<T>() : c_buf.data();
-    std::vector<const T*> as(std::size_t(nb)), bs(std::size_t(nb));
-    std::vector<T*> cs(std::size_t(nb));
+    std::vector<const T*> as(static_cast<std::size_t>(nb)), bs(static_cast<std::size_t>(nb));
+    std::vector<T*> cs(static_cast<std::size_t>(nb));
     for (std::int64_t e = 0; e < nb; ++e) {
       as[std::size_t(e)] = pa + e * m * k;
       bs[std::size_t(e)] = pb + e * k * n;

@@ -27,9 +27,9 @@ const Tensor& constant_input(const Node& node, std::span<const ValueMeta* const>
                              std::size_t i, const char* what) {
   if (i >= inputs.size() || !inputs[i]) fail(node, std::string("missing input ") + what);
   if (!inputs[i]->value)
-    fail(node, "input " + std::to_string(i) + " ('" + node.inputs[i] + "', " + what +
-                   ") must be a constant (or computable from static shapes); it depends on "
-                   "runtime data, which qeval does not support for this input");
+    throw UnsupportedError(node.describe() + ": input " + std::to_string(i) + " ('" + node.inputs[i] +
+                           "', " + what + ") must be known at plan time (a constant, or computable "
+                           "from static shapes); it depends on runtime data");
   return *inputs[i]->value;
 }
 

@@ -1,4 +1,4 @@
-// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
+// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, MaxUnpool.
 #include "eval/ops/families.h"
 #include "kernels/window_pool.h"
 
@@ -192,6 +192,74 @@ class GlobalPoolOp final : public Op {
   bool max_;
 };
 
+// Scatters pooled values back to where MaxPool's Indices say they came from.
+class MaxUnpoolOp final : public Op {
+ public:
+  explicit MaxUnpoolOp(const Node& node) : node_(node) {
+    if (!node.has("kernel_shape")) fail(node, "missing required attribute kernel_shape");
+    kernel_ = node.get_ints("kernel_shape");
+    const std::size_t k = kernel_.size();
+    strides_ = node.get_ints("strides", std::vector<std::int64_t>(k, 1));
+    pads_ = node.get_ints("pads", std::vector<std::int64_t>(2 * k, 0));
+    if (k < 1 || strides_.size() != k || pads_.size() != 2 * k)
+      fail(node, "kernel_shape " + ints_to_string(kernel_) + ", strides " + ints_to_string(strides_) + " and pads " +
+                     ints_to_string(pads_) + " disagree on the number of spatial dimensions");
+  }
+
+  std::vector<std::size_t> constant_inputs() const override { return {2}; }
+
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs X and I");
+    if (in[0]->dtype != DType::kFloat32 && in[0]->dtype != DType::kFloat64)
+      fail(node_, "input '" + node_.inputs[0] + "' has unsupported type " + std::string(dtype_name(in[0]->declared)));
+    if (in[1]->dtype != DType::kInt64) fail(node_, "indices '" + node_.inputs[1] + "' must be int64");
+    if (in[1]->shape != in[0]->shape)
+      fail(node_, "indices '" + node_.inputs[1] + "' have shape " + shape_to_string(in[1]->shape) + ", X has " +
+                      shape_to_string(in[0]->shape));
+    const Shape inferred = inferred_shape(in[0]->shape);
+    if (in.size() < 3 || !in[2]) return {meta_like(*in[0], inferred)};
+    const Shape out = to_int64s(constant_input(node_, in, 2, "output_shape"));
+    bool ok = out.size() == inferred.size();
+    for (std::size_t d = 0; ok && d < out.size(); ++d) ok = out[d] >= inferred[d] && (d >= 2 || out[d] == inferred[d]);
+    if (!ok)
+      fail(node_, "output_shape " + shape_to_string(out) + " must keep N and C and be at least the unpooled shape " +
+                      shape_to_string(inferred));
+    return {meta_like(*in[0], out)};
+  }
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const Tensor& x = *in[0];
+    const Shape inferred = inferred_shape(x.shape());
+    const std::int64_t* idx = in[1]->data<std::int64_t>();
+    std::int64_t bad;
+    if (x.dtype() == DType::kFloat32)
+      bad = kernels::max_unpool(x.data<float>(), idx, x.numel(), out[0]->data<float>(), inferred, out[0]->shape());
+    else
+      bad = kernels::max_unpool(x.data<double>(), idx, x.numel(), out[0]->data<double>(), inferred, out[0]->shape());
+    if (bad >= 0)
+      fail(node_, "index " + std::to_string(idx[bad]) + " at position " + std::to_string(bad) + " of '" + node_.inputs[1] +
+                      "' is outside the unpooled shape " + shape_to_string(inferred));
+  }
+
+ private:
+  Shape inferred_shape(const Shape& xs) const {
+    const std::size_t k = kernel_.size();
+    if (xs.size() != k + 2)
+      fail(node_, "input '" + node_.inputs[0] + "' has shape " + shape_to_string(xs) + ", expected [N, C] and " +
+                      std::to_string(k) + " spatial dimensions");
+    Shape s{xs[0], xs[1]};
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::int64_t d = (xs[i + 2] - 1) * strides_[i] - (pads_[i] + pads_[i + k]) + kernel_[i];
+      if (d < 0) fail(node_, "pads " + ints_to_string(pads_) + " leave a negative output size");
+      s.push_back(d);
+    }
+    return s;
+  }
+
+  Node node_;
+  std::vector<std::int64_t> kernel_, strides_, pads_;
+};
+
 }  // namespace
 
 void register_pool_ops(std::vector<OpSchema>& out) {
@@ -205,6 +273,9 @@ void register_pool_ops(std::vector<OpSchema>& out) {
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<GlobalPoolOp>(n, false); }});
   out.push_back({"GlobalMaxPool", "", 1, kLatest,
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<GlobalPoolOp>(n, true); }});
+  // Opsets 11 (wording) and 22 (types) left the definition of 9 unchanged.
+  out.push_back({"MaxUnpool", "", 9, kLatest,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<MaxUnpoolOp>(n); }});
 }
 
 }  // namespace qeval::eval

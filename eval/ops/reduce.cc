@@ -99,9 +99,27 @@ Layout make_layout(const Shape& s, const std::vector<bool>& mask) {
   return l;
 }
 
+// Reduces a contiguous run into `a`. Long runs go through 8 independent partial accumulators
+// (started from ident(a), combined in a fixed order), so additions do not wait on each other and
+// the compiler can vectorise; the order is fixed by n alone, so results stay deterministic.
+template <class T, class A, class F, class I, class C>
+void reduce_run(const T* px, std::int64_t n, A& a, const F& f, const I& ident, const C& combine) {
+  constexpr std::int64_t kLanes = 8;
+  std::int64_t j = 0;
+  if (n >= 4 * kLanes) {
+    A lane[kLanes];
+    for (auto& p : lane) p = ident(a);
+    for (; j + kLanes <= n; j += kLanes)
+      for (std::int64_t k = 0; k < kLanes; ++k) f(lane[k], px[j + k]);
+    for (const auto& p : lane) combine(a, p);
+  }
+  for (; j < n; ++j) f(a, px[j]);
+}
+
 // Walks rows [b, e) of the first group: f(acc[output of x], x).
-template <class T, class A, class F>
-void walk(const T* x, A* acc, const Layout& l, std::int64_t b, std::int64_t e, const F& f) {
+template <class T, class A, class F, class I, class C>
+void walk(const T* x, A* acc, const Layout& l, std::int64_t b, std::int64_t e, const F& f, const I& ident,
+          const C& combine) {
   const int r = int(l.counts.size());
   if (r == 0) {
     f(acc[0], x[0]);
@@ -121,7 +139,7 @@ void walk(const T* x, A* acc, const Layout& l, std::int64_t b, std::int64_t e, c
     const T* px = x + xo;
     if (inner_reduced) {
       A a = acc[ao];
-      for (std::int64_t j = 0; j < n; ++j) f(a, px[j]);
+      reduce_run(px, n, a, f, ident, combine);
       acc[ao] = a;
     } else {
       A* pa = acc + ao;
@@ -142,20 +160,19 @@ void walk(const T* x, A* acc, const Layout& l, std::int64_t b, std::int64_t e, c
 // The whole walk, in parallel where that cannot change results: split over the outermost group
 // when it is kept (each output is still accumulated in one order), or, for a reduction of
 // everything, in fixed-size chunks (independent of the thread count) whose partial results are
-// combined in order, which also bounds rounding drift as a pairwise sum would.
-template <class T, class A, class F, class C>
-void walk_all(const T* x, A* acc, const Layout& l, A init, const F& f, const C& combine) {
+// combined in order, which also bounds rounding drift as a pairwise sum would. `acc` holds each
+// output's starting value; ident(a) is the neutral start of a partial result for it.
+template <class T, class A, class F, class I, class C>
+void walk_all(const T* x, A* acc, const Layout& l, const F& f, const I& ident, const C& combine) {
   constexpr std::int64_t kChunk = std::int64_t(1) << 15;
   const std::int64_t total = l.outputs * l.reduce_count;
-  if (l.counts.empty()) return walk(x, acc, l, 0, 1, f);
+  if (l.counts.empty()) return walk(x, acc, l, 0, 1, f, ident, combine);
   if (l.counts.size() == 1 && l.reduced[0] && total > 2 * kChunk) {
     const std::int64_t chunks = (total + kChunk - 1) / kChunk;
-    std::vector<A> partial(std::size_t(chunks), init);
+    std::vector<A> partial(std::size_t(chunks), ident(acc[0]));
     tbb::parallel_for(std::int64_t(0), chunks, [&](std::int64_t c) {
-      A a = init;
       const std::int64_t b = c * kChunk, e = std::min(total, b + kChunk);
-      for (std::int64_t j = b; j < e; ++j) f(a, x[j]);
-      partial[std::size_t(c)] = a;
+      reduce_run(x + b, e - b, partial[std::size_t(c)], f, ident, combine);
     });
     for (const A& p : partial) combine(acc[0], p);
     return;
@@ -164,10 +181,12 @@ void walk_all(const T* x, A* acc, const Layout& l, A init, const F& f, const C& 
     const std::int64_t per = total / l.counts[0];
     const std::int64_t grain = std::max<std::int64_t>(1, kChunk / std::max<std::int64_t>(per, 1));
     tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, l.counts[0], std::size_t(grain)),
-                      [&](const tbb::blocked_range<std::int64_t>& r) { walk(x, acc, l, r.begin(), r.end(), f); });
+                      [&](const tbb::blocked_range<std::int64_t>& r) {
+                        walk(x, acc, l, r.begin(), r.end(), f, ident, combine);
+                      });
     return;
   }
-  walk(x, acc, l, 0, l.counts[0], f);
+  walk(x, acc, l, 0, l.counts[0], f, ident, combine);
 }
 
 // ---- Reduce* ---------------------------------------------------------------------------------
@@ -283,6 +302,7 @@ class ReduceOp final : public Op {
       return;
     }
     auto sum = [](A& a, const A& b) { a += b; };
+    auto zero = [](const A&) { return A(0); };
     auto max = [](auto& a, auto v) {
       if (v > a || is_nan(v)) a = A(v);
     };
@@ -298,32 +318,33 @@ class ReduceOp final : public Op {
       case Reduce::kSum:
       case Reduce::kMean:
       case Reduce::kLogSum:
-        walk_all(x, acc.data(), l, A(0), [](A& a, T v) { a += A(v); }, sum);
+        walk_all(x, acc.data(), l, [](A& a, T v) { a += A(v); }, zero, sum);
         if (kind_ == Reduce::kMean) return finish([n](A a) { return a / A(n); });
         if (kind_ == Reduce::kLogSum) return finish([](A a) { return std::log(a); });
         return finish(same);
       case Reduce::kL1:
-        walk_all(x, acc.data(), l, A(0), [](A& a, T v) {
+        walk_all(x, acc.data(), l, [](A& a, T v) {
           if constexpr (std::is_signed_v<T> || std::is_floating_point_v<T>) a += v < 0 ? -A(v) : A(v);
           else a += A(v);
-        }, sum);
+        }, zero, sum);
         return finish(same);
       case Reduce::kL2:
       case Reduce::kSumSquare:
-        walk_all(x, acc.data(), l, A(0), [](A& a, T v) { a += A(v) * A(v); }, sum);
+        walk_all(x, acc.data(), l, [](A& a, T v) { a += A(v) * A(v); }, zero, sum);
         if (kind_ == Reduce::kL2) return finish([](A a) { return std::sqrt(a); });
         return finish(same);
       case Reduce::kProd:
         std::fill(acc.begin(), acc.end(), A(1));
-        walk_all(x, acc.data(), l, A(1), [](A& a, T v) { a *= A(v); }, [](A& a, const A& b) { a *= b; });
+        walk_all(x, acc.data(), l, [](A& a, T v) { a *= A(v); }, [](const A&) { return A(1); },
+                 [](A& a, const A& b) { a *= b; });
         return finish(same);
       case Reduce::kMax:
       case Reduce::kMin: {
-        const bool is_max = kind_ == Reduce::kMax;
-        const A init = A(empty_value<T>());
+        const A init = A(empty_value<T>());  // -inf (lowest) for Max, +inf (max) for Min
+        auto start = [init](const A&) { return init; };
         std::fill(acc.begin(), acc.end(), init);
-        if (is_max) walk_all(x, acc.data(), l, init, max, max);
-        else walk_all(x, acc.data(), l, init, min, min);
+        if (kind_ == Reduce::kMax) walk_all(x, acc.data(), l, max, start, max);
+        else walk_all(x, acc.data(), l, min, start, min);
         return finish(same);
       }
       case Reduce::kLogSumExp: {
@@ -331,14 +352,14 @@ class ReduceOp final : public Op {
         if constexpr (std::is_floating_point_v<A>) {
           const A lowest = -std::numeric_limits<A>::infinity();
           std::fill(acc.begin(), acc.end(), lowest);
-          walk_all(x, acc.data(), l, lowest, max, max);
+          walk_all(x, acc.data(), l, max, [lowest](const A&) { return lowest; }, max);
           struct State {
             A max, sum;
           };
           std::vector<State> st(static_cast<std::size_t>(m));
           for (std::int64_t o = 0; o < m; ++o) st[std::size_t(o)] = {acc[std::size_t(o)], A(0)};
-          walk_all(x, st.data(), l, State{acc[0], A(0)},
-                   [](State& s, T v) { s.sum += std::exp(A(v) - s.max); },
+          walk_all(x, st.data(), l, [](State& s, T v) { s.sum += std::exp(A(v) - s.max); },
+                   [](const State& s) { return State{s.max, A(0)}; },
                    [](State& s, const State& p) { s.sum += p.sum; });
           for (std::int64_t o = 0; o < m; ++o) {
             const State& s = st[std::size_t(o)];
@@ -390,38 +411,67 @@ class ArgOp final : public Op {
       using T = decltype(tag);
       if constexpr (!std::is_same_v<T, bool>) {
         const T* px = x.data<T>();
-        auto better = [&](T v, T best) {
-          if (last_) {
-            if (is_nan(best)) return is_nan(v);
-            return is_nan(v) || (max_ ? v >= best : v <= best);
-          }
-          return (max_ ? v > best : v < best) || (is_nan(v) && !is_nan(best));
-        };
-        auto body = [&](std::int64_t ob, std::int64_t oe) {
-          std::vector<T> best(static_cast<std::size_t>(inner));
-          for (std::int64_t o = ob; o < oe; ++o) {
-            const T* base = px + o * n * inner;
-            std::int64_t* yo = y + o * inner;
-            std::copy_n(base, inner, best.begin());
-            std::fill_n(yo, inner, std::int64_t(0));
-            for (std::int64_t k = 1; k < n; ++k)
-              for (std::int64_t j = 0; j < inner; ++j)
-                if (better(base[k * inner + j], best[std::size_t(j)])) {
-                  best[std::size_t(j)] = base[k * inner + j];
-                  yo[j] = k;
-                }
-          }
-        };
-        if (outer > 1 && x.numel() >= (std::int64_t(1) << 18))
-          tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, outer),
-                            [&](const tbb::blocked_range<std::int64_t>& r) { body(r.begin(), r.end()); });
-        else
-          body(0, outer);
+        if (max_) {
+          if (last_) scan<T, true, true>(px, y, outer, n, inner);
+          else scan<T, true, false>(px, y, outer, n, inner);
+        } else {
+          if (last_) scan<T, false, true>(px, y, outer, n, inner);
+          else scan<T, false, false>(px, y, outer, n, inner);
+        }
       }
     });
   }
 
  private:
+  template <bool Max, bool Last, class T>
+  static bool better(T v, T best) {
+    if constexpr (Last) {
+      if (is_nan(best)) return is_nan(v);
+      return is_nan(v) || (Max ? v >= best : v <= best);
+    } else {
+      return (Max ? v > best : v < best) || (is_nan(v) && !is_nan(best));
+    }
+  }
+  template <class T, bool Max, bool Last>
+  static void scan(const T* px, std::int64_t* y, std::int64_t outer, std::int64_t n, std::int64_t inner) {
+    auto body = [&](std::int64_t ob, std::int64_t oe) {
+      if (inner == 1) {
+        for (std::int64_t o = ob; o < oe; ++o) {
+          const T* base = px + o * n;
+          T best = base[0];
+          std::int64_t at = 0;
+          for (std::int64_t k = 1; k < n; ++k)
+            if (better<Max, Last>(base[k], best)) {
+              best = base[k];
+              at = k;
+            }
+          y[o] = at;
+        }
+        return;
+      }
+      std::vector<T> best(static_cast<std::size_t>(inner));
+      for (std::int64_t o = ob; o < oe; ++o) {
+        const T* base = px + o * n * inner;
+        std::int64_t* yo = y + o * inner;
+        std::copy_n(base, inner, best.begin());
+        std::fill_n(yo, inner, std::int64_t(0));
+        for (std::int64_t k = 1; k < n; ++k)
+          for (std::int64_t j = 0; j < inner; ++j)
+            if (better<Max, Last>(base[k * inner + j], best[std::size_t(j)])) {
+              best[std::size_t(j)] = base[k * inner + j];
+              yo[j] = k;
+            }
+      }
+    };
+    if (outer > 1 && outer * n * inner >= (std::int64_t(1) << 18)) {
+      const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t(1) << 15) / std::max<std::int64_t>(1, n * inner));
+      tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, outer, std::size_t(grain)),
+                        [&](const tbb::blocked_range<std::int64_t>& r) { body(r.begin(), r.end()); });
+    } else {
+      body(0, outer);
+    }
+  }
+
   Node node_;
   bool max_;
   std::int64_t axis_;

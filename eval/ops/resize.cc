@@ -138,6 +138,17 @@ class ResizeOp final : public Op {
     return {meta_like(*in[0], plan(in[0]->shape, roi, scales, sizes).out)};
   }
 
+  // Output sizes depend on these values, so they are needed at plan time even when a model (or
+  // an ONNX node test) feeds them as float graph inputs.
+  std::vector<std::size_t> constant_inputs() const override {
+    switch (form_) {
+      case Form::kUpsample7: return {};
+      case Form::kUpsample9: return {1};
+      case Form::kResize: break;
+    }
+    return {1, 2, 3};
+  }
+
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const Tensor& x = *in[0];
     auto input = [&](std::size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };

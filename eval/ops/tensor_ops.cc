@@ -1,6 +1,4 @@
-// Shape and data-movement ops: Identity, Shape, Reshape, Transpose, Concat, Split, Slice, Gather,
-// GatherElements, Squeeze/Unsqueeze, Flatten, Expand, Tile, Pad, Trilu, Cast/CastLike, Size,
-// ConstantOfShape, Range, CumSum, TopK.
+// Shape and data-movement ops (Reshape family, Transpose, Concat, Slice, Gather, Pad, ...), Cast, Range, TopK.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -72,6 +70,17 @@ std::vector<int> unique_axes(const Node& node, const std::vector<std::int64_t>& 
     out.push_back(n);
   }
   return out;
+}
+
+// Opsets moved shape-like attributes to inputs (Slice 10, Pad 11, Squeeze/Unsqueeze/Split 13);
+// a node in the other form is malformed for its opset.
+void check_form(const Node& node, const char* attr, std::size_t input, int input_since) {
+  if (node.opset < input_since && node.has_input(input))
+    fail(node, std::string("takes '") + attr + "' as an attribute before opset " + std::to_string(input_since) +
+                   ", not as input " + std::to_string(input));
+  if (node.opset >= input_since && node.has(attr))
+    fail(node, std::string("takes '") + attr + "' as input " + std::to_string(input) + " from opset " +
+                   std::to_string(input_since) + ", not as an attribute");
 }
 
 // Runs f(begin, end) over [0, n) items, in parallel when the work is large enough to pay for the
@@ -181,10 +190,12 @@ void copy_rows(const T* src, T* dst, const StridedView& v) {
 }
 
 // Transpose-like views (the destination's inner dimension is strided in the source, and another
-// dimension t is contiguous there): copies square tiles so that both sides stay in cache.
+// dimension t is contiguous there): 64x64 tiles keep both sides in cache, and 8x8 blocks go
+// through a local array the compiler keeps in registers, so power-of-two source strides (which
+// map every column of a tile to one cache set) do not thrash L1.
 template <class T>
 void copy_tiled(const T* src, T* dst, const StridedView& v, int t) {
-  constexpr std::int64_t kTile = 32;
+  constexpr std::int64_t kTile = 64, kBlock = 8;
   const int r = int(v.counts.size());
   const auto dst_st = dense_strides(v.counts);
   std::vector<std::int64_t> oc, os, od;  // the other dimensions: counts, source and dest strides
@@ -208,13 +219,23 @@ void copy_tiled(const T* src, T* dst, const StridedView& v, int t) {
         so += k * os[std::size_t(d)];
         dof += k * od[std::size_t(d)];
       }
+      const T* in = src + so;
+      T* out = dst + dof;
       for (std::int64_t c0 = 0; c0 < nc; c0 += kTile) {
         const std::int64_t c1 = std::min(nc, c0 + kTile);
-        for (std::int64_t i = i0; i < i1; ++i) {
-          T* out = dst + dof + i * dt;
-          const T* in = src + so + i;
-          for (std::int64_t c = c0; c < c1; ++c) out[c] = in[c * sc];
-        }
+        for (std::int64_t i = i0; i < i1; i += kBlock)
+          for (std::int64_t c = c0; c < c1; c += kBlock) {
+            if (i + kBlock <= i1 && c + kBlock <= c1) {
+              T block[kBlock][kBlock];
+              for (std::int64_t cc = 0; cc < kBlock; ++cc)
+                for (std::int64_t ii = 0; ii < kBlock; ++ii) block[ii][cc] = in[(c + cc) * sc + i + ii];
+              for (std::int64_t ii = 0; ii < kBlock; ++ii)
+                for (std::int64_t cc = 0; cc < kBlock; ++cc) out[(i + ii) * dt + c + cc] = block[ii][cc];
+            } else {
+              for (std::int64_t ii = i; ii < std::min(i1, i + kBlock); ++ii)
+                for (std::int64_t cc = c; cc < std::min(c1, c + kBlock); ++cc) out[ii * dt + cc] = in[cc * sc + ii];
+            }
+          }
       }
     }
   });
@@ -348,7 +369,9 @@ enum class Regroup { kSqueeze, kUnsqueeze, kFlatten };
 // axes as an attribute before opset 13, as an input from 13 on (Squeeze's is optional).
 class RegroupOp final : public Op {
  public:
-  RegroupOp(const Node& node, Regroup kind) : node_(node), kind_(kind) {}
+  RegroupOp(const Node& node, Regroup kind) : node_(node), kind_(kind) {
+    if (kind != Regroup::kFlatten) check_form(node, "axes", 1, 13);
+  }
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
     const Shape& s = in[0]->shape;
@@ -523,7 +546,9 @@ class ConcatOp final : public Op {
 // 'num_outputs' attribute, whose last part may be smaller.
 class SplitOp final : public Op {
  public:
-  explicit SplitOp(const Node& node) : node_(node), axis_(node.get_int("axis", 0)) {}
+  explicit SplitOp(const Node& node) : node_(node), axis_(node.get_int("axis", 0)) {
+    if (node.opset >= 2) check_form(node, "split", 1, 13);  // Split-1 took either
+  }
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
     const Shape& s = in[0]->shape;
@@ -568,8 +593,6 @@ class SplitOp final : public Op {
  private:
   std::vector<std::int64_t> sizes(std::optional<std::vector<std::int64_t>> given, std::int64_t dim) const {
     const std::size_t parts = node_.outputs.size();
-    if (given && node_.opset >= 2 && node_.opset < 13)
-      fail(node_, "takes 'split' as an attribute before opset 13, not as an input");
     if (!given && node_.opset < 13 && node_.has("split")) given = node_.get_ints("split");
     if (node_.opset >= 18 && node_.has("num_outputs")) {
       if (given) fail(node_, "has both the 'split' input and the 'num_outputs' attribute; give one");
@@ -611,7 +634,9 @@ class SplitOp final : public Op {
 // Starts/ends/axes as attributes before opset 10; from 10 on as inputs, with optional steps.
 class SliceOp final : public Op {
  public:
-  explicit SliceOp(const Node& node) : node_(node) {}
+  explicit SliceOp(const Node& node) : node_(node) {
+    for (const char* attr : {"starts", "ends", "axes"}) check_form(node, attr, 1, 10);
+  }
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
     auto v = view(in[0]->shape, [&](std::size_t i, const char* what) -> std::optional<std::vector<std::int64_t>> {
@@ -879,6 +904,7 @@ enum class PadMode { kConstant, kReflect, kEdge, kWrap };
 class PadOp final : public Op {
  public:
   explicit PadOp(const Node& node) : node_(node) {
+    check_form(node, node.opset < 2 ? "paddings" : "pads", 1, 11);
     const std::string mode = node.get_string("mode", "constant");
     if (mode == "constant") mode_ = PadMode::kConstant;
     else if (mode == "reflect") mode_ = PadMode::kReflect;
@@ -909,6 +935,15 @@ class PadOp final : public Op {
                         std::to_string(d) + " of shape " + shape_to_string(s) + " leave a negative size");
       if (mode_ != PadMode::kConstant && s[d] == 0 && out[d] > 0)
         fail(node_, "cannot pad axis " + std::to_string(d) + " of size 0 in mode '" + node_.get_string("mode", "") + "'");
+      // Wider pads have no agreed meaning: ONNX Runtime rejects them, and the reference
+      // (numpy.pad) re-pads from the padded array, which is not a periodic extension.
+      const std::int64_t widest = std::max(begin[d], end[d]);
+      const std::int64_t limit = mode_ == PadMode::kReflect ? s[d] - 1 : s[d];
+      if ((mode_ == PadMode::kReflect || mode_ == PadMode::kWrap) && s[d] > 0 && widest > limit)
+        throw UnsupportedError(node_.describe() + ": a pad of " + std::to_string(widest) + " on axis " +
+                               std::to_string(d) + " of shape " + shape_to_string(s) + " in mode '" +
+                               node_.get_string("mode", "") + "' is wider than the axis allows (at most " +
+                               std::to_string(limit) + ")");
     }
     return {meta_like(*in[0], out)};
   }
@@ -980,7 +1015,8 @@ class PadOp final : public Op {
       case PadMode::kWrap: return ((i % n) + n) % n;
       case PadMode::kReflect: {
         if (n == 1) return 0;
-        // numpy's 'reflect' (edge not repeated), repeated for pads wider than the axis.
+        // numpy's 'reflect' (the edge is not repeated); the period form also serves negative
+        // (cropping) pads on the other side.
         const std::int64_t period = 2 * (n - 1);
         std::int64_t k = ((i % period) + period) % period;
         return k < n ? k : period - k;
@@ -1166,13 +1202,15 @@ class CastOp final : public Op {
       using S = decltype(stag);
       const S* src = x.data<S>();
       if (is_narrow_float(to)) {
+        // Widen to float (once-rounded, see round_to_odd_float), then round to the format in bulk.
         float* dst = o.data<float>();
         for (std::int64_t i = 0; i < n; ++i) {
-          float f;
-          if constexpr (std::is_same_v<S, float> || std::is_same_v<S, bool> || sizeof(S) <= 2) f = static_cast<float>(src[i]);
-          else f = round_to_odd_float(static_cast<double>(src[i]));
-          dst[i] = round_to_format(f, to, saturate_);
+          if constexpr (std::is_same_v<S, float> || std::is_same_v<S, bool> || sizeof(S) <= 2) dst[i] = static_cast<float>(src[i]);
+          else dst[i] = round_to_odd_float(static_cast<double>(src[i]));
         }
+        if (to == DType::kFloat16) round_to_float16(dst, std::size_t(n));
+        else if (to == DType::kBFloat16) round_to_bfloat16(dst, std::size_t(n));
+        else for (std::int64_t i = 0; i < n; ++i) dst[i] = round_to_format(dst[i], to, saturate_);
         return;
       }
       visit_storage(o.dtype(), [&](auto dtag) {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <stdexcept>
 
 #include <tbb/blocked_range.h>
@@ -53,6 +52,24 @@ void apply_axis(const T* src, T* dst, std::int64_t outer, const AxisFilter& f, s
   const int taps = f.taps;
   std::vector<T> w(f.weight.size());
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<T>(f.weight[i]);
+  if (inner == 1) {
+    // The last dimension: one output element per tap set, rows of the outer dimensions.
+    const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(1, f.out * taps));
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, outer, grain), [&](const auto& r) {
+      for (std::int64_t n = r.begin(); n < r.end(); ++n) {
+        const T* s = src + n * f.in;
+        T* d = dst + n * f.out;
+        for (std::int64_t o = 0; o < f.out; ++o) {
+          const std::int64_t* idx = f.index.data() + o * taps;
+          const T* wt = w.data() + o * taps;
+          T acc = 0;
+          for (int t = 0; t < taps; ++t) acc += wt[t] * s[idx[t]];
+          d[o] = f.extrapolate[std::size_t(o)] ? fill : acc;
+        }
+      }
+    });
+    return;
+  }
   const std::int64_t rows = outer * f.out;
   const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(1, inner * taps));
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, rows, grain), [&](const auto& r) {
@@ -66,12 +83,6 @@ void apply_axis(const T* src, T* dst, std::int64_t outer, const AxisFilter& f, s
       const std::int64_t* idx = f.index.data() + o * taps;
       const T* wt = w.data() + o * taps;
       const T* s = src + n * f.in * inner;
-      if (inner == 1) {
-        T acc = 0;
-        for (int t = 0; t < taps; ++t) acc += wt[t] * s[idx[t]];
-        d[0] = acc;
-        continue;
-      }
       const T* s0 = s + idx[0] * inner;
       for (std::int64_t j = 0; j < inner; ++j) d[j] = wt[0] * s0[j];
       for (int t = 1; t < taps; ++t) {

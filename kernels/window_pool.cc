@@ -98,6 +98,22 @@ void max_pool(const T* x, T* y, std::int64_t* indices, std::int64_t planes, cons
     for (std::int64_t od = 0; od < OD; ++od)
       for (std::int64_t oh = 0; oh < OH; ++oh)
         for (std::int64_t ow = 0; ow < OW; ++ow, ++o) {
+          if (!ip) {
+            // Without indices: branch-free max, NaN noted on the side.
+            T best = std::numeric_limits<T>::lowest();
+            bool nan = false;
+            for (std::int64_t a = td.start[std::size_t(od)]; a < td.start[std::size_t(od) + 1]; ++a)
+              for (std::int64_t b = th.start[std::size_t(oh)]; b < th.start[std::size_t(oh) + 1]; ++b) {
+                const T* row = xp + (td.pos[std::size_t(a)] * H + th.pos[std::size_t(b)]) * W;
+                for (std::int64_t c = tw.start[std::size_t(ow)]; c < tw.start[std::size_t(ow) + 1]; ++c) {
+                  const T v = row[tw.pos[std::size_t(c)]];
+                  nan |= v != v;
+                  best = v > best ? v : best;
+                }
+              }
+            yp[o] = nan ? std::numeric_limits<T>::quiet_NaN() : best;
+            continue;
+          }
           T best = std::numeric_limits<T>::lowest();
           std::int64_t arg = -1;
           bool nan = false;

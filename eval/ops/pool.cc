@@ -1,4 +1,6 @@
 // MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, MaxUnpool.
+#include <algorithm>
+
 #include "eval/ops/families.h"
 #include "kernels/window_pool.h"
 
@@ -264,10 +266,11 @@ class MaxUnpoolOp final : public Op {
 
 void register_pool_ops(std::vector<OpSchema>& out) {
   // Later opsets only added attributes whose defaults keep the earlier behaviour (MaxPool: 8
-  // storage_order and Indices, 10 ceil_mode and dilations, 12 int8/uint8; AveragePool: 7
-  // count_include_pad, 10 ceil_mode, 19 dilations), so one implementation covers every opset.
+  // storage_order and Indices, 10 ceil_mode and dilations, 12 int8/uint8; AveragePool: 10
+  // ceil_mode, 19 dilations), so one implementation covers every opset. AveragePool starts at 7:
+  // before count_include_pad existed the spec did not say whether padding counts.
   out.push_back({"MaxPool", "", 1, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<MaxPoolOp>(n); }});
-  out.push_back({"AveragePool", "", 1, kLatest,
+  out.push_back({"AveragePool", "", 7, kLatest,
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<AveragePoolOp>(n); }});
   out.push_back({"GlobalAveragePool", "", 1, kLatest,
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<GlobalPoolOp>(n, false); }});

@@ -153,21 +153,27 @@ TEST(NnOps, SoftmaxAxisSemanticsDifferBeforeAndFromOpset13) {
   EXPECT_LT(max_abs_diff(y13, ref13), 1e-7);
 }
 
-TEST(NnOps, SoftmaxStridedAndContiguousPathsAgreeOnWideRows) {
-  // 300 columns crosses the 256-column tile of the strided path; the transposed layout must give
-  // the same numbers as the contiguous one.
-  const int rows = 7, n = 300;
-  std::vector<float> v(std::size_t(rows * n)), vt(v.size());
+TEST(NnOps, SoftmaxStridedAndContiguousPathsAgree) {
+  // Softmax along dim 1 of [2, 5, 300] (strided path; 300 columns cross its 256-column tile)
+  // must equal softmax along the last dim of the transposed [2, 300, 5] (contiguous path).
+  const int outer = 2, n = 5, inner = 300;
+  std::vector<float> v(std::size_t(outer * n * inner)), vt(v.size());
   std::mt19937 rng(3);
   std::normal_distribution<float> d(0, 20);
   for (auto& f : v) f = d(rng);
-  for (int r = 0; r < rows; ++r)
-    for (int i = 0; i < n; ++i) vt[std::size_t(i * rows + r)] = v[std::size_t(r * n + i)];
-  const Tensor a = run_op("Softmax", 13, make({rows, n}, v), {}, {{"axis", attr_i(1)}})[0];
-  const Tensor b = run_op("Softmax", 13, make({n, rows}, vt), {}, {{"axis", attr_i(0)}})[0];
-  for (int r = 0; r < rows; ++r)
-    for (int i = 0; i < n; ++i)
-      EXPECT_NEAR(a.data<float>()[r * n + i], b.data<float>()[i * rows + r], 1e-7f);
+  auto at = [&](int o, int k, int j) { return std::size_t((o * n + k) * inner + j); };
+  auto at_t = [&](int o, int k, int j) { return std::size_t((o * inner + j) * n + k); };
+  for (int o = 0; o < outer; ++o)
+    for (int k = 0; k < n; ++k)
+      for (int j = 0; j < inner; ++j) vt[at_t(o, k, j)] = v[at(o, k, j)];
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    const Tensor a = run_op(op, 13, make({outer, n, inner}, v), {}, {{"axis", attr_i(1)}})[0];
+    const Tensor b = run_op(op, 13, make({outer, inner, n}, vt), {}, {{"axis", attr_i(-1)}})[0];
+    for (int o = 0; o < outer; ++o)
+      for (int k = 0; k < n; ++k)
+        for (int j = 0; j < inner; ++j)
+          ASSERT_EQ(a.data<float>()[at(o, k, j)], b.data<float>()[at_t(o, k, j)]) << op << " " << o << "," << k << "," << j;
+  }
 }
 
 TEST(NnOps, VectorisedExpIsWithinTwoUlpOfStdExp) {
@@ -634,6 +640,28 @@ TEST(NnOps, LegacyUpsampleAndResize10NearestFloorUpCeilDown) {
   const Tensor lin = run_op("Resize", 10, make({1, 1, 1, 4}, {1, 2, 3, 4}), {make({4}, {1, 1, 1, 2})}, {{"mode", attr_s("linear")}})[0];
   const float want_lin[] = {1, 1.5f, 2, 2.5f, 3, 3.5f, 4, 4};
   for (int j = 0; j < 8; ++j) EXPECT_FLOAT_EQ(lin.data<float>()[j], want_lin[j]) << j;
+}
+
+TEST(NnOps, ResizeNearestGathersAnyTypeAndLinearOfIntegersIsUnsupported) {
+  Tensor x(DType::kUInt8, {1, 1, 2, 2});
+  const std::uint8_t px[] = {10, 200, 30, 255};
+  std::copy(px, px + 4, x.data<std::uint8_t>());
+  const Tensor y = run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", attr_s("nearest")}})[0];
+  ASSERT_EQ(y.dtype(), DType::kUInt8);
+  ASSERT_EQ(y.shape(), (Shape{1, 1, 4, 4}));
+  // half_pixel + round_prefer_floor at scale 2: output i reads input (i + 0.5) / 2 - 0.5 rounded.
+  const std::uint8_t want[] = {10, 10, 200, 200, 10, 10, 200, 200, 30, 30, 255, 255, 30, 30, 255, 255};
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(y.data<std::uint8_t>()[i], want[i]) << i;
+  EXPECT_THROW(run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", attr_s("linear")}}),
+               UnsupportedError);
+  // Upsample-7 takes its scales as an attribute.
+  Attribute scales;
+  scales.kind = Attribute::Kind::kFloats;
+  scales.floats = {1, 1, 2, 1};
+  const Tensor u = run_op("Upsample", 7, make({1, 1, 2, 2}, {1, 2, 3, 4}), {}, {{"scales", scales}})[0];
+  ASSERT_EQ(u.shape(), (Shape{1, 1, 4, 2}));
+  const float want_u[] = {1, 2, 1, 2, 3, 4, 3, 4};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(u.data<float>()[i], want_u[i]) << i;
 }
 
 }  // namespace

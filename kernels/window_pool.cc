@@ -84,8 +84,9 @@ template <class T>
 void max_pool(const T* x, T* y, std::int64_t* indices, std::int64_t planes, const PoolWindow& w,
               bool column_major) {
   const Lifted l = lift(w);
-  const auto [D, H, W] = l.in;
-  const auto [OD, OH, OW] = l.out;
+  // Plain variables, not structured bindings: lambdas below capture them (clang 14 forbids that).
+  const std::int64_t D = l.in[0], H = l.in[1], W = l.in[2];
+  const std::int64_t OD = l.out[0], OH = l.out[1], OW = l.out[2];
   const std::int64_t in_plane = D * H * W, out_plane = OD * OH * OW;
   const auto& td = l.taps[0];
   const auto& th = l.taps[1];
@@ -158,8 +159,9 @@ void max_pool(const T* x, T* y, std::int64_t* indices, std::int64_t planes, cons
 template <class T>
 void average_pool(const T* x, T* y, std::int64_t planes, const PoolWindow& w, bool count_include_pad) {
   const Lifted l = lift(w);
-  const auto [D, H, W] = l.in;
-  const auto [OD, OH, OW] = l.out;
+  // Plain variables, not structured bindings: lambdas below capture them (clang 14 forbids that).
+  const std::int64_t D = l.in[0], H = l.in[1], W = l.in[2];
+  const std::int64_t OD = l.out[0], OH = l.out[1], OW = l.out[2];
   const std::int64_t in_plane = D * H * W, out_plane = OD * OH * OW;
   const auto& td = l.taps[0];
   const auto& th = l.taps[1];

@@ -1,10 +1,11 @@
-// Compute-kernel benchmarks: SGEMM (packed and reference), 3x3 conv, and an FMA-loop peak for scale.
+// Compute-kernel benchmarks: SGEMM (packed, few-rows, batched, reference), convolutions (3x3, 1x1,
+// depthwise, transpose) and an FMA-loop peak that gives the other figures a scale.
 #include <benchmark/benchmark.h>
-#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <ctime>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/conv.h"
@@ -77,13 +78,16 @@ void BM_FmaPeak_1thread(benchmark::State& state) {
 }
 BENCHMARK(BM_FmaPeak_1thread)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// One std::thread per core: TBB may run both loops on one thread before its worker wakes up.
 void BM_FmaPeak_allthreads(benchmark::State& state) {
-  const int threads = tbb::this_task_arena::max_concurrency();
+  const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<V> out(static_cast<std::size_t>(threads));
   const double cpu0 = process_cpu_seconds();
   for (auto _ : state) {
-    tbb::parallel_for(0, threads, [&](int t) { out[std::size_t(t)] = fma_chains(kFmaIterations, V{} + float(t)); },
-                      tbb::static_partitioner());
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&out, t] { out[std::size_t(t)] = fma_chains(kFmaIterations, V{} + float(t)); });
+    for (auto& th : pool) th.join();
     benchmark::DoNotOptimize(out.data());
   }
   set_flops(state, kFmaFlops * threads, process_cpu_seconds() - cpu0);
@@ -121,8 +125,31 @@ BENCHMARK(BM_Sgemm)
     ->Args({512, 512, 512, 1})
     ->Args({1024, 1024, 1024, 1})
     ->Args({4096, 320, 320, 1})
+    ->Args({2, 1280, 1280, 0})  // a time-embedding Linear at batch 2 (the few-rows path)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// Attention scores as exporters write them: 16 heads of [77 x 64] x [64 x 77]^T.
+void BM_SgemmBatched_attention(benchmark::State& state) {
+  const std::int64_t heads = 16, s = 77, d = 64;
+  const auto q = random_floats(std::size_t(heads * s * d), 1), k = random_floats(std::size_t(heads * s * d), 2);
+  std::vector<float> c(std::size_t(heads * s * s));
+  std::vector<const float*> qs, ks;
+  std::vector<float*> cs;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    qs.push_back(q.data() + h * s * d);
+    ks.push_back(k.data() + h * s * d);
+    cs.push_back(c.data() + h * s * s);
+  }
+  const GemmShape shape{false, true, s, s, d, d, d, s};
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    sgemm_batched(shape, heads, 1.0f, qs.data(), ks.data(), 0.0f, cs.data());
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * double(heads * s * s * d), process_cpu_seconds() - cpu0);
+}
+BENCHMARK(BM_SgemmBatched_attention)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_SgemmReference(benchmark::State& state) {
   run_sgemm(state, state.range(0), state.range(1), state.range(2), 1, true);
@@ -131,41 +158,64 @@ BENCHMARK(BM_SgemmReference)->ArgNames({"m", "n", "k"})->Args({512, 512, 512})->
 
 // ---- conv ---------------------------------------------------------------------------------------
 
-// A UNet-ish 3x3 conv: 1x320x64x64 -> 320 channels, pad 1.
-ConvParams unet_conv_3x3() {
+ConvParams conv_params(std::int64_t channels_in, std::int64_t channels_out, std::int64_t groups, std::int64_t size,
+                       std::int64_t kernel, std::int64_t stride, std::int64_t pad, bool transpose = false) {
   ConvParams p;
   p.batch = 1;
-  p.in_channels = 320;
-  p.out_channels = 320;
-  p.groups = 1;
-  p.in_spatial = {64, 64};
-  p.kernel = {3, 3};
-  p.strides = {1, 1};
+  p.in_channels = channels_in;
+  p.out_channels = channels_out;
+  p.groups = groups;
+  p.in_spatial = {size, size};
+  p.kernel = {kernel, kernel};
+  p.strides = {stride, stride};
   p.dilations = {1, 1};
-  p.pads_begin = {1, 1};
-  p.pads_end = {1, 1};
-  p.out_spatial = conv_output_spatial(p);
+  p.pads_begin = {pad, pad};
+  p.pads_end = {pad, pad};
+  p.out_spatial = transpose ? conv_transpose_output_spatial(p) : conv_output_spatial(p);
   return p;
 }
 
-void run_conv(benchmark::State& state, const ConvParams& p, int threads, bool reference) {
+// A UNet-ish 3x3 conv: 1x320x64x64 -> 320 channels, pad 1.
+ConvParams unet_conv_3x3() { return conv_params(320, 320, 1, 64, 3, 1, 1); }
+
+void run_conv(benchmark::State& state, const ConvParams& p, int threads, bool reference, bool transpose = false) {
   const auto x = random_floats(std::size_t(conv_input_size(p)), 1);
-  const auto w = random_floats(std::size_t(conv_weight_size(p)), 2);
+  const auto w = random_floats(std::size_t(transpose ? conv_transpose_weight_size(p) : conv_weight_size(p)), 2);
   const auto bias = random_floats(std::size_t(p.out_channels), 3);
   std::vector<float> y(std::size_t(conv_output_size(p)));
   const double cpu0 = process_cpu_seconds();
   for (auto _ : state) {
     in_arena(threads, [&] {
-      if (reference) conv_reference(p, x.data(), w.data(), bias.data(), y.data());
+      if (transpose) conv_transpose(p, x.data(), w.data(), bias.data(), y.data());
+      else if (reference) conv_reference(p, x.data(), w.data(), bias.data(), y.data());
       else conv(p, x.data(), w.data(), bias.data(), y.data());
     });
     benchmark::DoNotOptimize(y.data());
   }
-  set_flops(state, conv_flops(p), process_cpu_seconds() - cpu0);
+  // ConvTranspose: every input element meets out_channels/groups * kernel weights.
+  const double flops = transpose ? 2.0 * double(conv_input_size(p)) * double(p.out_channels / p.groups) *
+                                       double(p.kernel[0] * p.kernel[1])
+                                 : conv_flops(p);
+  set_flops(state, flops, process_cpu_seconds() - cpu0);
 }
 
 void BM_Conv3x3_320x64x64(benchmark::State& state) { run_conv(state, unet_conv_3x3(), int(state.range(0)), false); }
 BENCHMARK(BM_Conv3x3_320x64x64)->ArgName("threads")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Conv1x1_320x64x64(benchmark::State& state) { run_conv(state, conv_params(320, 320, 1, 64, 1, 1, 0), 0, false); }
+BENCHMARK(BM_Conv1x1_320x64x64)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Depthwise 3x3 as in EfficientViT blocks: memory-bound, so GFLOP/s is low by nature.
+void BM_ConvDepthwise3x3_256x64x64(benchmark::State& state) {
+  run_conv(state, conv_params(256, 256, 256, 64, 3, 1, 1), 0, false);
+}
+BENCHMARK(BM_ConvDepthwise3x3_256x64x64)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A 2x upsampling ConvTranspose (kernel 4, stride 2, pad 1): 256x32x32 -> 128x64x64.
+void BM_ConvTranspose4x4s2_256x32x32(benchmark::State& state) {
+  run_conv(state, conv_params(256, 128, 1, 32, 4, 2, 1, true), 0, false, true);
+}
+BENCHMARK(BM_ConvTranspose4x4s2_256x32x32)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

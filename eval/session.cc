@@ -101,7 +101,10 @@ Tensor to_declared(const Tensor& t, DType declared) {
   return out;
 }
 
-// Reuses dead activation buffers: best fit by capacity, at most twice the request.
+}  // namespace
+
+// Reuses dead activation buffers, within a run and across runs: best fit by capacity, at most
+// twice the request.
 class BufferPool {
  public:
   Tensor take(DType dtype, const Shape& shape) {
@@ -123,8 +126,6 @@ class BufferPool {
   std::multimap<std::size_t, Tensor> free_;
 };
 
-}  // namespace
-
 struct Session::Plan {
   struct Step {
     std::size_t node;
@@ -140,7 +141,8 @@ struct Session::Plan {
   std::unordered_map<std::string, int> ids;
 };
 
-Session::Session(const Graph& graph, SessionOptions options) : graph_(graph), options_(options) {
+Session::Session(const Graph& graph, SessionOptions options)
+    : graph_(graph), options_(options), pool_(std::make_unique<BufferPool>()) {
   ops_.reserve(graph.nodes.size());
   for (const auto& node : graph.nodes) {
     const OpSchema* schema = find_op(node.domain, node.op_type, node.opset);
@@ -337,19 +339,28 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
       int_values[name] = &t;
   Plan& p = plan_for(shapes, int_values);
   std::vector<Tensor> slots(p.metas.size());
+  // Inputs already in storage form with nothing to round are read in place, not copied.
+  std::vector<const Tensor*> aliased(p.metas.size(), nullptr);
   for (std::size_t i = 0; i < graph_.inputs.size(); ++i) {
     int id = p.ids.at(graph_.inputs[i].name);
     if (p.constants[std::size_t(id)]) continue;
-    slots[std::size_t(id)] = to_storage(inputs.at(graph_.inputs[i].name));
-    apply_rounding(slots[std::size_t(id)], p.rounding[std::size_t(id)]);
+    const Tensor& given = inputs.at(graph_.inputs[i].name);
+    const Rounding r = p.rounding[std::size_t(id)];
+    if (storage_type(given.dtype()) == given.dtype() && (r == Rounding::kNone || given.dtype() != DType::kFloat32)) {
+      aliased[std::size_t(id)] = &given;
+      continue;
+    }
+    slots[std::size_t(id)] = to_storage(given);
+    apply_rounding(slots[std::size_t(id)], r);
   }
   auto value = [&](int id) -> const Tensor* {
     if (id < 0) return nullptr;
     if (const auto& c = p.constants[std::size_t(id)]) return c.get();
+    if (const Tensor* a = aliased[std::size_t(id)]) return a;
     return &slots[std::size_t(id)];
   };
 
-  BufferPool pool;
+  BufferPool& pool = *pool_;
   std::size_t live = 0, live_exact = 0;
   peak_bytes_ = 0;
   live_peak_bytes_ = 0;
@@ -394,6 +405,12 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   for (std::size_t i = 0; i < graph_.outputs.size(); ++i) {
     int id = p.output_ids[i];
     const ValueMeta& m = p.metas[std::size_t(id)];
+    const bool runtime = !p.constants[std::size_t(id)] && !aliased[std::size_t(id)];
+    const bool unique = std::count(p.output_ids.begin(), p.output_ids.end(), id) == 1;
+    if (m.declared == m.dtype && runtime && unique) {
+      result[graph_.outputs[i].name] = std::move(slots[std::size_t(id)]);  // handed over, no copy
+      continue;
+    }
     const Tensor* t = value(id);
     result[graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
   }

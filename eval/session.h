@@ -39,6 +39,9 @@ class Observer {
   virtual void on_node(const NodeEvent& event) = 0;
 };
 
+class BufferPool;
+
+// Not thread-safe: one Session per thread (sessions over the same Graph share its weights).
 class Session {
  public:
   // Creates every node's Op (attribute errors surface here). The graph must outlive the session.
@@ -82,6 +85,7 @@ class Session {
   // planned as constants.
   std::set<std::string> constant_graph_inputs_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;  // key: input shapes + int input values
+  std::unique_ptr<BufferPool> pool_;  // activation buffers, kept across runs
   std::size_t peak_bytes_ = 0;
   std::size_t live_peak_bytes_ = 0;
 };

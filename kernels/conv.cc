@@ -19,6 +19,7 @@ namespace {
 constexpr int NR = kGemmNR, KC = kGemmKC, MC = kGemmMC;
 
 typedef float VU __attribute__((vector_size(64), aligned(4)));
+constexpr int kLanes = 16;
 typedef float V8 __attribute__((vector_size(32), aligned(4)));
 typedef float V4 __attribute__((vector_size(16), aligned(4)));
 
@@ -186,13 +187,29 @@ void im2col_block(const Geom& g, const float* xg, std::int64_t k0, std::int64_t 
 }
 
 // One output channel's planes when each group has a single input channel (depthwise, or a 1-channel
-// input): direct loops along output rows, padded taps skipped.
+// input): direct loops along output rows, padded taps skipped. Every output sums its taps in
+// (kd, kh, kw) order; columns whose taps all land inside the row (with unit stride) do it 16 at a
+// time in registers, the edge columns one at a time.
 void depthwise_rows(const Geom& g, const float* xc, const float* wk, float bias, float* yc, std::int64_t row_begin,
                     std::int64_t row_end) {
+  const std::int64_t s = g.s[2], first_off = -g.pb[2], last_off = (g.k[2] - 1) * g.d[2] - g.pb[2];
+  // Interior columns [lo, hi): 0 <= ow * s + first_off and ow * s + last_off < in.
+  std::int64_t lo = first_off >= 0 ? 0 : (-first_off + s - 1) / s;
+  std::int64_t hi = g.in[2] - last_off <= 0 ? 0 : (g.in[2] - last_off + s - 1) / s;
+  lo = std::min(lo, g.out[2]);
+  hi = std::clamp(hi, lo, g.out[2]);
+  if (s != 1) hi = lo;  // strided rows take the per-column path
+  struct Tap {
+    const float* row;  // input row of this (kd, kh)
+    std::int64_t off;  // kw * dilation - pad
+    float w;
+  };
+  std::vector<Tap> taps;
+  taps.reserve(std::size_t(g.k_size()));
   for (std::int64_t row = row_begin; row < row_end; ++row) {
     const std::int64_t od = row / g.out[1], oh = row % g.out[1];
     float* y = yc + row * g.out[2];
-    std::fill(y, y + g.out[2], 0.0f);
+    taps.clear();
     for (std::int64_t kd = 0; kd < g.k[0]; ++kd) {
       const std::int64_t id = od * g.s[0] + kd * g.d[0] - g.pb[0];
       if (id < 0 || id >= g.in[0]) continue;
@@ -200,21 +217,33 @@ void depthwise_rows(const Geom& g, const float* xc, const float* wk, float bias,
         const std::int64_t ih = oh * g.s[1] + kh * g.d[1] - g.pb[1];
         if (ih < 0 || ih >= g.in[1]) continue;
         const float* xr = xc + (id * g.in[1] + ih) * g.in[2];
-        for (std::int64_t kw = 0; kw < g.k[2]; ++kw) {
-          const float wv = wk[(kd * g.k[1] + kh) * g.k[2] + kw];
-          const std::int64_t off = kw * g.d[2] - g.pb[2], s = g.s[2];
-          // Output columns whose tap lands inside the row: 0 <= ow * s + off < in.
-          const std::int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
-          const std::int64_t hi = std::min(g.out[2], g.in[2] - off <= 0 ? 0 : (g.in[2] - off + s - 1) / s);
-          if (s == 1) {
-            for (std::int64_t ow = lo; ow < hi; ++ow) y[ow] += wv * xr[ow + off];
-          } else {
-            for (std::int64_t ow = lo; ow < hi; ++ow) y[ow] += wv * xr[ow * s + off];
-          }
-        }
+        for (std::int64_t kw = 0; kw < g.k[2]; ++kw)
+          taps.push_back({xr, kw * g.d[2] - g.pb[2], wk[(kd * g.k[1] + kh) * g.k[2] + kw]});
       }
     }
-    for (std::int64_t ow = 0; ow < g.out[2]; ++ow) y[ow] += bias;
+    // One column, taps bounds-checked.
+    auto column = [&](std::int64_t ow) {
+      float acc = 0.0f;
+      for (const Tap& t : taps) {
+        const std::int64_t ix = ow * s + t.off;
+        if (ix >= 0 && ix < g.in[2]) acc += t.w * t.row[ix];
+      }
+      y[ow] = acc + bias;
+    };
+    for (std::int64_t ow = 0; ow < lo; ++ow) column(ow);
+    auto chunk = [&](std::int64_t ow) {
+      VU acc = VU{};
+      for (const Tap& t : taps) acc += t.w * *reinterpret_cast<const VU*>(t.row + ow + t.off);
+      *reinterpret_cast<VU*>(y + ow) = acc + bias;
+    };
+    std::int64_t ow = lo;
+    if (hi - lo >= kLanes) {
+      for (; ow + kLanes <= hi; ow += kLanes) chunk(ow);
+      // The remainder as one chunk overlapping the last: recomputed columns get the same values.
+      if (ow < hi) chunk(hi - kLanes);
+      ow = hi;
+    }
+    for (; ow < g.out[2]; ++ow) column(ow);
   }
 }
 
@@ -321,7 +350,9 @@ void conv(const ConvParams& p, const float* x, const float* w, const float* bias
   validate(p, false);
   const Geom g = geom3(p);
   if (p.batch == 0 || g.out_size() == 0) return;
-  if (p.in_channels / p.groups == 1) return conv_depthwise(p, g, x, w, bias, y);
+  // One input channel per group: direct loops, unless many filters share that channel (a first
+  // layer on a 1-channel image), where im2col + GEMM reuses each gathered input column.
+  if (p.in_channels / p.groups == 1 && p.out_channels / p.groups < 16) return conv_depthwise(p, g, x, w, bias, y);
   conv_gemm(p, g, x, w, bias, y);
 }
 

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace qeval::kernels {
@@ -89,6 +91,75 @@ void micro_kernel(std::int64_t kc, const float* __restrict pa, const float* __re
   for (int i = 0; i < mr; ++i) std::memcpy(c + i * ldc, tile + i * NR, sizeof(float) * std::size_t(nr));
 }
 
+typedef int VI __attribute__((vector_size(64)));
+
+// out[j][i] = in[i][j] for a 16 x 16 tile, in four rounds of two-source shuffles (unpack 32-bit,
+// unpack 64-bit, swap 128-bit lanes, swap 256-bit halves).
+inline void transpose16(const V (&in)[16], V (&out)[16]) {
+  const VI lo32 = {0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29};
+  const VI hi32 = {2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31};
+  const VI lo64 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+  const VI hi64 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+  const VI even128 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+  const VI odd128 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+  const VI lo256 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+  const VI hi256 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+  V t[16], u[16];
+  for (int p = 0; p < 8; ++p) {
+    t[2 * p] = __builtin_shuffle(in[2 * p], in[2 * p + 1], lo32);
+    t[2 * p + 1] = __builtin_shuffle(in[2 * p], in[2 * p + 1], hi32);
+  }
+  // u[4q + c], lane L: column c + 4L of rows 4q .. 4q + 3.
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q] = __builtin_shuffle(t[4 * q], t[4 * q + 2], lo64);
+    u[4 * q + 1] = __builtin_shuffle(t[4 * q], t[4 * q + 2], hi64);
+    u[4 * q + 2] = __builtin_shuffle(t[4 * q + 1], t[4 * q + 3], lo64);
+    u[4 * q + 3] = __builtin_shuffle(t[4 * q + 1], t[4 * q + 3], hi64);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const V va = __builtin_shuffle(u[c], u[4 + c], even128), vb = __builtin_shuffle(u[c], u[4 + c], odd128);
+    const V wa = __builtin_shuffle(u[8 + c], u[12 + c], even128), wb = __builtin_shuffle(u[8 + c], u[12 + c], odd128);
+    out[c] = __builtin_shuffle(va, wa, lo256);
+    out[c + 8] = __builtin_shuffle(va, wa, hi256);
+    out[c + 4] = __builtin_shuffle(vb, wb, lo256);
+    out[c + 12] = __builtin_shuffle(vb, wb, hi256);
+  }
+}
+
+// Rows [r0, r0 + 16) of a 16-column block: one vector per row, zero past `rows`.
+inline void load_rows16(const float* src, std::int64_t ld, int r0, int rows, V (&tile)[16]) {
+  for (int r = 0; r < 16; ++r)
+    tile[r] = r0 + r < rows ? V(*reinterpret_cast<const VU*>(src + (r0 + r) * ld)) : V{};
+}
+
+// dst[kk * R + r] = src[r * ld + kk] for kk < kc, r < rows (zero for rows <= r < R): R source
+// rows interleaved into a panel (R is MR or NR). Full 16-column blocks go through register
+// transposes, reading one cache line per row; reading the R rows element by element instead
+// thrashes L1 when ld is a power of two (all rows map to the same cache sets).
+template <int R>
+void interleave_rows(const float* src, std::int64_t ld, int rows, std::int64_t kc, float* dst) {
+  static_assert(R <= 16 || R % 16 == 0, "panel heights: at most one vector, or whole vectors");
+  std::int64_t kb = 0;
+  for (; kb + 16 <= kc; kb += 16) {
+    float* out = dst + kb * R;
+    V tile[16], cols[16];
+    for (int r0 = 0; r0 < R; r0 += 16) {
+      load_rows16(src + kb, ld, r0, rows, tile);
+      transpose16(tile, cols);
+      if constexpr (R % 16 == 0) {
+        for (int kk = 0; kk < 16; ++kk) *reinterpret_cast<VU*>(out + kk * R + r0) = cols[kk];
+      } else {
+        // Rows of R < 16 floats: each 16-float store spills into the next row, which the next
+        // store overwrites; the last row is stored exactly.
+        for (int kk = 0; kk < 15; ++kk) *reinterpret_cast<VU*>(out + kk * R) = cols[kk];
+        std::memcpy(out + 15 * R, &cols[15], sizeof(float) * R);
+      }
+    }
+  }
+  for (; kb < kc; ++kb)
+    for (int r = 0; r < R; ++r) dst[kb * R + r] = r < rows ? src[r * ld + kb] : 0.0f;
+}
+
 // Rows [i0, i0 + mc) and k range [k0, k0 + kc) of op(A) into MR-row panels (zero rows past mc).
 void pack_a(bool trans, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t k0,
             std::int64_t kc, float* dst) {
@@ -96,30 +167,7 @@ void pack_a(bool trans, const float* a, std::int64_t lda, std::int64_t i0, std::
     const int rows = int(std::min<std::int64_t>(MR, mc - ip));
     float* d = dst + (ip / MR) * kc * MR;
     if (!trans) {
-      // 16 columns of k at a time: each source row contributes one cache line to a small tile
-      // that is then transposed into the panel. Reading the MR rows element by element instead
-      // thrashes L1 when lda is a power of two (all rows map to the same cache sets).
-      const float* src = a + (i0 + ip) * lda + k0;
-      alignas(64) float tile[MR][16];
-      for (std::int64_t kb = 0; kb < kc; kb += 16) {
-        const int width = int(std::min<std::int64_t>(16, kc - kb));
-        if (width == 16) {
-          for (int r = 0; r < rows; ++r) *reinterpret_cast<V*>(tile[r]) = *reinterpret_cast<const VU*>(src + r * lda + kb);
-        } else {
-          for (int r = 0; r < rows; ++r) std::copy(src + r * lda + kb, src + r * lda + kb + width, tile[r]);
-        }
-        for (int r = rows; r < MR; ++r) *reinterpret_cast<V*>(tile[r]) = V{};
-        float* out = d + kb * MR;
-        if (width == 16) {
-#pragma GCC unroll 16
-          for (int kk = 0; kk < 16; ++kk)
-#pragma GCC unroll 16
-            for (int r = 0; r < MR; ++r) out[kk * MR + r] = tile[r][kk];
-        } else {
-          for (int kk = 0; kk < width; ++kk)
-            for (int r = 0; r < MR; ++r) out[kk * MR + r] = tile[r][kk];
-        }
-      }
+      interleave_rows<MR>(a + (i0 + ip) * lda + k0, lda, rows, kc, d);
     } else {
       for (std::int64_t kk = 0; kk < kc; ++kk) {
         const float* src = a + (k0 + kk) * lda + i0 + ip;
@@ -149,12 +197,7 @@ void pack_b(bool trans, const float* b, std::int64_t ldb, std::int64_t k0, std::
         }
       }
     } else {
-      for (int j = 0; j < cols; ++j) {
-        const float* src = b + (n0 + jp + j) * ldb + k0;
-        for (std::int64_t kk = 0; kk < kc; ++kk) d[kk * NR + j] = src[kk];
-      }
-      for (int j = cols; j < NR; ++j)
-        for (std::int64_t kk = 0; kk < kc; ++kk) d[kk * NR + j] = 0.0f;
+      interleave_rows<NR>(b + (n0 + jp) * ldb + k0, ldb, cols, kc, d);
     }
   }
 }
@@ -218,6 +261,96 @@ void run_task(const GemmShape& s, float alpha, const float* a, const PackedB& pb
     gemm_packed_block(mc, nc, kc, a_buf, pb.block(j0, k0), alpha, k0 == 0 ? beta : 1.0f,
                       c + i0 * s.ldc + j0, s.ldc);
   }
+}
+
+// At most this many rows of C go through few_rows: packing B would cost more than the product.
+constexpr std::int64_t kFewRows = 4;
+
+// Columns [j0, j0 + nc) of C for R rows (R <= kFewRows) against B as stored, not transposed:
+// R x 64 accumulators in registers, each B row segment loaded once for all R rows.
+template <int R>
+void few_rows_block(const GemmShape& s, float alpha, const float* a_rows, const float* b, float beta, float* c,
+                    std::int64_t j0, std::int64_t nc) {
+  constexpr int W = 4;  // vectors per row of the register tile
+  std::int64_t j = j0;
+  for (; j + W * kLanes <= j0 + nc; j += W * kLanes) {
+    V acc[R][W];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) acc[i][v] = V{};
+    for (std::int64_t p = 0; p < s.k; ++p) {
+      const float* brow = b + p * s.ldb + j;
+      V bv[W];
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) bv[v] = *reinterpret_cast<const VU*>(brow + v * kLanes);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const float aip = a_rows[i * s.k + p];
+#pragma GCC unroll 4
+        for (int v = 0; v < W; ++v) acc[i][v] += aip * bv[v];
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) {
+        VU* dst = reinterpret_cast<VU*>(c + i * s.ldc + j + v * kLanes);
+        *dst = beta == 0.0f ? alpha * acc[i][v] : beta * *dst + alpha * acc[i][v];
+      }
+  }
+  for (; j < j0 + nc; ++j)
+    for (int i = 0; i < R; ++i) {
+      float acc = 0.0f;
+      for (std::int64_t p = 0; p < s.k; ++p) acc += a_rows[i * s.k + p] * b[p * s.ldb + j];
+      float& dst = c[i * s.ldc + j];
+      dst = beta == 0.0f ? alpha * acc : beta * dst + alpha * acc;
+    }
+}
+
+// dot(x, y) over n floats: 4 vector partial sums (latency), then a fixed-order reduction.
+float dot(const float* x, const float* y, std::int64_t n) {
+  V acc[4] = {V{}, V{}, V{}, V{}};
+  std::int64_t p = 0;
+  for (; p + 4 * kLanes <= n; p += 4 * kLanes)
+    for (int u = 0; u < 4; ++u)
+      acc[u] += *reinterpret_cast<const VU*>(x + p + u * kLanes) * *reinterpret_cast<const VU*>(y + p + u * kLanes);
+  for (; p + kLanes <= n; p += kLanes) acc[0] += *reinterpret_cast<const VU*>(x + p) * *reinterpret_cast<const VU*>(y + p);
+  const V v = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  float sum = 0.0f;
+  for (int l = 0; l < kLanes; ++l) sum += v[l];
+  for (; p < n; ++p) sum += x[p] * y[p];
+  return sum;
+}
+
+// C for m <= kFewRows straight from the unpacked operands, parallel over column chunks (each
+// element is computed by one task in a fixed order).
+void few_rows(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
+  // op(A)'s rows, contiguous.
+  std::vector<float> a_rows(static_cast<std::size_t>(s.m * s.k));
+  for (std::int64_t i = 0; i < s.m; ++i)
+    for (std::int64_t p = 0; p < s.k; ++p) a_rows[std::size_t(i * s.k + p)] = s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p];
+  constexpr std::int64_t kChunk = 256;
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (s.n + kChunk - 1) / kChunk), [&](const auto& r) {
+    for (std::int64_t t = r.begin(); t < r.end(); ++t) {
+      const std::int64_t j0 = t * kChunk, nc = std::min(kChunk, s.n - j0);
+      if (s.trans_b) {
+        for (std::int64_t j = j0; j < j0 + nc; ++j)
+          for (std::int64_t i = 0; i < s.m; ++i) {
+            const float acc = dot(a_rows.data() + i * s.k, b + j * s.ldb, s.k);
+            float& dst = c[i * s.ldc + j];
+            dst = beta == 0.0f ? alpha * acc : beta * dst + alpha * acc;
+          }
+        continue;
+      }
+      switch (s.m) {
+        case 1: few_rows_block<1>(s, alpha, a_rows.data(), b, beta, c, j0, nc); break;
+        case 2: few_rows_block<2>(s, alpha, a_rows.data(), b, beta, c, j0, nc); break;
+        case 3: few_rows_block<3>(s, alpha, a_rows.data(), b, beta, c, j0, nc); break;
+        default: few_rows_block<4>(s, alpha, a_rows.data(), b, beta, c, j0, nc); break;
+      }
+    }
+  });
 }
 
 void check_shape(const GemmShape& s) {
@@ -328,8 +461,17 @@ void sgemm_packed(const GemmShape& s, float alpha, const float* a, const float* 
 }
 
 void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
+  check_shape(s);
   if (s.m * s.n * s.k <= kSmallGemmMacs) return sgemm_reference(s, alpha, a, b, beta, c);
+  if (s.m <= kFewRows) return few_rows(s, alpha, a, b, beta, c);
   sgemm_packed(s, alpha, a, b, beta, c);
+}
+
+void sgemm_few_rows(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
+  check_shape(s);
+  if (s.m > kFewRows) throw std::invalid_argument("sgemm_few_rows: m " + std::to_string(s.m) + " > " + std::to_string(kFewRows));
+  if (s.m == 0 || s.n == 0) return;
+  few_rows(s, alpha, a, b, beta, c);
 }
 
 void sgemm_batched_reference(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
@@ -342,9 +484,9 @@ void sgemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const fl
   check_shape(s);
   if (batch <= 0 || s.m == 0 || s.n == 0) return;
   if (batch == 1) return sgemm(s, alpha, a[0], b[0], beta, c[0]);
-  if (s.m * s.n * s.k <= kSmallGemmMacs) {
+  if (s.m * s.n * s.k <= kSmallGemmMacs || s.m <= kFewRows) {
     tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, batch), [&](const auto& r) {
-      for (std::int64_t i = r.begin(); i < r.end(); ++i) sgemm_reference(s, alpha, a[i], b[i], beta, c[i]);
+      for (std::int64_t i = r.begin(); i < r.end(); ++i) sgemm(s, alpha, a[i], b[i], beta, c[i]);
     });
     return;
   }

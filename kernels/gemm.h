@@ -21,10 +21,14 @@ struct GemmShape {
   std::int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
-// Chooses the path by size: small problems run the reference loops, larger ones the packed kernel.
+// Chooses the path by size: tiny problems run the reference loops, m <= 4 the few-rows kernel,
+// the rest the packed kernel.
 void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c);
 // Always the packed kernel (tests compare it with the reference on tiny and odd shapes).
 void sgemm_packed(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c);
+// For m <= 4 (sgemm's choice there): rows of C straight from unpacked B, since packing B would cost
+// more than the product. Throws std::invalid_argument for larger m.
+void sgemm_few_rows(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c);
 // The obvious loops, single-threaded; accumulates each element in float over k in order.
 void sgemm_reference(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c);
 

@@ -466,6 +466,7 @@ class EinsumOp final : public Op {
     };
     // The operand as stored if its label order is `plain` or `transposed`; else a permuted copy.
     std::vector<std::vector<T>> copies;
+    copies.reserve(2);
     auto arrange = [&](const Tensor& t, const std::vector<int>& labels, const std::vector<int>& plain,
                        const std::vector<int>& transposed, bool& trans) -> const T* {
       trans = false;

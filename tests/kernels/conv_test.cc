@@ -105,6 +105,14 @@ std::vector<ConvParams> conv_cases() {
   v.push_back(make(2, 6, 6, 6, {10, 13}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));
   v.push_back(make(1, 4, 8, 4, {9, 11}, {5, 3}, {2, 3}, {1, 2}, {2, 0}, {1, 2}));
   v.push_back(make(1, 1, 5, 1, {12, 7}, {3, 3}, {1, 1}, {3, 1}, {0, 2}, {3, 1}));
+  v.push_back(make(1, 1, 20, 1, {17, 19}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}));  // 1 channel, many filters: GEMM
+  v.push_back(make(1, 2, 34, 2, {9, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));    // depthwise x17: GEMM
+  // Rows wide enough for the 16-column register path: exact chunks, an overlapping last chunk,
+  // dilation, asymmetric pads, 1-D and 3-D.
+  v.push_back(make(1, 8, 8, 8, {5, 50}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));
+  v.push_back(make(2, 4, 4, 4, {6, 45}, {3, 5}, {1, 1}, {1, 2}, {0, 3}, {2, 0}));
+  v.push_back(make(1, 3, 6, 3, {70}, {7}, {1}, {3}, {5}, {2}));
+  v.push_back(make(1, 2, 2, 2, {3, 4, 37}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}));
   // 1-D and 3-D.
   v.push_back(make(2, 6, 4, 2, {31}, {5}, {2}, {3}, {4}, {1}));
   v.push_back(make(1, 3, 4, 1, {5, 6, 7}, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1}, {0, 1, 2}));

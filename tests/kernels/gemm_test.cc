@@ -109,6 +109,10 @@ std::vector<Case> cases() {
                                     {5, 5, 0},     {0, 5, 5},      {5, 0, 5}};
   for (const auto& s : shapes)
     for (int t = 0; t < 4; ++t) v.push_back({bool(t & 1), bool(t & 2), s[0], s[1], s[2], 1.0f, 0.0f});
+  // The few-rows path: every m up to 4, column tails around its 64-wide tile and 256-wide chunks.
+  for (std::int64_t m = 1; m <= 4; ++m)
+    for (const std::int64_t n : {1, 63, 64, 65, 300})
+      for (int t = 0; t < 4; ++t) v.push_back({bool(t & 1), bool(t & 2), m, n, 70 + 13 * m, 0.5f, t == 3 ? 1.5f : 0.0f, t});
   // alpha/beta variants and strided operands.
   v.push_back({false, false, 45, 70, 300, 0.5f, -1.5f});
   v.push_back({true, true, 45, 70, 300, -2.0f, 1.0f});
@@ -131,6 +135,7 @@ TEST(Gemm, PackedAndReferenceMatchDoubleOracle) {
     expect_matches_oracle(sgemm_packed, "sgemm_packed", cs, o);
     expect_matches_oracle(sgemm_reference, "sgemm_reference", cs, o);
     expect_matches_oracle(sgemm, "sgemm", cs, o);
+    if (cs.m <= 4) expect_matches_oracle(sgemm_few_rows, "sgemm_few_rows", cs, o);
   }
 }
 
@@ -161,26 +166,30 @@ TEST(Gemm, BatchedWithSharedOperandsMatchesReference) {
 
 TEST(Gemm, ResultsDoNotDependOnThreadCount) {
   std::mt19937 rng(11);
-  // Many tasks and several k blocks, with edge tiles in both directions.
-  const Case cs{false, true, 301, 203, 700, 1.0f, 0.5f};
-  const Operands o = make_operands(cs, rng);
-  auto run = [&] {
-    std::vector<float> c = o.c;
-    sgemm_packed(o.s, cs.alpha, o.a.data(), o.b.data(), cs.beta, c.data());
-    return c;
-  };
-  const std::vector<float> def = run();
-  std::vector<float> one, three;
-  {
-    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
-    one = run();
+  // Many tasks and several k blocks with edge tiles in both directions (packed path), and a
+  // few-rows product wide enough for several column chunks.
+  for (const Case& cs : {Case{false, true, 301, 203, 700, 1.0f, 0.5f}, Case{false, false, 3, 1000, 300, 1.0f, 0.0f},
+                         Case{true, true, 2, 700, 129, 1.0f, 0.0f}}) {
+    const Operands o = make_operands(cs, rng);
+    auto run = [&] {
+      std::vector<float> c = o.c;
+      sgemm(o.s, cs.alpha, o.a.data(), o.b.data(), cs.beta, c.data());
+      return c;
+    };
+    const std::vector<float> def = run();
+    std::vector<float> other;
+    {
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
+      other = run();
+    }
+    EXPECT_EQ(0, std::memcmp(def.data(), other.data(), def.size() * sizeof(float))) << describe(cs) << ": 1 thread";
+    // Arenas of other sizes also change how the work is split into tasks.
+    for (int threads : {1, 3}) {
+      tbb::task_arena(threads).execute([&] { other = run(); });
+      EXPECT_EQ(0, std::memcmp(def.data(), other.data(), def.size() * sizeof(float)))
+          << describe(cs) << ": arena of " << threads;
+    }
   }
-  // Arenas of other sizes also change how the work is split into tasks.
-  tbb::task_arena(1).execute([&] { three = run(); });
-  EXPECT_EQ(0, std::memcmp(def.data(), one.data(), def.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(def.data(), three.data(), def.size() * sizeof(float)));
-  tbb::task_arena(3).execute([&] { three = run(); });
-  EXPECT_EQ(0, std::memcmp(def.data(), three.data(), def.size() * sizeof(float)));
 }
 
 TEST(Gemm, GenericIntegerProductsAreExact) {

@@ -73,7 +73,7 @@ struct SceneObject {
 };
 
 struct SceneOptions {
-  int size = 64;         // image side in pixels, >= 16
+  int size = 64;         // image side in pixels, 16..1024
   int min_objects = 1;   // 1 <= min_objects <= max_objects <= 3
   int max_objects = 3;
 };
@@ -102,6 +102,10 @@ Scene render_scene(const SceneDescription& description);
 inline Scene generate_scene(std::uint64_t seed, std::uint64_t index, const SceneOptions& options = {}) {
   return render_scene(describe_scene(seed, index, options));
 }
+
+// Per object, the (x, y) of its mask's pixel nearest the mask's centroid (the first in row-major
+// order on ties; (-1, -1) for an empty mask): the point prompts tiny-sam is evaluated with.
+std::vector<std::array<int, 2>> scene_object_points(const Scene& scene);
 
 // The caption of objects on a background, by the grammar of docs/scenes.md.
 std::string scene_caption(const std::vector<SceneObject>& objects, BackgroundStyle style,

@@ -110,8 +110,8 @@ def caption_of(objects, style, bg_color):
 
 def describe_scene(seed, index, size=64, min_objects=1, max_objects=3):
     """The random draws of one scene (docs/scenes.md, "Draws"), without pixels."""
-    if size < 16:
-        raise ValueError("scene size must be >= 16")
+    if not 16 <= size <= 1024:
+        raise ValueError("scene size must be in [16, 1024]")
     if not 1 <= min_objects <= max_objects <= 3:
         raise ValueError("need 1 <= min_objects <= max_objects <= 3")
     rng = scene_rng(seed, index)
@@ -210,6 +210,23 @@ def generate_scene(seed, index, size=64, min_objects=1, max_objects=3):
     img, masks = render_scene(desc)
     desc["image"], desc["masks"] = img, masks
     return desc
+
+
+def object_points(masks):
+    """Per mask, the (x, y) of its pixel nearest its centroid (first in row-major order on ties), or
+    (-1, -1) for an empty mask: the point prompts tiny-sam is evaluated with. Exact integer maths:
+    n^2 times the squared distance, (n x - sum x)^2 + (n y - sum y)^2."""
+    points = []
+    for m in masks:
+        ys, xs = np.nonzero(m)
+        if len(xs) == 0:
+            points.append((-1, -1))
+            continue
+        n = len(xs)
+        d = (n * xs.astype(np.int64) - int(xs.sum())) ** 2 + (n * ys.astype(np.int64) - int(ys.sum())) ** 2
+        i = int(np.argmin(d))
+        points.append((int(xs[i]), int(ys[i])))
+    return points
 
 
 # ---- Caption parsing (the inverse of caption_of, for prompt-following checks) ----
@@ -350,7 +367,8 @@ GOLDEN_CASES = [(1234, i, 64, 1, 3) for i in range(16)] + [(77, i, 32, 3, 3) for
 
 def write_goldens():
     os.makedirs(GOLDEN_DIR, exist_ok=True)
-    lines = ["# seed\tindex\tsize\tmin_objects\tmax_objects\tfile\tobjects(shape,color,size,cell,cx,cy,r;...)\tcaption"]
+    lines = ["# seed\tindex\tsize\tmin_objects\tmax_objects\tfile\tobjects(shape,color,size,cell,cx,cy,r;...)\tcaption"
+             "\tpoints(x,y;...)"]
     for seed, index, size, lo, hi in GOLDEN_CASES:
         s = generate_scene(seed, index, size, lo, hi)
         name = "s%d_i%d_%d" % (seed, index, size)
@@ -361,7 +379,8 @@ def write_goldens():
         write_png(os.path.join(GOLDEN_DIR, name + "_masks.png"), bits)
         objs = ";".join("%d,%d,%d,%d,%d,%d,%d" % (o["shape"], o["color"], o["size"], o["cell"], o["cx"], o["cy"], o["r"])
                         for o in s["objects"])
-        lines.append("\t".join(map(str, [seed, index, size, lo, hi, name, objs, s["caption"]])))
+        points = ";".join("%d,%d" % p for p in object_points(s["masks"]))
+        lines.append("\t".join(map(str, [seed, index, size, lo, hi, name, objs, s["caption"], points])))
     with open(os.path.join(GOLDEN_DIR, "scenes.tsv"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("wrote %d scenes to %s" % (len(GOLDEN_CASES), GOLDEN_DIR))

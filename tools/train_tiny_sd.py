@@ -54,29 +54,31 @@ MAX_OBJECTS = 3
 
 
 def _describe_chunk(job):
-    start, stop, exclude, tok_dir = job
-    tok = T.ClipTokenizer.load(tok_dir)
+    seed, start, stop, exclude, tok_dir = job
+    tok = T.ClipTokenizer.load(tok_dir) if tok_dir else None
     n = stop - start
     objs = np.zeros((n, MAX_OBJECTS, 6), dtype=np.int32)  # valid, shape, color, cx, cy, r
     style = np.zeros(n, dtype=np.int32)
     bg = np.zeros(n, dtype=np.int32)
-    ids = np.zeros((n, tok.max_length), dtype=np.int32)
+    ids = np.zeros((n, tok.max_length if tok else 1), dtype=np.int32)
     keep = np.ones(n, dtype=bool)
     for k in range(n):
-        d = scenes.describe_scene(scenes.TRAIN_SEED, start + k)
+        d = scenes.describe_scene(seed, start + k)
         if d["caption"] in exclude:
             keep[k] = False
             continue
         style[k], bg[k] = d["style"], d["bg_color"]
         for i, o in enumerate(d["objects"]):
             objs[k, i] = (1, o["shape"], o["color"], o["cx"], o["cy"], o["r"])
-        ids[k] = tok.encode(d["caption"])
+        if tok:
+            ids[k] = tok.encode(d["caption"])
     return objs[keep], style[keep], bg[keep], ids[keep], int((~keep).sum())
 
 
-def describe_pool(n, exclude, tok_dir, workers):
+def describe_pool(n, exclude, tok_dir, workers, seed=scenes.TRAIN_SEED):
+    """Scenes 0..n-1 of the stream `seed` minus captions in exclude: objs, style, bg, token ids, skipped."""
     chunk = max(1000, n // (4 * workers))
-    jobs = [(s, min(n, s + chunk), exclude, tok_dir) for s in range(0, n, chunk)]
+    jobs = [(seed, s, min(n, s + chunk), exclude, tok_dir) for s in range(0, n, chunk)]
     with mp.get_context("fork").Pool(workers) as pool:
         parts = pool.map(_describe_chunk, jobs)
     cat = [np.concatenate([p[i] for p in parts]) for i in range(4)]
@@ -173,7 +175,7 @@ def lr_at(step, total, base, warmup):
 class StepBudget:
     """Fixed step count, or one set from the speed measured over steps [probe_from, probe_to)."""
 
-    def __init__(self, steps, seconds, probe_from=10, probe_to=40):
+    def __init__(self, steps, seconds, probe_from=100, probe_to=300):
         self.total = steps if steps else None
         self.seconds, self.probe_from, self.probe_to = seconds, probe_from, probe_to
         self.start = time.time()

@@ -25,7 +25,7 @@ std::vector<std::string> split_tabs(const std::string& line) {
 struct GoldenCase {
   std::uint64_t seed, index;
   SceneOptions options;
-  std::string file, objects, caption;
+  std::string file, objects, caption, points;
 };
 
 std::vector<GoldenCase> golden_cases() {
@@ -34,9 +34,9 @@ std::vector<GoldenCase> golden_cases() {
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#') continue;
     const auto f = split_tabs(line);
-    if (f.size() != 8) throw std::runtime_error("bad scenes.tsv line: " + line);
+    if (f.size() != 9) throw std::runtime_error("bad scenes.tsv line: " + line);
     cases.push_back({std::stoull(f[0]), std::stoull(f[1]), {std::stoi(f[2]), std::stoi(f[3]), std::stoi(f[4])},
-                     f[5], f[6], f[7]});
+                     f[5], f[6], f[7], f[8]});
   }
   return cases;
 }
@@ -79,6 +79,12 @@ TEST(Scenes, MatchPythonGoldensExactly) {
     const Scene s = generate_scene(c.seed, c.index, c.options);
     EXPECT_EQ(s.description.caption, c.caption);
     EXPECT_EQ(objects_field(s.description), c.objects);
+    std::string points;
+    for (const auto& p : scene_object_points(s)) {
+      if (!points.empty()) points += ';';
+      points += std::to_string(p[0]) + ',' + std::to_string(p[1]);
+    }
+    EXPECT_EQ(points, c.points);
 
     const Image golden = load_image(data_dir() / "scenes" / (c.file + ".png"));
     ASSERT_EQ(golden.channels(), 3);
@@ -133,6 +139,9 @@ TEST(Scenes, InvariantsOverManyScenes) {
       int on = 0;
       for (auto m : s.masks[k]) on += m != 0;
       EXPECT_GT(on, 20) << s.description.caption;
+      // The point prompt lies on the object's own mask.
+      const auto p = scene_object_points(s)[k];
+      EXPECT_NE(s.masks[k][std::size_t(p[1]) * 64 + p[0]], 0) << s.description.caption;
     }
   }
 }
@@ -145,6 +154,7 @@ TEST(Scenes, OptionsControlObjectCountAndSize) {
     EXPECT_EQ(s.image.pixels.size(), 48u * 48u * 3u);
   }
   EXPECT_THROW(describe_scene(1, 1, {.size = 8}), InputError);
+  EXPECT_THROW(describe_scene(1, 1, {.size = 2048}), InputError);
   EXPECT_THROW(describe_scene(1, 1, {.size = 64, .min_objects = 2, .max_objects = 1}), InputError);
   EXPECT_THROW(describe_scene(1, 1, {.size = 64, .min_objects = 1, .max_objects = 4}), InputError);
 }

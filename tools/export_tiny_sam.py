@@ -137,6 +137,8 @@ reports run on a trained network out of the box; it knows nothing beyond the sce
 | mask_decoder.onnx | image_embeddings, point_coords [batch, points, 2] (x, y in pixels), point_labels [batch, points] (1 positive, 0 negative, -1 padding; append one padding point as with SAM's ONNX decoder) -> masks [batch, 4, 64, 64] (logits; 0 = single-mask output, 1-3 = multimask), iou_predictions [batch, 4] |
 | pipeline.json | names, normalisation, threshold, the evaluation prompt set |
 
+| file | size |
+|---|---|
 """ + "\n".join("| %s | %.2f MB |" % kv for kv in ((k, v / 1e6) for k, v in sizes.items())) + f"""
 | **all tiny-sam files** | **{total / 1e6:.2f} MB** (tiny-sd: {sd_bytes / 1e6:.2f} MB; both together {(total + sd_bytes) / 1e6:.2f} MB of the 25 MB budget) |
 
@@ -173,7 +175,7 @@ start, {log['final_loss']:.4f} at the end (mean of the last 500 steps).
 
 ## Accuracy
 
-Held-out point prompts: scenes 0..{TS.EVAL_SCENES - 1} of the stream seeded {TS.EVAL_SEED:#x} (never trained on),
+Held-out point prompts: scenes 0..{TS.EVAL_SCENES - 1} of the stream seeded {TS.EVAL_SEED:#x} (a stream training never drew from),
 {len(imgs)} objects, each prompted by one positive point at its mask pixel nearest the mask's centroid
 (`datasets::scene_object_points`, `scenes.object_points`) plus a padding point:
 

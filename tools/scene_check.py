@@ -22,6 +22,7 @@
 # scenes, 100%).
 #
 # Usage: /usr/bin/python3 tools/scene_check.py --selftest [N]
+#        /usr/bin/python3 tools/scene_check.py --goldens     # tests/data/scenes/check/ (C++ port's test)
 
 import argparse
 import os
@@ -124,8 +125,8 @@ def classify_shape(comp_mask, alpha):
     return best
 
 
-def check_object(img, labels, obj):
-    """Whether the labelled image shows obj ({shape, color, cell}); also returns what was found."""
+def check_object_result(img, labels, obj):
+    """(passed, shape index found or -1 when no region, its soft IoU) for obj ({shape, color, cell})."""
     size = labels.shape[0]
     found = None
     for ys, xs in components(labels == obj["color"]):
@@ -135,13 +136,20 @@ def check_object(img, labels, obj):
         if cell == obj["cell"] and (found is None or len(ys) > len(found[0])):
             found = (ys, xs)
     if found is None:
-        return False, "no %s region in the cell" % scenes.COLORS[obj["color"]]
+        return False, -1, 0.0
     m = np.zeros(labels.shape, dtype=bool)
     m[found] = True
     # Soft coverage around the component, but not on pixels of other object colors.
     alpha = np.where((labels == -1) | m, object_alpha(img, m, obj["color"]), 0.0)
     shape, iou = classify_shape(m, alpha)
-    ok = shape == obj["shape"] and iou >= MIN_IOU
+    return shape == obj["shape"] and iou >= MIN_IOU, shape, float(iou)
+
+
+def check_object(img, labels, obj):
+    """Whether the labelled image shows obj ({shape, color, cell}), and what was found, in words."""
+    ok, shape, iou = check_object_result(img, labels, obj)
+    if shape < 0:
+        return False, "no %s region in the cell" % scenes.COLORS[obj["color"]]
     return ok, "%s (IoU %.2f)" % (scenes.SHAPES[shape], iou)
 
 
@@ -156,6 +164,28 @@ def check_image(img, caption):
     return out
 
 
+def write_goldens():
+    """tests/data/scenes/check/: the first 16 tiny-sd samples of models/tiny-sd/samples.png (first 16
+    tiny_eval prompts) as PNGs and this checker's verdicts, for the C++ port's test."""
+    grid = scenes.read_png_rgb8(os.path.join(scenes.REPO, "models", "tiny-sd", "samples.png"))
+    prompts = scenes.read_prompts(os.path.join(scenes.REPO, "prompts", "tiny_eval.txt"))[:16]
+    out_dir = os.path.join(scenes.GOLDEN_DIR, "check")
+    os.makedirs(out_dir, exist_ok=True)
+    lines = ["# file\tcaption\tper object: passed(0/1),shape found(-1: none),soft IoU;..."]
+    for i, caption in enumerate(prompts):
+        r, c = divmod(i, 8)
+        img = grid[2 + r * 66:2 + r * 66 + 64, 2 + c * 66:2 + c * 66 + 64]
+        name = "tiny_sd_%02d.png" % i
+        scenes.write_png(os.path.join(out_dir, name), img)
+        labels = color_labels(img)
+        objects, _, _ = scenes.parse_caption(caption)
+        res = [check_object_result(img, labels, o) for o in objects]
+        lines.append("%s\t%s\t%s" % (name, caption, ";".join("%d,%d,%.9f" % (ok, shape, iou) for ok, shape, iou in res)))
+    with open(os.path.join(out_dir, "check.tsv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote %d images and verdicts to %s" % (len(prompts), out_dir))
+
+
 def score(images, captions):
     """(share of objects found, share of prompts with every object found, per-prompt results)."""
     results = [check_image(i, c) for i, c in zip(images, captions)]
@@ -166,7 +196,11 @@ def score(images, captions):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--selftest", type=int, nargs="?", const=300, help="score N generator scenes (expect 100%%)")
+    ap.add_argument("--goldens", action="store_true", help="write tests/data/scenes/check/ from models/tiny-sd/samples.png")
     a = ap.parse_args()
+    if a.goldens:
+        write_goldens()
+        return 0
     if a.selftest:
         imgs, caps = [], []
         for i in range(a.selftest):

@@ -19,25 +19,6 @@ constexpr int kLatest = 22;
 
 std::string type_name(DType t) { return std::string(dtype_name(t)); }
 
-// Calls f(T{}) with the C++ type of a numeric storage type (narrow floats are stored as float).
-template <class F>
-void visit_numeric(DType t, F&& f) {
-  switch (t) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(std::int8_t{});
-    case DType::kUInt8: return f(std::uint8_t{});
-    case DType::kInt16: return f(std::int16_t{});
-    case DType::kUInt16: return f(std::uint16_t{});
-    case DType::kInt32: return f(std::int32_t{});
-    case DType::kUInt32: return f(std::uint32_t{});
-    case DType::kInt64: return f(std::int64_t{});
-    case DType::kUInt64: return f(std::uint64_t{});
-    case DType::kBool: return f(bool{});
-    default: throw UnsupportedError("element type " + type_name(t) + " is not a storage type");
-  }
-}
-
 template <class T>
 bool is_nan(T v) {
   if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
@@ -211,7 +192,7 @@ class ReduceOp final : public Op {
     const DType t = in[0]->dtype;
     if (t == DType::kBool && kind_ != Reduce::kMax && kind_ != Reduce::kMin)
       fail(node_, "bool input is only supported by ReduceMax/ReduceMin");
-    visit_numeric(t, [](auto) {});  // unsupported storage types fail here, at plan time
+    visit_storage(t, [](auto) {});  // unsupported storage types fail here, at plan time
     std::vector<std::int64_t> axes;
     if (axes_input_ && in.size() > 1 && in[1]) {
       if (!in[1]->value)
@@ -240,7 +221,7 @@ class ReduceOp final : public Op {
       return;
     }
     const Layout l = make_layout(x.shape(), *mask);
-    visit_numeric(x.dtype(), [&](auto tag) {
+    visit_storage(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (std::is_floating_point_v<T>) {
         compute<T, double>(x.data<T>(), out[0]->data<T>(), l);
@@ -387,7 +368,7 @@ class ArgOp final : public Op {
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
     if (in[0]->dtype == DType::kBool) fail(node_, "bool input is not supported");
-    visit_numeric(in[0]->dtype, [](auto) {});
+    visit_storage(in[0]->dtype, [](auto) {});
     const Shape& s = in[0]->shape;
     if (s.empty()) fail(node_, "input must have rank >= 1");
     const std::size_t axis = std::size_t(normalize_axis(node_, axis_, int(s.size())));
@@ -407,7 +388,7 @@ class ArgOp final : public Op {
     for (std::size_t d = axis + 1; d < x.shape().size(); ++d) inner *= x.shape()[d];
     const std::int64_t outer = n * inner == 0 ? 0 : x.numel() / (n * inner);
     std::int64_t* y = out[0]->data<std::int64_t>();
-    visit_numeric(x.dtype(), [&](auto tag) {
+    visit_storage(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (!std::is_same_v<T, bool>) {
         const T* px = x.data<T>();

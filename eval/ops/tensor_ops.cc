@@ -111,25 +111,6 @@ void with_element_size(std::size_t es, F&& f) {
   }
 }
 
-// Calls f(T{}) with the C++ type of a storage type (narrow floats are stored as float).
-template <class F>
-void visit_storage(DType t, F&& f) {
-  switch (t) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(std::int8_t{});
-    case DType::kUInt8: return f(std::uint8_t{});
-    case DType::kInt16: return f(std::int16_t{});
-    case DType::kUInt16: return f(std::uint16_t{});
-    case DType::kInt32: return f(std::int32_t{});
-    case DType::kUInt32: return f(std::uint32_t{});
-    case DType::kInt64: return f(std::int64_t{});
-    case DType::kUInt64: return f(std::uint64_t{});
-    case DType::kBool: return f(bool{});
-    default: throw UnsupportedError("element type " + type_name(t) + " is not a storage type");
-  }
-}
-
 // ---- strided copy: the kernel behind Transpose, Slice, Expand, Tile --------------------------
 
 // Element (i_0, ..., i_k) of a dense destination over `counts` comes from

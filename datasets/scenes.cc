@@ -3,6 +3,7 @@
 #include "datasets/scenes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 
@@ -34,7 +35,10 @@ std::string object_phrase(const SceneObject& o) {
   std::string first = o.size == SceneSize::kMedium ? std::string(scene_color_name(o.color))
                                                    : std::string(scene_size_name(o.size));
   std::string s(article(first));
-  if (o.size != SceneSize::kMedium) s += " " + std::string(scene_size_name(o.size));
+  if (o.size != SceneSize::kMedium) {
+    s += ' ';
+    s += scene_size_name(o.size);
+  }
   s += " ";
   s += scene_color_name(o.color);
   s += " ";
@@ -270,7 +274,8 @@ ParsedCaption parse_scene_caption(std::string_view caption) {
   for (std::string_view p : phrases) {
     int cell = -1;
     for (int c = 0; c < kSceneCellCount; ++c) {  // longest matching position phrase wins
-      const std::string suffix = " " + std::string(kPositions[c]);
+      std::string suffix(1, ' ');
+      suffix += kPositions[c];
       if (p.ends_with(suffix) && (cell < 0 || kPositions[c].size() > kPositions[cell].size())) cell = c;
     }
     if (cell < 0) throw fail("no position in \"" + std::string(p) + "\"");
@@ -292,6 +297,187 @@ ParsedCaption parse_scene_caption(std::string_view caption) {
     o.shape = static_cast<SceneShape>(shape);
     out.objects.push_back(o);
   }
+  return out;
+}
+
+// ---- Prompt-following check (tools/scene_check.py) ----
+
+namespace {
+
+constexpr double kMaxColorDistance = 90.0;
+constexpr std::size_t kMinArea = 10;
+constexpr double kMinIou = 0.5;
+
+// Per pixel: object color 0..7 when the nearest palette entry (8 object colors, then 16 background
+// tones) is that color within kMaxColorDistance, else -1. Ties go to the earlier entry (numpy argmin).
+std::vector<int> color_labels(const Rgb8& img) {
+  std::vector<std::array<double, 3>> palette;
+  for (int c = 0; c < kSceneColorCount; ++c) {
+    const Rgb o = scene_object_rgb(static_cast<SceneColor>(c));
+    palette.push_back({double(o[0]), double(o[1]), double(o[2])});
+  }
+  for (int c = 0; c < kSceneColorCount; ++c)
+    for (const Rgb& t : scene_background_tones(static_cast<SceneColor>(c)))
+      palette.push_back({double(t[0]), double(t[1]), double(t[2])});
+  const std::size_t n = std::size_t(img.width) * img.height;
+  std::vector<int> labels(n, -1);
+  for (std::size_t p = 0; p < n; ++p) {
+    double best = 0;
+    int best_i = -1;
+    for (std::size_t i = 0; i < palette.size(); ++i) {
+      double d2 = 0;
+      for (int k = 0; k < 3; ++k) {
+        const double d = img.pixels[3 * p + k] - palette[i][k];
+        d2 += d * d;
+      }
+      const double d = std::sqrt(d2);
+      if (best_i < 0 || d < best) {
+        best = d;
+        best_i = static_cast<int>(i);
+      }
+    }
+    if (best_i < kSceneColorCount && best <= kMaxColorDistance) labels[p] = best_i;
+  }
+  return labels;
+}
+
+// 8-connected components of labels == color, in row-major order of their first pixel.
+std::vector<std::vector<int>> components(const std::vector<int>& labels, int size, int color) {
+  std::vector<char> seen(labels.size(), 0);
+  std::vector<std::vector<int>> out;
+  for (int p0 = 0; p0 < static_cast<int>(labels.size()); ++p0) {
+    if (labels[p0] != color || seen[p0]) continue;
+    std::vector<int> comp, stack{p0};
+    seen[p0] = 1;
+    while (!stack.empty()) {
+      const int p = stack.back();
+      stack.pop_back();
+      comp.push_back(p);
+      const int y = p / size, x = p % size;
+      for (int dy = -1; dy <= 1; ++dy)
+        for (int dx = -1; dx <= 1; ++dx) {
+          const int yy = y + dy, xx = x + dx;
+          if ((dx || dy) && yy >= 0 && yy < size && xx >= 0 && xx < size) {
+            const int q = yy * size + xx;
+            if (labels[q] == color && !seen[q]) {
+              seen[q] = 1;
+              stack.push_back(q);
+            }
+          }
+        }
+    }
+    out.push_back(std::move(comp));
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+ObjectCheck check_object(const Rgb8& img, const std::vector<int>& labels, const SceneObject& named) {
+  const int size = img.width;
+  ObjectCheck result;
+  result.named = named;
+  const std::vector<int>* found = nullptr;
+  const auto comps = components(labels, size, static_cast<int>(named.color));
+  for (const auto& comp : comps) {
+    if (comp.size() < kMinArea) continue;
+    double sy = 0, sx = 0;
+    for (int p : comp) {
+      sy += p / size;
+      sx += p % size;
+    }
+    const double my = sy / comp.size(), mx = sx / comp.size();
+    const int cell = 3 * std::min(2, static_cast<int>(std::floor(my * 3 / size))) +
+                     std::min(2, static_cast<int>(std::floor(mx * 3 / size)));
+    if (cell == named.cell && (!found || comp.size() > found->size())) found = &comp;
+  }
+  if (!found) return result;
+  std::vector<char> mask(labels.size(), 0);
+  int x0 = size, x1 = 0, y0 = size, y1 = 0;  // bounding box [x0, x1) x [y0, y1)
+  for (int p : *found) {
+    mask[p] = 1;
+    x0 = std::min(x0, p % size);
+    x1 = std::max(x1, p % size + 1);
+    y0 = std::min(y0, p / size);
+    y1 = std::max(y1, p / size + 1);
+  }
+  // Local background: per-channel median of a frame 2 pixels outside the bounding box.
+  const int fy0 = std::max(0, y0 - 2), fy1 = std::min(size, y1 + 2), fx0 = std::max(0, x0 - 2), fx1 = std::min(size, x1 + 2);
+  std::array<std::vector<double>, 3> border;
+  for (int y = fy0; y < fy1; ++y)
+    for (int x = fx0; x < fx1; ++x) {
+      const bool inner = y >= fy0 + 1 && y < fy1 - 1 && x >= fx0 + 1 && x < fx1 - 1;
+      if (!inner)
+        for (int k = 0; k < 3; ++k) border[k].push_back(img.pixels[3 * (std::size_t(y) * size + x) + k]);
+    }
+  std::array<double, 3> bg{};
+  const Rgb fallback = scene_background_tones(SceneColor::kRed)[0];  // the palette's first tone
+  for (int k = 0; k < 3; ++k) bg[k] = border[k].empty() ? fallback[k] : median(border[k]);
+  const Rgb c = scene_object_rgb(named.color);
+  std::array<double, 3> d{};
+  double dd = 0;
+  for (int k = 0; k < 3; ++k) {
+    d[k] = c[k] - bg[k];
+    dd += d[k] * d[k];
+  }
+  // Soft coverage in the window (box grown by 2), zero on pixels of other object colors.
+  const int wx0 = fx0, wy0 = fy0, ww = fx1 - fx0, wh = fy1 - fy0;
+  std::vector<double> window(std::size_t(ww) * wh, 0.0);
+  for (int y = 0; y < wh; ++y)
+    for (int x = 0; x < ww; ++x) {
+      const std::size_t p = std::size_t(wy0 + y) * size + (wx0 + x);
+      if (labels[p] != -1 && !mask[p]) continue;
+      double a = 0;
+      for (int k = 0; k < 3; ++k) a += (img.pixels[3 * p + k] - bg[k]) * d[k];
+      window[std::size_t(y) * ww + x] = std::clamp(a / std::max(1.0, dd), 0.0, 1.0);
+    }
+  const std::int64_t cx0 = std::int64_t(x0 + x1) * kSceneSubpixel / 2, cy0 = std::int64_t(y0 + y1) * kSceneSubpixel / 2;
+  const double half = std::max(x1 - x0, y1 - y0) * kSceneSubpixel / 2.0;
+  std::vector<double> cov(window.size());
+  for (int shape = 0; shape < kSceneShapeCount; ++shape)
+    for (double f : {0.85, 0.92, 1.0, 1.07, 1.15})
+      for (int oy : {-4, 0, 4})
+        for (int ox : {-4, 0, 4}) {
+          const auto r = static_cast<std::int64_t>(std::nearbyint(half * f));  // ties to even, as Python's round
+          double num = 0, den = 0;
+          for (int y = 0; y < wh; ++y)
+            for (int x = 0; x < ww; ++x) {
+              int n = 0;
+              for (int sy = 0; sy < 4; ++sy)
+                for (int sx = 0; sx < 4; ++sx) {
+                  const std::int64_t px = kSceneSubpixel * (wx0 + x) + 2 * sx + 1;
+                  const std::int64_t py = kSceneSubpixel * (wy0 + y) + 2 * sy + 1;
+                  n += inside(static_cast<SceneShape>(shape), px - (cx0 + ox), py - (cy0 + oy), r);
+                }
+              const double t = n / 16.0, w = window[std::size_t(y) * ww + x];
+              num += std::min(t, w);
+              den += std::max(t, w);
+            }
+          const double iou = num / std::max(1e-9, den);
+          if (iou > result.shape_iou) {
+            result.shape_iou = iou;
+            result.shape_found = shape;
+          }
+        }
+  result.passed = result.shape_found == static_cast<int>(named.shape) && result.shape_iou >= kMinIou;
+  return result;
+}
+
+}  // namespace
+
+std::vector<ObjectCheck> check_scene_image(const Rgb8& image, std::string_view caption) {
+  if (image.channels != 3 || image.width != image.height || image.width <= 0 ||
+      image.pixels.size() != std::size_t(image.width) * image.height * 3)
+    throw InputError("prompt-following check needs a square RGB image, got " + std::to_string(image.width) + "x" +
+                     std::to_string(image.height) + "x" + std::to_string(image.channels));
+  const ParsedCaption parsed = parse_scene_caption(caption);
+  const std::vector<int> labels = color_labels(image);
+  std::vector<ObjectCheck> out;
+  for (const SceneObject& o : parsed.objects) out.push_back(check_object(image, labels, o));
   return out;
 }
 

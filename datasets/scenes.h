@@ -121,4 +121,16 @@ struct ParsedCaption {
 };
 ParsedCaption parse_scene_caption(std::string_view caption);
 
+// Prompt following: does an image show an object the caption names (its color and shape in its
+// cell; size is not checked)? The rules of docs/scenes.md ("Prompt-following check"), ported from
+// tools/scene_check.py and tested against its verdicts.
+struct ObjectCheck {
+  SceneObject named;          // shape, color, size, cell as the caption names them
+  bool passed = false;
+  int shape_found = -1;       // best-matching SceneShape index; -1: no region of the color in the cell
+  double shape_iou = 0.0;     // soft IoU of that shape's template
+};
+// Throws InputError when the caption is not of the grammar or the image is not square RGB.
+std::vector<ObjectCheck> check_scene_image(const Rgb8& image, std::string_view caption);
+
 }  // namespace qeval::datasets

@@ -2,6 +2,7 @@
 // the PRNG's reference values, determinism, grammar round trips and caption parsing errors.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -208,6 +209,65 @@ TEST(SceneCaptions, ParseRejectsOtherText) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("a red blob at the top"), std::string::npos) << e.what();
   }
+}
+
+Rgb8 to_rgb8(const Image& img) {
+  Rgb8 out{img.width(), img.height(), 3, std::vector<std::uint8_t>(std::size_t(img.width()) * img.height() * 3)};
+  const auto* p = img.planes.data<float>();
+  const std::size_t plane = std::size_t(img.width()) * img.height();
+  for (std::size_t i = 0; i < plane; ++i)
+    for (int k = 0; k < 3; ++k) out.pixels[3 * i + k] = static_cast<std::uint8_t>(p[k * plane + i]);
+  return out;
+}
+
+TEST(ScenePromptCheck, GeneratorScenesPass) {
+  int objects = 0;
+  for (std::uint64_t i = 0; i < 30; ++i) {
+    const Scene s = generate_scene(2024, i);
+    for (const ObjectCheck& c : check_scene_image(s.image, s.description.caption)) {
+      EXPECT_TRUE(c.passed) << s.description.caption << ": found shape " << c.shape_found << " IoU " << c.shape_iou;
+      ++objects;
+    }
+  }
+  EXPECT_GT(objects, 50);
+}
+
+TEST(ScenePromptCheck, MatchesPythonVerdictsOnGeneratedImages) {
+  // tiny-sd samples with tools/scene_check.py's verdicts (passed, shape found, soft IoU).
+  std::ifstream in(data_dir() / "scenes" / "check" / "check.tsv");
+  int images = 0, passed = 0, total = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto f = split_tabs(line);
+    ASSERT_EQ(f.size(), 3u) << line;
+    SCOPED_TRACE(f[0] + ": " + f[1]);
+    const auto checks = check_scene_image(to_rgb8(load_image(data_dir() / "scenes" / "check" / f[0])), f[1]);
+    std::stringstream verdicts(f[2]);
+    std::size_t k = 0;
+    for (std::string v; std::getline(verdicts, v, ';'); ++k) {
+      ASSERT_LT(k, checks.size());
+      int ok = 0, shape = 0;
+      double iou = 0;
+      ASSERT_EQ(std::sscanf(v.c_str(), "%d,%d,%lf", &ok, &shape, &iou), 3) << v;
+      EXPECT_EQ(checks[k].passed, ok != 0) << "object " << k;
+      EXPECT_EQ(checks[k].shape_found, shape) << "object " << k;
+      EXPECT_NEAR(checks[k].shape_iou, iou, 1e-6) << "object " << k;
+      passed += checks[k].passed;
+      ++total;
+    }
+    EXPECT_EQ(k, checks.size());
+    ++images;
+  }
+  EXPECT_EQ(images, 16);
+  EXPECT_GT(total, 30);
+  EXPECT_LT(passed, total);  // the goldens include misses, so both verdicts are exercised
+}
+
+TEST(ScenePromptCheck, RejectsBadInput) {
+  const Scene s = generate_scene(1, 1);
+  EXPECT_THROW(check_scene_image(s.image, "a photo of a cat"), InputError);
+  Rgb8 gray{64, 64, 1, std::vector<std::uint8_t>(64 * 64)};
+  EXPECT_THROW(check_scene_image(gray, s.description.caption), InputError);
 }
 
 TEST(ScenePrompts, EvalSetIsHeldOutFromCalibration) {

@@ -178,7 +178,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
     shapes.push_back(it->second);
     key += shape_to_string(it->second);
     if (auto v = int_values.find(in.name); v != int_values.end())
-      key += "=" + std::string(reinterpret_cast<const char*>(v->second->raw()), v->second->nbytes());
+      key.append("=").append(reinterpret_cast<const char*>(v->second->raw()), v->second->nbytes());
     key += ";";
   }
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;

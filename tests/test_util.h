@@ -1,6 +1,10 @@
 // Shared test helpers: paths to committed data, scratch folders, synthetic images.
 #pragma once
 
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -90,6 +94,23 @@ inline Tensor random_planes(int c, int h, int w, unsigned seed, bool smooth = tr
         d[(std::size_t(k) * h + y) * w + x] = std::round(std::clamp(v, 0.0f, 255.0f));
       }
   return t;
+}
+
+// Runs the built qeval binary with `args`; stdout and stderr together, and the exit code.
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+inline CliRun run_qeval(const std::string& args) {
+  CliRun r;
+  FILE* p = popen((std::string(QEVAL_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 }  // namespace qeval::testing

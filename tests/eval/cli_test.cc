@@ -10,23 +10,7 @@
 namespace qeval {
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Run qeval(const std::string& args) {
-  std::string cmd = std::string(QEVAL_BINARY) + " " + args + " 2>&1";
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+testing::CliRun qeval(const std::string& args) { return testing::run_qeval(args); }
 
 std::string samples(const char* sub) { return (testing::source_dir() / "samples" / sub).string(); }
 

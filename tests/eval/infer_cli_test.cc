@@ -15,21 +15,7 @@ namespace {
 using testing::floats;
 using testing::OnnxBuilder;
 
-struct Run {
-  int code = -1;
-  std::string out;
-};
-
-Run qeval(const std::string& args) {
-  Run r;
-  FILE* p = popen((std::string(QEVAL_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+testing::CliRun qeval(const std::string& args) { return testing::run_qeval(args); }
 
 // y = relu(x + w), with names that need sanitising.
 void write_model(const std::filesystem::path& path) {

@@ -16,31 +16,6 @@ namespace {
 
 // ---- one-node graphs -------------------------------------------------------------------------
 
-Attribute attr_i(std::int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-Attribute attr_f(float v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-Attribute attr_s(std::string v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kString;
-  a.s = std::move(v);
-  return a;
-}
-Attribute attr_ints(std::vector<std::int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
 Tensor make(const Shape& shape, const std::vector<float>& v) {
   Tensor t(DType::kFloat32, shape);
   EXPECT_EQ(static_cast<std::size_t>(t.numel()), v.size());
@@ -135,8 +110,8 @@ TEST(NnOps, SoftmaxAxisSemanticsDifferBeforeAndFromOpset13) {
   std::vector<float> v(24);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i)) * 3;
   const Tensor x = make({2, 3, 4}, v);
-  const Tensor y11 = run_op("Softmax", 11, x, {}, {{"axis", attr_i(1)}})[0];
-  const Tensor y13 = run_op("Softmax", 13, x, {}, {{"axis", attr_i(1)}})[0];
+  const Tensor y11 = run_op("Softmax", 11, x, {}, {{"axis", Attribute::of_int(1)}})[0];
+  const Tensor y13 = run_op("Softmax", 13, x, {}, {{"axis", Attribute::of_int(1)}})[0];
   std::vector<double> ref11(24), ref13(24);
   for (int n = 0; n < 2; ++n) {
     double s = 0;
@@ -167,8 +142,8 @@ TEST(NnOps, SoftmaxStridedAndContiguousPathsAgree) {
     for (int k = 0; k < n; ++k)
       for (int j = 0; j < inner; ++j) vt[at_t(o, k, j)] = v[at(o, k, j)];
   for (const char* op : {"Softmax", "LogSoftmax"}) {
-    const Tensor a = run_op(op, 13, make({outer, n, inner}, v), {}, {{"axis", attr_i(1)}})[0];
-    const Tensor b = run_op(op, 13, make({outer, inner, n}, vt), {}, {{"axis", attr_i(-1)}})[0];
+    const Tensor a = run_op(op, 13, make({outer, n, inner}, v), {}, {{"axis", Attribute::of_int(1)}})[0];
+    const Tensor b = run_op(op, 13, make({outer, inner, n}, vt), {}, {{"axis", Attribute::of_int(-1)}})[0];
     for (int o = 0; o < outer; ++o)
       for (int k = 0; k < n; ++k)
         for (int j = 0; j < inner; ++j)
@@ -228,7 +203,7 @@ TEST(NnOps, LayerNormalizationOnLargeMeanInputsKeepsItsPrecision) {
     b[std::size_t(i)] = -0.25f + 0.002f * float(i % 13);
   }
   auto out = run_op("LayerNormalization", 17, make({2, 3, d}, v), {make({d}, w), make({d}, b)},
-                    {{"axis", attr_i(-1)}, {"epsilon", attr_f(1e-6f)}}, 3);
+                    {{"axis", Attribute::of_int(-1)}, {"epsilon", Attribute::of_float(1e-6f)}}, 3);
   std::vector<double> means, invs;
   auto ref = normalise_groups(v, d, double(1e-6f), &means, &invs);
   for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = ref[i] * w[i % d] + b[i % d];
@@ -245,7 +220,7 @@ TEST(NnOps, LayerNormalizationBroadcastsScaleWithinTheNormalisedShape) {
   std::vector<float> v(24);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i % 5) - 1.5f * float(i / 12);
   const std::vector<float> w = {1, 2, 3, 4};
-  const Tensor y = run_op("LayerNormalization", 17, make({2, 3, 4}, v), {make({1, 4}, w)}, {{"axis", attr_i(1)}})[0];
+  const Tensor y = run_op("LayerNormalization", 17, make({2, 3, 4}, v), {make({1, 4}, w)}, {{"axis", Attribute::of_int(1)}})[0];
   auto ref = normalise_groups(v, 12, double(1e-5f));
   for (std::size_t i = 0; i < ref.size(); ++i) ref[i] *= w[i % 4];
   EXPECT_LT(max_abs_diff(y, ref), 1e-6);
@@ -258,7 +233,7 @@ TEST(NnOps, GroupNormalizationOnLargeMeanInputsPerGroupAndPerChannelAffine) {
   // Opset 18: scale/bias per group.
   const std::vector<float> gs = {0.5f, 2.0f, -1.0f}, gb = {0.1f, -0.2f, 0.3f};
   const Tensor y18 = run_op("GroupNormalization", 18, make({n, c, 5, 7}, v), {make({groups}, gs), make({groups}, gb)},
-                            {{"num_groups", attr_i(groups)}})[0];
+                            {{"num_groups", Attribute::of_int(groups)}})[0];
   std::vector<double> ref18(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::size_t g = (i / std::size_t(c / groups * hw)) % groups;
@@ -268,7 +243,7 @@ TEST(NnOps, GroupNormalizationOnLargeMeanInputsPerGroupAndPerChannelAffine) {
   // Opset 21: scale/bias per channel; statistics still per group.
   const std::vector<float> cs = {1, 2, 3, -1, -2, 0.5f}, cb = {0, 1, 0, -1, 0, 2};
   const Tensor y21 = run_op("GroupNormalization", 21, make({n, c, 5, 7}, v), {make({c}, cs), make({c}, cb)},
-                            {{"num_groups", attr_i(groups)}})[0];
+                            {{"num_groups", Attribute::of_int(groups)}})[0];
   std::vector<double> ref21(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::size_t ch = (i / std::size_t(hw)) % c;
@@ -277,7 +252,7 @@ TEST(NnOps, GroupNormalizationOnLargeMeanInputsPerGroupAndPerChannelAffine) {
   EXPECT_LT(max_abs_diff(y21, ref21), 5e-6);
   // A per-channel scale at opset 18 is a model error that names the opset-21 semantics.
   try {
-    run_op("GroupNormalization", 18, make({n, c, 5, 7}, v), {make({c}, cs), make({c}, cb)}, {{"num_groups", attr_i(groups)}});
+    run_op("GroupNormalization", 18, make({n, c, 5, 7}, v), {make({c}, cs), make({c}, cb)}, {{"num_groups", Attribute::of_int(groups)}});
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("GroupNormalization-21"), std::string::npos) << e.what();
@@ -297,9 +272,9 @@ TEST(NnOps, InstanceNormalizationOnLargeMeanInputs) {
 TEST(NnOps, BatchNormalizationTrainingModeIsUnsupportedNotWrong) {
   const Tensor x = make({1, 2, 1, 1}, {1, 2});
   const Tensor p = make({2}, {1, 1});
-  EXPECT_THROW(run_op("BatchNormalization", 15, x, {p, p, p, p}, {{"training_mode", attr_i(1)}}), UnsupportedError);
+  EXPECT_THROW(run_op("BatchNormalization", 15, x, {p, p, p, p}, {{"training_mode", Attribute::of_int(1)}}), UnsupportedError);
   const Tensor y = run_op("BatchNormalization", 15, x, {make({2}, {2, 3}), make({2}, {1, -1}), make({2}, {0.5f, 1}),
-                                                        make({2}, {4, 0.25f})}, {{"epsilon", attr_f(0)}})[0];
+                                                        make({2}, {4, 0.25f})}, {{"epsilon", Attribute::of_float(0)}})[0];
   EXPECT_FLOAT_EQ(y.data<float>()[0], (1 - 0.5f) / 2 * 2 + 1);
   EXPECT_FLOAT_EQ(y.data<float>()[1], (2 - 1) / 0.5f * 3 - 1);
 }
@@ -341,8 +316,8 @@ TEST(NnOps, MaxPoolWithCeilModeAndDilationsMatchesANaiveWindow) {
   // kernel 3, stride 2, dilation 2, pads 1/1, ceil: (9 + 2 - 5) / 2 -> ceil 3 + 1 = 4 rows,
   // (11 + 2 - 5) / 2 = 4 + 1 = 5 columns.
   auto out = run_op("MaxPool", 12, make({1, 1, h, w}, v), {},
-                    {{"kernel_shape", attr_ints({3, 3})}, {"strides", attr_ints({2, 2})}, {"dilations", attr_ints({2, 2})},
-                     {"pads", attr_ints({1, 1, 1, 1})}, {"ceil_mode", attr_i(1)}}, 2);
+                    {{"kernel_shape", Attribute::of_ints({3, 3})}, {"strides", Attribute::of_ints({2, 2})}, {"dilations", Attribute::of_ints({2, 2})},
+                     {"pads", Attribute::of_ints({1, 1, 1, 1})}, {"ceil_mode", Attribute::of_int(1)}}, 2);
   ASSERT_EQ(out[0].shape(), (Shape{1, 1, 4, 5}));
   EXPECT_EQ(max_abs_diff(out[0], naive_pool(v, h, w, 4, 5, {3, 2, 2, 1, 1}, true, false)), 0.0);
   // Indices point at the maxima (row-major).
@@ -355,8 +330,8 @@ TEST(NnOps, CeilModeDropsAWindowThatWouldStartInTheTrailingPadding) {
   // start at padded index 6 = past the input; PyTorch and ONNX drop it: 3 outputs.
   const std::vector<float> v = {1, 2, 3, 4, 5};
   const Tensor y = run_op("MaxPool", 12, make({1, 1, 5}, v), {},
-                          {{"kernel_shape", attr_ints({2})}, {"strides", attr_ints({2})}, {"pads", attr_ints({1, 1})},
-                           {"ceil_mode", attr_i(1)}})[0];
+                          {{"kernel_shape", Attribute::of_ints({2})}, {"strides", Attribute::of_ints({2})}, {"pads", Attribute::of_ints({1, 1})},
+                           {"ceil_mode", Attribute::of_int(1)}})[0];
   ASSERT_EQ(y.shape(), (Shape{1, 1, 3}));
   EXPECT_EQ(y.data<float>()[0], 1);
   EXPECT_EQ(y.data<float>()[1], 3);
@@ -370,16 +345,16 @@ TEST(NnOps, AveragePoolCeilModeCountsPaddingButNotTheOverhang) {
   // covers padded rows 8..10 of which only row 8 is declared padding.
   for (int include : {0, 1}) {
     const Tensor y = run_op("AveragePool", 19, make({1, 1, h, w}, v), {},
-                            {{"kernel_shape", attr_ints({3, 3})}, {"strides", attr_ints({2, 2})},
-                             {"pads", attr_ints({1, 1, 1, 1})}, {"ceil_mode", attr_i(1)},
-                             {"count_include_pad", attr_i(include)}})[0];
+                            {{"kernel_shape", Attribute::of_ints({3, 3})}, {"strides", Attribute::of_ints({2, 2})},
+                             {"pads", Attribute::of_ints({1, 1, 1, 1})}, {"ceil_mode", Attribute::of_int(1)},
+                             {"count_include_pad", Attribute::of_int(include)}})[0];
     ASSERT_EQ(y.shape(), (Shape{1, 1, 5, 5}));
     EXPECT_LT(max_abs_diff(y, naive_pool(v, h, w, 5, 5, {3, 2, 1, 1, 1}, false, include == 1)), 1e-6) << include;
   }
   // Dilations (opset 19): kernel 2 dilated by 3 spans 4 positions.
   const Tensor yd = run_op("AveragePool", 19, make({1, 1, h, w}, v), {},
-                           {{"kernel_shape", attr_ints({2, 2})}, {"dilations", attr_ints({3, 3})},
-                            {"pads", attr_ints({2, 2, 2, 2})}})[0];
+                           {{"kernel_shape", Attribute::of_ints({2, 2})}, {"dilations", Attribute::of_ints({3, 3})},
+                            {"pads", Attribute::of_ints({2, 2, 2, 2})}})[0];
   ASSERT_EQ(yd.shape(), (Shape{1, 1, 9, 9}));
   EXPECT_LT(max_abs_diff(yd, naive_pool(v, h, w, 9, 9, {2, 1, 3, 2, 2}, false, false)), 1e-6);
 }
@@ -388,7 +363,7 @@ TEST(NnOps, MaxPool3dColumnMajorIndices) {
   std::vector<float> v(2 * 3 * 4);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = float((i * 7) % 11);
   auto out = run_op("MaxPool", 12, make({1, 1, 2, 3, 4}, v), {},
-                    {{"kernel_shape", attr_ints({2, 2, 2})}, {"storage_order", attr_i(1)}}, 2);
+                    {{"kernel_shape", Attribute::of_ints({2, 2, 2})}, {"storage_order", Attribute::of_int(1)}}, 2);
   ASSERT_EQ(out[0].shape(), (Shape{1, 1, 1, 2, 3}));
   for (std::int64_t o = 0; o < out[0].numel(); ++o) {
     const std::int64_t idx = out[1].data<std::int64_t>()[o];
@@ -566,12 +541,12 @@ TEST(NnOps, ResizeMatchesTheReferenceAlgorithmOnANonTrivialImage) {
   add("nearest round_prefer_ceil asymmetric", nn_ceil, 13, 9, 31);
 
   for (const auto& rc : cases) {
-    std::map<std::string, Attribute> attrs{{"mode", attr_s(rc.ref.mode)},
-                                           {"coordinate_transformation_mode", attr_s(rc.ref.coord)},
-                                           {"nearest_mode", attr_s(rc.ref.nearest)},
-                                           {"cubic_coeff_a", attr_f(float(rc.ref.a))},
-                                           {"exclude_outside", attr_i(rc.ref.exclude_outside)}};
-    if (rc.opset >= 18) attrs["antialias"] = attr_i(rc.ref.antialias);
+    std::map<std::string, Attribute> attrs{{"mode", Attribute::of_string(rc.ref.mode)},
+                                           {"coordinate_transformation_mode", Attribute::of_string(rc.ref.coord)},
+                                           {"nearest_mode", Attribute::of_string(rc.ref.nearest)},
+                                           {"cubic_coeff_a", Attribute::of_float(float(rc.ref.a))},
+                                           {"exclude_outside", Attribute::of_int(rc.ref.exclude_outside)}};
+    if (rc.opset >= 18) attrs["antialias"] = Attribute::of_int(rc.ref.antialias);
     std::vector<std::optional<Tensor>> rest;
     double sh = rc.sh, sw = rc.sw;
     if (rc.sh > 0) {
@@ -600,8 +575,8 @@ TEST(NnOps, ResizeCropAndResizeExtrapolatesAndAxesSelectDimensions) {
   const std::vector<double> roi = {0.2, -0.1, 1.3, 0.6};
   const Tensor y = run_op("Resize", 18, make({1, 1, h, w}, v),
                           {make({4}, {0.2f, -0.1f, 1.3f, 0.6f}), std::nullopt, make_i64({9, 8})},
-                          {{"mode", attr_s("linear")}, {"coordinate_transformation_mode", attr_s("tf_crop_and_resize")},
-                           {"extrapolation_value", attr_f(-7)}, {"axes", attr_ints({2, 3})}})[0];
+                          {{"mode", Attribute::of_string("linear")}, {"coordinate_transformation_mode", Attribute::of_string("tf_crop_and_resize")},
+                           {"extrapolation_value", Attribute::of_float(-7)}, {"axes", Attribute::of_ints({2, 3})}})[0];
   ASSERT_EQ(y.shape(), (Shape{1, 1, 9, 8}));
   std::vector<double> roi_f;
   for (double r : roi) roi_f.push_back(double(float(r)));
@@ -617,8 +592,8 @@ TEST(NnOps, ResizeKeepAspectRatioPolicy) {
   // sizes 12x12 for a 6x9 image: not_larger takes min(2, 1.333) -> 8x12; not_smaller -> 12x18.
   for (auto [policy, oh, ow, s] : {std::tuple{"not_larger", 8, 12, 12.0 / 9}, std::tuple{"not_smaller", 12, 18, 2.0}}) {
     const Tensor y = run_op("Resize", 18, make({1, 1, 6, 9}, v), {std::nullopt, std::nullopt, make_i64({12, 12})},
-                            {{"mode", attr_s("linear")}, {"axes", attr_ints({2, 3})},
-                             {"keep_aspect_ratio_policy", attr_s(policy)}})[0];
+                            {{"mode", Attribute::of_string("linear")}, {"axes", Attribute::of_ints({2, 3})},
+                             {"keep_aspect_ratio_policy", Attribute::of_string(policy)}})[0];
     ASSERT_EQ(y.shape(), (Shape{1, 1, oh, ow})) << policy;
     EXPECT_LT(max_abs_diff(y, ref_resize_2d(v, 1, 6, 9, s, s, oh, ow, RefResize{})), 2e-6) << policy;
   }
@@ -627,17 +602,17 @@ TEST(NnOps, ResizeKeepAspectRatioPolicy) {
 TEST(NnOps, LegacyUpsampleAndResize10NearestFloorUpCeilDown) {
   const std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};
   // Upsample-9, scales 1 x 2.5: x / 2.5 floored.
-  const Tensor up = run_op("Upsample", 9, make({1, 1, 2, 4}, v), {make({4}, {1, 1, 1, 2.5f})}, {{"mode", attr_s("nearest")}})[0];
+  const Tensor up = run_op("Upsample", 9, make({1, 1, 2, 4}, v), {make({4}, {1, 1, 1, 2.5f})}, {{"mode", Attribute::of_string("nearest")}})[0];
   ASSERT_EQ(up.shape(), (Shape{1, 1, 2, 10}));
   const float want_up[] = {1, 1, 1, 2, 2, 3, 3, 3, 4, 4};
   for (int j = 0; j < 10; ++j) EXPECT_EQ(up.data<float>()[j], want_up[j]) << j;
   // Resize-10 shrinking by 0.6: x / 0.6 rounded up (the ONNX opset-10 test's [[1, 3]]).
-  const Tensor down = run_op("Resize", 10, make({1, 1, 2, 4}, v), {make({4}, {1, 1, 0.6f, 0.6f})}, {{"mode", attr_s("nearest")}})[0];
+  const Tensor down = run_op("Resize", 10, make({1, 1, 2, 4}, v), {make({4}, {1, 1, 0.6f, 0.6f})}, {{"mode", Attribute::of_string("nearest")}})[0];
   ASSERT_EQ(down.shape(), (Shape{1, 1, 1, 2}));
   EXPECT_EQ(down.data<float>()[0], 1);
   EXPECT_EQ(down.data<float>()[1], 3);
   // Linear at opset 10 is asymmetric: x / 2 -> 0, 0.5, 1, 1.5, ... clamped at the edge.
-  const Tensor lin = run_op("Resize", 10, make({1, 1, 1, 4}, {1, 2, 3, 4}), {make({4}, {1, 1, 1, 2})}, {{"mode", attr_s("linear")}})[0];
+  const Tensor lin = run_op("Resize", 10, make({1, 1, 1, 4}, {1, 2, 3, 4}), {make({4}, {1, 1, 1, 2})}, {{"mode", Attribute::of_string("linear")}})[0];
   const float want_lin[] = {1, 1.5f, 2, 2.5f, 3, 3.5f, 4, 4};
   for (int j = 0; j < 8; ++j) EXPECT_FLOAT_EQ(lin.data<float>()[j], want_lin[j]) << j;
 }
@@ -646,13 +621,13 @@ TEST(NnOps, ResizeNearestGathersAnyTypeAndLinearOfIntegersIsUnsupported) {
   Tensor x(DType::kUInt8, {1, 1, 2, 2});
   const std::uint8_t px[] = {10, 200, 30, 255};
   std::copy(px, px + 4, x.data<std::uint8_t>());
-  const Tensor y = run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", attr_s("nearest")}})[0];
+  const Tensor y = run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", Attribute::of_string("nearest")}})[0];
   ASSERT_EQ(y.dtype(), DType::kUInt8);
   ASSERT_EQ(y.shape(), (Shape{1, 1, 4, 4}));
   // half_pixel + round_prefer_floor at scale 2: output i reads input (i + 0.5) / 2 - 0.5 rounded.
   const std::uint8_t want[] = {10, 10, 200, 200, 10, 10, 200, 200, 30, 30, 255, 255, 30, 30, 255, 255};
   for (int i = 0; i < 16; ++i) EXPECT_EQ(y.data<std::uint8_t>()[i], want[i]) << i;
-  EXPECT_THROW(run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", attr_s("linear")}}),
+  EXPECT_THROW(run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", Attribute::of_string("linear")}}),
                UnsupportedError);
   // Upsample-7 takes its scales as an attribute.
   Attribute scales;

@@ -18,30 +18,6 @@
 namespace qeval::eval {
 namespace {
 
-Attribute attr_int(std::int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-Attribute attr_ints(std::vector<std::int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute attr_float(float v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-Attribute attr_string(std::string v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kString;
-  a.s = std::move(v);
-  return a;
-}
 
 // A one-node graph: inputs named in0, in1, ... (runtime inputs, or initializers where given),
 // outputs out0, out1, ...
@@ -151,7 +127,7 @@ std::string error_of(OneNode& g) {
 template <class T>
 void expect_transpose(const Shape& shape, const std::vector<std::int64_t>& perm) {
   Tensor x = iota_tensor<T>(shape);
-  OneNode g("Transpose", 13, {x}, {{"perm", attr_ints(perm)}});
+  OneNode g("Transpose", 13, {x}, {{"perm", Attribute::of_ints(perm)}});
   Tensor y = g.run1();
   Shape os;
   for (auto p : perm) os.push_back(shape[std::size_t(p)]);
@@ -188,7 +164,7 @@ TEST(TensorOps, TransposeOfLargeImageLikeTensorsMatchesReference) {
 TEST(TensorOps, TransposeDefaultReversesAndBadPermIsAnInputError) {
   OneNode g("Transpose", 13, {iota_tensor<float>({2, 3, 4})});
   EXPECT_EQ(g.run1().shape(), (Shape{4, 3, 2}));
-  OneNode bad("Transpose", 13, {iota_tensor<float>({2, 3})}, {{"perm", attr_ints({0, 0})}});
+  OneNode bad("Transpose", 13, {iota_tensor<float>({2, 3})}, {{"perm", Attribute::of_ints({0, 0})}});
   EXPECT_NE(error_of(bad).find("node 'n' (Transpose): perm [0, 0] is not a permutation"), std::string::npos);
 }
 
@@ -200,7 +176,7 @@ TEST(TensorOps, ConcatMatchesReferenceOnLargeTensorsAndEmptyParts) {
     sb[std::size_t(axis)] = 7;
     sc[std::size_t(axis)] = 0;  // an empty part contributes nothing
     Tensor a = iota_tensor<float>(sa), b = random_floats(sb, 3), c(DType::kFloat32, sc);
-    OneNode g("Concat", 13, {a, b, c}, {{"axis", attr_int(axis - 3)}});
+    OneNode g("Concat", 13, {a, b, c}, {{"axis", Attribute::of_int(axis - 3)}});
     Tensor y = g.run1();
     Shape so = sa;
     so[std::size_t(axis)] += 7;
@@ -217,33 +193,33 @@ TEST(TensorOps, ConcatMatchesReferenceOnLargeTensorsAndEmptyParts) {
       ASSERT_EQ(y.data<float>()[i], want) << "axis " << axis << " element " << i;
     }
   }
-  OneNode bad("Concat", 13, {iota_tensor<float>({2, 3}), iota_tensor<float>({3, 3})}, {{"axis", attr_int(1)}});
+  OneNode bad("Concat", 13, {iota_tensor<float>({2, 3}), iota_tensor<float>({3, 3})}, {{"axis", Attribute::of_int(1)}});
   EXPECT_NE(error_of(bad).find("has shape [3, 3], which does not match [2, 3] outside axis 1"), std::string::npos);
 }
 
 TEST(TensorOps, SplitUndoesConcatAndFollowsEachOpsetsForm) {
   Tensor x = iota_tensor<std::int64_t>({3, 10, 5});
   // opset 11: sizes as an attribute.
-  OneNode a("Split", 11, {x}, {{"axis", attr_int(1)}, {"split", attr_ints({2, 3, 5})}}, 3);
+  OneNode a("Split", 11, {x}, {{"axis", Attribute::of_int(1)}, {"split", Attribute::of_ints({2, 3, 5})}}, 3);
   auto parts = a.run();
   ASSERT_EQ(parts[2].shape(), (Shape{3, 5, 5}));
-  OneNode cat("Concat", 13, {parts[0], parts[1], parts[2]}, {{"axis", attr_int(1)}});
+  OneNode cat("Concat", 13, {parts[0], parts[1], parts[2]}, {{"axis", Attribute::of_int(1)}});
   EXPECT_EQ(values<std::int64_t>(cat.run1()), values<std::int64_t>(x));
   // opset 13: sizes as an input; equal parts without it.
-  OneNode b("Split", 13, {x, i64({4, 6})}, {{"axis", attr_int(1)}}, 2);
+  OneNode b("Split", 13, {x, i64({4, 6})}, {{"axis", Attribute::of_int(1)}}, 2);
   EXPECT_EQ(b.run()[1].shape(), (Shape{3, 6, 5}));
-  OneNode c("Split", 13, {x}, {{"axis", attr_int(-1)}}, 5);
+  OneNode c("Split", 13, {x}, {{"axis", Attribute::of_int(-1)}}, 5);
   EXPECT_EQ(c.run()[4].shape(), (Shape{3, 10, 1}));
   // opset 18: num_outputs, the last part smaller (ceil(10 / 4) = 3: 3, 3, 3, 1).
-  OneNode d("Split", 18, {x}, {{"axis", attr_int(1)}, {"num_outputs", attr_int(4)}}, 4);
+  OneNode d("Split", 18, {x}, {{"axis", Attribute::of_int(1)}, {"num_outputs", Attribute::of_int(4)}}, 4);
   auto q = d.run();
   EXPECT_EQ(q[0].shape(), (Shape{3, 3, 5}));
   EXPECT_EQ(q[3].shape(), (Shape{3, 1, 5}));
   EXPECT_EQ(q[3].data<std::int64_t>()[0], x.data<std::int64_t>()[9 * 5]);
   // Unequal split without sizes is an error naming the sizes.
-  OneNode e("Split", 13, {x}, {{"axis", attr_int(1)}}, 3);
+  OneNode e("Split", 13, {x}, {{"axis", Attribute::of_int(1)}}, 3);
   EXPECT_NE(error_of(e).find("cannot split an axis of size 10 into 3 equal parts"), std::string::npos);
-  OneNode f("Split", 13, {x, i64({4, 5})}, {{"axis", attr_int(1)}}, 2);
+  OneNode f("Split", 13, {x, i64({4, 5})}, {{"axis", Attribute::of_int(1)}}, 2);
   EXPECT_NE(error_of(f).find("split sizes add up to 9, but the axis has size 10"), std::string::npos);
 }
 
@@ -303,7 +279,7 @@ TEST(TensorOps, SliceWithNegativeStepsAndClampingMatchesReference) {
 
 TEST(TensorOps, SliceBeforeOpset10TakesAttributes) {
   OneNode g("Slice", 9, {iota_tensor<float>({4, 5})},
-            {{"starts", attr_ints({1, -2})}, {"ends", attr_ints({3, 1000})}, {"axes", attr_ints({0, 1})}});
+            {{"starts", Attribute::of_ints({1, -2})}, {"ends", Attribute::of_ints({3, 1000})}, {"axes", Attribute::of_ints({0, 1})}});
   Tensor y = g.run1();
   ASSERT_EQ(y.shape(), (Shape{2, 2}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{8, 9, 13, 14}));
@@ -315,9 +291,9 @@ TEST(TensorOps, SliceBeforeOpset10TakesAttributes) {
 
 TEST(TensorOps, GatherTakesNegativeIndicesAndRejectsOutOfRange) {
   Tensor x = iota_tensor<float>({3, 4});
-  OneNode g("Gather", 13, {x, make<std::int64_t>({2}, {-1, 0})}, {{"axis", attr_int(1)}});
+  OneNode g("Gather", 13, {x, make<std::int64_t>({2}, {-1, 0})}, {{"axis", Attribute::of_int(1)}});
   EXPECT_EQ(values<float>(g.run1()), (std::vector<float>{3, 0, 7, 4, 11, 8}));
-  OneNode bad("Gather", 13, {x, make<std::int64_t>({1}, {4})}, {{"axis", attr_int(1)}});
+  OneNode bad("Gather", 13, {x, make<std::int64_t>({1}, {4})}, {{"axis", Attribute::of_int(1)}});
   EXPECT_NE(error_of(bad).find("index 4 is out of range [-4, 3] for axis 1"), std::string::npos);
 }
 
@@ -343,7 +319,7 @@ TEST(TensorOps, ExpandAndTileMatchBroadcastReference) {
 TEST(TensorOps, PadModesMatchNumpy) {
   Tensor x = make<float>({2, 3}, {1, 2, 3, 4, 5, 6});
   auto pad = [&](const std::string& mode, int opset) {
-    OneNode g("Pad", opset, {x, i64({1, 2, 0, 2})}, {{"mode", attr_string(mode)}});
+    OneNode g("Pad", opset, {x, i64({1, 2, 0, 2})}, {{"mode", Attribute::of_string(mode)}});
     return values<float>(g.run1());
   };
   // numpy.pad(x, ((1, 0), (2, 2)), mode)
@@ -356,15 +332,15 @@ TEST(TensorOps, PadModesMatchNumpy) {
   EXPECT_EQ(pad("wrap", 19), (std::vector<float>{5, 6, 4, 5, 6, 4, 5,  //
                                                  2, 3, 1, 2, 3, 1, 2,  //
                                                  5, 6, 4, 5, 6, 4, 5}));
-  OneNode wrap_early("Pad", 18, {x, i64({0, 0, 0, 0})}, {{"mode", attr_string("wrap")}});
+  OneNode wrap_early("Pad", 18, {x, i64({0, 0, 0, 0})}, {{"mode", Attribute::of_string("wrap")}});
   EXPECT_NE(error_of(wrap_early).find("mode must be"), std::string::npos);
   // Constant with a value input, negative pads crop, axes input (opset 18).
   OneNode c("Pad", 18, {x, i64({2, -1}), make<float>({}, {9.5f}), i64({1})});
   EXPECT_EQ(values<float>(c.run1()), (std::vector<float>{9.5f, 9.5f, 1, 2, 9.5f, 9.5f, 4, 5}));
   // opset 2: pads and value as attributes.
-  OneNode old("Pad", 2, {x}, {{"pads", attr_ints({0, 1, 0, 0})}, {"value", attr_float(-1)}});
+  OneNode old("Pad", 2, {x}, {{"pads", Attribute::of_ints({0, 1, 0, 0})}, {"value", Attribute::of_float(-1)}});
   EXPECT_EQ(values<float>(old.run1()), (std::vector<float>{-1, 1, 2, 3, -1, 4, 5, 6}));
-  OneNode wide("Pad", 13, {x, i64({0, 3, 0, 0})}, {{"mode", attr_string("reflect")}});
+  OneNode wide("Pad", 13, {x, i64({0, 3, 0, 0})}, {{"mode", Attribute::of_string("reflect")}});
   EXPECT_THROW(wide.run(), UnsupportedError);
   OneNode bad("Pad", 13, {x, i64({1, 1})});
   EXPECT_NE(error_of(bad).find("pads has 2 values; expected 4"), std::string::npos);
@@ -372,7 +348,7 @@ TEST(TensorOps, PadModesMatchNumpy) {
 
 TEST(TensorOps, SqueezeUnsqueezeTakeAxesAsAttributeBefore13AndAsInputAfter) {
   Tensor x = iota_tensor<float>({3, 1, 4});
-  OneNode a("Unsqueeze", 11, {x}, {{"axes", attr_ints({0, -1})}});
+  OneNode a("Unsqueeze", 11, {x}, {{"axes", Attribute::of_ints({0, -1})}});
   EXPECT_EQ(a.run1().shape(), (Shape{1, 3, 1, 4, 1}));
   OneNode b("Unsqueeze", 13, {x, i64({1})});
   EXPECT_EQ(b.run1().shape(), (Shape{3, 1, 1, 4}));
@@ -380,11 +356,11 @@ TEST(TensorOps, SqueezeUnsqueezeTakeAxesAsAttributeBefore13AndAsInputAfter) {
   EXPECT_EQ(c.run1().shape(), (Shape{3, 4}));
   OneNode d("Squeeze", 13, {x, i64({0})});
   EXPECT_NE(error_of(d).find("cannot squeeze axis 0 of shape [3, 1, 4]: its size is 3, not 1"), std::string::npos);
-  OneNode attr13("Unsqueeze", 13, {x}, {{"axes", attr_ints({0})}});
+  OneNode attr13("Unsqueeze", 13, {x}, {{"axes", Attribute::of_ints({0})}});
   EXPECT_NE(error_of(attr13).find("takes 'axes' as input 1 from opset 13, not as an attribute"), std::string::npos);
   OneNode input11("Squeeze", 11, {x, i64({1})});
   EXPECT_NE(error_of(input11).find("takes 'axes' as an attribute before opset 13"), std::string::npos);
-  OneNode f("Flatten", 13, {x}, {{"axis", attr_int(-1)}});
+  OneNode f("Flatten", 13, {x}, {{"axis", Attribute::of_int(-1)}});
   EXPECT_EQ(f.run1().shape(), (Shape{3, 4}));
 }
 
@@ -392,7 +368,7 @@ TEST(TensorOps, SqueezeUnsqueezeTakeAxesAsAttributeBefore13AndAsInputAfter) {
 
 TEST(TensorOps, CastToFloat8SaturatesOnlyWhenAsked) {
   Tensor x = make<float>({5}, {1000.0f, -1000.0f, 0.3f, std::numeric_limits<float>::infinity(), 464.0f});
-  OneNode sat("Cast", 19, {x}, {{"to", attr_int(17)}});  // FLOAT8E4M3FN
+  OneNode sat("Cast", 19, {x}, {{"to", Attribute::of_int(17)}});  // FLOAT8E4M3FN
   Tensor y = sat.run1();
   ASSERT_EQ(y.dtype(), DType::kFloat8E4M3FN);
   auto code = [&](std::int64_t i) { return reinterpret_cast<const std::uint8_t*>(y.raw())[i]; };
@@ -401,7 +377,7 @@ TEST(TensorOps, CastToFloat8SaturatesOnlyWhenAsked) {
   EXPECT_EQ(code(2), to_float8_e4m3fn(0.3f).bits);
   EXPECT_EQ(to_float(float8_e4m3fn{code(3)}), 448.0f);
   EXPECT_EQ(to_float(float8_e4m3fn{code(4)}), 448.0f);  // the tie 464 rounds to 448
-  OneNode nosat("Cast", 19, {x}, {{"to", attr_int(17)}, {"saturate", attr_int(0)}});
+  OneNode nosat("Cast", 19, {x}, {{"to", Attribute::of_int(17)}, {"saturate", Attribute::of_int(0)}});
   Tensor z = nosat.run1();
   EXPECT_TRUE(std::isnan(to_float(float8_e4m3fn{reinterpret_cast<const std::uint8_t*>(z.raw())[0]})));
   // E5M2 without saturation keeps inf; read back through a second Cast to float, as a consumer in
@@ -419,8 +395,8 @@ TEST(TensorOps, CastToFloat8SaturatesOnlyWhenAsked) {
   to8.inputs = {"x"};
   to8.outputs = back.inputs = {"f8"};
   back.outputs = {"back"};
-  to8.attributes = {{"to", attr_int(19)}, {"saturate", attr_int(0)}};  // FLOAT8E5M2
-  back.attributes = {{"to", attr_int(1)}};
+  to8.attributes = {{"to", Attribute::of_int(19)}, {"saturate", Attribute::of_int(0)}};  // FLOAT8E5M2
+  back.attributes = {{"to", Attribute::of_int(1)}};
   g.nodes = {to8, back};
   Session s(g);
   auto w = values<float>(s.run({{"x", x}}).at("back"));
@@ -433,7 +409,7 @@ TEST(TensorOps, CastRoundsDoubleToFloat16Once) {
   // 1 + 2^-11 is the tie between fp16's 1 and 1 + 2^-10; a hair above it must round up. Going
   // through float32 first would land exactly on the tie and round to even (1).
   const double above_tie = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
-  OneNode g("Cast", 13, {make<double>({2}, {above_tie, 1.0 + std::ldexp(1.0, -11)})}, {{"to", attr_int(10)}});
+  OneNode g("Cast", 13, {make<double>({2}, {above_tie, 1.0 + std::ldexp(1.0, -11)})}, {{"to", Attribute::of_int(10)}});
   Tensor y = g.run1();
   ASSERT_EQ(y.dtype(), DType::kFloat16);
   std::uint16_t bits[2];
@@ -444,16 +420,16 @@ TEST(TensorOps, CastRoundsDoubleToFloat16Once) {
 
 TEST(TensorOps, CastBetweenIntegersFloatsAndBool) {
   Tensor x = make<float>({6}, {-2.7f, 2.7f, std::nanf(""), 0.0f, 3e9f, -0.5f});
-  OneNode to_int("Cast", 13, {x}, {{"to", attr_int(6)}});  // INT32: truncation, NaN -> 0, saturation
+  OneNode to_int("Cast", 13, {x}, {{"to", Attribute::of_int(6)}});  // INT32: truncation, NaN -> 0, saturation
   EXPECT_EQ(values<std::int32_t>(to_int.run1()),
             (std::vector<std::int32_t>{-2, 2, 0, 0, std::numeric_limits<std::int32_t>::max(), 0}));
-  OneNode to_bool("Cast", 13, {x}, {{"to", attr_int(9)}});
+  OneNode to_bool("Cast", 13, {x}, {{"to", Attribute::of_int(9)}});
   EXPECT_EQ(values<bool>(to_bool.run1()), (std::vector<bool>{true, true, true, false, true, true}));
-  OneNode wrap("Cast", 13, {make<std::int64_t>({3}, {300, -129, 1LL << 40})}, {{"to", attr_int(3)}});  // INT8
+  OneNode wrap("Cast", 13, {make<std::int64_t>({3}, {300, -129, 1LL << 40})}, {{"to", Attribute::of_int(3)}});  // INT8
   EXPECT_EQ(values<std::int8_t>(wrap.run1()), (std::vector<std::int8_t>{44, 127, 0}));
   OneNode like("CastLike", 15, {make<std::int32_t>({2}, {7, -1}), make<double>({1}, {0.0})});
   EXPECT_EQ(values<double>(like.run1()), (std::vector<double>{7, -1}));
-  OneNode str("Cast", 13, {x}, {{"to", attr_int(8)}});
+  OneNode str("Cast", 13, {x}, {{"to", Attribute::of_int(8)}});
   EXPECT_THROW(str.run(), UnsupportedError);
 }
 
@@ -473,7 +449,7 @@ TEST(TensorOps, RangeConstantOfShapeTriluCumSumTopK) {
   EXPECT_EQ(y.dtype(), DType::kInt32);
   EXPECT_EQ(values<std::int32_t>(y), std::vector<std::int32_t>(6, 7));
 
-  OneNode t("Trilu", 14, {iota_tensor<float>({2, 3, 4}), make<std::int64_t>({}, {-1})}, {{"upper", attr_int(0)}});
+  OneNode t("Trilu", 14, {iota_tensor<float>({2, 3, 4}), make<std::int64_t>({}, {-1})}, {{"upper", Attribute::of_int(0)}});
   Tensor l = t.run1();
   for (std::int64_t i = 0; i < l.numel(); ++i) {
     auto idx = unravel(i, l.shape());
@@ -481,7 +457,7 @@ TEST(TensorOps, RangeConstantOfShapeTriluCumSumTopK) {
   }
 
   OneNode cs("CumSum", 14, {make<float>({2, 3}, {1, 2, 3, 4, 5, 6}), make<std::int64_t>({}, {1})},
-             {{"exclusive", attr_int(1)}, {"reverse", attr_int(1)}});
+             {{"exclusive", Attribute::of_int(1)}, {"reverse", Attribute::of_int(1)}});
   EXPECT_EQ(values<float>(cs.run1()), (std::vector<float>{5, 3, 0, 11, 6, 0}));
 
   // Ties keep the lower index first; NaN is the largest.
@@ -489,7 +465,7 @@ TEST(TensorOps, RangeConstantOfShapeTriluCumSumTopK) {
   auto out = k.run();
   EXPECT_TRUE(std::isnan(out[0].data<float>()[0]));
   EXPECT_EQ(values<std::int64_t>(out[1]), (std::vector<std::int64_t>{1, 3, 0}));
-  OneNode ks("TopK", 11, {make<float>({1, 5}, {3, std::nanf(""), 3, 5, 1}), i64({3})}, {{"largest", attr_int(0)}}, 2);
+  OneNode ks("TopK", 11, {make<float>({1, 5}, {3, std::nanf(""), 3, 5, 1}), i64({3})}, {{"largest", Attribute::of_int(0)}}, 2);
   EXPECT_EQ(values<std::int64_t>(ks.run()[1]), (std::vector<std::int64_t>{4, 0, 2}));
 }
 
@@ -506,7 +482,7 @@ TEST(TensorOps, ShapeInputsThatOnlyExistAtRunTimeAreUnsupported) {
   cast.opset = 13;
   cast.inputs = {"s"};
   cast.outputs = {"si"};
-  cast.attributes["to"] = attr_int(7);
+  cast.attributes["to"] = Attribute::of_int(7);
   Node expand;
   expand.name = "expand";
   expand.op_type = "Expand";
@@ -533,16 +509,16 @@ TEST(TensorOps, ReduceOverManyElementsKeepsPrecision) {
   const std::int64_t n = (1 << 24) + 8;
   Tensor ones(DType::kFloat32, {n});
   std::fill_n(ones.data<float>(), ones.numel(), 1.0f);
-  OneNode sum("ReduceSum", 13, {ones}, {{"keepdims", attr_int(0)}});
+  OneNode sum("ReduceSum", 13, {ones}, {{"keepdims", Attribute::of_int(0)}});
   EXPECT_EQ(sum.run1().data<float>()[0], float(n));
   // 0.1f repeated: the exact (double) sum, rounded once to float.
   Tensor tenths(DType::kFloat32, {3, 1 << 20});
   std::fill_n(tenths.data<float>(), tenths.numel(), 0.1f);
-  OneNode mean("ReduceMean", 13, {tenths}, {{"axes", attr_ints({1})}});
+  OneNode mean("ReduceMean", 13, {tenths}, {{"axes", Attribute::of_ints({1})}});
   Tensor m = mean.run1();
   ASSERT_EQ(m.shape(), (Shape{3, 1}));
   for (float v : m.span<float>()) EXPECT_EQ(v, 0.1f);
-  OneNode l2("ReduceL2", 18, {tenths, i64({0, 1})}, {{"keepdims", attr_int(0)}});
+  OneNode l2("ReduceL2", 18, {tenths, i64({0, 1})}, {{"keepdims", Attribute::of_int(0)}});
   EXPECT_FLOAT_EQ(l2.run1().data<float>()[0], float(std::sqrt(double(0.1f) * double(0.1f) * 3 * (1 << 20))));
 }
 
@@ -588,7 +564,7 @@ TEST(TensorOps, ReduceOverAnyAxesMatchesNaiveReference) {
         }
       // Opset 17 (axes attribute) and 18 (axes input) give the same result.
       const bool sum = std::string(op) == "ReduceSum";
-      OneNode a(op, sum ? 11 : 17, {x}, {{"axes", attr_ints(axes)}});
+      OneNode a(op, sum ? 11 : 17, {x}, {{"axes", Attribute::of_ints(axes)}});
       OneNode b(op, sum ? 13 : 18, {x, i64(axes)});
       Tensor ya = a.run1(), yb = b.run1();
       auto want = naive_reduce(x, mask, op);
@@ -604,14 +580,14 @@ TEST(TensorOps, ReduceOverAnyAxesMatchesNaiveReference) {
 TEST(TensorOps, ReduceAxesEdgeCases) {
   Tensor x = make<float>({2, 2}, {1, 1000, 1000, std::nanf("")});
   // No axes: everything, unless noop_with_empty_axes (axes-input opsets only).
-  OneNode all("ReduceMax", 18, {x}, {{"keepdims", attr_int(0)}});
+  OneNode all("ReduceMax", 18, {x}, {{"keepdims", Attribute::of_int(0)}});
   Tensor m = all.run1();
   EXPECT_EQ(m.shape(), Shape{});
   EXPECT_TRUE(std::isnan(m.data<float>()[0]));  // NaN propagates
-  OneNode noop("ReduceSum", 13, {x, i64({})}, {{"noop_with_empty_axes", attr_int(1)}});
+  OneNode noop("ReduceSum", 13, {x, i64({})}, {{"noop_with_empty_axes", Attribute::of_int(1)}});
   EXPECT_EQ(noop.run1().shape(), (Shape{2, 2}));
   // LogSumExp of large values does not overflow.
-  OneNode lse("ReduceLogSumExp", 18, {x, i64({1})}, {{"keepdims", attr_int(0)}});
+  OneNode lse("ReduceLogSumExp", 18, {x, i64({1})}, {{"keepdims", Attribute::of_int(0)}});
   EXPECT_FLOAT_EQ(lse.run1().data<float>()[0], 1000.0f);
   OneNode lse2("ReduceLogSumExp", 13, {make<float>({2}, {1000, 1000})}, {});
   EXPECT_FLOAT_EQ(lse2.run1().data<float>()[0], 1000.0f + std::log(2.0f));
@@ -619,34 +595,34 @@ TEST(TensorOps, ReduceAxesEdgeCases) {
   Tensor empty(DType::kFloat32, {3, 0});
   OneNode esum("ReduceSum", 13, {empty, i64({1})});
   EXPECT_EQ(values<float>(esum.run1()), (std::vector<float>{0, 0, 0}));
-  OneNode emax("ReduceMax", 18, {empty, i64({1})}, {{"keepdims", attr_int(0)}});
+  OneNode emax("ReduceMax", 18, {empty, i64({1})}, {{"keepdims", Attribute::of_int(0)}});
   EXPECT_EQ(emax.run1().data<float>()[0], -std::numeric_limits<float>::infinity());
-  OneNode eprod("ReduceProd", 13, {empty}, {{"axes", attr_ints({1})}});
+  OneNode eprod("ReduceProd", 13, {empty}, {{"axes", Attribute::of_ints({1})}});
   EXPECT_EQ(eprod.run1().data<float>()[2], 1.0f);
   // Integer sums are exact.
   OneNode isum("ReduceSum", 13, {make<std::int64_t>({3}, {(1LL << 60), 1, -(1LL << 60)})});
   EXPECT_EQ(isum.run1().data<std::int64_t>()[0], 1);
-  OneNode dup("ReduceMean", 13, {x}, {{"axes", attr_ints({1, -1})}});
+  OneNode dup("ReduceMean", 13, {x}, {{"axes", Attribute::of_ints({1, -1})}});
   EXPECT_NE(error_of(dup).find("axes has axis -1 more than once"), std::string::npos);
-  OneNode attr_at_18("ReduceMean", 18, {x}, {{"axes", attr_ints({1})}});
+  OneNode attr_at_18("ReduceMean", 18, {x}, {{"axes", Attribute::of_ints({1})}});
   EXPECT_NE(error_of(attr_at_18).find("takes axes as an input at opset 18, not as an attribute"), std::string::npos);
-  OneNode range("ReduceMean", 13, {x}, {{"axes", attr_ints({2})}});
+  OneNode range("ReduceMean", 13, {x}, {{"axes", Attribute::of_ints({2})}});
   EXPECT_NE(error_of(range).find("axis 2 is out of range for input shape [2, 2]"), std::string::npos);
 }
 
 TEST(TensorOps, ArgMaxArgMinSelectFirstOrLastIndex) {
   Tensor x = make<float>({2, 4}, {1, 5, 5, 0, 2, 2, 1, 1});
-  OneNode first("ArgMax", 13, {x}, {{"axis", attr_int(1)}, {"keepdims", attr_int(0)}});
+  OneNode first("ArgMax", 13, {x}, {{"axis", Attribute::of_int(1)}, {"keepdims", Attribute::of_int(0)}});
   EXPECT_EQ(values<std::int64_t>(first.run1()), (std::vector<std::int64_t>{1, 0}));
-  OneNode last("ArgMax", 13, {x}, {{"axis", attr_int(1)}, {"select_last_index", attr_int(1)}});
+  OneNode last("ArgMax", 13, {x}, {{"axis", Attribute::of_int(1)}, {"select_last_index", Attribute::of_int(1)}});
   Tensor l = last.run1();
   EXPECT_EQ(l.shape(), (Shape{2, 1}));
   EXPECT_EQ(values<std::int64_t>(l), (std::vector<std::int64_t>{2, 1}));
-  OneNode min_last("ArgMin", 13, {x}, {{"axis", attr_int(-1)}, {"select_last_index", attr_int(1)}});
+  OneNode min_last("ArgMin", 13, {x}, {{"axis", Attribute::of_int(-1)}, {"select_last_index", Attribute::of_int(1)}});
   EXPECT_EQ(values<std::int64_t>(min_last.run1()), (std::vector<std::int64_t>{3, 3}));
   // Large, along a middle axis, against a naive scan.
   Tensor big = random_floats({7, 300, 129}, 5);
-  OneNode g("ArgMin", 13, {big}, {{"axis", attr_int(1)}, {"keepdims", attr_int(0)}});
+  OneNode g("ArgMin", 13, {big}, {{"axis", Attribute::of_int(1)}, {"keepdims", Attribute::of_int(0)}});
   Tensor y = g.run1();
   for (std::int64_t o = 0; o < 7; ++o)
     for (std::int64_t j = 0; j < 129; ++j) {

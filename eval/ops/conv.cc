@@ -11,7 +11,6 @@ namespace {
 
 constexpr int kLatest = 22;
 
-std::string type_name(DType t) { return std::string(dtype_name(t)); }
 
 std::string list_to_string(const std::vector<std::int64_t>& v) {
   std::string s = "[";

@@ -16,7 +16,6 @@ namespace {
 
 constexpr int kLatest = 22;
 
-std::string type_name(DType t) { return std::string(dtype_name(t)); }
 
 [[noreturn]] void unsupported(const Node& node, const std::string& message) {
   throw UnsupportedError(node.describe() + ": " + message);

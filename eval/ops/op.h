@@ -81,6 +81,8 @@ Shape broadcast_shapes(const Node& node, const Shape& a, const Shape& b);
 ValueMeta meta_like(const ValueMeta& like, Shape shape);
 ValueMeta meta_of(DType declared, Shape shape);
 
+inline std::string type_name(DType t) { return std::string(dtype_name(t)); }
+
 // Calls f(T{}) with the C++ type of a storage type (narrow floats are stored as float);
 // UnsupportedError for types that are not storage types.
 template <class F>

@@ -17,7 +17,6 @@ namespace {
 
 constexpr int kLatest = 22;
 
-std::string type_name(DType t) { return std::string(dtype_name(t)); }
 
 template <class T>
 bool is_nan(T v) {

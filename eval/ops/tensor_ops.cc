@@ -24,7 +24,6 @@ void copy_data(const Tensor& in, Tensor& out) {
   if (in.nbytes()) std::memcpy(out.raw(), in.raw(), in.nbytes());
 }
 
-std::string type_name(DType t) { return std::string(dtype_name(t)); }
 
 // Like constant_input, but a value that only exists at run time is an unsupported configuration
 // (the model is valid ONNX; qeval plans shapes before running), so the conformance runner and the

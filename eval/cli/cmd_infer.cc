@@ -1,0 +1,73 @@
+// qeval infer (one ONNX model, .npy in and out) and qeval inspect (describe a model).
+#include <fmt/format.h>
+
+#include "eval/cli/command.h"
+#include "eval/exit_codes.h"
+#include "eval/infer.h"
+
+namespace qeval::cli {
+namespace {
+
+struct InferArgs {
+  std::string model, inputs, outputs, precision = "fp32", dump;
+  std::vector<std::string> shapes;
+};
+
+int run_infer(const InferArgs& a) {
+  eval::InferOptions options;
+  options.model = a.model;
+  options.inputs_dir = a.inputs;
+  options.outputs_dir = a.outputs;
+  options.precision = a.precision == "fp16"   ? eval::Precision::kFp16
+                      : a.precision == "bf16" ? eval::Precision::kBf16
+                                              : eval::Precision::kFp32;
+  for (const auto& s : a.shapes) options.shapes.insert(eval::parse_shape_option(s));
+  if (!a.dump.empty()) options.dump_dir = a.dump;
+  auto r = eval::run_infer(options);
+  fmt::print("qeval infer: {} ({} precision) ran in {:.1f} ms\n", a.model, a.precision, r.elapsed_ms);
+  for (const auto& [name, shape] : r.outputs)
+    fmt::print("  output {} {} -> {}/{}.npy\n", name, shape_to_string(shape), a.outputs,
+               eval::tensor_file_name(name));
+  if (r.dumped)
+    fmt::print("  --dump-all: {} tensors in {} (index.json maps names to files)\n", r.dumped, a.dump);
+  return eval::kExitPass;
+}
+
+Runner add_infer(CLI::App& app) {
+  auto a = std::make_shared<InferArgs>();
+  auto* cmd = app.add_subcommand(
+      "infer",
+      "Run one ONNX model through qeval's own kernels: inputs are <input name>.npy files in\n"
+      "--inputs, outputs are written as <output name>.npy in --outputs (characters outside\n"
+      "[A-Za-z0-9_.-] in names become '_'). --dump-all also writes every intermediate tensor\n"
+      "(Polygraphy's 'mark all', without changing the computation) plus an index.json.\n"
+      "Exit: 0 ran, 2 bad model or inputs.");
+  cmd->add_option("--model", a->model, "the .onnx file (external weights beside it)")->required();
+  cmd->add_option("--inputs", a->inputs, "folder of <input name>.npy")->required();
+  cmd->add_option("--outputs", a->outputs, "folder for <output name>.npy")->required();
+  cmd->add_option("--precision", a->precision,
+                  "fp32 (default), fp16 or bf16: values rounded to the format after every op, FP32 accumulation")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  cmd->add_option("--shape", a->shapes, "NAME=D0,D1,...: reshape that input's array (repeatable)");
+  cmd->add_option("--dump-all", a->dump, "folder for every intermediate tensor (.npy)");
+  return [a](const Context&) { return run_infer(*a); };
+}
+
+Runner add_inspect(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "inspect", "Describe an ONNX model: inputs, outputs, opsets, op histogram, unsupported ops, "
+                 "parameters. Exit: 0 all ops supported, 1 some are not, 2 unreadable model.");
+  cmd->add_option("model", *path, "the .onnx file")->required();
+  return [path](const Context&) {
+    bool supported = false;
+    fmt::print("{}", eval::inspect_model(*path, &supported));
+    return supported ? eval::kExitPass : eval::kExitGateFailed;
+  };
+}
+
+const bool kInferRegistered = register_command(20, add_infer);
+const bool kInspectRegistered = register_command(21, add_inspect);
+
+}  // namespace
+}  // namespace qeval::cli

@@ -1,0 +1,34 @@
+// The command line's verbs. Each verb lives in its own cli/cmd_<verb>.cc: it adds its subcommand
+// (options and --help text) and returns the function that runs it, and registers itself with one
+// namespace-scope line:
+//   const bool kRegistered = qeval::cli::register_command(30, add_infer);
+// `order` sorts the verbs in `qeval --help`. main.cc owns parsing, --threads and exit codes.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qeval::cli {
+
+struct Context {
+  std::string command_line;  // argv joined, quoted where needed (goes into reports)
+};
+
+// Runs a parsed verb; returns the exit code (eval/exit_codes.h). InputError -> 2 is main's job.
+using Runner = std::function<int(const Context&)>;
+using Adder = Runner (*)(CLI::App& app);
+
+bool register_command(int order, Adder add);
+
+struct RegisteredCommand {
+  int order;
+  Adder add;
+};
+const std::vector<RegisteredCommand>& registered_commands();  // sorted by order
+
+std::string utc_now();  // ISO 8601, seconds, 'Z'
+
+}  // namespace qeval::cli

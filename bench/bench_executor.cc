@@ -1,10 +1,13 @@
 // Times qeval's executor on one ONNX model: median wall time of Session::run over repetitions,
 // and peak activation memory. The ONNX Runtime peer (tools/ort/bench.js) is timed the same way.
-// Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)]
+// Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)] [--by-op]
+// --by-op also prints, on stderr, the time per op type (an observer timestamps every node, so this
+// measures the unfused execution that observers see).
 #include <tbb/global_control.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -18,6 +21,38 @@
 #include "eval/session.h"
 #include "kernels/error.h"
 
+namespace {
+
+// Time between consecutive node events, summed per op type.
+class OpTimer final : public qeval::eval::Observer {
+ public:
+  void start() { last_ = std::chrono::steady_clock::now(); }
+  void on_node(const qeval::eval::NodeEvent& e) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (!e.folded) {
+      auto& [ms, count] = by_op_[e.node.op_type];
+      ms += std::chrono::duration<double, std::milli>(now - last_).count();
+      ++count;
+    }
+    last_ = now;
+  }
+  void print(int reps) const {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [op, v] : by_op_) rows.emplace_back(v.first / reps, op), total += v.first / reps;
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "%-24s %10s %6s %6s\n", "op", "ms/run", "share", "nodes");
+    for (const auto& [ms, op] : rows)
+      std::fprintf(stderr, "%-24s %10.3f %5.1f%% %6d\n", op.c_str(), ms, 100 * ms / total, by_op_.at(op).second / reps);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+  std::map<std::string, std::pair<double, int>> by_op_;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace qeval;
   if (argc < 3) {
@@ -26,6 +61,7 @@ int main(int argc, char** argv) {
   }
   const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
+  const bool by_op = argc > 5 && std::strcmp(argv[5], "--by-op") == 0;
   std::unique_ptr<tbb::global_control> limit;
   if (threads > 0)
     limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, std::size_t(threads));
@@ -43,6 +79,14 @@ int main(int argc, char** argv) {
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(ms.begin(), ms.end());
+    if (by_op) {
+      OpTimer timer;
+      for (int r = 0; r < reps; ++r) {
+        timer.start();
+        session.run(inputs, &timer);
+      }
+      timer.print(reps);
+    }
     std::size_t weight_bytes = 0;
     for (const auto& [name, t] : graph.initializers) weight_bytes += t.nbytes();
     std::printf("{\"model\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f, \"repetitions\": %d, "

@@ -265,6 +265,12 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
     } else if (op_gave_values) {
       step.folded = true;
     }
+    if (!step.folded) {
+      // in_metas may dangle: new_value above grew p.metas.
+      for (std::size_t i = 0; i < step.in.size(); ++i)
+        in_metas[i] = step.in[i] < 0 ? nullptr : &p.metas[std::size_t(step.in[i])];
+      ops_[n]->prepare(in_metas);
+    }
     p.steps.push_back(std::move(step));
   }
 

@@ -21,8 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = "qeval.pipeline";
-constexpr long long kVersion = 1;
 constexpr const char* kEncoderKey = "image_encoder";
 constexpr const char* kDecoderKey = "mask_decoder";
 
@@ -53,14 +51,14 @@ int int_in(const JsonConfig& c, const std::string& key, long long lo, long long 
   return static_cast<int>(v);
 }
 
-SegmentationModelConfig read_model(const JsonConfig& c) {
-  SegmentationModelConfig m;
+ModelFiles read_model(const JsonConfig& c) {
+  ModelFiles m;
   m.model = c.get_path("model");
   if (auto variants = c.optional_object("variants")) {
     for (const auto& [name, value] : variants->value().items()) {
       if (name.empty()) variants->fail("a variant name must not be empty");
       if (!value.is_string()) at(*variants, name).fail("must be the path of the variant's .onnx file");
-      m.variants[name] = variants->get_path(name);
+      m.variant_models[name] = variants->get_path(name);
     }
   }
   return m;
@@ -176,26 +174,19 @@ std::string point_text(const SegmentationPoint& p) { return fmt::format("({}, {}
 std::vector<std::string> SegmentationConfig::variant_names() const {
   std::set<std::string> names;
   for (const auto* m : {&image_encoder, &mask_decoder})
-    for (const auto& [k, _] : m->variants) names.insert(k);
+    for (const auto& [k, _] : m->variant_models) names.insert(k);
   return {names.begin(), names.end()};
 }
 
 SegmentationConfig read_segmentation_config(const fs::path& dir_or_file) {
-  const fs::path path = fs::is_directory(dir_or_file) ? dir_or_file / "pipeline.json" : dir_or_file;
-  if (!fs::exists(path))
-    throw InputError(path.string() + ": no such file" +
-                     (fs::is_directory(dir_or_file) ? " (a pipeline folder holds a pipeline.json)" : "") +
-                     " (see " + kSegmentDoc + ")");
+  // Format, version and task first (the reader shared by every task), then this task's keys.
+  if (read_pipeline_task(dir_or_file) != PipelineTask::kSegmentation) {
+    JsonConfig root = JsonConfig::load(pipeline_json_path(dir_or_file), kSegmentDoc);
+    at(root, "task").fail("is \"" + root.get_string("task") + "\": this is not a segmentation pipeline");
+  }
+  const fs::path path = pipeline_json_path(dir_or_file);
   JsonConfig root = JsonConfig::load(path, kSegmentDoc);
   root.allow_keys({"format", "version", "task", "name", "image_encoder", "mask_decoder", "image", "prompts"});
-  if (root.get_string("format") != kFormat)
-    at(root, "format").fail("must be \"" + std::string(kFormat) + "\", got \"" + root.get_string("format") + "\"");
-  if (root.get_int("version") != kVersion)
-    at(root, "version").fail(std::to_string(root.get_int("version")) +
-                             " is not supported (this qeval reads version " + std::to_string(kVersion) + ")");
-  const std::string task = root.get_choice("task", {"txt2img", "segmentation"});
-  if (task != "segmentation")
-    at(root, "task").fail("is \"" + task + "\": this is not a segmentation pipeline");
 
   SegmentationConfig c;
   c.source = path;
@@ -285,11 +276,11 @@ SegmentationPipeline::SegmentationPipeline(SegmentationConfig config)
   check_encoder(graphs_->encoder);
   graphs_->decoder = load(c.mask_decoder.model, kDecoderKey, "");
   check_decoder(graphs_->decoder);
-  for (const auto& [name, file] : c.image_encoder.variants) {
+  for (const auto& [name, file] : c.image_encoder.variant_models) {
     graphs_->encoder_variants[name] = load(file, kEncoderKey, name);
     check_encoder(graphs_->encoder_variants[name]);
   }
-  for (const auto& [name, file] : c.mask_decoder.variants) {
+  for (const auto& [name, file] : c.mask_decoder.variant_models) {
     graphs_->decoder_variants[name] = load(file, kDecoderKey, name);
     check_decoder(graphs_->decoder_variants[name]);
   }

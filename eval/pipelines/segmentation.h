@@ -19,6 +19,7 @@
 #include "datasets/image_io.h"
 #include "eval/graph.h"
 #include "eval/pipelines/model_call.h"
+#include "eval/pipelines/pipeline_config.h"
 #include "eval/session.h"
 #include "kernels/tensor.h"
 
@@ -32,20 +33,14 @@ enum class SegmentationResize {
   kLongestSide,  // SAM: scaled so that it fits, aspect kept, padded with zeros at bottom/right
 };
 
-struct SegmentationModelConfig {
-  std::filesystem::path model;  // resolved against pipeline.json's folder
-  // "variants": another export of the same model per variant name (e.g. a Q/DQ int8 file).
-  std::map<std::string, std::filesystem::path> variants;
-};
-
 struct SegmentationConfig {
   std::filesystem::path source;  // the pipeline.json read
   std::string name;
 
-  SegmentationModelConfig image_encoder;
+  ModelFiles image_encoder;  // model + "variants" (another export per variant name)
   std::string encoder_input = "image", encoder_output = "image_embeddings";
 
-  SegmentationModelConfig mask_decoder;
+  ModelFiles mask_decoder;
   std::string decoder_embeddings = "image_embeddings";
   std::string decoder_point_coords = "point_coords", decoder_point_labels = "point_labels";
   std::string decoder_masks = "masks", decoder_iou_predictions = "iou_predictions";

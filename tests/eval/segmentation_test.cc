@@ -266,7 +266,7 @@ TEST(SegmentationPipeline, PipelineJsonIsFullyValidated) {
   };
   expect([](auto& j) { j["imagee"] = 1; }, "unknown key 'imagee' (valid keys: format, version, task");
   expect([](auto& j) { j["task"] = "txt2img"; }, "task: is \"txt2img\": this is not a segmentation pipeline");
-  expect([](auto& j) { j["version"] = 2; }, "version: 2 is not supported");
+  expect([](auto& j) { j["version"] = 2; }, "\"version\" 2 is not supported");
   expect([](auto& j) { j["image"]["pixel_mean"] = {1, 2}; }, "image.pixel_mean: needs one value per channel (3), got 2");
   expect([](auto& j) { j["image"]["pixel_std"] = {1, 0, 1}; }, "image.pixel_std: values must be finite and positive");
   expect([](auto& j) { j["image"]["resize"] = "crop"; }, "image.resize: 'crop' is not one of: stretch, longest_side");

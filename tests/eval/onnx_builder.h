@@ -97,7 +97,10 @@ class OnnxBuilder {
     for (std::size_t i = 0; i < dims.size(); ++i) {
       auto* d = shape->add_dim();
       if (dims[i] >= 0) d->set_dim_value(dims[i]);
-      else d->set_dim_param(std::string("d").append(std::to_string(i)));  // not "d" + ...: GCC 12 -Wrestrict false positive
+      else {
+        std::string param = std::to_string(i);  // "d" + to_string(i) trips GCC 12's -Wrestrict
+        d->set_dim_param(param.insert(0, 1, 'd'));
+      }
     }
   }
   onnx::ModelProto model_;

@@ -1,6 +1,8 @@
 // Point-prompt sets (JSON Lines): parsing, precise errors, loading images, scenes and masks.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "datasets/mask_io.h"
 #include "datasets/scenes.h"
 #include "eval/point_prompts.h"

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <functional>
 
 #include "datasets/npy.h"
 #include "datasets/scenes.h"

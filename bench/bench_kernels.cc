@@ -1,5 +1,6 @@
-// Compute-kernel benchmarks: SGEMM (packed, few-rows, batched, reference), convolutions (3x3, 1x1,
-// depthwise, transpose) and an FMA-loop peak that gives the other figures a scale.
+// Compute-kernel benchmarks: SGEMM (packed, few-rows, batched, reference), int8 GEMM (VNNI and
+// portable, same shapes as SGEMM), convolutions (3x3, 1x1, depthwise, transpose) and an FMA-loop
+// peak that gives the other figures a scale.
 #include <benchmark/benchmark.h>
 #include <tbb/task_arena.h>
 
@@ -10,6 +11,8 @@
 
 #include "kernels/conv.h"
 #include "kernels/gemm.h"
+#include "kernels/int8_conv.h"
+#include "kernels/int8_gemm.h"
 
 namespace {
 
@@ -129,6 +132,56 @@ BENCHMARK(BM_Sgemm)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// ---- int8 GEMM: int8 x int8 -> int32, as the fused Q/DQ MatMul runs it: B (the weights) packed
+// once, A (the activations) packed every call (counted). "GFLOP" = 2 m n k integer ops, so the
+// figures compare directly with BM_Sgemm's. ------------------------------------------------------
+
+std::vector<std::int8_t> random_int8s(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> u(-128, 127);
+  std::vector<std::int8_t> v(n);
+  for (auto& x : v) x = std::int8_t(u(rng));
+  return v;
+}
+
+void run_int8_gemm(benchmark::State& state, Int8GemmPath path) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const int threads = int(state.range(3));
+  const auto a = random_int8s(std::size_t(m * k), 1), b = random_int8s(std::size_t(k * n), 2);
+  const PackedInt8B pb(k, n, b.data(), n);
+  std::vector<std::int32_t> c(std::size_t(m * n));
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    in_arena(threads, [&] {
+      const PackedInt8A pa(m, k, a.data(), k);
+      int8_gemm(pa, pb, c.data(), n, path);
+    });
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * double(m) * double(n) * double(k), process_cpu_seconds() - cpu0);
+}
+
+void BM_Int8Gemm(benchmark::State& state) {
+  if (!int8_gemm_path_available(Int8GemmPath::kAvx512Vnni)) return state.SkipWithError("no AVX-512 VNNI in this build");
+  run_int8_gemm(state, Int8GemmPath::kAvx512Vnni);
+}
+void BM_Int8GemmPortable(benchmark::State& state) { run_int8_gemm(state, Int8GemmPath::kPortable); }
+BENCHMARK(BM_Int8Gemm)
+    ->ArgNames({"m", "n", "k", "threads"})
+    ->Args({512, 512, 512, 0})
+    ->Args({1024, 1024, 1024, 0})
+    ->Args({4096, 320, 320, 0})
+    ->Args({512, 512, 512, 1})
+    ->Args({1024, 1024, 1024, 1})
+    ->Args({4096, 320, 320, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Int8GemmPortable)
+    ->ArgNames({"m", "n", "k", "threads"})
+    ->Args({512, 512, 512, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Attention scores as exporters write them: 16 heads of [77 x 64] x [64 x 77]^T.
 void BM_SgemmBatched_attention(benchmark::State& state) {
   const std::int64_t heads = 16, s = 77, d = 64;
@@ -201,6 +254,23 @@ void run_conv(benchmark::State& state, const ConvParams& p, int threads, bool re
 
 void BM_Conv3x3_320x64x64(benchmark::State& state) { run_conv(state, unet_conv_3x3(), int(state.range(0)), false); }
 BENCHMARK(BM_Conv3x3_320x64x64)->ArgName("threads")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The same UNet 3x3 conv in int8 (im2col + int8 GEMM, weights packed once): compare with
+// BM_Conv3x3_320x64x64 in the same run.
+void BM_Int8Conv3x3_320x64x64(benchmark::State& state) {
+  const ConvParams p = unet_conv_3x3();
+  const auto x = random_int8s(std::size_t(conv_input_size(p)), 1);
+  const auto w = random_int8s(std::size_t(conv_weight_size(p)), 2);
+  const PackedInt8ConvWeights packed(p, w.data());
+  std::vector<std::int32_t> y(std::size_t(conv_output_size(p)));
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    in_arena(int(state.range(0)), [&] { int8_conv(p, x.data(), 0, packed, y.data()); });
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_flops(state, conv_flops(p), process_cpu_seconds() - cpu0);
+}
+BENCHMARK(BM_Int8Conv3x3_320x64x64)->ArgName("threads")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_Conv1x1_320x64x64(benchmark::State& state) { run_conv(state, conv_params(320, 320, 1, 64, 1, 1, 0), 0, false); }
 BENCHMARK(BM_Conv1x1_320x64x64)->Unit(benchmark::kMillisecond)->UseRealTime();

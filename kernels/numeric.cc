@@ -164,15 +164,6 @@ float decode_fp8(std::uint8_t code) {
   return negative ? -value : value;
 }
 
-template <class T, int kLo, int kHi>
-T quantize_linear(float x, float scale, std::int32_t zero_point) {
-  const float r = std::nearbyint(x / scale);
-  // Sum and clamp in double: r is integral and zero_point an int32, so the sum is exact, and an
-  // infinite r saturates instead of overflowing an integer conversion.
-  const double q = std::isnan(r) ? double(zero_point) : double(r) + double(zero_point);
-  return static_cast<T>(std::clamp(q, double(kLo), double(kHi)));
-}
-
 }  // namespace
 
 float16 to_float16(float v) { return {float_bits_to_half(std::bit_cast<std::uint32_t>(v))}; }
@@ -236,11 +227,11 @@ void round_to_bfloat16(float* data, std::size_t n) {
 }
 
 std::int8_t quantize_int8(float x, float scale, std::int32_t zero_point) {
-  return quantize_linear<std::int8_t, -128, 127>(x, scale, zero_point);
+  return quantize_to<std::int8_t>(x, scale, zero_point);
 }
 
 std::uint8_t quantize_uint8(float x, float scale, std::int32_t zero_point) {
-  return quantize_linear<std::uint8_t, 0, 255>(x, scale, zero_point);
+  return quantize_to<std::uint8_t>(x, scale, zero_point);
 }
 
 }  // namespace qeval

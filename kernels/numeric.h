@@ -1,8 +1,12 @@
 // Bit-exact conversions to/from float16, bfloat16 and the ONNX float8 formats; int8/uint8 quantize.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace qeval {
 
@@ -64,6 +68,18 @@ bool float16_bulk_uses_f16c();
 // x / scale is a float division (not a multiplication by 1/scale: ONNX Runtime and onnx.reference
 // divide, and the two differ in the last bit), rounded with std::nearbyint under the default
 // rounding mode. NaN input (implementation-defined in ONNX) gives saturate(zero_point).
+// quantize_to<T> is the same for any integer type T of at most 16 bits (int16/uint16 are
+// QuantizeLinear-21 outputs); inline so bulk loops over tensors vectorise.
+template <class T>
+inline T quantize_to(float x, float scale, std::int32_t zero_point) {
+  static_assert(std::is_integral_v<T> && sizeof(T) <= 2, "8- and 16-bit integer targets only");
+  const float r = std::nearbyint(x / scale);
+  // Sum and clamp in double: r is integral and zero_point an int32, so the sum is exact, and an
+  // infinite r saturates instead of overflowing an integer conversion.
+  const double q = std::isnan(r) ? double(zero_point) : double(r) + double(zero_point);
+  return static_cast<T>(std::clamp(q, double(std::numeric_limits<T>::lowest()),
+                                   double(std::numeric_limits<T>::max())));
+}
 std::int8_t quantize_int8(float x, float scale, std::int32_t zero_point = 0);
 std::uint8_t quantize_uint8(float x, float scale, std::int32_t zero_point = 0);
 // DequantizeLinear: (q - zero_point) * scale, in float.

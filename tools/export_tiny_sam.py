@@ -103,9 +103,10 @@ def main():
                          "outputs": {"masks": "masks", "iou_predictions": "iou_predictions"},
                          "append_padding_point": True, "mask_threshold": 0.0, "single_mask_index": 0},
         "image": {"channels": 3, "height": S.IMAGE_SIZE, "width": S.IMAGE_SIZE, "pixel_mean": list(S.PIXEL_MEAN),
-                  "pixel_std": list(S.PIXEL_STD)},
-        "evaluation": {"scenes_seed": TS.EVAL_SEED, "scenes": TS.EVAL_SCENES, "scene_size": S.IMAGE_SIZE,
-                       "points": "datasets::scene_object_points (one positive point per object)"},
+                  "pixel_std": list(S.PIXEL_STD), "resize": "stretch"},
+        # Point-prompt sets written by tools/make_tiny_sam_prompts.py (docs/segment.md).
+        "prompts": {"calibration": "../../datasets/point_prompts/tiny_sam_calib.jsonl",
+                    "evaluation": "../../datasets/point_prompts/tiny_sam_eval.jsonl"},
     }
     with open(os.path.join(a.out, "pipeline.json"), "w") as f:
         json.dump(pipeline, f, indent=2)

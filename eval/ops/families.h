@@ -18,11 +18,13 @@ void register_normalization_ops(std::vector<OpSchema>& out);  // normalization.c
 void register_softmax_ops(std::vector<OpSchema>& out);        // softmax.cc: Softmax, LogSoftmax
 void register_pool_ops(std::vector<OpSchema>& out);           // pool.cc
 void register_resize_ops(std::vector<OpSchema>& out);         // resize.cc
+void register_quantize_ops(std::vector<OpSchema>& out);       // quantize.cc: Q/DQ, QLinear*, *Integer
 
 inline constexpr RegisterOps kOpFamilies[] = {
     register_elementwise_ops,   register_tensor_ops, register_reduce_ops,
     register_matmul_ops,        register_conv_ops,   register_normalization_ops,
     register_softmax_ops,       register_pool_ops,   register_resize_ops,
+    register_quantize_ops,
 };
 
 }  // namespace qeval::eval

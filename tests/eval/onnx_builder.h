@@ -58,6 +58,24 @@ class OnnxBuilder {
     for (auto v : values) t->add_int64_data(v);
     return *this;
   }
+  // Any element type from raw little-endian bytes (int8, float8 codes, float16 bits, ...).
+  template <class T>
+  OnnxBuilder& initializer_raw(const std::string& name, int elem_type, const std::vector<T>& values,
+                               const std::vector<std::int64_t>& dims) {
+    auto* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(elem_type);
+    for (auto d : dims) t->add_dims(d);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)));
+    return *this;
+  }
+  // Declares the opset of another domain (e.g. "trt").
+  OnnxBuilder& domain(const std::string& name, int version) {
+    auto* op = model_.add_opset_import();
+    op->set_domain(name);
+    op->set_version(version);
+    return *this;
+  }
   onnx::ModelProto& proto() { return model_; }
   std::vector<std::uint8_t> bytes() const {
     std::string s;
@@ -79,7 +97,10 @@ class OnnxBuilder {
     for (std::size_t i = 0; i < dims.size(); ++i) {
       auto* d = shape->add_dim();
       if (dims[i] >= 0) d->set_dim_value(dims[i]);
-      else d->set_dim_param("d" + std::to_string(i));
+      else {
+        std::string param = std::to_string(i);  // "d" + to_string(i) trips GCC 12's -Wrestrict
+        d->set_dim_param(param.insert(0, 1, 'd'));
+      }
     }
   }
   onnx::ModelProto model_;

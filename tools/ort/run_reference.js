@@ -23,6 +23,9 @@ const DTYPES = [
   { descr: '|i1', ort: 'int8', array: Int8Array },
   { descr: '|u1', ort: 'uint8', array: Uint8Array },
   { descr: '|b1', ort: 'bool', array: Uint8Array },
+  { descr: '<i2', ort: 'int16', array: Int16Array },
+  { descr: '<u2', ort: 'uint16', array: Uint16Array },
+  { descr: '<f2', ort: 'float16', array: Uint16Array },  // float16 bits (ORT's JS form)
 ];
 
 function safeName(name) {

@@ -1,0 +1,261 @@
+#include "eval/pipelines/pipeline_config.h"
+
+#include <set>
+
+#include "eval/json_config.h"
+#include "kernels/error.h"
+
+namespace qeval::eval {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "qeval.pipeline";
+constexpr long long kVersion = 1;
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+JsonConfig load_root(const fs::path& dir_or_file) {
+  const fs::path path = pipeline_json_path(dir_or_file);
+  if (!fs::exists(path))
+    throw InputError(path.string() + ": no such file" +
+                     (fs::is_directory(dir_or_file) ? " (a pipeline folder holds a pipeline.json)" : "") +
+                     " (see " + kPipelineDoc + ")");
+  JsonConfig root = JsonConfig::load(path, kPipelineDoc);
+  if (root.get_string("format") != kFormat)
+    root.fail("\"format\" must be \"" + std::string(kFormat) + "\", got \"" + root.get_string("format") + "\"");
+  if (root.get_int("version") != kVersion)
+    root.fail("\"version\" " + std::to_string(root.get_int("version")) + " is not supported (this qeval reads version " +
+              std::to_string(kVersion) + ")");
+  return root;
+}
+
+int positive_int(const JsonConfig& c, const std::string& key, long long max, std::optional<long long> fallback = {}) {
+  long long v = fallback && !c.has(key) ? *fallback : c.get_int(key);
+  if (v < 1 || v > max)
+    JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kPipelineDoc)
+        .fail("must be an integer in [1, " + std::to_string(max) + "], got " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
+JsonConfig at(const JsonConfig& c, const std::string& key) {
+  return JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kPipelineDoc);
+}
+
+void read_model_files(const JsonConfig& c, ModelFiles& m) {
+  m.model = c.get_path("model");
+  if (auto variants = c.optional_object("variants")) {
+    for (const auto& [name, value] : variants->value().items()) {
+      if (name.empty()) variants->fail("a variant name must not be empty");
+      m.variant_models[name] = variants->get_path(name);
+    }
+  }
+}
+
+DType read_dtype(const JsonConfig& c, const std::string& key, const std::vector<std::string>& choices,
+                 const std::string& fallback) {
+  const std::string s = c.get_choice(key, choices, fallback);
+  if (s == "int32") return DType::kInt32;
+  if (s == "int64") return DType::kInt64;
+  if (s == "float16") return DType::kFloat16;
+  return DType::kFloat32;
+}
+
+SchedulerConfig read_scheduler(const JsonConfig& c) {
+  c.allow_keys({"type", "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
+                "timestep_spacing", "steps_offset", "set_alpha_to_one", "clip_sample", "clip_sample_range"});
+  SchedulerConfig s;
+  s.type = parse_scheduler_type(c.get_choice("type", {"ddim", "euler"}));
+  s.num_train_timesteps = positive_int(c, "num_train_timesteps", 100000, 1000);
+  s.beta_start = c.get_number("beta_start", s.beta_start);
+  s.beta_end = c.get_number("beta_end", s.beta_end);
+  if (!(s.beta_start > 0 && s.beta_start < 1)) at(c, "beta_start").fail("must be in (0, 1)");
+  if (!(s.beta_end > 0 && s.beta_end < 1)) at(c, "beta_end").fail("must be in (0, 1)");
+  if (s.beta_end < s.beta_start) at(c, "beta_end").fail("must not be below beta_start");
+  s.beta_schedule = c.get_choice("beta_schedule", {"linear", "scaled_linear"}, "scaled_linear") == "linear"
+                        ? BetaSchedule::kLinear
+                        : BetaSchedule::kScaledLinear;
+  const std::string p = c.get_choice("prediction_type", {"epsilon", "v_prediction", "sample"}, "epsilon");
+  s.prediction_type = p == "epsilon" ? PredictionType::kEpsilon
+                      : p == "v_prediction" ? PredictionType::kVPrediction
+                                            : PredictionType::kSample;
+  s.timestep_spacing = parse_timestep_spacing(c.get_choice("timestep_spacing", {"leading", "trailing", "linspace"},
+                                                           s.type == SchedulerType::kDdim ? "leading" : "linspace"));
+  const long long offset = c.get_int("steps_offset", s.steps_offset);
+  if (offset < 0 || offset >= s.num_train_timesteps)
+    at(c, "steps_offset").fail("must be in [0, num_train_timesteps)");
+  s.steps_offset = static_cast<int>(offset);
+  s.set_alpha_to_one = c.get_bool("set_alpha_to_one", s.set_alpha_to_one);
+  s.clip_sample = c.get_bool("clip_sample", s.clip_sample);
+  s.clip_sample_range = c.get_number("clip_sample_range", s.clip_sample_range);
+  if (!(s.clip_sample_range > 0)) at(c, "clip_sample_range").fail("must be positive");
+  return s;
+}
+
+}  // namespace
+
+std::string_view pipeline_task_name(PipelineTask t) {
+  return t == PipelineTask::kTxt2Img ? "txt2img" : "segmentation";
+}
+
+fs::path pipeline_json_path(const fs::path& dir_or_file) {
+  return fs::is_directory(dir_or_file) ? dir_or_file / "pipeline.json" : dir_or_file;
+}
+
+PipelineTask read_pipeline_task(const fs::path& dir_or_file) {
+  JsonConfig root = load_root(dir_or_file);
+  return root.get_choice("task", {"txt2img", "segmentation"}) == "txt2img" ? PipelineTask::kTxt2Img
+                                                                           : PipelineTask::kSegmentation;
+}
+
+std::string_view scheduler_type_name(SchedulerType t) { return t == SchedulerType::kDdim ? "ddim" : "euler"; }
+
+std::string_view timestep_spacing_name(TimestepSpacing s) {
+  switch (s) {
+    case TimestepSpacing::kLeading: return "leading";
+    case TimestepSpacing::kTrailing: return "trailing";
+    case TimestepSpacing::kLinspace: return "linspace";
+  }
+  return "?";
+}
+
+std::string_view prediction_type_name(PredictionType p) {
+  switch (p) {
+    case PredictionType::kEpsilon: return "epsilon";
+    case PredictionType::kVPrediction: return "v_prediction";
+    case PredictionType::kSample: return "sample";
+  }
+  return "?";
+}
+
+std::string_view beta_schedule_name(BetaSchedule b) {
+  return b == BetaSchedule::kLinear ? "linear" : "scaled_linear";
+}
+
+SchedulerType parse_scheduler_type(const std::string& name) {
+  if (name == "ddim") return SchedulerType::kDdim;
+  if (name == "euler") return SchedulerType::kEulerDiscrete;
+  throw InputError("unknown scheduler '" + name + "' (valid: ddim, euler)");
+}
+
+TimestepSpacing parse_timestep_spacing(const std::string& name) {
+  if (name == "leading") return TimestepSpacing::kLeading;
+  if (name == "trailing") return TimestepSpacing::kTrailing;
+  if (name == "linspace") return TimestepSpacing::kLinspace;
+  throw InputError("unknown timestep spacing '" + name + "' (valid: leading, trailing, linspace)");
+}
+
+const fs::path& ModelFiles::file_for(const std::string& variant, const std::string& where) const {
+  if (variant.empty()) return model;
+  auto it = variant_models.find(variant);
+  if (it != variant_models.end()) return it->second;
+  std::vector<std::string> names;
+  for (const auto& [k, _] : variant_models) names.push_back(k);
+  throw InputError(where + ": no variant '" + variant + "' (" +
+                   (names.empty() ? std::string("this model lists no variants") : "variants: " + join(names)) + ")");
+}
+
+std::vector<std::string> Txt2ImgConfig::variant_names() const {
+  std::set<std::string> names;
+  for (const ModelFiles* m : {static_cast<const ModelFiles*>(&text_encoder), static_cast<const ModelFiles*>(&unet),
+                              static_cast<const ModelFiles*>(&vae_decoder)})
+    for (const auto& [k, _] : m->variant_models) names.insert(k);
+  return {names.begin(), names.end()};
+}
+
+Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file) {
+  JsonConfig root = load_root(dir_or_file);
+  root.allow_keys({"format", "version", "task", "name", "tokenizer", "text_encoder", "unet", "vae_decoder", "latent",
+                   "image", "scheduler", "defaults", "noise", "prompts"});
+  const std::string task = root.get_choice("task", {"txt2img", "segmentation"});
+  if (task != "txt2img") at(root, "task").fail("is \"" + task + "\": this is not a text-to-image pipeline");
+
+  Txt2ImgConfig c;
+  c.source = pipeline_json_path(dir_or_file);
+  c.name = root.get_string("name", c.source.parent_path().filename().string());
+
+  {
+    JsonConfig t = root.object("tokenizer");
+    t.allow_keys({"type", "vocab", "merges", "max_length", "pad_token"});
+    t.get_choice("type", {"clip_bpe"}, "clip_bpe");
+    c.tokenizer.vocab = t.get_path("vocab");
+    c.tokenizer.merges = t.get_path("merges");
+    c.tokenizer.max_length = positive_int(t, "max_length", 4096, 77);
+    if (c.tokenizer.max_length < 2) at(t, "max_length").fail("must be at least 2 (BOS and EOS)");
+    c.tokenizer.pad_token = t.get_string("pad_token", c.tokenizer.pad_token);
+  }
+  {
+    JsonConfig t = root.object("text_encoder");
+    t.allow_keys({"model", "variants", "input", "input_type", "output"});
+    read_model_files(t, c.text_encoder);
+    c.text_encoder.input = t.get_string("input", c.text_encoder.input);
+    c.text_encoder.input_type = read_dtype(t, "input_type", {"int32", "int64"}, "int32");
+    c.text_encoder.output = t.get_string("output", c.text_encoder.output);
+  }
+  {
+    JsonConfig u = root.object("unet");
+    u.allow_keys({"model", "variants", "sample", "timestep", "timestep_type", "encoder_hidden_states", "output"});
+    read_model_files(u, c.unet);
+    c.unet.sample = u.get_string("sample", c.unet.sample);
+    c.unet.timestep = u.get_string("timestep", c.unet.timestep);
+    c.unet.timestep_type = read_dtype(u, "timestep_type", {"int64", "int32", "float32", "float16"}, "float32");
+    c.unet.encoder_hidden_states = u.get_string("encoder_hidden_states", c.unet.encoder_hidden_states);
+    c.unet.output = u.get_string("output", c.unet.output);
+  }
+  {
+    JsonConfig v = root.object("vae_decoder");
+    v.allow_keys({"model", "variants", "input", "output", "scaling_factor"});
+    read_model_files(v, c.vae_decoder);
+    c.vae_decoder.input = v.get_string("input", c.vae_decoder.input);
+    c.vae_decoder.output = v.get_string("output", c.vae_decoder.output);
+    c.vae_decoder.scaling_factor = v.get_number("scaling_factor");
+    if (!(c.vae_decoder.scaling_factor > 0)) at(v, "scaling_factor").fail("must be positive");
+  }
+  {
+    JsonConfig l = root.object("latent");
+    l.allow_keys({"channels", "height", "width"});
+    c.latent_channels = positive_int(l, "channels", 64);
+    c.latent_height = positive_int(l, "height", 1024);
+    c.latent_width = positive_int(l, "width", 1024);
+  }
+  {
+    JsonConfig im = root.object("image");
+    im.allow_keys({"channels", "height", "width", "range"});
+    c.image_channels = positive_int(im, "channels", 4);
+    if (c.image_channels != 3) at(im, "channels").fail("must be 3 (RGB)");
+    c.image_height = positive_int(im, "height", 8192);
+    c.image_width = positive_int(im, "width", 8192);
+    if (im.has("range")) {
+      std::vector<double> r = im.get_numbers("range");
+      if (r.size() != 2 || !(r[0] < r[1])) at(im, "range").fail("must be [low, high] with low < high, e.g. [-1, 1]");
+      c.image_min = r[0];
+      c.image_max = r[1];
+    }
+  }
+  c.scheduler = read_scheduler(root.object("scheduler"));
+  if (auto d = root.optional_object("defaults")) {
+    d->allow_keys({"steps", "guidance_scale", "negative_prompt"});
+    c.default_steps = positive_int(*d, "steps", c.scheduler.num_train_timesteps, c.default_steps);
+    c.default_guidance_scale = d->get_number("guidance_scale", c.default_guidance_scale);
+    if (!(c.default_guidance_scale >= 0)) at(*d, "guidance_scale").fail("must be >= 0");
+    c.default_negative_prompt = d->get_string("negative_prompt", "");
+  }
+  if (auto n = root.optional_object("noise")) {
+    n->allow_keys({"generator", "doc"});
+    n->get_choice("generator", {"splitmix64_box_muller"}, "splitmix64_box_muller");
+    n->get_string("doc", "");
+  }
+  if (auto p = root.optional_object("prompts")) {
+    p->allow_keys({"calibration", "evaluation"});
+    if (p->has("calibration")) c.calibration_prompts = p->get_path("calibration");
+    if (p->has("evaluation")) c.evaluation_prompts = p->get_path("evaluation");
+  }
+  return c;
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,181 @@
+// int8 convolution: im2col + int8 GEMM per group, direct depthwise loops, the naive definition.
+#include "kernels/int8_conv.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <stdexcept>
+
+namespace qeval::kernels {
+namespace {
+
+// The geometry over exactly 3 spatial dimensions (missing leading ones are 1, unpadded).
+struct Geometry3 {
+  std::int64_t in[3], kernel[3], stride[3], dilation[3], pad[3], out[3];
+  std::int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  std::int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  std::int64_t kernel_size() const { return kernel[0] * kernel[1] * kernel[2]; }
+};
+
+Geometry3 geometry(const ConvParams& p) {
+  const std::size_t r = p.in_spatial.size();
+  if (r < 1 || r > 3 || p.kernel.size() != r || p.out_spatial.size() != r)
+    throw std::invalid_argument("int8_conv: 1 to 3 spatial dimensions expected");
+  Geometry3 g{};
+  for (int d = 0; d < 3; ++d) {
+    const int off = d - (3 - int(r));
+    const bool real = off >= 0;
+    const std::size_t i = std::size_t(real ? off : 0);
+    g.in[d] = real ? p.in_spatial[i] : 1;
+    g.kernel[d] = real ? p.kernel[i] : 1;
+    g.stride[d] = real ? p.strides[i] : 1;
+    g.dilation[d] = real ? p.dilations[i] : 1;
+    g.pad[d] = real ? p.pads_begin[i] : 0;
+    g.out[d] = real ? p.out_spatial[i] : 1;
+  }
+  return g;
+}
+
+// Row q = (c, kd, kh, kw) of the im2col matrix of one channel group: for every output position,
+// the input it reads (or pad_value).
+void im2col_row(const Geometry3& g, const std::int8_t* xc, std::int64_t kd, std::int64_t kh, std::int64_t kw,
+                std::int8_t pad_value, std::int8_t* dst) {
+  for (std::int64_t od = 0; od < g.out[0]; ++od) {
+    const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
+    for (std::int64_t oh = 0; oh < g.out[1]; ++oh) {
+      const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
+      std::int8_t* row = dst + (od * g.out[1] + oh) * g.out[2];
+      if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+        for (std::int64_t ow = 0; ow < g.out[2]; ++ow) row[ow] = pad_value;
+        continue;
+      }
+      const std::int8_t* src = xc + (id * g.in[1] + ih) * g.in[2];
+      const std::int64_t base = kw * g.dilation[2] - g.pad[2];
+      for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
+        const std::int64_t iw = ow * g.stride[2] + base;
+        row[ow] = iw >= 0 && iw < g.in[2] ? src[iw] : pad_value;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PackedInt8ConvWeights::PackedInt8ConvWeights(const ConvParams& p, const std::int8_t* w) {
+  const std::int64_t cg = p.in_channels / p.groups, og = p.out_channels / p.groups;
+  std::int64_t kprod = 1;
+  for (auto k : p.kernel) kprod *= k;
+  const std::int64_t k = cg * kprod;
+  depthwise_ = cg == 1 && og == 1 && p.groups > 1;
+  sums_.resize(std::size_t(p.out_channels));
+  for (std::int64_t oc = 0; oc < p.out_channels; ++oc) {
+    std::int32_t s = 0;
+    for (std::int64_t q = 0; q < k; ++q) s += w[oc * k + q];
+    sums_[std::size_t(oc)] = s;
+  }
+  if (depthwise_) {
+    raw_.assign(w, w + p.out_channels * k);
+    return;
+  }
+  groups_.reserve(std::size_t(p.groups));
+  for (std::int64_t gi = 0; gi < p.groups; ++gi) groups_.emplace_back(og, k, w + gi * og * k, k);
+}
+
+void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
+               std::int32_t* y, std::int32_t* window_sums, Int8GemmPath path) {
+  const Geometry3 g = geometry(p);
+  const std::int64_t cg = p.in_channels / p.groups, og = p.out_channels / p.groups;
+  const std::int64_t kprod = g.kernel_size(), in_size = g.in_size(), out_size = g.out_size();
+  const std::int64_t k = cg * kprod;
+
+  if (w.depthwise()) {
+    const std::int8_t* wr = w.raw();
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, p.batch * p.in_channels), [&](const auto& r) {
+      for (std::int64_t bc = r.begin(); bc < r.end(); ++bc) {
+        const std::int64_t c = bc % p.in_channels;
+        const std::int8_t* xc = x + bc * in_size;
+        const std::int8_t* wc = wr + c * kprod;
+        std::int32_t* yc = y + bc * out_size;
+        std::int32_t* sc = window_sums ? window_sums + bc * out_size : nullptr;
+        for (std::int64_t od = 0; od < g.out[0]; ++od)
+          for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
+            for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
+              std::int32_t acc = 0, sum = 0;
+              std::int64_t q = 0;
+              for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd)
+                for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh)
+                  for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw, ++q) {
+                    const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
+                    const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
+                    const std::int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dilation[2];
+                    const bool in = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1] && iw >= 0 && iw < g.in[2];
+                    const std::int32_t v = in ? xc[(id * g.in[1] + ih) * g.in[2] + iw] : pad_value;
+                    acc += v * wc[q];
+                    sum += v;
+                  }
+              const std::int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
+              yc[o] = acc;
+              if (sc) sc[o] = sum;
+            }
+      }
+    });
+    return;
+  }
+
+  // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is.
+  const bool direct = kprod == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad[2] == 0 && g.stride[0] == 1 &&
+                      g.stride[1] == 1 && g.stride[2] == 1 && out_size == in_size;
+  std::vector<std::int8_t> cols(direct ? 0 : std::size_t(k * out_size));
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t gi = 0; gi < p.groups; ++gi) {
+      const std::int8_t* xg = x + (b * p.in_channels + gi * cg) * in_size;
+      const std::int8_t* src = xg;  // a 1x1 stride-1 conv reads x as it is: [cg, out_size]
+      if (!direct) {
+        auto fill = [&](std::int64_t q0, std::int64_t q1) {
+          for (std::int64_t q = q0; q < q1; ++q) {
+            const std::int64_t c = q / kprod, kk = q % kprod;
+            im2col_row(g, xg + c * in_size, kk / (g.kernel[1] * g.kernel[2]), (kk / g.kernel[2]) % g.kernel[1],
+                       kk % g.kernel[2], pad_value, cols.data() + q * out_size);
+          }
+        };
+        if (k * out_size < (std::int64_t(1) << 18)) fill(0, k);
+        else tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, k), [&](const auto& r) { fill(r.begin(), r.end()); });
+        src = cols.data();
+      }
+      const PackedInt8B pb(k, out_size, src, out_size);
+      int8_gemm(w.group(gi), pb, y + (b * p.out_channels + gi * og) * out_size, out_size, path);
+      if (window_sums)
+        std::copy_n(pb.col_sums(), out_size, window_sums + (b * p.groups + gi) * out_size);
+    }
+}
+
+void int8_conv_reference(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const std::int8_t* w,
+                         std::int32_t* y) {
+  const Geometry3 g = geometry(p);
+  const std::int64_t cg = p.in_channels / p.groups, og = p.out_channels / p.groups;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t oc = 0; oc < p.out_channels; ++oc) {
+      const std::int64_t gi = oc / og;
+      for (std::int64_t od = 0; od < g.out[0]; ++od)
+        for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
+            std::int32_t acc = 0;
+            for (std::int64_t c = 0; c < cg; ++c)
+              for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd)
+                for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh)
+                  for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+                    const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
+                    const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
+                    const std::int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dilation[2];
+                    const bool in = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1] && iw >= 0 && iw < g.in[2];
+                    const std::int32_t v =
+                        in ? x[((b * p.in_channels + gi * cg + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] + iw]
+                           : pad_value;
+                    acc += v * w[((oc * cg + c) * g.kernel[0] + kd) * g.kernel[1] * g.kernel[2] + kh * g.kernel[2] + kw];
+                  }
+            y[((b * p.out_channels + oc) * g.out[0] + od) * g.out[1] * g.out[2] + oh * g.out[2] + ow] = acc;
+          }
+    }
+}
+
+}  // namespace qeval::kernels

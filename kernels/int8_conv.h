@@ -1,0 +1,43 @@
+// int8 convolution (NCHW, 1 to 3 spatial dimensions) with exact int32 accumulation: im2col into
+// the int8 GEMM (weights packed once), a direct path for depthwise convolutions, and the naive
+// definition for tests.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/int8_gemm.h"
+
+namespace qeval::kernels {
+
+// Conv weights [out_channels, in_channels / groups, kernel...] packed once per group as the A
+// operand of the int8 GEMM; keeps each output channel's weight sum.
+class PackedInt8ConvWeights {
+ public:
+  PackedInt8ConvWeights(const ConvParams& p, const std::int8_t* w);
+  std::int64_t groups() const { return std::int64_t(groups_.size()); }
+  const PackedInt8A& group(std::int64_t g) const { return groups_[std::size_t(g)]; }
+  // Sum of output channel oc's weights.
+  std::int32_t channel_sum(std::int64_t oc) const { return sums_[std::size_t(oc)]; }
+  bool depthwise() const { return depthwise_; }
+  const std::int8_t* raw() const { return raw_.data(); }  // kept for the depthwise path
+
+ private:
+  std::vector<PackedInt8A> groups_;
+  std::vector<std::int32_t> sums_;
+  std::vector<std::int8_t> raw_;
+  bool depthwise_ = false;
+};
+
+// y[b, oc, out...] = sum over the receptive field of x * w, exactly in int32. Positions in the
+// padding read `pad_value` (a quantized tensor's zero point, so that padding means real 0).
+// window_sums, when not null, receives [batch, groups, out positions]: the sum of the x values
+// (padding included) each output position reads, for weight zero-point corrections.
+void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
+               std::int32_t* y, std::int32_t* window_sums = nullptr, Int8GemmPath path = int8_gemm_best_path());
+// The definition, single-threaded (w unpacked).
+void int8_conv_reference(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const std::int8_t* w,
+                         std::int32_t* y);
+
+}  // namespace qeval::kernels

@@ -1,0 +1,271 @@
+// int8 x int8 -> int32 GEMM: operand packing, the AVX-512 VNNI and portable micro-kernels, cache
+// blocking and TBB threading.
+#include "kernels/int8_gemm.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define QEVAL_HAVE_AVX512_VNNI 1
+#endif
+
+namespace qeval::kernels {
+namespace {
+
+constexpr int MR = kInt8MR, NR = kInt8NR;
+// Cache blocking: a block of kKcGroups * 4 k values; B panels of that depth (16 KiB) stay in L1
+// while the kernel walks the m panels of a task's A block (kMcRows x 512 bytes in L2).
+constexpr std::int64_t kKcGroups = 128;
+constexpr std::int64_t kMcRows = 12 * MR;
+constexpr std::int64_t kNcCols = 8 * NR;
+
+AlignedBytes alloc_bytes(std::size_t n) {
+  const std::size_t bytes = std::max<std::size_t>(64, (n + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw std::bad_alloc();
+  return AlignedBytes(static_cast<std::uint8_t*>(p));
+}
+
+template <class F>
+void parallel_panels(std::int64_t panels, std::int64_t bytes_per_panel, F&& f) {
+  if (panels * bytes_per_panel < (std::int64_t(1) << 18)) {
+    for (std::int64_t p = 0; p < panels; ++p) f(p);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, panels), [&](const tbb::blocked_range<std::int64_t>& r) {
+    for (std::int64_t p = r.begin(); p < r.end(); ++p) f(p);
+  });
+}
+
+// One MR x NR tile over k groups [g0, g0 + gn): C = (first ? 0 : C) + sum (a - 128 ... ) b.
+// The portable kernel undoes the +128 offset of A on each byte: sum over (a_u8 - 128) * b.
+void kernel_portable(std::int64_t gn, const std::uint8_t* __restrict pa, const std::int8_t* __restrict pb,
+                     std::int32_t* c, std::int64_t ldc, int mr, int nr, bool first) {
+  std::int32_t acc[MR][NR];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NR; ++j) acc[r][j] = (first || r >= mr || j >= nr) ? 0 : c[r * ldc + j];
+  for (std::int64_t g = 0; g < gn; ++g) {
+    for (int r = 0; r < MR; ++r) {
+      const std::int32_t a0 = std::int32_t(pa[r * 4 + 0]) - 128, a1 = std::int32_t(pa[r * 4 + 1]) - 128;
+      const std::int32_t a2 = std::int32_t(pa[r * 4 + 2]) - 128, a3 = std::int32_t(pa[r * 4 + 3]) - 128;
+      for (int j = 0; j < NR; ++j)
+        acc[r][j] += a0 * pb[j * 4 + 0] + a1 * pb[j * 4 + 1] + a2 * pb[j * 4 + 2] + a3 * pb[j * 4 + 3];
+    }
+    pa += MR * 4;
+    pb += NR * 4;
+  }
+  for (int r = 0; r < mr; ++r)
+    for (int j = 0; j < nr; ++j) c[r * ldc + j] = acc[r][j];
+}
+
+#if QEVAL_HAVE_AVX512_VNNI
+// vpdpbusd multiplies unsigned bytes of A (a + 128) by signed bytes of B, 4 per int32 lane:
+// sum (a + 128) b = sum a b + 128 colsum(B), so the accumulators start at -128 colsum(B) (first k
+// block) and end exactly at sum a b. No intermediate saturates (vpdpbusd, not vpdpbusds).
+void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::int8_t* __restrict pb,
+                 std::int32_t* c, std::int64_t ldc, int mr, int nr, bool first, const std::int32_t* col_sums) {
+  const __mmask16 m0 = nr >= 16 ? __mmask16(0xffff) : __mmask16((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32 ? __mmask16(0xffff) : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : __mmask16(0);
+  __m512i acc[MR][2];
+  if (first) {
+    const __m512i minus128 = _mm512_set1_epi32(-128);
+    const __m512i c0 = _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m0, col_sums), minus128);
+    const __m512i c1 = _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m1, col_sums + 16), minus128);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      acc[r][0] = c0;
+      acc[r][1] = c1;
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const bool live = r < mr;
+      acc[r][0] = live ? _mm512_maskz_loadu_epi32(m0, c + r * ldc) : _mm512_setzero_si512();
+      acc[r][1] = live ? _mm512_maskz_loadu_epi32(m1, c + r * ldc + 16) : _mm512_setzero_si512();
+    }
+  }
+  for (std::int64_t g = 0; g < gn; ++g) {
+    const __m512i b0 = _mm512_load_si512(pb);
+    const __m512i b1 = _mm512_load_si512(pb + 64);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      std::int32_t a4;
+      std::memcpy(&a4, pa + r * 4, 4);
+      const __m512i av = _mm512_set1_epi32(a4);
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, b1);
+    }
+    pa += MR * 4;
+    pb += NR * 4;
+  }
+  // Unrolled with a test per row (not a loop to mr): a runtime trip count would index acc
+  // dynamically and make GCC keep the accumulators in memory.
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (r >= mr) break;
+    _mm512_mask_storeu_epi32(c + r * ldc, m0, acc[r][0]);
+    _mm512_mask_storeu_epi32(c + r * ldc + 16, m1, acc[r][1]);
+  }
+}
+#endif
+
+}  // namespace
+
+void AlignedBytesFree::operator()(std::uint8_t* p) const { std::free(p); }
+
+PackedInt8A::PackedInt8A(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda)
+    : m_(m), k_(k), k_groups_((k + 3) / 4) {
+  if (m < 0 || k < 0 || lda < k) throw std::invalid_argument("PackedInt8A: bad shape");
+  const std::int64_t panels = (m + MR - 1) / MR;
+  const std::int64_t panel_bytes = k_groups_ * MR * 4;
+  data_ = alloc_bytes(std::size_t(panels * panel_bytes));
+  row_sums_.reset(new std::int32_t[std::size_t(std::max<std::int64_t>(1, m))]);
+  parallel_panels(panels, panel_bytes, [&](std::int64_t p) {
+    std::uint8_t* dst = data_.get() + p * panel_bytes;
+    std::memset(dst, 0x80, std::size_t(panel_bytes));  // the +128 code of 0
+    for (int r = 0; r < MR && p * MR + r < m; ++r) {
+      const std::int64_t i = p * MR + r;
+      const std::int8_t* src = a + i * lda;
+      std::int32_t sum = 0;
+      for (std::int64_t q = 0; q < k; ++q) sum += src[q];
+      row_sums_[std::size_t(i)] = sum;
+      // Four bytes (one k group) at a time, offset by +128.
+      const std::int64_t full = k / 4;
+      for (std::int64_t g = 0; g < full; ++g) {
+        std::uint32_t v;
+        std::memcpy(&v, src + 4 * g, 4);
+        v ^= 0x80808080u;
+        std::memcpy(dst + g * MR * 4 + r * 4, &v, 4);
+      }
+      for (std::int64_t q = full * 4; q < k; ++q) dst[full * MR * 4 + r * 4 + q % 4] = std::uint8_t(src[q]) ^ 0x80;
+    }
+  });
+}
+
+PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, std::int64_t ldb, bool trans)
+    : k_(k), n_(n), k_groups_((k + 3) / 4) {
+  if (k < 0 || n < 0 || ldb < (trans ? k : n)) throw std::invalid_argument("PackedInt8B: bad shape");
+  const std::int64_t panels = (n + NR - 1) / NR;
+  const std::int64_t panel_bytes = k_groups_ * NR * 4;
+  data_ = alloc_bytes(std::size_t(panels * panel_bytes));
+  col_sums_.reset(new std::int32_t[std::size_t(panels * NR)]);
+  parallel_panels(panels, panel_bytes, [&](std::int64_t p) {
+    std::int8_t* dst = reinterpret_cast<std::int8_t*>(data_.get()) + p * panel_bytes;
+    std::memset(dst, 0, std::size_t(panel_bytes));
+    const std::int64_t j0 = p * NR;
+    const int nr = int(std::min<std::int64_t>(NR, n - j0));
+    std::int32_t sums[NR] = {};
+    if (trans) {
+      // Column j is a contiguous row of the given matrix: 4 bytes per k group.
+      for (int j = 0; j < nr; ++j) {
+        const std::int8_t* src = b + (j0 + j) * ldb;
+        for (std::int64_t q = 0; q < k; ++q) {
+          dst[(q / 4) * NR * 4 + j * 4 + q % 4] = src[q];
+          sums[j] += src[q];
+        }
+      }
+    } else {
+      // Row by row: each k reads nr contiguous bytes.
+      for (std::int64_t q = 0; q < k; ++q) {
+        const std::int8_t* src = b + q * ldb + j0;
+        std::int8_t* d = dst + (q / 4) * NR * 4 + q % 4;
+        for (int j = 0; j < nr; ++j) {
+          d[j * 4] = src[j];
+          sums[j] += src[j];
+        }
+      }
+    }
+    for (int j = 0; j < NR; ++j) col_sums_[std::size_t(j0 + j)] = sums[j];
+  });
+}
+
+std::string_view int8_gemm_path_name(Int8GemmPath p) {
+  return p == Int8GemmPath::kAvx512Vnni ? "avx512-vnni" : "portable";
+}
+
+bool int8_gemm_path_available(Int8GemmPath p) {
+#if QEVAL_HAVE_AVX512_VNNI
+  (void)p;
+  return true;
+#else
+  return p == Int8GemmPath::kPortable;
+#endif
+}
+
+Int8GemmPath int8_gemm_best_path() {
+#if QEVAL_HAVE_AVX512_VNNI
+  return Int8GemmPath::kAvx512Vnni;
+#else
+  return Int8GemmPath::kPortable;
+#endif
+}
+
+void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std::int64_t ldc, Int8GemmPath path) {
+  if (a.k() != b.k()) throw std::invalid_argument("int8_gemm: A has k = " + std::to_string(a.k()) + ", B has " +
+                                                  std::to_string(b.k()));
+  if (!int8_gemm_path_available(path)) throw std::invalid_argument("int8_gemm: path not available in this build");
+  const std::int64_t m = a.m(), n = b.n(), groups = a.k_groups();
+  if (m == 0 || n == 0) return;
+  if (groups == 0) {
+    for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0);
+    return;
+  }
+  const std::int64_t mb = (m + kMcRows - 1) / kMcRows, nb = (n + kNcCols - 1) / kNcCols;
+  auto task = [&](std::int64_t t) {
+    const std::int64_t i_begin = (t / nb) * kMcRows, i_end = std::min(m, i_begin + kMcRows);
+    const std::int64_t j_begin = (t % nb) * kNcCols, j_end = std::min(n, j_begin + kNcCols);
+    for (std::int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
+      const std::int64_t gn = std::min(kKcGroups, groups - g0);
+      for (std::int64_t j = j_begin; j < j_end; j += NR) {
+        const std::int8_t* pb = b.panel(j) + g0 * NR * 4;
+        const int nr = int(std::min<std::int64_t>(NR, j_end - j));
+        for (std::int64_t i = i_begin; i < i_end; i += MR) {
+          const std::uint8_t* pa = a.panel(i) + g0 * MR * 4;
+          const int mr = int(std::min<std::int64_t>(MR, i_end - i));
+          std::int32_t* ct = c + i * ldc + j;
+#if QEVAL_HAVE_AVX512_VNNI
+          if (path == Int8GemmPath::kAvx512Vnni) {
+            kernel_vnni(gn, pa, pb, ct, ldc, mr, nr, g0 == 0, b.col_sums() + j);
+            continue;
+          }
+#endif
+          kernel_portable(gn, pa, pb, ct, ldc, mr, nr, g0 == 0);
+        }
+      }
+    }
+  };
+  const std::int64_t tasks = mb * nb;
+  if (tasks == 1 || double(m) * double(n) * double(groups) < 32768.0) {
+    for (std::int64_t t = 0; t < tasks; ++t) task(t);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, tasks, 1), [&](const tbb::blocked_range<std::int64_t>& r) {
+    for (std::int64_t t = r.begin(); t < r.end(); ++t) task(t);
+  });
+}
+
+void int8_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+               const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc, Int8GemmPath path) {
+  const PackedInt8A pa(m, k, a, lda);
+  const PackedInt8B pb(k, n, b, ldb);
+  int8_gemm(pa, pb, c, ldc, path);
+}
+
+void int8_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+                         const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      std::int32_t s = 0;
+      for (std::int64_t p = 0; p < k; ++p) s += std::int32_t(a[i * lda + p]) * std::int32_t(b[p * ldb + j]);
+      c[i * ldc + j] = s;
+    }
+}
+
+}  // namespace qeval::kernels

@@ -1,0 +1,82 @@
+// Integer GEMM: int8 x int8 -> int32 with exact int32 accumulation, as hardware integer units do.
+// An AVX-512 VNNI kernel (vpdpbusd) where the target has it, a portable kernel everywhere; both
+// read the same packed operands and are tested against each other and the naive loops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+namespace qeval::kernels {
+
+// Micro-tile: kInt8MR rows of C by kInt8NR columns; k runs in groups of 4 (one int32 lane of
+// vpdpbusd multiplies 4 byte pairs).
+inline constexpr int kInt8MR = 14;
+inline constexpr int kInt8NR = 32;
+
+struct AlignedBytesFree {
+  void operator()(std::uint8_t* p) const;
+};
+using AlignedBytes = std::unique_ptr<std::uint8_t[], AlignedBytesFree>;
+
+// A (m x k, int8, row-major with leading dimension lda) packed into panels of kInt8MR rows: for each
+// group g of 4 k values, the panel holds kInt8MR x 4 bytes (row r's a[r][4g..4g+3]). Bytes are
+// stored offset by +128 (as uint8: a ^ 0x80), the unsigned operand vpdpbusd wants; rows past m and
+// k past the end hold the code of 0. Also keeps each row's sum of A (zero-point corrections).
+class PackedInt8A {
+ public:
+  PackedInt8A(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda);
+  std::int64_t m() const { return m_; }
+  std::int64_t k() const { return k_; }
+  std::int64_t k_groups() const { return k_groups_; }
+  const std::uint8_t* panel(std::int64_t i0) const { return data_.get() + (i0 / kInt8MR) * k_groups_ * kInt8MR * 4; }
+  const std::int32_t* row_sums() const { return row_sums_.get(); }
+
+ private:
+  std::int64_t m_, k_, k_groups_;
+  AlignedBytes data_;
+  std::unique_ptr<std::int32_t[]> row_sums_;
+};
+
+// B (k x n, int8) packed into panels of kInt8NR columns: for each group g of 4 k values, the panel
+// holds kInt8NR x 4 bytes (column c's b[4g..4g+3][c]); k and columns past the end are 0. Also keeps
+// each column's sum of B (the +128 offset of A and zero points are corrected with it).
+// trans: B is given as n x k (b[j * ldb + p] is element (p, j)), e.g. conv weights / Gemm transB.
+class PackedInt8B {
+ public:
+  PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, std::int64_t ldb, bool trans = false);
+  std::int64_t k() const { return k_; }
+  std::int64_t n() const { return n_; }
+  std::int64_t k_groups() const { return k_groups_; }
+  const std::int8_t* panel(std::int64_t j0) const {
+    return reinterpret_cast<const std::int8_t*>(data_.get()) + (j0 / kInt8NR) * k_groups_ * kInt8NR * 4;
+  }
+  const std::int32_t* col_sums() const { return col_sums_.get(); }
+
+ private:
+  std::int64_t k_, n_, k_groups_;
+  AlignedBytes data_;
+  std::unique_ptr<std::int32_t[]> col_sums_;
+};
+
+enum class Int8GemmPath { kPortable, kAvx512Vnni };
+std::string_view int8_gemm_path_name(Int8GemmPath p);
+// The fastest path this build and CPU run (AVX-512 VNNI when compiled for a target with it).
+Int8GemmPath int8_gemm_best_path();
+bool int8_gemm_path_available(Int8GemmPath p);
+
+// C (m x n, int32, leading dimension ldc) = A B, exactly (int32 sums wrap only past 2^31, which
+// needs k > 131072 at full-scale values). C is written, not read. Parallel over blocks of C;
+// integer sums make the result independent of the split.
+void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std::int64_t ldc,
+               Int8GemmPath path = int8_gemm_best_path());
+// Packs both operands and multiplies (convenience for one-off products and tests).
+void int8_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+               const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc,
+               Int8GemmPath path = int8_gemm_best_path());
+// The obvious triple loop, single-threaded.
+void int8_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+                         const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
+
+}  // namespace qeval::kernels

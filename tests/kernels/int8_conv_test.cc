@@ -1,0 +1,93 @@
+// int8 conv: the im2col + int8 GEMM path (both kernels) and the depthwise path against the naive
+// definition, over strides, dilations, pads, groups, 1 to 3 spatial dimensions and a nonzero pad
+// value; window sums against their definition.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/int8_conv.h"
+
+namespace qeval::kernels {
+namespace {
+
+std::vector<std::int8_t> random_int8(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-128, 127);
+  std::vector<std::int8_t> v(n);
+  for (auto& x : v) x = std::int8_t(d(rng));
+  return v;
+}
+
+ConvParams params(std::int64_t batch, std::int64_t cin, std::int64_t cout, std::int64_t groups,
+                  std::vector<std::int64_t> in, std::vector<std::int64_t> kernel, std::int64_t stride,
+                  std::int64_t dilation, std::int64_t pad) {
+  ConvParams p;
+  p.batch = batch;
+  p.in_channels = cin;
+  p.out_channels = cout;
+  p.groups = groups;
+  p.in_spatial = in;
+  p.kernel = kernel;
+  p.strides.assign(in.size(), stride);
+  p.dilations.assign(in.size(), dilation);
+  p.pads_begin.assign(in.size(), pad);
+  p.pads_end.assign(in.size(), pad + 1);  // asymmetric
+  p.out_spatial = conv_output_spatial(p);
+  return p;
+}
+
+void check(const ConvParams& p, unsigned seed, std::int8_t pad_value) {
+  auto x = random_int8(std::size_t(conv_input_size(p)), seed);
+  auto w = random_int8(std::size_t(conv_weight_size(p)), seed + 1);
+  std::vector<std::int32_t> want(std::size_t(conv_output_size(p)));
+  int8_conv_reference(p, x.data(), pad_value, w.data(), want.data());
+  const PackedInt8ConvWeights packed(p, w.data());
+  std::vector<Int8GemmPath> paths{Int8GemmPath::kPortable};
+  if (int8_gemm_path_available(Int8GemmPath::kAvx512Vnni)) paths.push_back(Int8GemmPath::kAvx512Vnni);
+  std::int64_t out_size = 1;
+  for (auto o : p.out_spatial) out_size *= o;
+  for (auto path : paths) {
+    std::vector<std::int32_t> got(want.size(), 12345);
+    std::vector<std::int32_t> sums(std::size_t(p.batch * p.groups * out_size), 12345);
+    int8_conv(p, x.data(), pad_value, packed, got.data(), sums.data(), path);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << int8_gemm_path_name(path) << " groups " << p.groups << " element " << i << " of " << want.size();
+    // Window sums = the same conv with one all-ones filter per group.
+    ConvParams ones = p;
+    ones.out_channels = p.groups;
+    std::vector<std::int8_t> w1(std::size_t(conv_weight_size(ones)), 1);
+    std::vector<std::int32_t> want_sums(std::size_t(conv_output_size(ones)));
+    int8_conv_reference(ones, x.data(), pad_value, w1.data(), want_sums.data());
+    ASSERT_EQ(sums, want_sums) << int8_gemm_path_name(path);
+  }
+}
+
+TEST(Int8Conv, MatchesTheDefinitionOverGeometries) {
+  unsigned seed = 100;
+  check(params(2, 6, 10, 1, {9, 11}, {3, 3}, 1, 1, 1), seed++, 0);
+  check(params(1, 6, 8, 2, {12, 7}, {3, 2}, 2, 1, 0), seed++, -3);
+  check(params(1, 5, 7, 1, {10, 10}, {3, 3}, 1, 2, 2), seed++, 17);
+  check(params(1, 9, 9, 1, {8, 8}, {1, 1}, 1, 1, 0), seed++, 3);   // 1x1, padded at the end
+  ConvParams direct = params(1, 9, 9, 1, {8, 8}, {1, 1}, 1, 1, 0);
+  direct.pads_end = {0, 0};
+  direct.out_spatial = conv_output_spatial(direct);
+  check(direct, seed++, 0);  // 1x1 stride 1 unpadded: x read in place, no im2col
+  check(params(2, 8, 8, 8, {9, 9}, {3, 3}, 1, 1, 1), seed++, -128);  // depthwise
+  check(params(1, 4, 6, 2, {15}, {4}, 2, 1, 1), seed++, 5);         // 1-D
+  check(params(1, 3, 4, 1, {4, 5, 6}, {2, 3, 3}, 1, 1, 1), seed++, 0);  // 3-D
+  check(params(1, 64, 40, 1, {16, 16}, {3, 3}, 1, 1, 1), seed++, 0);  // k = 576, several GEMM blocks
+}
+
+TEST(Int8Conv, ExtremeValuesStayExactInInt32) {
+  ConvParams p = params(1, 128, 3, 1, {6, 6}, {3, 3}, 1, 1, 1);
+  std::vector<std::int8_t> x(std::size_t(conv_input_size(p)), -128), w(std::size_t(conv_weight_size(p)), -128);
+  std::vector<std::int32_t> want(std::size_t(conv_output_size(p))), got(want.size());
+  int8_conv_reference(p, x.data(), -128, w.data(), want.data());
+  int8_conv(p, x.data(), -128, PackedInt8ConvWeights(p, w.data()), got.data());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got[0], 128 * 9 * 16384);
+}
+
+}  // namespace
+}  // namespace qeval::kernels

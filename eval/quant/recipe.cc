@@ -222,6 +222,9 @@ Recipe parse_recipe(const JsonConfig& root) {
   check_patterns(root, "include", r.include);
   check_patterns(root, "exclude", r.exclude);
   r.calibration = parse_calibration(root.object("calibration"));
+  if (r.calibration.method == CalibrationMethod::kEntropy && r.format != QuantFormat::kInt8)
+    root.object("calibration").fail("entropy calibration is defined for int8 (128 quantization bins); "
+                                    "use max, percentile or mse for " + fmt);
   if (auto sq = root.optional_object("smoothquant")) {
     r.smoothquant = parse_smoothquant(*sq);
     if (r.format != QuantFormat::kInt8)

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "metrics/calibration.h"
+
 namespace qeval::eval {
 class JsonConfig;
 }
@@ -20,7 +22,7 @@ enum class QuantFormat { kInt8, kFp8E4M3, kFp8E5M2 };
 enum class WeightGranularity { kPerChannel, kPerTensor };
 enum class CalibrationMethod { kMax, kPercentile, kEntropy, kMse };
 // ModelOpt's diffusion PercentileCalibrator collect methods (docs/recipes.md).
-enum class CollectMethod { kMinMean, kMeanMax, kGlobalMin, kMinMax };
+using metrics::CollectMethod;
 
 const char* format_name(QuantFormat f);
 const char* calibration_method_name(CalibrationMethod m);

@@ -1,0 +1,368 @@
+#include "eval/pipelines/txt2img.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "eval/onnx_import.h"
+#include "eval/pipelines/noise.h"
+#include "eval/pipelines/scheduler.h"
+#include "kernels/error.h"
+#include "kernels/numeric.h"
+
+namespace qeval::eval {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::string key_of(const Txt2ImgConfig& c, const std::string& key) {
+  return c.source.string() + ": " + key;
+}
+
+void require_file(const fs::path& p, const std::string& where) {
+  if (!fs::is_regular_file(p)) throw InputError(where + ": no such file: " + p.string());
+}
+
+std::string list_values(const std::vector<ValueInfo>& values) {
+  std::string s;
+  for (const auto& v : values) s += (s.empty() ? "" : ", ") + v.name + " (" + std::string(dtype_name(v.dtype)) + ")";
+  return s.empty() ? "none" : s;
+}
+
+const ValueInfo* find_value(const std::vector<ValueInfo>& values, const std::string& name) {
+  for (const auto& v : values)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+// Checks that the graph has exactly `inputs` (name -> allowed types) and the output `output`.
+void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
+              const std::vector<std::pair<std::string, std::vector<DType>>>& inputs, const std::string& output) {
+  const std::string where = g.source + " (pipeline.json " + std::string(section) + ")";
+  for (const auto& [name, types] : inputs) {
+    const ValueInfo* v = find_value(g.inputs, name);
+    if (!v)
+      throw InputError(where + ": the model has no input '" + name + "' (its inputs: " + list_values(g.inputs) +
+                       "); fix the name in " + c.source.string());
+    if (std::find(types.begin(), types.end(), v->dtype) == types.end()) {
+      std::string want;
+      for (DType t : types) want += (want.empty() ? "" : " or ") + std::string(dtype_name(t));
+      throw InputError(where + ": input '" + name + "' is " + std::string(dtype_name(v->dtype)) + ", pipeline.json says " +
+                       want);
+    }
+  }
+  for (const auto& v : g.inputs)
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const auto& in) { return in.first == v.name; }))
+      throw InputError(where + ": the model has an input '" + v.name + "' that the pipeline does not feed (" +
+                       std::string(section) + " feeds: " +
+                       [&] {
+                         std::string s;
+                         for (const auto& in : inputs) s += (s.empty() ? "" : ", ") + in.first;
+                         return s;
+                       }() +
+                       ")");
+  if (!find_value(g.outputs, output))
+    throw InputError(where + ": the model has no output '" + output + "' (its outputs: " + list_values(g.outputs) + ")");
+}
+
+const std::vector<DType> kFloatTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+DType input_type(const Graph& g, const std::string& name) { return find_value(g.inputs, name)->dtype; }
+
+// float32 values -> a tensor of the graph's declared float type.
+Tensor to_graph_float(const Tensor& t, DType declared) {
+  if (declared == DType::kFloat32) return t;
+  Tensor out(declared, t.shape());
+  auto* bits = reinterpret_cast<std::uint16_t*>(out.raw());
+  const float* v = t.data<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    bits[i] = declared == DType::kFloat16 ? to_float16(v[i]).bits : to_bfloat16(v[i]).bits;
+  return out;
+}
+
+// A model output in float32, whatever float type it was declared as.
+Tensor output_as_float(Tensor t, const std::string& what) {
+  if (t.dtype() == DType::kFloat32) return t;
+  if (t.dtype() != DType::kFloat16 && t.dtype() != DType::kBFloat16)
+    throw InputError(what + " is " + std::string(dtype_name(t.dtype())) + ", expected a float tensor");
+  Tensor out(DType::kFloat32, t.shape());
+  const auto* bits = reinterpret_cast<const std::uint16_t*>(t.raw());
+  float* v = out.data<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    v[i] = t.dtype() == DType::kFloat16 ? to_float(float16{bits[i]}) : to_float(bfloat16{bits[i]});
+  return out;
+}
+
+Tensor take_output(std::map<std::string, Tensor>& outputs, const Graph& g, const std::string& name) {
+  auto it = outputs.find(name);
+  if (it == outputs.end()) throw InputError(g.source + ": the run gave no output '" + name + "'");
+  return output_as_float(std::move(it->second), g.source + ": output '" + name + "'");
+}
+
+Tensor timestep_tensor(double t, DType type, std::int64_t batch) {
+  Tensor out(type, {batch});
+  for (std::int64_t b = 0; b < batch; ++b) {
+    switch (type) {
+      // numpy's astype truncates, as diffusers' ONNX pipeline does with float timesteps.
+      case DType::kInt64: out.data<std::int64_t>()[b] = static_cast<std::int64_t>(t); break;
+      case DType::kInt32: out.data<std::int32_t>()[b] = static_cast<std::int32_t>(t); break;
+      case DType::kFloat16: reinterpret_cast<std::uint16_t*>(out.raw())[b] = to_float16(static_cast<float>(t)).bits; break;
+      default: out.data<float>()[b] = static_cast<float>(t); break;
+    }
+  }
+  return out;
+}
+
+Observer* observer_for(const Txt2ImgHooks& hooks, Txt2ImgModel m, int step, double t) {
+  return hooks.observer_for ? hooks.observer_for(Txt2ImgCall{m, step, t}) : nullptr;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& s) { return shape_to_string(s); }
+
+}  // namespace
+
+std::string_view txt2img_model_name(Txt2ImgModel m) {
+  switch (m) {
+    case Txt2ImgModel::kTextEncoder: return "text_encoder";
+    case Txt2ImgModel::kUnet: return "unet";
+    case Txt2ImgModel::kVaeDecoder: return "vae_decoder";
+  }
+  return "?";
+}
+
+const std::shared_ptr<const Graph>& Txt2ImgModels::graph(Txt2ImgModel m) const {
+  return m == Txt2ImgModel::kTextEncoder ? text_encoder : m == Txt2ImgModel::kUnet ? unet : vae_decoder;
+}
+
+std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgModel model, const fs::path& file) {
+  const std::string section(txt2img_model_name(model));
+  require_file(file, key_of(c, section + ".model"));
+  auto g = std::make_shared<const Graph>(load_onnx(file));
+  switch (model) {
+    case Txt2ImgModel::kTextEncoder:
+      check_io(*g, c, section, {{c.text_encoder.input, {c.text_encoder.input_type}}}, c.text_encoder.output);
+      break;
+    case Txt2ImgModel::kUnet:
+      check_io(*g, c, section,
+               {{c.unet.sample, kFloatTypes},
+                {c.unet.timestep, {c.unet.timestep_type}},
+                {c.unet.encoder_hidden_states, kFloatTypes}},
+               c.unet.output);
+      break;
+    case Txt2ImgModel::kVaeDecoder:
+      check_io(*g, c, section, {{c.vae_decoder.input, kFloatTypes}}, c.vae_decoder.output);
+      break;
+  }
+  return g;
+}
+
+Txt2ImgModels Txt2ImgModels::load(const fs::path& dir_or_file, const std::string& variant) {
+  Txt2ImgModels m;
+  m.config = read_txt2img_config(dir_or_file);
+  const Txt2ImgConfig& c = m.config;
+  if (!variant.empty()) {
+    const auto names = c.variant_names();
+    if (std::find(names.begin(), names.end(), variant) == names.end()) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      throw InputError(c.source.string() + ": no model lists a variant '" + variant + "' (" +
+                       (list.empty() ? std::string("no variants") : "variants: " + list) + ")");
+    }
+  }
+  require_file(c.tokenizer.vocab, key_of(c, "tokenizer.vocab"));
+  require_file(c.tokenizer.merges, key_of(c, "tokenizer.merges"));
+  ClipTokenizerOptions topt;
+  topt.max_length = c.tokenizer.max_length;
+  topt.pad_token = c.tokenizer.pad_token;
+  m.tokenizer = ClipTokenizer::from_files(c.tokenizer.vocab, c.tokenizer.merges, topt);
+  auto file = [&](const ModelFiles& f) {
+    auto it = f.variant_models.find(variant);
+    return it == f.variant_models.end() ? f.model : it->second;
+  };
+  m.text_encoder = load_txt2img_graph(c, Txt2ImgModel::kTextEncoder, file(c.text_encoder));
+  m.unet = load_txt2img_graph(c, Txt2ImgModel::kUnet, file(c.unet));
+  m.vae_decoder = load_txt2img_graph(c, Txt2ImgModel::kVaeDecoder, file(c.vae_decoder));
+  return m;
+}
+
+std::shared_ptr<Session> Txt2ImgSessions::make(std::shared_ptr<const Graph> graph, const SessionOptions& options) {
+  auto* s = new Session(*graph, options);
+  return std::shared_ptr<Session>(s, [graph](Session* p) { delete p; });
+}
+
+Txt2ImgSessions Txt2ImgSessions::create(const Txt2ImgModels& models, const SessionOptions& options) {
+  return {make(models.text_encoder, options), make(models.unet, options), make(models.vae_decoder, options)};
+}
+
+Txt2ImgRequest default_request(const Txt2ImgConfig& config, std::string prompt, std::uint64_t seed) {
+  Txt2ImgRequest r;
+  r.prompt = std::move(prompt);
+  r.negative_prompt = config.default_negative_prompt;
+  r.seed = seed;
+  r.steps = config.default_steps;
+  r.guidance_scale = config.default_guidance_scale;
+  r.scheduler = config.scheduler;
+  return r;
+}
+
+Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::vector<std::string>& texts,
+                    Observer* observer) {
+  const Txt2ImgConfig& c = models.config;
+  const Graph& g = session.graph();
+  const auto batch = static_cast<std::int64_t>(texts.size());
+  const std::int64_t len = models.tokenizer.max_length();
+  const DType id_type = input_type(g, c.text_encoder.input);
+  Tensor ids(id_type, {batch, len});
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::vector<std::int64_t> e = models.tokenizer.encode(texts[std::size_t(b)]);
+    for (std::int64_t k = 0; k < len; ++k) {
+      if (id_type == DType::kInt64)
+        ids.data<std::int64_t>()[b * len + k] = e[std::size_t(k)];
+      else
+        ids.data<std::int32_t>()[b * len + k] = static_cast<std::int32_t>(e[std::size_t(k)]);
+    }
+  }
+  std::map<std::string, Tensor> in;
+  in.emplace(c.text_encoder.input, std::move(ids));
+  auto out = session.run(in, observer);
+  Tensor h = take_output(out, g, c.text_encoder.output);
+  if (h.rank() != 3 || h.dim(0) != batch || h.dim(1) != len)
+    throw InputError(g.source + ": output '" + c.text_encoder.output + "' has shape " + shape_text(h.shape()) +
+                     ", expected [" + std::to_string(batch) + ", " + std::to_string(len) + ", width]");
+  return h;
+}
+
+Tensor decode_latent(const Txt2ImgModels& models, Session& session, const Tensor& latent, Observer* observer) {
+  const Txt2ImgConfig& c = models.config;
+  const Graph& g = session.graph();
+  Tensor z(DType::kFloat32, latent.shape());
+  const auto scale = static_cast<float>(c.vae_decoder.scaling_factor);
+  const float* src = latent.data<float>();
+  float* dst = z.data<float>();
+  for (std::int64_t i = 0; i < z.numel(); ++i) dst[i] = src[i] / scale;
+  std::map<std::string, Tensor> in;
+  in.emplace(c.vae_decoder.input, to_graph_float(z, input_type(g, c.vae_decoder.input)));
+  auto out = session.run(in, observer);
+  Tensor img = take_output(out, g, c.vae_decoder.output);
+  const Shape want = {1, c.image_channels, c.image_height, c.image_width};
+  if (img.shape() != want)
+    throw InputError(g.source + ": output '" + c.vae_decoder.output + "' has shape " + shape_text(img.shape()) +
+                     ", pipeline.json's \"image\" says " + shape_text(want) + " (" + c.source.string() + ")");
+  // (x - lo) / (hi - lo) as x * s + o: for [-1, 1] that is x / 2 + 0.5 bit for bit.
+  const auto s = static_cast<float>(1.0 / (c.image_max - c.image_min));
+  const auto o = static_cast<float>(-c.image_min / (c.image_max - c.image_min));
+  Tensor image = img.reshaped({c.image_channels, c.image_height, c.image_width});
+  for (float& v : image.span<float>()) v = std::clamp(v * s + o, 0.0f, 1.0f);
+  return image;
+}
+
+datasets::Rgb8 image_to_rgb8(const Tensor& image01) {
+  if (image01.rank() != 3 || image01.dim(0) != 3)
+    throw std::invalid_argument("image_to_rgb8: expected [3, H, W], got " + shape_to_string(image01.shape()));
+  const int h = static_cast<int>(image01.dim(1)), w = static_cast<int>(image01.dim(2));
+  datasets::Rgb8 out{w, h, 3, std::vector<std::uint8_t>(std::size_t(w) * h * 3)};
+  const float* p = image01.data<float>();
+  const std::size_t plane = std::size_t(w) * h;
+  for (std::size_t i = 0; i < plane; ++i)
+    for (std::size_t ch = 0; ch < 3; ++ch)
+      out.pixels[i * 3 + ch] =
+          static_cast<std::uint8_t>(std::nearbyint(std::clamp(p[ch * plane + i], 0.0f, 1.0f) * 255.0f));
+  return out;
+}
+
+Txt2ImgResult generate(const Txt2ImgModels& models, const Txt2ImgSessions& sessions, const Txt2ImgRequest& req,
+                       const Txt2ImgHooks& hooks) {
+  const Txt2ImgConfig& c = models.config;
+  if (!sessions.text_encoder || !sessions.unet || !sessions.vae_decoder)
+    throw std::invalid_argument("generate: every model needs a session");
+  if (req.prompt.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError("the prompt is empty (a text-to-image pipeline needs a prompt)");
+  if (!std::isfinite(req.guidance_scale) || req.guidance_scale < 0)
+    throw InputError("guidance scale " + std::to_string(req.guidance_scale) + " must be a finite number >= 0");
+  const Scheduler scheduler(req.scheduler, req.steps);  // InputError on a bad step count
+  const bool guided = req.guidance_scale > 1.0;
+  const std::int64_t batch = guided ? 2 : 1;
+  const Shape latent_shape = c.latent_shape();
+
+  Txt2ImgResult r;
+  r.timesteps = scheduler.timesteps();
+  auto t0 = Clock::now();
+  r.text_embeddings =
+      encode_texts(models, *sessions.text_encoder,
+                   guided ? std::vector<std::string>{req.negative_prompt, req.prompt} : std::vector<std::string>{req.prompt},
+                   observer_for(hooks, Txt2ImgModel::kTextEncoder, -1, 0));
+  r.text_encoder_ms = ms_since(t0);
+
+  Tensor latent;
+  if (req.initial_noise) {
+    if (req.initial_noise->dtype() != DType::kFloat32 || req.initial_noise->shape() != latent_shape)
+      throw InputError("initial noise must be float32 " + shape_to_string(latent_shape) + " (pipeline.json \"latent\"), got " +
+                       std::string(dtype_name(req.initial_noise->dtype())) + " " +
+                       shape_to_string(req.initial_noise->shape()));
+    latent = *req.initial_noise;
+  } else {
+    latent = seeded_noise(req.seed, latent_shape);
+  }
+  if (scheduler.init_noise_sigma() != 1.0) {
+    const auto sigma = static_cast<float>(scheduler.init_noise_sigma());
+    for (float& v : latent.span<float>()) v = v * sigma;
+  }
+
+  t0 = Clock::now();
+  const Graph& ug = sessions.unet->graph();
+  const DType sample_type = input_type(ug, c.unet.sample);
+  std::map<std::string, Tensor> in;
+  in.emplace(c.unet.encoder_hidden_states,
+             to_graph_float(r.text_embeddings, input_type(ug, c.unet.encoder_hidden_states)));
+  in.emplace(c.unet.sample, Tensor());
+  in.emplace(c.unet.timestep, Tensor());
+  const auto n = static_cast<std::size_t>(latent.numel());
+  const auto g = static_cast<float>(req.guidance_scale);
+  Tensor model_in(DType::kFloat32, {batch, latent_shape[1], latent_shape[2], latent_shape[3]});
+  Tensor noise_pred(DType::kFloat32, latent_shape);
+  for (int i = 0; i < scheduler.steps(); ++i) {
+    const double t = scheduler.timesteps()[std::size_t(i)];
+    float* mi = model_in.data<float>();
+    scheduler.scale_model_input(i, latent.span<float>(), {mi, n});
+    if (guided) std::memcpy(mi + n, mi, n * sizeof(float));
+    in[c.unet.sample] = to_graph_float(model_in, sample_type);
+    in[c.unet.timestep] = timestep_tensor(t, c.unet.timestep_type, batch);
+    auto out = sessions.unet->run(in, observer_for(hooks, Txt2ImgModel::kUnet, i, t));
+    Tensor unet_out = take_output(out, ug, c.unet.output);
+    if (unet_out.shape() != model_in.shape())
+      throw InputError(ug.source + ": output '" + c.unet.output + "' has shape " + shape_text(unet_out.shape()) +
+                       ", expected the sample's " + shape_text(model_in.shape()));
+    const float* e = unet_out.data<float>();
+    float* np = noise_pred.data<float>();
+    if (guided) {
+      for (std::size_t k = 0; k < n; ++k) np[k] = e[k] + g * (e[n + k] - e[k]);
+    } else {
+      std::memcpy(np, e, n * sizeof(float));
+    }
+    Tensor next(DType::kFloat32, latent_shape);
+    scheduler.step(i, noise_pred.span<float>(), latent.span<float>(), next.span<float>());
+    if (hooks.on_step) {
+      Txt2ImgStep ev{i, scheduler.steps(), t, latent, unet_out, noise_pred, next};
+      hooks.on_step(ev);
+      if (next.shape() != latent_shape || next.dtype() != DType::kFloat32)
+        throw std::invalid_argument("generate: the step hook changed the latent's shape or type");
+    }
+    latent = std::move(next);
+  }
+  r.unet_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  r.image = decode_latent(models, *sessions.vae_decoder, latent, observer_for(hooks, Txt2ImgModel::kVaeDecoder, -1, 0));
+  r.vae_decoder_ms = ms_since(t0);
+  r.final_latent = std::move(latent);
+  return r;
+}
+
+}  // namespace qeval::eval

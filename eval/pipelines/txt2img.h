@@ -1,0 +1,125 @@
+// Text-to-image diffusion (tiny-sd, a user's SD 1.5 export): tokenize -> text encoder -> UNet loop
+// with classifier-free guidance -> VAE decoder -> image. Built for the evaluator: the caller owns
+// and may swap the models' sessions per variant, sees and may replace the latent after each step
+// (teacher forcing), and attaches observers per model call. docs/pipelines.md.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "datasets/image_io.h"
+#include "eval/graph.h"
+#include "eval/pipelines/pipeline_config.h"
+#include "eval/session.h"
+#include "eval/tokenizer.h"
+
+namespace qeval::eval {
+
+enum class Txt2ImgModel { kTextEncoder, kUnet, kVaeDecoder };
+std::string_view txt2img_model_name(Txt2ImgModel m);  // "text_encoder", "unet", "vae_decoder"
+
+// The immutable parts: config, tokenizer and the three graphs. Shared by every thread and variant.
+struct Txt2ImgModels {
+  Txt2ImgConfig config;
+  ClipTokenizer tokenizer;
+  std::shared_ptr<const Graph> text_encoder, unet, vae_decoder;
+
+  const std::shared_ptr<const Graph>& graph(Txt2ImgModel m) const;
+
+  // Reads pipeline.json (folder or file), the tokenizer and the models; `variant` picks, for each
+  // model that lists it under "variants", that export instead of "model" ("" = the main models).
+  // InputError: bad pipeline.json, a missing file (named with the key that points at it), or a
+  // graph whose inputs/outputs disagree with pipeline.json (model, input, expected and found).
+  static Txt2ImgModels load(const std::filesystem::path& dir_or_file, const std::string& variant = "");
+};
+
+// Loads one model file (e.g. a variant's Q/DQ UNet) and checks its inputs and outputs against the
+// config's names and types.
+std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& config, Txt2ImgModel model,
+                                                const std::filesystem::path& file);
+
+// One session per model. Session is not thread-safe: one Txt2ImgSessions per thread. Any pointer may
+// be replaced between runs (e.g. only the UNet differs between two variants); each keeps its graph
+// alive.
+struct Txt2ImgSessions {
+  std::shared_ptr<Session> text_encoder, unet, vae_decoder;
+
+  static std::shared_ptr<Session> make(std::shared_ptr<const Graph> graph, const SessionOptions& options = {});
+  static Txt2ImgSessions create(const Txt2ImgModels& models, const SessionOptions& options = {});
+};
+
+struct Txt2ImgRequest {
+  std::string prompt;
+  std::string negative_prompt;  // the unconditional text of classifier-free guidance
+  std::uint64_t seed = 0;       // initial noise: seeded_noise(seed, latent shape) (noise.h)
+  int steps = 20;
+  // eps = eps_uncond + g (eps_cond - eps_uncond), uncond and cond batched as [2, ...] in one UNet
+  // call; g <= 1 runs the conditional branch alone (batch 1), as diffusers does.
+  double guidance_scale = 5.0;
+  SchedulerConfig scheduler;
+  // Unit-variance noise [1, C, h, w] used instead of the seed's (scaled by init_noise_sigma).
+  std::optional<Tensor> initial_noise;
+};
+// prompt and seed with the pipeline's defaults: steps, guidance, negative prompt, scheduler.
+Txt2ImgRequest default_request(const Txt2ImgConfig& config, std::string prompt, std::uint64_t seed);
+
+// What the step hook sees after each scheduler step. Tensors are float32 [1, C, h, w] except
+// unet_output ([2, C, h, w]: uncond then cond; [1, ...] without guidance).
+struct Txt2ImgStep {
+  int index = 0;          // 0-based step
+  int count = 0;          // steps in the run
+  double timestep = 0;    // the UNet's timestep
+  const Tensor& latent_before;
+  const Tensor& unet_output;
+  const Tensor& noise_pred;  // guided
+  Tensor& latent_after;      // the scheduler's result; the hook may overwrite it (same shape)
+};
+
+// Which model call an observer is asked for: step is the UNet step (-1 for the text encoder and
+// the VAE decoder).
+struct Txt2ImgCall {
+  Txt2ImgModel model;
+  int step = -1;
+  double timestep = 0;
+};
+
+struct Txt2ImgHooks {
+  std::function<void(Txt2ImgStep&)> on_step;
+  // Called before every model call; the returned observer (may be nullptr) sees that call's nodes.
+  std::function<Observer*(const Txt2ImgCall&)> observer_for;
+};
+
+struct Txt2ImgResult {
+  Tensor image;            // float32 [3, H, W] on [0, 1] (the decoder's range mapped and clamped)
+  Tensor final_latent;     // float32 [1, C, h, w], before the 1 / scaling_factor of the decoder
+  Tensor text_embeddings;  // float32 [2, L, D]: negative prompt then prompt ([1, L, D] without guidance)
+  std::vector<double> timesteps;
+  double text_encoder_ms = 0, unet_ms = 0, vae_decoder_ms = 0;
+};
+
+// Runs the pipeline. Deterministic: the same request gives bit-identical results across runs and
+// thread counts (given sessions whose kernels are). InputError on an empty prompt, bad steps or
+// guidance, a noise tensor of the wrong shape, and model outputs whose shapes disagree with
+// pipeline.json.
+Txt2ImgResult generate(const Txt2ImgModels& models, const Txt2ImgSessions& sessions, const Txt2ImgRequest& request,
+                       const Txt2ImgHooks& hooks = {});
+
+// The pieces generate() runs, for callers that reuse one (e.g. the same text embeddings for every
+// variant whose text encoder is the reference's).
+// Texts -> float32 [B, L, D] hidden states, one batch.
+Tensor encode_texts(const Txt2ImgModels& models, Session& text_encoder, const std::vector<std::string>& texts,
+                    Observer* observer = nullptr);
+// Latent [1, C, h, w] (before 1 / scaling_factor) -> float32 image [3, H, W] on [0, 1].
+Tensor decode_latent(const Txt2ImgModels& models, Session& vae_decoder, const Tensor& latent,
+                     Observer* observer = nullptr);
+
+// [3, H, W] on [0, 1] -> 8-bit RGB: round(clamp(v, 0, 1) * 255), ties to even (as torch.round).
+datasets::Rgb8 image_to_rgb8(const Tensor& image01);
+
+}  // namespace qeval::eval

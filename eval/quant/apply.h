@@ -1,0 +1,48 @@
+// Applying a calibrated recipe: a Graph rewrite that inserts QuantizeLinear/DequantizeLinear in
+// TensorRT's convention (symmetric, zero point 0, activations per tensor, weights per output
+// channel and stored pre-quantized behind a DequantizeLinear; SmoothQuant as a pre-scale Mul
+// before the activation's QuantizeLinear with the scales folded into the weights). The result is
+// what qeval runs in memory and what `qeval calibrate` exports.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "eval/graph.h"
+#include "eval/quant/calibrate.h"
+#include "eval/quant/recipe.h"
+#include "eval/quant/select.h"
+
+namespace qeval::eval::quant {
+
+struct WeightQuant {
+  std::string node;
+  std::string weight;  // the original initializer
+  int axis = -1;       // output-channel axis, -1 per tensor
+  std::vector<float> amax;
+};
+
+struct AppliedRecipe {
+  Graph graph;
+  std::vector<WeightQuant> weights;
+  int quantized_activations = 0;
+  int smoothed_layers = 0;
+  int opset_from = 0, opset_to = 0;  // default-domain opset before and after
+};
+
+// Throws InputError when the calibration result lacks a selected activation or its amax is not
+// finite and positive (naming node and input), or disagrees with the graph (SmoothQuant channel
+// count); UnsupportedError when the graph's opset cannot be raised to what the format needs
+// (int8 per-channel: 13; FP8: 19).
+AppliedRecipe apply_recipe(const Graph& graph, const Selection& selection, const Recipe& recipe,
+                           const CalibrationResult& calibration);
+
+// Raises the default-domain opset to `target` (>= 13), rewriting what changed on the way (Reduce*
+// `axes` attribute -> input at 18). Throws UnsupportedError for graphs below opset 13.
+void upgrade_opset(Graph& graph, int target);
+
+// Names of the nodes apply_recipe inserts for node `node` and quantizer role ("input", "q_bmm",
+// "weight", ...): "<node>/<role>_quantizer/QuantizeLinear" etc. (ModelOpt's export names).
+std::string quantizer_prefix(const std::string& node, const std::string& role);
+
+}  // namespace qeval::eval::quant

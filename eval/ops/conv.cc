@@ -108,7 +108,8 @@ class ConvOp final : public Op {
   }
 
   void prepare(std::span<const ValueMeta* const> in) override {
-    const kernels::ConvParams p = conv_params(node_, attrs_, *in[0], *in[1]);
+    if (in[1]->dtype != DType::kFloat32) return;
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
     packed_.prepare(in[1], [&](const Tensor& w) { return kernels::pack_conv_weights(p, w.data<float>()); });
   }
 
@@ -194,6 +195,7 @@ class ConvTransposeOp final : public Op {
   }
 
   void prepare(std::span<const ValueMeta* const> in) override {
+    if (in[1]->dtype != DType::kFloat32) return;
     const kernels::ConvParams p = params(*in[0], *in[1]);
     // Packing pays where the per-group GEMM (out channels x kernel) x (input positions) is packed.
     const std::int64_t in_size = kernels::conv_input_size(p) / std::max<std::int64_t>(1, p.batch * p.in_channels);

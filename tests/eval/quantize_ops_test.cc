@@ -67,6 +67,8 @@ TEST(QdqReferences, QuantizedFormsMatchOnnxRuntimeBitForBit) {
   int cases = 0;
   for (const auto& entry : fs::directory_iterator(root)) {
     const fs::path dir = entry.path();
+    // Fused Q/DQ models agree within a quantization step, not bit for bit (QdqFusion.*).
+    if (dir.filename().string().rfind("qdq_conv_matmul", 0) == 0) continue;
     SCOPED_TRACE(dir.filename().string());
     Graph g = load_onnx(dir / "model.onnx");
     Session s(g);

@@ -661,7 +661,9 @@ class Linter {
                        "' is " + (in.has_shape ? dims + "]" : "of unknown shape") + ": pass --shape " + in.name +
                        "=D0,D1,... (repeatable, as for qeval infer)");
     }
-    Session session(g_);
+    SessionOptions plain;
+    plain.integer_qdq = false;  // keep every DQ output: the attention operands are DQ outputs
+    Session session(g_, plain);
     metas_ = session.infer_metas(shapes);
     return &*metas_;
   }

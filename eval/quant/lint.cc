@@ -236,15 +236,26 @@ std::optional<Trace> trace_dq(const Index& ix, const std::string& value) {
   return std::nullopt;
 }
 
-// The graph with every Q/DQ removed (consumers read the Q's input, or the quantized initializer),
-// for the structural classification of select.cc. Initializers keep only their rank: that and
-// being constant is all classify_nodes looks at, and copying the weights of a large model is costly.
+// The graph with every Q/DQ removed (consumers read the Q's input, or the quantized initializer)
+// and the SmoothQuant pre-scale Muls too (a Mul by a constant read only by QuantizeLinear: qeval's
+// and ModelOpt's exports put one before activation quantizers), i.e. the FP32 graph the export came
+// from, for the structural classification of select.cc. Initializers keep only their rank: that
+// and being constant is all classify_nodes looks at, and copying a large model's weights is costly.
 struct FloatView {
   Graph graph;
   std::vector<std::size_t> original;  // view node -> node index in the Q/DQ graph
 };
 
-FloatView float_view(const Graph& g) {
+bool is_pre_quant_scale(const Index& ix, const Node& n) {
+  if (!n.domain.empty() || n.op_type != "Mul" || n.input_count() != 2 || n.outputs.size() != 1) return false;
+  if (ix.constant(n.inputs[0]) == ix.constant(n.inputs[1])) return false;
+  const auto& readers = ix.consumers_of(n.outputs[0]);
+  return !readers.empty() &&
+         std::all_of(readers.begin(), readers.end(), [&](std::size_t c) { return is_quantize(ix.g.nodes[c]); });
+}
+
+FloatView float_view(const Index& ix) {
+  const Graph& g = ix.g;
   FloatView v;
   v.graph.source = g.source;
   v.graph.opsets = g.opsets;
@@ -261,6 +272,10 @@ FloatView float_view(const Graph& g) {
     const Node& n = g.nodes[i];
     if ((is_quantize(n) || is_dequantize(n)) && n.has_input(0) && !n.outputs.empty() && !n.outputs[0].empty()) {
       alias[n.outputs[0]] = resolve(n.inputs[0]);
+      continue;
+    }
+    if (is_pre_quant_scale(ix, n)) {
+      alias[n.outputs[0]] = resolve(ix.constant(n.inputs[0]) ? n.inputs[1] : n.inputs[0]);
       continue;
     }
     Node c = n;
@@ -459,7 +474,7 @@ class Linter {
   }
 
   void check_compute_nodes() {
-    const FloatView view = float_view(g_);
+    const FloatView view = float_view(ix_);
     const std::vector<QuantTarget> classes = classify_nodes(view.graph);
     const std::regex defaults(kDefaultExclusionPattern);
     for (std::size_t j = 0; j < view.graph.nodes.size(); ++j) {

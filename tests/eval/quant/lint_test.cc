@@ -263,6 +263,39 @@ TEST(LintQevalExports, Int8AttentionBeyondTheFusedMhaLimits) {
   EXPECT_EQ(r32.count(ComputeState::kQuantized), 19);
 }
 
+TEST(LintQevalExports, TinySdUnetSummaryAgreesWithTheRecipeSelection) {
+  // Lint sees only the Q/DQ export, yet its quantized / excluded / not-selected counts must be
+  // those select_nodes decided on the FP32 UNet.
+  const Graph g = load_onnx(testing::source_dir() / "models/tiny-sd/unet.onnx");
+  const Recipe recipe = load_recipe(testing::source_dir() / "recipes/int8-level3.json");
+  const Selection sel = select_nodes(g, recipe);
+  TensorCalibrationSet set({{{"sample", testing::floats({1, 4, 16, 16}, testing::seeded_values(1024, 3, 1.0f))},
+                             {"timestep", testing::floats({1}, {500.0f})},
+                             {"encoder_hidden_states", testing::floats({1, 77, 128}, testing::seeded_values(77 * 128, 4, 1.0f))}}});
+  const Graph q = apply_recipe(g, sel, recipe, calibrate(g, sel, recipe, set)).graph;
+  LintOptions o;
+  o.target_sm = 75;
+  const LintReport r = lint_graph(q, o);
+  EXPECT_EQ(r.count(Severity::kError) + r.count(Severity::kWarning), 0) << rules(r);
+  EXPECT_EQ(r.count(ComputeState::kQuantized), static_cast<int>(sel.targets.size()));
+  for (std::size_t c = 0; c < kNodeCategoryCount; ++c) {
+    int quantized = 0, total = 0;
+    for (const auto& n : r.nodes) {
+      if (static_cast<std::size_t>(n.category) != c) continue;
+      ++total;
+      quantized += n.state == ComputeState::kQuantized;
+    }
+    EXPECT_EQ(quantized, sel.selected[c]) << category_name(static_cast<NodeCategory>(c));
+    if (c != 0 && c != static_cast<std::size_t>(NodeCategory::kOtherMatMul)) {
+      EXPECT_EQ(total, sel.candidates[c]) << category_name(static_cast<NodeCategory>(c));
+    }
+  }
+  EXPECT_EQ(r.count(HighPrecisionReason::kExcluded), sel.excluded_by_default);
+  EXPECT_EQ(r.count(HighPrecisionReason::kNotSelected),
+            sel.candidates[static_cast<std::size_t>(NodeCategory::kAttentionQK)] +
+                sel.candidates[static_cast<std::size_t>(NodeCategory::kAttentionAV)]);
+}
+
 // ---- one hand-built graph per finding -------------------------------------------------------------
 
 TEST(LintRules, CleanInt8ConvAndMatMul) {

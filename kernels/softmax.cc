@@ -97,6 +97,11 @@ void softmax_columns(const T* x, T* y, std::int64_t n, std::int64_t inner, std::
 
 }  // namespace
 
+__attribute__((noinline)) void softmax_rows(const float* x, float* y, std::int64_t rows, std::int64_t n, bool log) {
+  if (n <= 0) return;
+  for (std::int64_t r = 0; r < rows; ++r) softmax_row(x + r * n, y + r * n, n, log);
+}
+
 template <class T>
 void softmax(const T* x, T* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log) {
   if (outer <= 0 || n <= 0 || inner <= 0) return;
@@ -105,7 +110,12 @@ void softmax(const T* x, T* y, std::int64_t outer, std::int64_t n, std::int64_t 
   if (inner == 1) {
     const std::int64_t grain = std::max<std::int64_t>(1, 32768 / row);
     tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, outer, grain), [&](const auto& r) {
-      for (std::int64_t o = r.begin(); o < r.end(); ++o) softmax_row(x + o * n, y + o * n, n, log);
+      // float rows go through softmax_rows, the very code the fused attention kernel runs.
+      if constexpr (std::is_same_v<T, float>) {
+        softmax_rows(x + r.begin() * n, y + r.begin() * n, r.end() - r.begin(), n, log);
+      } else {
+        for (std::int64_t o = r.begin(); o < r.end(); ++o) softmax_row(x + o * n, y + o * n, n, log);
+      }
     });
     return;
   }

@@ -3,6 +3,7 @@
 // Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)] [--by-op]
 // --by-op also prints, on stderr, the time per op type (an observer timestamps every node, so this
 // measures the unfused execution that observers see).
+#include <malloc.h>
 #include <tbb/global_control.h>
 
 #include <algorithm>
@@ -59,6 +60,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s MODEL.onnx INPUT_DIR [repetitions=20] [threads=0]\n", argv[0]);
     return 2;
   }
+  // The allocator setting of the qeval binary (eval/cli/main.cc), so the timings are what its
+  // pipelines get.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
   const bool by_op = argc > 5 && std::strcmp(argv[5], "--by-op") == 0;

@@ -2,11 +2,15 @@
 // (GCC vector extensions: AVX-512 where the target has it), cache blocking and TBB threading.
 #include "kernels/gemm.h"
 
+#include "kernels/scratch.h"
+
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -28,18 +32,19 @@ static_assert(NR % kLanes == 0, "NR must be a whole number of vectors");
 // Below this many multiply-adds the packing and task overhead outweighs the fast kernel.
 constexpr std::int64_t kSmallGemmMacs = 24 * 24 * 24;
 
-// C_tile = alpha * acc + beta * C_tile over a full MR x NR tile, beta == 0 meaning "do not read C".
-// The edge path runs the same code on a copy of the tile, so an element's value never depends on
-// whether it sat in an edge tile.
-inline void store_tile(V (&acc)[MR][NV], float* c, std::int64_t ldc, float alpha, float beta) {
+// C_tile = alpha * acc + beta * C_tile over R full rows of an NR-column tile, beta == 0 meaning
+// "do not read C". The edge path runs the same code on a copy of the tile, so an element's value
+// never depends on whether it sat in an edge tile.
+template <int R>
+inline void store_tile(V (&acc)[R][NV], float* c, std::int64_t ldc, float alpha, float beta) {
   if (beta == 0.0f) {
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) *reinterpret_cast<VU*>(c + i * ldc + v * kLanes) = alpha * acc[i][v];
   } else if (beta == 1.0f) {
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         VU* dst = reinterpret_cast<VU*>(c + i * ldc + v * kLanes);
@@ -47,7 +52,7 @@ inline void store_tile(V (&acc)[MR][NV], float* c, std::int64_t ldc, float alpha
       }
   } else {
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         VU* dst = reinterpret_cast<VU*>(c + i * ldc + v * kLanes);
@@ -56,13 +61,16 @@ inline void store_tile(V (&acc)[MR][NV], float* c, std::int64_t ldc, float alpha
   }
 }
 
-// acc = A panel (kc x MR, row r of the panel = k index) times B panel (kc x NR); then stores.
-// Every element is a sequential sum over k starting from zero.
+// acc = the first R rows of an A panel (kc x MR, row r of the panel = k index) times a B panel
+// (kc x NR); then stores. Every element is a sequential sum over k starting from zero, the same
+// operations whatever R: edge panels with fewer rows (R = mr) skip the zero rows' work and give
+// the bits the full kernel would.
+template <int R>
 void micro_kernel(std::int64_t kc, const float* __restrict pa, const float* __restrict pb, float* c,
-                  std::int64_t ldc, int mr, int nr, float alpha, float beta) {
-  V acc[MR][NV];
+                  std::int64_t ldc, int nr, float alpha, float beta) {
+  V acc[R][NV];
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = V{};
   for (std::int64_t p = 0; p < kc; ++p) {
@@ -70,7 +78,7 @@ void micro_kernel(std::int64_t kc, const float* __restrict pa, const float* __re
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) b[v] = *reinterpret_cast<const V*>(pb + v * kLanes);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < R; ++i) {
       const float ai = pa[i];
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] += ai * b[v];
@@ -78,18 +86,27 @@ void micro_kernel(std::int64_t kc, const float* __restrict pa, const float* __re
     pa += MR;
     pb += NR;
   }
-  if (mr == MR && nr == NR) {
-    store_tile(acc, c, ldc, alpha, beta);
+  if (nr == NR) {
+    store_tile<R>(acc, c, ldc, alpha, beta);
     return;
   }
-  alignas(64) float tile[MR * NR];
+  alignas(64) float tile[R * NR];
   if (beta != 0.0f) {
-    std::fill(tile, tile + MR * NR, 0.0f);
-    for (int i = 0; i < mr; ++i) std::memcpy(tile + i * NR, c + i * ldc, sizeof(float) * std::size_t(nr));
+    std::fill(tile, tile + R * NR, 0.0f);
+    for (int i = 0; i < R; ++i) std::memcpy(tile + i * NR, c + i * ldc, sizeof(float) * std::size_t(nr));
   }
-  store_tile(acc, tile, NR, alpha, beta);
-  for (int i = 0; i < mr; ++i) std::memcpy(c + i * ldc, tile + i * NR, sizeof(float) * std::size_t(nr));
+  store_tile<R>(acc, tile, NR, alpha, beta);
+  for (int i = 0; i < R; ++i) std::memcpy(c + i * ldc, tile + i * NR, sizeof(float) * std::size_t(nr));
 }
+
+using MicroKernel = void (*)(std::int64_t, const float*, const float*, float*, std::int64_t, int, float, float);
+
+template <int... Rs>
+constexpr std::array<MicroKernel, sizeof...(Rs)> micro_kernels(std::integer_sequence<int, Rs...>) {
+  return {&micro_kernel<Rs + 1>...};
+}
+// micro_kernel<mr> for mr = 1 .. MR.
+constexpr auto kMicroKernels = micro_kernels(std::make_integer_sequence<int, MR>{});
 
 typedef int VI __attribute__((vector_size(64)));
 
@@ -368,14 +385,14 @@ void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float
   tbb::parallel_for(
       tbb::blocked_range<std::int64_t>(0, batch * per, 1),
       [&](const auto& r) {
-        AlignedFloats a_buf = alloc_aligned_floats(std::size_t(MC) * KC);
+        float* a_buf = thread_scratch(ScratchSlot::kGemmA, std::size_t(MC) * KC);
         for (std::int64_t t = r.begin(); t < r.end(); ++t) {
           const std::int64_t e = t / per, tt = t % per;
           const std::int64_t i0 = (tt / g.n_chunks) * MC, j0 = (tt % g.n_chunks) * g.n_chunk;
           run_task(s, alpha, a[e], prepacked_a, prepacked_b ? *prepacked_b : packed[std::size_t(b_index[std::size_t(e)])],
                    beta, c[e], i0,
                    std::min<std::int64_t>(MC, s.m - i0), j0, std::min<std::int64_t>(g.n_chunk, s.n - j0),
-                   a_buf.get());
+                   a_buf);
         }
       },
       tbb::simple_partitioner());
@@ -400,7 +417,7 @@ void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const 
     const float* bp = b_panels + (jr / NR) * kc * NR;
     for (std::int64_t ir = 0; ir < mc; ir += MR) {
       const int mr = int(std::min<std::int64_t>(MR, mc - ir));
-      micro_kernel(kc, a_panels + (ir / MR) * kc * MR, bp, c + ir * ldc + jr, ldc, mr, nr, alpha, beta);
+      kMicroKernels[std::size_t(mr - 1)](kc, a_panels + (ir / MR) * kc * MR, bp, c + ir * ldc + jr, ldc, nr, alpha, beta);
     }
   }
 }

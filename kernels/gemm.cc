@@ -346,6 +346,39 @@ void few_rows(const GemmShape& s, float alpha, const float* a, const float* b, f
   });
 }
 
+// C for products below kSmallGemmMacs with B not transposed: per row of C, W vectors of columns
+// accumulate a[i][p] * b[p][j] over p in order in registers (each element a sequential sum from
+// zero); leftover columns one at a time in the same order. No packing, no allocation.
+template <int W>
+inline void small_row_block(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c,
+                            std::int64_t i, std::int64_t j) {
+  V acc[W];
+  for (int v = 0; v < W; ++v) acc[v] = V{};
+  for (std::int64_t p = 0; p < s.k; ++p) {
+    const float aip = s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p];
+    const float* brow = b + p * s.ldb + j;
+    for (int v = 0; v < W; ++v) acc[v] += aip * *reinterpret_cast<const VU*>(brow + v * kLanes);
+  }
+  for (int v = 0; v < W; ++v) {
+    VU* dst = reinterpret_cast<VU*>(c + i * s.ldc + j + v * kLanes);
+    *dst = beta == 0.0f ? alpha * acc[v] : alpha * acc[v] + beta * *dst;
+  }
+}
+
+void small_gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
+  for (std::int64_t i = 0; i < s.m; ++i) {
+    std::int64_t j = 0;
+    for (; j + 4 * kLanes <= s.n; j += 4 * kLanes) small_row_block<4>(s, alpha, a, b, beta, c, i, j);
+    for (; j + kLanes <= s.n; j += kLanes) small_row_block<1>(s, alpha, a, b, beta, c, i, j);
+    for (; j < s.n; ++j) {
+      float acc = 0.0f;
+      for (std::int64_t p = 0; p < s.k; ++p) acc += (s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p]) * b[p * s.ldb + j];
+      float& dst = c[i * s.ldc + j];
+      dst = beta == 0.0f ? alpha * acc : alpha * acc + beta * dst;
+    }
+  }
+}
+
 void check_shape(const GemmShape& s) {
   if (s.m < 0 || s.n < 0 || s.k < 0) throw std::invalid_argument("sgemm: negative dimension");
 }
@@ -505,7 +538,8 @@ bool sgemm_uses_packing(const GemmShape& s) { return s.m * s.n * s.k > kSmallGem
 void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c,
            const PackedA* packed_a, const PackedB* packed_b) {
   check_shape(s);
-  if (s.m * s.n * s.k <= kSmallGemmMacs) return sgemm_reference(s, alpha, a, b, beta, c);
+  if (s.m * s.n * s.k <= kSmallGemmMacs)
+    return s.trans_b ? sgemm_reference(s, alpha, a, b, beta, c) : small_gemm(s, alpha, a, b, beta, c);
   if (s.m <= kFewRows) return few_rows(s, alpha, a, b, beta, c);
   check_packed(s, packed_a, packed_b);
   run_packed(s, 1, alpha, &a, &b, beta, &c, packed_a, packed_b);

@@ -74,6 +74,8 @@ TensorError tensor_error(const float* ref, const float* test, std::int64_t n) {
     sum_rt += srt[l];
     e.max_abs = std::max(e.max_abs, mx[l]);
   }
+  e.sum_ref_sq = sum_rr;
+  e.sum_err_sq = sum_ee;
   if (e.count == 0) return e;
   e.mse = sum_ee / double(e.count);
   if (sum_ee > 0 && sum_rr > 0) e.sqnr_db = 10.0 * std::log10(sum_rr / sum_ee);

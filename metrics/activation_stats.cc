@@ -11,7 +11,7 @@ namespace qeval::metrics {
 namespace {
 
 constexpr int kMantissaBits = 23;
-constexpr int kSubBits = 4;  // log2(kSubBins)
+constexpr int kSubBits = 3;  // log2(kSubBins)
 static_assert((1 << kSubBits) == LogAbsHistogram::kSubBins);
 constexpr std::uint32_t kKeyShift = kMantissaBits - kSubBits;
 // Key (|x| bits >> kKeyShift) of 2^kMinExp, and of 2^kMaxExp.

@@ -15,10 +15,10 @@ namespace qeval::metrics {
 
 // |x| on fixed bins: kSubBins per octave (the top mantissa bits of float32) from 2^kMinExp up to
 // 2^kMaxExp; bin 0 holds smaller magnitudes (zeros, denormals), the last bin larger finite ones.
-// A bin is at most 2^(1/16) - 1 = 4.4% wide relative to its lower edge.
+// A bin is at most 1/8 = 12.5% wide relative to its lower edge (quantiles interpolate inside it).
 class LogAbsHistogram {
  public:
-  static constexpr int kSubBins = 16;
+  static constexpr int kSubBins = 8;
   static constexpr int kMinExp = -32, kMaxExp = 32;
   static constexpr int kBins = 2 + (kMaxExp - kMinExp) * kSubBins;
 

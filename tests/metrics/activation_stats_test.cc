@@ -28,7 +28,7 @@ TEST(LogAbsHistogram, BinEdgesRoundTrip) {
     EXPECT_EQ(H::bin_of(float(lo)), b) << lo;
     EXPECT_EQ(H::bin_of(-float(lo)), b);
     EXPECT_EQ(H::bin_of(std::nextafter(float(hi), 0.0f)), b);
-    EXPECT_LE(hi / lo - 1.0, 1.0 / H::kSubBins + 1e-12);  // <= 6.25% wide
+    EXPECT_LE(hi / lo - 1.0, 1.0 / H::kSubBins + 1e-12);  // <= 12.5% wide
   }
   EXPECT_EQ(H::bin_of(0.0f), 0);
   EXPECT_EQ(H::bin_of(1e-30f), 0);
@@ -53,7 +53,7 @@ TEST(ActivationStats, MomentsAndPercentilesMatchExactValues) {
   std::sort(a.begin(), a.end());
   for (double q : {0.5, 0.9, 0.99, 0.999}) {
     const double exact = a[std::size_t(q * double(a.size() - 1))];
-    // Inside the bin holding the exact value: within one bin width (6.25%).
+    // Inside the bin holding the exact value: within one bin width.
     EXPECT_NEAR(*s.abs_quantile(q), exact, exact / H::kSubBins) << q;
   }
   EXPECT_EQ(*s.abs_quantile(1.0), amax);

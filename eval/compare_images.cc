@@ -160,30 +160,13 @@ std::vector<reports::SummaryRow> summarize_rows(const std::vector<reports::PairR
   std::vector<reports::SummaryRow> out;
   auto samples = gate_samples(rows);
   for (const auto& key : kSummaryKeys) {
-    reports::SummaryRow s;
-    s.metric = key;
-    std::vector<double> finite;
+    std::vector<std::optional<double>> values;
     for (const auto& sample : samples) {
       if (sample.error) continue;
       auto it = sample.values.find(key);
-      if (it == sample.values.end() || !it->second) {
-        ++s.not_applicable;
-      } else if (std::isinf(*it->second)) {
-        ++s.unbounded;
-      } else {
-        finite.push_back(*it->second);
-      }
+      values.push_back(it == sample.values.end() ? std::nullopt : it->second);
     }
-    if (auto sum = metrics::summarize(finite)) {
-      s.count = sum->count;
-      s.mean = sum->mean;
-      s.min = sum->min;
-      s.p5 = sum->p5;
-      s.median = sum->median;
-      s.p95 = sum->p95;
-      s.max = sum->max;
-    }
-    out.push_back(s);
+    out.push_back(reports::summarize_metric(key, values));
   }
   return out;
 }

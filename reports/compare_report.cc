@@ -9,7 +9,8 @@
 
 #include "kernels/error.h"
 #include "reports/files.h"
-#include "reports/heatmap.h"
+#include "reports/html.h"
+#include "reports/junit.h"
 
 namespace qeval::reports {
 
@@ -120,83 +121,9 @@ json to_json(const CompareImagesReport& r) {
 
 namespace {
 
-std::string esc(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string fmt_value(const std::string& metric, std::optional<double> v) {
-  if (!v) return "&ndash;";
-  if (std::isinf(*v)) return *v > 0 ? "&infin;" : "&minus;&infin;";
-  if (metric.find("psnr") != std::string::npos) return fmt::format("{:.2f}", *v);
-  if (metric.find("ssim") != std::string::npos) return fmt::format("{:.5f}", *v);
-  return fmt::format("{:.4g}", *v);
-}
-
-std::string data_uri(const std::vector<std::uint8_t>& png) {
-  return "data:image/png;base64," +
-         base64(std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
-}
-
-constexpr std::string_view kCss = R"(
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
-main{max-width:1200px;margin:0 auto;padding:24px}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
-.sub{color:#5b6475;font-size:13px}
-.verdict{border-radius:8px;padding:16px 20px;margin:16px 0;color:#fff;font-size:18px;font-weight:600}
-.verdict small{display:block;font-weight:400;font-size:14px;opacity:.92}
-.pass{background:#1f7a3f} .fail{background:#b3261e}
-table{border-collapse:collapse;width:100%;background:#fff;font-size:13px;border:1px solid #dde1e7}
-th,td{padding:6px 9px;border-bottom:1px solid #e6e9ee;text-align:left;vertical-align:top}
-th{background:#eef1f5;font-weight:600;cursor:default;white-space:nowrap}
-table.sortable th{cursor:pointer} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-tr.bad td{background:#fdecea} tr.err td{background:#fff4e0}
-.ok{color:#1f7a3f;font-weight:600} .no{color:#b3261e;font-weight:600}
-.strip{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:12px;margin:12px 0}
-.strip .imgs{display:flex;gap:10px;flex-wrap:wrap}
-.strip figure{margin:0} .strip img{max-width:360px;image-rendering:pixelated;border:1px solid #ccd}
-.strip figcaption{font-size:12px;color:#5b6475}
-code{background:#eef1f5;padding:1px 4px;border-radius:3px}
-.legend{display:inline-block;width:160px;height:10px;vertical-align:middle;border:1px solid #ccd}
-)";
-
-constexpr std::string_view kSortJs = R"(
-document.querySelectorAll('table.sortable').forEach(t=>{
- t.querySelectorAll('th').forEach((th,i)=>th.addEventListener('click',()=>{
-  const tb=t.tBodies[0],rows=[...tb.rows],asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
-  const key=r=>{const c=r.cells[i];const v=c.dataset.v;return v!==undefined?(v===''?NaN:+v):c.textContent};
-  rows.sort((a,b)=>{const x=key(a),y=key(b);
-   if(typeof x==='number'&&typeof y==='number'){if(isNaN(x))return 1;if(isNaN(y))return -1;return asc?x-y:y-x}
-   return asc?String(x).localeCompare(y):String(y).localeCompare(x)});
-  rows.forEach(r=>tb.appendChild(r));}));});
-)";
-
-std::string legend_gradient() {
-  std::string stops;
-  for (int i = 0; i <= 8; ++i) {
-    std::uint8_t c[3];
-    ramp_color(float(i) / 8.0f, c);
-    stops += fmt::format("{}rgb({},{},{})", i ? "," : "", c[0], c[1], c[2]);
-  }
-  return "background:linear-gradient(90deg," + stops + ")";
-}
-
-std::string sort_value(std::optional<double> v) {
-  if (!v) return "";
-  if (std::isinf(*v)) return *v > 0 ? "1e308" : "-1e308";
-  return fmt::format("{}", *v);
-}
+using html::esc;
+using html::fmt_value;
+using html::sort_value;
 
 }  // namespace
 
@@ -207,33 +134,18 @@ std::string render_html(const CompareImagesReport& r) {
   std::size_t failed_checks = 0;
   for (const auto& c : r.gate.checks) failed_checks += !c.passed;
 
-  h += "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-       "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-       "<title>qeval compare-images: ";
-  h += r.gate.passed ? "PASS" : "FAIL";
-  h += "</title><style>";
-  h += kCss;
-  h += "</style></head><body><main>";
+  h += html::page_begin(std::string("qeval compare-images: ") + (r.gate.passed ? "PASS" : "FAIL"));
   h += "<h1>qeval compare-images</h1><div class=\"sub\">" + esc(r.created_utc) + " &middot; qeval " +
        esc(r.tool_version) + " &middot; <code>" + esc(r.command_line) + "</code></div>";
 
-  h += fmt::format("<div class=\"verdict {}\">{}<small>{} of {} gate checks passed &middot; {} "
-                   "pairs, {} compared, {} could not be compared</small></div>",
-                   r.gate.passed ? "pass" : "fail", r.gate.passed ? "PASS" : "FAIL",
-                   r.gate.checks.size() - failed_checks, r.gate.checks.size(), r.pairs.size(),
-                   r.pairs.size() - errors, errors);
+  h += html::verdict_banner(
+      r.gate.passed, fmt::format("{} of {} gate checks passed &middot; {} pairs, {} compared, {} "
+                                 "could not be compared",
+                                 r.gate.checks.size() - failed_checks, r.gate.checks.size(),
+                                 r.pairs.size(), r.pairs.size() - errors, errors));
 
   h += "<h2>Gate</h2><div class=\"sub\">" + esc(r.gate.source) + "</div>";
-  h += "<table><thead><tr><th>check</th><th>threshold</th><th>value</th><th>verdict</th>"
-       "<th>why</th></tr></thead><tbody>";
-  for (const auto& c : r.gate.checks) {
-    h += fmt::format("<tr class=\"{}\"><td>{}</td><td class=\"num\">{} {}</td><td class=\"num\">{}"
-                     "</td><td class=\"{}\">{}</td><td>{}</td></tr>",
-                     c.passed ? "" : "bad", esc(c.name), esc(c.op),
-                     fmt_value(c.metric, c.threshold), fmt_value(c.metric, c.value),
-                     c.passed ? "ok" : "no", c.passed ? "pass" : "FAIL", esc(c.detail));
-  }
-  h += "</tbody></table>";
+  h += html::gate_table(r.gate, false);
 
   h += "<h2>Summary</h2><table><thead><tr><th>metric</th><th>pairs</th><th>mean</th><th>min</th>"
        "<th>p5</th><th>median</th><th>p95</th><th>max</th><th>note</th></tr></thead><tbody>";
@@ -256,15 +168,15 @@ std::string render_html(const CompareImagesReport& r) {
   if (!r.worst.empty()) {
     h += "<h2>Worst pairs</h2><div class=\"sub\">reference | test | |reference &minus; test| "
          "(max over channels) <span class=\"legend\" style=\"" +
-         legend_gradient() + "\"></span> 0 &rarr; scale in each caption</div>";
+         html::legend_gradient() + "\"></span> 0 &rarr; scale in each caption</div>";
     for (const auto& s : r.worst) {
       h += "<div class=\"strip\"><b>" + esc(s.name) + "</b> &middot; " + esc(s.caption) +
            "<div class=\"imgs\">";
-      h += "<figure><img alt=\"reference\" src=\"" + data_uri(s.ref_png) +
+      h += "<figure><img alt=\"reference\" src=\"" + html::png_data_uri(s.ref_png) +
            "\"><figcaption>reference</figcaption></figure>";
-      h += "<figure><img alt=\"test\" src=\"" + data_uri(s.test_png) +
+      h += "<figure><img alt=\"test\" src=\"" + html::png_data_uri(s.test_png) +
            "\"><figcaption>test</figcaption></figure>";
-      h += "<figure><img alt=\"difference\" src=\"" + data_uri(s.heatmap_png) +
+      h += "<figure><img alt=\"difference\" src=\"" + html::png_data_uri(s.heatmap_png) +
            "\"><figcaption>" + esc(s.heatmap_legend) + "</figcaption></figure>";
       h += "</div></div>";
     }
@@ -312,26 +224,12 @@ std::string render_html(const CompareImagesReport& r) {
     h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
   h += fmt::format("<tr><th>elapsed</th><td>{:.2f} s</td></tr>", r.elapsed_s);
   h += "</tbody></table>";
-  h += "<script>";
-  h += kSortJs;
-  h += "</script></main></body></html>\n";
+  h += html::page_end();
   return h;
 }
 
 std::string render_junit(const CompareImagesReport& r) {
-  std::size_t failures = 0;
-  for (const auto& c : r.gate.checks) failures += !c.passed;
-  std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  x += fmt::format("<testsuite name=\"qeval compare-images\" tests=\"{}\" failures=\"{}\" "
-                   "time=\"{:.3f}\">\n",
-                   r.gate.checks.size(), failures, r.elapsed_s);
-  for (const auto& c : r.gate.checks) {
-    x += "  <testcase classname=\"gate\" name=\"" + esc(c.name) + "\">";
-    if (!c.passed) x += "<failure message=\"" + esc(c.detail) + "\"/>";
-    x += "</testcase>\n";
-  }
-  x += "</testsuite>\n";
-  return x;
+  return render_gate_junit(r.gate, "qeval compare-images", r.elapsed_s);
 }
 
 void write_compare_images_report(const CompareImagesReport& report,

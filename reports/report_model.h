@@ -42,6 +42,10 @@ struct SummaryRow {
   double mean = 0, min = 0, p5 = 0, median = 0, p95 = 0, max = 0;
 };
 
+// One metric over samples: +inf counts as unbounded, nullopt as not applicable; both are excluded
+// from the finite statistics.
+SummaryRow summarize_metric(const std::string& metric, const std::vector<std::optional<double>>& values);
+
 struct GateCheckRow {
   std::string name;  // "ssim mean >= 0.95"
   std::string metric, stat, op;
@@ -49,6 +53,7 @@ struct GateCheckRow {
   std::optional<double> value;  // empty when it could not be computed; may be +inf (unbounded)
   bool passed = false;
   std::string detail;  // the statistics behind the verdict
+  std::string variant;  // qeval run: the variant checked ("" = the run as a whole)
 };
 
 struct GateSection {

@@ -12,7 +12,8 @@ BUILD_PKGS=(
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX models through the ONNX project's protobufs
 )
 TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev
-  libonnx-testdata)  # the ONNX conformance node tests
+  libonnx-testdata  # the ONNX conformance node tests
+  chromium)         # renders report.html headless: no console errors, every section present
 # Python is for tools/ only (golden data, shipped-model training, peer benchmarks); never for tests.
 TOOLS_PKGS=(python3 python3-numpy python3-skimage python3-opencv python3-torch python3-onnx)
 # Node.js/npm (for the onnxruntime-node peer in bench/) come with the machine image; Debian's npm

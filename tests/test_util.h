@@ -27,6 +27,15 @@ inline nlohmann::json read_json(const std::filesystem::path& p) {
   return nlohmann::json::parse(in);
 }
 
+// Where a test keeps what a person may want to look at afterwards (rendered reports, screenshots):
+// build/test-output/<tag>/, emptied when the test starts and left in place when it ends.
+inline std::filesystem::path test_output_dir(const std::string& tag) {
+  std::filesystem::path p = std::filesystem::path(QEVAL_TEST_OUTPUT_DIR) / tag;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
 // A fresh, empty folder under the system temp dir, removed when the object dies.
 class ScratchDir {
  public:

@@ -38,11 +38,11 @@ CompareImagesReport sample_report() {
   r.pairs = {ok, same, bad};
   r.gate.passed = false;
   r.gate.source = "gate.json";
-  r.gate.checks = {{"ssim mean >= 0.96", "ssim", "mean", ">=", 0.96, 0.975, true, "why"},
+  r.gate.checks = {{"ssim mean >= 0.96", "ssim", "mean", ">=", 0.96, 0.975, true, "why", ""},
                    {"psnr_db min >= 30", "psnr_db", "min", ">=", 30,
-                    std::numeric_limits<double>::infinity(), true, "all identical"},
+                    std::numeric_limits<double>::infinity(), true, "all identical", ""},
                    {"pairs that could not be compared <= 0", "errors", "count", "<=", 0, 1, false,
-                    "1 pair"}};
+                    "1 pair", ""}};
   r.worst = {{"a<b>.png", "SSIM 0.95", {1, 2, 3}, {4, 5}, {6}, "legend"}};
   return r;
 }

@@ -142,3 +142,34 @@ TEST(SelectNodes, TinySdUnetCountsPerLevel) {
 
 }  // namespace
 }  // namespace qeval::eval::quant
+
+namespace qeval::eval::quant {
+namespace {
+
+// Every shipped recipe parses and selects what docs/recipes.md says on tiny-sd's UNet.
+TEST(ShippedRecipes, ParseAndSelectTheDocumentedNodesOnTinySd) {
+  const Graph g = load_onnx(testing::source_dir() / "models/tiny-sd/unet.onnx");
+  const std::map<std::string, std::size_t> expected{
+      {"int8-level1", 25},  {"int8-level2", 39},  {"int8-level2.5", 81}, {"int8-level3", 95},
+      {"fp8-level3", 95},   {"fp8-level4", 123},  {"int8-naive", 147}};
+  std::size_t seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(testing::source_dir() / "recipes")) {
+    if (e.path().extension() != ".json") continue;
+    const Recipe r = load_recipe(e.path());
+    ASSERT_TRUE(expected.count(r.name)) << e.path();
+    EXPECT_EQ(r.name, e.path().stem().string());
+    EXPECT_EQ(select_nodes(g, r).targets.size(), expected.at(r.name)) << r.name;
+    if (r.format == QuantFormat::kInt8 && r.name != "int8-naive") {
+      EXPECT_EQ(r.calibration.method, CalibrationMethod::kPercentile) << r.name;
+      EXPECT_DOUBLE_EQ(r.smoothquant.alpha, 0.8) << r.name;
+    } else {
+      EXPECT_EQ(r.calibration.method, CalibrationMethod::kMax) << r.name;
+      EXPECT_FALSE(r.smoothquant.enabled) << r.name;
+    }
+    ++seen;
+  }
+  EXPECT_EQ(seen, expected.size());
+}
+
+}  // namespace
+}  // namespace qeval::eval::quant

@@ -1,0 +1,77 @@
+// qeval calibrate: a recipe's calibration on a calibration set, scales.json and the Q/DQ export.
+#include <fmt/format.h>
+
+#include "eval/cli/command.h"
+#include "eval/exit_codes.h"
+#include "eval/quant/calibrate_run.h"
+#include "kernels/error.h"
+
+namespace qeval::cli {
+namespace {
+
+struct CalibrateArgs {
+  std::string recipe, model, data, pipeline, prompts, out, cache;
+  bool no_cache = false;
+};
+
+int run_calibrate(const CalibrateArgs& a) {
+  namespace q = eval::quant;
+  if (!a.pipeline.empty() || !a.prompts.empty())
+    throw InputError("qeval calibrate: --pipeline/--prompts (txt2img calibration per denoising step) is not "
+                     "available in this build yet; calibrate one model with --model M.onnx --data DIR");
+  if (a.model.empty() || a.data.empty())
+    throw InputError("qeval calibrate: give --model M.onnx and --data DIR (calibration samples)");
+  q::CalibrateOptions o;
+  o.recipe = a.recipe;
+  o.model = a.model;
+  o.data = a.data;
+  o.out = a.out;
+  if (!a.no_cache) o.cache_dir = a.cache.empty() ? q::default_calibration_cache() : std::filesystem::path(a.cache);
+  const q::CalibrateSummary s = q::run_calibrate(o);
+  fmt::print("qeval calibrate: recipe '{}' ({}, level {}, fingerprint {}) on {}\n", s.recipe.name,
+             q::format_name(s.recipe.format), q::level_string(s.recipe.level), s.recipe.fingerprint(), a.model);
+  std::string cats;
+  for (std::size_t c = 1; c < q::kNodeCategoryCount; ++c)
+    if (s.selection.selected[c])
+      cats += fmt::format("{}{} {}", cats.empty() ? "" : ", ", s.selection.selected[c],
+                          q::category_name(static_cast<q::NodeCategory>(c)));
+  fmt::print("  selected {} nodes ({}); {} removed by default exclusions, {} by 'exclude', {} added by 'include'\n",
+             s.selection.targets.size(), cats, s.selection.excluded_by_default, s.selection.excluded_by_pattern,
+             s.selection.included_by_pattern);
+  if (s.cache_hit)
+    fmt::print("  calibration: reused from the cache ({})\n", s.data_description);
+  else
+    fmt::print("  calibration: {} over {} ({} model runs, {} steps) in {:.2f} s\n", s.calibration.method,
+               s.data_description, s.calibration.calls, s.calibration.total_steps, s.calibration.elapsed_s);
+  fmt::print("  quantized {} activations and {} weights; {} layers smoothed; opset {} -> {}\n",
+             s.quantized_activations, s.quantized_weights, s.smoothed_layers, s.opset_from, s.opset_to);
+  fmt::print("  wrote {}/scales.json and {}/quantized.onnx\n", a.out, a.out);
+  return eval::kExitPass;
+}
+
+Runner add_calibrate(CLI::App& app) {
+  auto a = std::make_shared<CalibrateArgs>();
+  auto* cmd = app.add_subcommand(
+      "calibrate",
+      "Calibrate a quantization recipe (docs/recipes.md) on a calibration set and export the\n"
+      "quantized model: scales.json (amax per quantized tensor, per step where collected; weight\n"
+      "amax per channel; SmoothQuant scales) and quantized.onnx (Q/DQ in TensorRT's convention,\n"
+      "FP8 at opset 19). Results are cached by recipe + model + data fingerprints.\n"
+      "Exit: 0 written, 2 bad recipe, model, data or a recipe that selects nothing.");
+  cmd->add_option("--recipe", a->recipe, "recipe JSON (recipes/*.json)")->required();
+  cmd->add_option("--model", a->model, "the FP32 .onnx model to quantize");
+  cmd->add_option("--data", a->data,
+                  "calibration samples: a folder of sample folders each holding <input>.npy "
+                  "(the `qeval infer --inputs` layout), or one such folder");
+  cmd->add_option("--pipeline", a->pipeline, "txt2img pipeline folder (per-step UNet calibration; pending)");
+  cmd->add_option("--prompts", a->prompts, "calibration prompts for --pipeline");
+  cmd->add_option("--out", a->out, "output folder")->required();
+  cmd->add_option("--cache", a->cache, "calibration cache folder (default $XDG_CACHE_HOME/qeval/calibration)");
+  cmd->add_flag("--no-cache", a->no_cache, "always calibrate, store nothing");
+  return [a](const Context&) { return run_calibrate(*a); };
+}
+
+const bool kRegistered = register_command(40, add_calibrate);
+
+}  // namespace
+}  // namespace qeval::cli

@@ -1,0 +1,43 @@
+// `qeval calibrate`: load a model and a recipe, calibrate on a calibration set (cached), apply the
+// recipe and write scales.json and the Q/DQ export quantized.onnx.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/quant/apply.h"
+#include "eval/quant/calibrate.h"
+
+namespace qeval::eval::quant {
+
+struct CalibrateOptions {
+  std::filesystem::path recipe;
+  std::filesystem::path model;  // single-model calibration: the .onnx ...
+  std::filesystem::path data;   // ... and its calibration samples (TensorCalibrationSet::from_folder)
+  std::filesystem::path out;    // scales.json, quantized.onnx
+  std::optional<std::filesystem::path> cache_dir;  // nullopt: no cache
+};
+
+struct CalibrateSummary {
+  Recipe recipe;
+  Selection selection;
+  CalibrationResult calibration;
+  int quantized_activations = 0, quantized_weights = 0, smoothed_layers = 0;
+  int opset_from = 0, opset_to = 0;
+  bool cache_hit = false;
+  std::string data_description;
+};
+
+// The scales document: the calibration result plus the selection and per-channel weight amax.
+nlohmann::json scales_document(const CalibrateSummary& summary, const AppliedRecipe& applied);
+
+// Throws InputError for bad recipes, models, data and output locations.
+CalibrateSummary run_calibrate(const CalibrateOptions& options);
+
+// The default cache folder: $XDG_CACHE_HOME/qeval/calibration, else ~/.cache/qeval/calibration.
+std::filesystem::path default_calibration_cache();
+
+}  // namespace qeval::eval::quant

@@ -1,0 +1,158 @@
+// Shared HTML pieces (see html.h).
+#include "reports/html.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "reports/files.h"
+#include "reports/heatmap.h"
+
+namespace qeval::reports::html {
+
+std::string esc(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string png_data_uri(const std::vector<std::uint8_t>& png) {
+  return "data:image/png;base64," +
+         base64(std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
+}
+
+namespace {
+
+constexpr std::string_view kCss = R"(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+main{max-width:1200px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
+.sub{color:#5b6475;font-size:13px}
+.verdict{border-radius:8px;padding:16px 20px;margin:16px 0;color:#fff;font-size:18px;font-weight:600}
+.verdict small{display:block;font-weight:400;font-size:14px;opacity:.92}
+.pass{background:#1f7a3f} .fail{background:#b3261e}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px;border:1px solid #dde1e7}
+th,td{padding:6px 9px;border-bottom:1px solid #e6e9ee;text-align:left;vertical-align:top}
+th{background:#eef1f5;font-weight:600;cursor:default;white-space:nowrap}
+table.sortable th{cursor:pointer} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.bad td{background:#fdecea} tr.err td{background:#fff4e0}
+.ok{color:#1f7a3f;font-weight:600} .no{color:#b3261e;font-weight:600}
+.strip{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:12px;margin:12px 0}
+.strip .imgs{display:flex;gap:10px;flex-wrap:wrap}
+.strip figure{margin:0} .strip img{max-width:360px;image-rendering:pixelated;border:1px solid #ccd}
+.strip figcaption{font-size:12px;color:#5b6475}
+code{background:#eef1f5;padding:1px 4px;border-radius:3px}
+.legend{display:inline-block;width:160px;height:10px;vertical-align:middle;border:1px solid #ccd}
+#report-errors{display:none;background:#fdecea;border:1px solid #b3261e;color:#b3261e;padding:8px 12px;margin:12px 0;white-space:pre-wrap}
+)";
+
+constexpr std::string_view kErrorHookJs =
+    "window.addEventListener('error',function(e){var b=document.getElementById('report-errors');"
+    "if(!b)return;b.style.display='block';b.textContent+='report script error: '+e.message+"
+    "' (line '+e.lineno+')\\n';});";
+
+constexpr std::string_view kSortJs = R"(
+document.querySelectorAll('table.sortable').forEach(t=>{
+ t.querySelectorAll('th').forEach((th,i)=>th.addEventListener('click',()=>{
+  const tb=t.tBodies[0],rows=[...tb.rows],asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
+  const key=r=>{const c=r.cells[i];const v=c.dataset.v;return v!==undefined?(v===''?NaN:+v):c.textContent};
+  rows.sort((a,b)=>{const x=key(a),y=key(b);
+   if(typeof x==='number'&&typeof y==='number'){if(isNaN(x))return 1;if(isNaN(y))return -1;return asc?x-y:y-x}
+   return asc?String(x).localeCompare(y):String(y).localeCompare(x)});
+  rows.forEach(r=>tb.appendChild(r));}));});
+)";
+
+}  // namespace
+
+std::string page_begin(std::string_view title, std::string_view extra_css) {
+  std::string h =
+      "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>";
+  h += esc(title);
+  h += "</title><style>";
+  h += kCss;
+  h += extra_css;
+  h += "</style><script>";
+  h += kErrorHookJs;
+  h += "</script></head><body><main><div id=\"report-errors\"></div>";
+  return h;
+}
+
+std::string page_end(std::string_view extra_js) {
+  std::string h = "<script>";
+  h += kSortJs;
+  h += extra_js;
+  h += "</script><script>document.body.dataset.rendered='1';</script></main></body></html>\n";
+  return h;
+}
+
+std::string fmt_value(std::string_view metric, std::optional<double> v) {
+  if (!v || std::isnan(*v)) return "&ndash;";
+  if (std::isinf(*v)) return *v > 0 ? "&infin;" : "&minus;&infin;";
+  if (metric.find("psnr") != std::string_view::npos || metric.find("sqnr") != std::string_view::npos)
+    return fmt::format("{:.2f}", *v);
+  if (metric.find("ssim") != std::string_view::npos || metric.find("cosine") != std::string_view::npos)
+    return fmt::format("{:.5f}", *v);
+  return fmt::format("{:.4g}", *v);
+}
+
+std::string sort_value(std::optional<double> v) {
+  if (!v || std::isnan(*v)) return "";
+  if (std::isinf(*v)) return *v > 0 ? "1e308" : "-1e308";
+  return fmt::format("{}", *v);
+}
+
+std::string legend_gradient() {
+  std::string stops;
+  for (int i = 0; i <= 8; ++i) {
+    std::uint8_t c[3];
+    ramp_color(float(i) / 8.0f, c);
+    stops += fmt::format("{}rgb({},{},{})", i ? "," : "", c[0], c[1], c[2]);
+  }
+  return "background:linear-gradient(90deg," + stops + ")";
+}
+
+std::string ramp_js_array() {
+  std::string a = "[";
+  for (int i = 0; i <= 8; ++i) {
+    std::uint8_t c[3];
+    ramp_color(float(i) / 8.0f, c);
+    a += fmt::format("{}[{},{},{}]", i ? "," : "", c[0], c[1], c[2]);
+  }
+  return a + "]";
+}
+
+std::string verdict_banner(bool passed, std::string_view details) {
+  return fmt::format("<div class=\"verdict {}\">{}<small>{}</small></div>",
+                     passed ? "pass" : "fail", passed ? "PASS" : "FAIL", details);
+}
+
+std::string gate_table(const GateSection& gate, bool by_variant) {
+  std::string h = "<table><thead><tr>";
+  if (by_variant) h += "<th>variant</th>";
+  h += "<th>check</th><th>threshold</th><th>value</th><th>verdict</th><th>why</th></tr></thead><tbody>";
+  for (const auto& c : gate.checks) {
+    h += fmt::format("<tr class=\"{}\">", c.passed ? "" : "bad");
+    if (by_variant) h += "<td>" + esc(c.variant) + "</td>";
+    h += fmt::format("<td>{}</td><td class=\"num\">{} {}</td><td class=\"num\">{}</td>"
+                     "<td class=\"{}\">{}</td><td>{}</td></tr>",
+                     esc(c.name), esc(c.op), fmt_value(c.metric, c.threshold),
+                     fmt_value(c.metric, c.value), c.passed ? "ok" : "no",
+                     c.passed ? "pass" : "FAIL", esc(c.detail));
+  }
+  if (gate.checks.empty())
+    h += fmt::format("<tr><td colspan=\"{}\">no checks</td></tr>", by_variant ? 6 : 5);
+  return h + "</tbody></table>";
+}
+
+}  // namespace qeval::reports::html

@@ -1,0 +1,41 @@
+// Pieces shared by the HTML reports (compare-images, qeval run): escaping, page frame, CSS, the
+// table-sorting script, data: URIs, number formatting, the verdict banner and the gate table.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reports/report_model.h"
+
+namespace qeval::reports::html {
+
+std::string esc(std::string_view s);
+std::string png_data_uri(const std::vector<std::uint8_t>& png);
+
+// "<!DOCTYPE html>...<body><main>" with the shared CSS plus `extra_css`, and a script that records
+// any script error in a visible #report-errors box (so a broken report says so, and a headless
+// browser test can read it from the DOM).
+std::string page_begin(std::string_view title, std::string_view extra_css = {});
+// The table-sorting script, `extra_js`, and a last script that sets <body data-rendered="1">.
+std::string page_end(std::string_view extra_js = {});
+
+// A value formatted for its metric: PSNR/SQNR 2 decimals, SSIM-like 5, otherwise 4 significant
+// digits; "&ndash;" for none, "&infin;" for +inf.
+std::string fmt_value(std::string_view metric, std::optional<double> v);
+// The data-v attribute value that table sorting uses ("" sorts last).
+std::string sort_value(std::optional<double> v);
+// CSS background for a legend swatch of the heatmap ramp.
+std::string legend_gradient();
+// The ramp as a JS array of [r,g,b] anchors (9, evenly spaced), for canvas heatmaps.
+std::string ramp_js_array();
+
+// The coloured PASS/FAIL banner; `details` is HTML.
+std::string verdict_banner(bool passed, std::string_view details);
+// Every gate check: threshold, value, verdict and the statistics behind it. With `by_variant`, a
+// variant column first.
+std::string gate_table(const GateSection& gate, bool by_variant);
+
+}  // namespace qeval::reports::html

@@ -1,0 +1,35 @@
+// The `qeval run` report: report.json (docs/report.schema.json) and back, report.html, junit.xml
+// and the one-screen stdout summary. docs/report.md says how to read each part.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "reports/run_report_model.h"
+
+namespace qeval::reports {
+
+// report.json's content. ImageRef::png (HTML thumbnails) is not stored; everything else is.
+nlohmann::json to_json(const RunReport& report);
+
+// The inverse of to_json, for `qeval merge` and triage. Accepts any 1.x schema_version (unknown
+// keys are ignored: a newer minor version only adds). Throws InputError naming `source`, the key
+// path and what was expected, e.g. "out/report.json: variants[2].kind: expected one of ...".
+RunReport run_report_from_json(const nlohmann::json& j, const std::string& source);
+RunReport read_run_report(const std::filesystem::path& path);
+
+// Self-contained HTML (inline CSS/JS/SVG, images as data: URIs or relative paths, no network).
+std::string render_html(const RunReport& report);
+// One test case per gate check, grouped by variant.
+std::string render_junit(const RunReport& report);
+// What `qeval run` prints on stdout: verdict, per-variant summary, failed checks, worst layers,
+// first NaN/Inf and where the report is; at most ~24 lines of at most 100 columns.
+std::string render_summary_text(const RunReport& report, const std::filesystem::path& out_dir = {});
+
+// Writes report.html, junit.xml and report.json under out_dir (created if needed), each
+// atomically; report.json last, so its presence means the report is complete.
+void write_run_report(const RunReport& report, const std::filesystem::path& out_dir);
+
+}  // namespace qeval::reports

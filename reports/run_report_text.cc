@@ -1,0 +1,159 @@
+// The one-screen stdout summary and junit.xml of `qeval run`.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "reports/junit.h"
+#include "reports/run_report.h"
+
+namespace qeval::reports {
+
+namespace {
+
+constexpr std::size_t kWidth = 100;
+constexpr std::size_t kMaxFailedLines = 5;
+constexpr std::size_t kMaxVariantsListed = 8;
+
+std::string num(std::string_view metric, std::optional<double> v) {
+  if (!v || std::isnan(*v)) return "-";
+  if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
+  if (metric.find("psnr") != std::string_view::npos || metric.find("sqnr") != std::string_view::npos)
+    return fmt::format("{:.2f}", *v);
+  if (metric.find("ssim") != std::string_view::npos) return fmt::format("{:.4f}", *v);
+  return fmt::format("{:.4g}", *v);
+}
+
+std::string clip(std::string s) {
+  if (s.size() > kWidth) s = s.substr(0, kWidth - 3) + "...";
+  return s;
+}
+
+// Index of the lowest local SQNR (then accumulated) in a table; nullopt when none is measured.
+std::optional<std::size_t> worst_layers_line(const RunReport& r, const LayerTable& t, std::string& out) {
+  const std::vector<float>& key = !t.stats.local_sqnr_db.empty() ? t.stats.local_sqnr_db : t.stats.acc_sqnr_db;
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < key.size() && i < r.layers.size(); ++i)
+    if (!std::isnan(key[i])) order.push_back(i);
+  if (order.empty()) return std::nullopt;
+  const std::size_t n = std::min<std::size_t>(3, order.size());
+  std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(n), order.end(),
+                    [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
+  for (std::size_t k = 0; k < n; ++k)
+    out += fmt::format("{}{} {}", k ? " | " : "", r.layers[order[k]].name, num("sqnr", key[order[k]]));
+  return order[0];
+}
+
+}  // namespace
+
+std::string render_summary_text(const RunReport& r, const std::filesystem::path& out_dir) {
+  std::vector<std::string> lines;
+  std::size_t failed = 0;
+  for (const auto& c : r.gate.checks) failed += !c.passed;
+  lines.push_back(clip(fmt::format("qeval run: {} - {} of {} gate checks passed ({})",
+                                   r.gate.passed ? "PASS" : "FAIL", r.gate.checks.size() - failed,
+                                   r.gate.checks.size(), r.gate.source)));
+  const Variant* ref = r.reference();
+  std::string what = fmt::format("{} | {} sample(s)", r.config.model.name, r.samples.size());
+  if (r.config.steps > 0) what += fmt::format(" | {} steps", r.config.steps);
+  what += fmt::format(" | {} variant(s) vs {} | {:.1f} s", r.variants.size() - (ref ? 1 : 0),
+                      ref ? ref->name : "?", r.elapsed_s);
+  if (!r.config.shard.empty()) what += " | shard " + r.config.shard;
+  lines.push_back(clip(what));
+  lines.emplace_back();
+
+  // Variant table: the first two metrics that have values, and ms per sample when known.
+  std::vector<const MetricInfo*> shown;
+  for (const auto& m : r.metrics) {
+    bool any = false;
+    for (const auto& v : r.variants)
+      for (const auto& s : v.summary.metrics) any = any || (s.metric == m.key && s.count > 0);
+    if (any && shown.size() < 2) shown.push_back(&m);
+  }
+  std::size_t name_w = 8;
+  for (const auto& v : r.variants) name_w = std::max(name_w, std::min<std::size_t>(v.name.size(), 24));
+  std::string head = fmt::format("{:<{}}  {:<9}  {:>9}", "variant", name_w, "kind", "quantized");
+  for (const auto* m : shown) head += fmt::format("  {:<17}", m->label + " mean (p5)");
+  head += fmt::format("  {:>9}  gate", "ms/sample");
+  lines.push_back(clip(head));
+  std::size_t listed = 0;
+  for (const auto& v : r.variants) {
+    if (listed++ == kMaxVariantsListed) {
+      lines.push_back(fmt::format("... and {} more variants (see report.html)", r.variants.size() - kMaxVariantsListed));
+      break;
+    }
+    auto share = v.quantized_share();
+    std::string row = fmt::format("{:<{}}  {:<9}  {:>9}", v.name.substr(0, 24), name_w,
+                                  v.reference ? "reference" : std::string(variant_kind_name(v.kind)),
+                                  share ? fmt::format("{:.0f}%", 100 * *share) : "-");
+    for (const auto* m : shown) {
+      std::string cell = "-";
+      for (const auto& s : v.summary.metrics)
+        if (s.metric == m->key && s.count > 0) cell = num(m->key, s.mean) + " (" + num(m->key, s.p5) + ")";
+      row += fmt::format("  {:<17}", cell);
+    }
+    std::optional<double> ms;
+    for (const auto& [name, value] : v.summary.timings)
+      if (name == "ms_per_sample") ms = value;
+    row += fmt::format("  {:>9}", ms ? fmt::format("{:.0f}", *ms) : "-");
+    std::size_t checks = 0, bad = 0;
+    for (const auto& c : r.gate.checks)
+      if (c.variant == v.name) ++checks, bad += !c.passed;
+    row += checks == 0 ? "  -" : bad == 0 ? "  pass" : fmt::format("  FAIL {}/{}", bad, checks);
+    if (v.summary.errors) row += fmt::format(", {} failed", v.summary.errors);
+    lines.push_back(clip(row));
+  }
+
+  if (failed) {
+    lines.emplace_back();
+    lines.push_back("failed checks:");
+    std::size_t shown_failed = 0;
+    for (const auto& c : r.gate.checks) {
+      if (c.passed) continue;
+      if (shown_failed++ == kMaxFailedLines) {
+        lines.push_back(fmt::format("  ... and {} more", failed - kMaxFailedLines));
+        break;
+      }
+      lines.push_back(clip(fmt::format("  {:<{}}  {}: value {}", c.variant.empty() ? "(run)" : c.variant,
+                                       name_w, c.name, num(c.metric, c.value))));
+    }
+  }
+
+  std::vector<std::string> worst;
+  for (const auto& t : r.layer_tables) {
+    const Variant* v = r.variant(t.variant);
+    if (!v || v->reference) continue;
+    std::string line = fmt::format("  {:<{}}  ", t.variant, name_w);
+    if (worst_layers_line(r, t, line)) worst.push_back(clip(line));
+  }
+  if (!worst.empty()) {
+    lines.emplace_back();
+    lines.push_back("worst layers (local SQNR dB):");
+    for (std::size_t i = 0; i < worst.size() && i < 4; ++i) lines.push_back(worst[i]);
+  }
+
+  lines.emplace_back();
+  if (r.nonfinite.empty()) {
+    lines.push_back("first NaN/Inf: none");
+  } else {
+    lines.push_back("first NaN/Inf:");
+    for (std::size_t i = 0; i < r.nonfinite.size() && i < 3; ++i) {
+      const auto& e = r.nonfinite[i];
+      lines.push_back(clip(fmt::format("  {:<{}}  {} ({}){}, sample {}: {} NaN, {} Inf", e.variant,
+                                       name_w, e.node, e.op,
+                                       e.step >= 0 ? fmt::format(" step {}", e.step) : "", e.sample,
+                                       e.nan_count, e.inf_count)));
+    }
+  }
+  if (!out_dir.empty()) lines.push_back(clip("report: " + (out_dir / "report.html").string()));
+
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+std::string render_junit(const RunReport& r) {
+  return render_gate_junit(r.gate, "qeval run", r.elapsed_s);
+}
+
+}  // namespace qeval::reports

@@ -1,0 +1,157 @@
+// report.html of `qeval run`: self-contained, every section present, and it renders in headless
+// Chromium with no script error. The rendered report and a screenshot stay in
+// build/test-output/run_report_html/ (report.html, report.png) for a person to look at.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "datasets/image_io.h"
+#include "reports/run_report.h"
+#include "reports/run_report_fixture.h"
+#include "test_util.h"
+
+namespace qeval::reports {
+namespace {
+
+const char* const kSections[] = {"verdict",   "gate",       "variants",   "samples",
+                                 "layers",    "timestep-heatmap", "step-curves", "histograms",
+                                 "nonfinite", "unmatched",  "config"};
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string find_chromium() {
+  for (const char* name : {"chromium", "chromium-browser"}) {
+    FILE* p = popen((std::string("command -v ") + name + " 2>/dev/null").c_str(), "r");
+    if (!p) continue;
+    char buf[512];
+    std::string path;
+    while (fgets(buf, sizeof(buf), p)) path += buf;
+    pclose(p);
+    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+    if (!path.empty()) return path;
+  }
+  return {};
+}
+
+// Runs headless Chromium on `url` with `mode_args`; stdout to out_file, stderr (console messages
+// with --enable-logging=stderr) to err_file. Returns the exit status.
+int run_chromium(const std::string& chromium, const std::filesystem::path& profile,
+                 const std::string& mode_args, const std::string& url,
+                 const std::filesystem::path& out_file, const std::filesystem::path& err_file) {
+  const std::string cmd =
+      "timeout 120 '" + chromium + "' --headless --no-sandbox --disable-gpu --no-first-run "
+      "--disable-background-networking --disable-extensions --disable-sync --mute-audio "
+      "--host-resolver-rules='MAP * ~NOTFOUND' --enable-logging=stderr --v=0 "
+      "--user-data-dir='" + profile.string() + "' " + mode_args + " '" + url + "' > '" +
+      out_file.string() + "' 2> '" + err_file.string() + "'";
+  int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(RunReportHtml, IsSelfContainedWithEverySection) {
+  const std::string h = render_html(testing::synthetic_run_report());
+  for (const char* id : kSections)
+    EXPECT_NE(h.find(std::string("<section id=\"") + id + "\">"), std::string::npos) << id;
+  // No network: no remote URLs, stylesheets or scripts by reference.
+  for (const char* remote : {"http://", "https://", "src=\"//", "<link", "<script src", "@import"})
+    EXPECT_EQ(h.find(remote), std::string::npos) << remote;
+  EXPECT_NE(h.find("data:image/png;base64,"), std::string::npos);
+  // The verdict comes first, then the gate.
+  EXPECT_LT(h.find("id=\"verdict\""), h.find("id=\"gate\""));
+  EXPECT_LT(h.find("id=\"gate\""), h.find("id=\"samples\""));
+  // The culprit layer ranks first for int8 (lowest local SQNR).
+  const auto layers = h.find("id=\"layers-2\"");
+  ASSERT_NE(layers, std::string::npos);
+  EXPECT_NE(h.find("<td class=\"num\">1</td><td>mid_block.1/Softmax_37</td>", layers), std::string::npos);
+  // Names are escaped everywhere, including inside the embedded heatmap data.
+  RunReport r = testing::synthetic_run_report({.prompts = 2, .layers = 12, .steps = 4, .images = false});
+  r.layers[1].name = "</script><b>x";
+  r.samples[0].prompt = "<img src=x onerror=alert(1)>";
+  const std::string e = render_html(r);
+  EXPECT_EQ(e.find("</script><b>x"), std::string::npos);
+  EXPECT_EQ(e.find("<img src=x"), std::string::npos);
+  EXPECT_NE(e.find("\\u003c/script>\\u003cb>x"), std::string::npos);
+  // Empty sections say so instead of disappearing.
+  RunReport bare;
+  bare.variants.push_back({});
+  bare.variants[0].name = "fp32";
+  bare.variants[0].reference = true;
+  const std::string b = render_html(bare);
+  for (const char* id : kSections)
+    EXPECT_NE(b.find(std::string("<section id=\"") + id + "\">"), std::string::npos) << id;
+  EXPECT_NE(b.find("No per-layer observation in this run."), std::string::npos);
+}
+
+TEST(RunReportHtml, StaysSmallWithHundredsOfLayers) {
+  RunReport r = testing::synthetic_run_report({.prompts = 8, .layers = 400, .steps = 20, .images = false});
+  const auto start = std::chrono::steady_clock::now();
+  const std::string h = render_html(r);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  // 400 layers x 20 steps x 4 variants: the heatmap data is the bulk; keep the page light to open.
+  EXPECT_LT(h.size(), 4u << 20) << h.size();
+  EXPECT_LT(ms, 2000.0);
+  // Only the 30 worst layers of each variant are shown until "show all" is pressed.
+  EXPECT_NE(h.find("show all 400 layers"), std::string::npos);
+}
+
+TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
+  const std::string chromium = find_chromium();
+  ASSERT_FALSE(chromium.empty())
+      << "headless Chromium is needed for this test: install Debian's chromium (scripts/setup.sh)";
+  const std::filesystem::path out = testing::test_output_dir("run_report_html");
+  write_run_report(testing::synthetic_run_report(), out);
+  testing::ScratchDir profile("chromium-profile");
+  const std::string url = "file://" + std::filesystem::absolute(out / "report.html").string();
+
+  // 1. The DOM after scripts ran, plus every console message on stderr.
+  int rc = run_chromium(chromium, profile.path(), "--dump-dom", url, out / "dom.html", out / "chromium.log");
+  ASSERT_EQ(rc, 0) << read_text(out / "chromium.log");
+  const std::string dom = read_text(out / "dom.html");
+  const std::string log = read_text(out / "chromium.log");
+  std::string console;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(":CONSOLE") != std::string::npos) console += line + "\n";
+  EXPECT_TRUE(console.empty()) << "console output while rendering:\n" << console;
+  // The report's own error box stays empty, and the last script ran.
+  EXPECT_NE(dom.find("<div id=\"report-errors\"></div>"), std::string::npos)
+      << dom.substr(dom.find("report-errors"), 400);
+  EXPECT_TRUE(std::regex_search(dom, std::regex("<body[^>]*data-rendered=\"1\"")));
+  for (const char* id : kSections)
+    EXPECT_NE(dom.find(std::string("<section id=\"") + id + "\">"), std::string::npos) << id;
+  // The heatmap script filled its selectors from the embedded data.
+  EXPECT_NE(dom.find("<option value=\"local_rel_l2\">local error (rel L2)</option>"), std::string::npos);
+  EXPECT_NE(dom.find("<option value=\"drift_calib\">"), std::string::npos);
+  EXPECT_NE(dom.find("(log)"), std::string::npos);  // the legend was drawn
+
+  // 2. A screenshot of the top of the page: it shows the red FAIL banner.
+  rc = run_chromium(chromium, profile.path(),
+                    "--hide-scrollbars --window-size=1280,2400 --screenshot='" +
+                        (out / "report.png").string() + "'",
+                    url, out / "screenshot.out", out / "screenshot.log");
+  ASSERT_EQ(rc, 0) << read_text(out / "screenshot.log");
+  const datasets::Image shot = datasets::load_image(out / "report.png");
+  EXPECT_EQ(shot.width(), 1280);
+  EXPECT_GE(shot.height(), 2000);
+  std::size_t banner = 0;
+  const float* px = shot.planes.data<float>();
+  const std::size_t plane = std::size_t(shot.width()) * std::size_t(shot.height());
+  for (std::size_t i = 0; i < std::size_t(shot.width()) * 400; ++i)
+    banner += std::abs(px[i] - 179) < 6 && std::abs(px[plane + i] - 38) < 6 &&
+              std::abs(px[2 * plane + i] - 30) < 6;
+  EXPECT_GT(banner, 20000u) << "the FAIL banner (#b3261e) is not in the top 400 rows of "
+                            << (out / "report.png");
+}
+
+}  // namespace
+}  // namespace qeval::reports

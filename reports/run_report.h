@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,8 +29,15 @@ std::string render_junit(const RunReport& report);
 // first NaN/Inf and where the report is; at most ~24 lines of at most 100 columns.
 std::string render_summary_text(const RunReport& report, const std::filesystem::path& out_dir = {});
 
+// What is inconsistent in a report the evaluator filled, one line each (empty when it is sound):
+// duplicate or unknown variant names, not exactly one reference, a column whose length is neither
+// 0 nor the number of cells, layer/step indices out of range, curves of the wrong length.
+std::vector<std::string> check_run_report(const RunReport& report);
+
 // Writes report.html, junit.xml and report.json under out_dir (created if needed), each
-// atomically; report.json last, so its presence means the report is complete.
+// atomically; report.json last, so its presence means the report is complete. Throws
+// std::logic_error listing check_run_report's findings (an evaluator bug, exit 3) before writing
+// anything, and InputError when out_dir cannot be written.
 void write_run_report(const RunReport& report, const std::filesystem::path& out_dir);
 
 }  // namespace qeval::reports

@@ -674,7 +674,7 @@ std::string render_config(const RunReport& r) {
 
 constexpr std::string_view kRunCss = R"(
 section{margin-top:8px} .scroll{overflow-x:auto}
-.strip figure{width:min-content;min-width:120px} .strip figcaption{overflow-wrap:anywhere} h3{font-size:15px;margin:18px 0 6px}
+.strip figure{width:min-content;min-width:120px} .strip img{min-width:128px;height:auto} .strip figcaption{overflow-wrap:anywhere} h3{font-size:15px;margin:18px 0 6px}
 ul.verdicts{margin:0 0 8px;padding-left:20px} ul.verdicts li{margin:2px 0}
 .tabs{margin:6px 0} .tabs button,.show-all{border:1px solid #ccd;background:#fff;padding:4px 10px;border-radius:4px;cursor:pointer;margin-right:4px}
 .tabs button.on{background:#1d2330;color:#fff}

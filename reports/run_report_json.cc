@@ -9,6 +9,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "kernels/error.h"
 #include "reports/files.h"
@@ -616,7 +617,72 @@ RunReport read_run_report(const std::filesystem::path& path) {
   return run_report_from_json(j, path.string());
 }
 
+std::vector<std::string> check_run_report(const RunReport& r) {
+  std::vector<std::string> problems;
+  std::set<std::string> names;
+  std::size_t references = 0;
+  for (const auto& v : r.variants) {
+    if (v.name.empty()) problems.push_back("a variant has no name");
+    if (!names.insert(v.name).second) problems.push_back("variant \"" + v.name + "\" appears twice");
+    references += v.reference;
+  }
+  if (references != 1)
+    problems.push_back(fmt::format("{} variants are marked reference; expected exactly 1", references));
+  auto known = [&](const std::string& name, const std::string& where) {
+    if (!names.count(name)) problems.push_back(where + ": unknown variant \"" + name + "\"");
+  };
+  auto sized = [&](std::size_t size, std::size_t expected, const std::string& where) {
+    if (size != 0 && size != expected)
+      problems.push_back(fmt::format("{}: {} values, expected {} (or none)", where, size, expected));
+  };
+  auto columns = [&](const LayerColumns& c, std::size_t expected, const std::string& where) {
+    for (const auto& info : kLayerColumns) sized((c.*info.column).size(), expected, where + "." + info.key);
+  };
+  std::set<std::string> ids;
+  for (const auto& s : r.samples) {
+    if (!ids.insert(s.id).second) problems.push_back("sample \"" + s.id + "\" appears twice");
+    for (const auto& res : s.results) known(res.variant, "sample " + s.id);
+  }
+  const std::size_t n_layers = r.layers.size(), steps = r.timesteps.steps();
+  for (const auto& t : r.layer_tables) {
+    const std::string where = "layer table " + t.variant;
+    known(t.variant, where);
+    columns(t.stats, n_layers, where);
+    sized(t.format.size(), n_layers, where + ".format");
+    sized(t.calib_amax.size(), n_layers, where + ".calib_amax");
+    sized(t.out_of_range_steps.size(), n_layers, where + ".out_of_range_steps");
+  }
+  for (auto l : r.timesteps.layers)
+    if (l >= n_layers) problems.push_back(fmt::format("timesteps.layers: index {} >= {} layers", l, n_layers));
+  for (const auto& t : r.timesteps.tables) {
+    known(t.variant, "step table " + t.variant);
+    columns(t.stats, r.timesteps.layers.size() * steps, "step table " + t.variant);
+  }
+  for (const auto& c : r.step_curves) {
+    known(c.variant, "step curve");
+    sized(c.values.size(), steps, "step curve " + c.variant + " " + c.quantity + " " + c.metric);
+  }
+  for (const auto& h : r.histograms) {
+    known(h.variant, "histogram");
+    if (h.layer >= n_layers)
+      problems.push_back(fmt::format("histogram of {}: layer {} >= {} layers", h.variant, h.layer, n_layers));
+    if (h.step < -1 || (h.step >= 0 && std::size_t(h.step) >= steps))
+      problems.push_back(fmt::format("histogram of {}: step {} outside [-1, {})", h.variant, h.step, steps));
+    if (h.counts.empty() || !(h.hi > h.lo))
+      problems.push_back("histogram of " + h.variant + ": needs bins and lo < hi");
+  }
+  for (const auto& e : r.nonfinite) known(e.variant, "nonfinite");
+  for (const auto& c : r.gate.checks)
+    if (!c.variant.empty()) known(c.variant, "gate check \"" + c.name + "\"");
+  return problems;
+}
+
 void write_run_report(const RunReport& report, const std::filesystem::path& out_dir) {
+  if (auto problems = check_run_report(report); !problems.empty()) {
+    std::string all;
+    for (const auto& p : problems) all += "\n  " + p;
+    throw std::logic_error("inconsistent run report (not written):" + all);
+  }
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw InputError(out_dir.string() + ": cannot create the output folder: " + ec.message());

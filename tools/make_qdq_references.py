@@ -1,6 +1,8 @@
 #!/usr/bin/python3
-"""Q/DQ forms the ONNX 1.12 node tests lack (opset 19 float8 + saturate, opset 21 blocked and 16-bit,
-ModelOpt's FP8 forms): small models, inputs and ONNX Runtime's outputs in tests/data/qdq/."""
+"""Quantization forms the ONNX 1.12 node tests lack (opset 19 float8 + saturate, opset 21 blocked and
+16-bit, ModelOpt's FP8 forms, ONNX Runtime's quantizer outputs: per-channel QLinearConv/QLinearMatMul,
+*Integer with zero points, dynamic quantization): small models, inputs and ONNX Runtime's outputs
+in tests/data/qdq/."""
 
 # Usage (from the repository root):
 #   (cd tools/ort && npm ci --ignore-scripts)      # once
@@ -144,6 +146,59 @@ def cases():
         out[f"qdq21_{qname}"] = (model(nodes, [vi("x", FLOAT, [2, 3, 4])],
                                        [vi("q", qt, [2, 3, 4]), vi("y", FLOAT, [2, 3, 4]), vi("q_nozp", qt, [2, 3, 4])],
                                        inits, 21), {"x": x})
+    # ONNX Runtime's quantizer forms beyond the node tests: QLinearConv with per-channel int8
+    # weights, int32 bias, groups, strides and padding; QLinearMatMul u8 x s8 with per-column
+    # scales; ConvInteger / MatMulInteger with nonzero weight zero points; dynamic quantization.
+    x = rng.randint(0, 256, size=(2, 4, 7, 6)).astype(np.uint8)
+    w = rng.randint(-128, 128, size=(6, 2, 3, 3)).astype(np.int8)
+    w[0] = -128
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], name="qconv",
+                              group=2, strides=[2, 1], pads=[1, 0, 1, 2])]
+    inits = [raw_tensor("xs", FLOAT, [], np.array(0.02, np.float32)), raw_tensor("xz", UINT8, [], np.array(120, np.uint8)),
+             raw_tensor("w", INT8, [6, 2, 3, 3], w), raw_tensor("ws", FLOAT, [6], rng.uniform(0.001, 0.01, 6).astype(np.float32)),
+             raw_tensor("wz", INT8, [6], np.zeros(6, np.int8)), raw_tensor("ys", FLOAT, [], np.array(0.05, np.float32)),
+             raw_tensor("yz", UINT8, [], np.array(100, np.uint8)),
+             raw_tensor("b", 6, [6], rng.randint(-2000, 2000, 6).astype(np.int32))]
+    out["ort_qlinearconv_perchannel"] = (model(nodes, [vi("x", UINT8, [2, 4, 7, 6])], [vi("y", UINT8, [2, 6, 4, 6])], inits, 13),
+                                         {"x": x})
+
+    a = rng.randint(0, 256, size=(2, 5, 19)).astype(np.uint8)
+    b = rng.randint(-128, 128, size=(19, 7)).astype(np.int8)
+    nodes = [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"], name="qmatmul")]
+    inits = [raw_tensor("as", FLOAT, [], np.array(0.03, np.float32)), raw_tensor("az", UINT8, [], np.array(131, np.uint8)),
+             raw_tensor("b", INT8, [19, 7], b), raw_tensor("bs", FLOAT, [7], rng.uniform(0.002, 0.02, 7).astype(np.float32)),
+             raw_tensor("bz", INT8, [7], np.zeros(7, np.int8)), raw_tensor("ys", FLOAT, [], np.array(0.2, np.float32)),
+             raw_tensor("yz", UINT8, [], np.array(125, np.uint8))]
+    out["ort_qlinearmatmul_percolumn"] = (model(nodes, [vi("a", UINT8, [2, 5, 19])], [vi("y", UINT8, [2, 5, 7])], inits, 13),
+                                          {"a": a})
+
+    x = rng.randint(0, 256, size=(1, 3, 6, 5)).astype(np.uint8)
+    w = rng.randint(0, 256, size=(4, 3, 2, 2)).astype(np.uint8)
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], name="convint", pads=[1, 1, 0, 0], dilations=[2, 1])]
+    inits = [raw_tensor("w", UINT8, [4, 3, 2, 2], w), raw_tensor("xz", UINT8, [], np.array(7, np.uint8)),
+             raw_tensor("wz", UINT8, [], np.array(140, np.uint8))]
+    out["ort_convinteger_zero_points"] = (model(nodes, [vi("x", UINT8, [1, 3, 6, 5])], [vi("y", 6, [1, 4, 5, 6])], inits, 13),
+                                          {"x": x})
+
+    a = rng.randint(0, 256, size=(3, 33)).astype(np.uint8)
+    b = rng.randint(0, 256, size=(33, 40)).astype(np.uint8)
+    nodes = [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"], name="matmulint")]
+    inits = [raw_tensor("b", UINT8, [33, 40], b), raw_tensor("az", UINT8, [], np.array(128, np.uint8)),
+             raw_tensor("bz", UINT8, [40], rng.randint(0, 256, 40).astype(np.uint8))]
+    out["ort_matmulinteger_percolumn_zp"] = (model(nodes, [vi("a", UINT8, [3, 33])], [vi("y", 6, [3, 40])], inits, 13),
+                                             {"a": a})
+
+    # Dynamic quantization as ONNX Runtime's quantize_dynamic writes a MatMul.
+    x = rng.normal(0, 2, size=(4, 24)).astype(np.float32)
+    w = rng.randint(-127, 128, size=(24, 9)).astype(np.int8)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz"], ["acc"], name="mmi"),
+             helper.make_node("Cast", ["acc"], ["accf"], name="cast", to=FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"], name="scale"),
+             helper.make_node("Mul", ["accf", "s"], ["y"], name="rescale")]
+    inits = [raw_tensor("w", INT8, [24, 9], w), raw_tensor("ws", FLOAT, [], np.array(0.01, np.float32))]
+    out["ort_dynamic_matmul"] = (model(nodes, [vi("x", FLOAT, [4, 24])], [vi("y", FLOAT, [4, 9]), vi("xq", UINT8, [4, 24])],
+                                       inits, 13), {"x": x})
     return out
 
 

@@ -12,24 +12,26 @@ namespace {
 struct CalibrateArgs {
   std::string recipe, model, data, pipeline, prompts, out, cache;
   bool no_cache = false;
+  std::size_t limit = 0;
+  int steps = 0;
 };
 
 int run_calibrate(const CalibrateArgs& a) {
   namespace q = eval::quant;
-  if (!a.pipeline.empty() || !a.prompts.empty())
-    throw InputError("qeval calibrate: --pipeline/--prompts (txt2img calibration per denoising step) is not "
-                     "available in this build yet; calibrate one model with --model M.onnx --data DIR");
-  if (a.model.empty() || a.data.empty())
-    throw InputError("qeval calibrate: give --model M.onnx and --data DIR (calibration samples)");
   q::CalibrateOptions o;
   o.recipe = a.recipe;
   o.model = a.model;
   o.data = a.data;
+  o.pipeline = a.pipeline;
+  o.prompts = a.prompts;
+  o.limit = a.limit;
+  o.steps = a.steps;
+  o.progress = true;
   o.out = a.out;
   if (!a.no_cache) o.cache_dir = a.cache.empty() ? q::default_calibration_cache() : std::filesystem::path(a.cache);
   const q::CalibrateSummary s = q::run_calibrate(o);
   fmt::print("qeval calibrate: recipe '{}' ({}, level {}, fingerprint {}) on {}\n", s.recipe.name,
-             q::format_name(s.recipe.format), q::level_string(s.recipe.level), s.recipe.fingerprint(), a.model);
+             q::format_name(s.recipe.format), q::level_string(s.recipe.level), s.recipe.fingerprint(), s.model.string());
   std::string cats;
   for (std::size_t c = 1; c < q::kNodeCategoryCount; ++c)
     if (s.selection.selected[c])
@@ -63,8 +65,12 @@ Runner add_calibrate(CLI::App& app) {
   cmd->add_option("--data", a->data,
                   "calibration samples: a folder of sample folders each holding <input>.npy "
                   "(the `qeval infer --inputs` layout), or one such folder");
-  cmd->add_option("--pipeline", a->pipeline, "txt2img pipeline folder (per-step UNet calibration; pending)");
-  cmd->add_option("--prompts", a->prompts, "calibration prompts for --pipeline");
+  cmd->add_option("--pipeline", a->pipeline,
+                  "txt2img pipeline folder or pipeline.json: its UNet is calibrated per denoising step");
+  cmd->add_option("--prompts", a->prompts,
+                  "calibration prompts for --pipeline, one a line (default: pipeline.json's calibration set)");
+  cmd->add_option("--limit", a->limit, "use at most N prompts (default all)");
+  cmd->add_option("--steps", a->steps, "denoising steps (default: the pipeline's)");
   cmd->add_option("--out", a->out, "output folder")->required();
   cmd->add_option("--cache", a->cache, "calibration cache folder (default $XDG_CACHE_HOME/qeval/calibration)");
   cmd->add_flag("--no-cache", a->no_cache, "always calibrate, store nothing");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "eval/ops/families.h"
+#include "eval/ops/geometry.h"
 #include "kernels/conv.h"
 
 namespace qeval::eval {
@@ -18,8 +19,6 @@ std::string list_to_string(const std::vector<std::int64_t>& v) {
   return s + "]";
 }
 
-enum class AutoPad { kNotSet, kValid, kSameUpper, kSameLower };
-
 AutoPad parse_auto_pad(const Node& node) {
   const std::string s = node.get_string("auto_pad", "NOTSET");
   if (s == "NOTSET") return AutoPad::kNotSet;
@@ -29,62 +28,39 @@ AutoPad parse_auto_pad(const Node& node) {
   fail(node, "auto_pad must be NOTSET, VALID, SAME_UPPER or SAME_LOWER, got '" + s + "'");
 }
 
-// Attributes shared by Conv and ConvTranspose, checked against the spatial rank.
-struct ConvAttributes {
-  AutoPad auto_pad = AutoPad::kNotSet;
-  std::int64_t group = 1;
-  std::vector<std::int64_t> kernel_shape, strides, dilations, pads;
-};
-
-ConvAttributes read_attributes(const Node& node) {
-  ConvAttributes a;
-  a.auto_pad = parse_auto_pad(node);
-  a.group = node.get_int("group", 1);
-  a.kernel_shape = node.get_ints("kernel_shape");
-  a.strides = node.get_ints("strides");
-  a.dilations = node.get_ints("dilations");
-  a.pads = node.get_ints("pads");
-  if (a.group < 1) fail(node, "group must be >= 1, got " + std::to_string(a.group));
-  return a;
-}
-
 // Checks X and W and fills the geometry common to both ops: spatial rank, kernel, strides,
 // dilations (defaults applied). Pads and output sizes are each op's own business.
-kernels::ConvParams base_params(const Node& node, const ConvAttributes& a, const ValueMeta& x, const ValueMeta& w,
-                                bool transpose) {
-  if (x.dtype != DType::kFloat32)
-    throw UnsupportedError(node.describe() + ": element type " + type_name(x.declared) +
-                           " is not supported (float32, float16 and bfloat16 are)");
-  if (w.dtype != x.dtype) fail(node, "W type " + type_name(w.declared) + " differs from X type " + type_name(x.declared));
-  if (x.shape.size() < 3)
-    fail(node, "X must be [N, C, spatial...], got shape " + shape_to_string(x.shape));
-  const std::size_t r = x.shape.size() - 2;
+kernels::ConvParams base_geometry(const Node& node, const ConvAttributes& a, const Shape& x_shape, const Shape& w_shape,
+                                  bool transpose) {
+  if (x_shape.size() < 3)
+    fail(node, "X must be [N, C, spatial...], got shape " + shape_to_string(x_shape));
+  const std::size_t r = x_shape.size() - 2;
   if (r > 3)
     throw UnsupportedError(node.describe() + ": " + std::to_string(r) + " spatial dimensions (X " +
-                           shape_to_string(x.shape) + "); 1 to 3 are supported");
-  if (w.shape.size() != x.shape.size())
-    fail(node, "W shape " + shape_to_string(w.shape) + " does not match the rank of X " + shape_to_string(x.shape));
+                           shape_to_string(x_shape) + "); 1 to 3 are supported");
+  if (w_shape.size() != x_shape.size())
+    fail(node, "W shape " + shape_to_string(w_shape) + " does not match the rank of X " + shape_to_string(x_shape));
   kernels::ConvParams p;
-  p.batch = x.shape[0];
-  p.in_channels = x.shape[1];
+  p.batch = x_shape[0];
+  p.in_channels = x_shape[1];
   p.groups = a.group;
   if (!transpose) {
-    p.out_channels = w.shape[0];
-    if (w.shape[1] * a.group != p.in_channels)
-      fail(node, "W shape " + shape_to_string(w.shape) + " with group " + std::to_string(a.group) + " expects " +
-                     std::to_string(w.shape[1] * a.group) + " input channels, X " + shape_to_string(x.shape) + " has " +
+    p.out_channels = w_shape[0];
+    if (w_shape[1] * a.group != p.in_channels)
+      fail(node, "W shape " + shape_to_string(w_shape) + " with group " + std::to_string(a.group) + " expects " +
+                     std::to_string(w_shape[1] * a.group) + " input channels, X " + shape_to_string(x_shape) + " has " +
                      std::to_string(p.in_channels));
   } else {
-    p.out_channels = w.shape[1] * a.group;
-    if (w.shape[0] != p.in_channels)
-      fail(node, "W shape " + shape_to_string(w.shape) + " expects " + std::to_string(w.shape[0]) +
-                     " input channels, X " + shape_to_string(x.shape) + " has " + std::to_string(p.in_channels));
+    p.out_channels = w_shape[1] * a.group;
+    if (w_shape[0] != p.in_channels)
+      fail(node, "W shape " + shape_to_string(w_shape) + " expects " + std::to_string(w_shape[0]) +
+                     " input channels, X " + shape_to_string(x_shape) + " has " + std::to_string(p.in_channels));
   }
   if (p.in_channels % a.group || p.out_channels % a.group)
     fail(node, "channels " + std::to_string(p.in_channels) + " -> " + std::to_string(p.out_channels) +
                    " are not divisible by group " + std::to_string(a.group));
-  p.in_spatial.assign(x.shape.begin() + 2, x.shape.end());
-  p.kernel.assign(w.shape.begin() + 2, w.shape.end());
+  p.in_spatial.assign(x_shape.begin() + 2, x_shape.end());
+  p.kernel.assign(w_shape.begin() + 2, w_shape.end());
   if (!a.kernel_shape.empty() && a.kernel_shape != p.kernel)
     fail(node, "kernel_shape " + list_to_string(a.kernel_shape) + " differs from W's spatial dimensions " +
                    list_to_string(p.kernel));
@@ -104,41 +80,26 @@ kernels::ConvParams base_params(const Node& node, const ConvAttributes& a, const
   return p;
 }
 
-// ---- Conv -----------------------------------------------------------------------------------
-
-kernels::ConvParams conv_params(const Node& node, const ConvAttributes& a, const ValueMeta& x, const ValueMeta& w) {
-  kernels::ConvParams p = base_params(node, a, x, w, false);
-  const std::size_t r = p.in_spatial.size();
-  p.pads_begin.assign(r, 0);
-  p.pads_end.assign(r, 0);
-  for (std::size_t i = 0; i < r; ++i) {
-    const std::int64_t span = p.dilations[i] * (p.kernel[i] - 1) + 1;
-    if (a.auto_pad == AutoPad::kSameUpper || a.auto_pad == AutoPad::kSameLower) {
-      // Output = ceil(in / stride); the odd pad goes at the end (UPPER) or the beginning (LOWER).
-      const std::int64_t out = (p.in_spatial[i] + p.strides[i] - 1) / p.strides[i];
-      const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * p.strides[i] + span - p.in_spatial[i]);
-      p.pads_begin[i] = a.auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
-      p.pads_end[i] = total - p.pads_begin[i];
-    } else if (a.auto_pad == AutoPad::kNotSet && !a.pads.empty()) {
-      p.pads_begin[i] = a.pads[i];
-      p.pads_end[i] = a.pads[i + r];
-    }
-    if (p.in_spatial[i] + p.pads_begin[i] + p.pads_end[i] < span)
-      fail(node, "the kernel " + list_to_string(p.kernel) + " (dilations " + list_to_string(p.dilations) +
-                     ") does not fit the padded input: X " + shape_to_string(x.shape) + ", pads " + list_to_string(p.pads_begin) +
-                     " / " + list_to_string(p.pads_end));
-  }
-  p.out_spatial = kernels::conv_output_spatial(p);
-  return p;
+// The float ops' type rule, then the geometry.
+kernels::ConvParams base_params(const Node& node, const ConvAttributes& a, const ValueMeta& x, const ValueMeta& w,
+                                bool transpose) {
+  if (x.dtype != DType::kFloat32)
+    throw UnsupportedError(node.describe() + ": element type " + type_name(x.declared) +
+                           " is not supported (float32, float16 and bfloat16 are)");
+  if (w.dtype != x.dtype) fail(node, "W type " + type_name(w.declared) + " differs from X type " + type_name(x.declared));
+  return base_geometry(node, a, x.shape, w.shape, transpose);
 }
+
+// ---- Conv -----------------------------------------------------------------------------------
 
 class ConvOp final : public Op {
  public:
-  explicit ConvOp(const Node& node) : node_(node), attrs_(read_attributes(node)) {}
+  explicit ConvOp(const Node& node) : node_(node), attrs_(read_conv_attributes(node)) {}
 
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs X and W");
-    const kernels::ConvParams p = conv_params(node_, attrs_, *in[0], *in[1]);
+    base_params(node_, attrs_, *in[0], *in[1], false);  // the type rule
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
     if (in.size() > 2 && in[2] && in[2]->shape != Shape{p.out_channels})
       fail(node_, "B has shape " + shape_to_string(in[2]->shape) + ", expected [" + std::to_string(p.out_channels) + "]");
     Shape y{p.batch, p.out_channels};
@@ -147,8 +108,7 @@ class ConvOp final : public Op {
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
-    const ValueMeta x = meta_of(in[0]->dtype(), in[0]->shape()), w = meta_of(in[1]->dtype(), in[1]->shape());
-    const kernels::ConvParams p = conv_params(node_, attrs_, x, w);
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[1]->shape());
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     kernels::conv(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr, out[0]->data<float>());
   }
@@ -212,7 +172,7 @@ class ConvTransposeOp final : public Op {
  public:
   explicit ConvTransposeOp(const Node& node)
       : node_(node),
-        attrs_(read_attributes(node)),
+        attrs_(read_conv_attributes(node)),
         output_padding_(node.get_ints("output_padding")),
         output_shape_(node.get_ints("output_shape")) {}
 
@@ -244,6 +204,45 @@ class ConvTransposeOp final : public Op {
 };
 
 }  // namespace
+
+ConvAttributes read_conv_attributes(const Node& node) {
+  ConvAttributes a;
+  a.auto_pad = parse_auto_pad(node);
+  a.group = node.get_int("group", 1);
+  a.kernel_shape = node.get_ints("kernel_shape");
+  a.strides = node.get_ints("strides");
+  a.dilations = node.get_ints("dilations");
+  a.pads = node.get_ints("pads");
+  if (a.group < 1) fail(node, "group must be >= 1, got " + std::to_string(a.group));
+  return a;
+}
+
+kernels::ConvParams conv_forward_params(const Node& node, const ConvAttributes& a, const Shape& x_shape,
+                                        const Shape& w_shape) {
+  kernels::ConvParams p = base_geometry(node, a, x_shape, w_shape, false);
+  const std::size_t r = p.in_spatial.size();
+  p.pads_begin.assign(r, 0);
+  p.pads_end.assign(r, 0);
+  for (std::size_t i = 0; i < r; ++i) {
+    const std::int64_t span = p.dilations[i] * (p.kernel[i] - 1) + 1;
+    if (a.auto_pad == AutoPad::kSameUpper || a.auto_pad == AutoPad::kSameLower) {
+      // Output = ceil(in / stride); the odd pad goes at the end (UPPER) or the beginning (LOWER).
+      const std::int64_t out = (p.in_spatial[i] + p.strides[i] - 1) / p.strides[i];
+      const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * p.strides[i] + span - p.in_spatial[i]);
+      p.pads_begin[i] = a.auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
+      p.pads_end[i] = total - p.pads_begin[i];
+    } else if (a.auto_pad == AutoPad::kNotSet && !a.pads.empty()) {
+      p.pads_begin[i] = a.pads[i];
+      p.pads_end[i] = a.pads[i + r];
+    }
+    if (p.in_spatial[i] + p.pads_begin[i] + p.pads_end[i] < span)
+      fail(node, "the kernel " + list_to_string(p.kernel) + " (dilations " + list_to_string(p.dilations) +
+                     ") does not fit the padded input: X " + shape_to_string(x_shape) + ", pads " + list_to_string(p.pads_begin) +
+                     " / " + list_to_string(p.pads_end));
+  }
+  p.out_spatial = kernels::conv_output_spatial(p);
+  return p;
+}
 
 void register_conv_ops(std::vector<OpSchema>& out) {
   // Conv 1 and 11 compute the same thing (11 reworded auto_pad and pads defaults); 22 added bfloat16.

@@ -18,13 +18,14 @@ void register_normalization_ops(std::vector<OpSchema>& out);  // normalization.c
 void register_softmax_ops(std::vector<OpSchema>& out);        // softmax.cc: Softmax, LogSoftmax
 void register_pool_ops(std::vector<OpSchema>& out);           // pool.cc
 void register_resize_ops(std::vector<OpSchema>& out);         // resize.cc
-void register_quantize_ops(std::vector<OpSchema>& out);       // quantize.cc: Q/DQ, QLinear*, *Integer
+void register_quantize_ops(std::vector<OpSchema>& out);       // quantize.cc: QuantizeLinear, DequantizeLinear
+void register_qlinear_ops(std::vector<OpSchema>& out);        // qlinear.cc: QLinear*, *Integer, fused Q/DQ ops
 
 inline constexpr RegisterOps kOpFamilies[] = {
     register_elementwise_ops,   register_tensor_ops, register_reduce_ops,
     register_matmul_ops,        register_conv_ops,   register_normalization_ops,
     register_softmax_ops,       register_pool_ops,   register_resize_ops,
-    register_quantize_ops,
+    register_quantize_ops,      register_qlinear_ops,
 };
 
 }  // namespace qeval::eval

@@ -7,10 +7,29 @@
 #include <type_traits>
 
 #include "eval/ops/families.h"
+#include "eval/ops/geometry.h"
 #include "kernels/broadcast.h"
 #include "kernels/gemm.h"
 
 namespace qeval::eval {
+
+MatMulPlan plan_matmul(const Node& node, const Shape& a_in, const Shape& b_in) {
+  if (a_in.empty() || b_in.empty())
+    fail(node, "operands must have rank >= 1, got shapes " + shape_to_string(a_in) + " and " + shape_to_string(b_in));
+  MatMulPlan p;
+  p.a = a_in.size() == 1 ? Shape{1, a_in[0]} : a_in;
+  p.b = b_in.size() == 1 ? Shape{b_in[0], 1} : b_in;
+  p.m = p.a[p.a.size() - 2];
+  p.k = p.a[p.a.size() - 1];
+  p.n = p.b[p.b.size() - 1];
+  if (p.b[p.b.size() - 2] != p.k)
+    fail(node, "inner dimensions differ: " + shape_to_string(a_in) + " x " + shape_to_string(b_in));
+  p.batch = broadcast_shapes(node, Shape(p.a.begin(), p.a.end() - 2), Shape(p.b.begin(), p.b.end() - 2));
+  p.out = p.batch;
+  if (a_in.size() > 1) p.out.push_back(p.m);
+  if (b_in.size() > 1) p.out.push_back(p.n);
+  return p;
+}
 
 namespace {
 
@@ -61,32 +80,6 @@ void batched_matmul(const kernels::GemmShape& s, std::int64_t batch, const std::
 }
 
 // ---- MatMul ---------------------------------------------------------------------------------
-
-// Shapes of a numpy matmul: operands promoted to rank >= 2, batch dimensions broadcast.
-struct MatMulPlan {
-  Shape a, b;         // promoted operand shapes
-  Shape batch;        // broadcast batch shape
-  std::int64_t m, n, k;
-  Shape out;          // the output shape (promoted dimensions removed)
-};
-
-MatMulPlan plan_matmul(const Node& node, const Shape& a_in, const Shape& b_in) {
-  if (a_in.empty() || b_in.empty())
-    fail(node, "operands must have rank >= 1, got shapes " + shape_to_string(a_in) + " and " + shape_to_string(b_in));
-  MatMulPlan p;
-  p.a = a_in.size() == 1 ? Shape{1, a_in[0]} : a_in;
-  p.b = b_in.size() == 1 ? Shape{b_in[0], 1} : b_in;
-  p.m = p.a[p.a.size() - 2];
-  p.k = p.a[p.a.size() - 1];
-  p.n = p.b[p.b.size() - 1];
-  if (p.b[p.b.size() - 2] != p.k)
-    fail(node, "inner dimensions differ: " + shape_to_string(a_in) + " x " + shape_to_string(b_in));
-  p.batch = broadcast_shapes(node, Shape(p.a.begin(), p.a.end() - 2), Shape(p.b.begin(), p.b.end() - 2));
-  p.out = p.batch;
-  if (a_in.size() > 1) p.out.push_back(p.m);
-  if (b_in.size() > 1) p.out.push_back(p.n);
-  return p;
-}
 
 class MatMulOp final : public Op {
  public:

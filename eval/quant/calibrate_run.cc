@@ -5,6 +5,7 @@
 
 #include "eval/onnx_export.h"
 #include "eval/onnx_import.h"
+#include "eval/quant/txt2img_calibration.h"
 #include "kernels/error.h"
 #include "reports/files.h"
 
@@ -44,19 +45,53 @@ json scales_document(const CalibrateSummary& s, const AppliedRecipe& applied) {
   return j;
 }
 
-CalibrateSummary run_calibrate(const CalibrateOptions& o) {
-  CalibrateSummary s;
-  s.recipe = load_recipe(o.recipe);
-  const Graph graph = load_onnx(o.model);
-  s.selection = select_nodes(graph, s.recipe);
-  TensorCalibrationSet set = TensorCalibrationSet::from_folder(o.data, graph);
+namespace {
+
+void calibrate_into(CalibrateSummary& s, const Graph& graph, CalibrationSet& set, const CalibrateOptions& o) {
   s.data_description = set.describe();
   if (o.cache_dir) {
     s.calibration = calibrate_cached(graph, s.selection, s.recipe, set, *o.cache_dir, &s.cache_hit);
   } else {
     s.calibration = calibrate(graph, s.selection, s.recipe, set);
   }
-  const AppliedRecipe applied = apply_recipe(graph, s.selection, s.recipe, s.calibration);
+}
+
+}  // namespace
+
+CalibrateSummary run_calibrate(const CalibrateOptions& o) {
+  CalibrateSummary s;
+  s.recipe = load_recipe(o.recipe);
+  const bool pipeline = !o.pipeline.empty();
+  if (pipeline == !o.model.empty())
+    throw InputError("qeval calibrate: give either --pipeline DIR (txt2img, per-step UNet calibration) or "
+                     "--model M.onnx with --data DIR");
+  std::shared_ptr<const Graph> graph;
+  std::optional<Txt2ImgModels> models;
+  if (pipeline) {
+    if (read_pipeline_task(o.pipeline) != PipelineTask::kTxt2Img)
+      throw InputError(o.pipeline.string() + ": --pipeline calibrates txt2img pipelines; calibrate a "
+                       "segmentation model with --model M.onnx --data DIR");
+    models.emplace(Txt2ImgModels::load(o.pipeline));
+    graph = models->unet;
+    s.model = models->config.unet.model;
+  } else {
+    if (o.data.empty()) throw InputError("qeval calibrate: --model needs --data DIR (calibration samples)");
+    graph = std::make_shared<const Graph>(load_onnx(o.model));
+    s.model = o.model;
+  }
+  s.selection = select_nodes(*graph, s.recipe);
+  if (pipeline) {
+    std::filesystem::path prompts = o.prompts.empty() ? models->config.calibration_prompts : o.prompts;
+    if (prompts.empty())
+      throw InputError(o.pipeline.string() + ": no --prompts given and pipeline.json names no calibration prompts");
+    Txt2ImgCalibrationSet set(*models, read_prompt_lines(prompts, o.limit), o.steps, 0, o.progress);
+    calibrate_into(s, *graph, set, o);
+  } else {
+    TensorCalibrationSet set = TensorCalibrationSet::from_folder(o.data, *graph);
+    calibrate_into(s, *graph, set, o);
+  }
+  const Graph& g = *graph;
+  const AppliedRecipe applied = apply_recipe(g, s.selection, s.recipe, s.calibration);
   s.quantized_activations = applied.quantized_activations;
   s.quantized_weights = static_cast<int>(applied.weights.size());
   s.smoothed_layers = applied.smoothed_layers;

@@ -17,6 +17,11 @@ struct CalibrateOptions {
   std::filesystem::path recipe;
   std::filesystem::path model;  // single-model calibration: the .onnx ...
   std::filesystem::path data;   // ... and its calibration samples (TensorCalibrationSet::from_folder)
+  std::filesystem::path pipeline;  // txt2img calibration of the pipeline's UNet, per step ...
+  std::filesystem::path prompts;   // ... on these prompts (default: pipeline.json's calibration set)
+  std::size_t limit = 0;           // at most this many prompts (0 = all)
+  int steps = 0;                   // denoising steps (0 = the pipeline's default)
+  bool progress = false;           // progress line on stderr
   std::filesystem::path out;    // scales.json, quantized.onnx
   std::optional<std::filesystem::path> cache_dir;  // nullopt: no cache
 };
@@ -29,6 +34,7 @@ struct CalibrateSummary {
   int opset_from = 0, opset_to = 0;
   bool cache_hit = false;
   std::string data_description;
+  std::filesystem::path model;  // the model that was quantized
 };
 
 // The scales document: the calibration result plus the selection and per-channel weight amax.

@@ -223,6 +223,33 @@ TEST(RunReport, ReaderErrorsNameTheFileAndKeyPath) {
   EXPECT_THROW(read_run_report(dir / "missing.json"), InputError);
 }
 
+TEST(RunReport, InconsistentReportsAreRefusedBeforeWriting) {
+  EXPECT_TRUE(check_run_report(testing::synthetic_run_report({.prompts = 2, .layers = 6, .steps = 3})).empty());
+  RunReport r = testing::synthetic_run_report({.prompts = 2, .layers = 6, .steps = 3, .images = false});
+  r.variants[1].reference = true;
+  r.layer_tables[2].stats.local_sqnr_db.pop_back();
+  r.timesteps.tables[1].stats.absmax.push_back(1);
+  r.histograms[0].step = 3;
+  r.step_curves[0].values.pop_back();
+  r.samples[1].results[0].variant = "fp64";
+  r.gate.checks[0].variant = "int4";
+  const auto problems = check_run_report(r);
+  std::string all;
+  for (const auto& p : problems) all += p + "\n";
+  for (const char* expected :
+       {"2 variants are marked reference; expected exactly 1",
+        "layer table int8-l3.local_sqnr_db: 5 values, expected 6 (or none)",
+        "step table fp16.absmax: 19 values, expected 18 (or none)",
+        "histogram of fp32: step 3 outside [-1, 3)",
+        "step curve fp16 noise_pred sqnr_db: 2 values, expected 3 (or none)",
+        "sample p001-s42: unknown variant \"fp64\"", "gate check \"psnr_db mean >= 30\": unknown variant \"int4\""})
+    EXPECT_NE(all.find(expected), std::string::npos) << expected << "\n" << all;
+  EXPECT_EQ(problems.size(), 7u) << all;
+  testing::ScratchDir dir("runreport-inconsistent");
+  EXPECT_THROW(write_run_report(r, dir / "out"), std::logic_error);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+}
+
 TEST(RunReport, JsonStaysCompactForHundredsOfLayers) {
   // 400 layers x 20 steps x 4 variants: columns are one line each, so the file stays small.
   RunReport r = testing::synthetic_run_report({.prompts = 2, .layers = 400, .steps = 20, .images = false});

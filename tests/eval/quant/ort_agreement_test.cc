@@ -91,3 +91,26 @@ TEST(QuantCli, CalibrateWritesScalesAndExportAndReusesTheCache) {
 
 }  // namespace
 }  // namespace qeval::eval::quant
+
+namespace qeval::eval::quant {
+namespace {
+
+TEST(QuantCli, CalibratesATxt2ImgPipelinesUnetPerStep) {
+  testing::ScratchDir dir("calibrate-pipeline");
+  const auto r = testing::run_qeval("calibrate --pipeline " + (testing::source_dir() / "models/tiny-sd").string() +
+                                    " --recipe " + (testing::source_dir() / "recipes/fp8-level3.json").string() +
+                                    " --limit 1 --steps 2 --no-cache --out " + (dir / "out").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("max over 1 prompts x 2 steps (2 model runs, 2 steps)"), std::string::npos) << r.out;
+  const auto scales = testing::read_json(dir / "out/scales.json");
+  EXPECT_EQ(scales["activations"][0]["step_max"].size(), 2u);
+  EXPECT_EQ(scales["selection"]["nodes"].size(), 95u);
+  const auto seg = testing::run_qeval("calibrate --pipeline " + (testing::source_dir() / "models/tiny-sam").string() +
+                                      " --recipe " + (testing::source_dir() / "recipes/fp8-level3.json").string() +
+                                      " --out " + (dir / "o2").string());
+  EXPECT_EQ(seg.code, 2) << seg.out;
+  EXPECT_NE(seg.out.find("calibrate a segmentation model with --model M.onnx --data DIR"), std::string::npos) << seg.out;
+}
+
+}  // namespace
+}  // namespace qeval::eval::quant

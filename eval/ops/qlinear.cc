@@ -1,0 +1,412 @@
+// Integer ops on the int8 kernels: ONNX Runtime's quantizer outputs (DynamicQuantizeLinear,
+// MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv) and qeval's fused Q/DQ Conv/MatMul/Gemm
+// (domain "qeval.int8", made by eval/quant/qdq_fusion): int8 x int8 -> int32 exactly, then rescale.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+
+#include "eval/ops/families.h"
+#include "eval/ops/geometry.h"
+#include "eval/ops/quant_common.h"
+#include "kernels/broadcast.h"
+#include "kernels/int8_conv.h"
+#include "kernels/int8_gemm.h"
+#include "kernels/numeric.h"
+
+namespace qeval::eval {
+
+namespace {
+
+constexpr int kLatest = 22;
+
+bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
+void require_8bit(const Node& node, const ValueMeta& m, std::size_t i, const char* role) {
+  if (!is_8bit(m.declared))
+    fail(node, std::string(role) + " '" + node.inputs[i] + "' has type " + type_name(m.declared) + "; int8 or uint8 expected");
+}
+
+// An 8-bit tensor as int8: uint8 values v become v - 128 (bitwise v ^ 0x80), and the caller
+// lowers the matching zero points by 128, so (v - zp) is unchanged.
+const std::int8_t* as_int8(const Tensor& t, std::vector<std::int8_t>& buffer) {
+  if (t.dtype() == DType::kInt8) return t.data<std::int8_t>();
+  const std::uint8_t* src = t.data<std::uint8_t>();
+  buffer.resize(std::size_t(t.numel()));
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = std::int8_t(src[i] ^ 0x80);
+  return buffer.data();
+}
+std::int32_t int8_offset(DType t) { return t == DType::kUInt8 ? 128 : 0; }
+
+// Zero points of an 8-bit operand (nullptr: 0), as the int8 form of the operand needs them.
+std::vector<std::int32_t> zero_points(const Node& node, const Tensor* zp, std::size_t index, DType operand) {
+  const std::int32_t off = int8_offset(operand);
+  if (!zp) return {-off};
+  if (zp->dtype() != operand)
+    fail(node, "zero point '" + node.inputs[index] + "' has type " + type_name(zp->dtype()) + ", its operand " +
+                   type_name(operand));
+  std::vector<std::int32_t> v = zero_point_values(node, index, *zp, zp->dtype());
+  for (auto& z : v) z -= off;
+  return v;
+}
+
+// A zero point or scale of one element or `n` (per row / column / channel); InputError otherwise.
+void check_count(const Node& node, const ValueMeta* m, std::size_t index, std::int64_t n, const char* what) {
+  if (!m) return;
+  const std::int64_t c = shape_numel(m->shape);
+  if (m->shape.size() > 1 || (c != 1 && c != n))
+    fail(node, std::string(what) + " '" + node.inputs[index] + "' has shape " + shape_to_string(m->shape) +
+                   "; expected one value or [" + std::to_string(n) + "]");
+}
+
+float scalar_float(const Tensor& t) { return t.data<float>()[0]; }
+
+// ---- integer engines: exact int32 sums of (a - za)(b - zb) ---------------------------------------
+
+// B operands packed once when they are plan-time constants (weights). `note_constant` (from infer)
+// records which tensor is constant; a runtime tensor is never cached (its buffer is reused).
+class PackedBCache {
+ public:
+  void note_constant(const ValueMeta* m) { constant_ = m && m->value ? m->value.get() : nullptr; }
+  bool cacheable(const Tensor& b) const { return &b == constant_; }
+  const kernels::PackedInt8B& get(const Tensor& b, std::int64_t k, std::int64_t n, const std::int8_t* data,
+                                  std::int64_t ldb, bool trans) {
+    if (source_ != &b || !packed_) {
+      packed_ = std::make_unique<kernels::PackedInt8B>(k, n, data, ldb, trans);
+      source_ = &b;
+    }
+    return *packed_;
+  }
+
+ private:
+  const Tensor* source_ = nullptr;
+  const Tensor* constant_ = nullptr;
+  std::unique_ptr<kernels::PackedInt8B> packed_;
+};
+
+// y[batch..., m, n] = sum_k (a - za)(b - zb), numpy matmul broadcasting; za has 1 or m values,
+// zb 1 or n (already in int8 form). `cache` packs B once when B has no batch dimensions.
+void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::int32_t>& za, const Tensor& b,
+                    const std::vector<std::int32_t>& zb, std::int32_t* y, PackedBCache* cache) {
+  const MatMulPlan p = plan_matmul(node, a.shape(), b.shape());
+  std::vector<std::int8_t> abuf, bbuf;
+  const std::int8_t* pa = as_int8(a, abuf);
+  const std::int8_t* pb = as_int8(b, bbuf);
+  const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
+  const std::int64_t batch = shape_numel(p.batch);
+  const auto sa = kernels::broadcast_strides(Shape(p.a.begin(), p.a.end() - 2), p.batch);
+  const auto sb = kernels::broadcast_strides(Shape(p.b.begin(), p.b.end() - 2), p.batch);
+  const bool b_shared = shape_numel(Shape(p.b.begin(), p.b.begin() + long(rb))) == 1;
+  std::unique_ptr<kernels::PackedInt8B> own_b;
+  for (std::int64_t e = 0; e < batch; ++e) {
+    std::int64_t oa = 0, ob = 0, rem = e;
+    for (int d = int(p.batch.size()) - 1; d >= 0; --d) {
+      const std::int64_t i = rem % p.batch[std::size_t(d)];
+      rem /= p.batch[std::size_t(d)];
+      oa += i * sa[std::size_t(d)];
+      ob += i * sb[std::size_t(d)];
+    }
+    (void)ra;
+    const kernels::PackedInt8A packed_a(p.m, p.k, pa + oa * p.m * p.k, p.k);
+    const kernels::PackedInt8B* packed_b;
+    if (b_shared && cache && cache->cacheable(b)) {
+      packed_b = &cache->get(b, p.k, p.n, pb, p.n, false);
+    } else {
+      own_b = std::make_unique<kernels::PackedInt8B>(p.k, p.n, pb + ob * p.k * p.n, p.n);
+      packed_b = own_b.get();
+    }
+    std::int32_t* ye = y + e * p.m * p.n;
+    kernels::int8_gemm(packed_a, *packed_b, ye, p.n);
+    // Zero-point corrections: - zb[j] rowsum_a[i] - za[i] colsum_b[j] + k za[i] zb[j].
+    const bool any_za = std::any_of(za.begin(), za.end(), [](std::int32_t z) { return z != 0; });
+    const bool any_zb = std::any_of(zb.begin(), zb.end(), [](std::int32_t z) { return z != 0; });
+    if (!any_za && !any_zb) continue;
+    const std::int32_t* rows = packed_a.row_sums();
+    const std::int32_t* cols = packed_b->col_sums();
+    for (std::int64_t i = 0; i < p.m; ++i) {
+      const std::int32_t zai = za.size() == 1 ? za[0] : za[std::size_t(i)];
+      std::int32_t* yr = ye + i * p.n;
+      for (std::int64_t j = 0; j < p.n; ++j) {
+        const std::int32_t zbj = zb.size() == 1 ? zb[0] : zb[std::size_t(j)];
+        yr[j] += -zbj * rows[i] - zai * cols[j] + std::int32_t(p.k) * zai * zbj;
+      }
+    }
+  }
+}
+
+// Conv weights packed once when they are a plan-time constant (see PackedBCache).
+class PackedConvCache {
+ public:
+  void note_constant(const ValueMeta* m) { constant_ = m && m->value ? m->value.get() : nullptr; }
+  const kernels::PackedInt8ConvWeights& get(const Tensor& w, const kernels::ConvParams& p, const std::int8_t* data) {
+    if (&w != constant_ || source_ != &w || !packed_ || p.in_channels != in_ || p.groups != groups_) {
+      packed_ = std::make_unique<kernels::PackedInt8ConvWeights>(p, data);
+      source_ = &w;
+      in_ = p.in_channels;
+      groups_ = p.groups;
+    }
+    return *packed_;
+  }
+
+ private:
+  const Tensor* source_ = nullptr;
+  const Tensor* constant_ = nullptr;
+  std::int64_t in_ = 0, groups_ = 0;
+  std::unique_ptr<kernels::PackedInt8ConvWeights> packed_;
+};
+
+// y[b, oc, ...] = sum over the window of (x - zx)(w - zw[oc]), padding reading zx (real 0).
+void integer_conv(const kernels::ConvParams& p, const Tensor& x, std::int32_t zx, const Tensor& w,
+                  const std::vector<std::int32_t>& zw, std::int32_t* y, PackedConvCache& cache) {
+  std::vector<std::int8_t> xbuf, wbuf;
+  const std::int8_t* px = as_int8(x, xbuf);
+  const std::int8_t* pw = as_int8(w, wbuf);
+  const kernels::PackedInt8ConvWeights& packed = cache.get(w, p, pw);
+  std::int64_t out_size = 1, kprod = 1;
+  for (auto o : p.out_spatial) out_size *= o;
+  for (auto k : p.kernel) kprod *= k;
+  const std::int64_t k = p.in_channels / p.groups * kprod;
+  const bool any_zw = std::any_of(zw.begin(), zw.end(), [](std::int32_t z) { return z != 0; });
+  std::vector<std::int32_t> window_sums(any_zw ? std::size_t(p.batch * p.groups * out_size) : 0);
+  kernels::int8_conv(p, px, std::int8_t(zx), packed, y, any_zw ? window_sums.data() : nullptr);
+  if (zx == 0 && !any_zw) return;
+  const std::int64_t og = p.out_channels / p.groups;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t oc = 0; oc < p.out_channels; ++oc) {
+      const std::int32_t z = zw.size() == 1 ? zw[0] : zw[std::size_t(oc)];
+      const std::int32_t constant = -zx * packed.channel_sum(oc) + std::int32_t(k) * zx * z;
+      std::int32_t* yo = y + (b * p.out_channels + oc) * out_size;
+      const std::int32_t* ws = any_zw ? window_sums.data() + (b * p.groups + oc / og) * out_size : nullptr;
+      for (std::int64_t j = 0; j < out_size; ++j) yo[j] += constant - (ws ? z * ws[j] : 0);
+    }
+}
+
+// Requantization as ONNX Runtime does it: float multiplier, round half to even, add the zero
+// point, saturate.
+template <class T>
+T requantize(std::int32_t acc, float multiplier, std::int32_t zp) {
+  const float v = std::nearbyint(float(acc) * multiplier) + float(zp);
+  return T(std::clamp(v, float(std::numeric_limits<T>::lowest()), float(std::numeric_limits<T>::max())));
+}
+
+// ---- MatMulInteger / QLinearMatMul -------------------------------------------------------------
+
+class MatMulIntegerOp final : public Op {
+ public:
+  explicit MatMulIntegerOp(const Node& node) : node_(node) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs A and B");
+    require_8bit(node_, *in[0], 0, "A");
+    require_8bit(node_, *in[1], 1, "B");
+    const MatMulPlan p = plan_matmul(node_, in[0]->shape, in[1]->shape);
+    check_count(node_, in.size() > 2 ? in[2] : nullptr, 2, p.m, "a_zero_point");
+    check_count(node_, in.size() > 3 ? in[3] : nullptr, 3, p.n, "b_zero_point");
+    cache_.note_constant(in[1]);
+    return {meta_of(DType::kInt32, p.out)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const auto za = zero_points(node_, in.size() > 2 ? in[2] : nullptr, 2, in[0]->dtype());
+    const auto zb = zero_points(node_, in.size() > 3 ? in[3] : nullptr, 3, in[1]->dtype());
+    integer_matmul(node_, *in[0], za, *in[1], zb, out[0]->data<std::int32_t>(), &cache_);
+  }
+
+ private:
+  Node node_;
+  mutable PackedBCache cache_;
+};
+
+class QLinearMatMulOp final : public Op {
+ public:
+  explicit QLinearMatMulOp(const Node& node) : node_(node) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    for (std::size_t i : {0, 1, 3, 4, 6, 7})
+      if (in.size() <= i || !in[i]) fail(node_, "needs 8 inputs (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)");
+    require_8bit(node_, *in[0], 0, "a");
+    require_8bit(node_, *in[3], 3, "b");
+    const MatMulPlan p = plan_matmul(node_, in[0]->shape, in[3]->shape);
+    for (std::size_t i : {1, 4, 6}) check_scale_meta(node_, *in[i], i);
+    check_count(node_, in[1], 1, 1, "a_scale");
+    check_count(node_, in[2], 2, 1, "a_zero_point");
+    check_count(node_, in[4], 4, p.n, "b_scale");
+    check_count(node_, in[5], 5, p.n, "b_zero_point");
+    check_count(node_, in[6], 6, 1, "y_scale");
+    check_count(node_, in[7], 7, 1, "y_zero_point");
+    require_8bit(node_, *in[7], 7, "y_zero_point");
+    for (std::size_t i : {1, 4, 6})
+      if (in[i]->value) check_scale_values(node_, i, *in[i]->value, false);
+    cache_.note_constant(in[3]);
+    return {meta_of(in[7]->declared, p.out)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    for (std::size_t i : {1, 4, 6}) check_scale_values(node_, i, *in[i], false);
+    const auto za = zero_points(node_, in[2], 2, in[0]->dtype());
+    const auto zb = zero_points(node_, in[5], 5, in[3]->dtype());
+    const MatMulPlan p = plan_matmul(node_, in[0]->shape(), in[3]->shape());
+    std::vector<std::int32_t> acc(std::size_t(shape_numel(p.out)));
+    integer_matmul(node_, *in[0], za, *in[3], zb, acc.data(), &cache_);
+    const std::int32_t zy = zero_point_values(node_, 7, *in[7], in[7]->dtype())[0];
+    const float sa = scalar_float(*in[1]), sy = scalar_float(*in[6]);
+    const Tensor& sb = *in[4];
+    std::vector<float> mult(std::size_t(sb.numel()));
+    for (std::size_t j = 0; j < mult.size(); ++j) mult[j] = sa * sb.data<float>()[j] / sy;
+    visit_storage(out[0]->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>) {
+        T* y = out[0]->data<T>();
+        for (std::size_t i = 0; i < acc.size(); ++i)
+          y[i] = requantize<T>(acc[i], mult.size() == 1 ? mult[0] : mult[i % std::size_t(p.n)], zy);
+      }
+    });
+  }
+
+ private:
+  Node node_;
+  mutable PackedBCache cache_;
+};
+
+// ---- ConvInteger / QLinearConv -----------------------------------------------------------------
+
+class ConvIntegerOp final : public Op {
+ public:
+  explicit ConvIntegerOp(const Node& node) : node_(node), attrs_(read_conv_attributes(node)) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs x and w");
+    require_8bit(node_, *in[0], 0, "x");
+    require_8bit(node_, *in[1], 1, "w");
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
+    check_count(node_, in.size() > 2 ? in[2] : nullptr, 2, 1, "x_zero_point");
+    check_count(node_, in.size() > 3 ? in[3] : nullptr, 3, p.out_channels, "w_zero_point");
+    cache_.note_constant(in[1]);
+    Shape y{p.batch, p.out_channels};
+    y.insert(y.end(), p.out_spatial.begin(), p.out_spatial.end());
+    return {meta_of(DType::kInt32, y)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[1]->shape());
+    const auto zx = zero_points(node_, in.size() > 2 ? in[2] : nullptr, 2, in[0]->dtype());
+    const auto zw = zero_points(node_, in.size() > 3 ? in[3] : nullptr, 3, in[1]->dtype());
+    integer_conv(p, *in[0], zx[0], *in[1], zw, out[0]->data<std::int32_t>(), cache_);
+  }
+
+ private:
+  Node node_;
+  ConvAttributes attrs_;
+  mutable PackedConvCache cache_;
+};
+
+class QLinearConvOp final : public Op {
+ public:
+  explicit QLinearConvOp(const Node& node) : node_(node), attrs_(read_conv_attributes(node)) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    for (std::size_t i = 0; i < 8; ++i)
+      if (in.size() <= i || !in[i])
+        fail(node_, "needs inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point (B optional)");
+    require_8bit(node_, *in[0], 0, "x");
+    require_8bit(node_, *in[3], 3, "w");
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[3]->shape);
+    for (std::size_t i : {1, 4, 6}) check_scale_meta(node_, *in[i], i);
+    check_count(node_, in[1], 1, 1, "x_scale");
+    check_count(node_, in[2], 2, 1, "x_zero_point");
+    check_count(node_, in[4], 4, p.out_channels, "w_scale");
+    check_count(node_, in[5], 5, p.out_channels, "w_zero_point");
+    check_count(node_, in[6], 6, 1, "y_scale");
+    check_count(node_, in[7], 7, 1, "y_zero_point");
+    require_8bit(node_, *in[7], 7, "y_zero_point");
+    if (in.size() > 8 && in[8]) {
+      if (in[8]->declared != DType::kInt32 || in[8]->shape != Shape{p.out_channels})
+        fail(node_, "B '" + node_.inputs[8] + "' must be int32 [" + std::to_string(p.out_channels) + "], got " +
+                        type_name(in[8]->declared) + " " + shape_to_string(in[8]->shape));
+    }
+    for (std::size_t i : {1, 4, 6})
+      if (in[i]->value) check_scale_values(node_, i, *in[i]->value, false);
+    cache_.note_constant(in[3]);
+    Shape y{p.batch, p.out_channels};
+    y.insert(y.end(), p.out_spatial.begin(), p.out_spatial.end());
+    return {meta_of(in[7]->declared, y)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    for (std::size_t i : {1, 4, 6}) check_scale_values(node_, i, *in[i], false);
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[3]->shape());
+    const auto zx = zero_points(node_, in[2], 2, in[0]->dtype());
+    const auto zw = zero_points(node_, in[5], 5, in[3]->dtype());
+    std::vector<std::int32_t> acc(std::size_t(out[0]->numel()));
+    integer_conv(p, *in[0], zx[0], *in[3], zw, acc.data(), cache_);
+    const std::int32_t zy = zero_point_values(node_, 7, *in[7], in[7]->dtype())[0];
+    const float sx = scalar_float(*in[1]), sy = scalar_float(*in[6]);
+    const float* sw = in[4]->data<float>();
+    const std::int32_t* bias = in.size() > 8 && in[8] ? in[8]->data<std::int32_t>() : nullptr;
+    const std::int64_t per_channel = out[0]->numel() / std::max<std::int64_t>(1, p.batch * p.out_channels);
+    visit_storage(out[0]->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>) {
+        T* y = out[0]->data<T>();
+        for (std::int64_t bc = 0; bc < p.batch * p.out_channels; ++bc) {
+          const std::int64_t oc = bc % p.out_channels;
+          const float m = sx * sw[in[4]->numel() == 1 ? 0 : oc] / sy;
+          const std::int32_t b = bias ? bias[oc] : 0;
+          for (std::int64_t j = 0; j < per_channel; ++j)
+            y[bc * per_channel + j] = requantize<T>(acc[std::size_t(bc * per_channel + j)] + b, m, zy);
+        }
+      }
+    });
+  }
+
+ private:
+  Node node_;
+  ConvAttributes attrs_;
+  mutable PackedConvCache cache_;
+};
+
+// ---- DynamicQuantizeLinear ---------------------------------------------------------------------
+
+// uint8, asymmetric: scale = (max(x, 0) - min(x, 0)) / 255 (1/255 when that range is 0, as ONNX
+// Runtime and onnx.reference do), zero point = saturate(round(-min / scale)).
+class DynamicQuantizeLinearOp final : public Op {
+ public:
+  explicit DynamicQuantizeLinearOp(const Node& node) : node_(node) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.empty() || !in[0]) fail(node_, "needs input x");
+    if (in[0]->declared != DType::kFloat32)
+      fail(node_, "x '" + node_.inputs[0] + "' has type " + type_name(in[0]->declared) + "; float expected");
+    return {meta_of(DType::kUInt8, in[0]->shape), meta_of(DType::kFloat32, {}), meta_of(DType::kUInt8, {})};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const Tensor& x = *in[0];
+    const float* v = x.data<float>();
+    float lo = 0, hi = 0;
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      lo = std::min(lo, v[i]);
+      hi = std::max(hi, v[i]);
+    }
+    const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
+    const float zpf = std::clamp(0.0f - lo / scale, 0.0f, 255.0f);
+    const std::int32_t zp = std::int32_t(std::nearbyint(zpf));
+    if (out[1]) out[1]->data<float>()[0] = scale;
+    if (out[2]) out[2]->data<std::uint8_t>()[0] = std::uint8_t(zp);
+    if (out[0]) {
+      std::uint8_t* y = out[0]->data<std::uint8_t>();
+      for (std::int64_t i = 0; i < x.numel(); ++i) y[i] = quantize_to<std::uint8_t>(v[i], scale, zp);
+    }
+  }
+
+ private:
+  Node node_;
+};
+
+}  // namespace
+
+void register_qlinear_ops(std::vector<OpSchema>& out) {
+  auto make = [](auto* tag) -> OpFactory {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<T>(n); };
+  };
+  out.push_back({"MatMulInteger", "", 10, kLatest, make(static_cast<MatMulIntegerOp*>(nullptr))});
+  out.push_back({"ConvInteger", "", 10, kLatest, make(static_cast<ConvIntegerOp*>(nullptr))});
+  // QLinearMatMul-21 only widened the types (float8, float16 scales); 8-bit semantics are the same.
+  out.push_back({"QLinearMatMul", "", 10, kLatest, make(static_cast<QLinearMatMulOp*>(nullptr))});
+  out.push_back({"QLinearConv", "", 10, kLatest, make(static_cast<QLinearConvOp*>(nullptr))});
+  out.push_back({"DynamicQuantizeLinear", "", 11, kLatest, make(static_cast<DynamicQuantizeLinearOp*>(nullptr))});
+}
+
+}  // namespace qeval::eval

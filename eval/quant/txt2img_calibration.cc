@@ -1,0 +1,68 @@
+// Per-step UNet calibration through the txt2img pipeline.
+#include "eval/quant/txt2img_calibration.h"
+
+#include <fstream>
+
+#include "eval/progress.h"
+#include "kernels/error.h"
+
+namespace qeval::eval::quant {
+
+std::vector<std::string> read_prompt_lines(const std::filesystem::path& path, std::size_t limit) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path.string() + ": cannot open the prompt file");
+  std::vector<std::string> prompts;
+  std::string line;
+  while (std::getline(in, line) && (limit == 0 || prompts.size() < limit)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    prompts.push_back(line);
+  }
+  if (prompts.empty()) throw InputError(path.string() + ": no prompts (one a line; '#' starts a comment)");
+  return prompts;
+}
+
+Txt2ImgCalibrationSet::Txt2ImgCalibrationSet(const Txt2ImgModels& models, std::vector<std::string> prompts,
+                                             int steps, std::uint64_t first_seed, bool progress)
+    : models_(models),
+      prompts_(std::move(prompts)),
+      steps_(steps > 0 ? steps : models.config.default_steps),
+      first_seed_(first_seed),
+      progress_(progress) {}
+
+std::string Txt2ImgCalibrationSet::fingerprint() const {
+  std::string s = "txt2img/steps=" + std::to_string(steps_) + "/seed=" + std::to_string(first_seed_) +
+                  "/guidance=" + std::to_string(models_.config.default_guidance_scale) + "/negative=" +
+                  models_.config.default_negative_prompt + "/scheduler=" +
+                  std::string(scheduler_type_name(models_.config.scheduler.type)) + "/text_encoder=" +
+                  graph_fingerprint(*models_.text_encoder);
+  for (const auto& p : prompts_) s += "\n" + p;
+  return fnv1a64_hex(s.data(), s.size());
+}
+
+std::string Txt2ImgCalibrationSet::describe() const {
+  return std::to_string(prompts_.size()) + " prompts x " + std::to_string(steps_) + " steps";
+}
+
+int Txt2ImgCalibrationSet::run(const Graph& reference, RangeCollector& collector) {
+  Txt2ImgSessions sessions = Txt2ImgSessions::create(models_);
+  if (&reference != models_.unet.get())
+    sessions.unet = std::make_shared<Session>(reference);
+  Txt2ImgHooks hooks;
+  hooks.observer_for = [&](const Txt2ImgCall& call) -> Observer* {
+    if (call.model != Txt2ImgModel::kUnet) return nullptr;
+    collector.set_step(call.step);
+    return &collector;
+  };
+  Progress progress("calibrating", prompts_.size(), progress_ && stderr_is_terminal());
+  for (std::size_t i = 0; i < prompts_.size(); ++i) {
+    Txt2ImgRequest request = default_request(models_.config, prompts_[i], first_seed_ + i);
+    request.steps = steps_;
+    generate(models_, sessions, request, hooks);
+    progress.tick();
+  }
+  progress.finish();
+  return steps_;
+}
+
+}  // namespace qeval::eval::quant

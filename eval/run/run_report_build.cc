@@ -183,6 +183,13 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
     rep.variants.push_back(std::move(out));
   }
 
+  // The steps (step curves and the timestep x layer tables refer to them).
+  if (!driver.stepped_model().empty()) {
+    rep.timesteps.component = driver.stepped_model();
+    rep.timesteps.mode = "free-running";
+    rep.timesteps.t = driver.timesteps();
+  }
+
   // Samples.
   for (const UnitOutcome& u : res.units)
     for (const SampleOutcome& s : u.samples) {
@@ -237,12 +244,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
       for (std::size_t k = 0; k < nl; ++k)
         if (int(space.model_of(kept[k])) == stepped) stepped_layers.push_back(k);
     const int steps = space.steps();
-    if (stepped >= 0) {
-      rep.timesteps.component = driver.stepped_model();
-      rep.timesteps.mode = "free-running";
-      rep.timesteps.t = driver.timesteps();
-      for (std::size_t k : stepped_layers) rep.timesteps.layers.push_back(std::uint32_t(k));
-    }
+    for (std::size_t k : stepped_layers) rep.timesteps.layers.push_back(std::uint32_t(k));
     for (std::size_t v = 0; v < nv; ++v) {
       const ObservedVariant& ov = res.observation.variants[v];
       // Per layer: the variant node holding it, for quantizer ranges and formats.

@@ -2,6 +2,7 @@
 #include "eval/infer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 
 #include "datasets/npy.h"
 #include "eval/onnx_import.h"
+#include "eval/quant/qdq_fusion.h"
 #include "kernels/error.h"
 #include "reports/files.h"
 
@@ -108,7 +110,10 @@ InferResult run_infer(const InferOptions& options) {
   for (const auto& [name, _] : options.shapes)
     if (!inputs.count(name)) throw InputError("--shape " + name + ": the model has no input with that name");
 
-  Session session(graph, SessionOptions{options.precision});
+  SessionOptions session_options;
+  session_options.precision = options.precision;
+  session_options.integer_qdq = options.integer_qdq;
+  Session session(graph, session_options);
   std::unique_ptr<DumpObserver> dump;
   if (options.dump_dir) {
     make_dir(*options.dump_dir, "--dump-all");
@@ -117,6 +122,7 @@ InferResult run_infer(const InferOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   auto outputs = session.run(inputs, dump.get());
   InferResult result;
+  for (const auto& f : session.fused_nodes()) result.fused.push_back(f.name);
   result.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   make_dir(options.outputs_dir, "outputs");
   for (const auto& out : graph.outputs) {
@@ -160,6 +166,15 @@ std::string inspect_model(const fs::path& model, bool* all_supported) {
   std::int64_t bytes = 0;
   for (const auto& [name, t] : g.initializers) bytes += static_cast<std::int64_t>(t.nbytes());
   s += fmt::format("parameters: {} in {} initializers ({:.2f} MB)\n", g.parameter_count(), g.initializers.size(), bytes / 1e6);
+  const quant::QdqFusion fusion = quant::fuse_qdq(g);
+  if (fusion.fused.empty()) {
+    s += "integer execution (Q/DQ fusion): none\n";
+  } else {
+    s += fmt::format("integer execution (Q/DQ fusion): {} nodes run int8 x int8 -> int32\n", fusion.fused.size());
+    for (const auto& f : fusion.fused)
+      s += fmt::format("  {} ({}){}\n", f.name, f.op_type,
+                       f.removed.empty() ? "" : fmt::format(", replaces {}", fmt::join(f.removed, ", ")));
+  }
   if (unsupported.empty()) {
     s += "unsupported ops: none\n";
   } else {

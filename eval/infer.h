@@ -18,12 +18,14 @@ struct InferOptions {
   // --shape NAME=D0,D1,...: the input file is reshaped to this shape (same element count).
   std::map<std::string, Shape> shapes;
   std::optional<std::filesystem::path> dump_dir;  // --dump-all: every node output as .npy
+  bool integer_qdq = true;  // false (--float-qdq): no Q/DQ fusion, DQ then float ops
 };
 
 struct InferResult {
   std::vector<std::pair<std::string, Shape>> outputs;  // name, shape
   std::size_t dumped = 0;                              // tensors written by --dump-all
   double elapsed_ms = 0;                               // the run itself, without I/O
+  std::vector<std::string> fused;                      // nodes run on int8 kernels (Q/DQ fusion)
 };
 
 // File name for a tensor name: every character outside [A-Za-z0-9_.-] becomes '_'.
@@ -37,7 +39,7 @@ InferResult run_infer(const InferOptions& options);
 std::pair<std::string, Shape> parse_shape_option(const std::string& text);
 
 // `qeval inspect`: a human-readable description of a model (inputs, outputs, opsets, op
-// histogram, unsupported ops, parameters).
+// histogram, unsupported ops, parameters, the nodes Q/DQ fusion runs on int8 kernels).
 std::string inspect_model(const std::filesystem::path& model, bool* all_supported);
 
 }  // namespace qeval::eval

@@ -143,8 +143,15 @@ struct Session::Plan {
 
 Session::Session(const Graph& graph, SessionOptions options)
     : graph_(graph), options_(options), pool_(std::make_unique<BufferPool>()) {
-  ops_.reserve(graph.nodes.size());
-  for (const auto& node : graph.nodes) {
+  if (options_.integer_qdq) {
+    quant::QdqFusion fusion = quant::fuse_qdq(graph);
+    nodes_ = std::move(fusion.nodes);
+    fused_ = std::move(fusion.fused);
+  } else {
+    nodes_ = graph.nodes;
+  }
+  ops_.reserve(nodes_.size());
+  for (const auto& node : nodes_) {
     const OpSchema* schema = find_op(node.domain, node.op_type, node.opset);
     if (!schema)
       throw InputError(graph.source + ": " + node.describe() + ": " +
@@ -210,8 +217,8 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       set_constant(id, std::make_shared<const Tensor>(*v->second), in.dtype);
   }
 
-  for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
-    const Node& node = graph_.nodes[n];
+  for (std::size_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = nodes_[n];
     Plan::Step step;
     step.node = n;
     std::vector<const ValueMeta*> in_metas;
@@ -367,7 +374,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   std::vector<const Tensor*> ins, out_views;
   std::vector<Tensor*> outs;
   for (const auto& step : p.steps) {
-    const Node& node = graph_.nodes[step.node];
+    const Node& node = nodes_[step.node];
     ins.clear();
     for (int id : step.in) ins.push_back(value(id));
     if (!step.folded) {

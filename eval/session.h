@@ -12,6 +12,7 @@
 
 #include "eval/graph.h"
 #include "eval/ops/op.h"
+#include "eval/quant/qdq_fusion.h"
 
 namespace qeval::eval {
 
@@ -23,6 +24,10 @@ struct SessionOptions {
   // float outputs are rounded to the format; kernels accumulate in float32. Values a model itself
   // declares as float16/bfloat16 are rounded to their format under every precision.
   Precision precision = Precision::kFp32;
+  // Conv/MatMul/Gemm between DequantizeLinear of int8 values run as int8 x int8 -> int32 with the
+  // integer kernels (eval/quant/qdq_fusion.h), as TensorRT executes them. Off: every DQ runs and
+  // the float op accumulates the dequantized values (to compare the two).
+  bool integer_qdq = true;
 };
 
 // What an observer sees after each node. Tensors hold storage values (float16 as rounded float32).
@@ -60,6 +65,10 @@ class Session {
   std::map<std::string, ValueMeta> infer_metas(const std::map<std::string, Shape>& input_shapes);
 
   const Graph& graph() const { return graph_; }
+  // The nodes this session runs: the graph's, with Q/DQ-wrapped Conv/MatMul/Gemm rewritten to
+  // their fused form when options().integer_qdq (same names and outputs), and what was fused.
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<quant::FusedNode>& fused_nodes() const { return fused_; }
   const SessionOptions& options() const { return options_; }
 
   // Peak bytes of activation buffers held at once during the last run (pool capacity included).
@@ -77,7 +86,9 @@ class Session {
 
   const Graph& graph_;
   SessionOptions options_;
-  std::vector<std::unique_ptr<Op>> ops_;  // one per graph node
+  std::vector<Node> nodes_;                // what runs (see nodes())
+  std::vector<quant::FusedNode> fused_;
+  std::vector<std::unique_ptr<Op>> ops_;  // one per node of nodes_
   // Initializers in storage form, converted and rounded once per session; those needing neither
   // alias the graph's own tensors (no copy of the weights).
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> weights_;

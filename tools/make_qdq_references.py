@@ -199,6 +199,44 @@ def cases():
     inits = [raw_tensor("w", INT8, [24, 9], w), raw_tensor("ws", FLOAT, [], np.array(0.01, np.float32))]
     out["ort_dynamic_matmul"] = (model(nodes, [vi("x", FLOAT, [4, 24])], [vi("y", FLOAT, [4, 9]), vi("xq", UINT8, [4, 24])],
                                        inits, 13), {"x": x})
+    # A hand-built QDQ graph (TensorRT's convention: symmetric int8, weights per output channel;
+    # and ONNX Runtime's: uint8 activations with zero points): Conv -> Relu -> Flatten -> MatMul ->
+    # Add, the Conv and MatMul inputs behind Q/DQ, the output quantized too. ORT computes it as written (DQ to float, float
+    # Conv/MatMul); qeval fuses the Conv and the MatMul into int8 x int8 -> int32 kernels. The C++ test
+    # (QdqFusion.*) asks for agreement within one quantization step of the output.
+    for act, aname in [(INT8, "s8"), (UINT8, "u8")]:
+        x = rng.normal(0, 1, size=(2, 3, 8, 8)).astype(np.float32)
+        w1 = rng.normal(0, 0.3, size=(4, 3, 3, 3)).astype(np.float32)
+        s1 = (np.abs(w1).reshape(4, -1).max(axis=1) / 127).astype(np.float32)
+        w1q = np.clip(np.rint(w1 / s1[:, None, None, None]), -127, 127).astype(np.int8)
+        b1 = rng.normal(0, 0.1, size=4).astype(np.float32)
+        w2 = rng.normal(0, 0.1, size=(256, 10)).astype(np.float32)
+        s2 = (np.abs(w2).max(axis=0) / 127).astype(np.float32)
+        w2q = np.clip(np.rint(w2 / s2[None, :]), -127, 127).astype(np.int8)
+        b2 = rng.normal(0, 0.1, size=10).astype(np.float32)
+        zp = (lambda v: np.array(v if act == INT8 else v + 128, NP[act]))
+        nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="x_q"),
+                 helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="x_dq"),
+                 helper.make_node("DequantizeLinear", ["w1q", "w1s"], ["w1d"], name="w1_dq", axis=0),
+                 helper.make_node("Conv", ["xd", "w1d", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+                 helper.make_node("Flatten", ["r1"], ["f"], name="flatten", axis=1),
+                 helper.make_node("QuantizeLinear", ["f", "as", "az"], ["fq"], name="f_q"),
+                 helper.make_node("DequantizeLinear", ["fq", "as", "az"], ["fd"], name="f_dq"),
+                 helper.make_node("DequantizeLinear", ["w2q", "w2s"], ["w2d"], name="w2_dq", axis=1),
+                 helper.make_node("MatMul", ["fd", "w2d"], ["mm"], name="fc"),
+                 helper.make_node("Add", ["mm", "b2"], ["fcb"], name="fc_bias"),
+                 helper.make_node("QuantizeLinear", ["fcb", "ys", "yz"], ["yq"], name="y_q"),
+                 helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"], name="y_dq")]
+        inits = [raw_tensor("xs", FLOAT, [], np.array(0.025, np.float32)), raw_tensor("xz", act, [], zp(0 if act == INT8 else -3)),
+                 raw_tensor("w1q", INT8, [4, 3, 3, 3], w1q), raw_tensor("w1s", FLOAT, [4], s1),
+                 raw_tensor("b1", FLOAT, [4], b1),
+                 raw_tensor("as", FLOAT, [], np.array(0.02, np.float32)), raw_tensor("az", act, [], zp(0 if act == INT8 else -128)),
+                 raw_tensor("w2q", INT8, [256, 10], w2q), raw_tensor("w2s", FLOAT, [10], s2),
+                 raw_tensor("b2", FLOAT, [10], b2),
+                 raw_tensor("ys", FLOAT, [], np.array(0.01, np.float32)), raw_tensor("yz", act, [], zp(0 if act == INT8 else 5))]
+        out[f"qdq_conv_matmul_{aname}"] = (model(nodes, [vi("x", FLOAT, [2, 3, 8, 8])], [vi("y", FLOAT, [2, 10])], inits, 13),
+                                           {"x": x})
     return out
 
 

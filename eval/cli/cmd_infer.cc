@@ -1,5 +1,6 @@
 // qeval infer (one ONNX model, .npy in and out) and qeval inspect (describe a model).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "eval/cli/command.h"
 #include "eval/exit_codes.h"
@@ -11,6 +12,7 @@ namespace {
 struct InferArgs {
   std::string model, inputs, outputs, precision = "fp32", dump;
   std::vector<std::string> shapes;
+  bool float_qdq = false;
 };
 
 int run_infer(const InferArgs& a) {
@@ -23,8 +25,11 @@ int run_infer(const InferArgs& a) {
                                               : eval::Precision::kFp32;
   for (const auto& s : a.shapes) options.shapes.insert(eval::parse_shape_option(s));
   if (!a.dump.empty()) options.dump_dir = a.dump;
+  options.integer_qdq = !a.float_qdq;
   auto r = eval::run_infer(options);
   fmt::print("qeval infer: {} ({} precision) ran in {:.1f} ms\n", a.model, a.precision, r.elapsed_ms);
+  if (!r.fused.empty())
+    fmt::print("  int8 kernels (Q/DQ fusion) for {} nodes: {}\n", r.fused.size(), fmt::join(r.fused, ", "));
   for (const auto& [name, shape] : r.outputs)
     fmt::print("  output {} {} -> {}/{}.npy\n", name, shape_to_string(shape), a.outputs,
                eval::tensor_file_name(name));
@@ -50,6 +55,9 @@ Runner add_infer(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   cmd->add_option("--shape", a->shapes, "NAME=D0,D1,...: reshape that input's array (repeatable)");
   cmd->add_option("--dump-all", a->dump, "folder for every intermediate tensor (.npy)");
+  cmd->add_flag("--float-qdq", a->float_qdq,
+                "run Q/DQ graphs as written (DequantizeLinear, then float Conv/MatMul/Gemm) instead of "
+                "fusing them into int8 x int8 -> int32 kernels (docs/quantized-graphs.md)");
   return [a](const Context&) { return run_infer(*a); };
 }
 

@@ -107,6 +107,67 @@ class ArithOp final : public Op {
   Arith kind_;
 };
 
+// ---- variadic Min, Max, Sum, Mean (numpy broadcasting across all inputs) ----------------------
+
+enum class Variadic { kMin, kMax, kSum, kMean };
+
+class VariadicOp final : public Op {
+ public:
+  VariadicOp(const Node& node, Variadic kind) : node_(node), kind_(kind) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.empty() || !in[0]) fail(node_, "needs at least one input");
+    Shape shape = in[0]->shape;
+    for (std::size_t i = 1; i < in.size(); ++i) {
+      if (!in[i]) fail(node_, "input " + std::to_string(i) + " is omitted");
+      if (in[i]->dtype != in[0]->dtype)
+        fail(node_, "input types differ: " + type_name(in[0]->declared) + " and " + type_name(in[i]->declared));
+      shape = broadcast_shapes(node_, shape, in[i]->shape);
+    }
+    const DType t = in[0]->dtype;
+    const bool is_float = t == DType::kFloat32 || t == DType::kFloat64;
+    if (t == DType::kBool || (!is_float && (kind_ == Variadic::kSum || kind_ == Variadic::kMean)))
+      throw UnsupportedError(node_.describe() + ": element type " + type_name(in[0]->declared) + " is not supported");
+    return {meta_like(*in[0], shape)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    visit_storage(in[0]->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, bool>) apply<T>(in, *out[0]);
+    });
+  }
+
+ private:
+  template <class T>
+  void apply(std::span<const Tensor* const> in, Tensor& o) const {
+    T* po = o.data<T>();
+    const T* p0 = in[0]->data<T>();
+    kernels::for_each_broadcast(o.shape(), in[0]->shape(), in[0]->shape(),
+                                [&](std::int64_t i, std::int64_t ia, std::int64_t) { po[i] = p0[ia]; });
+    for (std::size_t k = 1; k < in.size(); ++k) {
+      const T* pk = in[k]->data<T>();
+      kernels::for_each_broadcast(o.shape(), o.shape(), in[k]->shape(),
+                                  [&](std::int64_t i, std::int64_t, std::int64_t ib) { po[i] = combine(po[i], pk[ib]); });
+    }
+    if (kind_ == Variadic::kMean)
+      for (std::int64_t i = 0; i < o.numel(); ++i) po[i] = T(po[i] / T(in.size()));
+  }
+  // NaN propagates from either operand (numpy's minimum/maximum, ONNX Runtime).
+  template <class T>
+  T combine(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(a)) return a;
+      if (std::isnan(b)) return b;
+    }
+    switch (kind_) {
+      case Variadic::kMin: return std::min(a, b);
+      case Variadic::kMax: return std::max(a, b);
+      default: return T(a + b);
+    }
+  }
+  Node node_;
+  Variadic kind_;
+};
+
 // ---- comparisons and logic -------------------------------------------------------------------
 
 enum class Compare { kEqual, kGreater, kLess, kGreaterOrEqual, kLessOrEqual };
@@ -391,6 +452,20 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back({"Div", "", 7, kLatest, arith(Arith::kDiv)});
   out.push_back({"Pow", "", 7, kLatest, arith(Arith::kPow)});
 
+  auto variadic = [](Variadic k) -> OpFactory {
+    switch (k) {
+      case Variadic::kMin: return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kMin); };
+      case Variadic::kMax: return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kMax); };
+      case Variadic::kSum: return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kSum); };
+      case Variadic::kMean: break;
+    }
+    return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kMean); };
+  };
+  // Opset 8 added broadcasting (earlier versions had equal shapes, a special case); 12/13 types.
+  out.push_back({"Min", "", 6, kLatest, variadic(Variadic::kMin)});
+  out.push_back({"Max", "", 6, kLatest, variadic(Variadic::kMax)});
+  out.push_back({"Sum", "", 6, kLatest, variadic(Variadic::kSum)});
+  out.push_back({"Mean", "", 6, kLatest, variadic(Variadic::kMean)});
   out.push_back({"Equal", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kEqual); }});
   out.push_back({"Greater", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kGreater); }});
   out.push_back({"Less", "", 7, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kLess); }});

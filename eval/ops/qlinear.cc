@@ -10,6 +10,7 @@
 #include "eval/ops/families.h"
 #include "eval/ops/geometry.h"
 #include "eval/ops/quant_common.h"
+#include "eval/quant/qdq_fusion.h"
 #include "kernels/broadcast.h"
 #include "kernels/int8_conv.h"
 #include "kernels/int8_gemm.h"
@@ -85,6 +86,25 @@ class PackedBCache {
   std::unique_ptr<kernels::PackedInt8B> packed_;
 };
 
+// sum (a - za[i])(b - zb[j]) from y = sum a b: - zb[j] rowsum_a[i] - za[i] colsum_b[j] + k za[i] zb[j].
+void correct_zero_points(const kernels::PackedInt8A& a, const kernels::PackedInt8B& b,
+                         const std::vector<std::int32_t>& za, const std::vector<std::int32_t>& zb, std::int32_t* y) {
+  const bool any_za = std::any_of(za.begin(), za.end(), [](std::int32_t z) { return z != 0; });
+  const bool any_zb = std::any_of(zb.begin(), zb.end(), [](std::int32_t z) { return z != 0; });
+  if (!any_za && !any_zb) return;
+  const std::int64_t m = a.m(), n = b.n(), k = a.k();
+  const std::int32_t* rows = a.row_sums();
+  const std::int32_t* cols = b.col_sums();
+  for (std::int64_t i = 0; i < m; ++i) {
+    const std::int32_t zai = za.size() == 1 ? za[0] : za[std::size_t(i)];
+    std::int32_t* yr = y + i * n;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int32_t zbj = zb.size() == 1 ? zb[0] : zb[std::size_t(j)];
+      yr[j] += -zbj * rows[i] - zai * cols[j] + std::int32_t(k) * zai * zbj;
+    }
+  }
+}
+
 // y[batch..., m, n] = sum_k (a - za)(b - zb), numpy matmul broadcasting; za has 1 or m values,
 // zb 1 or n (already in int8 form). `cache` packs B once when B has no batch dimensions.
 void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::int32_t>& za, const Tensor& b,
@@ -93,7 +113,7 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
   std::vector<std::int8_t> abuf, bbuf;
   const std::int8_t* pa = as_int8(a, abuf);
   const std::int8_t* pb = as_int8(b, bbuf);
-  const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
+  const std::size_t rb = p.b.size() - 2;
   const std::int64_t batch = shape_numel(p.batch);
   const auto sa = kernels::broadcast_strides(Shape(p.a.begin(), p.a.end() - 2), p.batch);
   const auto sb = kernels::broadcast_strides(Shape(p.b.begin(), p.b.end() - 2), p.batch);
@@ -107,7 +127,6 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
       oa += i * sa[std::size_t(d)];
       ob += i * sb[std::size_t(d)];
     }
-    (void)ra;
     const kernels::PackedInt8A packed_a(p.m, p.k, pa + oa * p.m * p.k, p.k);
     const kernels::PackedInt8B* packed_b;
     if (b_shared && cache && cache->cacheable(b)) {
@@ -118,20 +137,7 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
     }
     std::int32_t* ye = y + e * p.m * p.n;
     kernels::int8_gemm(packed_a, *packed_b, ye, p.n);
-    // Zero-point corrections: - zb[j] rowsum_a[i] - za[i] colsum_b[j] + k za[i] zb[j].
-    const bool any_za = std::any_of(za.begin(), za.end(), [](std::int32_t z) { return z != 0; });
-    const bool any_zb = std::any_of(zb.begin(), zb.end(), [](std::int32_t z) { return z != 0; });
-    if (!any_za && !any_zb) continue;
-    const std::int32_t* rows = packed_a.row_sums();
-    const std::int32_t* cols = packed_b->col_sums();
-    for (std::int64_t i = 0; i < p.m; ++i) {
-      const std::int32_t zai = za.size() == 1 ? za[0] : za[std::size_t(i)];
-      std::int32_t* yr = ye + i * p.n;
-      for (std::int64_t j = 0; j < p.n; ++j) {
-        const std::int32_t zbj = zb.size() == 1 ? zb[0] : zb[std::size_t(j)];
-        yr[j] += -zbj * rows[i] - zai * cols[j] + std::int32_t(p.k) * zai * zbj;
-      }
-    }
+    correct_zero_points(packed_a, *packed_b, za, zb, ye);
   }
 }
 
@@ -394,6 +400,184 @@ class DynamicQuantizeLinearOp final : public Op {
   Node node_;
 };
 
+// ---- fused Q/DQ Conv / MatMul / Gemm (eval/quant/qdq_fusion) ------------------------------------
+
+// Inputs: a_q, a_scale, a_zero_point, b_q, b_scale, b_zero_point[, bias / C]; a float output in
+// the scale's type, = float(exact int32 sum) * (a_scale * b_scale[channel]) (+ bias). The float
+// path it replaces computes the same sum of dequantized products with float rounding in every term.
+class FusedQdqOp : public Op {
+ public:
+  explicit FusedQdqOp(const Node& node) : node_(node) {}
+
+ protected:
+  // Checks the quantized operands; returns the scale count allowed for b (1 or `channels`).
+  void check_operands(std::span<const ValueMeta* const> in, std::int64_t channels) const {
+    for (std::size_t i : {0, 1, 3, 4})
+      if (in.size() <= i || !in[i]) fail(node_, "fused Q/DQ node lacks input " + std::to_string(i));
+    require_8bit(node_, *in[0], 0, "quantized activation");
+    require_8bit(node_, *in[3], 3, "quantized weight");
+    check_scale_meta(node_, *in[1], 1);
+    check_scale_meta(node_, *in[4], 4);
+    check_count(node_, in[1], 1, 1, "activation scale");
+    check_count(node_, in[2], 2, 1, "activation zero point");
+    check_count(node_, in[4], 4, channels, "weight scale");
+    check_count(node_, in[5], 5, channels, "weight zero point");
+    if (in[1]->value) check_scale_values(node_, 1, *in[1]->value, true);
+    if (in[4]->value) check_scale_values(node_, 4, *in[4]->value, true);
+  }
+  // a_scale * b_scale per output channel.
+  std::vector<float> multipliers(std::span<const Tensor* const> in) const {
+    const float sa = scalar_float(*in[1]);
+    const Tensor& sb = *in[4];
+    std::vector<float> m(std::size_t(sb.numel()));
+    for (std::size_t j = 0; j < m.size(); ++j) m[j] = sa * sb.data<float>()[j];
+    return m;
+  }
+  std::vector<std::int32_t> za(std::span<const Tensor* const> in) const {
+    return zero_points(node_, in.size() > 2 ? in[2] : nullptr, 2, in[0]->dtype());
+  }
+  std::vector<std::int32_t> zb(std::span<const Tensor* const> in) const {
+    return zero_points(node_, in.size() > 5 ? in[5] : nullptr, 5, in[3]->dtype());
+  }
+
+  Node node_;
+  mutable std::vector<std::int32_t> acc_;  // scratch, kept across runs (one session = one thread)
+};
+
+class FusedConvOp final : public FusedQdqOp {
+ public:
+  explicit FusedConvOp(const Node& node) : FusedQdqOp(node), attrs_(read_conv_attributes(node)) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 5 || !in[0] || !in[3]) fail(node_, "fused Q/DQ Conv lacks inputs");
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[3]->shape);
+    check_operands(in, p.out_channels);
+    if (in.size() > 6 && in[6] && (in[6]->dtype != DType::kFloat32 || in[6]->shape != Shape{p.out_channels}))
+      fail(node_, "B '" + node_.inputs[6] + "' must be float [" + std::to_string(p.out_channels) + "], got " +
+                      type_name(in[6]->declared) + " " + shape_to_string(in[6]->shape));
+    cache_.note_constant(in[3]);
+    Shape y{p.batch, p.out_channels};
+    y.insert(y.end(), p.out_spatial.begin(), p.out_spatial.end());
+    return {meta_of(in[1]->declared, y)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[3]->shape());
+    acc_.resize(std::size_t(out[0]->numel()));
+    integer_conv(p, *in[0], za(in)[0], *in[3], zb(in), acc_.data(), cache_);
+    const std::vector<float> m = multipliers(in);
+    const float* bias = in.size() > 6 && in[6] ? in[6]->data<float>() : nullptr;
+    float* y = out[0]->data<float>();
+    const std::int64_t per_channel = out[0]->numel() / std::max<std::int64_t>(1, p.batch * p.out_channels);
+    for (std::int64_t bc = 0; bc < p.batch * p.out_channels; ++bc) {
+      const std::int64_t oc = bc % p.out_channels;
+      const float mc = m[m.size() == 1 ? 0 : std::size_t(oc)], b = bias ? bias[oc] : 0.0f;
+      const std::int32_t* a = acc_.data() + bc * per_channel;
+      float* yc = y + bc * per_channel;
+      for (std::int64_t j = 0; j < per_channel; ++j) yc[j] = float(a[j]) * mc + b;
+    }
+  }
+
+ private:
+  ConvAttributes attrs_;
+  mutable PackedConvCache cache_;
+};
+
+class FusedMatMulOp final : public FusedQdqOp {
+ public:
+  using FusedQdqOp::FusedQdqOp;
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 5 || !in[0] || !in[3]) fail(node_, "fused Q/DQ MatMul lacks inputs");
+    const MatMulPlan p = plan_matmul(node_, in[0]->shape, in[3]->shape);
+    check_operands(in, p.n);
+    cache_.note_constant(in[3]);
+    return {meta_of(in[1]->declared, p.out)};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const MatMulPlan p = plan_matmul(node_, in[0]->shape(), in[3]->shape());
+    acc_.resize(std::size_t(out[0]->numel()));
+    integer_matmul(node_, *in[0], za(in), *in[3], zb(in), acc_.data(), &cache_);
+    const std::vector<float> m = multipliers(in);
+    float* y = out[0]->data<float>();
+    const std::size_t n = std::size_t(p.n);
+    for (std::size_t i = 0; i < acc_.size(); ++i) y[i] = float(acc_[i]) * m[m.size() == 1 ? 0 : i % n];
+  }
+
+ private:
+  mutable PackedBCache cache_;
+};
+
+class FusedGemmOp final : public FusedQdqOp {
+ public:
+  explicit FusedGemmOp(const Node& node)
+      : FusedQdqOp(node),
+        trans_b_(node.get_int("transB", 0) != 0),
+        alpha_(node.get_float("alpha", 1.0f)),
+        beta_(node.get_float("beta", 1.0f)) {
+    if (node.get_int("transA", 0) != 0) fail(node, "fused Q/DQ Gemm with transA is not supported");
+  }
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 5 || !in[0] || !in[3]) fail(node_, "fused Q/DQ Gemm lacks inputs");
+    const Shape& a = in[0]->shape;
+    const Shape& b = in[3]->shape;
+    if (a.size() != 2 || b.size() != 2) fail(node_, "A and B must be 2-D, got " + shape_to_string(a) + " and " + shape_to_string(b));
+    const std::int64_t k = trans_b_ ? b[1] : b[0], n = trans_b_ ? b[0] : b[1];
+    if (k != a[1]) fail(node_, "inner dimensions differ: A " + shape_to_string(a) + ", B " + shape_to_string(b));
+    check_operands(in, n);
+    if (in.size() > 6 && in[6]) {
+      const Shape& c = in[6]->shape;
+      bool ok = c.size() <= 2;
+      for (std::size_t d = 0; ok && d < c.size(); ++d) {
+        const std::int64_t want = d + 2 - c.size() == 0 ? a[0] : n;
+        ok = c[d] == 1 || c[d] == want;
+      }
+      if (!ok || in[6]->dtype != DType::kFloat32)
+        fail(node_, "C of shape " + shape_to_string(c) + " does not broadcast to [" + std::to_string(a[0]) + ", " +
+                        std::to_string(n) + "]");
+    }
+    cache_.note_constant(in[3]);
+    return {meta_of(in[1]->declared, {a[0], n})};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const Tensor& a = *in[0];
+    const Tensor& b = *in[3];
+    const std::int64_t m_rows = a.shape()[0], k = a.shape()[1], n = trans_b_ ? b.shape()[0] : b.shape()[1];
+    std::vector<std::int8_t> abuf, bbuf;
+    const std::int8_t* pa = as_int8(a, abuf);
+    const std::int8_t* pb = as_int8(b, bbuf);
+    const kernels::PackedInt8A packed_a(m_rows, k, pa, k);
+    std::unique_ptr<kernels::PackedInt8B> own;
+    const kernels::PackedInt8B* packed_b;
+    if (cache_.cacheable(b)) {
+      packed_b = &cache_.get(b, k, n, pb, trans_b_ ? k : n, trans_b_);
+    } else {
+      own = std::make_unique<kernels::PackedInt8B>(k, n, pb, trans_b_ ? k : n, trans_b_);
+      packed_b = own.get();
+    }
+    acc_.resize(std::size_t(m_rows * n));
+    kernels::int8_gemm(packed_a, *packed_b, acc_.data(), n);
+    correct_zero_points(packed_a, *packed_b, za(in), zb(in), acc_.data());
+    const std::vector<float> mult = multipliers(in);
+    const Tensor* c = in.size() > 6 ? in[6] : nullptr;
+    float* y = out[0]->data<float>();
+    for (std::int64_t i = 0; i < m_rows; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        float v = alpha_ * (float(acc_[std::size_t(i * n + j)]) * mult[mult.size() == 1 ? 0 : std::size_t(j)]);
+        if (c && beta_ != 0.0f) {
+          const Shape& cs = c->shape();
+          std::int64_t ci = 0;
+          if (cs.size() == 2) ci = (cs[0] == 1 ? 0 : i) * cs[1] + (cs[1] == 1 ? 0 : j);
+          else if (cs.size() == 1) ci = cs[0] == 1 ? 0 : j;
+          v += beta_ * c->data<float>()[ci];
+        }
+        y[i * n + j] = v;
+      }
+  }
+
+ private:
+  bool trans_b_;
+  float alpha_, beta_;
+  mutable PackedBCache cache_;
+};
+
 }  // namespace
 
 void register_qlinear_ops(std::vector<OpSchema>& out) {
@@ -407,6 +591,10 @@ void register_qlinear_ops(std::vector<OpSchema>& out) {
   out.push_back({"QLinearMatMul", "", 10, kLatest, make(static_cast<QLinearMatMulOp*>(nullptr))});
   out.push_back({"QLinearConv", "", 10, kLatest, make(static_cast<QLinearConvOp*>(nullptr))});
   out.push_back({"DynamicQuantizeLinear", "", 11, kLatest, make(static_cast<DynamicQuantizeLinearOp*>(nullptr))});
+  // The Q/DQ fusion's rewrites (never in files: made in memory by eval/quant/qdq_fusion).
+  out.push_back({"Conv", quant::kFusedDomain, 1, 1, make(static_cast<FusedConvOp*>(nullptr))});
+  out.push_back({"MatMul", quant::kFusedDomain, 1, 1, make(static_cast<FusedMatMulOp*>(nullptr))});
+  out.push_back({"Gemm", quant::kFusedDomain, 1, 1, make(static_cast<FusedGemmOp*>(nullptr))});
 }
 
 }  // namespace qeval::eval

@@ -53,8 +53,6 @@ std::string quantize_format(const Node& q, const Graph& g) {
   return "uint8";
 }
 
-std::size_t node_index(const Graph& g, const Node& n) { return std::size_t(&n - g.nodes.data()); }
-
 }  // namespace
 
 LayerSpace::LayerSpace(std::vector<Model> models, int steps) : models_(std::move(models)), steps_(std::max(1, steps)) {
@@ -140,6 +138,7 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
   om.graph = &vg;
   om.match = match_nodes(rg, vg);
   om.layer_of_node.assign(vg.nodes.size(), -1);
+  for (std::size_t i = 0; i < vg.nodes.size(); ++i) om.index_of.emplace(vg.nodes[i].name, i);
   for (std::size_t i = 0; i < vg.nodes.size(); ++i)
     if (om.match.ref_of_variant[i] >= 0) om.layer_of_node[i] = int(space.layer(model, std::size_t(om.match.ref_of_variant[i])));
   // Quantizer ranges: the output of node p feeds QuantizeLinear q (scale s, symmetric format of
@@ -237,7 +236,9 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   const RunObservation& run = o_.run_;
   const ObservedVariant& variant = run.variants[o_.variant_];
   const ObservedModel& om = variant.models[std::size_t(model_)];
-  const std::size_t idx = node_index(*om.graph, e.node);
+  const auto found = om.index_of.find(e.node.name);
+  if (found == om.index_of.end()) return;
+  const std::size_t idx = found->second;
   Capture& cap = o_.capture_;
   if (capture_) {
     for (std::size_t i = 0; i < e.inputs.size(); ++i)

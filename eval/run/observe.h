@@ -100,6 +100,9 @@ struct ObservedModel {
   // node reads a DequantizeLinear output.
   std::vector<std::string> format;
   std::vector<LocalPlan> local;     // per variant node; empty when local error is off
+  // Node name -> index: observers see the session's copy of a node (it may have fused Q/DQ into
+  // it), found back by name.
+  std::unordered_map<std::string, std::size_t> index_of;
 };
 
 struct ObservedVariant {

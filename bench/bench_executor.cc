@@ -1,6 +1,7 @@
 // Times qeval's executor on one ONNX model: median wall time of Session::run over repetitions,
 // and peak activation memory. The ONNX Runtime peer (tools/ort/bench.js) is timed the same way.
-// Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)]
+// Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)] [--float-qdq]
+// --float-qdq: Q/DQ graphs run as written (no fusion into int8 kernels), to compare the two.
 #include <tbb/global_control.h>
 
 #include <algorithm>
@@ -24,6 +25,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s MODEL.onnx INPUT_DIR [repetitions=20] [threads=0]\n", argv[0]);
     return 2;
   }
+  bool float_qdq = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--float-qdq") float_qdq = true;
+    else args.push_back(argv[i]);
+  }
+  argc = int(args.size());
+  argv = args.data();
   const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
   std::unique_ptr<tbb::global_control> limit;
@@ -34,7 +43,9 @@ int main(int argc, char** argv) {
     std::map<std::string, Tensor> inputs;
     for (const auto& in : graph.inputs)
       inputs.emplace(in.name, datasets::read_npy(std::filesystem::path(argv[2]) / (eval::tensor_file_name(in.name) + ".npy")));
-    eval::Session session(graph);
+    eval::SessionOptions options;
+    options.integer_qdq = !float_qdq;
+    eval::Session session(graph, options);
     session.run(inputs);  // plan + warm-up
     std::vector<double> ms;
     for (int r = 0; r < reps; ++r) {

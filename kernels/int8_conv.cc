@@ -4,6 +4,9 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <stdexcept>
 
 namespace qeval::kernels {
@@ -36,26 +39,76 @@ Geometry3 geometry(const ConvParams& p) {
   return g;
 }
 
-// Row q = (c, kd, kh, kw) of the im2col matrix of one channel group: for every output position,
-// the input it reads (or pad_value).
-void im2col_row(const Geometry3& g, const std::int8_t* xc, std::int64_t kd, std::int64_t kh, std::int64_t kw,
-                std::int8_t pad_value, std::int8_t* dst) {
-  for (std::int64_t od = 0; od < g.out[0]; ++od) {
+// Row q of the im2col matrix of one channel group, for the nr output positions starting at
+// (od, oh, ow): the inputs they read, or pad_value. Runs along an output row share an input row;
+// an in-bounds run with stride 1 is a memcpy.
+void im2col_row_segment(const Geometry3& g, const std::int8_t* xg, std::int64_t q, std::int64_t od,
+                        std::int64_t oh, std::int64_t ow, std::int64_t nr, std::int8_t pad_value, std::int8_t* dst) {
+  const std::int64_t kprod = g.kernel_size();
+  const std::int64_t c = q / kprod, kk = q % kprod;
+  const std::int64_t kd = kk / (g.kernel[1] * g.kernel[2]), kh = (kk / g.kernel[2]) % g.kernel[1], kw = kk % g.kernel[2];
+  const std::int8_t* xc = xg + c * g.in_size();
+  for (std::int64_t t = 0; t < nr;) {
+    const std::int64_t run = std::min(nr - t, g.out[2] - ow);
     const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
-    for (std::int64_t oh = 0; oh < g.out[1]; ++oh) {
-      const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
-      std::int8_t* row = dst + (od * g.out[1] + oh) * g.out[2];
-      if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
-        for (std::int64_t ow = 0; ow < g.out[2]; ++ow) row[ow] = pad_value;
-        continue;
-      }
-      const std::int8_t* src = xc + (id * g.in[1] + ih) * g.in[2];
-      const std::int64_t base = kw * g.dilation[2] - g.pad[2];
-      for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
-        const std::int64_t iw = ow * g.stride[2] + base;
-        row[ow] = iw >= 0 && iw < g.in[2] ? src[iw] : pad_value;
+    const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
+    if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+      std::memset(dst + t, static_cast<unsigned char>(pad_value), std::size_t(run));
+    } else {
+      const std::int8_t* row = xc + (id * g.in[1] + ih) * g.in[2];
+      const std::int64_t base = ow * g.stride[2] - g.pad[2] + kw * g.dilation[2];
+      if (g.stride[2] == 1 && base >= 0 && base + run <= g.in[2]) {
+        std::memcpy(dst + t, row + base, std::size_t(run));
+      } else {
+        for (std::int64_t u = 0; u < run; ++u) {
+          const std::int64_t iw = base + u * g.stride[2];
+          dst[t + u] = iw >= 0 && iw < g.in[2] ? row[iw] : pad_value;
+        }
       }
     }
+    t += run;
+    ow = 0;
+    if (++oh == g.out[1]) {
+      oh = 0;
+      ++od;
+    }
+  }
+}
+
+// The im2col matrix of one channel group ([cg * kernel, out positions]) written straight into the
+// int8 GEMM's packed B layout with its column sums: per panel, four im2col rows (one k group) are
+// extracted and interleaved into 4-byte lanes.
+void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std::int8_t pad_value,
+                 PackedInt8B& out) {
+  const std::int64_t n = g.out_size(), k = cg * g.kernel_size();
+  const std::int64_t panels = (n + kInt8NR - 1) / kInt8NR;
+  auto panel = [&](std::int64_t pi) {
+    const std::int64_t j0 = pi * kInt8NR, nr = std::min<std::int64_t>(kInt8NR, n - j0);
+    const std::int64_t od = j0 / (g.out[1] * g.out[2]), oh = (j0 / g.out[2]) % g.out[1], ow = j0 % g.out[2];
+    std::uint32_t* dst = reinterpret_cast<std::uint32_t*>(out.mutable_panel(j0));
+    std::int32_t sums[kInt8NR] = {};
+    alignas(64) std::int8_t rows[4][kInt8NR];
+    for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
+      for (int r = 0; r < 4; ++r) {
+        if (q0 + r < k) im2col_row_segment(g, xg, q0 + r, od, oh, ow, nr, pad_value, rows[r]);
+        else std::memset(rows[r], 0, sizeof rows[r]);
+        if (nr < kInt8NR) std::memset(rows[r] + nr, 0, std::size_t(kInt8NR - nr));
+      }
+      std::uint32_t* d = dst + (q0 / 4) * kInt8NR;
+      for (int t = 0; t < kInt8NR; ++t) {
+        d[t] = std::uint32_t(std::uint8_t(rows[0][t])) | std::uint32_t(std::uint8_t(rows[1][t])) << 8 |
+               std::uint32_t(std::uint8_t(rows[2][t])) << 16 | std::uint32_t(std::uint8_t(rows[3][t])) << 24;
+        sums[t] += std::int32_t(rows[0][t]) + rows[1][t] + rows[2][t] + rows[3][t];
+      }
+    }
+    std::copy_n(sums, kInt8NR, out.mutable_col_sums() + j0);
+  };
+  if (k * n < (std::int64_t(1) << 16)) {
+    for (std::int64_t pi = 0; pi < panels; ++pi) panel(pi);
+  } else {
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, panels), [&](const auto& r) {
+      for (std::int64_t pi = r.begin(); pi < r.end(); ++pi) panel(pi);
+    });
   }
 }
 
@@ -122,30 +175,22 @@ void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
     return;
   }
 
-  // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is.
+  // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is: B is
+  // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B.
   const bool direct = kprod == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad[2] == 0 && g.stride[0] == 1 &&
                       g.stride[1] == 1 && g.stride[2] == 1 && out_size == in_size;
-  std::vector<std::int8_t> cols(direct ? 0 : std::size_t(k * out_size));
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t gi = 0; gi < p.groups; ++gi) {
       const std::int8_t* xg = x + (b * p.in_channels + gi * cg) * in_size;
-      const std::int8_t* src = xg;  // a 1x1 stride-1 conv reads x as it is: [cg, out_size]
-      if (!direct) {
-        auto fill = [&](std::int64_t q0, std::int64_t q1) {
-          for (std::int64_t q = q0; q < q1; ++q) {
-            const std::int64_t c = q / kprod, kk = q % kprod;
-            im2col_row(g, xg + c * in_size, kk / (g.kernel[1] * g.kernel[2]), (kk / g.kernel[2]) % g.kernel[1],
-                       kk % g.kernel[2], pad_value, cols.data() + q * out_size);
-          }
-        };
-        if (k * out_size < (std::int64_t(1) << 18)) fill(0, k);
-        else tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, k), [&](const auto& r) { fill(r.begin(), r.end()); });
-        src = cols.data();
+      std::unique_ptr<PackedInt8B> pb;
+      if (direct) {
+        pb = std::make_unique<PackedInt8B>(k, out_size, xg, out_size);
+      } else {
+        pb = std::make_unique<PackedInt8B>(k, out_size);
+        pack_im2col(g, xg, cg, pad_value, *pb);
       }
-      const PackedInt8B pb(k, out_size, src, out_size);
-      int8_gemm(w.group(gi), pb, y + (b * p.out_channels + gi * og) * out_size, out_size, path);
-      if (window_sums)
-        std::copy_n(pb.col_sums(), out_size, window_sums + (b * p.groups + gi) * out_size);
+      int8_gemm(w.group(gi), *pb, y + (b * p.out_channels + gi * og) * out_size, out_size, path);
+      if (window_sums) std::copy_n(pb->col_sums(), out_size, window_sums + (b * p.groups + gi) * out_size);
     }
 }
 

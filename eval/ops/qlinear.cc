@@ -495,10 +495,15 @@ class FusedMatMulOp final : public FusedQdqOp {
     const MatMulPlan p = plan_matmul(node_, in[0]->shape(), in[3]->shape());
     acc_.resize(std::size_t(out[0]->numel()));
     integer_matmul(node_, *in[0], za(in), *in[3], zb(in), acc_.data(), &cache_);
-    const std::vector<float> m = multipliers(in);
+    std::vector<float> m = multipliers(in);
+    if (m.size() == 1) m.assign(std::size_t(p.n), m[0]);
     float* y = out[0]->data<float>();
-    const std::size_t n = std::size_t(p.n);
-    for (std::size_t i = 0; i < acc_.size(); ++i) y[i] = float(acc_[i]) * m[m.size() == 1 ? 0 : i % n];
+    const std::size_t n = std::size_t(p.n), rows = acc_.size() / std::max<std::size_t>(1, n);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::int32_t* a = acc_.data() + r * n;
+      float* yr = y + r * n;
+      for (std::size_t j = 0; j < n; ++j) yr[j] = float(a[j]) * m[j];
+    }
   }
 
  private:

@@ -2,6 +2,8 @@
 # qeval's executor against ONNX Runtime on the reference models at benchmark sizes and on the
 # shipped models as their pipelines call them, same thread count, same run.
 # Usage: bench/run_executor.sh [build-dir] [threads=2] [repetitions=20] [benchmark ...]
+# ROUNDS=n (default 3) alternates qeval and ORT n times per model and keeps each side's best median:
+# on a shared machine the load comes and goes, and the best round is the closest to an idle one.
 # Needs: scripts/setup.sh --tools, and (cd tools/ort && npm ci --ignore-scripts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,12 +29,19 @@ ORDER=(unet_block vae_decoder_block vit_block clip_text_layer tiny_sd_text_encod
 [ $# -gt 0 ] && ORDER=("$@")
 printf "%-24s %10s %10s %7s %11s %12s %12s\n" model qeval_ms ort_ms ratio weights_MB peak_act_MB live_act_MB
 for b in "${ORDER[@]}"; do
-  q=$("$BUILD/bench/bench_executor" "${MODEL[$b]}" "$OUT/inputs/$b" "$REPS" "$THREADS")
-  o=$(node tools/ort/bench.js "${MODEL[$b]}" "$OUT/inputs/$b" "$REPS" "$THREADS")
-  echo "$b $q $o" >> "$OUT/raw.jsonl"
-  /usr/bin/python3 - "$b" "$q" "$o" <<'PY'
+  qs=() os=()
+  for r in $(seq "${ROUNDS:-3}"); do
+    qs+=("$("$BUILD/bench/bench_executor" "${MODEL[$b]}" "$OUT/inputs/$b" "$REPS" "$THREADS")")
+    os+=("$(node tools/ort/bench.js "${MODEL[$b]}" "$OUT/inputs/$b" "$REPS" "$THREADS")")
+  done
+  printf '%s\n' "${qs[@]}" "${os[@]}" | sed "s/^/$b threads=$THREADS /" >> "$OUT/raw.txt"
+  /usr/bin/python3 - "$b" "${#qs[@]}" "${qs[@]}" "${os[@]}" <<'PY'
 import json, sys
-m, q, o = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+m, n = sys.argv[1], int(sys.argv[2])
+runs = [json.loads(a) for a in sys.argv[3:]]
+qs, os_ = runs[:n], runs[n:]
+q = min(qs, key=lambda r: r['median_ms'])
+o = min(os_, key=lambda r: r['median_ms'])
 print(f"{m:<24} {q['median_ms']:10.2f} {o['median_ms']:10.2f} {q['median_ms'] / o['median_ms']:7.2f} "
       f"{q['weight_bytes'] / 1e6:11.2f} {q['peak_activation_bytes'] / 1e6:12.2f} {q['live_activation_bytes'] / 1e6:12.2f}")
 PY

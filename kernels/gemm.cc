@@ -405,9 +405,25 @@ void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const 
   }
 }
 
-PackedB::PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb)
-    : trans_(trans), k_(k), n_(n), n_padded_(round_up(n, NR)) {
-  data_ = alloc_aligned_floats(std::size_t(std::max<std::int64_t>(1, k * n_padded_)));
+PackedB::PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb) {
+  pack(trans, k, n, b, ldb);
+}
+
+void pack_a_panels(bool trans, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t k0,
+                   std::int64_t kc, float* dst) {
+  pack_a(trans, a, lda, i0, mc, k0, kc, dst);
+}
+
+void PackedB::pack(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb) {
+  trans_ = trans;
+  k_ = k;
+  n_ = n;
+  n_padded_ = round_up(n, NR);
+  const std::size_t need = std::size_t(std::max<std::int64_t>(1, k * n_padded_));
+  if (need > capacity_) {
+    data_ = alloc_aligned_floats(need);
+    capacity_ = need;
+  }
   const std::int64_t panels = n_padded_ / NR;
   // Chunks of 8 panels (256 columns) keep a task's source rows contiguous enough to stream.
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (panels + 7) / 8), [&](const auto& r) {

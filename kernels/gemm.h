@@ -95,6 +95,8 @@ class PackedB {
  public:
   PackedB() = default;
   PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb);
+  // Packs another operand, reusing the storage when it is large enough.
+  void pack(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb);
   std::int64_t k() const { return k_; }
   std::int64_t n() const { return n_; }
   bool trans() const { return trans_; }
@@ -104,8 +106,14 @@ class PackedB {
  private:
   bool trans_ = false;
   std::int64_t k_ = 0, n_ = 0, n_padded_ = 0;
+  std::size_t capacity_ = 0;
   AlignedFloats data_;
 };
+
+// Rows [i0, i0 + mc) and the k range [k0, k0 + kc) of op(A) into kGemmMR-row panels, zero rows
+// past mc: the layout gemm_packed_block reads (mc <= kGemmMC not required). Single-threaded.
+void pack_a_panels(bool trans, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t k0,
+                   std::int64_t kc, float* dst);
 
 // A packed B block of kc rows and nc columns is ceil(nc / kGemmNR) panels; panel j holds, for each
 // row r < kc, kGemmNR consecutive floats: columns j*kGemmNR ... (+kGemmNR-1), zero past nc. So element

@@ -178,6 +178,38 @@ TEST(Session, InputsAreCheckedByNameTypeAndShape) {
   EXPECT_NE(error({{"x", floats({1, 4}, std::vector<float>(4))}, {"extra", Tensor()}}).find("no input named 'extra'"), std::string::npos);
 }
 
+// MatMul -> Mul -> Softmax -> MatMul runs as one attention kernel without an observer: the scores
+// are never materialised (smaller peak), and the bytes equal the observed, node-by-node run.
+TEST(Session, AttentionIsFusedWithoutObserversWithTheSameBytes) {
+  OnnxBuilder b;
+  b.input("q", onnx::TensorProto::FLOAT, {2, 64, 32})
+      .input("kt", onnx::TensorProto::FLOAT, {2, 32, 64})
+      .input("v", onnx::TensorProto::FLOAT, {2, 64, 16})
+      .output("y", onnx::TensorProto::FLOAT);
+  b.initializer("scale", {0.17f}, {});
+  b.node("MatMul", {"q", "kt"}, {"s"}, "qk");
+  b.node("Mul", {"s", "scale"}, {"scaled"}, "scale");
+  b.node("Softmax", {"scaled"}, {"p"}, "softmax");
+  b.node("MatMul", {"p", "v"}, {"y"}, "pv");
+  Graph g = b.graph();
+  auto filled = [](const Shape& shape, float step) {
+    std::vector<float> v(std::size_t(shape_numel(shape)));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i) * step);
+    return floats(shape, v);
+  };
+  const std::map<std::string, Tensor> in = {
+      {"q", filled({2, 64, 32}, 0.3f)}, {"kt", filled({2, 32, 64}, 0.7f)}, {"v", filled({2, 64, 16}, 0.2f)}};
+  Session fused(g), observed(g);
+  Recorder rec;
+  const Tensor a = fused.run(in).at("y");
+  const Tensor c = observed.run(in, &rec).at("y");
+  EXPECT_EQ(rec.events, (std::vector<std::string>{"qk:run", "scale:run", "softmax:run", "pv:run"}));
+  EXPECT_EQ(0, std::memcmp(a.raw(), c.raw(), a.nbytes()));
+  const std::size_t scores_bytes = 2 * 64 * 64 * sizeof(float);
+  EXPECT_LT(fused.last_live_activation_bytes(), scores_bytes);
+  EXPECT_GE(observed.last_live_activation_bytes(), 2 * scores_bytes);
+}
+
 TEST(Session, DeadBuffersAreReused) {
   // A chain of 12 Relu on 1 MiB tensors: without reuse 12 MiB would be live.
   OnnxBuilder b;

@@ -11,7 +11,6 @@
 #include "eval/ops/geometry.h"
 #include "eval/ops/quant_common.h"
 #include "eval/quant/qdq_fusion.h"
-#include "kernels/broadcast.h"
 #include "kernels/int8_conv.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/numeric.h"
@@ -113,29 +112,29 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
   std::vector<std::int8_t> abuf, bbuf;
   const std::int8_t* pa = as_int8(a, abuf);
   const std::int8_t* pb = as_int8(b, bbuf);
-  const std::size_t rb = p.b.size() - 2;
-  const std::int64_t batch = shape_numel(p.batch);
-  const auto sa = kernels::broadcast_strides(Shape(p.a.begin(), p.a.end() - 2), p.batch);
-  const auto sb = kernels::broadcast_strides(Shape(p.b.begin(), p.b.end() - 2), p.batch);
+  const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
   const bool b_shared = shape_numel(Shape(p.b.begin(), p.b.begin() + long(rb))) == 1;
+  auto packed_b_for = [&](std::int64_t index, std::unique_ptr<kernels::PackedInt8B>& own) {
+    if (b_shared && cache && cache->cacheable(b)) return &cache->get(b, p.k, p.n, pb, p.n, false);
+    own = std::make_unique<kernels::PackedInt8B>(p.k, p.n, pb + index * p.k * p.n, p.n);
+    return static_cast<const kernels::PackedInt8B*>(own.get());
+  };
   std::unique_ptr<kernels::PackedInt8B> own_b;
-  for (std::int64_t e = 0; e < batch; ++e) {
-    std::int64_t oa = 0, ob = 0, rem = e;
-    for (int d = int(p.batch.size()) - 1; d >= 0; --d) {
-      const std::int64_t i = rem % p.batch[std::size_t(d)];
-      rem /= p.batch[std::size_t(d)];
-      oa += i * sa[std::size_t(d)];
-      ob += i * sb[std::size_t(d)];
-    }
-    const kernels::PackedInt8A packed_a(p.m, p.k, pa + oa * p.m * p.k, p.k);
-    const kernels::PackedInt8B* packed_b;
-    if (b_shared && cache && cache->cacheable(b)) {
-      packed_b = &cache->get(b, p.k, p.n, pb, p.n, false);
-    } else {
-      own_b = std::make_unique<kernels::PackedInt8B>(p.k, p.n, pb + ob * p.k * p.n, p.n);
-      packed_b = own_b.get();
-    }
-    std::int32_t* ye = y + e * p.m * p.n;
+  // B without batch dimensions (a weight) and per-tensor A zero point: A's batch folds into the
+  // rows of one product.
+  if (b_shared && za.size() == 1 && shape_numel(p.batch) == shape_numel(Shape(p.a.begin(), p.a.begin() + long(ra)))) {
+    const std::int64_t rows = shape_numel(p.batch) * p.m;
+    const kernels::PackedInt8A packed_a(rows, p.k, pa, p.k);
+    const kernels::PackedInt8B* packed_b = packed_b_for(0, own_b);
+    kernels::int8_gemm(packed_a, *packed_b, y, p.n);
+    correct_zero_points(packed_a, *packed_b, za, zb, y);
+    return;
+  }
+  const auto operands = matmul_batch_operands(p);
+  for (std::size_t e = 0; e < operands.size(); ++e) {
+    const kernels::PackedInt8A packed_a(p.m, p.k, pa + operands[e].first * p.m * p.k, p.k);
+    const kernels::PackedInt8B* packed_b = packed_b_for(operands[e].second, own_b);
+    std::int32_t* ye = y + std::int64_t(e) * p.m * p.n;
     kernels::int8_gemm(packed_a, *packed_b, ye, p.n);
     correct_zero_points(packed_a, *packed_b, za, zb, ye);
   }

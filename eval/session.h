@@ -101,4 +101,13 @@ class Session {
   std::size_t live_peak_bytes_ = 0;
 };
 
+// Part of a graph on its own: `nodes` (indices into graph.nodes, ascending = topological order),
+// the initializers they read (copied), every other value they read as a graph input of the type in
+// `input_types` (float32 when not listed) with no fixed shape, and every output of theirs as a
+// graph output. A Session over it runs those nodes alone under any options: the evaluator's local
+// error runs one node on the reference's inputs in a variant's precision. Throws
+// std::invalid_argument for an index out of range or not ascending.
+Graph extract_subgraph(const Graph& graph, std::span<const std::size_t> nodes,
+                       const std::map<std::string, DType>& input_types = {});
+
 }  // namespace qeval::eval

@@ -22,9 +22,9 @@ std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec) {
   switch (spec.kind) {
     case RunPipelineKind::kTxt2Img: return make_txt2img_driver(spec);
     case RunPipelineKind::kSegmentation: return make_segmentation_driver(spec);
-    case RunPipelineKind::kSingleModel: break;
+    case RunPipelineKind::kSingleModel: return make_single_model_driver(spec);
   }
-  throw UnsupportedError("qeval run: single-model pipelines are not available in this build yet");
+  throw std::logic_error("make_run_driver: unknown pipeline kind");
 }
 
 RunDriver::RecipeGraphs RunDriver::recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool) const {

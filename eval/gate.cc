@@ -20,7 +20,8 @@ const std::vector<std::string>& gate_metric_keys() {
   // Images (compare-images and qeval run), then segmentation (qeval run on a segmentation pipeline).
   static const std::vector<std::string> keys = {"psnr_db",  "psnr_y_db",  "mse",           "ssim",
                                                 "ms_ssim",  "max_abs_diff", "mask_iou",    "boundary_f",
-                                                "logit_sqnr_db", "flipped_fraction"};
+                                                "logit_sqnr_db", "flipped_fraction", "output_sqnr_db",
+                                                "output_cosine", "output_rel_l2", "output_max_abs"};
   return keys;
 }
 

@@ -122,6 +122,7 @@ class BufferPool {
   void give(Tensor&& t) {
     if (t.capacity() > 0) free_.emplace(t.capacity(), std::move(t));
   }
+  void clear() { free_.clear(); }
 
  private:
   std::multimap<std::size_t, Tensor> free_;
@@ -575,6 +576,10 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     }
     const Tensor* t = value(id);
     result[graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
+  }
+  if (!options_.keep_buffers) {
+    slots.clear();
+    pool_->clear();
   }
   return result;
 }

@@ -28,6 +28,9 @@ struct SessionOptions {
   // integer kernels (eval/quant/qdq_fusion.h), as TensorRT executes them. Off: every DQ runs and
   // the float op accumulates the dequantized values (to compare the two).
   bool integer_qdq = true;
+  // Activation buffers are kept across runs (no reallocation); false frees them after each run,
+  // for the many small sessions of the evaluator's local error.
+  bool keep_buffers = true;
 };
 
 // What an observer sees after each node. Tensors hold storage values (float16 as rounded float32).

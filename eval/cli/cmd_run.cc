@@ -39,7 +39,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   for (const char* f : {"report.json", "report.html", "junit.xml"}) fs::remove(out / f, ec);
 
   const auto driver = eval::make_run_driver(spec);
-  auto variants = eval::build_variants(spec, *driver);
+  auto variants = eval::build_variants(spec, *driver, eval::stderr_is_terminal());
   if (eval::stderr_is_terminal()) {
     std::string names;
     for (const auto& v : variants) names += (names.empty() ? "" : ", ") + v.spec.name;

@@ -13,5 +13,7 @@ namespace qeval::eval {
 std::unique_ptr<RunDriver> make_txt2img_driver(const RunSpec& spec);
 // segmentation: one unit = one image of the point-prompt set with all its prompts.
 std::unique_ptr<RunDriver> make_segmentation_driver(const RunSpec& spec);
+// single model: one unit = one sample of input tensors.
+std::unique_ptr<RunDriver> make_single_model_driver(const RunSpec& spec);
 
 }  // namespace qeval::eval

@@ -22,23 +22,36 @@ std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec) {
   switch (spec.kind) {
     case RunPipelineKind::kTxt2Img: return make_txt2img_driver(spec);
     case RunPipelineKind::kSegmentation: return make_segmentation_driver(spec);
-    case RunPipelineKind::kSingleModel: break;
+    case RunPipelineKind::kSingleModel: return make_single_model_driver(spec);
   }
-  throw UnsupportedError("qeval run: single-model pipelines are not available in this build yet");
+  throw std::logic_error("make_run_driver: unknown pipeline kind");
 }
 
-std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver) {
+RunDriver::RecipeGraphs RunDriver::recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool) const {
+  throw UnsupportedError(fmt::format(
+      "{}: variant '{}': recipe variants of a {} pipeline need a calibration set qeval does not have yet; "
+      "calibrate with `qeval calibrate --model M.onnx --data DIR` and give quantized.onnx as \"onnx\"",
+      spec.source.empty() ? std::string("the default run") : spec.source.string(), v.name,
+      run_pipeline_kind_name(kind())));
+}
+
+std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress) {
   std::vector<BuiltVariant> out;
   for (const VariantSpec& v : spec.variants) {
     BuiltVariant b;
     b.spec = v;
     b.options.precision = v.precision;
-    if (!v.recipe.empty())
-      throw UnsupportedError(fmt::format(
-          "{}: variant '{}': recipe variants need calibrated scales for a {} pipeline, which this build "
-          "cannot compute yet; export the Q/DQ model with `qeval calibrate` and give it as \"onnx\"",
-          spec.source.empty() ? std::string("the default run") : spec.source.string(), v.name,
-          run_pipeline_kind_name(driver.kind())));
+    if (!v.recipe.empty()) {
+      RunDriver::RecipeGraphs r = driver.recipe_graphs(v, spec, progress);
+      b.graphs = std::move(r.graphs);
+      b.kind = reports::VariantKind::kRecipe;
+      b.recipe = r.recipe;
+      b.calibration = r.calibration;
+      b.calibration_cache_hit = r.cache_hit;
+      b.calibration_s = r.calibration_s;
+      out.push_back(std::move(b));
+      continue;
+    }
     b.graphs = driver.variant_graphs(v);
     if (!v.onnx.empty()) {
       b.kind = reports::VariantKind::kOnnx;

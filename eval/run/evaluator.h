@@ -32,6 +32,9 @@ struct BuiltVariant {
   SessionOptions options;
   std::map<std::string, std::shared_ptr<const Graph>> graphs;  // every model of the pipeline
   std::optional<reports::Artifact> recipe, onnx;
+  std::optional<reports::Artifact> calibration;  // recipe variants: the calibration set
+  bool calibration_cache_hit = false;
+  double calibration_s = 0;
 };
 
 // One variant's result on one unit.
@@ -96,6 +99,17 @@ class RunDriver {
   // The graphs of a variant with its own exports (pipeline.json variants or separate ONNX files);
   // models it does not replace keep the reference's graph object.
   virtual std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& spec) const = 0;
+  // A recipe variant: the reference's graphs with the recipe applied to the model it quantizes
+  // (txt2img: the UNet), calibrated on the run's calibration set (cached by recipe, model and
+  // data fingerprints). UnsupportedError for a pipeline without a calibration set.
+  struct RecipeGraphs {
+    std::map<std::string, std::shared_ptr<const Graph>> graphs;
+    reports::Artifact recipe;          // name, file, fingerprint
+    std::optional<reports::Artifact> calibration;  // the calibration set
+    bool cache_hit = false;
+    double calibration_s = 0;
+  };
+  virtual RecipeGraphs recipe_graphs(const VariantSpec& spec, const RunSpec& run, bool progress) const;
   virtual std::string stepped_model() const { return {}; }  // "" when no model runs per step
   virtual std::vector<double> timesteps() const { return {}; }
   virtual std::size_t units() const = 0;
@@ -133,8 +147,9 @@ struct RunResult {
   double elapsed_s = 0;
 };
 
-// Builds the variants of `spec` for `driver` (recipe variants need scales: not yet wired).
-std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver);
+// Builds the variants of `spec` for `driver` (recipe variants are calibrated here, or read from the
+// calibration cache).
+std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress = false);
 
 // Runs every unit and merges the results in unit order.
 RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,

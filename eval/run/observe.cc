@@ -184,6 +184,9 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
 }
 
 void Capture::start(const ModelCall& c) {
+  // Another model: its values have other names; free the previous model's (the VAE decoder's
+  // can be large) rather than holding every model's at once.
+  if (model != c.model) slots_.clear();
   model = std::string(c.model);
   step = c.step;
   call = c.call;
@@ -313,7 +316,9 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
   for (const auto& [var_value, ref_value] : plan.inputs) types[var_value] = capture.find(ref_value)->dtype();
   Entry e;
   e.graph = std::make_unique<Graph>(extract_subgraph(*om.graph, plan.nodes, types));
-  e.session = std::make_unique<Session>(*e.graph, v.options);
+  SessionOptions options = v.options;
+  options.keep_buffers = false;  // thousands of these per worker: hold no buffers between runs
+  e.session = std::make_unique<Session>(*e.graph, options);
   return entries_.emplace(key, std::move(e)).first->second;
 }
 

@@ -134,6 +134,8 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   cfg.model = {driver.name(), spec.pipeline.string(), graphs_fingerprint(ref_graphs)};
   cfg.inputs = driver.inputs_artifact();
   cfg.inputs.fingerprint = file_fingerprint(cfg.inputs.path);
+  for (const auto& v : res.variants)
+    if (v.calibration && !cfg.calibration) cfg.calibration = v.calibration;
   cfg.reference_variant = spec.reference;
   cfg.scheduler = driver.scheduler_name();
   cfg.steps = driver.steps();
@@ -219,6 +221,9 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
     for (const auto& s : rep.samples)
       if (const auto* sr = s.result(rep.variants[v].name)) total += sr->elapsed_ms, ++count;
     if (count) rep.variants[v].summary.timings.emplace_back("ms_per_sample", total / double(count));
+    if (res.variants[v].calibration)
+      rep.variants[v].summary.timings.emplace_back(
+          res.variants[v].calibration_cache_hit ? "calibration_s_cached" : "calibration_s", res.variants[v].calibration_s);
   }
 
   if (layers_on) {

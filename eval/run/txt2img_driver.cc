@@ -8,6 +8,9 @@
 #include <cstring>
 
 #include "eval/pipelines/txt2img.h"
+#include "eval/quant/apply.h"
+#include "eval/quant/calibrate_run.h"
+#include "eval/quant/txt2img_calibration.h"
 #include "eval/run/outputs.h"
 #include "kernels/error.h"
 #include "metrics/tensor_error.h"
@@ -90,6 +93,32 @@ class Txt2ImgDriver : public RunDriver {
         out[name] = graph(name);
       }
     }
+    return out;
+  }
+
+  RecipeGraphs recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool progress) const override {
+    namespace q = quant;
+    RecipeGraphs out;
+    const auto t0 = std::chrono::steady_clock::now();
+    const q::Recipe recipe = q::load_recipe(v.recipe);
+    const q::Selection selection = q::select_nodes(*models_.unet, recipe);
+    fs::path prompts = spec.calibration.prompts.empty() ? models_.config.calibration_prompts : spec.calibration.prompts;
+    if (prompts.empty())
+      throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
+                                   "{{\"prompts\": ...}} in the run config ({})",
+                                   v.name, models_.config.source.string(), kRunConfigDoc));
+    const int steps = spec.calibration.steps > 0 ? spec.calibration.steps : base_.steps;
+    q::Txt2ImgCalibrationSet set(models_, q::read_prompt_lines(prompts, std::size_t(spec.calibration.count)), steps, 0,
+                                 progress);
+    const fs::path cache = spec.calibration.cache.empty() ? q::default_calibration_cache() : spec.calibration.cache;
+    const q::CalibrationResult calibration =
+        q::calibrate_cached(*models_.unet, selection, recipe, set, cache, &out.cache_hit);
+    q::AppliedRecipe applied = q::apply_recipe(*models_.unet, selection, recipe, calibration);
+    for (const std::string m : {"text_encoder", "vae_decoder"}) out.graphs[m] = graph(m);
+    out.graphs["unet"] = std::make_shared<const Graph>(std::move(applied.graph));
+    out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
+    out.calibration = reports::Artifact{"calibration prompts", prompts.string(), "fnv1a64:" + set.fingerprint()};
+    out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }
 

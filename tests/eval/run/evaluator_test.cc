@@ -146,6 +146,40 @@ TEST(Evaluator, ResultsAreIdenticalForAnyThreadCount) {
   }
 }
 
+TEST(Evaluator, Txt2ImgRecipeVariantIsCalibratedPerStepAndQuantizesTheUnet) {
+  testing::ScratchDir cache("run-recipe-cache");
+  VariantSpec int8;
+  int8.name = "int8";
+  int8.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  RunSpec spec = tiny_sd_spec(1, 2, {precision("fp32", Precision::kFp32), int8});
+  spec.calibration.count = 2;
+  spec.calibration.cache = cache.path();
+  spec.observe.models = {"unet"};
+  spec.observe.local_error = false;
+  const RunResult r = run(spec);
+  const BuiltVariant& v = r.variants[1];
+  EXPECT_EQ(v.kind, reports::VariantKind::kRecipe);
+  EXPECT_FALSE(v.calibration_cache_hit);
+  EXPECT_NE(v.graphs.at("unet"), r.variants[0].graphs.at("unet"));
+  EXPECT_EQ(v.graphs.at("vae_decoder"), r.variants[0].graphs.at("vae_decoder"));
+  // Quantized layers carry their quantizer ranges; the drift statistics count clipping there.
+  const ObservedModel& om = r.observation.variants[1].models[0];
+  std::size_t ranged = 0, int8_nodes = 0;
+  for (std::size_t i = 0; i < om.clip_amax.size(); ++i) {
+    ranged += std::isfinite(om.clip_amax[i]) && om.layer_of_node[i] >= 0;
+    int8_nodes += om.format[i] == "int8";
+  }
+  EXPECT_GT(ranged, 20u);
+  EXPECT_GT(int8_nodes, 50u);
+  EXPECT_GT(om.match.plumbing, 100u);
+  EXPECT_TRUE(om.match.unmatched.empty());
+  const auto& m = r.units[0].samples[0].variants[1].metrics;
+  EXPECT_GT(*m[0].value, 15.0);  // PSNR dB: quantized, but the image survives
+  // Calibrated once: the second build reads the cache.
+  const auto driver = make_run_driver(spec);
+  EXPECT_TRUE(build_variants(spec, *driver)[1].calibration_cache_hit);
+}
+
 TEST(Evaluator, SegmentationComparesMasksPerPrompt) {
   RunSpec spec;
   spec.pipeline = testing::source_dir() / "models" / "tiny-sam";

@@ -70,6 +70,36 @@ TEST(RunCli, TinySamPointPromptsCompareMasks) {
   EXPECT_TRUE(j["samples"][0]["results"][1]["metrics"].contains("mask_iou"));
 }
 
+TEST(RunCli, SingleModelWithARecipeVariantCalibratesOnceThenReadsTheCache) {
+  testing::ScratchDir dir("run-cli-single");
+  const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
+  const auto config = write_config(dir, "c.json", R"({
+    "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
+    "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
+    "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
+                 {"name": "int8", "recipe": ")" + (testing::source_dir() / "recipes/int8-level3.json").string() + R"("}]})");
+  for (int run = 0; run < 2; ++run) {
+    const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(schema_errors(dir / "out/report.json"), "");
+    const auto j = testing::read_json(dir / "out/report.json");
+    EXPECT_EQ(j["config"]["pipeline"], "single-model");
+    const auto& int8 = j["variants"][2];
+    EXPECT_EQ(int8["kind"], "recipe");
+    EXPECT_GT(int8["quantized_nodes"].get<int>(), 0);
+    EXPECT_EQ(int8["summary"]["timings"][1]["name"], run == 0 ? "calibration_s" : "calibration_s_cached");
+    const auto& sqnr = j["samples"][0]["results"][2]["metrics"]["output_sqnr_db"];
+    EXPECT_GT(sqnr.get<double>(), 20.0);
+    EXPECT_LT(sqnr.get<double>(), j["samples"][0]["results"][1]["metrics"]["output_sqnr_db"].get<double>());
+    // The quantized layers: their format, and clip rates against the calibrated ranges.
+    const auto& table = j["layers"]["tables"][2];
+    bool int8_layer = false;
+    for (const auto& f : table["format"]) int8_layer |= f == "int8";
+    EXPECT_TRUE(int8_layer);
+    EXPECT_FALSE(table["stats"]["clip_rate"].empty());
+  }
+}
+
 TEST(RunCli, BadInputIsExitTwoWithTheReason) {
   testing::ScratchDir dir("run-cli-bad");
   const auto config = write_config(dir, "c.json", R"({"pipeline": "/nonexistent/model", "variants": []})");

@@ -90,7 +90,7 @@ Gate parse_gate(const std::string& text, const std::string& source) {
     bad(source, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad(source, "the gate must be a JSON object");
-  check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors", "layers",
+  check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors", "layers", "steps",
                  "max_nonfinite"},
              source, "top level");
   Gate g;
@@ -157,6 +157,41 @@ Gate parse_gate(const std::string& text, const std::string& source) {
         check.variant = c["variant"].get<std::string>();
       }
       g.layer_checks.push_back(std::move(check));
+    }
+  }
+  if (j.contains("steps")) {
+    if (!j["steps"].is_array()) bad(source, "'steps' must be an array of step-curve checks");
+    for (std::size_t i = 0; i < j["steps"].size(); ++i) {
+      const json& c = j["steps"][i];
+      const std::string where = "steps[" + std::to_string(i) + "]";
+      if (!c.is_object()) bad(source, where + ": must be an object");
+      check_keys(c, {"quantity", "mode", "metric", "stat", "min", "max", "variant"}, source, where);
+      StepGateCheck check;
+      auto choice = [&](const char* key, std::string& into, std::initializer_list<const char*> allowed) {
+        if (!c.contains(key)) return;
+        if (!c[key].is_string()) bad(source, where + ": '" + key + "' must be a string");
+        into = c[key].get<std::string>();
+        if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return into == a; })) {
+          std::string list;
+          for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+          bad(source, where + ": unknown " + key + " '" + into + "' (known: " + list + ")");
+        }
+      };
+      choice("quantity", check.quantity, {"noise_pred", "latent"});
+      choice("mode", check.mode, {"teacher-forced", "free-running"});
+      choice("metric", check.metric, {"sqnr_db", "rel_l2", "cosine", "max_abs"});
+      check.stat = c.contains("stat") ? c["stat"].get<std::string>() : "mean";
+      try {
+        check.spec = metrics::parse_stat(check.stat);
+      } catch (const std::invalid_argument& e) {
+        bad(source, where + ": " + e.what());
+      }
+      check.bound = parse_bound(c, source, where);
+      if (c.contains("variant")) {
+        if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
+        check.variant = c["variant"].get<std::string>();
+      }
+      g.step_checks.push_back(std::move(check));
     }
   }
   if (j.contains("max_nonfinite")) {

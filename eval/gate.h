@@ -35,6 +35,17 @@ struct LayerGateCheck {
   std::string variant;
 };
 
+// qeval run on a diffusion pipeline: a threshold on a per-step error curve (e.g. the UNet's noise
+// prediction teacher-forced), summarised over the steps: {"quantity": "noise_pred", "mode":
+// "teacher-forced", "metric": "sqnr_db", "stat": "mean", "min": 20}.
+struct StepGateCheck {
+  std::string quantity = "noise_pred", mode = "teacher-forced", metric = "sqnr_db";
+  std::string stat;
+  metrics::StatSpec spec;
+  Bound bound;
+  std::string variant;
+};
+
 struct Gate {
   std::string source = "default (no --gate given): fails only on pairs that could not be compared";
   std::vector<GateCheck> checks;
@@ -43,6 +54,7 @@ struct Gate {
   std::size_t max_errors = 0;             // pairs allowed to be missing, unreadable or mismatched
   // qeval run only:
   std::vector<LayerGateCheck> layer_checks;
+  std::vector<StepGateCheck> step_checks;
   std::optional<std::uint64_t> max_nonfinite;  // NaN/Inf node outputs allowed per variant
 };
 

@@ -35,6 +35,22 @@ bool is_quantization_plumbing(const Node& n) {
   return op == "Mul" && n.name.find("_quantizer/") != std::string::npos;
 }
 
+std::size_t count_quantized_nodes(const Graph& g) {
+  std::unordered_map<std::string, const Node*> producer;
+  for (const Node& n : g.nodes)
+    for (const auto& o : n.outputs) producer[o] = &n;
+  std::size_t count = 0;
+  for (const Node& n : g.nodes) {
+    if (is_quantization_plumbing(n)) continue;
+    count += std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) {
+      auto p = producer.find(in);
+      return p != producer.end() &&
+             (p->second->op_type == "DequantizeLinear" || p->second->op_type == "TRT_FP8DequantizeLinear");
+    });
+  }
+  return count;
+}
+
 NodeMatch match_nodes(const Graph& ref, const Graph& var) {
   NodeMatch m;
   m.ref_of_variant.assign(var.nodes.size(), -1);

@@ -17,6 +17,9 @@ namespace qeval::eval {
 // SmoothQuant that a recipe inserts ("<node>/input_quantizer/Mul").
 bool is_quantization_plumbing(const Node& node);
 
+// Nodes that run on quantized values: not plumbing themselves, reading a DequantizeLinear output.
+std::size_t count_quantized_nodes(const Graph& graph);
+
 struct UnmatchedNodeInfo {
   std::string side;  // "reference" | "variant"
   std::string name, op;

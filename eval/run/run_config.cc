@@ -235,6 +235,7 @@ RunSpec default_run_config() {
     if (fs::is_regular_file(recipe)) s.variants.push_back(VariantSpec{name, Precision::kFp16, recipe, {}, {}});
   }
   s.calibration.count = 32;  // of prompts/tiny_calib.txt, at the run's 20 steps (cached after the first run)
+  s.gate = s.pipeline / "gate.json";  // the shipped release gate (docs/gate.md)
   s.reference = "fp32";
   return s;
 }

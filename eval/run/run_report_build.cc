@@ -172,14 +172,16 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
       const Graph& g = *b.graphs.at(m);
       for (const Node& n : g.nodes)
         if (!is_quantization_plumbing(n) && n.op_type != "Constant") ++out.total_nodes;
+      out.quantized_nodes += count_quantized_nodes(g);
     }
     if (layers_on) {
-      for (const ObservedModel& om : res.observation.variants[v].models) {
-        for (const auto& f : om.format) out.quantized_nodes += !f.empty();
-        if (v != r) {
-          out.matched_by_name += om.match.by_name;
-          for (const auto& u : om.match.unmatched) out.unmatched.push_back({u.side, u.name, u.op, u.reason});
-        }
+      // Matching is reported where the variant runs another graph than the reference.
+      const auto& models = res.observation.variants[v].models;
+      for (std::size_t m = 0; m < models.size(); ++m) {
+        const ObservedModel& om = models[m];
+        if (om.graph == res.observation.space->models()[m].graph) continue;
+        out.matched_by_name += om.match.by_name;
+        for (const auto& u : om.match.unmatched) out.unmatched.push_back({u.side, u.name, u.op, u.reason});
       }
     }
     rep.variants.push_back(std::move(out));
@@ -377,6 +379,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
   for (std::size_t i = 0; i < gate.checks.size(); ++i) check_variant(gate.checks[i].variant, fmt::format("checks[{}]", i));
   for (std::size_t i = 0; i < gate.layer_checks.size(); ++i)
     check_variant(gate.layer_checks[i].variant, fmt::format("layers[{}]", i));
+  for (std::size_t i = 0; i < gate.step_checks.size(); ++i)
+    check_variant(gate.step_checks[i].variant, fmt::format("steps[{}]", i));
 
   rep.gate = {};
   rep.gate.source = gate.source;
@@ -447,6 +451,46 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         row.threshold = *bound;
         row.value = value;
         row.name = fmt::format("layer {} {} {} {}", lc.column, lc.stat, row.op, fmt_num(*bound));
+        row.passed = value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
+        row.detail = detail;
+        row.variant = variant.name;
+        rep.gate.checks.push_back(std::move(row));
+      }
+    }
+    // Step-curve checks.
+    for (const auto& sc : gate.step_checks) {
+      if (!sc.variant.empty() && sc.variant != variant.name) continue;
+      const reports::StepCurve* curve = nullptr;
+      for (const auto& c : rep.step_curves)
+        if (c.variant == variant.name && c.quantity == sc.quantity && c.mode == sc.mode && c.metric == sc.metric)
+          curve = &c;
+      std::vector<double> values;
+      std::optional<std::pair<double, std::size_t>> worst;
+      const bool higher_better = sc.metric == "sqnr_db" || sc.metric == "cosine";
+      if (curve)
+        for (std::size_t k = 0; k < curve->values.size(); ++k) {
+          const double x = curve->values[k];
+          if (std::isnan(x)) continue;
+          values.push_back(x);
+          if (!worst || (higher_better ? x < worst->first : x > worst->first)) worst = {x, k};
+        }
+      const auto value = metrics::compute_stat(sc.spec, values);
+      const std::string what = sc.quantity + " " + sc.mode + " " + sc.metric;
+      const std::string detail =
+          values.empty() ? "no " + what + " curve (a diffusion pipeline with teacher forcing on?)"
+                         : fmt::format("{} = {} over {} steps; worst {} at step {}", sc.stat,
+                                       value ? fmt_num(*value) : "n/a", values.size(), fmt_num(worst->first),
+                                       worst->second);
+      for (int side = 0; side < 2; ++side) {
+        const auto& bound = side == 0 ? sc.bound.min : sc.bound.max;
+        if (!bound) continue;
+        reports::GateCheckRow row;
+        row.metric = "steps." + sc.quantity + "." + sc.metric;
+        row.stat = sc.stat;
+        row.op = side == 0 ? ">=" : "<=";
+        row.threshold = *bound;
+        row.value = value;
+        row.name = fmt::format("{} {} {} {}", what, sc.stat, row.op, fmt_num(*bound));
         row.passed = value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
         row.detail = detail;
         row.variant = variant.name;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "eval/gate.h"
 #include "kernels/error.h"
 #include "test_util.h"
 
@@ -69,6 +70,12 @@ TEST(RunConfig, DefaultsAndTheShippedDefault) {
   EXPECT_EQ(d.reference, "fp32");
   EXPECT_EQ(d.variants[1].name, "fp16");
   EXPECT_EQ(d.count, 8);
+  EXPECT_EQ(d.gate, d.pipeline / "gate.json");
+  const Gate g = load_gate(d.gate);  // the shipped gate parses and checks layers and steps
+  EXPECT_EQ(g.checks.size(), 2u);
+  EXPECT_EQ(g.layer_checks.size(), 1u);
+  EXPECT_EQ(g.step_checks.size(), 1u);
+  EXPECT_EQ(*g.max_nonfinite, 0u);
 }
 
 TEST(RunConfig, ErrorsNameTheKeyAndWhatWasExpected) {

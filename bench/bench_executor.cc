@@ -1,8 +1,9 @@
 // Times qeval's executor on one ONNX model: median wall time of Session::run over repetitions,
 // and peak activation memory. The ONNX Runtime peer (tools/ort/bench.js) is timed the same way.
-// Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)] [--by-op]
+// Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)] [--by-op] [--float-qdq]
 // --by-op also prints, on stderr, the time per op type (an observer timestamps every node, so this
 // measures the unfused execution that observers see).
+// --float-qdq: Q/DQ graphs run as written (no fusion into int8 kernels), to compare the two.
 #include <malloc.h>
 #include <tbb/global_control.h>
 
@@ -63,9 +64,17 @@ int main(int argc, char** argv) {
   // The allocator setting of the qeval binary (eval/cli/main.cc), so the timings are what its
   // pipelines get.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  bool float_qdq = false, by_op = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--float-qdq") float_qdq = true;
+    else if (std::string(argv[i]) == "--by-op") by_op = true;
+    else args.push_back(argv[i]);
+  }
+  argc = int(args.size());
+  argv = args.data();
   const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
-  const bool by_op = argc > 5 && std::strcmp(argv[5], "--by-op") == 0;
   std::unique_ptr<tbb::global_control> limit;
   if (threads > 0)
     limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, std::size_t(threads));
@@ -74,7 +83,9 @@ int main(int argc, char** argv) {
     std::map<std::string, Tensor> inputs;
     for (const auto& in : graph.inputs)
       inputs.emplace(in.name, datasets::read_npy(std::filesystem::path(argv[2]) / (eval::tensor_file_name(in.name) + ".npy")));
-    eval::Session session(graph);
+    eval::SessionOptions options;
+    options.integer_qdq = !float_qdq;
+    eval::Session session(graph, options);
     session.run(inputs);  // plan + warm-up
     std::vector<double> ms;
     for (int r = 0; r < reps; ++r) {

@@ -174,7 +174,16 @@ std::vector<reports::SummaryRow> summarize_rows(const std::vector<reports::PairR
 namespace {
 
 // [C, H, W] on [0, peak] -> 8-bit interleaved thumbnail, average-pooled by f.
-datasets::Rgb8 thumbnail(const Tensor& planes, double peak, int f) {
+std::string fmt_metric(const reports::PairRow& row, const char* key, const char* label,
+                       const char* spec) {
+  const auto* m = row.metric(key);
+  if (!m || !m->value) return "";
+  return fmt::format(fmt::runtime(std::string("{} ") + spec), label, *m->value);
+}
+
+}  // namespace
+
+datasets::Rgb8 image_thumbnail(const Tensor& planes, double peak, int f) {
   const int c = static_cast<int>(planes.dim(0)), h = static_cast<int>(planes.dim(1)),
             w = static_cast<int>(planes.dim(2));
   datasets::Rgb8 out;
@@ -190,14 +199,25 @@ datasets::Rgb8 thumbnail(const Tensor& planes, double peak, int f) {
   return out;
 }
 
-std::string fmt_metric(const reports::PairRow& row, const char* key, const char* label,
-                       const char* spec) {
-  const auto* m = row.metric(key);
-  if (!m || !m->value) return "";
-  return fmt::format(fmt::runtime(std::string("{} ") + spec), label, *m->value);
+DifferenceHeatmap difference_heatmap(const Tensor& ref, const Tensor& test, double peak, int f) {
+  const int c = static_cast<int>(ref.dim(0)), h = static_cast<int>(ref.dim(1)), w = static_cast<int>(ref.dim(2));
+  // Difference: max over channels at full resolution, then max-pooled so that a small defect
+  // survives the thumbnail.
+  std::vector<float> diff(std::size_t(h) * w, 0.0f);
+  const float* a = ref.data<float>();
+  const float* b = test.data<float>();
+  for (int k = 0; k < c; ++k)
+    for (std::size_t p = 0; p < diff.size(); ++p)
+      diff[p] = std::max(diff[p], std::abs(a[k * diff.size() + p] - b[k * diff.size() + p]));
+  std::vector<double> sample(diff.begin(), diff.end());
+  const double level = peak / 255.0;
+  DifferenceHeatmap out;
+  out.scale = std::max(metrics::percentile(sample, 99.9).value_or(0.0), level);
+  int th = 0, tw = 0;
+  auto pooled = kernels::pool_plane(diff.data(), h, w, f, kernels::PoolMode::kMax, &th, &tw);
+  out.image = datasets::Rgb8{tw, th, 3, reports::heatmap_rgb(pooled, static_cast<float>(out.scale))};
+  return out;
 }
-
-}  // namespace
 
 std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow>& rows,
                                               const CompareImagesOptions& options) {
@@ -220,32 +240,19 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
     reports::PairRow scratch;
     auto pair = prepare(entry, options, scratch);
     if (!pair) return;  // the file changed since it was compared; nothing to show
-    const int c = static_cast<int>(pair->ref.dim(0)), h = static_cast<int>(pair->ref.dim(1)),
-              w = static_cast<int>(pair->ref.dim(2));
+    const int h = static_cast<int>(pair->ref.dim(1)), w = static_cast<int>(pair->ref.dim(2));
     const int f = std::max(1, (std::max(h, w) + options.thumbnail_px - 1) / options.thumbnail_px);
-    // Difference: max over channels at full resolution, then max-pooled so that a small defect
-    // survives the thumbnail.
-    std::vector<float> diff(std::size_t(h) * w, 0.0f);
-    const float* a = pair->ref.data<float>();
-    const float* b = pair->test.data<float>();
-    for (int k = 0; k < c; ++k)
-      for (std::size_t p = 0; p < diff.size(); ++p)
-        diff[p] = std::max(diff[p], std::abs(a[k * diff.size() + p] - b[k * diff.size() + p]));
-    std::vector<double> sample(diff.begin(), diff.end());
-    const double level = pair->peak / 255.0;
-    const double scale = std::max(metrics::percentile(sample, 99.9).value_or(0.0), level);
-    int th = 0, tw = 0;
-    auto pooled = kernels::pool_plane(diff.data(), h, w, f, kernels::PoolMode::kMax, &th, &tw);
-    datasets::Rgb8 heat{tw, th, 3, reports::heatmap_rgb(pooled, static_cast<float>(scale))};
+    const DifferenceHeatmap heat = difference_heatmap(pair->ref, pair->test, pair->peak, f);
+    const double scale = heat.scale;
 
     reports::ImageStrip strip;
     strip.name = row->name;
     strip.caption = fmt_metric(*row, "ssim", "SSIM", "{:.4f}") + "  " +
                     fmt_metric(*row, "psnr_db", "PSNR", "{:.2f} dB") + "  " +
                     fmt_metric(*row, "ms_ssim", "MS-SSIM", "{:.4f}");
-    strip.ref_png = datasets::encode_png(thumbnail(pair->ref, pair->peak, f));
-    strip.test_png = datasets::encode_png(thumbnail(pair->test, pair->peak, f));
-    strip.heatmap_png = datasets::encode_png(heat);
+    strip.ref_png = datasets::encode_png(image_thumbnail(pair->ref, pair->peak, f));
+    strip.test_png = datasets::encode_png(image_thumbnail(pair->test, pair->peak, f));
+    strip.heatmap_png = datasets::encode_png(heat.image);
     strip.heatmap_legend = fmt::format("|diff|: black 0, bright >= {:.3g} (p99.9; max {:g} of {:g})",
                                        scale, row->max_abs_diff, pair->peak);
     strips[idx] = std::move(strip);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/image_io.h"
 #include "datasets/image_set.h"
 #include "eval/gate.h"
 #include "metrics/image_metric.h"
@@ -39,6 +40,17 @@ std::vector<reports::PairRow> compare_pairs(const std::vector<datasets::ImagePai
 // The gate's view of the rows: PSNR of identical images is +inf; not-applicable values are empty.
 std::vector<GateSample> gate_samples(const std::vector<reports::PairRow>& rows);
 std::vector<reports::SummaryRow> summarize_rows(const std::vector<reports::PairRow>& rows);
+
+// Planar [C, H, W] samples on [0, peak] -> 8-bit RGB (or gray) thumbnail, average-pooled by f.
+datasets::Rgb8 image_thumbnail(const Tensor& planes, double peak, int f);
+
+// |ref - test| (max over channels, max-pooled by f so that a small defect survives) as a heatmap;
+// bright = scale, the p99.9 of the difference (at least one 8-bit level).
+struct DifferenceHeatmap {
+  datasets::Rgb8 image;
+  double scale = 0;
+};
+DifferenceHeatmap difference_heatmap(const Tensor& ref, const Tensor& test, double peak, int f);
 
 // The `options.worst` compared, non-identical pairs with the lowest SSIM (then PSNR), reloaded
 // and rendered as thumbnails with a difference heatmap.

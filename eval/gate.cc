@@ -10,14 +10,27 @@
 #include <sstream>
 
 #include "kernels/error.h"
+#include "reports/run_report_model.h"
 
 namespace qeval::eval {
 
 using nlohmann::json;
 
 const std::vector<std::string>& gate_metric_keys() {
-  static const std::vector<std::string> keys = {"psnr_db", "psnr_y_db", "mse",         "ssim",
-                                                "ms_ssim", "max_abs_diff"};
+  // Images (compare-images and qeval run), then segmentation (qeval run on a segmentation pipeline).
+  static const std::vector<std::string> keys = {"psnr_db",  "psnr_y_db",  "mse",           "ssim",
+                                                "ms_ssim",  "max_abs_diff", "mask_iou",    "boundary_f",
+                                                "logit_sqnr_db", "flipped_fraction", "output_sqnr_db",
+                                                "output_cosine", "output_rel_l2", "output_max_abs"};
+  return keys;
+}
+
+const std::vector<std::string>& gate_layer_columns() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    for (const auto& c : reports::kLayerColumns) k.push_back(c.key);
+    return k;
+  }();
   return keys;
 }
 
@@ -77,7 +90,8 @@ Gate parse_gate(const std::string& text, const std::string& source) {
     bad(source, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad(source, "the gate must be a JSON object");
-  check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors"},
+  check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors", "layers", "steps",
+                 "max_nonfinite"},
              source, "top level");
   Gate g;
   g.source = source;
@@ -87,9 +101,13 @@ Gate parse_gate(const std::string& text, const std::string& source) {
       const json& c = j["checks"][i];
       const std::string where = "checks[" + std::to_string(i) + "]";
       if (!c.is_object()) bad(source, where + ": must be an object");
-      check_keys(c, {"metric", "stat", "min", "max"}, source, where);
+      check_keys(c, {"metric", "stat", "min", "max", "variant"}, source, where);
       if (!c.contains("metric")) bad(source, where + ": missing 'metric'");
       GateCheck check;
+      if (c.contains("variant")) {
+        if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
+        check.variant = c["variant"].get<std::string>();
+      }
       check.metric = check_metric(c["metric"], source, where);
       check.stat = c.contains("stat") ? c["stat"].get<std::string>() : "mean";
       try {
@@ -110,6 +128,76 @@ Gate parse_gate(const std::string& text, const std::string& source) {
       check_keys(bound, {"min", "max"}, source, where);
       g.per_pair[metric] = parse_bound(bound, source, where);
     }
+  }
+  if (j.contains("layers")) {
+    if (!j["layers"].is_array()) bad(source, "'layers' must be an array of layer checks");
+    for (std::size_t i = 0; i < j["layers"].size(); ++i) {
+      const json& c = j["layers"][i];
+      const std::string where = "layers[" + std::to_string(i) + "]";
+      if (!c.is_object()) bad(source, where + ": must be an object");
+      check_keys(c, {"column", "stat", "min", "max", "variant"}, source, where);
+      if (!c.contains("column") || !c["column"].is_string()) bad(source, where + ": missing 'column' (a string)");
+      LayerGateCheck check;
+      check.column = c["column"].get<std::string>();
+      const auto& cols = gate_layer_columns();
+      if (std::find(cols.begin(), cols.end(), check.column) == cols.end()) {
+        std::string list;
+        for (const auto& k : cols) list += (list.empty() ? "" : ", ") + k;
+        bad(source, where + ": unknown layer column '" + check.column + "' (known: " + list + ")");
+      }
+      check.stat = c.contains("stat") ? c["stat"].get<std::string>() : "min";
+      try {
+        check.spec = metrics::parse_stat(check.stat);
+      } catch (const std::invalid_argument& e) {
+        bad(source, where + ": " + e.what());
+      }
+      check.bound = parse_bound(c, source, where);
+      if (c.contains("variant")) {
+        if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
+        check.variant = c["variant"].get<std::string>();
+      }
+      g.layer_checks.push_back(std::move(check));
+    }
+  }
+  if (j.contains("steps")) {
+    if (!j["steps"].is_array()) bad(source, "'steps' must be an array of step-curve checks");
+    for (std::size_t i = 0; i < j["steps"].size(); ++i) {
+      const json& c = j["steps"][i];
+      const std::string where = "steps[" + std::to_string(i) + "]";
+      if (!c.is_object()) bad(source, where + ": must be an object");
+      check_keys(c, {"quantity", "mode", "metric", "stat", "min", "max", "variant"}, source, where);
+      StepGateCheck check;
+      auto choice = [&](const char* key, std::string& into, std::initializer_list<const char*> allowed) {
+        if (!c.contains(key)) return;
+        if (!c[key].is_string()) bad(source, where + ": '" + key + "' must be a string");
+        into = c[key].get<std::string>();
+        if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return into == a; })) {
+          std::string list;
+          for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+          bad(source, where + ": unknown " + key + " '" + into + "' (known: " + list + ")");
+        }
+      };
+      choice("quantity", check.quantity, {"noise_pred", "latent"});
+      choice("mode", check.mode, {"teacher-forced", "free-running"});
+      choice("metric", check.metric, {"sqnr_db", "rel_l2", "cosine", "max_abs"});
+      check.stat = c.contains("stat") ? c["stat"].get<std::string>() : "mean";
+      try {
+        check.spec = metrics::parse_stat(check.stat);
+      } catch (const std::invalid_argument& e) {
+        bad(source, where + ": " + e.what());
+      }
+      check.bound = parse_bound(c, source, where);
+      if (c.contains("variant")) {
+        if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
+        check.variant = c["variant"].get<std::string>();
+      }
+      g.step_checks.push_back(std::move(check));
+    }
+  }
+  if (j.contains("max_nonfinite")) {
+    const json& v = j["max_nonfinite"];
+    if (!v.is_number_integer() || v.get<long long>() < 0) bad(source, "'max_nonfinite' must be a non-negative integer");
+    g.max_nonfinite = v.get<std::uint64_t>();
   }
   if (j.contains("max_failed_pair_share")) {
     const json& v = j["max_failed_pair_share"];

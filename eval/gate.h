@@ -1,6 +1,7 @@
 // Gates: thresholds on summary statistics of per-sample metrics, with every verdict explained.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -21,6 +22,28 @@ struct GateCheck {
   std::string stat;    // "mean", "min", "p5", ...
   metrics::StatSpec spec;
   Bound bound;
+  std::string variant;  // qeval run: only this variant ("" = every variant compared)
+};
+
+// qeval run: a threshold on a per-layer statistic (a report.json layer column, pooled over samples
+// and steps), summarised over the layers, e.g. {"column": "acc_sqnr_db", "stat": "min", "min": 10}.
+struct LayerGateCheck {
+  std::string column;  // "acc_sqnr_db", "local_sqnr_db", "acc_cosine", ...
+  std::string stat;
+  metrics::StatSpec spec;
+  Bound bound;
+  std::string variant;
+};
+
+// qeval run on a diffusion pipeline: a threshold on a per-step error curve (e.g. the UNet's noise
+// prediction teacher-forced), summarised over the steps: {"quantity": "noise_pred", "mode":
+// "teacher-forced", "metric": "sqnr_db", "stat": "mean", "min": 20}.
+struct StepGateCheck {
+  std::string quantity = "noise_pred", mode = "teacher-forced", metric = "sqnr_db";
+  std::string stat;
+  metrics::StatSpec spec;
+  Bound bound;
+  std::string variant;
 };
 
 struct Gate {
@@ -29,7 +52,14 @@ struct Gate {
   std::map<std::string, Bound> per_pair;  // a pair outside any of these bounds is a failed pair
   double max_failed_pair_share = 0.0;     // share of compared pairs allowed to fail per_pair
   std::size_t max_errors = 0;             // pairs allowed to be missing, unreadable or mismatched
+  // qeval run only:
+  std::vector<LayerGateCheck> layer_checks;
+  std::vector<StepGateCheck> step_checks;
+  std::optional<std::uint64_t> max_nonfinite;  // NaN/Inf node outputs allowed per variant
 };
+
+// Layer columns a layer check may name (reports::kLayerColumns' keys).
+const std::vector<std::string>& gate_layer_columns();
 
 // Metric keys a gate may name.
 const std::vector<std::string>& gate_metric_keys();

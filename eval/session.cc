@@ -123,6 +123,7 @@ class BufferPool {
   void give(Tensor&& t) {
     if (t.capacity() > 0) free_.emplace(t.capacity(), std::move(t));
   }
+  void clear() { free_.clear(); }
 
  private:
   std::multimap<std::size_t, Tensor> free_;
@@ -695,7 +696,49 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     const Tensor* t = value(id);
     result[graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
   }
+  if (!options_.keep_buffers) {
+    slots.clear();
+    pool_->clear();
+  }
   return result;
+}
+
+Graph extract_subgraph(const Graph& graph, std::span<const std::size_t> nodes,
+                       const std::map<std::string, DType>& input_types) {
+  Graph sub;
+  sub.source = graph.source + " (nodes";
+  sub.opsets = graph.opsets;
+  std::set<std::string> produced, inputs;
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    if (nodes[k] >= graph.nodes.size() || (k > 0 && nodes[k] <= nodes[k - 1]))
+      throw std::invalid_argument("extract_subgraph: node indices must be ascending and below " +
+                                  std::to_string(graph.nodes.size()));
+    const Node& n = graph.nodes[nodes[k]];
+    sub.source += (k ? ", " : " ") + n.name;
+    for (const auto& v : n.inputs) {
+      if (v.empty() || produced.count(v) || inputs.count(v) || sub.initializers.count(v)) continue;
+      if (auto it = graph.initializers.find(v); it != graph.initializers.end()) {
+        sub.initializers.emplace(v, it->second);
+        continue;
+      }
+      inputs.insert(v);
+      ValueInfo in;
+      in.name = v;
+      auto t = input_types.find(v);
+      in.dtype = t == input_types.end() ? DType::kFloat32 : t->second;
+      sub.inputs.push_back(std::move(in));
+    }
+    for (const auto& v : n.outputs)
+      if (!v.empty()) {
+        produced.insert(v);
+        ValueInfo out;
+        out.name = v;
+        sub.outputs.push_back(std::move(out));
+      }
+    sub.nodes.push_back(n);
+  }
+  sub.source += ")";
+  return sub;
 }
 
 }  // namespace qeval::eval

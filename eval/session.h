@@ -28,6 +28,9 @@ struct SessionOptions {
   // integer kernels (eval/quant/qdq_fusion.h), as TensorRT executes them. Off: every DQ runs and
   // the float op accumulates the dequantized values (to compare the two).
   bool integer_qdq = true;
+  // Activation buffers are kept across runs (no reallocation); false frees them after each run,
+  // for the many small sessions of the evaluator's local error.
+  bool keep_buffers = true;
 };
 
 // What an observer sees after each node. Tensors hold storage values (float16 as rounded float32).
@@ -103,5 +106,14 @@ class Session {
   std::size_t peak_bytes_ = 0;
   std::size_t live_peak_bytes_ = 0;
 };
+
+// Part of a graph on its own: `nodes` (indices into graph.nodes, ascending = topological order),
+// the initializers they read (copied), every other value they read as a graph input of the type in
+// `input_types` (float32 when not listed) with no fixed shape, and every output of theirs as a
+// graph output. A Session over it runs those nodes alone under any options: the evaluator's local
+// error runs one node on the reference's inputs in a variant's precision. Throws
+// std::invalid_argument for an index out of range or not ascending.
+Graph extract_subgraph(const Graph& graph, std::span<const std::size_t> nodes,
+                       const std::map<std::string, DType>& input_types = {});
 
 }  // namespace qeval::eval

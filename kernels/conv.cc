@@ -66,14 +66,7 @@ std::string dims_to_string(const std::vector<std::int64_t>& v) {
   return s + "]";
 }
 
-// The geometry with leading spatial dimensions padded to three (size 1, kernel 1, stride 1, no pad),
-// so one set of loops serves 1-D, 2-D and 3-D.
-struct Geom {
-  std::int64_t in[3], k[3], s[3], d[3], pb[3], out[3];
-  std::int64_t in_size() const { return in[0] * in[1] * in[2]; }
-  std::int64_t out_size() const { return out[0] * out[1] * out[2]; }
-  std::int64_t k_size() const { return k[0] * k[1] * k[2]; }
-};
+using Geom = ConvGeometry3;
 
 void validate(const ConvParams& p, bool transpose) {
   const char* what = transpose ? "conv_transpose" : "conv";
@@ -101,21 +94,7 @@ void validate(const ConvParams& p, bool transpose) {
          dims_to_string(conv_output_spatial(p)));
 }
 
-Geom geom3(const ConvParams& p) {
-  Geom g;
-  const std::size_t r = p.in_spatial.size(), lead = 3 - r;
-  for (std::size_t i = 0; i < 3; ++i) {
-    const bool real = i >= lead;
-    const std::size_t j = real ? i - lead : 0;
-    g.in[i] = real ? p.in_spatial[j] : 1;
-    g.k[i] = real ? p.kernel[j] : 1;
-    g.s[i] = real ? p.strides[j] : 1;
-    g.d[i] = real ? p.dilations[j] : 1;
-    g.pb[i] = real ? p.pads_begin[j] : 0;
-    g.out[i] = real ? p.out_spatial[j] : 1;
-  }
-  return g;
-}
+Geom geom3(const ConvParams& p) { return conv_geometry3(p); }
 
 std::int64_t product(const std::vector<std::int64_t>& v) {
   std::int64_t n = 1;
@@ -355,6 +334,22 @@ void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* 
 }
 
 }  // namespace
+
+ConvGeometry3 conv_geometry3(const ConvParams& p) {
+  ConvGeometry3 g;
+  const std::size_t r = p.in_spatial.size(), lead = 3 - r;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const bool real = i >= lead;
+    const std::size_t j = real ? i - lead : 0;
+    g.in[i] = real ? p.in_spatial[j] : 1;
+    g.k[i] = real ? p.kernel[j] : 1;
+    g.s[i] = real ? p.strides[j] : 1;
+    g.d[i] = real ? p.dilations[j] : 1;
+    g.pb[i] = real ? p.pads_begin[j] : 0;
+    g.out[i] = real ? p.out_spatial[j] : 1;
+  }
+  return g;
+}
 
 std::vector<std::int64_t> conv_output_spatial(const ConvParams& p) {
   std::vector<std::int64_t> out(p.in_spatial.size());

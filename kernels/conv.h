@@ -21,6 +21,16 @@ struct ConvParams {
   std::vector<std::int64_t> in_spatial, kernel, strides, dilations, pads_begin, pads_end, out_spatial;
 };
 
+// The geometry with leading spatial dimensions padded to three (size 1, kernel 1, stride 1, no
+// pad), so one set of loops serves 1-D, 2-D and 3-D (the float and int8 convolutions use it).
+struct ConvGeometry3 {
+  std::int64_t in[3], k[3], s[3], d[3], pb[3], out[3];
+  std::int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  std::int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  std::int64_t k_size() const { return k[0] * k[1] * k[2]; }
+};
+ConvGeometry3 conv_geometry3(const ConvParams& p);
+
 // floor((in + pad_begin + pad_end - dilation * (kernel - 1) - 1) / stride) + 1 per dimension.
 std::vector<std::int64_t> conv_output_spatial(const ConvParams& p);
 // stride * (in - 1) + dilation * (kernel - 1) + 1 - pad_begin - pad_end (before output_padding).

@@ -186,6 +186,15 @@ PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, s
   });
 }
 
+PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n) : k_(k), n_(n), k_groups_((k + 3) / 4) {
+  if (k < 0 || n < 0) throw std::invalid_argument("PackedInt8B: bad shape");
+  const std::int64_t panels = (n + NR - 1) / NR;
+  const std::size_t bytes = std::size_t(panels * k_groups_ * NR * 4);
+  data_ = alloc_bytes(bytes);
+  std::memset(data_.get(), 0, bytes);
+  col_sums_.reset(new std::int32_t[std::size_t(panels * NR)]());
+}
+
 std::string_view int8_gemm_path_name(Int8GemmPath p) {
   return p == Int8GemmPath::kAvx512Vnni ? "avx512-vnni" : "portable";
 }

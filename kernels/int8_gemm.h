@@ -46,6 +46,14 @@ class PackedInt8A {
 class PackedInt8B {
  public:
   PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, std::int64_t ldb, bool trans = false);
+  // Zero-filled storage that a producer writes in the layout above (im2col packs straight into it):
+  // element (p, col) at mutable_panel(col)[(p / 4) * kInt8NR * 4 + (col % kInt8NR) * 4 + p % 4],
+  // and every column's sum into mutable_col_sums() (columns past n stay 0).
+  PackedInt8B(std::int64_t k, std::int64_t n);
+  std::int8_t* mutable_panel(std::int64_t j0) {
+    return reinterpret_cast<std::int8_t*>(data_.get()) + (j0 / kInt8NR) * k_groups_ * kInt8NR * 4;
+  }
+  std::int32_t* mutable_col_sums() { return col_sums_.get(); }
   std::int64_t k() const { return k_; }
   std::int64_t n() const { return n_; }
   std::int64_t k_groups() const { return k_groups_; }

@@ -73,12 +73,14 @@ bool float16_bulk_uses_f16c();
 template <class T>
 inline T quantize_to(float x, float scale, std::int32_t zero_point) {
   static_assert(std::is_integral_v<T> && sizeof(T) <= 2, "8- and 16-bit integer targets only");
-  const float r = std::nearbyint(x / scale);
-  // Sum and clamp in double: r is integral and zero_point an int32, so the sum is exact, and an
-  // infinite r saturates instead of overflowing an integer conversion.
-  const double q = std::isnan(r) ? double(zero_point) : double(r) + double(zero_point);
-  return static_cast<T>(std::clamp(q, double(std::numeric_limits<T>::lowest()),
-                                   double(std::numeric_limits<T>::max())));
+  // In float, branch-free (the loop over a tensor vectorises): r + zero_point is exact while
+  // |r| < 2^24, and beyond that both saturate the same way (|zero_point| < 2^17); infinities
+  // saturate; NaN becomes the zero point (saturated like any value).
+  float q = std::nearbyint(x / scale) + float(zero_point);
+  q = q == q ? q : float(zero_point);
+  q = q > float(std::numeric_limits<T>::max()) ? float(std::numeric_limits<T>::max()) : q;
+  q = q < float(std::numeric_limits<T>::lowest()) ? float(std::numeric_limits<T>::lowest()) : q;
+  return static_cast<T>(q);
 }
 std::int8_t quantize_int8(float x, float scale, std::int32_t zero_point = 0);
 std::uint8_t quantize_uint8(float x, float scale, std::int32_t zero_point = 0);

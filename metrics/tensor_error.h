@@ -18,6 +18,8 @@ struct TensorError {
   std::int64_t first_nonfinite = -1;  // flat index of the first element where either is not finite
   double mse = 0;
   double max_abs = 0;
+  // The energies behind the ratios (over compared elements), for pooling over many tensors.
+  double sum_ref_sq = 0, sum_err_sq = 0;
   // 10 log10(sum ref^2 / sum (ref - test)^2); nullopt when the error is zero (identical) or the
   // reference is all zeros with a non-zero error (reported as -inf is meaningless there).
   std::optional<double> sqnr_db;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "eval/ops/op.h"
@@ -32,5 +33,8 @@ struct MatMulPlan {
   Shape out;          // the output shape (promoted dimensions removed)
 };
 MatMulPlan plan_matmul(const Node& node, const Shape& a_in, const Shape& b_in);
+// For each entry of the broadcast batch, which A and B matrices it multiplies (indices in units of
+// one m x k / k x n matrix).
+std::vector<std::pair<std::int64_t, std::int64_t>> matmul_batch_operands(const MatMulPlan& p);
 
 }  // namespace qeval::eval

@@ -31,6 +31,24 @@ MatMulPlan plan_matmul(const Node& node, const Shape& a_in, const Shape& b_in) {
   return p;
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> matmul_batch_operands(const MatMulPlan& p) {
+  const std::int64_t batch = shape_numel(p.batch);
+  const auto sa = kernels::broadcast_strides(Shape(p.a.begin(), p.a.end() - 2), p.batch);
+  const auto sb = kernels::broadcast_strides(Shape(p.b.begin(), p.b.end() - 2), p.batch);
+  std::vector<std::pair<std::int64_t, std::int64_t>> out(static_cast<std::size_t>(batch));
+  for (std::int64_t e = 0; e < batch; ++e) {
+    std::int64_t oa = 0, ob = 0, rem = e;
+    for (int d = int(p.batch.size()) - 1; d >= 0; --d) {
+      const std::int64_t i = rem % p.batch[std::size_t(d)];
+      rem /= p.batch[std::size_t(d)];
+      oa += i * sa[std::size_t(d)];
+      ob += i * sb[std::size_t(d)];
+    }
+    out[std::size_t(e)] = {oa, ob};
+  }
+  return out;
+}
+
 namespace {
 
 constexpr int kLatest = 22;
@@ -129,22 +147,13 @@ class MatMulOp final : public Op {
       batched_matmul<T>(folded_shape(p), 1, {pa}, {pb}, {py}, packed);
       return;
     }
-    const std::int64_t batch = product(p.batch, 0, p.batch.size());
-    const auto sa = kernels::broadcast_strides(Shape(p.a.begin(), p.a.end() - 2), p.batch);
-    const auto sb = kernels::broadcast_strides(Shape(p.b.begin(), p.b.end() - 2), p.batch);
+    const auto operands = matmul_batch_operands(p);
+    const std::int64_t batch = std::int64_t(operands.size());
     std::vector<const T*> as(static_cast<std::size_t>(batch)), bs(static_cast<std::size_t>(batch));
     std::vector<T*> ys(static_cast<std::size_t>(batch));
-    std::vector<std::int64_t> idx(p.batch.size(), 0);
     for (std::int64_t e = 0; e < batch; ++e) {
-      std::int64_t oa = 0, ob = 0, rem = e;
-      for (int d = int(p.batch.size()) - 1; d >= 0; --d) {
-        const std::int64_t i = rem % p.batch[std::size_t(d)];
-        rem /= p.batch[std::size_t(d)];
-        oa += i * sa[std::size_t(d)];
-        ob += i * sb[std::size_t(d)];
-      }
-      as[std::size_t(e)] = pa + oa * p.m * p.k;
-      bs[std::size_t(e)] = pb + ob * p.k * p.n;
+      as[std::size_t(e)] = pa + operands[std::size_t(e)].first * p.m * p.k;
+      bs[std::size_t(e)] = pb + operands[std::size_t(e)].second * p.k * p.n;
       ys[std::size_t(e)] = py + e * p.m * p.n;
     }
     batched_matmul<T>({false, false, p.m, p.n, p.k, p.k, p.n, p.n}, batch, as, bs, ys);

@@ -11,7 +11,6 @@
 #include "eval/ops/geometry.h"
 #include "eval/ops/quant_common.h"
 #include "eval/quant/qdq_fusion.h"
-#include "kernels/broadcast.h"
 #include "kernels/int8_conv.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/numeric.h"
@@ -71,10 +70,12 @@ class PackedBCache {
  public:
   void note_constant(const ValueMeta* m) { constant_ = m && m->value ? m->value.get() : nullptr; }
   bool cacheable(const Tensor& b) const { return &b == constant_; }
-  const kernels::PackedInt8B& get(const Tensor& b, std::int64_t k, std::int64_t n, const std::int8_t* data,
-                                  std::int64_t ldb, bool trans) {
+  // `data` gives b's int8 values; called only when b is (re)packed.
+  template <class Data>
+  const kernels::PackedInt8B& get(const Tensor& b, std::int64_t k, std::int64_t n, Data&& data, std::int64_t ldb,
+                                  bool trans) {
     if (source_ != &b || !packed_) {
-      packed_ = std::make_unique<kernels::PackedInt8B>(k, n, data, ldb, trans);
+      packed_ = std::make_unique<kernels::PackedInt8B>(k, n, data(), ldb, trans);
       source_ = &b;
     }
     return *packed_;
@@ -112,30 +113,31 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
   const MatMulPlan p = plan_matmul(node, a.shape(), b.shape());
   std::vector<std::int8_t> abuf, bbuf;
   const std::int8_t* pa = as_int8(a, abuf);
-  const std::int8_t* pb = as_int8(b, bbuf);
-  const std::size_t rb = p.b.size() - 2;
-  const std::int64_t batch = shape_numel(p.batch);
-  const auto sa = kernels::broadcast_strides(Shape(p.a.begin(), p.a.end() - 2), p.batch);
-  const auto sb = kernels::broadcast_strides(Shape(p.b.begin(), p.b.end() - 2), p.batch);
+  const std::int8_t* pb = nullptr;  // converted only when (re)packed
+  auto b_data = [&] { return pb ? pb : (pb = as_int8(b, bbuf)); };
+  const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
   const bool b_shared = shape_numel(Shape(p.b.begin(), p.b.begin() + long(rb))) == 1;
+  auto packed_b_for = [&](std::int64_t index, std::unique_ptr<kernels::PackedInt8B>& own) {
+    if (b_shared && cache && cache->cacheable(b)) return &cache->get(b, p.k, p.n, b_data, p.n, false);
+    own = std::make_unique<kernels::PackedInt8B>(p.k, p.n, b_data() + index * p.k * p.n, p.n);
+    return static_cast<const kernels::PackedInt8B*>(own.get());
+  };
   std::unique_ptr<kernels::PackedInt8B> own_b;
-  for (std::int64_t e = 0; e < batch; ++e) {
-    std::int64_t oa = 0, ob = 0, rem = e;
-    for (int d = int(p.batch.size()) - 1; d >= 0; --d) {
-      const std::int64_t i = rem % p.batch[std::size_t(d)];
-      rem /= p.batch[std::size_t(d)];
-      oa += i * sa[std::size_t(d)];
-      ob += i * sb[std::size_t(d)];
-    }
-    const kernels::PackedInt8A packed_a(p.m, p.k, pa + oa * p.m * p.k, p.k);
-    const kernels::PackedInt8B* packed_b;
-    if (b_shared && cache && cache->cacheable(b)) {
-      packed_b = &cache->get(b, p.k, p.n, pb, p.n, false);
-    } else {
-      own_b = std::make_unique<kernels::PackedInt8B>(p.k, p.n, pb + ob * p.k * p.n, p.n);
-      packed_b = own_b.get();
-    }
-    std::int32_t* ye = y + e * p.m * p.n;
+  // B without batch dimensions (a weight) and per-tensor A zero point: A's batch folds into the
+  // rows of one product.
+  if (b_shared && za.size() == 1 && shape_numel(p.batch) == shape_numel(Shape(p.a.begin(), p.a.begin() + long(ra)))) {
+    const std::int64_t rows = shape_numel(p.batch) * p.m;
+    const kernels::PackedInt8A packed_a(rows, p.k, pa, p.k);
+    const kernels::PackedInt8B* packed_b = packed_b_for(0, own_b);
+    kernels::int8_gemm(packed_a, *packed_b, y, p.n);
+    correct_zero_points(packed_a, *packed_b, za, zb, y);
+    return;
+  }
+  const auto operands = matmul_batch_operands(p);
+  for (std::size_t e = 0; e < operands.size(); ++e) {
+    const kernels::PackedInt8A packed_a(p.m, p.k, pa + operands[e].first * p.m * p.k, p.k);
+    const kernels::PackedInt8B* packed_b = packed_b_for(operands[e].second, own_b);
+    std::int32_t* ye = y + std::int64_t(e) * p.m * p.n;
     kernels::int8_gemm(packed_a, *packed_b, ye, p.n);
     correct_zero_points(packed_a, *packed_b, za, zb, ye);
   }
@@ -145,9 +147,11 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
 class PackedConvCache {
  public:
   void note_constant(const ValueMeta* m) { constant_ = m && m->value ? m->value.get() : nullptr; }
-  const kernels::PackedInt8ConvWeights& get(const Tensor& w, const kernels::ConvParams& p, const std::int8_t* data) {
+  // The packed weights of w (converted to int8 only when they are packed, not on every run).
+  const kernels::PackedInt8ConvWeights& get(const Tensor& w, const kernels::ConvParams& p) {
     if (&w != constant_ || source_ != &w || !packed_ || p.in_channels != in_ || p.groups != groups_) {
-      packed_ = std::make_unique<kernels::PackedInt8ConvWeights>(p, data);
+      std::vector<std::int8_t> buffer;
+      packed_ = std::make_unique<kernels::PackedInt8ConvWeights>(p, as_int8(w, buffer));
       source_ = &w;
       in_ = p.in_channels;
       groups_ = p.groups;
@@ -165,10 +169,9 @@ class PackedConvCache {
 // y[b, oc, ...] = sum over the window of (x - zx)(w - zw[oc]), padding reading zx (real 0).
 void integer_conv(const kernels::ConvParams& p, const Tensor& x, std::int32_t zx, const Tensor& w,
                   const std::vector<std::int32_t>& zw, std::int32_t* y, PackedConvCache& cache) {
-  std::vector<std::int8_t> xbuf, wbuf;
+  std::vector<std::int8_t> xbuf;
   const std::int8_t* px = as_int8(x, xbuf);
-  const std::int8_t* pw = as_int8(w, wbuf);
-  const kernels::PackedInt8ConvWeights& packed = cache.get(w, p, pw);
+  const kernels::PackedInt8ConvWeights& packed = cache.get(w, p);
   std::int64_t out_size = 1, kprod = 1;
   for (auto o : p.out_spatial) out_size *= o;
   for (auto k : p.kernel) kprod *= k;
@@ -495,10 +498,15 @@ class FusedMatMulOp final : public FusedQdqOp {
     const MatMulPlan p = plan_matmul(node_, in[0]->shape(), in[3]->shape());
     acc_.resize(std::size_t(out[0]->numel()));
     integer_matmul(node_, *in[0], za(in), *in[3], zb(in), acc_.data(), &cache_);
-    const std::vector<float> m = multipliers(in);
+    std::vector<float> m = multipliers(in);
+    if (m.size() == 1) m.assign(std::size_t(p.n), m[0]);
     float* y = out[0]->data<float>();
-    const std::size_t n = std::size_t(p.n);
-    for (std::size_t i = 0; i < acc_.size(); ++i) y[i] = float(acc_[i]) * m[m.size() == 1 ? 0 : i % n];
+    const std::size_t n = std::size_t(p.n), rows = acc_.size() / std::max<std::size_t>(1, n);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::int32_t* a = acc_.data() + r * n;
+      float* yr = y + r * n;
+      for (std::size_t j = 0; j < n; ++j) yr[j] = float(a[j]) * m[j];
+    }
   }
 
  private:
@@ -542,14 +550,14 @@ class FusedGemmOp final : public FusedQdqOp {
     const std::int64_t m_rows = a.shape()[0], k = a.shape()[1], n = trans_b_ ? b.shape()[0] : b.shape()[1];
     std::vector<std::int8_t> abuf, bbuf;
     const std::int8_t* pa = as_int8(a, abuf);
-    const std::int8_t* pb = as_int8(b, bbuf);
+    auto b_data = [&] { return as_int8(b, bbuf); };
     const kernels::PackedInt8A packed_a(m_rows, k, pa, k);
     std::unique_ptr<kernels::PackedInt8B> own;
     const kernels::PackedInt8B* packed_b;
     if (cache_.cacheable(b)) {
-      packed_b = &cache_.get(b, k, n, pb, trans_b_ ? k : n, trans_b_);
+      packed_b = &cache_.get(b, k, n, b_data, trans_b_ ? k : n, trans_b_);
     } else {
-      own = std::make_unique<kernels::PackedInt8B>(k, n, pb, trans_b_ ? k : n, trans_b_);
+      own = std::make_unique<kernels::PackedInt8B>(k, n, b_data(), trans_b_ ? k : n, trans_b_);
       packed_b = own.get();
     }
     acc_.resize(std::size_t(m_rows * n));

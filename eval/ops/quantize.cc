@@ -139,6 +139,17 @@ class QuantizeLinearOp final : public Op {
         visit_x(x, [&](const auto* src) {
           using X = std::remove_cv_t<std::remove_pointer_t<decltype(src)>>;
           for_each_run(l, [&](std::int64_t off, std::int64_t n, std::int64_t so, std::int64_t step) {
+            if constexpr (std::is_same_v<X, float>) {
+              if (step == 0) {
+                // One scale and zero point for the run: a loop the compiler vectorises.
+                const float sc = s[so];
+                const std::int32_t z = zp ? zp[so] : 0;
+                const float* __restrict xs = src + off;
+                O* __restrict ys = dst + off;
+                for (std::int64_t i = 0; i < n; ++i) ys[i] = quantize_to<O>(xs[i], sc, z);
+                return;
+              }
+            }
             for (std::int64_t i = 0; i < n; ++i) {
               const float sc = s[so + i * step];
               const std::int32_t z = zp ? zp[so + i * step] : 0;

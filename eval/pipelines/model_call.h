@@ -2,6 +2,7 @@
 // ...) may get its own executor Observer, told which model runs and in what context.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -30,6 +31,16 @@ class ModelCallObserver {
     (void)call;
     (void)outputs;
   }
+};
+
+// A ModelCallObserver made of a function: the observer for each call (nullptr = unobserved).
+class ModelCallObserverFn : public ModelCallObserver {
+ public:
+  explicit ModelCallObserverFn(std::function<Observer*(const ModelCall&)> begin) : begin_(std::move(begin)) {}
+  Observer* begin(const ModelCall& call) override { return begin_ ? begin_(call) : nullptr; }
+
+ private:
+  std::function<Observer*(const ModelCall&)> begin_;
 };
 
 }  // namespace qeval::eval

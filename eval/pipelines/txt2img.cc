@@ -120,8 +120,13 @@ Tensor timestep_tensor(double t, DType type, std::int64_t batch) {
   return out;
 }
 
-Observer* observer_for(const Txt2ImgHooks& hooks, Txt2ImgModel m, int step, double t) {
-  return hooks.observer_for ? hooks.observer_for(Txt2ImgCall{m, step, t}) : nullptr;
+// Runs one model call, telling the observer (may be null) before and after.
+std::map<std::string, Tensor> run_call(Session& session, const std::map<std::string, Tensor>& in,
+                                       ModelCallObserver* observer, const ModelCall& call) {
+  if (!observer) return session.run(in);
+  auto out = session.run(in, observer->begin(call));
+  observer->end(call, out);
+  return out;
 }
 
 std::string shape_text(const std::vector<std::int64_t>& s) { return shape_to_string(s); }
@@ -213,7 +218,7 @@ Txt2ImgRequest default_request(const Txt2ImgConfig& config, std::string prompt, 
 }
 
 Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::vector<std::string>& texts,
-                    Observer* observer) {
+                    ModelCallObserver* observer, std::string_view context) {
   const Txt2ImgConfig& c = models.config;
   const Graph& g = session.graph();
   const auto batch = static_cast<std::int64_t>(texts.size());
@@ -231,7 +236,7 @@ Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::ve
   }
   std::map<std::string, Tensor> in;
   in.emplace(c.text_encoder.input, std::move(ids));
-  auto out = session.run(in, observer);
+  auto out = run_call(session, in, observer, ModelCall{"text_encoder", context, 0, -1});
   Tensor h = take_output(out, g, c.text_encoder.output);
   if (h.rank() != 3 || h.dim(0) != batch || h.dim(1) != len)
     throw InputError(g.source + ": output '" + c.text_encoder.output + "' has shape " + shape_text(h.shape()) +
@@ -239,7 +244,8 @@ Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::ve
   return h;
 }
 
-Tensor decode_latent(const Txt2ImgModels& models, Session& session, const Tensor& latent, Observer* observer) {
+Tensor decode_latent(const Txt2ImgModels& models, Session& session, const Tensor& latent, ModelCallObserver* observer,
+                     std::string_view context) {
   const Txt2ImgConfig& c = models.config;
   const Graph& g = session.graph();
   Tensor z(DType::kFloat32, latent.shape());
@@ -249,7 +255,7 @@ Tensor decode_latent(const Txt2ImgModels& models, Session& session, const Tensor
   for (std::int64_t i = 0; i < z.numel(); ++i) dst[i] = src[i] / scale;
   std::map<std::string, Tensor> in;
   in.emplace(c.vae_decoder.input, to_graph_float(z, input_type(g, c.vae_decoder.input)));
-  auto out = session.run(in, observer);
+  auto out = run_call(session, in, observer, ModelCall{"vae_decoder", context, 0, -1});
   Tensor img = take_output(out, g, c.vae_decoder.output);
   const Shape want = {1, c.image_channels, c.image_height, c.image_width};
   if (img.shape() != want)
@@ -277,91 +283,137 @@ datasets::Rgb8 image_to_rgb8(const Tensor& image01) {
   return out;
 }
 
-Txt2ImgResult generate(const Txt2ImgModels& models, const Txt2ImgSessions& sessions, const Txt2ImgRequest& req,
-                       const Txt2ImgHooks& hooks) {
-  const Txt2ImgConfig& c = models.config;
-  if (!sessions.text_encoder || !sessions.unet || !sessions.vae_decoder)
-    throw std::invalid_argument("generate: every model needs a session");
+namespace {
+
+// Validates a request before the scheduler is built from it.
+const Txt2ImgRequest& checked(const Txt2ImgRequest& req) {
   if (req.prompt.find_first_not_of(" \t\r\n") == std::string::npos)
     throw InputError("the prompt is empty (a text-to-image pipeline needs a prompt)");
   if (!std::isfinite(req.guidance_scale) || req.guidance_scale < 0)
     throw InputError("guidance scale " + std::to_string(req.guidance_scale) + " must be a finite number >= 0");
-  const Scheduler scheduler(req.scheduler, req.steps);  // InputError on a bad step count
-  const bool guided = req.guidance_scale > 1.0;
-  const std::int64_t batch = guided ? 2 : 1;
-  const Shape latent_shape = c.latent_shape();
+  return req;
+}
 
-  Txt2ImgResult r;
-  r.timesteps = scheduler.timesteps();
-  auto t0 = Clock::now();
-  r.text_embeddings =
-      encode_texts(models, *sessions.text_encoder,
-                   guided ? std::vector<std::string>{req.negative_prompt, req.prompt} : std::vector<std::string>{req.prompt},
-                   observer_for(hooks, Txt2ImgModel::kTextEncoder, -1, 0));
-  r.text_encoder_ms = ms_since(t0);
+}  // namespace
 
-  Tensor latent;
-  if (req.initial_noise) {
-    if (req.initial_noise->dtype() != DType::kFloat32 || req.initial_noise->shape() != latent_shape)
-      throw InputError("initial noise must be float32 " + shape_to_string(latent_shape) + " (pipeline.json \"latent\"), got " +
-                       std::string(dtype_name(req.initial_noise->dtype())) + " " +
-                       shape_to_string(req.initial_noise->shape()));
-    latent = *req.initial_noise;
+Txt2ImgRun::Txt2ImgRun(const Txt2ImgModels& models, Txt2ImgRequest request)
+    : models_(models), request_(std::move(request)), scheduler_(checked(request_).scheduler, request_.steps) {
+  const Shape latent_shape = models_.config.latent_shape();
+  if (request_.initial_noise) {
+    const Tensor& n = *request_.initial_noise;
+    if (n.dtype() != DType::kFloat32 || n.shape() != latent_shape)
+      throw InputError("initial noise must be float32 " + shape_to_string(latent_shape) +
+                       " (pipeline.json \"latent\"), got " + std::string(dtype_name(n.dtype())) + " " +
+                       shape_to_string(n.shape()));
+    latent_ = n;
   } else {
-    latent = seeded_noise(req.seed, latent_shape);
+    latent_ = seeded_noise(request_.seed, latent_shape);
   }
-  if (scheduler.init_noise_sigma() != 1.0) {
-    const auto sigma = static_cast<float>(scheduler.init_noise_sigma());
-    for (float& v : latent.span<float>()) v = v * sigma;
+  if (scheduler_.init_noise_sigma() != 1.0) {
+    const auto sigma = static_cast<float>(scheduler_.init_noise_sigma());
+    for (float& v : latent_.span<float>()) v = v * sigma;
   }
+}
 
-  t0 = Clock::now();
-  const Graph& ug = sessions.unet->graph();
-  const DType sample_type = input_type(ug, c.unet.sample);
+std::vector<std::string> Txt2ImgRun::texts() const {
+  if (guided()) return {request_.negative_prompt, request_.prompt};
+  return {request_.prompt};
+}
+
+void Txt2ImgRun::encode(Session& text_encoder, ModelCallObserver* observer, std::string_view context) {
+  text_embeddings_ = encode_texts(models_, text_encoder, texts(), observer, context);
+}
+
+void Txt2ImgRun::set_text_embeddings(Tensor embeddings) {
+  if (embeddings.rank() != 3 || embeddings.dim(0) != std::int64_t(texts().size()))
+    throw std::invalid_argument("Txt2ImgRun::set_text_embeddings: expected [" + std::to_string(texts().size()) +
+                                ", L, D], got " + shape_to_string(embeddings.shape()));
+  text_embeddings_ = std::move(embeddings);
+}
+
+Txt2ImgRun::Prediction Txt2ImgRun::predict(Session& unet, const Tensor& latent, int step, ModelCallObserver* observer,
+                                           std::string_view context) const {
+  const Txt2ImgConfig& c = models_.config;
+  if (text_embeddings_.numel() == 0) throw std::logic_error("Txt2ImgRun::predict before encode");
+  if (step < 0 || step >= steps()) throw std::out_of_range("Txt2ImgRun::predict: step " + std::to_string(step));
+  const Shape latent_shape = c.latent_shape();
+  if (latent.shape() != latent_shape || latent.dtype() != DType::kFloat32)
+    throw std::invalid_argument("Txt2ImgRun::predict: the latent must be float32 " + shape_to_string(latent_shape));
+  const Graph& ug = unet.graph();
+  const std::int64_t batch = guided() ? 2 : 1;
+  const auto n = static_cast<std::size_t>(latent.numel());
+  const double t = scheduler_.timesteps()[std::size_t(step)];
+  Tensor model_in(DType::kFloat32, {batch, latent_shape[1], latent_shape[2], latent_shape[3]});
+  float* mi = model_in.data<float>();
+  scheduler_.scale_model_input(step, latent.span<float>(), {mi, n});
+  if (guided()) std::memcpy(mi + n, mi, n * sizeof(float));
   std::map<std::string, Tensor> in;
   in.emplace(c.unet.encoder_hidden_states,
-             to_graph_float(r.text_embeddings, input_type(ug, c.unet.encoder_hidden_states)));
-  in.emplace(c.unet.sample, Tensor());
-  in.emplace(c.unet.timestep, Tensor());
-  const auto n = static_cast<std::size_t>(latent.numel());
-  const auto g = static_cast<float>(req.guidance_scale);
-  Tensor model_in(DType::kFloat32, {batch, latent_shape[1], latent_shape[2], latent_shape[3]});
-  Tensor noise_pred(DType::kFloat32, latent_shape);
-  for (int i = 0; i < scheduler.steps(); ++i) {
-    const double t = scheduler.timesteps()[std::size_t(i)];
-    float* mi = model_in.data<float>();
-    scheduler.scale_model_input(i, latent.span<float>(), {mi, n});
-    if (guided) std::memcpy(mi + n, mi, n * sizeof(float));
-    in[c.unet.sample] = to_graph_float(model_in, sample_type);
-    in[c.unet.timestep] = timestep_tensor(t, c.unet.timestep_type, batch);
-    auto out = sessions.unet->run(in, observer_for(hooks, Txt2ImgModel::kUnet, i, t));
-    Tensor unet_out = take_output(out, ug, c.unet.output);
-    if (unet_out.shape() != model_in.shape())
-      throw InputError(ug.source + ": output '" + c.unet.output + "' has shape " + shape_text(unet_out.shape()) +
-                       ", expected the sample's " + shape_text(model_in.shape()));
-    const float* e = unet_out.data<float>();
-    float* np = noise_pred.data<float>();
-    if (guided) {
-      for (std::size_t k = 0; k < n; ++k) np[k] = e[k] + g * (e[n + k] - e[k]);
-    } else {
-      std::memcpy(np, e, n * sizeof(float));
-    }
-    Tensor next(DType::kFloat32, latent_shape);
-    scheduler.step(i, noise_pred.span<float>(), latent.span<float>(), next.span<float>());
-    if (hooks.on_step) {
-      Txt2ImgStep ev{i, scheduler.steps(), t, latent, unet_out, noise_pred, next};
-      hooks.on_step(ev);
-      if (next.shape() != latent_shape || next.dtype() != DType::kFloat32)
-        throw std::invalid_argument("generate: the step hook changed the latent's shape or type");
-    }
-    latent = std::move(next);
+             to_graph_float(text_embeddings_, input_type(ug, c.unet.encoder_hidden_states)));
+  in.emplace(c.unet.sample, to_graph_float(model_in, input_type(ug, c.unet.sample)));
+  in.emplace(c.unet.timestep, timestep_tensor(t, c.unet.timestep_type, batch));
+  auto out = run_call(unet, in, observer, ModelCall{"unet", context, step, step});
+  Prediction p;
+  p.unet_output = take_output(out, ug, c.unet.output);
+  if (p.unet_output.shape() != model_in.shape())
+    throw InputError(ug.source + ": output '" + c.unet.output + "' has shape " + shape_text(p.unet_output.shape()) +
+                     ", expected the sample's " + shape_text(model_in.shape()));
+  p.noise_pred = Tensor(DType::kFloat32, latent_shape);
+  const float* e = p.unet_output.data<float>();
+  float* np = p.noise_pred.data<float>();
+  if (guided()) {
+    const auto g = static_cast<float>(request_.guidance_scale);
+    for (std::size_t k = 0; k < n; ++k) np[k] = e[k] + g * (e[n + k] - e[k]);
+  } else {
+    std::memcpy(np, e, n * sizeof(float));
   }
-  r.unet_ms = ms_since(t0);
+  return p;
+}
 
+Tensor Txt2ImgRun::scheduler_step(int step, const Tensor& latent, const Tensor& noise_pred) const {
+  Tensor next(DType::kFloat32, latent.shape());
+  scheduler_.step(step, noise_pred.span<float>(), latent.span<float>(), next.span<float>());
+  return next;
+}
+
+Txt2ImgRun::Prediction Txt2ImgRun::step(Session& unet, const Txt2ImgHooks& hooks) {
+  if (next_step_ >= steps()) throw std::logic_error("Txt2ImgRun::step: every step has run");
+  const int i = next_step_;
+  Prediction p = predict(unet, latent_, i, hooks.observer, hooks.context);
+  Tensor next = scheduler_step(i, latent_, p.noise_pred);
+  if (hooks.on_step) {
+    Txt2ImgStep ev{i, steps(), scheduler_.timesteps()[std::size_t(i)], latent_, p.unet_output, p.noise_pred, next};
+    hooks.on_step(ev);
+    if (next.shape() != latent_.shape() || next.dtype() != DType::kFloat32)
+      throw std::invalid_argument("generate: the step hook changed the latent's shape or type");
+  }
+  latent_ = std::move(next);
+  ++next_step_;
+  return p;
+}
+
+Tensor Txt2ImgRun::decode(Session& vae_decoder, ModelCallObserver* observer, std::string_view context) const {
+  return decode_latent(models_, vae_decoder, latent_, observer, context);
+}
+
+Txt2ImgResult generate(const Txt2ImgModels& models, const Txt2ImgSessions& sessions, const Txt2ImgRequest& req,
+                       const Txt2ImgHooks& hooks) {
+  if (!sessions.text_encoder || !sessions.unet || !sessions.vae_decoder)
+    throw std::invalid_argument("generate: every model needs a session");
+  Txt2ImgRun run(models, req);
+  Txt2ImgResult r;
+  r.timesteps = run.scheduler().timesteps();
+  auto t0 = Clock::now();
+  run.encode(*sessions.text_encoder, hooks.observer, hooks.context);
+  r.text_encoder_ms = ms_since(t0);
   t0 = Clock::now();
-  r.image = decode_latent(models, *sessions.vae_decoder, latent, observer_for(hooks, Txt2ImgModel::kVaeDecoder, -1, 0));
+  while (run.next_step() < run.steps()) run.step(*sessions.unet, hooks);
+  r.unet_ms = ms_since(t0);
+  t0 = Clock::now();
+  r.image = run.decode(*sessions.vae_decoder, hooks.observer, hooks.context);
   r.vae_decoder_ms = ms_since(t0);
-  r.final_latent = std::move(latent);
+  r.text_embeddings = run.text_embeddings();
+  r.final_latent = run.latent();
   return r;
 }
 

@@ -15,7 +15,9 @@
 
 #include "datasets/image_io.h"
 #include "eval/graph.h"
+#include "eval/pipelines/model_call.h"
 #include "eval/pipelines/pipeline_config.h"
+#include "eval/pipelines/scheduler.h"
 #include "eval/session.h"
 #include "eval/tokenizer.h"
 
@@ -81,18 +83,12 @@ struct Txt2ImgStep {
   Tensor& latent_after;      // the scheduler's result; the hook may overwrite it (same shape)
 };
 
-// Which model call an observer is asked for: step is the UNet step (-1 for the text encoder and
-// the VAE decoder).
-struct Txt2ImgCall {
-  Txt2ImgModel model;
-  int step = -1;
-  double timestep = 0;
-};
-
 struct Txt2ImgHooks {
   std::function<void(Txt2ImgStep&)> on_step;
-  // Called before every model call; the returned observer (may be nullptr) sees that call's nodes.
-  std::function<Observer*(const Txt2ImgCall&)> observer_for;
+  // Told about every model call (eval/pipelines/model_call.h): model "text_encoder", "unet" (call
+  // and step = the step index) or "vae_decoder"; the observer it returns sees that call's nodes.
+  ModelCallObserver* observer = nullptr;
+  std::string_view context;  // passed on in ModelCall::context (e.g. the prompt's id)
 };
 
 struct Txt2ImgResult {
@@ -101,6 +97,54 @@ struct Txt2ImgResult {
   Tensor text_embeddings;  // float32 [2, L, D]: negative prompt then prompt ([1, L, D] without guidance)
   std::vector<double> timesteps;
   double text_encoder_ms = 0, unet_ms = 0, vae_decoder_ms = 0;
+};
+
+// One generation advanced step by step: what generate() runs, exposed for callers that run several
+// variants in lockstep (the evaluator runs the reference's step t, then each variant's step t).
+// Holds the request, the scheduler, the text embeddings and the current latent; the sessions are
+// passed to each call, so a run is not tied to one variant's sessions.
+class Txt2ImgRun {
+ public:
+  // Validates the request (InputError as generate()) and draws the initial latent.
+  Txt2ImgRun(const Txt2ImgModels& models, Txt2ImgRequest request);
+
+  const Txt2ImgRequest& request() const { return request_; }
+  const Scheduler& scheduler() const { return scheduler_; }
+  bool guided() const { return request_.guidance_scale > 1.0; }
+  int steps() const { return scheduler_.steps(); }
+  int next_step() const { return next_step_; }  // steps() when the loop is done
+
+  // The texts of one batch: negative prompt then prompt (prompt alone without guidance).
+  std::vector<std::string> texts() const;
+  // Runs the text encoder (model call "text_encoder").
+  void encode(Session& text_encoder, ModelCallObserver* observer = nullptr, std::string_view context = {});
+  // Uses another run's embeddings (same texts; e.g. a variant whose text encoder is the reference's).
+  void set_text_embeddings(Tensor embeddings);
+  const Tensor& text_embeddings() const { return text_embeddings_; }
+  const Tensor& latent() const { return latent_; }  // before next_step()
+
+  struct Prediction {
+    Tensor unet_output;  // [2, C, h, w] (uncond, cond) or [1, ...] without guidance
+    Tensor noise_pred;   // guided, [1, C, h, w]
+  };
+  // The UNet at step `step` on `latent` (this run's or another's: teacher forcing), without
+  // advancing; model call "unet" with call = step = `step`.
+  Prediction predict(Session& unet, const Tensor& latent, int step, ModelCallObserver* observer = nullptr,
+                     std::string_view context = {}) const;
+  // The scheduler's next latent from `latent` and a prediction at `step`.
+  Tensor scheduler_step(int step, const Tensor& latent, const Tensor& noise_pred) const;
+  // Runs step next_step(): predict on the current latent, scheduler step, hooks.on_step (which may
+  // replace the latent), advance. Returns the prediction.
+  Prediction step(Session& unet, const Txt2ImgHooks& hooks = {});
+  // Decodes the current latent (model call "vae_decoder").
+  Tensor decode(Session& vae_decoder, ModelCallObserver* observer = nullptr, std::string_view context = {}) const;
+
+ private:
+  const Txt2ImgModels& models_;
+  Txt2ImgRequest request_;
+  Scheduler scheduler_;
+  Tensor text_embeddings_, latent_;
+  int next_step_ = 0;
 };
 
 // Runs the pipeline. Deterministic: the same request gives bit-identical results across runs and
@@ -114,10 +158,10 @@ Txt2ImgResult generate(const Txt2ImgModels& models, const Txt2ImgSessions& sessi
 // variant whose text encoder is the reference's).
 // Texts -> float32 [B, L, D] hidden states, one batch.
 Tensor encode_texts(const Txt2ImgModels& models, Session& text_encoder, const std::vector<std::string>& texts,
-                    Observer* observer = nullptr);
+                    ModelCallObserver* observer = nullptr, std::string_view context = {});
 // Latent [1, C, h, w] (before 1 / scaling_factor) -> float32 image [3, H, W] on [0, 1].
 Tensor decode_latent(const Txt2ImgModels& models, Session& vae_decoder, const Tensor& latent,
-                     Observer* observer = nullptr);
+                     ModelCallObserver* observer = nullptr, std::string_view context = {});
 
 // [3, H, W] on [0, 1] -> 8-bit RGB: round(clamp(v, 0, 1) * 255), ties to even (as torch.round).
 datasets::Rgb8 image_to_rgb8(const Tensor& image01);

@@ -427,30 +427,32 @@ CalibrationResult CalibrationResult::from_json(const json& j, const std::string&
 TensorCalibrationSet::TensorCalibrationSet(std::vector<std::map<std::string, Tensor>> samples, std::string name)
     : samples_(std::move(samples)), name_(std::move(name)) {}
 
-TensorCalibrationSet TensorCalibrationSet::from_folder(const fs::path& dir, const Graph& graph) {
+std::vector<fs::path> tensor_sample_folders(const fs::path& dir) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw InputError(dir.string() + ": calibration data folder not found");
-  auto read_sample = [&](const fs::path& folder) {
-    std::map<std::string, Tensor> sample;
-    for (const auto& in : graph.inputs) {
-      const fs::path file = folder / (tensor_file_name(in.name) + ".npy");
-      if (!fs::exists(file))
-        throw InputError(folder.string() + ": calibration sample lacks " + file.filename().string() +
-                         " for model input '" + in.name + "'");
-      sample.emplace(in.name, datasets::read_npy(file));
-    }
-    return sample;
-  };
+  if (!fs::is_directory(dir, ec)) throw InputError(dir.string() + ": sample folder not found");
   std::vector<fs::path> subdirs;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.is_directory()) subdirs.push_back(e.path());
   std::sort(subdirs.begin(), subdirs.end());
-  std::vector<std::map<std::string, Tensor>> samples;
-  if (subdirs.empty()) {
-    samples.push_back(read_sample(dir));
-  } else {
-    for (const auto& d : subdirs) samples.push_back(read_sample(d));
+  if (subdirs.empty()) subdirs.push_back(dir);
+  return subdirs;
+}
+
+std::map<std::string, Tensor> read_tensor_sample(const fs::path& folder, const Graph& graph) {
+  std::map<std::string, Tensor> sample;
+  for (const auto& in : graph.inputs) {
+    const fs::path file = folder / (tensor_file_name(in.name) + ".npy");
+    if (!fs::exists(file))
+      throw InputError(folder.string() + ": sample lacks " + file.filename().string() + " for model input '" +
+                       in.name + "'");
+    sample.emplace(in.name, datasets::read_npy(file));
   }
+  return sample;
+}
+
+TensorCalibrationSet TensorCalibrationSet::from_folder(const fs::path& dir, const Graph& graph) {
+  std::vector<std::map<std::string, Tensor>> samples;
+  for (const auto& d : tensor_sample_folders(dir)) samples.push_back(read_tensor_sample(d, graph));
   return TensorCalibrationSet(std::move(samples), dir.string());
 }
 

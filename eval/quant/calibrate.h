@@ -110,6 +110,13 @@ class TensorCalibrationSet : public CalibrationSet {
   std::string name_;
 };
 
+// The samples of a tensor folder (the `qeval infer --inputs` layout): its sub-folders in name
+// order, or the folder itself when it has none. InputError when it does not exist.
+std::vector<std::filesystem::path> tensor_sample_folders(const std::filesystem::path& dir);
+// One sample: <input name>.npy (tensor_file_name) for every input of `graph`; InputError naming the
+// folder and the missing file.
+std::map<std::string, Tensor> read_tensor_sample(const std::filesystem::path& folder, const Graph& graph);
+
 // Hash of a graph's content (nodes, attributes, initializer bytes), 16 hex digits.
 std::string graph_fingerprint(const Graph& graph);
 

@@ -306,9 +306,10 @@ class Linter {
     r.model = g_.source;
     r.target_sm = o_.target_sm;
     check_qdq_nodes();
+    check_operator_format();
     check_compute_nodes();
     check_dq_consumers();
-    if (qdq_count_ == 0)
+    if (qdq_count_ == 0 && !has_qoperator_)
       add("no-qdq", Severity::kInfo, std::nullopt, {},
           "the model has no QuantizeLinear/DequantizeLinear nodes: TensorRT builds it in FP16/FP32 "
           "(explicit quantization needs Q/DQ)",
@@ -434,6 +435,24 @@ class Linter {
     }
   }
 
+  // ONNX Runtime's operator-oriented quantization (QOperator format): no TensorRT importer.
+  void check_operator_format() {
+    static const std::set<std::string> qoperator{
+        "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QLinearAdd",
+        "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool",
+        "QLinearConcat", "QLinearSoftmax", "QGemm", "QAttention", "DynamicQuantizeMatMul"};
+    for (std::size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = node(i);
+      if ((!n.domain.empty() && n.domain != "com.microsoft") || !qoperator.count(n.op_type)) continue;
+      has_qoperator_ = true;
+      add("qoperator-format", Severity::kError, i, {},
+          n.op_type + " is ONNX Runtime's operator-oriented quantization: TensorRT's ONNX parser has no "
+                      "importer for it (TensorRT reads quantization as QuantizeLinear/DequantizeLinear only)",
+          "re-quantize in QDQ format (ONNX Runtime's quantize_static with QuantFormat.QDQ, ModelOpt, or qeval "
+          "calibrate), symmetric and with INT8 weights per output channel");
+    }
+  }
+
   // ---- Conv / MatMul / Gemm --------------------------------------------------------------------
 
   struct Operand {
@@ -520,7 +539,7 @@ class Linter {
         weight_only(i, ln, ops, blockers);
       } else if (!plain.empty()) {
         partial(i, ln, ops, has_weight, blockers);
-      } else if (types.size() > 1) {
+      } else if (types.size() > 1 && std::all_of(types.begin(), types.end(), tensorrt_quant_type)) {
         blockers.insert("mixed-formats");
         add("mixed-formats", Severity::kWarning, i, qdq_names(ops),
             fmt::format("its operands are quantized to different types ({}); TensorRT has no kernel "
@@ -791,6 +810,7 @@ class Linter {
   const LintOptions& o_;
   Index ix_;
   int qdq_count_ = 0;
+  bool has_qoperator_ = false;
   std::unordered_map<std::size_t, QdqParams> params_;
   std::unordered_map<std::size_t, std::set<std::string>> errors_;  // error rules per Q/DQ node
   std::vector<LintFinding> findings_;

@@ -1,24 +1,19 @@
 // Per-step UNet calibration through the txt2img pipeline.
 #include "eval/quant/txt2img_calibration.h"
 
-#include <fstream>
-
 #include "eval/progress.h"
+#include "eval/prompt_set.h"
 #include "kernels/error.h"
 
 namespace qeval::eval::quant {
 
 std::vector<std::string> read_prompt_lines(const std::filesystem::path& path, std::size_t limit) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path.string() + ": cannot open the prompt file");
+  const TextPromptSet set = read_text_prompts(path);  // InputError names the file and line
   std::vector<std::string> prompts;
-  std::string line;
-  while (std::getline(in, line) && (limit == 0 || prompts.size() < limit)) {
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
-    if (line.empty() || line[0] == '#') continue;
-    prompts.push_back(line);
+  for (const auto& p : set.prompts) {
+    if (limit != 0 && prompts.size() >= limit) break;
+    prompts.push_back(p.prompt);
   }
-  if (prompts.empty()) throw InputError(path.string() + ": no prompts (one a line; '#' starts a comment)");
   return prompts;
 }
 
@@ -48,12 +43,14 @@ int Txt2ImgCalibrationSet::run(const Graph& reference, RangeCollector& collector
   Txt2ImgSessions sessions = Txt2ImgSessions::create(models_);
   if (&reference != models_.unet.get())
     sessions.unet = std::make_shared<Session>(reference);
-  Txt2ImgHooks hooks;
-  hooks.observer_for = [&](const Txt2ImgCall& call) -> Observer* {
-    if (call.model != Txt2ImgModel::kUnet) return nullptr;
+  // Every UNet call filed under its denoising step; the other models run unobserved.
+  ModelCallObserverFn observer([&](const ModelCall& call) -> Observer* {
+    if (call.model != "unet") return nullptr;
     collector.set_step(call.step);
     return &collector;
-  };
+  });
+  Txt2ImgHooks hooks;
+  hooks.observer = &observer;
   Progress progress("calibrating", prompts_.size(), progress_ && stderr_is_terminal());
   for (std::size_t i = 0; i < prompts_.size(); ++i) {
     Txt2ImgRequest request = default_request(models_.config, prompts_[i], first_seed_ + i);

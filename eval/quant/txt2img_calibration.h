@@ -13,8 +13,8 @@
 
 namespace qeval::eval::quant {
 
-// Plain-text prompts, one a line; blank lines and lines starting with '#' are skipped. At most
-// `limit` prompts (0 = all). InputError for a missing or empty file.
+// The prompts of a prompt set (eval/prompt_set.h: plain text, '#' comments and blank lines skipped,
+// or JSONL), at most `limit` (0 = all). InputError for a missing or empty file.
 std::vector<std::string> read_prompt_lines(const std::filesystem::path& path, std::size_t limit = 0);
 
 class Txt2ImgCalibrationSet : public CalibrationSet {

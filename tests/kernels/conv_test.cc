@@ -18,7 +18,10 @@ namespace {
 std::string describe(const ConvParams& p) {
   auto list = [](const std::vector<std::int64_t>& v) {
     std::string s = "[";
-    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (i) s += ",";  // not (i ? "," : "") + ...: GCC 12 -Wrestrict false positive
+      s += std::to_string(v[i]);
+    }
     return s + "]";
   };
   return "batch " + std::to_string(p.batch) + ", channels " + std::to_string(p.in_channels) + "->" +

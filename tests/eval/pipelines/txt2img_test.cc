@@ -146,22 +146,41 @@ class CountingObserver : public Observer {
   int nodes = 0;
 };
 
+// Records every model call it is told about and counts each call's nodes.
+class RecordingCalls : public ModelCallObserver {
+ public:
+  Observer* begin(const ModelCall& c) override {
+    calls.emplace_back(std::string(c.model), c.step);
+    EXPECT_EQ(c.context, "p7");
+    EXPECT_EQ(c.call, std::max(c.step, 0));
+    observers.push_back(std::make_unique<CountingObserver>());
+    return observers.back().get();
+  }
+  void end(const ModelCall& c, const std::map<std::string, Tensor>& outputs) override {
+    EXPECT_EQ(calls.back(), std::make_pair(std::string(c.model), c.step));
+    EXPECT_FALSE(outputs.empty());
+    ++ended;
+  }
+  std::vector<std::pair<std::string, int>> calls;
+  std::vector<std::unique_ptr<CountingObserver>> observers;
+  int ended = 0;
+};
+
 TEST(Txt2Img, ObserverPerModelCallWithStepContext) {
   const auto& models = tiny_sd();
   const auto sessions = Txt2ImgSessions::create(models);
-  std::vector<std::pair<std::string, int>> calls;
-  std::vector<std::unique_ptr<CountingObserver>> observers;
+  RecordingCalls rec;
   Txt2ImgHooks hooks;
-  hooks.observer_for = [&](const Txt2ImgCall& c) -> Observer* {
-    calls.emplace_back(std::string(txt2img_model_name(c.model)), c.step);
-    observers.push_back(std::make_unique<CountingObserver>());
-    return observers.back().get();
-  };
+  hooks.observer = &rec;
+  hooks.context = "p7";
+  auto& calls = rec.calls;
+  auto& observers = rec.observers;
   const Txt2ImgRequest req = short_request(3);
   const Txt2ImgResult r = generate(models, sessions, req, hooks);
   const std::vector<std::pair<std::string, int>> want = {
       {"text_encoder", -1}, {"unet", 0}, {"unet", 1}, {"unet", 2}, {"vae_decoder", -1}};
   EXPECT_EQ(calls, want);
+  EXPECT_EQ(rec.ended, 5);
   EXPECT_EQ(observers[0]->nodes, int(models.text_encoder->nodes.size()));
   for (int i = 1; i <= 3; ++i) EXPECT_EQ(observers[std::size_t(i)]->nodes, int(models.unet->nodes.size()));
   EXPECT_EQ(observers[4]->nodes, int(models.vae_decoder->nodes.size()));
@@ -170,6 +189,34 @@ TEST(Txt2Img, ObserverPerModelCallWithStepContext) {
   EXPECT_TRUE(same_bits(plain.image, r.image));
   EXPECT_TRUE(same_bits(encode_texts(models, *sessions.text_encoder, {"", req.prompt}), r.text_embeddings));
   EXPECT_TRUE(same_bits(decode_latent(models, *sessions.vae_decoder, r.final_latent), r.image));
+}
+
+// The evaluator's lockstep form: stepping by hand gives generate()'s bits, predict() on any latent
+// does not advance, and a second run can reuse the first one's text embeddings.
+TEST(Txt2ImgRun, SteppingByHandEqualsGenerate) {
+  const auto& models = tiny_sd();
+  const auto sessions = Txt2ImgSessions::create(models);
+  const Txt2ImgRequest req = short_request(3);
+  const Txt2ImgResult whole = generate(models, sessions, req);
+  Txt2ImgRun run(models, req), twin(models, req);
+  run.encode(*sessions.text_encoder);
+  twin.set_text_embeddings(run.text_embeddings());
+  EXPECT_TRUE(same_bits(run.text_embeddings(), whole.text_embeddings));
+  for (int i = 0; i < 3; ++i) {
+    const Tensor before = run.latent();
+    const auto p = run.predict(*sessions.unet, before, i);
+    EXPECT_EQ(run.next_step(), i);
+    const auto q = run.step(*sessions.unet);
+    twin.step(*sessions.unet);
+    EXPECT_TRUE(same_bits(p.noise_pred, q.noise_pred));
+    EXPECT_TRUE(same_bits(run.latent(), run.scheduler_step(i, before, p.noise_pred)));
+    EXPECT_TRUE(same_bits(run.latent(), twin.latent()));
+  }
+  EXPECT_EQ(run.next_step(), run.steps());
+  EXPECT_TRUE(same_bits(run.latent(), whole.final_latent));
+  EXPECT_TRUE(same_bits(run.decode(*sessions.vae_decoder), whole.image));
+  EXPECT_THROW(run.step(*sessions.unet), std::logic_error);
+  EXPECT_THROW(Txt2ImgRun(models, short_request(0)), InputError);
 }
 
 TEST(Txt2Img, WithoutGuidanceRunsTheConditionalBranchAlone) {

@@ -108,12 +108,13 @@ TEST(Txt2ImgTypes, Sd15InterfaceTypesInt64IdsInt64TimestepFloat16) {
   req.scheduler.timestep_spacing = TimestepSpacing::kLinspace;
   req.scheduler.steps_offset = 0;
   std::vector<std::unique_ptr<TimestepSpy>> spies;
-  Txt2ImgHooks hooks;
-  hooks.observer_for = [&](const Txt2ImgCall& c) -> Observer* {
-    if (c.model != Txt2ImgModel::kUnet) return nullptr;
+  ModelCallObserverFn spy_unet([&](const ModelCall& c) -> Observer* {
+    if (c.model != "unet") return nullptr;
     spies.push_back(std::make_unique<TimestepSpy>());
     return spies.back().get();
-  };
+  });
+  Txt2ImgHooks hooks;
+  hooks.observer = &spy_unet;
   const Txt2ImgResult r = generate(models, sessions, req, hooks);
 
   // Text embeddings: the ids themselves, read back from float16 as float32.

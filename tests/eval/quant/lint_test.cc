@@ -543,6 +543,18 @@ TEST(LintRules, AttentionChecksNeedOpsQevalCanInfer) {
   EXPECT_EQ(r.count(ComputeState::kQuantized), 2);  // the rest of the lint still runs
 }
 
+TEST(LintRules, OnnxRuntimeOperatorFormatHasNoTensorRtImporter) {
+  ImportOptions lenient;
+  lenient.require_supported_ops = false;
+  const Graph g = load_onnx(testing::data_dir() / "qdq/ort_qlinearconv_perchannel/model.onnx", lenient);
+  const LintReport r = lint_graph(g, {});
+  const auto f = findings_of(r, "qoperator-format");
+  ASSERT_EQ(f.size(), 1u) << rules(r);
+  EXPECT_EQ(f[0]->severity, Severity::kError);
+  EXPECT_EQ(f[0]->op_type, "QLinearConv");
+  EXPECT_TRUE(findings_of(r, "no-qdq").empty());
+}
+
 TEST(LintRules, ModelWithoutQdq) {
   const Graph g = testing::mini_unet_block().graph();
   const LintReport r = lint_graph(g, {});

@@ -213,6 +213,14 @@ TEST(QdqFusion, MatMulGemmAndUint8ActivationsFuseAndMatchTheFloatPath) {
   expect_within_float_rounding(yf.at("mm"), yp.at("mm"), 40.0 * 255 * 128 * 0.02 * 0.005, 40);
   expect_within_float_rounding(yf.at("gemm"), yp.at("gemm"), 40.0 * 255 * 128 * 0.015 * 0.005 + 2, 40);
   expect_within_float_rounding(yf.at("ar"), yp.at("ar"), 40.0 * 255 * 132 * 0.02 * 0.03, 40);
+  // A second run with new activations: runtime B operands are repacked (the pool reuses buffers,
+  // so a cache keyed on addresses would return the first run's B).
+  in["r"] = tensor({40, 6}, normal(240, 29, 2.0f));
+  in["a"] = tensor({2, 3, 40}, normal(240, 30, 0.5f));
+  yf = fused.run(in);
+  yp = plain.run(in);
+  expect_within_float_rounding(yf.at("ar"), yp.at("ar"), 40.0 * 255 * 132 * 0.02 * 0.03, 40);
+  expect_within_float_rounding(yf.at("mm"), yp.at("mm"), 40.0 * 255 * 128 * 0.02 * 0.005, 40);
   // self_matmul reads a fused DQ's output and a float op's: it runs unfused, identically.
   ASSERT_EQ(yf.at("aa").nbytes(), yp.at("aa").nbytes());
   EXPECT_EQ(std::memcmp(yf.at("aa").raw(), yp.at("aa").raw(), yf.at("aa").nbytes()), 0);

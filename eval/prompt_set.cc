@@ -1,0 +1,83 @@
+// Text-prompt sets: plain text or JSON Lines.
+#include "eval/prompt_set.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "eval/json_config.h"
+#include "kernels/error.h"
+
+namespace qeval::eval {
+
+namespace {
+
+constexpr const char* kPromptsDoc = "prompts/README.md";
+
+bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+TextPromptSet parse_text_prompts(const std::string& text, const std::filesystem::path& source) {
+  TextPromptSet set;
+  set.source = source;
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  bool jsonl = false;
+  for (const auto& l : lines)
+    if (!blank(l)) {
+      jsonl = trim(l).front() == '{';
+      break;
+    }
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const int line = int(i) + 1;
+    const std::string where = fmt::format("{}:{}", source.string(), line);
+    if (blank(lines[i])) continue;
+    TextPrompt p;
+    p.line = line;
+    p.id = fmt::format("p{:03d}", line);
+    if (jsonl) {
+      const JsonConfig c = JsonConfig::parse(lines[i], where, kPromptsDoc);
+      c.allow_keys({"prompt", "seed", "negative_prompt", "id"});
+      p.prompt = c.get_string("prompt");
+      if (c.has("seed")) {
+        const auto& v = c.value().at("seed");
+        if (!v.is_number_unsigned()) c.fail("'seed' must be a non-negative integer, got " + v.dump());
+        p.seed = v.get<std::uint64_t>();
+      }
+      if (c.has("negative_prompt")) p.negative_prompt = c.get_string("negative_prompt");
+      if (c.has("id")) p.id = c.get_string("id");
+    } else {
+      if (trim(lines[i]).front() == '#') continue;
+      p.prompt = trim(lines[i]);
+    }
+    if (blank(p.prompt)) throw InputError(where + ": empty prompt (see " + kPromptsDoc + ")");
+    if (!ids.insert(p.id).second) throw InputError(where + ": duplicate id '" + p.id + "'");
+    set.prompts.push_back(std::move(p));
+  }
+  if (set.prompts.empty()) throw InputError(source.string() + ": no prompts in the file (see " + kPromptsDoc + ")");
+  return set;
+}
+
+TextPromptSet read_text_prompts(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string() + ": cannot open the prompt file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_text_prompts(ss.str(), path);
+}
+
+}  // namespace qeval::eval

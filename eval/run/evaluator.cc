@@ -1,0 +1,204 @@
+// The evaluator: variants, the parallel loop over units, the ordered merge.
+#include "eval/run/evaluator.h"
+
+#include <fmt/format.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#include "datasets/npy.h"
+#include "eval/progress.h"
+#include "eval/run/drivers.h"
+#include "kernels/error.h"
+
+namespace qeval::eval {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec) {
+  switch (spec.kind) {
+    case RunPipelineKind::kTxt2Img: return make_txt2img_driver(spec);
+    case RunPipelineKind::kSegmentation: return make_segmentation_driver(spec);
+    case RunPipelineKind::kSingleModel: return make_single_model_driver(spec);
+  }
+  throw std::logic_error("make_run_driver: unknown pipeline kind");
+}
+
+RunDriver::RecipeGraphs RunDriver::recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool) const {
+  throw UnsupportedError(fmt::format(
+      "{}: variant '{}': recipe variants of a {} pipeline need a calibration set qeval does not have yet; "
+      "calibrate with `qeval calibrate --model M.onnx --data DIR` and give quantized.onnx as \"onnx\"",
+      spec.source.empty() ? std::string("the default run") : spec.source.string(), v.name,
+      run_pipeline_kind_name(kind())));
+}
+
+std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress) {
+  std::vector<BuiltVariant> out;
+  for (const VariantSpec& v : spec.variants) {
+    BuiltVariant b;
+    b.spec = v;
+    b.options.precision = v.precision;
+    if (!v.recipe.empty()) {
+      RunDriver::RecipeGraphs r = driver.recipe_graphs(v, spec, progress);
+      b.graphs = std::move(r.graphs);
+      b.kind = reports::VariantKind::kRecipe;
+      b.recipe = r.recipe;
+      b.calibration = r.calibration;
+      b.calibration_cache_hit = r.cache_hit;
+      b.calibration_s = r.calibration_s;
+      out.push_back(std::move(b));
+      continue;
+    }
+    b.graphs = driver.variant_graphs(v);
+    if (!v.onnx.empty()) {
+      b.kind = reports::VariantKind::kOnnx;
+      std::string paths;
+      for (const auto& [model, file] : v.onnx) paths += (paths.empty() ? "" : ", ") + model + "=" + file.string();
+      b.onnx = reports::Artifact{v.name, paths, ""};
+    } else if (!v.pipeline_variant.empty()) {
+      b.kind = reports::VariantKind::kOnnx;
+      b.onnx = reports::Artifact{v.name, "pipeline.json variants: " + v.pipeline_variant, ""};
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+namespace {
+
+RunObservation make_observation(const RunSpec& spec, const RunDriver& driver, const std::vector<BuiltVariant>& variants,
+                                std::size_t reference) {
+  RunObservation obs;
+  obs.reference = reference;
+  obs.local_error = spec.observe.local_error;
+  std::vector<LayerSpace::Model> models;
+  for (const auto& m : driver.models()) {
+    if (!spec.observe.models.empty() &&
+        std::find(spec.observe.models.begin(), spec.observe.models.end(), m) == spec.observe.models.end())
+      continue;
+    models.push_back({m, variants[reference].graphs.at(m).get(), m == driver.stepped_model(), 0});
+  }
+  for (const auto& want : spec.observe.models)
+    if (std::none_of(models.begin(), models.end(), [&](const LayerSpace::Model& m) { return m.name == want; })) {
+      std::string list;
+      for (const auto& m : driver.models()) list += (list.empty() ? "" : ", ") + m;
+      throw InputError(spec.source.string() + ": observe.models: the pipeline has no model '" + want +
+                       "' (models: " + list + ")");
+    }
+  obs.space = std::make_shared<const LayerSpace>(std::move(models), int(driver.timesteps().size()));
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    ObservedVariant ov;
+    ov.name = variants[v].spec.name;
+    ov.reference = v == reference;
+    ov.options = variants[v].options;
+    for (std::size_t m = 0; m < obs.space->models().size(); ++m)
+      ov.models.push_back(observe_model(*obs.space, m, *variants[v].graphs.at(obs.space->models()[m].name),
+                                        obs.local_error && v != reference));
+    obs.variants.push_back(std::move(ov));
+  }
+  return obs;
+}
+
+void merge_series(std::vector<StepSeries>& into, const std::vector<StepSeries>& from) {
+  if (into.empty()) {
+    into = from;
+    return;
+  }
+  for (std::size_t k = 0; k < from.size() && k < into.size(); ++k)
+    for (std::size_t s = 0; s < from[k].steps.size() && s < into[k].steps.size(); ++s)
+      into[k].steps[s].merge(from[k].steps[s]);
+}
+
+std::string safe_name(std::string s) {
+  for (char& c : s)
+    if (c == '/' || c == '\\' || c == ':' || c == ' ') c = '_';
+  return s;
+}
+
+}  // namespace
+
+RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,
+                   const EvaluatorOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult result;
+  result.reference = spec.reference_index();
+  result.variants = std::move(variants);
+  const std::size_t nvar = result.variants.size();
+  if (spec.observe.layers) result.observation = make_observation(spec, driver, result.variants, result.reference);
+  if (spec.observe.full_tensors && spec.observe.layers && !options.out_dir.empty()) {
+    const fs::path root = options.out_dir / "tensors";
+    result.observation.full_tensors = [root](const std::string& variant, const ModelCall& call, const Node& node,
+                                             const Tensor& value) {
+      fs::path dir = root / safe_name(std::string(call.context)) / variant /
+                     (call.step >= 0 ? fmt::format("{}_step{:03d}", call.model, call.step) : std::string(call.model));
+      fs::create_directories(dir);
+      datasets::write_npy(dir / (safe_name(node.name) + ".npy"), value);
+    };
+  }
+  result.layers.reserve(nvar);
+  for (std::size_t v = 0; v < nvar; ++v) result.layers.emplace_back(result.observation.space);
+  result.first_nonfinite.resize(nvar);
+  result.series.resize(nvar);
+
+  const std::size_t n = driver.units();
+  result.units.resize(n);
+  const int concurrency = options.workers > 0 ? options.workers : tbb::this_task_arena::max_concurrency();
+  const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(n, std::size_t(concurrency)));
+
+  Progress progress("qeval run", n * std::size_t(driver.ticks_per_unit()), options.progress);
+  std::atomic<std::size_t> next{0};
+  std::mutex merge_mu;
+  std::map<std::size_t, UnitOutcome> pending;  // finished, waiting for earlier units
+  std::size_t next_merge = 0;
+  auto merge_unit = [&](std::size_t i, UnitOutcome& u) {
+    for (std::size_t v = 0; v < nvar && v < u.layers.cells.size(); ++v) {
+      result.layers[v].merge(u.layers.cells[v]);
+      if (!result.first_nonfinite[v] && u.layers.first_nonfinite[v]) result.first_nonfinite[v] = u.layers.first_nonfinite[v];
+    }
+    for (std::size_t v = 0; v < nvar && v < u.series.size(); ++v) merge_series(result.series[v], u.series[v]);
+    u.layers = UnitObservation{};
+    result.units[i] = std::move(u);
+  };
+
+  std::atomic<bool> failed{false};
+  auto work = [&](std::size_t) {
+    std::unique_ptr<DriverThread> thread = driver.make_thread(result.variants);
+    LocalSessions local;
+    Capture capture;
+    UnitContext ctx;
+    ctx.variants = &result.variants;
+    ctx.reference = result.reference;
+    ctx.observation = spec.observe.layers ? &result.observation : nullptr;
+    ctx.local = &local;
+    ctx.capture = &capture;
+    ctx.teacher_forced = spec.observe.teacher_forced;
+    ctx.out_dir = options.out_dir;
+    ctx.tick = [&progress] { progress.tick(); };
+    for (std::size_t i = next++; i < n && !failed; i = next++) {
+      UnitOutcome u;
+      if (ctx.observation) u.layers = result.observation.make_unit();
+      try {
+        tbb::this_task_arena::isolate([&] { driver.run_unit(i, *thread, ctx, u); });
+      } catch (...) {
+        failed = true;  // the other workers stop after their current unit
+        throw;
+      }
+      std::lock_guard lock(merge_mu);
+      pending.emplace(i, std::move(u));
+      while (!pending.empty() && pending.begin()->first == next_merge) {
+        merge_unit(next_merge, pending.begin()->second);
+        pending.erase(pending.begin());
+        ++next_merge;
+      }
+    }
+  };
+  tbb::parallel_for(std::size_t(0), workers, work, tbb::simple_partitioner());
+  progress.finish();
+  result.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace qeval::eval

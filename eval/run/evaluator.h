@@ -1,0 +1,158 @@
+// `qeval run`'s engine. A variant is a set of sessions built from (graph per model, SessionOptions):
+// a precision variant is the reference's graphs under other options, a recipe variant is another
+// graph (the reference with Q/DQ inserted), an export variant is another file. The unit of parallel
+// work is one (prompt, seed) or one image, inside which every variant runs in lockstep with the
+// reference (step by step for diffusion) so that per-layer error compares the same call. Units
+// run in parallel (TBB, one set of sessions per worker) and are merged in unit order: the result
+// is identical for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eval/graph.h"
+#include "eval/run/observe.h"
+#include "eval/run/run_config.h"
+#include "metrics/activation_stats.h"
+#include "metrics/image_metric.h"
+#include "reports/run_report_model.h"
+
+namespace qeval::eval {
+
+// A variant ready to run: a graph per model and the options its sessions get.
+struct BuiltVariant {
+  VariantSpec spec;
+  reports::VariantKind kind = reports::VariantKind::kPrecision;
+  SessionOptions options;
+  std::map<std::string, std::shared_ptr<const Graph>> graphs;  // every model of the pipeline
+  std::optional<reports::Artifact> recipe, onnx;
+  std::optional<reports::Artifact> calibration;  // recipe variants: the calibration set
+  bool calibration_cache_hit = false;
+  double calibration_s = 0;
+};
+
+// One variant's result on one unit.
+struct VariantOutcome {
+  std::string error;  // empty when it ran
+  std::vector<metrics::MetricValue> metrics;  // against the reference; empty for the reference
+  bool identical = false;
+  double elapsed_ms = 0;
+  std::string image_path, heatmap_path;           // relative to the output folder; "" when not written
+  std::vector<std::uint8_t> thumbnail_png, heatmap_png;  // for report.html
+  std::string heatmap_legend;
+};
+
+// Error of one quantity per step (e.g. the UNet's noise prediction, teacher-forced).
+struct StepSeries {
+  std::string quantity, mode;
+  std::vector<metrics::ErrorStats> steps;
+};
+
+// One report row: a (prompt, seed), or one point prompt of an image.
+struct SampleOutcome {
+  std::string id, prompt;
+  std::optional<std::uint64_t> seed;
+  std::vector<VariantOutcome> variants;  // BuiltVariant order
+};
+
+struct UnitOutcome {
+  std::vector<SampleOutcome> samples;           // txt2img: one; segmentation: the image's prompts
+  std::vector<std::vector<StepSeries>> series;  // per variant (empty for the reference)
+  UnitObservation layers;                       // empty cells when layers are not observed
+};
+
+struct UnitInfo {
+  std::string id;  // txt2img: the sample's id; segmentation: the image
+};
+
+// What a unit's driver gets from the evaluator.
+struct UnitContext {
+  const std::vector<BuiltVariant>* variants = nullptr;
+  std::size_t reference = 0;
+  const RunObservation* observation = nullptr;  // null when layers are not observed
+  LocalSessions* local = nullptr;
+  Capture* capture = nullptr;
+  bool teacher_forced = false;
+  std::filesystem::path out_dir;  // images go under out_dir/images; empty: not written
+  std::function<void()> tick;     // progress: called ticks_per_unit() times per unit
+};
+
+// Per worker: whatever a driver keeps between units (sessions per variant).
+struct DriverThread {
+  virtual ~DriverThread() = default;
+};
+
+// One pipeline kind as the evaluator sees it.
+class RunDriver {
+ public:
+  virtual ~RunDriver() = default;
+  virtual RunPipelineKind kind() const = 0;
+  virtual std::string name() const = 0;                   // e.g. "tiny-sd"
+  virtual std::vector<std::string> models() const = 0;    // in call order
+  virtual std::shared_ptr<const Graph> reference_graph(const std::string& model) const = 0;
+  // The graphs of a variant with its own exports (pipeline.json variants or separate ONNX files);
+  // models it does not replace keep the reference's graph object.
+  virtual std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& spec) const = 0;
+  // A recipe variant: the reference's graphs with the recipe applied to the model it quantizes
+  // (txt2img: the UNet), calibrated on the run's calibration set (cached by recipe, model and
+  // data fingerprints). UnsupportedError for a pipeline without a calibration set.
+  struct RecipeGraphs {
+    std::map<std::string, std::shared_ptr<const Graph>> graphs;
+    reports::Artifact recipe;          // name, file, fingerprint
+    std::optional<reports::Artifact> calibration;  // the calibration set
+    bool cache_hit = false;
+    double calibration_s = 0;
+  };
+  virtual RecipeGraphs recipe_graphs(const VariantSpec& spec, const RunSpec& run, bool progress) const;
+  virtual std::string stepped_model() const { return {}; }  // "" when no model runs per step
+  virtual std::vector<double> timesteps() const { return {}; }
+  virtual std::size_t units() const = 0;
+  virtual UnitInfo unit(std::size_t index) const = 0;
+  virtual int ticks_per_unit() const { return 1; }
+  virtual std::vector<reports::MetricInfo> metrics() const = 0;
+  virtual reports::Artifact inputs_artifact() const = 0;
+  virtual std::string scheduler_name() const { return {}; }
+  virtual int steps() const { return 0; }
+  virtual std::vector<std::pair<std::string, std::string>> settings() const { return {}; }
+  virtual std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const = 0;
+  virtual void run_unit(std::size_t index, DriverThread& thread, const UnitContext& context,
+                        UnitOutcome& out) const = 0;
+};
+
+// The driver for a run's pipeline (loads the models and the prompt or input set). InputError for
+// what the spec names but cannot be read.
+std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec);
+
+struct EvaluatorOptions {
+  std::filesystem::path out_dir;  // images (and later the cache) go here; empty: nothing written
+  bool progress = false;          // a progress bar on stderr
+  int workers = 0;                // parallel units (0: TBB's concurrency)
+};
+
+// The merged result of a run, before it becomes a report.
+struct RunResult {
+  std::vector<BuiltVariant> variants;
+  std::size_t reference = 0;
+  std::vector<UnitOutcome> units;  // unit order; layer cells moved out into `layers`
+  RunObservation observation;      // layers (may be empty)
+  std::vector<LayerCells> layers;  // per variant, pooled over units
+  std::vector<std::optional<NonFiniteHit>> first_nonfinite;  // per variant, first in unit order
+  std::vector<std::vector<StepSeries>> series;  // per variant, pooled over units
+  double elapsed_s = 0;
+};
+
+// Builds the variants of `spec` for `driver` (recipe variants are calibrated here, or read from the
+// calibration cache).
+std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress = false);
+
+// Runs every unit and merges the results in unit order.
+RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,
+                   const EvaluatorOptions& options);
+
+}  // namespace qeval::eval

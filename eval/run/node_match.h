@@ -1,0 +1,55 @@
+// Which node of a variant's graph is which node of the reference's graph, so that per-layer error
+// works across a precision variant (the same graph), a recipe (the reference plus Q/DQ nodes) and a
+// separate export (a Q/DQ ONNX file next to the FP16 one). Quantization plumbing (Quantize/
+// DequantizeLinear in any form, SmoothQuant pre-scale Muls) is set aside; the remaining nodes are
+// matched by name. Also: the nodes to re-run for a node's local error.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "eval/graph.h"
+
+namespace qeval::eval {
+
+// QuantizeLinear / DequantizeLinear (ONNX or ModelOpt's trt FP8 forms) and the pre-scale Mul of
+// SmoothQuant that a recipe inserts ("<node>/input_quantizer/Mul").
+bool is_quantization_plumbing(const Node& node);
+
+// Nodes that run on quantized values: not plumbing themselves, reading a DequantizeLinear output.
+std::size_t count_quantized_nodes(const Graph& graph);
+
+struct UnmatchedNodeInfo {
+  std::string side;  // "reference" | "variant"
+  std::string name, op;
+  std::string reason;
+};
+
+struct NodeMatch {
+  std::vector<int> ref_of_variant;  // per variant node: the reference node's index, -1 for none
+  std::vector<int> variant_of_ref;  // per reference node: the variant node's index, -1 for none
+  std::size_t by_name = 0;
+  std::size_t plumbing = 0;  // variant nodes set aside as quantization plumbing
+  std::vector<UnmatchedNodeInfo> unmatched;
+};
+
+// The same graph object matches itself node for node. Otherwise a non-plumbing variant node
+// matches the reference node of the same name and op type; everything else is listed unmatched
+// (Constant nodes excepted: they are values, not layers).
+NodeMatch match_nodes(const Graph& reference, const Graph& variant);
+
+// What to re-run for the local error of variant node `node`: the node and the plumbing that feeds
+// it (a quantized conv's input QuantizeLinear -> DequantizeLinear and weight DequantizeLinear), in
+// topological order, and for each value they read from outside (not an initializer) the reference
+// value holding the same data (the output of the matched reference node, or the same graph input).
+struct LocalPlan {
+  std::vector<std::size_t> nodes;                              // variant node indices
+  std::vector<std::pair<std::string, std::string>> inputs;     // variant value -> reference value
+  std::string error;  // why there is no plan (e.g. an input whose producer has no match); "" if ok
+  bool ok() const { return error.empty(); }
+};
+// One plan per variant node (plumbing and unmatched nodes get an error).
+std::vector<LocalPlan> plan_local_runs(const Graph& reference, const Graph& variant, const NodeMatch& match);
+
+}  // namespace qeval::eval

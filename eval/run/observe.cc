@@ -1,0 +1,380 @@
+// Lockstep per-layer observation: capture, compare, drift statistics, local error.
+#include "eval/run/observe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "metrics/tensor_error.h"
+
+namespace qeval::eval {
+
+namespace {
+
+constexpr float kNoClip = std::numeric_limits<float>::infinity();
+
+// The largest magnitude of a quantized format, from the zero point's type; 0 when the quantizer
+// is not symmetric around zero (asymmetric uint8) or unknown.
+float format_max_of(const Node& q, const Graph& g) {
+  if (q.op_type == "TRT_FP8QuantizeLinear") return 448.0f;
+  if (!q.has_input(2)) return 0.0f;  // default zero point: uint8, asymmetric
+  auto zp = g.initializers.find(q.inputs[2]);
+  if (zp == g.initializers.end()) return 0.0f;
+  const Tensor& z = zp->second;
+  switch (z.dtype()) {
+    case DType::kInt8:
+      for (std::int8_t v : z.span<std::int8_t>())
+        if (v != 0) return 0.0f;
+      return 127.0f;
+    case DType::kFloat8E4M3FN: return 448.0f;
+    case DType::kFloat8E5M2: return 57344.0f;
+    default: return 0.0f;
+  }
+}
+
+std::string format_of_type(DType t) {
+  switch (t) {
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt16: return "int16";
+    case DType::kUInt16: return "uint16";
+    case DType::kFloat8E4M3FN: return "fp8_e4m3";
+    case DType::kFloat8E5M2: return "fp8_e5m2";
+    default: return std::string(dtype_name(t));
+  }
+}
+
+// The quantized type a QuantizeLinear produces: its zero point's type (uint8 by default).
+std::string quantize_format(const Node& q, const Graph& g) {
+  if (q.op_type == "TRT_FP8QuantizeLinear") return "fp8_e4m3";
+  if (q.has_input(2))
+    if (auto zp = g.initializers.find(q.inputs[2]); zp != g.initializers.end()) return format_of_type(zp->second.dtype());
+  return "uint8";
+}
+
+}  // namespace
+
+LayerSpace::LayerSpace(std::vector<Model> models, int steps) : models_(std::move(models)), steps_(std::max(1, steps)) {
+  for (auto& m : models_) {
+    m.first_layer = layers_;
+    layers_ += m.graph->nodes.size();
+  }
+}
+
+int LayerSpace::model_index(std::string_view name) const {
+  for (std::size_t i = 0; i < models_.size(); ++i)
+    if (models_[i].name == name) return int(i);
+  return -1;
+}
+
+std::size_t LayerSpace::model_of(std::size_t layer) const {
+  std::size_t m = 0;
+  while (m + 1 < models_.size() && models_[m + 1].first_layer <= layer) ++m;
+  return m;
+}
+
+const Node& LayerSpace::node_of(std::size_t layer) const {
+  const Model& m = models_[model_of(layer)];
+  return m.graph->nodes[layer - m.first_layer];
+}
+
+LayerCells::LayerCells(const LayerCells& o) : space_(o.space_) { *this = o; }
+
+LayerCells& LayerCells::operator=(const LayerCells& o) {
+  if (this == &o) return *this;
+  space_ = o.space_;
+  blocks_.clear();
+  blocks_.resize(o.blocks_.size());
+  for (std::size_t l = 0; l < o.blocks_.size(); ++l) {
+    if (!o.blocks_[l]) continue;
+    const int n = space_->cells_of(l);
+    blocks_[l] = std::make_unique<LayerCell[]>(std::size_t(n));
+    std::copy(o.blocks_[l].get(), o.blocks_[l].get() + n, blocks_[l].get());
+  }
+  return *this;
+}
+
+LayerCell& LayerCells::at(std::size_t layer, int step) {
+  if (blocks_.size() < space_->layers()) blocks_.resize(space_->layers());
+  const int n = space_->cells_of(layer);
+  if (!blocks_[layer]) blocks_[layer] = std::make_unique<LayerCell[]>(std::size_t(n));
+  return blocks_[layer][std::size_t(std::clamp(step, 0, n - 1))];
+}
+
+const LayerCell* LayerCells::find(std::size_t layer, int step) const {
+  if (!has(layer)) return nullptr;
+  return &blocks_[layer][std::size_t(std::clamp(step, 0, space_->cells_of(layer) - 1))];
+}
+
+void LayerCells::merge(const LayerCells& o) {
+  for (std::size_t l = 0; l < o.blocks_.size(); ++l) {
+    if (!o.blocks_[l]) continue;
+    const int n = space_->cells_of(l);
+    for (int s = 0; s < n; ++s) {
+      const LayerCell& src = o.blocks_[l][std::size_t(s)];
+      LayerCell& dst = at(l, s);
+      dst.act.merge(src.act);
+      dst.acc.merge(src.acc);
+      dst.local.merge(src.local);
+    }
+  }
+}
+
+bool LayerCells::operator==(const LayerCells& o) const {
+  const std::size_t n = std::max(blocks_.size(), o.blocks_.size());
+  for (std::size_t l = 0; l < n; ++l) {
+    if (has(l) != o.has(l)) return false;
+    if (!has(l)) continue;
+    for (int s = 0; s < space_->cells_of(l); ++s)
+      if (!(blocks_[l][std::size_t(s)] == o.blocks_[l][std::size_t(s)])) return false;
+  }
+  return true;
+}
+
+ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Graph& vg, bool local_error) {
+  const Graph& rg = *space.models()[model].graph;
+  ObservedModel om;
+  om.graph = &vg;
+  om.match = match_nodes(rg, vg);
+  om.layer_of_node.assign(vg.nodes.size(), -1);
+  for (std::size_t i = 0; i < vg.nodes.size(); ++i) om.index_of.emplace(vg.nodes[i].name, i);
+  for (std::size_t i = 0; i < vg.nodes.size(); ++i)
+    if (om.match.ref_of_variant[i] >= 0) om.layer_of_node[i] = int(space.layer(model, std::size_t(om.match.ref_of_variant[i])));
+  // Quantizer ranges: the output of node p feeds QuantizeLinear q (scale s, symmetric format of
+  // largest value M): values beyond s * M are clipped. Several quantizers: the smallest range.
+  om.clip_amax.assign(vg.nodes.size(), kNoClip);
+  std::unordered_map<std::string, std::size_t> producer;
+  for (std::size_t i = 0; i < vg.nodes.size(); ++i)
+    for (const auto& o : vg.nodes[i].outputs) producer[o] = i;
+  for (const Node& q : vg.nodes) {
+    if (q.op_type != "QuantizeLinear" && q.op_type != "TRT_FP8QuantizeLinear") continue;
+    auto p = producer.find(q.inputs[0]);
+    if (p == producer.end() || is_quantization_plumbing(vg.nodes[p->second]) ||
+        vg.nodes[p->second].outputs[0] != q.inputs[0] || !q.has_input(1))
+      continue;
+    auto s = vg.initializers.find(q.inputs[1]);
+    if (s == vg.initializers.end() || s->second.numel() != 1 || s->second.dtype() != DType::kFloat32) continue;
+    const float fmax = format_max_of(q, vg);
+    if (fmax == 0) continue;
+    float& clip = om.clip_amax[p->second];
+    clip = std::min(clip, s->second.data<float>()[0] * fmax);
+  }
+  // Formats: a node reading DequantizeLinear(x) runs on quantized x; x is an initializer (a stored
+  // weight) or a QuantizeLinear's output.
+  om.format.assign(vg.nodes.size(), "");
+  for (std::size_t i = 0; i < vg.nodes.size(); ++i) {
+    if (is_quantization_plumbing(vg.nodes[i])) continue;
+    for (const auto& in : vg.nodes[i].inputs) {
+      auto p = producer.find(in);
+      if (p == producer.end()) continue;
+      const Node& dq = vg.nodes[p->second];
+      if (dq.op_type != "DequantizeLinear" && dq.op_type != "TRT_FP8DequantizeLinear") continue;
+      std::string f;
+      if (auto w = vg.initializers.find(dq.inputs[0]); w != vg.initializers.end())
+        f = format_of_type(w->second.dtype());
+      else if (auto q = producer.find(dq.inputs[0]); q != producer.end())
+        f = quantize_format(vg.nodes[q->second], vg);
+      if (!f.empty() && (om.format[i].empty() || om.format[i] == f)) om.format[i] = f;
+      else if (!f.empty() && om.format[i] != f) om.format[i] += "+" + f;
+    }
+  }
+  if (local_error) om.local = plan_local_runs(rg, vg, om.match);
+  return om;
+}
+
+void Capture::start(const ModelCall& c) {
+  // Another model: its values have other names; free the previous model's (the VAE decoder's
+  // can be large) rather than holding every model's at once.
+  if (model != c.model) slots_.clear();
+  model = std::string(c.model);
+  step = c.step;
+  call = c.call;
+  valid = true;
+  ++generation_;
+}
+
+const Tensor* Capture::find(const std::string& name) const {
+  auto it = slots_.find(name);
+  return it == slots_.end() || it->second.generation != generation_ ? nullptr : &it->second.tensor;
+}
+
+void Capture::put(const std::string& name, const Tensor& value) {
+  Slot& s = slots_[name];
+  s.generation = generation_;
+  if (s.tensor.reuse_as(value.dtype(), value.shape())) {
+    std::memcpy(s.tensor.raw(), value.raw(), value.nbytes());
+    return;
+  }
+  s.tensor = value;
+}
+
+UnitObservation RunObservation::make_unit() const {
+  UnitObservation u;
+  u.cells.reserve(variants.size());
+  for (std::size_t v = 0; v < variants.size(); ++v) u.cells.emplace_back(space);
+  u.first_nonfinite.resize(variants.size());
+  return u;
+}
+
+class LockstepObserver::NodeObserver : public Observer {
+ public:
+  explicit NodeObserver(LockstepObserver& owner) : o_(owner) {}
+  void start(const ModelCall& call, int model, bool capture, bool compare) {
+    call_ = call;
+    model_ = model;
+    capture_ = capture;
+    compare_ = compare;
+  }
+  void on_node(const NodeEvent& e) override;
+
+ private:
+  LockstepObserver& o_;
+  ModelCall call_;
+  int model_ = -1;
+  bool capture_ = false, compare_ = false;
+};
+
+void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
+  const RunObservation& run = o_.run_;
+  const ObservedVariant& variant = run.variants[o_.variant_];
+  const ObservedModel& om = variant.models[std::size_t(model_)];
+  const auto found = om.index_of.find(e.node.name);
+  if (found == om.index_of.end()) return;
+  const std::size_t idx = found->second;
+  Capture& cap = o_.capture_;
+  if (capture_) {
+    for (std::size_t i = 0; i < e.inputs.size(); ++i)
+      if (e.inputs[i] && !cap.has(e.node.inputs[i]) && !om.graph->initializers.count(e.node.inputs[i]))
+        cap.put(e.node.inputs[i], *e.inputs[i]);
+    for (std::size_t k = 0; k < e.outputs.size(); ++k)
+      if (e.outputs[k]) cap.put(e.node.outputs[k], *e.outputs[k]);
+  }
+  if (e.folded || e.outputs.empty() || !e.outputs[0] || e.outputs[0]->dtype() != DType::kFloat32) return;
+  const int layer = om.layer_of_node[idx];
+  if (layer < 0) return;
+  const Tensor& out = *e.outputs[0];
+  if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, out);
+  LayerCell& cell = o_.unit_.cells[o_.variant_].at(std::size_t(layer), call_.step);
+  const std::uint64_t nan0 = cell.act.nan, inf0 = cell.act.inf;
+  cell.act.add(out.data<float>(), out.numel(), om.clip_amax[idx]);
+  const std::uint64_t nan = cell.act.nan - nan0, inf = cell.act.inf - inf0;
+  // A NaN is always reported; an infinity only when the reference's same output has fewer (an
+  // attention mask's -inf is by design).
+  if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) {
+    bool anomaly = nan > 0;
+    if (!anomaly && compare_) {
+      const Node& rn = run.space->node_of(std::size_t(layer));
+      const Tensor* ref = cap.find(rn.outputs[0]);
+      std::uint64_t ref_inf = 0;
+      if (ref && ref->dtype() == DType::kFloat32)
+        for (float x : ref->span<float>()) ref_inf += std::isinf(x);
+      anomaly = inf > ref_inf;
+    }
+    if (anomaly)
+      o_.unit_.first_nonfinite[o_.variant_] =
+          NonFiniteHit{o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type, nan, inf};
+  }
+  if (!compare_) return;
+  const Node& ref_node = run.space->node_of(std::size_t(layer));
+  const Tensor* ref = cap.find(ref_node.outputs[0]);
+  if (!ref || ref->shape() != out.shape() || ref->dtype() != DType::kFloat32) return;
+  cell.acc.add(metrics::tensor_error(ref->data<float>(), out.data<float>(), out.numel()), out.numel());
+}
+
+LockstepObserver::LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit,
+                                   Capture& capture, std::string sample)
+    : run_(run),
+      variant_(variant),
+      unit_(unit),
+      capture_(capture),
+      sample_(std::move(sample)),
+      node_observer_(std::make_unique<NodeObserver>(*this)) {}
+
+LockstepObserver::~LockstepObserver() = default;
+
+Observer* LockstepObserver::begin(const ModelCall& call) {
+  const int m = run_.space->model_index(call.model);
+  if (m < 0) return nullptr;
+  const bool is_ref = variant_ == run_.reference;
+  if (is_ref) capture_.start(call);
+  node_observer_->start(call, m, is_ref, !is_ref && capture_.matches(call));
+  return node_observer_.get();
+}
+
+void LockstepObserver::end(const ModelCall&, const std::map<std::string, Tensor>&) {}
+
+LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t variant, std::size_t model,
+                                         std::size_t node, const Capture& capture) {
+  auto key = std::make_tuple(variant, model, node);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) return it->second;
+  const ObservedVariant& v = run.variants[variant];
+  const ObservedModel& om = v.models[model];
+  const LocalPlan& plan = om.local[node];
+  std::map<std::string, DType> types;
+  for (const auto& [var_value, ref_value] : plan.inputs) types[var_value] = capture.find(ref_value)->dtype();
+  Entry e;
+  e.graph = std::make_unique<Graph>(extract_subgraph(*om.graph, plan.nodes, types));
+  SessionOptions options = v.options;
+  options.keep_buffers = false;  // thousands of these per worker: hold no buffers between runs
+  e.session = std::make_unique<Session>(*e.graph, options);
+  return entries_.emplace(key, std::move(e)).first->second;
+}
+
+namespace {
+
+// Compares the local run's target node output with the reference's as it is produced.
+class LocalCompare : public Observer {
+ public:
+  LocalCompare(const std::string& node, const Tensor& ref, LayerCell& cell) : node_(node), ref_(ref), cell_(cell) {}
+  void on_node(const NodeEvent& e) override {
+    if (e.node.name != node_ || e.outputs.empty() || !e.outputs[0]) return;
+    const Tensor& out = *e.outputs[0];
+    if (out.dtype() != DType::kFloat32 || out.shape() != ref_.shape()) return;
+    cell_.local.add(metrics::tensor_error(ref_.data<float>(), out.data<float>(), out.numel()), out.numel());
+  }
+
+ private:
+  const std::string& node_;
+  const Tensor& ref_;
+  LayerCell& cell_;
+};
+
+}  // namespace
+
+void run_local_errors(const RunObservation& run, std::size_t variant, const Capture& capture, LocalSessions& sessions,
+                      UnitObservation& unit) {
+  if (!capture.valid || !run.local_error) return;
+  const int m = run.space->model_index(capture.model);
+  if (m < 0) return;
+  const ObservedModel& om = run.variants[variant].models[std::size_t(m)];
+  if (om.local.empty()) return;
+  for (std::size_t i = 0; i < om.graph->nodes.size(); ++i) {
+    const int layer = om.layer_of_node[i];
+    if (layer < 0 || !om.local[i].ok()) continue;
+    const Node& ref_node = run.space->node_of(std::size_t(layer));
+    const Tensor* ref_out = capture.find(ref_node.outputs[0]);
+    // Only layers the reference ran (folded constants have no error) with a float output.
+    if (!ref_out || ref_out->dtype() != DType::kFloat32) continue;
+    if (!unit.cells[run.reference].has(std::size_t(layer))) continue;
+    const LayerCell* ref_cell = unit.cells[run.reference].find(std::size_t(layer), capture.step);
+    if (!ref_cell || ref_cell->act.calls == 0) continue;
+    bool have_inputs = true;
+    std::map<std::string, Tensor> in;
+    for (const auto& [var_value, ref_value] : om.local[i].inputs) {
+      const Tensor* t = capture.find(ref_value);
+      if (!t) {
+        have_inputs = false;
+        break;
+      }
+      in.emplace(var_value, *t);
+    }
+    if (!have_inputs) continue;
+    LocalSessions::Entry& e = sessions.get(run, variant, std::size_t(m), i, capture);
+    LocalCompare cmp(om.graph->nodes[i].name, *ref_out, unit.cells[variant].at(std::size_t(layer), capture.step));
+    e.session->run(in, &cmp);
+  }
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,204 @@
+// Per-layer observation of `qeval run`, in lockstep: inside one (prompt, seed), the reference's call
+// of a model captures that call's values; the same call of every other variant is then compared
+// with them node by node (accumulated error), every variant's own outputs feed drift statistics
+// (absmax, p99.9, mean, std, |x| histogram, clipping against its quantizers' ranges, the first
+// NaN/Inf), and each node can be re-run alone on the reference's inputs in the variant's precision
+// (local error). Statistics live in cells: one per layer (a node of the reference's graphs) and
+// denoising step.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "eval/graph.h"
+#include "eval/pipelines/model_call.h"
+#include "eval/run/node_match.h"
+#include "eval/session.h"
+#include "metrics/activation_stats.h"
+
+namespace qeval::eval {
+
+// The models a run observes and their layers: every node of each model's reference graph. A
+// stepped model (the UNet) has one cell per step and layer, the others one cell per layer.
+class LayerSpace {
+ public:
+  struct Model {
+    std::string name;
+    const Graph* graph = nullptr;  // the reference's
+    bool stepped = false;
+    std::size_t first_layer = 0;
+  };
+  LayerSpace() = default;
+  LayerSpace(std::vector<Model> models, int steps);
+
+  const std::vector<Model>& models() const { return models_; }
+  int model_index(std::string_view name) const;  // -1 when not observed
+  std::size_t layers() const { return layers_; }
+  int steps() const { return steps_; }
+  std::size_t layer(std::size_t model, std::size_t node) const { return models_[model].first_layer + node; }
+  std::size_t model_of(std::size_t layer) const;
+  const Node& node_of(std::size_t layer) const;
+  int cells_of(std::size_t layer) const { return models_[model_of(layer)].stepped ? steps_ : 1; }
+
+ private:
+  std::vector<Model> models_;
+  std::size_t layers_ = 0;
+  int steps_ = 1;
+};
+
+struct LayerCell {
+  metrics::ActivationStats act;      // the variant's own output
+  metrics::ErrorStats acc, local;    // against the reference's output
+  bool operator==(const LayerCell&) const = default;
+};
+
+// One variant's cells over a LayerSpace, allocated per layer on first use.
+class LayerCells {
+ public:
+  // Shares the space: cells stay valid when the observation that made them moves.
+  explicit LayerCells(std::shared_ptr<const LayerSpace> space = nullptr) : space_(std::move(space)) {}
+  LayerCells(const LayerCells& other);
+  LayerCells& operator=(const LayerCells& other);
+  LayerCells(LayerCells&&) noexcept = default;
+  LayerCells& operator=(LayerCells&&) noexcept = default;
+
+  LayerCell& at(std::size_t layer, int step);  // step -1 (a model with no steps) is cell 0
+  const LayerCell* find(std::size_t layer, int step) const;
+  bool has(std::size_t layer) const { return layer < blocks_.size() && blocks_[layer] != nullptr; }
+  // Adds other's cells (call in a fixed order: the float sums depend on it).
+  void merge(const LayerCells& other);
+  bool operator==(const LayerCells& other) const;
+
+ private:
+  std::shared_ptr<const LayerSpace> space_;
+  std::vector<std::unique_ptr<LayerCell[]>> blocks_;
+};
+
+// Where a variant first produced a NaN, or more infinities than the reference's same output has
+// (so an attention mask's -inf, there by design, is not reported).
+struct NonFiniteHit {
+  std::string sample;
+  int step = -1;
+  std::string model, node, op;
+  std::uint64_t nan = 0, inf = 0;
+  bool operator==(const NonFiniteHit&) const = default;
+};
+
+// A variant's graphs as the observation sees them (built once, shared by all threads).
+struct ObservedModel {
+  const Graph* graph = nullptr;     // the variant's graph of this model
+  NodeMatch match;                  // against the reference's graph
+  std::vector<int> layer_of_node;   // variant node -> layer, -1 for none
+  std::vector<float> clip_amax;     // per variant node: its output's quantizer range (+inf: none)
+  // Per variant node: the format of its quantized inputs ("int8", "fp8_e4m3", ...; "" = none): the
+  // node reads a DequantizeLinear output.
+  std::vector<std::string> format;
+  std::vector<LocalPlan> local;     // per variant node; empty when local error is off
+  // Node name -> index: observers see the session's copy of a node (it may have fused Q/DQ into
+  // it), found back by name.
+  std::unordered_map<std::string, std::size_t> index_of;
+};
+
+struct ObservedVariant {
+  std::string name;
+  bool reference = false;
+  SessionOptions options;
+  std::vector<ObservedModel> models;  // per LayerSpace model
+};
+
+// Builds a variant's view: node matching, layers, quantizer ranges (from symmetric per-tensor
+// QuantizeLinear nodes: amax = scale * the format's largest value), local plans when asked.
+ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Graph& variant_graph,
+                            bool local_error);
+
+// The reference's values of one model call (copies: the executor reuses its buffers). Storage is
+// kept across calls and reused when a value's size fits.
+class Capture {
+ public:
+  std::string model;
+  int step = -1, call = -1;
+  bool valid = false;
+
+  void start(const ModelCall& c);  // forgets the previous call's values
+  bool matches(const ModelCall& c) const { return valid && model == c.model && step == c.step && call == c.call; }
+  bool has(const std::string& name) const { return find(name) != nullptr; }
+  const Tensor* find(const std::string& name) const;  // nullptr when this call did not produce it
+  void put(const std::string& name, const Tensor& value);
+
+ private:
+  struct Slot {
+    Tensor tensor;
+    std::uint64_t generation = 0;
+  };
+  std::unordered_map<std::string, Slot> slots_;
+  std::uint64_t generation_ = 0;
+};
+
+// What one unit (one prompt and seed) contributed, per variant (RunObservation::variants order).
+struct UnitObservation {
+  std::vector<LayerCells> cells;
+  std::vector<std::optional<NonFiniteHit>> first_nonfinite;
+};
+
+// Where full tensors go when asked (variant, call, node, tensor); called on the unit's thread.
+using TensorSink = std::function<void(const std::string& variant, const ModelCall& call, const Node& node,
+                                      const Tensor& value)>;
+
+// The run-wide, read-only part: layers and variants.
+struct RunObservation {
+  std::shared_ptr<const LayerSpace> space = std::make_shared<LayerSpace>();
+  std::vector<ObservedVariant> variants;
+  std::size_t reference = 0;
+  bool local_error = false;
+  TensorSink full_tensors;  // empty: not kept
+
+  UnitObservation make_unit() const;
+};
+
+// Per thread: one session per (variant, local plan), made on first use and reused across units.
+class LocalSessions {
+ public:
+  struct Entry {
+    std::unique_ptr<Graph> graph;
+    std::unique_ptr<Session> session;
+  };
+  Entry& get(const RunObservation& run, std::size_t variant, std::size_t model, std::size_t node,
+             const Capture& capture);
+
+ private:
+  std::map<std::tuple<std::size_t, std::size_t, std::size_t>, Entry> entries_;
+};
+
+// The ModelCallObserver a pipeline gets for one variant inside one unit. The reference's observer
+// fills `capture`; the others compare against it when it holds the same call.
+class LockstepObserver : public ModelCallObserver {
+ public:
+  LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit, Capture& capture,
+                   std::string sample);
+  ~LockstepObserver() override;
+  Observer* begin(const ModelCall& call) override;
+  void end(const ModelCall& call, const std::map<std::string, Tensor>& outputs) override;
+
+ private:
+  class NodeObserver;
+  const RunObservation& run_;
+  std::size_t variant_;
+  UnitObservation& unit_;
+  Capture& capture_;
+  std::string sample_;
+  std::unique_ptr<NodeObserver> node_observer_;
+};
+
+// Local error of every observed node of `capture`'s model for variant `variant`: each node (with
+// its quantization plumbing) re-run alone on the reference's captured inputs in the variant's
+// precision, its output compared with the reference's.
+void run_local_errors(const RunObservation& run, std::size_t variant, const Capture& capture, LocalSessions& sessions,
+                      UnitObservation& unit);
+
+}  // namespace qeval::eval

@@ -1,0 +1,27 @@
+// What a unit keeps of each variant's output image: the image metrics against the reference's,
+// the PNGs under <out>/images/<unit>/ and thumbnails for report.html.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "datasets/image_io.h"
+#include "eval/run/evaluator.h"
+
+namespace qeval::eval {
+
+// The metrics `qeval run` reports for images, in display order (psnr_db, ssim, ms_ssim).
+std::vector<reports::MetricInfo> image_metric_infos();
+
+// Fills `out` for `image` (8-bit) against `ref`: metrics and identical (none for the reference
+// itself), the PNG and, for other variants, a difference heatmap, written under
+// out_dir/images/<unit_id>/ when out_dir is set; thumbnails at most `thumbnail_px` wide.
+void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool is_reference,
+                   const std::filesystem::path& out_dir, const std::string& unit_id, const std::string& variant,
+                   VariantOutcome& out, int thumbnail_px = 128);
+
+// A file-system-safe form of an id or name.
+std::string path_safe(std::string name);
+
+}  // namespace qeval::eval

@@ -1,0 +1,243 @@
+// `qeval run` configuration: reader, validation and the shipped default.
+#include "eval/run/run_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "eval/json_config.h"
+#include "kernels/error.h"
+#include "qeval/version.h"
+
+namespace qeval::eval {
+
+namespace fs = std::filesystem;
+
+std::string_view run_pipeline_kind_name(RunPipelineKind k) {
+  switch (k) {
+    case RunPipelineKind::kTxt2Img: return "txt2img";
+    case RunPipelineKind::kSegmentation: return "segmentation";
+    case RunPipelineKind::kSingleModel: return "single-model";
+  }
+  return "?";
+}
+
+const VariantSpec& RunSpec::reference_variant() const { return variants.at(reference_index()); }
+
+std::size_t RunSpec::reference_index() const {
+  for (std::size_t i = 0; i < variants.size(); ++i)
+    if (variants[i].name == reference) return i;
+  throw InputError(source.string() + ": the reference variant '" + reference + "' is not among the variants");
+}
+
+namespace {
+
+Precision parse_precision(const JsonConfig& c, const std::string& key) {
+  const std::string p = c.get_choice(key, {"fp32", "fp16", "bf16"}, std::string("fp32"));
+  return p == "fp16" ? Precision::kFp16 : p == "bf16" ? Precision::kBf16 : Precision::kFp32;
+}
+
+JsonConfig child_of(const JsonConfig& c, const std::string& key) {
+  return JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kRunConfigDoc);
+}
+
+void require_exists(const JsonConfig& c, const std::string& key, const fs::path& p) {
+  if (!fs::exists(p)) child_of(c, key).fail("no such file or folder: " + p.string());
+}
+
+int get_count(const JsonConfig& c, const std::string& key, int fallback, int min) {
+  const long long v = c.get_int(key, fallback);
+  if (v < min || v > 1'000'000) child_of(c, key).fail(fmt::format("must be an integer in [{}, 1000000], got {}", min, v));
+  return int(v);
+}
+
+VariantSpec parse_variant(const JsonConfig& v, RunPipelineKind kind) {
+  v.allow_keys({"name", "precision", "recipe", "onnx", "pipeline_variant"});
+  VariantSpec s;
+  s.name = v.get_string("name");
+  if (s.name.empty() || s.name.find_first_of("/\\ \t\n") != std::string::npos)
+    child_of(v, "name").fail("a variant name must be non-empty, without spaces or slashes (it names files)");
+  s.precision = parse_precision(v, "precision");
+  if (v.has("recipe")) {
+    s.recipe = v.get_path("recipe");
+    require_exists(v, "recipe", s.recipe);
+  }
+  if (v.has("onnx")) {
+    const auto& o = v.value().at("onnx");
+    if (o.is_string()) {
+      const std::string model = kind == RunPipelineKind::kTxt2Img        ? "unet"
+                                : kind == RunPipelineKind::kSegmentation ? "image_encoder"
+                                                                         : "model";
+      s.onnx[model] = v.get_path("onnx");
+    } else if (o.is_object()) {
+      const JsonConfig oc = child_of(v, "onnx");
+      std::vector<std::string> models;
+      if (kind == RunPipelineKind::kTxt2Img) models = {"text_encoder", "unet", "vae_decoder"};
+      else if (kind == RunPipelineKind::kSegmentation) models = {"image_encoder", "mask_decoder"};
+      else models = {"model"};
+      oc.allow_keys(models);
+      for (const auto& m : models)
+        if (oc.has(m)) s.onnx[m] = oc.get_path(m);
+      if (s.onnx.empty()) oc.fail("names no model");
+    } else {
+      child_of(v, "onnx").fail("must be a file name (the UNet / image encoder / single model) or an object "
+                               "{model name: file}");
+    }
+    for (const auto& [m, p] : s.onnx)
+      if (!fs::is_regular_file(p)) child_of(v, "onnx").fail("no such file: " + p.string() + " (" + m + ")");
+  }
+  if (v.has("pipeline_variant")) s.pipeline_variant = v.get_string("pipeline_variant");
+  const int kinds = int(!s.recipe.empty()) + int(!s.onnx.empty()) + int(!s.pipeline_variant.empty());
+  if (kinds > 1) v.fail("a variant takes at most one of 'recipe', 'onnx' and 'pipeline_variant'");
+  if (!s.pipeline_variant.empty() && kind == RunPipelineKind::kSingleModel)
+    child_of(v, "pipeline_variant").fail("a single model has no pipeline.json variants; use 'onnx'");
+  return s;
+}
+
+RunPipelineKind detect_kind(const JsonConfig& root, const fs::path& pipeline) {
+  if (!fs::exists(pipeline)) child_of(root, "pipeline").fail("no such file or folder: " + pipeline.string());
+  if (fs::is_regular_file(pipeline) && pipeline.extension() == ".onnx") return RunPipelineKind::kSingleModel;
+  return read_pipeline_task(pipeline) == PipelineTask::kTxt2Img ? RunPipelineKind::kTxt2Img
+                                                                : RunPipelineKind::kSegmentation;
+}
+
+void check_variants(RunSpec& s, const JsonConfig& root) {
+  if (s.variants.size() < 2) root.fail("'variants' needs at least two variants: a reference and one to compare");
+  std::set<std::string> names;
+  for (const auto& v : s.variants)
+    if (!names.insert(v.name).second) root.fail("two variants are named '" + v.name + "'");
+  if (s.reference.empty()) s.reference = s.variants.front().name;
+  if (!names.count(s.reference)) {
+    std::string list;
+    for (const auto& v : s.variants) list += (list.empty() ? "" : ", ") + v.name;
+    child_of(root, "reference").fail("no variant is named '" + s.reference + "' (variants: " + list + ")");
+  }
+}
+
+}  // namespace
+
+RunSpec parse_run_config(const std::string& text, const fs::path& source) {
+  const JsonConfig root = JsonConfig::parse(text, source.string(), kRunConfigDoc);
+  root.allow_keys({"description", "pipeline", "inputs", "prompts", "first", "count", "seeds", "steps",
+                   "guidance_scale", "scheduler", "negative_prompt", "variants", "reference", "observe",
+                   "calibration", "gate", "save_images"});
+  RunSpec s;
+  s.source = source;
+  s.pipeline = root.get_path("pipeline");
+  s.kind = detect_kind(root, s.pipeline);
+  const bool txt2img = s.kind == RunPipelineKind::kTxt2Img;
+
+  for (const char* key : {"inputs", "prompts"}) {
+    if (!root.has(key)) continue;
+    if (!s.inputs.empty()) root.fail("give either 'inputs' or 'prompts', not both");
+    s.inputs = root.get_path(key);
+    require_exists(root, key, s.inputs);
+  }
+  if (s.kind == RunPipelineKind::kSingleModel && s.inputs.empty())
+    root.fail("a single ONNX model needs 'inputs': a folder of samples (one sub-folder per sample with "
+              "<input name>.npy files)");
+  s.first = get_count(root, "first", 0, 0);
+  s.count = get_count(root, "count", 0, 0);
+  if (root.has("seeds")) {
+    const auto& v = root.value().at("seeds");
+    if (!v.is_array() || v.empty()) child_of(root, "seeds").fail("must be a non-empty array of non-negative integers");
+    s.seeds.clear();
+    for (const auto& x : v) {
+      if (!x.is_number_unsigned()) child_of(root, "seeds").fail("must hold non-negative integers, got " + x.dump());
+      s.seeds.push_back(x.get<std::uint64_t>());
+    }
+    if (std::set<std::uint64_t>(s.seeds.begin(), s.seeds.end()).size() != s.seeds.size())
+      child_of(root, "seeds").fail("holds a seed twice");
+  }
+  for (const char* key : {"steps", "guidance_scale", "scheduler", "negative_prompt"})
+    if (root.has(key) && !txt2img)
+      child_of(root, key).fail(std::string("only applies to a txt2img pipeline; this one is ") +
+                               std::string(run_pipeline_kind_name(s.kind)));
+  if (root.has("steps")) s.steps = get_count(root, "steps", 0, 1);
+  if (root.has("guidance_scale")) {
+    const double g = root.get_number("guidance_scale");
+    if (!(g >= 0 && g <= 100)) child_of(root, "guidance_scale").fail("must be in [0, 100]");
+    s.guidance_scale = g;
+  }
+  if (root.has("scheduler"))
+    s.scheduler = parse_scheduler_type(root.get_choice("scheduler", {"ddim", "euler"}));
+  if (root.has("negative_prompt")) s.negative_prompt = root.get_string("negative_prompt");
+
+  if (!root.has("variants")) root.fail("missing required key 'variants'");
+  for (const auto& v : root.array_of_objects("variants")) s.variants.push_back(parse_variant(v, s.kind));
+  s.reference = root.get_string("reference", "");
+  check_variants(s, root);
+
+  if (auto o = root.optional_object("observe")) {
+    o->allow_keys({"layers", "models", "local_error", "teacher_forced", "full_tensors", "histograms"});
+    s.observe.layers = o->get_bool("layers", true);
+    s.observe.models = o->get_strings("models");
+    s.observe.local_error = o->get_bool("local_error", s.observe.layers);
+    s.observe.teacher_forced = o->get_bool("teacher_forced", true);
+    s.observe.full_tensors = o->get_bool("full_tensors", false);
+    s.observe.histograms = get_count(*o, "histograms", s.observe.histograms, 0);
+    if (o->has("teacher_forced") && !txt2img)
+      child_of(*o, "teacher_forced").fail("only applies to a txt2img pipeline");
+  }
+  if (auto c = root.optional_object("calibration")) {
+    c->allow_keys({"prompts", "count", "steps", "cache"});
+    if (c->has("prompts")) {
+      s.calibration.prompts = c->get_path("prompts");
+      require_exists(*c, "prompts", s.calibration.prompts);
+    }
+    s.calibration.count = get_count(*c, "count", 0, 0);
+    s.calibration.steps = get_count(*c, "steps", 0, 0);
+    if (c->has("cache")) s.calibration.cache = c->get_path("cache");
+  }
+  if (root.has("gate")) {
+    s.gate = root.get_path("gate");
+    require_exists(root, "gate", s.gate);
+  }
+  s.save_images = root.get_bool("save_images", true);
+  return s;
+}
+
+RunSpec read_run_config(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string() + ": cannot open the run config (see " + kRunConfigDoc + ")");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_run_config(ss.str(), path);
+}
+
+fs::path shipped_data_dir() {
+  if (const char* env = std::getenv("QEVAL_DATA_DIR"); env && *env) return env;
+  if (fs::is_directory(fs::path("models") / "tiny-sd")) return fs::current_path();
+  return QEVAL_DATA_DIR;
+}
+
+RunSpec default_run_config() {
+  const fs::path data = shipped_data_dir();
+  RunSpec s;
+  s.pipeline = data / "models" / "tiny-sd";
+  if (!fs::is_directory(s.pipeline))
+    throw InputError("the shipped model " + s.pipeline.string() +
+                     " is missing: run from qeval's folder, set QEVAL_DATA_DIR, or give --config");
+  s.kind = RunPipelineKind::kTxt2Img;
+  s.count = 8;
+  s.seeds = {0};
+  VariantSpec fp32{"fp32", Precision::kFp32, {}, {}, {}};
+  VariantSpec fp16{"fp16", Precision::kFp16, {}, {}, {}};
+  s.variants = {fp32, fp16};
+  // The shipped recipes, the rest of the network in FP16 (TensorRT's --int8/--fp8 with --fp16).
+  for (const auto& [name, file] : {std::pair<std::string, std::string>{"int8-l3", "int8-level3.json"},
+                                   {"fp8-l4", "fp8-level4.json"}}) {
+    const fs::path recipe = data / "recipes" / file;
+    if (fs::is_regular_file(recipe)) s.variants.push_back(VariantSpec{name, Precision::kFp16, recipe, {}, {}});
+  }
+  s.calibration.count = 32;  // of prompts/tiny_calib.txt, at the run's 20 steps (cached after the first run)
+  s.gate = s.pipeline / "gate.json";  // the shipped release gate (docs/gate.md)
+  s.reference = "fp32";
+  return s;
+}
+
+}  // namespace qeval::eval

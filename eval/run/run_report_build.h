@@ -1,0 +1,28 @@
+// From a run's merged result to the report model (reports/run_report_model.h), and the gate over it.
+#pragma once
+
+#include <string>
+
+#include "eval/gate.h"
+#include "eval/run/evaluator.h"
+#include "reports/run_report_model.h"
+
+namespace qeval::eval {
+
+struct ReportContext {
+  std::string tool_version, created_utc, command_line;
+  int threads = 0;
+  std::string shard;  // "" or "I/N"
+};
+
+// Fills every part of the report but the gate (RunResult's layer cells are read, not consumed).
+reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver, const RunResult& result,
+                                    const ReportContext& context);
+
+// The gate over a report: the sample checks per compared variant (a check naming a variant only
+// for it), the layer checks on each variant's layer table, the non-finite budget. Fills
+// report.gate and each SampleResult's failed_checks. InputError when a check names a variant the
+// run does not have.
+void apply_run_gate(const Gate& gate, reports::RunReport& report);
+
+}  // namespace qeval::eval

@@ -1,0 +1,191 @@
+// The segmentation driver: one unit = one image with every point prompt on it; the image encoder,
+// then each prompt's mask decoder call, run in lockstep with the reference's.
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "datasets/mask_io.h"
+#include "eval/compare_images.h"
+#include "eval/onnx_import.h"
+#include "eval/pipelines/segmentation.h"
+#include "eval/point_prompts.h"
+#include "eval/run/drivers.h"
+#include "eval/run/outputs.h"
+#include "kernels/error.h"
+#include "metrics/segmentation.h"
+#include "reports/files.h"
+
+namespace qeval::eval {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct SegmentationThread : DriverThread {
+  std::vector<SegmentationSessions> sessions;  // per variant
+};
+
+class SegmentationDriver : public RunDriver {
+ public:
+  explicit SegmentationDriver(const RunSpec& spec)
+      : pipeline_(std::make_shared<SegmentationPipeline>(SegmentationPipeline::load(spec.pipeline))) {
+    const SegmentationConfig& c = pipeline_->config();
+    prompts_path_ = spec.inputs.empty() ? c.evaluation_prompts : spec.inputs;
+    if (prompts_path_.empty())
+      throw InputError(c.source.string() + " names no evaluation prompts; give \"prompts\" in the run config (" +
+                       std::string(kRunConfigDoc) + ")");
+    set_ = read_point_prompts(prompts_path_);
+    const std::size_t first = std::min<std::size_t>(std::size_t(spec.first), set_.prompts.size());
+    std::size_t last = set_.prompts.size();
+    if (spec.count > 0) last = std::min(last, first + std::size_t(spec.count));
+    if (first >= last)
+      throw InputError(fmt::format("{}: 'first' {} skips every prompt of {}", spec.source.string(), spec.first,
+                                   prompts_path_.string()));
+    std::map<std::string, std::size_t> unit_of_key;
+    for (std::size_t i = first; i < last; ++i) {
+      const std::string key = set_.prompts[i].image_key();
+      auto [it, added] = unit_of_key.emplace(key, units_.size());
+      if (added) units_.push_back({key, {}});
+      units_[it->second].prompts.push_back(i);
+    }
+  }
+
+  RunPipelineKind kind() const override { return RunPipelineKind::kSegmentation; }
+  std::string name() const override { return pipeline_->config().name; }
+  std::vector<std::string> models() const override { return {"image_encoder", "mask_decoder"}; }
+  std::shared_ptr<const Graph> reference_graph(const std::string& model) const override { return graph(model, ""); }
+
+  std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& v) const override {
+    std::map<std::string, std::shared_ptr<const Graph>> out;
+    for (const std::string m : {"image_encoder", "mask_decoder"}) {
+      if (auto it = v.onnx.find(m); it != v.onnx.end())
+        out[m] = std::make_shared<const Graph>(load_onnx(it->second));
+      else
+        out[m] = graph(m, v.pipeline_variant);  // InputError for a variant no model lists
+    }
+    return out;
+  }
+
+  std::size_t units() const override { return units_.size(); }
+  UnitInfo unit(std::size_t i) const override { return {units_[i].key}; }
+  int ticks_per_unit() const override { return 1; }
+  std::vector<reports::MetricInfo> metrics() const override {
+    return {{"mask_iou", "mask IoU", true},
+            {"boundary_f", "boundary F", true},
+            {"logit_sqnr_db", "logit SQNR dB", true},
+            {"flipped_fraction", "flipped pixels", false}};
+  }
+  reports::Artifact inputs_artifact() const override { return {"point prompts", prompts_path_.string(), ""}; }
+  std::vector<std::pair<std::string, std::string>> settings() const override {
+    std::size_t n = 0;
+    for (const auto& u : units_) n += u.prompts.size();
+    return {{"images", std::to_string(units_.size())}, {"prompts", std::to_string(n)}};
+  }
+
+  std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const override {
+    auto t = std::make_unique<SegmentationThread>();
+    for (const auto& v : variants) {
+      SegmentationSessions s;
+      s.image_encoder = std::make_unique<Session>(*v.graphs.at("image_encoder"), v.options);
+      s.mask_decoder = std::make_unique<Session>(*v.graphs.at("mask_decoder"), v.options);
+      t->sessions.push_back(std::move(s));
+    }
+    return t;
+  }
+
+  void run_unit(std::size_t index, DriverThread& thread, const UnitContext& ctx, UnitOutcome& out) const override {
+    auto& th = static_cast<SegmentationThread&>(thread);
+    const auto& variants = *ctx.variants;
+    const std::size_t nv = variants.size(), r = ctx.reference;
+    const Unit& u = units_[index];
+    const SegmentationConfig& c = pipeline_->config();
+    std::vector<std::size_t> order = {r};
+    for (std::size_t v = 0; v < nv; ++v)
+      if (v != r) order.push_back(v);
+    std::vector<std::unique_ptr<LockstepObserver>> observers(nv);
+    if (ctx.observation)
+      for (std::size_t v = 0; v < nv; ++v)
+        observers[v] =
+            std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, set_.prompts[u.prompts[0]].id);
+    auto local_errors = [&] {
+      if (!ctx.observation) return;
+      for (std::size_t v : order)
+        if (v != r) run_local_errors(*ctx.observation, v, *ctx.capture, *ctx.local, out.layers);
+    };
+    using Clock = std::chrono::steady_clock;
+    std::vector<double> encode_ms(nv, 0.0);
+
+    const PromptInputs inputs = load_prompt_inputs(set_.prompts[u.prompts[0]], set_.source, c.channels);
+    std::vector<ImageEmbedding> emb(nv);
+    for (std::size_t v : order) {
+      const auto t0 = Clock::now();
+      emb[v] = pipeline_->encode(*th.sessions[v].image_encoder, inputs.planes, observers[v].get(), u.key);
+      encode_ms[v] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (v == r) local_errors();
+    }
+    out.samples.resize(u.prompts.size());
+    for (std::size_t k = 0; k < u.prompts.size(); ++k) {
+      const PointPrompt& p = set_.prompts[u.prompts[k]];
+      SampleOutcome& sample = out.samples[k];
+      sample.id = p.id;
+      sample.prompt = p.image.empty() ? fmt::format("scene {}:{}", p.scene->seed, p.scene->index) : p.image.string();
+      sample.variants.resize(nv);
+      std::vector<SegmentationResult> res(nv);
+      for (std::size_t v : order) {
+        const auto t0 = Clock::now();
+        res[v] = pipeline_->decode(*th.sessions[v].mask_decoder, emb[v], p.points, observers[v].get(), p.id, int(k));
+        sample.variants[v].elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() +
+                                        encode_ms[v] / double(u.prompts.size());
+        if (v == r) local_errors();
+      }
+      for (std::size_t v = 0; v < nv; ++v) {
+        VariantOutcome& o = sample.variants[v];
+        image_outcome(datasets::mask_image(res[r].mask), datasets::mask_image(res[v].mask), true, ctx.out_dir, p.id,
+                      variants[v].spec.name, o);
+        if (v == r) continue;
+        const auto cmp = metrics::compare_mask_logits(res[r].logits, res[v].logits, c.mask_threshold);
+        o.identical = cmp.logits.identical();
+        o.metrics.push_back({"mask_iou", cmp.iou.iou, {}, ""});
+        o.metrics.push_back({"boundary_f", cmp.boundary.f, {}, ""});
+        o.metrics.push_back({"logit_sqnr_db", cmp.logits.sqnr_db, {}, cmp.logits.sqnr_db ? "" : "identical logits"});
+        o.metrics.push_back({"flipped_fraction", cmp.flipped_fraction, {}, ""});
+        // The flipped pixels as a heatmap (bright = flipped).
+        const Tensor a = segmentation_planes(datasets::mask_image(res[r].mask), 1, "reference");
+        const Tensor b = segmentation_planes(datasets::mask_image(res[v].mask), 1, variants[v].spec.name);
+        o.heatmap_png = datasets::encode_png(difference_heatmap(a, b, 255.0, 1).image);
+        o.heatmap_legend = "pixels whose mask differs from the reference's: bright";
+        if (!ctx.out_dir.empty()) {
+          o.heatmap_path = (fs::path("images") / path_safe(p.id) / (path_safe(variants[v].spec.name) + "_diff.png"))
+                               .generic_string();
+          fs::create_directories((ctx.out_dir / o.heatmap_path).parent_path());
+          reports::write_file_atomic(ctx.out_dir / o.heatmap_path,
+                                     std::string(o.heatmap_png.begin(), o.heatmap_png.end()));
+        }
+      }
+    }
+    if (ctx.tick) ctx.tick();
+  }
+
+ private:
+  std::shared_ptr<const Graph> graph(const std::string& model, const std::string& variant) const {
+    const Graph& g = model == "image_encoder" ? pipeline_->image_encoder(variant) : pipeline_->mask_decoder(variant);
+    return std::shared_ptr<const Graph>(pipeline_, &g);  // keeps the pipeline alive
+  }
+
+  struct Unit {
+    std::string key;
+    std::vector<std::size_t> prompts;  // indices into set_.prompts
+  };
+  std::shared_ptr<SegmentationPipeline> pipeline_;
+  fs::path prompts_path_;
+  PointPromptSet set_;
+  std::vector<Unit> units_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunDriver> make_segmentation_driver(const RunSpec& spec) {
+  return std::make_unique<SegmentationDriver>(spec);
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,298 @@
+// The txt2img driver: one unit = one (prompt, seed); every variant's text encoder, each UNet step
+// and the VAE decoder run in lockstep with the reference's.
+#include "eval/run/drivers.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "eval/pipelines/txt2img.h"
+#include "eval/quant/apply.h"
+#include "eval/quant/calibrate_run.h"
+#include "eval/quant/txt2img_calibration.h"
+#include "eval/run/outputs.h"
+#include "kernels/error.h"
+#include "metrics/tensor_error.h"
+
+namespace qeval::eval {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+void add_error(metrics::ErrorStats& s, const Tensor& ref, const Tensor& test) {
+  s.add(metrics::tensor_error(ref, test), ref.numel());
+}
+
+struct Txt2ImgThread : DriverThread {
+  std::vector<Txt2ImgSessions> sessions;  // per variant
+  std::vector<bool> shares_text_encoder;  // same graph and options as the reference's
+};
+
+class Txt2ImgDriver : public RunDriver {
+ public:
+  explicit Txt2ImgDriver(const RunSpec& spec) : models_(Txt2ImgModels::load(spec.pipeline)) {
+    const Txt2ImgConfig& c = models_.config;
+    prompts_path_ = spec.inputs.empty() ? c.evaluation_prompts : spec.inputs;
+    if (prompts_path_.empty())
+      throw InputError(c.source.string() + " names no evaluation prompts (\"prompts\": {\"evaluation\": ...}); give "
+                       "\"prompts\" in the run config (" + std::string(kRunConfigDoc) + ")");
+    TextPromptSet set = read_text_prompts(prompts_path_);
+    const std::size_t first = std::min<std::size_t>(std::size_t(spec.first), set.prompts.size());
+    std::size_t last = set.prompts.size();
+    if (spec.count > 0) last = std::min(last, first + std::size_t(spec.count));
+    if (first >= last)
+      throw InputError(fmt::format("{}: 'first' {} skips every prompt of {} ({} prompts)", spec.source.string(),
+                                   spec.first, prompts_path_.string(), set.prompts.size()));
+    prompts_.assign(set.prompts.begin() + std::ptrdiff_t(first), set.prompts.begin() + std::ptrdiff_t(last));
+    for (std::size_t p = 0; p < prompts_.size(); ++p) {
+      if (prompts_[p].seed) {
+        units_.push_back({p, *prompts_[p].seed});
+        continue;
+      }
+      for (std::uint64_t s : spec.seeds) units_.push_back({p, s});
+    }
+    base_ = default_request(c, "", 0);
+    if (spec.steps) base_.steps = *spec.steps;
+    if (spec.guidance_scale) base_.guidance_scale = *spec.guidance_scale;
+    if (spec.scheduler) base_.scheduler.type = *spec.scheduler;
+    if (spec.negative_prompt) base_.negative_prompt = *spec.negative_prompt;
+    timesteps_ = Scheduler(base_.scheduler, base_.steps).timesteps();  // InputError on bad steps
+  }
+
+  RunPipelineKind kind() const override { return RunPipelineKind::kTxt2Img; }
+  std::string name() const override { return models_.config.name; }
+  std::vector<std::string> models() const override { return {"text_encoder", "unet", "vae_decoder"}; }
+  std::shared_ptr<const Graph> reference_graph(const std::string& model) const override { return graph(model); }
+
+  std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& v) const override {
+    std::map<std::string, std::shared_ptr<const Graph>> out;
+    const Txt2ImgConfig& c = models_.config;
+    const std::pair<Txt2ImgModel, const ModelFiles*> all[] = {{Txt2ImgModel::kTextEncoder, &c.text_encoder},
+                                                              {Txt2ImgModel::kUnet, &c.unet},
+                                                              {Txt2ImgModel::kVaeDecoder, &c.vae_decoder}};
+    if (!v.pipeline_variant.empty()) {
+      const auto names = c.variant_names();
+      if (std::find(names.begin(), names.end(), v.pipeline_variant) == names.end())
+        throw InputError(fmt::format("variant '{}': {} lists no variant '{}'", v.name, c.source.string(),
+                                     v.pipeline_variant));
+    }
+    for (const auto& [m, files] : all) {
+      const std::string name(txt2img_model_name(m));
+      if (auto it = v.onnx.find(name); it != v.onnx.end()) {
+        out[name] = load_txt2img_graph(c, m, it->second);
+      } else if (auto pv = files->variant_models.find(v.pipeline_variant);
+                 !v.pipeline_variant.empty() && pv != files->variant_models.end()) {
+        out[name] = load_txt2img_graph(c, m, pv->second);
+      } else {
+        out[name] = graph(name);
+      }
+    }
+    return out;
+  }
+
+  RecipeGraphs recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool progress) const override {
+    namespace q = quant;
+    RecipeGraphs out;
+    const auto t0 = std::chrono::steady_clock::now();
+    const q::Recipe recipe = q::load_recipe(v.recipe);
+    const q::Selection selection = q::select_nodes(*models_.unet, recipe);
+    fs::path prompts = spec.calibration.prompts.empty() ? models_.config.calibration_prompts : spec.calibration.prompts;
+    if (prompts.empty())
+      throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
+                                   "{{\"prompts\": ...}} in the run config ({})",
+                                   v.name, models_.config.source.string(), kRunConfigDoc));
+    const int steps = spec.calibration.steps > 0 ? spec.calibration.steps : base_.steps;
+    q::Txt2ImgCalibrationSet set(models_, q::read_prompt_lines(prompts, std::size_t(spec.calibration.count)), steps, 0,
+                                 progress);
+    const fs::path cache = spec.calibration.cache.empty() ? q::default_calibration_cache() : spec.calibration.cache;
+    const q::CalibrationResult calibration =
+        q::calibrate_cached(*models_.unet, selection, recipe, set, cache, &out.cache_hit);
+    q::AppliedRecipe applied = q::apply_recipe(*models_.unet, selection, recipe, calibration);
+    for (const std::string m : {"text_encoder", "vae_decoder"}) out.graphs[m] = graph(m);
+    out.graphs["unet"] = std::make_shared<const Graph>(std::move(applied.graph));
+    out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
+    out.calibration = reports::Artifact{"calibration prompts", prompts.string(), "fnv1a64:" + set.fingerprint()};
+    out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+
+  std::string stepped_model() const override { return "unet"; }
+  std::vector<double> timesteps() const override { return timesteps_; }
+  std::size_t units() const override { return units_.size(); }
+  UnitInfo unit(std::size_t i) const override {
+    const auto& u = units_[i];
+    return {fmt::format("{}-s{}", prompts_[u.prompt].id, u.seed)};
+  }
+  int ticks_per_unit() const override { return base_.steps + 2; }
+  std::vector<reports::MetricInfo> metrics() const override { return image_metric_infos(); }
+  reports::Artifact inputs_artifact() const override { return {"prompts", prompts_path_.string(), ""}; }
+  std::string scheduler_name() const override { return std::string(scheduler_type_name(base_.scheduler.type)); }
+  int steps() const override { return base_.steps; }
+  std::vector<std::pair<std::string, std::string>> settings() const override {
+    return {{"guidance_scale", fmt::format("{:g}", base_.guidance_scale)},
+            {"negative_prompt", base_.negative_prompt},
+            {"prompts", std::to_string(prompts_.size())}};
+  }
+
+  std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const override {
+    auto t = std::make_unique<Txt2ImgThread>();
+    const BuiltVariant* ref = nullptr;
+    for (const auto& v : variants) {
+      Txt2ImgSessions s;
+      s.text_encoder = Txt2ImgSessions::make(v.graphs.at("text_encoder"), v.options);
+      s.unet = Txt2ImgSessions::make(v.graphs.at("unet"), v.options);
+      s.vae_decoder = Txt2ImgSessions::make(v.graphs.at("vae_decoder"), v.options);
+      t->sessions.push_back(std::move(s));
+    }
+    (void)ref;
+    return t;
+  }
+
+  void run_unit(std::size_t index, DriverThread& thread, const UnitContext& ctx, UnitOutcome& out) const override {
+    auto& th = static_cast<Txt2ImgThread&>(thread);
+    const auto& variants = *ctx.variants;
+    const std::size_t nv = variants.size(), r = ctx.reference;
+    const UnitInfo info = unit(index);
+    out.samples.resize(1);
+    SampleOutcome& sample = out.samples[0];
+    sample.id = info.id;
+    sample.prompt = prompts_[units_[index].prompt].prompt;
+    sample.seed = units_[index].seed;
+    sample.variants.resize(nv);
+    out.series.resize(nv);
+
+    Txt2ImgRequest req = base_;
+    const TextPrompt& p = prompts_[units_[index].prompt];
+    req.prompt = p.prompt;
+    req.seed = units_[index].seed;
+    if (p.negative_prompt) req.negative_prompt = *p.negative_prompt;
+
+    // The reference first, then the others, at every stage.
+    std::vector<std::size_t> order = {r};
+    for (std::size_t v = 0; v < nv; ++v)
+      if (v != r) order.push_back(v);
+    std::vector<Txt2ImgRun> runs;
+    runs.reserve(nv);
+    for (std::size_t v = 0; v < nv; ++v) runs.emplace_back(models_, req);
+    std::vector<std::unique_ptr<LockstepObserver>> observers(nv);
+    if (ctx.observation)
+      for (std::size_t v = 0; v < nv; ++v)
+        observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, info.id);
+    auto observer = [&](std::size_t v) -> ModelCallObserver* { return observers[v].get(); };
+    auto local_errors = [&] {
+      if (!ctx.observation) return;
+      for (std::size_t v : order)
+        if (v != r) run_local_errors(*ctx.observation, v, *ctx.capture, *ctx.local, out.layers);
+    };
+    using Clock = std::chrono::steady_clock;
+    std::vector<double> ms(nv, 0.0);
+    auto timed = [&](std::size_t v, auto&& f) {
+      const auto t0 = Clock::now();
+      f();
+      ms[v] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    };
+
+    // Text encoder. A variant whose text encoder is the reference's (same graph, same options)
+    // reuses its embeddings.
+    for (std::size_t v : order) {
+      const bool shares = v != r && variants[v].graphs.at("text_encoder") == variants[r].graphs.at("text_encoder") &&
+                          variants[v].options.precision == variants[r].options.precision;
+      timed(v, [&] {
+        if (shares)
+          runs[v].set_text_embeddings(runs[r].text_embeddings());
+        else
+          runs[v].encode(*th.sessions[v].text_encoder, observer(v), info.id);
+      });
+      if (v == r) local_errors();
+    }
+    if (ctx.tick) ctx.tick();
+
+    // The denoising loop, one step of every variant at a time.
+    const int steps = runs[r].steps();
+    for (std::size_t v = 0; v < nv; ++v)
+      if (v != r) {
+        out.series[v] = {{"noise_pred", "free-running", std::vector<metrics::ErrorStats>(std::size_t(steps))},
+                         {"latent", "free-running", std::vector<metrics::ErrorStats>(std::size_t(steps))}};
+        if (ctx.teacher_forced)
+          out.series[v].push_back({"noise_pred", "teacher-forced", std::vector<metrics::ErrorStats>(std::size_t(steps))});
+      }
+    for (int t = 0; t < steps; ++t) {
+      const Tensor ref_before = runs[r].latent();
+      Txt2ImgRun::Prediction ref_pred;
+      timed(r, [&] {
+        Txt2ImgHooks hooks;
+        hooks.observer = observer(r);
+        hooks.context = info.id;
+        ref_pred = runs[r].step(*th.sessions[r].unet, hooks);
+      });
+      local_errors();
+      for (std::size_t v : order) {
+        if (v == r) continue;
+        const bool same_start = same_bits(runs[v].latent(), ref_before);
+        Txt2ImgRun::Prediction pred;
+        timed(v, [&] {
+          Txt2ImgHooks hooks;
+          hooks.observer = observer(v);
+          hooks.context = info.id;
+          pred = runs[v].step(*th.sessions[v].unet, hooks);
+        });
+        add_error(out.series[v][0].steps[std::size_t(t)], ref_pred.noise_pred, pred.noise_pred);
+        add_error(out.series[v][1].steps[std::size_t(t)], runs[r].latent(), runs[v].latent());
+        if (ctx.teacher_forced) {
+          // From the reference's latent: the UNet's own error at this step. A variant that
+          // started this step from the same latent already did exactly that.
+          if (same_start) {
+            add_error(out.series[v][2].steps[std::size_t(t)], ref_pred.noise_pred, pred.noise_pred);
+          } else {
+            const auto forced = runs[v].predict(*th.sessions[v].unet, ref_before, t);
+            add_error(out.series[v][2].steps[std::size_t(t)], ref_pred.noise_pred, forced.noise_pred);
+          }
+        }
+      }
+      if (ctx.tick) ctx.tick();
+    }
+
+    // VAE decoder and the images.
+    std::vector<datasets::Rgb8> images(nv);
+    for (std::size_t v : order) {
+      timed(v, [&] { images[v] = image_to_rgb8(runs[v].decode(*th.sessions[v].vae_decoder, observer(v), info.id)); });
+      if (v == r) local_errors();
+    }
+    for (std::size_t v = 0; v < nv; ++v) {
+      sample.variants[v].elapsed_ms = ms[v];
+      image_outcome(images[r], images[v], v == r, ctx.out_dir, info.id, variants[v].spec.name, sample.variants[v]);
+    }
+    if (ctx.tick) ctx.tick();
+  }
+
+ private:
+  std::shared_ptr<const Graph> graph(const std::string& model) const {
+    if (model == "text_encoder") return models_.text_encoder;
+    if (model == "unet") return models_.unet;
+    if (model == "vae_decoder") return models_.vae_decoder;
+    throw std::invalid_argument("txt2img has no model " + model);
+  }
+
+  struct Unit {
+    std::size_t prompt = 0;
+    std::uint64_t seed = 0;
+  };
+  Txt2ImgModels models_;
+  fs::path prompts_path_;
+  std::vector<TextPrompt> prompts_;
+  std::vector<Unit> units_;
+  Txt2ImgRequest base_;
+  std::vector<double> timesteps_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunDriver> make_txt2img_driver(const RunSpec& spec) { return std::make_unique<Txt2ImgDriver>(spec); }
+
+}  // namespace qeval::eval

@@ -1,0 +1,100 @@
+// Streaming statistics of activation tensors and of their error against a reference, built to be
+// pooled over calls, samples, threads and shards: moments, absmax, an |x| histogram on fixed
+// logarithmic bins (so histograms add exactly, in any order), percentiles from it, non-finite
+// counts, clipping against a threshold; pooled error energies (SQNR, relative L2), mean cosine.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "metrics/tensor_error.h"
+
+namespace qeval::metrics {
+
+// |x| on fixed bins: kSubBins per octave (the top mantissa bits of float32) from 2^kMinExp up to
+// 2^kMaxExp; bin 0 holds smaller magnitudes (zeros, denormals), the last bin larger finite ones.
+// A bin is at most 1/8 = 12.5% wide relative to its lower edge (quantiles interpolate inside it).
+class LogAbsHistogram {
+ public:
+  static constexpr int kSubBins = 8;
+  static constexpr int kMinExp = -32, kMaxExp = 32;
+  static constexpr int kBins = 2 + (kMaxExp - kMinExp) * kSubBins;
+
+  // The bin of a finite |x| (sign ignored).
+  static int bin_of(float x);
+  static double bin_lower(int bin);  // 0 for bin 0
+  static double bin_upper(int bin);  // +inf for the last bin
+
+  // Adds dense counts (kBins values).
+  void add_dense(const std::uint64_t* dense);
+  void merge(const LogAbsHistogram& other);
+  std::uint64_t total() const { return total_; }
+  std::uint64_t count(int bin) const;
+  // The q-quantile (q in [0, 1]) of |x|: the value below which a share q of the elements lies,
+  // linear inside the bin that holds it; `absmax` (the true maximum) bounds the last occupied bin.
+  // nullopt when empty.
+  std::optional<double> quantile(double q, double absmax) const;
+  // Occupied bins only: counts()[i] is bin first() + i.
+  int first() const { return first_; }
+  const std::vector<std::uint64_t>& counts() const { return counts_; }
+  // Rebuilds from first()/counts() (e.g. when read back from a cache).
+  static LogAbsHistogram from_counts(int first, std::vector<std::uint64_t> counts);
+  bool operator==(const LogAbsHistogram&) const = default;
+
+ private:
+  int first_ = 0;
+  std::vector<std::uint64_t> counts_;
+  std::uint64_t total_ = 0;
+};
+
+// Statistics of one tensor's values, pooled over calls. Moments, absmax and the histogram are over
+// finite elements; NaN and +-inf are counted apart.
+struct ActivationStats {
+  std::uint64_t count = 0;  // finite elements
+  std::uint64_t nan = 0, inf = 0;
+  std::uint64_t clipped = 0;  // finite elements with |x| > the clip threshold given to add()
+  std::uint64_t calls = 0;    // tensors added
+  double sum = 0, sum_sq = 0;
+  float absmax = 0;
+  LogAbsHistogram abs_hist;
+
+  // `clip_amax`: elements beyond it count as clipped (+inf: none).
+  void add(const float* x, std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
+  // Adds `other` to this. The float sums make the result depend on the order of merges: callers
+  // merge in a fixed order (sample order) to stay deterministic.
+  void merge(const ActivationStats& other);
+
+  std::uint64_t nonfinite() const { return nan + inf; }
+  std::optional<double> mean() const;
+  std::optional<double> stddev() const;  // population standard deviation
+  std::optional<double> abs_quantile(double q) const { return abs_hist.quantile(q, absmax); }
+  std::optional<double> clip_rate() const;  // clipped / count
+  bool operator==(const ActivationStats&) const = default;
+};
+
+// Error of a test tensor against a reference, pooled over calls: SQNR and relative L2 from the
+// summed energies, cosine as the mean of the per-call cosines, max-abs as the maximum.
+struct ErrorStats {
+  std::uint64_t count = 0;      // elements compared (finite on both sides)
+  std::uint64_t nonfinite = 0;  // elements where either side was NaN/Inf
+  std::uint64_t calls = 0;
+  double ref_sq = 0, err_sq = 0;
+  double cosine_sum = 0;
+  std::uint64_t cosine_calls = 0;  // calls with a defined cosine
+  double max_abs = 0;
+
+  // `e` = tensor_error(ref, test) over `elements` values.
+  void add(const TensorError& e, std::int64_t elements);
+  void merge(const ErrorStats& other);
+
+  // 10 log10(ref_sq / err_sq); +inf when the error is zero; nullopt when nothing was compared or
+  // the reference is all zeros with a non-zero error.
+  std::optional<double> sqnr_db() const;
+  std::optional<double> rel_l2() const;  // sqrt(err_sq / ref_sq); nullopt when ref_sq is 0
+  std::optional<double> cosine() const;  // mean per-call cosine
+  bool operator==(const ErrorStats&) const = default;
+};
+
+}  // namespace qeval::metrics

@@ -1,0 +1,205 @@
+// The evaluator on the shipped models: lockstep comparison (an identical variant has no error, the
+// accumulated error of a node is exactly the error between two independent runs), teacher forcing,
+// local error, results independent of the thread count, segmentation.
+#include "eval/run/evaluator.h"
+
+#include <gtest/gtest.h>
+#include <tbb/task_arena.h>
+
+#include <cmath>
+
+#include "eval/pipelines/txt2img.h"
+#include "metrics/tensor_error.h"
+#include "test_util.h"
+
+namespace qeval::eval {
+namespace {
+
+RunSpec tiny_sd_spec(int prompts, int steps, std::vector<VariantSpec> variants) {
+  RunSpec s;
+  s.pipeline = testing::source_dir() / "models" / "tiny-sd";
+  s.kind = RunPipelineKind::kTxt2Img;
+  s.count = prompts;
+  s.steps = steps;
+  s.variants = std::move(variants);
+  s.reference = s.variants[0].name;
+  return s;
+}
+
+VariantSpec precision(const std::string& name, Precision p) {
+  VariantSpec v;
+  v.name = name;
+  v.precision = p;
+  return v;
+}
+
+RunResult run(const RunSpec& spec, int threads = 1) {
+  const auto driver = make_run_driver(spec);
+  RunResult r;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    EvaluatorOptions o;
+    o.workers = threads;
+    r = evaluate(spec, *driver, build_variants(spec, *driver), o);
+  });
+  return r;
+}
+
+// Captures one node's output (storage values) in one model call.
+class NodeGrab : public ModelCallObserver, public Observer {
+ public:
+  NodeGrab(std::string node, int step) : node_(std::move(node)), step_(step) {}
+  Observer* begin(const ModelCall& c) override { return c.model == "unet" && c.step == step_ ? this : nullptr; }
+  void on_node(const NodeEvent& e) override {
+    if (e.node.name == node_) value = *e.outputs[0];
+  }
+  Tensor value;
+
+ private:
+  std::string node_;
+  int step_;
+};
+
+TEST(Evaluator, LockstepErrorsAreExactAndAnIdenticalVariantHasNone) {
+  const RunSpec spec = tiny_sd_spec(
+      1, 3, {precision("fp32", Precision::kFp32), precision("same", Precision::kFp32), precision("fp16", Precision::kFp16)});
+  const RunResult r = run(spec);
+  ASSERT_EQ(r.units.size(), 1u);
+  const SampleOutcome& s = r.units[0].samples[0];
+  EXPECT_TRUE(s.variants[1].identical);
+  EXPECT_FALSE(s.variants[2].identical);
+  ASSERT_FALSE(s.variants[2].metrics.empty());
+  EXPECT_EQ(s.variants[2].metrics[0].key, "psnr_db");
+  EXPECT_GT(*s.variants[2].metrics[0].value, 40.0);
+
+  const LayerSpace& space = *r.observation.space;
+  const int unet = space.model_index("unet");
+  ASSERT_GE(unet, 0);
+  std::size_t compared = 0, fp16_differs = 0, local_measured = 0;
+  for (std::size_t l = 0; l < space.layers(); ++l)
+    for (int t = 0; t < space.cells_of(l); ++t) {
+      const LayerCell* same = r.layers[1].find(l, t);
+      const LayerCell* half = r.layers[2].find(l, t);
+      if (!same || same->acc.calls == 0) continue;
+      ++compared;
+      EXPECT_EQ(same->acc.err_sq, 0.0) << space.node_of(l).name;   // same graph, same options: same bits
+      EXPECT_EQ(same->local.err_sq, 0.0) << space.node_of(l).name;
+      EXPECT_EQ(same->act, r.layers[0].find(l, t)->act);           // and the same drift statistics
+      fp16_differs += half->acc.err_sq > 0;
+      local_measured += half->local.calls > 0;
+    }
+  EXPECT_GT(compared, 1000u);
+  EXPECT_GT(fp16_differs, compared / 2);
+  EXPECT_GT(local_measured, compared / 2);
+
+  // The accumulated error of a node at step 1 is the error between two separate generate() runs.
+  const std::string node = "/down_blocks.1/resnets.0/conv2/Conv";
+  const Txt2ImgModels models = Txt2ImgModels::load(spec.pipeline);
+  Txt2ImgRequest req = default_request(models.config, r.units[0].samples[0].prompt, 0);
+  req.steps = 3;
+  NodeGrab ref_grab(node, 1), half_grab(node, 1);
+  Txt2ImgHooks hooks;
+  hooks.observer = &ref_grab;
+  generate(models, Txt2ImgSessions::create(models), req, hooks);
+  hooks.observer = &half_grab;
+  generate(models, Txt2ImgSessions::create(models, SessionOptions{Precision::kFp16}), req, hooks);
+  const auto e = metrics::tensor_error(ref_grab.value, half_grab.value);
+  std::size_t layer = space.layers();
+  for (std::size_t l = 0; l < space.layers(); ++l)
+    if (space.node_of(l).name == node && int(space.model_of(l)) == unet) layer = l;
+  ASSERT_LT(layer, space.layers());
+  const LayerCell* cell = r.layers[2].find(layer, 1);
+  ASSERT_TRUE(cell);
+  EXPECT_EQ(cell->acc.calls, 1u);
+  EXPECT_EQ(cell->acc.err_sq, e.sum_err_sq);
+  EXPECT_EQ(cell->acc.ref_sq, e.sum_ref_sq);
+  // Local error (the node alone on the reference's input) is below the accumulated error there.
+  EXPECT_GT(cell->local.err_sq, 0.0);
+  EXPECT_LT(cell->local.err_sq, cell->acc.err_sq);
+
+  // Teacher forcing: at step 0 every variant starts from the same latent (equal to free-running);
+  // later the free-running noise prediction error includes the drift.
+  const auto& series = r.series[2];
+  ASSERT_EQ(series.size(), 3u);
+  EXPECT_EQ(series[2].mode, "teacher-forced");
+  EXPECT_EQ(series[0].steps[0], series[2].steps[0]);
+  EXPECT_GT(series[0].steps[2].err_sq, series[2].steps[2].err_sq);
+  EXPECT_TRUE(r.series[1].empty() || r.series[1][0].steps[2].err_sq == 0.0);
+  EXPECT_FALSE(r.first_nonfinite[0]);  // the text encoder's causal mask (-inf) is not an anomaly
+}
+
+TEST(Evaluator, ResultsAreIdenticalForAnyThreadCount) {
+  const RunSpec spec = tiny_sd_spec(3, 2, {precision("fp32", Precision::kFp32), precision("bf16", Precision::kBf16)});
+  const RunResult one = run(spec, 1), two = run(spec, 2);
+  ASSERT_EQ(one.units.size(), 3u);
+  ASSERT_EQ(two.units.size(), 3u);
+  for (std::size_t v = 0; v < 2; ++v) {
+    EXPECT_TRUE(one.layers[v] == two.layers[v]) << v;
+    ASSERT_EQ(one.series[v].size(), two.series[v].size());
+    for (std::size_t k = 0; k < one.series[v].size(); ++k) EXPECT_EQ(one.series[v][k].steps, two.series[v][k].steps);
+  }
+  for (std::size_t u = 0; u < 3; ++u) {
+    const auto& a = one.units[u].samples[0].variants[1].metrics;
+    const auto& b = two.units[u].samples[0].variants[1].metrics;
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].value, b[k].value);
+  }
+}
+
+TEST(Evaluator, Txt2ImgRecipeVariantIsCalibratedPerStepAndQuantizesTheUnet) {
+  testing::ScratchDir cache("run-recipe-cache");
+  VariantSpec int8;
+  int8.name = "int8";
+  int8.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  RunSpec spec = tiny_sd_spec(1, 2, {precision("fp32", Precision::kFp32), int8});
+  spec.calibration.count = 2;
+  spec.calibration.cache = cache.path();
+  spec.observe.models = {"unet"};
+  spec.observe.local_error = false;
+  const RunResult r = run(spec);
+  const BuiltVariant& v = r.variants[1];
+  EXPECT_EQ(v.kind, reports::VariantKind::kRecipe);
+  EXPECT_FALSE(v.calibration_cache_hit);
+  EXPECT_NE(v.graphs.at("unet"), r.variants[0].graphs.at("unet"));
+  EXPECT_EQ(v.graphs.at("vae_decoder"), r.variants[0].graphs.at("vae_decoder"));
+  // Quantized layers carry their quantizer ranges; the drift statistics count clipping there.
+  const ObservedModel& om = r.observation.variants[1].models[0];
+  std::size_t ranged = 0, int8_nodes = 0;
+  for (std::size_t i = 0; i < om.clip_amax.size(); ++i) {
+    ranged += std::isfinite(om.clip_amax[i]) && om.layer_of_node[i] >= 0;
+    int8_nodes += om.format[i] == "int8";
+  }
+  EXPECT_GT(ranged, 20u);
+  EXPECT_GT(int8_nodes, 50u);
+  EXPECT_GT(om.match.plumbing, 100u);
+  EXPECT_TRUE(om.match.unmatched.empty());
+  const auto& m = r.units[0].samples[0].variants[1].metrics;
+  EXPECT_GT(*m[0].value, 15.0);  // PSNR dB: quantized, but the image survives
+  // Calibrated once: the second build reads the cache.
+  const auto driver = make_run_driver(spec);
+  EXPECT_TRUE(build_variants(spec, *driver)[1].calibration_cache_hit);
+}
+
+TEST(Evaluator, SegmentationComparesMasksPerPrompt) {
+  RunSpec spec;
+  spec.pipeline = testing::source_dir() / "models" / "tiny-sam";
+  spec.kind = RunPipelineKind::kSegmentation;
+  spec.count = 5;
+  spec.variants = {precision("fp32", Precision::kFp32), precision("fp16", Precision::kFp16)};
+  spec.reference = "fp32";
+  const RunResult r = run(spec);
+  std::size_t samples = 0;
+  for (const auto& u : r.units) samples += u.samples.size();
+  EXPECT_EQ(samples, 5u);
+  EXPECT_LT(r.units.size(), 5u);  // prompts on the same image share one unit (one encoding)
+  const auto& m = r.units[0].samples[0].variants[1].metrics;
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0].key, "mask_iou");
+  EXPECT_GT(*m[0].value, 0.95);
+  EXPECT_GT(*m[2].value, 20.0);  // logit SQNR dB
+  EXPECT_GE(r.observation.space->model_index("image_encoder"), 0);
+  EXPECT_GE(r.observation.space->model_index("mask_decoder"), 0);
+}
+
+}  // namespace
+}  // namespace qeval::eval

@@ -1,0 +1,150 @@
+// Matching a Q/DQ variant's graph to the reference's, local-run plans, and running part of a graph
+// alone (extract_subgraph).
+#include "eval/run/node_match.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "eval/run/observe.h"
+#include "eval/session.h"
+#include "eval/onnx_builder.h"
+#include "kernels/numeric.h"
+
+namespace qeval::eval {
+namespace {
+
+using testing::floats;
+using testing::OnnxBuilder;
+
+constexpr int kF32 = onnx::TensorProto::FLOAT;
+constexpr int kI8 = onnx::TensorProto::INT8;
+
+const std::vector<float> kW = {0.5f, -1.0f, 0.25f, 2.0f, 1.5f, -0.75f, 0.1f, 0.2f, -0.3f, 1.0f, 0.0f, -2.0f};
+
+// x [1, 4] -> relu -> mm (W [4, 3]) -> add (+b) -> y.
+Graph reference_graph() {
+  OnnxBuilder b(17);
+  b.input("x", kF32, {1, 4}).output("y", kF32, {1, 3});
+  b.initializer("W", kW, {4, 3}).initializer("b", {0.1f, 0.2f, 0.3f}, {3});
+  b.node("Relu", {"x"}, {"r"}, "relu");
+  b.node("MatMul", {"r", "W"}, {"m"}, "mm");
+  b.node("Add", {"m", "b"}, {"y"}, "add");
+  return b.graph("ref.onnx");
+}
+
+// The same with the MatMul quantized as a recipe writes it (input and weight Q/DQ, int8,
+// symmetric) and the Add renamed.
+Graph qdq_graph() {
+  OnnxBuilder b(17);
+  b.input("x", kF32, {1, 4}).output("y", kF32, {1, 3});
+  std::vector<std::int8_t> wq;
+  for (float w : kW) wq.push_back(std::int8_t(std::nearbyint(w / (2.0f / 127))));
+  b.initializer_raw("Wq", kI8, wq, {4, 3}).initializer("ws", {2.0f / 127}, {});
+  b.initializer("xs", {0.02f}, {}).initializer("b", {0.1f, 0.2f, 0.3f}, {3});
+  b.initializer_raw("zp", kI8, std::vector<std::int8_t>{0}, {});
+  b.node("Relu", {"x"}, {"r"}, "relu");
+  b.node("QuantizeLinear", {"r", "xs", "zp"}, {"rq"}, "mm/input_quantizer/QuantizeLinear");
+  b.node("DequantizeLinear", {"rq", "xs", "zp"}, {"rd"}, "mm/input_quantizer/DequantizeLinear");
+  b.node("DequantizeLinear", {"Wq", "ws", "zp"}, {"Wd"}, "mm/weight_quantizer/DequantizeLinear");
+  b.node("MatMul", {"rd", "Wd"}, {"m"}, "mm");
+  b.node("Add", {"m", "b"}, {"y"}, "add_renamed");
+  return b.graph("qdq.onnx");
+}
+
+std::size_t index_of(const Graph& g, const std::string& name) {
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].name == name) return i;
+  return g.nodes.size();
+}
+
+TEST(NodeMatch, ByNameWithQuantizationPlumbingSetAside) {
+  const Graph ref = reference_graph(), var = qdq_graph();
+  const NodeMatch m = match_nodes(ref, var);
+  EXPECT_EQ(m.by_name, 2u);   // relu, mm
+  EXPECT_EQ(m.plumbing, 3u);  // Q, DQ, weight DQ
+  EXPECT_EQ(m.ref_of_variant[index_of(var, "mm")], int(index_of(ref, "mm")));
+  EXPECT_EQ(m.variant_of_ref[index_of(ref, "relu")], int(index_of(var, "relu")));
+  ASSERT_EQ(m.unmatched.size(), 2u);
+  EXPECT_EQ(m.unmatched[0].side, "variant");
+  EXPECT_EQ(m.unmatched[0].name, "add_renamed");
+  EXPECT_EQ(m.unmatched[1].side, "reference");
+  EXPECT_EQ(m.unmatched[1].name, "add");
+  // The same graph object: node for node.
+  const NodeMatch self = match_nodes(ref, ref);
+  EXPECT_EQ(self.by_name, ref.nodes.size());
+  EXPECT_TRUE(self.unmatched.empty());
+}
+
+TEST(NodeMatch, LocalPlanTakesThePlumbingAndMapsInputsToReferenceValues) {
+  const Graph ref = reference_graph(), var = qdq_graph();
+  const auto plans = plan_local_runs(ref, var, match_nodes(ref, var));
+  const LocalPlan& mm = plans[index_of(var, "mm")];
+  ASSERT_TRUE(mm.ok()) << mm.error;
+  ASSERT_EQ(mm.nodes.size(), 4u);
+  EXPECT_EQ(var.nodes[mm.nodes.back()].name, "mm");
+  ASSERT_EQ(mm.inputs.size(), 1u);
+  EXPECT_EQ(mm.inputs[0], (std::pair<std::string, std::string>{"r", "r"}));
+  EXPECT_FALSE(plans[index_of(var, "add_renamed")].ok());
+  EXPECT_FALSE(plans[index_of(var, "mm/input_quantizer/QuantizeLinear")].ok());
+  const LocalPlan& relu = plans[index_of(var, "relu")];
+  ASSERT_TRUE(relu.ok());
+  EXPECT_EQ(relu.inputs[0], (std::pair<std::string, std::string>{"x", "x"}));  // a graph input
+}
+
+TEST(NodeMatch, QuantizerRangesAndFormatsComeFromTheGraph) {
+  const Graph ref = reference_graph(), var = qdq_graph();
+  LayerSpace space({{"model", &ref, false, 0}}, 1);
+  const ObservedModel om = observe_model(space, 0, var, true);
+  EXPECT_FLOAT_EQ(om.clip_amax[index_of(var, "relu")], 0.02f * 127);  // relu's output is quantized
+  EXPECT_TRUE(std::isinf(om.clip_amax[index_of(var, "mm")]));
+  EXPECT_EQ(om.format[index_of(var, "mm")], "int8");
+  EXPECT_EQ(om.format[index_of(var, "relu")], "");
+  EXPECT_EQ(om.layer_of_node[index_of(var, "mm")], int(index_of(ref, "mm")));
+  EXPECT_EQ(om.layer_of_node[index_of(var, "add_renamed")], -1);
+}
+
+TEST(ExtractSubgraph, RunsTheQuantizedNodeAloneOnGivenInputs) {
+  const Graph ref = reference_graph(), var = qdq_graph();
+  const auto plans = plan_local_runs(ref, var, match_nodes(ref, var));
+  const LocalPlan& plan = plans[index_of(var, "mm")];
+  const Graph sub = extract_subgraph(var, plan.nodes);
+  ASSERT_EQ(sub.inputs.size(), 1u);
+  EXPECT_EQ(sub.inputs[0].name, "r");
+  EXPECT_EQ(sub.nodes.size(), 4u);
+  EXPECT_TRUE(sub.initializers.count("Wq"));
+  EXPECT_FALSE(sub.initializers.count("b"));  // only what the nodes read
+  Session s(sub);
+  const std::vector<float> r = {0.5f, 1.0f, 0.013f, 3.0f};
+  auto out = s.run({{"r", floats({1, 4}, r)}});
+  // DQ(Q(r)) @ DQ(Wq), computed by hand.
+  for (int j = 0; j < 3; ++j) {
+    double want = 0;
+    for (int k = 0; k < 4; ++k) {
+      const double rq = std::clamp(std::nearbyint(r[std::size_t(k)] / 0.02f), -128.0f, 127.0f) * 0.02f;
+      const double wq = std::nearbyint(kW[std::size_t(k * 3 + j)] / (2.0f / 127)) * (2.0f / 127);
+      want += rq * wq;
+    }
+    EXPECT_NEAR(out.at("m").data<float>()[j], want, 1e-5) << j;
+  }
+  // Without kept buffers (the evaluator's many local sessions) runs give the same results.
+  SessionOptions lean;
+  lean.keep_buffers = false;
+  Session s2(sub, lean);
+  for (int k = 0; k < 2; ++k) {
+    auto again = s2.run({{"r", floats({1, 4}, r)}});
+    EXPECT_EQ(std::memcmp(again.at("m").raw(), out.at("m").raw(), out.at("m").nbytes()), 0);
+  }
+  // One node under fp16: its input is rounded to fp16 like any graph input.
+  const Graph one = extract_subgraph(ref, std::vector<std::size_t>{index_of(ref, "relu")});
+  Session half(one, SessionOptions{Precision::kFp16});
+  auto h = half.run({{"x", floats({1, 4}, {0.1f, -1.0f, 2.0f, 1.0f / 3})}});
+  EXPECT_EQ(h.at("r").data<float>()[0], to_float(to_float16(0.1f)));
+  EXPECT_EQ(h.at("r").data<float>()[1], 0.0f);
+  EXPECT_THROW(extract_subgraph(ref, std::vector<std::size_t>{2, 1}), std::invalid_argument);
+  EXPECT_THROW(extract_subgraph(ref, std::vector<std::size_t>{7}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace qeval::eval

@@ -1,0 +1,143 @@
+#include "metrics/activation_stats.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace qeval::metrics {
+namespace {
+
+using H = LogAbsHistogram;
+
+std::vector<float> gaussian(std::size_t n, double sd, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.5f, float(sd));
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(LogAbsHistogram, BinEdgesRoundTrip) {
+  for (int b = 1; b < H::kBins - 1; ++b) {
+    const double lo = H::bin_lower(b), hi = H::bin_upper(b);
+    ASSERT_LT(lo, hi);
+    EXPECT_EQ(H::bin_of(float(lo)), b) << lo;
+    EXPECT_EQ(H::bin_of(-float(lo)), b);
+    EXPECT_EQ(H::bin_of(std::nextafter(float(hi), 0.0f)), b);
+    EXPECT_LE(hi / lo - 1.0, 1.0 / H::kSubBins + 1e-12);  // <= 12.5% wide
+  }
+  EXPECT_EQ(H::bin_of(0.0f), 0);
+  EXPECT_EQ(H::bin_of(1e-30f), 0);
+  EXPECT_EQ(H::bin_of(1e30f), H::kBins - 1);
+  EXPECT_EQ(H::bin_lower(H::bin_of(1.0f)), 1.0);
+  EXPECT_EQ(H::bin_lower(H::bin_of(1.5f)), 1.5);
+}
+
+TEST(ActivationStats, MomentsAndPercentilesMatchExactValues) {
+  const auto v = gaussian(100001, 3.0, 1);
+  ActivationStats s;
+  s.add(v.data(), std::int64_t(v.size()));
+  double sum = 0, sq = 0, amax = 0;
+  for (float x : v) sum += x, sq += double(x) * x, amax = std::max(amax, double(std::abs(x)));
+  const double mean = sum / double(v.size());
+  EXPECT_EQ(s.count, v.size());
+  EXPECT_NEAR(*s.mean(), mean, 1e-12);
+  EXPECT_NEAR(*s.stddev(), std::sqrt(sq / double(v.size()) - mean * mean), 1e-9);
+  EXPECT_EQ(s.absmax, float(amax));
+  std::vector<double> a;
+  for (float x : v) a.push_back(std::abs(double(x)));
+  std::sort(a.begin(), a.end());
+  for (double q : {0.5, 0.9, 0.99, 0.999}) {
+    const double exact = a[std::size_t(q * double(a.size() - 1))];
+    // Inside the bin holding the exact value: within one bin width.
+    EXPECT_NEAR(*s.abs_quantile(q), exact, exact / H::kSubBins) << q;
+  }
+  EXPECT_EQ(*s.abs_quantile(1.0), amax);
+  EXPECT_EQ(s.clipped, 0u);
+  EXPECT_EQ(*s.clip_rate(), 0.0);
+}
+
+TEST(ActivationStats, CountsNonFiniteApartAndClips) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> v = {1, -2, nan, inf, -inf, 3, 0, 10};
+  ActivationStats s;
+  s.add(v.data(), std::int64_t(v.size()), 2.5f);
+  EXPECT_EQ(s.count, 5u);
+  EXPECT_EQ(s.nan, 1u);
+  EXPECT_EQ(s.inf, 2u);
+  EXPECT_EQ(s.nonfinite(), 3u);
+  EXPECT_EQ(s.clipped, 2u);  // 3 and 10
+  EXPECT_DOUBLE_EQ(*s.mean(), 12.0 / 5);
+  EXPECT_EQ(s.absmax, 10.0f);
+  EXPECT_EQ(s.abs_hist.total(), 5u);
+  EXPECT_DOUBLE_EQ(*s.clip_rate(), 0.4);
+}
+
+TEST(ActivationStats, MergeOfPartsEqualsWholeAndHistogramsAddExactly) {
+  const auto v = gaussian(4099, 0.01, 2);
+  ActivationStats whole, a, b, b_then_a;
+  whole.add(v.data(), 4099);
+  a.add(v.data(), 1000);
+  b.add(v.data() + 1000, 3099);
+  b_then_a = b;
+  b_then_a.merge(a);
+  a.merge(b);
+  EXPECT_EQ(a.abs_hist, whole.abs_hist);
+  EXPECT_EQ(b_then_a.abs_hist, whole.abs_hist);
+  EXPECT_EQ(a.count, whole.count);
+  EXPECT_EQ(a.absmax, whole.absmax);
+  EXPECT_EQ(a.calls, 2u);
+  EXPECT_NEAR(a.sum, whole.sum, 1e-12);
+  EXPECT_NEAR(a.sum_sq, whole.sum_sq, 1e-12 * whole.sum_sq);
+  // Round trip through the occupied bins.
+  EXPECT_EQ(H::from_counts(whole.abs_hist.first(), whole.abs_hist.counts()), whole.abs_hist);
+}
+
+TEST(ActivationStats, EmptyHasNoStatistics) {
+  ActivationStats s;
+  EXPECT_FALSE(s.mean());
+  EXPECT_FALSE(s.stddev());
+  EXPECT_FALSE(s.abs_quantile(0.999));
+  EXPECT_FALSE(s.clip_rate());
+}
+
+TEST(ErrorStats, SingleCallAgreesWithTensorErrorAndPoolsEnergies) {
+  const auto r = gaussian(1000, 1.0, 3);
+  auto t = r;
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] += 0.01f * float(i % 7) - 0.03f;
+  const TensorError e = tensor_error(r.data(), t.data(), 1000);
+  ErrorStats s;
+  s.add(e, 1000);
+  EXPECT_DOUBLE_EQ(*s.sqnr_db(), *e.sqnr_db);
+  EXPECT_DOUBLE_EQ(*s.rel_l2(), *e.rel_l2);
+  EXPECT_DOUBLE_EQ(*s.cosine(), *e.cosine);
+  EXPECT_EQ(s.max_abs, e.max_abs);
+  // Pooled over two calls: energies add (a call with 4x the error energy).
+  auto t2 = r;
+  for (std::size_t i = 0; i < t2.size(); ++i) t2[i] += 2 * (t[i] - r[i]);
+  const TensorError e2 = tensor_error(r.data(), t2.data(), 1000);
+  s.add(e2, 1000);
+  EXPECT_NEAR(*s.sqnr_db(), 10 * std::log10(2 * e.sum_ref_sq / (e.sum_err_sq + e2.sum_err_sq)), 1e-12);
+  EXPECT_NEAR(*s.cosine(), (*e.cosine + *e2.cosine) / 2, 1e-15);
+  EXPECT_EQ(s.calls, 2u);
+}
+
+TEST(ErrorStats, IdenticalIsInfiniteAndNonFiniteIsCounted) {
+  std::vector<float> r = {1, 2, 3, std::numeric_limits<float>::quiet_NaN()};
+  std::vector<float> t = {1, 2, 3, 4};
+  ErrorStats s;
+  s.add(tensor_error(r.data(), t.data(), 4), 4);
+  EXPECT_EQ(s.count, 3u);
+  EXPECT_EQ(s.nonfinite, 1u);
+  EXPECT_TRUE(std::isinf(*s.sqnr_db()));
+  EXPECT_EQ(*s.rel_l2(), 0.0);
+  ErrorStats none;
+  EXPECT_FALSE(none.sqnr_db());
+}
+
+}  // namespace
+}  // namespace qeval::metrics

@@ -273,7 +273,8 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     }
     if (anomaly)
       o_.unit_.first_nonfinite[o_.variant_] =
-          NonFiniteHit{o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type, nan, inf};
+          NonFiniteHit{o_.unit_index_, o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type,
+                     nan, inf};
   }
   if (!compare_) return;
   const Node& ref_node = run.space->node_of(std::size_t(layer));
@@ -283,12 +284,13 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
 }
 
 LockstepObserver::LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit,
-                                   Capture& capture, std::string sample)
+                                   Capture& capture, std::string sample, std::size_t unit_index)
     : run_(run),
       variant_(variant),
       unit_(unit),
       capture_(capture),
       sample_(std::move(sample)),
+      unit_index_(unit_index),
       node_observer_(std::make_unique<NodeObserver>(*this)) {}
 
 LockstepObserver::~LockstepObserver() = default;

@@ -1,11 +1,14 @@
 // Times qeval's executor on one ONNX model: median wall time of Session::run over repetitions,
 // and peak activation memory. The ONNX Runtime peer (tools/ort/bench.js) is timed the same way.
-// Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)] [--float-qdq]
+// Usage: bench_executor MODEL.onnx INPUT_DIR [repetitions=20] [threads=0 (all)] [--by-op] [--float-qdq]
+// --by-op also prints, on stderr, the time per op type (an observer timestamps every node, so this
+// measures the unfused execution that observers see).
 // --float-qdq: Q/DQ graphs run as written (no fusion into int8 kernels), to compare the two.
 #include <tbb/global_control.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -19,16 +22,49 @@
 #include "eval/session.h"
 #include "kernels/error.h"
 
+namespace {
+
+// Time between consecutive node events, summed per op type.
+class OpTimer final : public qeval::eval::Observer {
+ public:
+  void start() { last_ = std::chrono::steady_clock::now(); }
+  void on_node(const qeval::eval::NodeEvent& e) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (!e.folded) {
+      auto& [ms, count] = by_op_[e.node.op_type];
+      ms += std::chrono::duration<double, std::milli>(now - last_).count();
+      ++count;
+    }
+    last_ = now;
+  }
+  void print(int reps) const {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [op, v] : by_op_) rows.emplace_back(v.first / reps, op), total += v.first / reps;
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "%-24s %10s %6s %6s\n", "op", "ms/run", "share", "nodes");
+    for (const auto& [ms, op] : rows)
+      std::fprintf(stderr, "%-24s %10.3f %5.1f%% %6d\n", op.c_str(), ms, 100 * ms / total, by_op_.at(op).second / reps);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+  std::map<std::string, std::pair<double, int>> by_op_;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace qeval;
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s MODEL.onnx INPUT_DIR [repetitions=20] [threads=0]\n", argv[0]);
     return 2;
   }
-  bool float_qdq = false;
+  bool float_qdq = false, by_op = false;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]) == "--float-qdq") float_qdq = true;
+    else if (std::string(argv[i]) == "--by-op") by_op = true;
     else args.push_back(argv[i]);
   }
   argc = int(args.size());
@@ -54,6 +90,14 @@ int main(int argc, char** argv) {
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(ms.begin(), ms.end());
+    if (by_op) {
+      OpTimer timer;
+      for (int r = 0; r < reps; ++r) {
+        timer.start();
+        session.run(inputs, &timer);
+      }
+      timer.print(reps);
+    }
     std::size_t weight_bytes = 0;
     for (const auto& [name, t] : graph.initializers) weight_bytes += t.nbytes();
     std::printf("{\"model\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f, \"repetitions\": %d, "

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "kernels/attention.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 
@@ -127,17 +128,54 @@ class BufferPool {
   std::multimap<std::size_t, Tensor> free_;
 };
 
+// Consecutive-in-effect nodes run as one kernel when no observer is attached. A fused kernel gives
+// the same bits as its nodes (tested), so observed and unobserved runs agree exactly.
+class FusedKernel {
+ public:
+  virtual ~FusedKernel() = default;
+  virtual void run(std::span<const Tensor* const> inputs, Tensor& output) = 0;
+};
+
+namespace {
+
+kernels::RoundTo round_to(Rounding r) {
+  switch (r) {
+    case Rounding::kFp16: return kernels::RoundTo::kFp16;
+    case Rounding::kBf16: return kernels::RoundTo::kBf16;
+    case Rounding::kNone: break;
+  }
+  return kernels::RoundTo::kNone;
+}
+
+// MatMul(Q, K^T) -> [Mul | Div by a constant scalar] -> Softmax(last axis) -> MatMul(., V).
+class AttentionKernel final : public FusedKernel {
+ public:
+  explicit AttentionKernel(const kernels::AttentionShape& shape) : shape_(shape) {}
+  void run(std::span<const Tensor* const> in, Tensor& out) override {
+    kernels::attention(shape_, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(), out.data<float>(),
+                       scratch_);
+  }
+
+ private:
+  kernels::AttentionShape shape_;
+  kernels::AttentionScratch scratch_;
+};
+
+}  // namespace
+
 struct Session::Plan {
   struct Step {
-    std::size_t node;
+    std::size_t node;          // for a fused step: its last node
     std::vector<int> in, out;  // value ids; -1 for omitted
     bool folded = false;
     std::vector<int> release;  // runtime values dead after this step
+    std::shared_ptr<FusedKernel> fused;  // runs instead of the node's op when set
   };
   std::vector<ValueMeta> metas;
   std::vector<std::shared_ptr<const Tensor>> constants;  // per value id, null for runtime values
   std::vector<Rounding> rounding;
-  std::vector<Step> steps;
+  std::vector<Step> steps;        // one per node: what observers see
+  std::vector<Step> fused_steps;  // steps with fusable node groups replaced; empty if none
   std::vector<int> input_ids, output_ids;
   std::unordered_map<std::string, int> ids;
 };
@@ -273,26 +311,140 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
     } else if (op_gave_values) {
       step.folded = true;
     }
+    if (!step.folded) {
+      // in_metas may dangle: new_value above grew p.metas.
+      for (std::size_t i = 0; i < step.in.size(); ++i)
+        in_metas[i] = step.in[i] < 0 ? nullptr : &p.metas[std::size_t(step.in[i])];
+      ops_[n]->prepare(in_metas);
+    }
     p.steps.push_back(std::move(step));
   }
 
   for (const auto& out : graph_.outputs) p.output_ids.push_back(p.ids.at(out.name));
+  fuse(p);
   // Liveness: a runtime value dies after its last reader (graph outputs never die).
-  std::vector<int> last_use(p.metas.size(), -1);
-  for (std::size_t s = 0; s < p.steps.size(); ++s) {
-    if (p.steps[s].folded) continue;
-    for (int id : p.steps[s].in)
-      if (id >= 0) last_use[std::size_t(id)] = static_cast<int>(s);
-    for (int id : p.steps[s].out)
-      if (id >= 0 && last_use[std::size_t(id)] < 0) last_use[std::size_t(id)] = static_cast<int>(s);
-  }
-  for (int id : p.output_ids) last_use[std::size_t(id)] = -2;
-  for (std::size_t id = 0; id < last_use.size(); ++id)
-    if (last_use[id] >= 0 && !p.constants[id]) p.steps[std::size_t(last_use[id])].release.push_back(int(id));
+  auto assign_releases = [&](std::vector<Plan::Step>& steps) {
+    std::vector<int> last_use(p.metas.size(), -1);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      if (steps[s].folded) continue;
+      for (int id : steps[s].in)
+        if (id >= 0) last_use[std::size_t(id)] = static_cast<int>(s);
+      for (int id : steps[s].out)
+        if (id >= 0 && last_use[std::size_t(id)] < 0) last_use[std::size_t(id)] = static_cast<int>(s);
+    }
+    for (int id : p.output_ids) last_use[std::size_t(id)] = -2;
+    for (std::size_t id = 0; id < last_use.size(); ++id)
+      if (last_use[id] >= 0 && !p.constants[id]) steps[std::size_t(last_use[id])].release.push_back(int(id));
+  };
+  assign_releases(p.steps);
+  if (!p.fused_steps.empty()) assign_releases(p.fused_steps);
 
   Plan& ref = *plan;
   plans_.emplace(std::move(key), std::move(plan));
   return ref;
+}
+
+void Session::fuse(Plan& p) const {
+  // Readers of each value among the steps that run, and which values are graph outputs.
+  std::vector<std::vector<std::size_t>> readers(p.metas.size());
+  for (std::size_t s = 0; s < p.steps.size(); ++s)
+    if (!p.steps[s].folded)
+      for (int id : p.steps[s].in)
+        if (id >= 0) readers[std::size_t(id)].push_back(s);
+  std::vector<bool> is_output(p.metas.size(), false);
+  for (int id : p.output_ids) is_output[std::size_t(id)] = true;
+  // The index of the one step reading step s's single output, if that output feeds nothing else.
+  auto sole_reader = [&](std::size_t s) -> std::ptrdiff_t {
+    if (p.steps[s].out.size() != 1 || p.steps[s].out[0] < 0) return -1;
+    const std::size_t id = std::size_t(p.steps[s].out[0]);
+    if (is_output[id] || readers[id].size() != 1) return -1;
+    return std::ptrdiff_t(readers[id][0]);
+  };
+  auto op_is = [&](std::size_t s, const char* type) {
+    const Node& n = nodes_[p.steps[s].node];
+    return n.domain.empty() && n.op_type == type;
+  };
+  auto meta = [&](int id) -> const ValueMeta& { return p.metas[std::size_t(id)]; };
+  auto f32 = [&](int id) { return id >= 0 && meta(id).dtype == DType::kFloat32; };
+
+  struct Fused {
+    std::shared_ptr<FusedKernel> kernel;
+    std::vector<int> inputs;
+  };
+  std::vector<Fused> fused_at(p.steps.size());
+  std::vector<bool> absorbed(p.steps.size(), false);
+  for (std::size_t s = 0; s < p.steps.size(); ++s) {
+    // MatMul(Q, K^T) -> [Mul | Div by a constant scalar] -> Softmax(last axis) -> MatMul(., V).
+    if (p.steps[s].folded || absorbed[s] || !op_is(s, "MatMul") || p.steps[s].in.size() != 2) continue;
+    const int scores = p.steps[s].out.empty() ? -1 : p.steps[s].out[0];
+    std::ptrdiff_t next = sole_reader(s);
+    if (next < 0) continue;
+    kernels::AttentionShape a;
+    int scaled = scores;
+    std::ptrdiff_t scale_step = -1;
+    if (op_is(std::size_t(next), "Mul") || op_is(std::size_t(next), "Div")) {
+      const Plan::Step& st = p.steps[std::size_t(next)];
+      // The scores times / divided by a constant scalar (on either side for Mul), shape kept.
+      const bool mul = op_is(std::size_t(next), "Mul");
+      const int c = st.in.size() != 2 ? -1 : st.in[0] == scores ? st.in[1] : (mul && st.in[1] == scores ? st.in[0] : -1);
+      const Tensor* value = c >= 0 ? p.constants[std::size_t(c)].get() : nullptr;
+      if (!value || value->dtype() != DType::kFloat32 || value->numel() != 1 || st.out.size() != 1 ||
+          meta(st.out[0]).shape != meta(scores).shape)
+        continue;
+      a.scale_kind = mul ? kernels::ScoreScale::kMul : kernels::ScoreScale::kDiv;
+      a.scale = value->data<float>()[0];
+      a.round_scaled = round_to(p.rounding[std::size_t(st.out[0])]);
+      scaled = st.out[0];
+      scale_step = next;
+      next = sole_reader(std::size_t(next));
+      if (next < 0) continue;
+    }
+    // Softmax over the last axis (before opset 13 it flattens from the axis on: the same thing).
+    const std::size_t sm = std::size_t(next);
+    if (!op_is(sm, "Softmax") || p.steps[sm].in.empty() || p.steps[sm].in[0] != scaled) continue;
+    const Node& sn = nodes_[p.steps[sm].node];
+    const std::int64_t rank = std::int64_t(meta(scaled).shape.size());
+    const std::int64_t axis = sn.get_int("axis", sn.opset < 13 ? 1 : -1);
+    if (rank < 2 || !(axis == rank - 1 || (sn.opset >= 13 && axis == -1))) continue;
+    const std::ptrdiff_t mm2 = sole_reader(sm);
+    if (mm2 < 0 || !op_is(std::size_t(mm2), "MatMul") || p.steps[std::size_t(mm2)].in.size() != 2 ||
+        p.steps[std::size_t(mm2)].in[0] != p.steps[sm].out[0])
+      continue;
+    // Q [..., L, d], K^T [..., d, Lk], V [..., Lk, dv] with one batch prefix, all float32.
+    const int q = p.steps[s].in[0], kt = p.steps[s].in[1], v = p.steps[std::size_t(mm2)].in[1];
+    const int out = p.steps[std::size_t(mm2)].out.empty() ? -1 : p.steps[std::size_t(mm2)].out[0];
+    if (!f32(q) || !f32(kt) || !f32(v) || !f32(scores) || !f32(p.steps[sm].out[0]) || !f32(out)) continue;
+    const Shape &qs = meta(q).shape, &ks = meta(kt).shape, &vs = meta(v).shape;
+    const std::size_t r = qs.size();
+    if (r < 2 || ks.size() != r || vs.size() != r || !std::equal(qs.begin(), qs.end() - 2, ks.begin()) ||
+        !std::equal(qs.begin(), qs.end() - 2, vs.begin()) || ks[r - 2] != qs[r - 1] || vs[r - 2] != ks[r - 1])
+      continue;
+    a.q_len = qs[r - 2];
+    a.head_dim = qs[r - 1];
+    a.kv_len = ks[r - 1];
+    a.v_dim = vs[r - 1];
+    a.batch = 1;
+    for (std::size_t i = 0; i + 2 < r; ++i) a.batch *= qs[i];
+    a.round_scores = round_to(p.rounding[std::size_t(scores)]);
+    a.round_probs = round_to(p.rounding[std::size_t(p.steps[sm].out[0])]);
+    absorbed[s] = absorbed[sm] = absorbed[std::size_t(mm2)] = true;
+    if (scale_step >= 0) absorbed[std::size_t(scale_step)] = true;
+    // The fused step stands where the second MatMul stood: Q, K^T and V all exist by then.
+    fused_at[std::size_t(mm2)] = {std::make_shared<AttentionKernel>(a), {q, kt, v}};
+  }
+  if (std::none_of(fused_at.begin(), fused_at.end(), [](const Fused& f) { return f.kernel != nullptr; })) return;
+  for (std::size_t s = 0; s < p.steps.size(); ++s) {
+    if (fused_at[s].kernel) {
+      Plan::Step st;
+      st.node = p.steps[s].node;
+      st.in = fused_at[s].inputs;
+      st.out = p.steps[s].out;
+      st.fused = fused_at[s].kernel;
+      p.fused_steps.push_back(std::move(st));
+    } else if (!absorbed[s]) {
+      p.fused_steps.push_back(p.steps[s]);
+    }
+  }
 }
 
 std::map<std::string, ValueMeta> Session::infer_metas(const std::map<std::string, Shape>& input_shapes) {
@@ -374,7 +526,9 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   live_peak_bytes_ = 0;
   std::vector<const Tensor*> ins, out_views;
   std::vector<Tensor*> outs;
-  for (const auto& step : p.steps) {
+  // Observers see every node, so they get the unfused steps (the same bits, only slower).
+  const std::vector<Plan::Step>& steps = observer || p.fused_steps.empty() ? p.steps : p.fused_steps;
+  for (const auto& step : steps) {
     const Node& node = nodes_[step.node];
     ins.clear();
     for (int id : step.in) ins.push_back(value(id));
@@ -393,7 +547,8 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
       }
       peak_bytes_ = std::max(peak_bytes_, live);
       live_peak_bytes_ = std::max(live_peak_bytes_, live_exact);
-      ops_[step.node]->run(ins, outs);
+      if (step.fused) step.fused->run(ins, *outs[0]);
+      else ops_[step.node]->run(ins, outs);
       for (std::size_t o = 0; o < step.out.size(); ++o)
         if (step.out[o] >= 0) apply_rounding(*outs[o], p.rounding[std::size_t(step.out[o])]);
     }

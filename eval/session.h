@@ -86,6 +86,9 @@ class Session {
   // as constants, so a plan is specific to their values too (`int_values`).
   Plan& plan_for(const std::map<std::string, Shape>& input_shapes,
                  const std::map<std::string, const Tensor*>& int_values);
+  // Finds node groups that run as one kernel when no observer is attached (same bits as the
+  // nodes): MatMul -> [scale] -> Softmax -> MatMul attention. Fills plan.fused_steps.
+  void fuse(Plan& plan) const;
 
   const Graph& graph_;
   SessionOptions options_;

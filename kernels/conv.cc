@@ -243,14 +243,30 @@ void conv_depthwise(const ConvParams& p, const Geom& g, const float* x, const fl
   });
 }
 
-// im2col + GEMM: weights packed once per group; tasks over (image, group, row chunk, column tile)
-// each im2col their own B blocks into a private buffer and run all their k blocks.
-void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* w, const float* bias, float* y) {
+bool uses_depthwise(const ConvParams& p) {
+  // One input channel per group: direct loops, unless many filters share that channel (a first
+  // layer on a 1-channel image), where im2col + GEMM reuses each gathered input column.
+  return p.in_channels / p.groups == 1 && p.out_channels / p.groups < 16;
+}
+
+void check_packed(const ConvParams& p, const PackedConvWeights& packed, std::int64_t m, std::int64_t k) {
+  if (std::int64_t(packed.groups.size()) != p.groups || packed.groups[0].m() != m || packed.groups[0].k() != k)
+    throw std::invalid_argument("conv: packed weights do not match the geometry");
+}
+
+// im2col + GEMM: weights packed once per group (or prepacked); tasks over (image, group, row chunk,
+// column tile) each im2col their own B blocks into a private buffer and run all their k blocks.
+void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* w, const float* bias, float* y,
+               const PackedConvWeights* packed) {
   const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
   const std::int64_t kdim = cin_g * g.k_size(), ncols = g.out_size(), in_size = g.in_size();
-  std::vector<PackedA> weights;
-  weights.reserve(std::size_t(p.groups));
-  for (std::int64_t grp = 0; grp < p.groups; ++grp) weights.emplace_back(false, cout_g, kdim, w + grp * cout_g * kdim, kdim);
+  PackedConvWeights own;
+  if (!packed) {
+    own = pack_conv_weights(p, w);
+    packed = &own;
+  }
+  check_packed(p, *packed, cout_g, kdim);
+  const std::vector<PackedA>& weights = packed->groups;
 
   // Column tiles of up to 256 keep a task's B block (KC x 256 floats) and C tile in L2; narrower
   // tiles and row chunks only when there would be too few tasks for the cores. The split never
@@ -341,14 +357,24 @@ double conv_flops(const ConvParams& p) {
          double(p.in_channels / p.groups) * double(product(p.kernel));
 }
 
-void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
+PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w) {
+  PackedConvWeights packed;
+  if (uses_depthwise(p)) return packed;
+  const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
+  const std::int64_t kdim = cin_g * product(p.kernel);
+  packed.groups.reserve(std::size_t(p.groups));
+  for (std::int64_t grp = 0; grp < p.groups; ++grp)
+    packed.groups.emplace_back(false, cout_g, kdim, w + grp * cout_g * kdim, kdim);
+  return packed;
+}
+
+void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
+          const PackedConvWeights* packed) {
   validate(p, false);
   const Geom g = geom3(p);
   if (p.batch == 0 || g.out_size() == 0) return;
-  // One input channel per group: direct loops, unless many filters share that channel (a first
-  // layer on a 1-channel image), where im2col + GEMM reuses each gathered input column.
-  if (p.in_channels / p.groups == 1 && p.out_channels / p.groups < 16) return conv_depthwise(p, g, x, w, bias, y);
-  conv_gemm(p, g, x, w, bias, y);
+  if (uses_depthwise(p)) return conv_depthwise(p, g, x, w, bias, y);
+  conv_gemm(p, g, x, w, bias, y, packed && !packed->groups.empty() ? packed : nullptr);
 }
 
 void conv_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
@@ -381,12 +407,22 @@ void conv_reference(const ConvParams& p, const float* x, const float* w, const f
     }
 }
 
-void conv_transpose(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
+PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w) {
+  PackedConvWeights packed;
+  const std::int64_t cin_g = p.in_channels / p.groups, rows = p.out_channels / p.groups * product(p.kernel);
+  packed.groups.reserve(std::size_t(p.groups));
+  for (std::int64_t grp = 0; grp < p.groups; ++grp) packed.groups.emplace_back(true, rows, cin_g, w + grp * cin_g * rows, rows);
+  return packed;
+}
+
+void conv_transpose(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
+                    const PackedConvWeights* packed) {
   validate(p, true);
   const Geom g = geom3(p);
   const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
   const std::int64_t in_size = g.in_size(), out_size = g.out_size(), kprod = g.k_size();
   if (p.batch == 0 || out_size == 0) return;
+  if (packed) check_packed(p, *packed, cout_g * kprod, cin_g);
   // cols[(oc, k), input position] = sum over input channels of w * x: one GEMM per (image, group),
   // then each output channel gathers its kprod rows (col2im), one channel per task.
   const std::int64_t rows = cout_g * kprod;
@@ -394,7 +430,8 @@ void conv_transpose(const ConvParams& p, const float* x, const float* w, const f
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t grp = 0; grp < p.groups; ++grp) {
       const GemmShape shape{true, false, rows, in_size, cin_g, rows, in_size, in_size};
-      sgemm(shape, 1.0f, w + grp * cin_g * rows, x + (n * p.in_channels + grp * cin_g) * in_size, 0.0f, cols.get());
+      sgemm(shape, 1.0f, w + grp * cin_g * rows, x + (n * p.in_channels + grp * cin_g) * in_size, 0.0f, cols.get(),
+            packed ? &packed->groups[std::size_t(grp)] : nullptr);
       tbb::parallel_for(std::int64_t(0), cout_g, [&](std::int64_t oc) {
         float* yc = y + (n * p.out_channels + grp * cout_g + oc) * out_size;
         std::fill(yc, yc + out_size, bias ? bias[grp * cout_g + oc] : 0.0f);

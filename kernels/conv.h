@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/gemm.h"
+
 namespace qeval::kernels {
 
 // Geometry of a convolution over `in_spatial.size()` (1 to 3) spatial dimensions. Every spatial
@@ -43,16 +45,29 @@ std::int64_t conv_transpose_weight_size(const ConvParams& p);
 // Multiply-adds times two, for GFLOP/s figures.
 double conv_flops(const ConvParams& p);
 
+// Conv or ConvTranspose weights packed for the GEMM path once (constant weights): one PackedA per
+// group. Empty where the geometry takes a path without packing (depthwise).
+struct PackedConvWeights {
+  std::vector<PackedA> groups;
+};
+// Packs what conv(p, ...) would pack on each call. Only the channel counts, groups and kernel size
+// of p matter: the result serves any batch and spatial size.
+PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w);
+PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w);
+
 // y = conv(x, w) + bias (bias may be null). x, w, y dense NC... row-major; y is fully written.
+// `packed` (from pack_conv_weights for these weights, or null) saves the packing; same results.
 // Throws std::invalid_argument on inconsistent parameters. Results do not depend on the thread count.
-void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
+void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
+          const PackedConvWeights* packed = nullptr);
 // Direct definition, single-threaded; accumulates each output over (input channel, kernel offsets)
 // in order, padded positions contributing zero products.
 void conv_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
 
 // y = conv_transpose(x, w) + bias; x is [batch, in_channels, in_spatial...], y [batch, out_channels,
 // out_spatial...].
-void conv_transpose(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
+void conv_transpose(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
+                    const PackedConvWeights* packed = nullptr);
 void conv_transpose_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
 
 }  // namespace qeval::kernels

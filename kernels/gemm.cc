@@ -208,33 +208,6 @@ void scale_c(std::int64_t m, std::int64_t n, float beta, float* c, std::int64_t 
     for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
 }
 
-// All of op(B) packed: k blocks of KC rows, each round_up(n, NR) / NR panels.
-struct PackedB {
-  std::int64_t k = 0, n_padded = 0;
-  AlignedFloats data;
-  const float* block(std::int64_t j0, std::int64_t k0) const {
-    const std::int64_t kc = std::min<std::int64_t>(KC, k - k0);
-    return data.get() + k0 * n_padded + (j0 / NR) * kc * NR;
-  }
-};
-
-PackedB pack_all_b(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb) {
-  PackedB p;
-  p.k = k;
-  p.n_padded = round_up(n, NR);
-  p.data = alloc_aligned_floats(std::size_t(k * p.n_padded));
-  const std::int64_t panels = p.n_padded / NR;
-  // Chunks of 8 panels (256 columns) keep a task's source rows contiguous enough to stream.
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (panels + 7) / 8), [&](const auto& r) {
-    for (std::int64_t chunk = r.begin(); chunk < r.end(); ++chunk) {
-      const std::int64_t j0 = chunk * 8 * NR, nc = std::min<std::int64_t>(8 * NR, n - j0);
-      for (std::int64_t k0 = 0; k0 < k; k0 += KC)
-        pack_b(trans, b, ldb, k0, std::min<std::int64_t>(KC, k - k0), j0, nc, const_cast<float*>(p.block(j0, k0)));
-    }
-  });
-  return p;
-}
-
 // The split of C into tasks: row blocks of MC and column chunks (multiples of NR), fine enough to
 // keep every thread busy. Any split gives the same bits: only the k blocking fixes the sums.
 struct TaskGrid {
@@ -252,13 +225,16 @@ TaskGrid task_grid(std::int64_t m, std::int64_t n, std::int64_t batch) {
   return g;
 }
 
-// One task: rows [i0, i0 + mc) by columns [j0, j0 + nc) of one product, over all of k.
-void run_task(const GemmShape& s, float alpha, const float* a, const PackedB& pb, float beta, float* c,
-              std::int64_t i0, std::int64_t mc, std::int64_t j0, std::int64_t nc, float* a_buf) {
+// One task: rows [i0, i0 + mc) by columns [j0, j0 + nc) of one product, over all of k. A comes
+// prepacked (pa) or is packed block by block into a_buf.
+void run_task(const GemmShape& s, float alpha, const float* a, const PackedA* pa, const PackedB& pb, float beta,
+              float* c, std::int64_t i0, std::int64_t mc, std::int64_t j0, std::int64_t nc, float* a_buf) {
   for (std::int64_t k0 = 0; k0 < s.k; k0 += KC) {
     const std::int64_t kc = std::min<std::int64_t>(KC, s.k - k0);
-    pack_a(s.trans_a, a, s.lda, i0, mc, k0, kc, a_buf);
-    gemm_packed_block(mc, nc, kc, a_buf, pb.block(j0, k0), alpha, k0 == 0 ? beta : 1.0f,
+    const float* a_panels = a_buf;
+    if (pa) a_panels = pa->block(i0, k0);
+    else pack_a(s.trans_a, a, s.lda, i0, mc, k0, kc, a_buf);
+    gemm_packed_block(mc, nc, kc, a_panels, pb.block(j0, k0), alpha, k0 == 0 ? beta : 1.0f,
                       c + i0 * s.ldc + j0, s.ldc);
   }
 }
@@ -357,10 +333,21 @@ void check_shape(const GemmShape& s) {
   if (s.m < 0 || s.n < 0 || s.k < 0) throw std::invalid_argument("sgemm: negative dimension");
 }
 
-// The packed path for `batch` products: B operands packed once per distinct pointer run, then tasks
-// over (entry, row block, column chunk), each packing its own A blocks.
+void check_packed(const GemmShape& s, const PackedA* pa, const PackedB* pb) {
+  if (pa && (pa->trans() != s.trans_a || pa->m() != s.m || pa->k() != s.k))
+    throw std::invalid_argument("sgemm: packed A is " + std::to_string(pa->m()) + "x" + std::to_string(pa->k()) +
+                                ", the product needs " + std::to_string(s.m) + "x" + std::to_string(s.k));
+  if (pb && (pb->trans() != s.trans_b || pb->k() != s.k || pb->n() != s.n))
+    throw std::invalid_argument("sgemm: packed B is " + std::to_string(pb->k()) + "x" + std::to_string(pb->n()) +
+                                ", the product needs " + std::to_string(s.k) + "x" + std::to_string(s.n));
+}
+
+// The packed path for `batch` products: B operands packed once per distinct pointer run (or
+// prepacked), then tasks over (entry, row block, column chunk), each packing its own A blocks
+// (unless A is prepacked, for batch 1).
 void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
-                const float* const* b, float beta, float* const* c) {
+                const float* const* b, float beta, float* const* c, const PackedA* prepacked_a = nullptr,
+                const PackedB* prepacked_b = nullptr) {
   if (batch <= 0 || s.m == 0 || s.n == 0) return;
   if (s.k == 0) {
     for (std::int64_t e = 0; e < batch; ++e) scale_c(s.m, s.n, beta, c[e], s.ldc);
@@ -372,9 +359,9 @@ void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float
     if (e == 0 || b[e] != b[e - 1]) b_first.push_back(e);
     b_index[std::size_t(e)] = std::int64_t(b_first.size()) - 1;
   }
-  std::vector<PackedB> packed(b_first.size());
-  tbb::parallel_for(std::size_t(0), b_first.size(), [&](std::size_t u) {
-    packed[u] = pack_all_b(s.trans_b, s.k, s.n, b[b_first[u]], s.ldb);
+  std::vector<PackedB> packed(prepacked_b ? 0 : b_first.size());
+  tbb::parallel_for(std::size_t(0), packed.size(), [&](std::size_t u) {
+    packed[u] = PackedB(s.trans_b, s.k, s.n, b[b_first[u]], s.ldb);
   });
   const TaskGrid g = task_grid(s.m, s.n, batch);
   const std::int64_t per = g.m_blocks * g.n_chunks;
@@ -385,7 +372,8 @@ void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float
         for (std::int64_t t = r.begin(); t < r.end(); ++t) {
           const std::int64_t e = t / per, tt = t % per;
           const std::int64_t i0 = (tt / g.n_chunks) * MC, j0 = (tt % g.n_chunks) * g.n_chunk;
-          run_task(s, alpha, a[e], packed[std::size_t(b_index[std::size_t(e)])], beta, c[e], i0,
+          run_task(s, alpha, a[e], prepacked_a, prepacked_b ? *prepacked_b : packed[std::size_t(b_index[std::size_t(e)])],
+                   beta, c[e], i0,
                    std::min<std::int64_t>(MC, s.m - i0), j0, std::min<std::int64_t>(g.n_chunk, s.n - j0),
                    a_buf.get());
         }
@@ -417,8 +405,43 @@ void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const 
   }
 }
 
+PackedB::PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb) {
+  pack(trans, k, n, b, ldb);
+}
+
+void pack_a_panels(bool trans, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t k0,
+                   std::int64_t kc, float* dst) {
+  pack_a(trans, a, lda, i0, mc, k0, kc, dst);
+}
+
+void PackedB::pack(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb) {
+  trans_ = trans;
+  k_ = k;
+  n_ = n;
+  n_padded_ = round_up(n, NR);
+  const std::size_t need = std::size_t(std::max<std::int64_t>(1, k * n_padded_));
+  if (need > capacity_) {
+    data_ = alloc_aligned_floats(need);
+    capacity_ = need;
+  }
+  const std::int64_t panels = n_padded_ / NR;
+  // Chunks of 8 panels (256 columns) keep a task's source rows contiguous enough to stream.
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (panels + 7) / 8), [&](const auto& r) {
+    for (std::int64_t chunk = r.begin(); chunk < r.end(); ++chunk) {
+      const std::int64_t j0 = chunk * 8 * NR, nc = std::min<std::int64_t>(8 * NR, n - j0);
+      for (std::int64_t k0 = 0; k0 < k; k0 += KC)
+        pack_b(trans, b, ldb, k0, std::min<std::int64_t>(KC, k - k0), j0, nc, const_cast<float*>(block(j0, k0)));
+    }
+  });
+}
+
+const float* PackedB::block(std::int64_t j0, std::int64_t k0) const {
+  const std::int64_t kc = std::min<std::int64_t>(KC, k_ - k0);
+  return data_.get() + k0 * n_padded_ + (j0 / NR) * kc * NR;
+}
+
 PackedA::PackedA(bool trans, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda)
-    : m_(m), k_(k), m_padded_(round_up(m, MR)) {
+    : trans_(trans), m_(m), k_(k), m_padded_(round_up(m, MR)) {
   data_ = alloc_aligned_floats(std::size_t(std::max<std::int64_t>(1, m_padded_ * k)));
   const std::int64_t k_blocks = (k + KC - 1) / KC, m_blocks = (m + MC - 1) / MC;
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, k_blocks * m_blocks), [&](const auto& r) {
@@ -460,11 +483,15 @@ void sgemm_packed(const GemmShape& s, float alpha, const float* a, const float* 
   run_packed(s, 1, alpha, &a, &b, beta, &c);
 }
 
-void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
+bool sgemm_uses_packing(const GemmShape& s) { return s.m * s.n * s.k > kSmallGemmMacs && s.m > kFewRows; }
+
+void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c,
+           const PackedA* packed_a, const PackedB* packed_b) {
   check_shape(s);
   if (s.m * s.n * s.k <= kSmallGemmMacs) return sgemm_reference(s, alpha, a, b, beta, c);
   if (s.m <= kFewRows) return few_rows(s, alpha, a, b, beta, c);
-  sgemm_packed(s, alpha, a, b, beta, c);
+  check_packed(s, packed_a, packed_b);
+  run_packed(s, 1, alpha, &a, &b, beta, &c, packed_a, packed_b);
 }
 
 void sgemm_few_rows(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
@@ -480,17 +507,18 @@ void sgemm_batched_reference(const GemmShape& s, std::int64_t batch, float alpha
 }
 
 void sgemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
-                   const float* const* b, float beta, float* const* c) {
+                   const float* const* b, float beta, float* const* c, const PackedB* packed_b) {
   check_shape(s);
   if (batch <= 0 || s.m == 0 || s.n == 0) return;
-  if (batch == 1) return sgemm(s, alpha, a[0], b[0], beta, c[0]);
+  if (batch == 1) return sgemm(s, alpha, a[0], b[0], beta, c[0], nullptr, packed_b);
   if (s.m * s.n * s.k <= kSmallGemmMacs || s.m <= kFewRows) {
     tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, batch), [&](const auto& r) {
       for (std::int64_t i = r.begin(); i < r.end(); ++i) sgemm(s, alpha, a[i], b[i], beta, c[i]);
     });
     return;
   }
-  run_packed(s, batch, alpha, a, b, beta, c);
+  check_packed(s, nullptr, packed_b);
+  run_packed(s, batch, alpha, a, b, beta, c, nullptr, packed_b);
 }
 
 namespace {

@@ -21,9 +21,17 @@ struct GemmShape {
   std::int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
+class PackedA;
+class PackedB;
+
 // Chooses the path by size: tiny problems run the reference loops, m <= 4 the few-rows kernel,
-// the rest the packed kernel.
-void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c);
+// the rest the packed kernel. The packed kernel uses `packed_a` / `packed_b` (op(A) / op(B) packed
+// beforehand, e.g. constant weights) where given instead of packing the operand itself; the
+// results are the same bits either way. a and b are still needed for the other paths.
+void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c,
+           const PackedA* packed_a = nullptr, const PackedB* packed_b = nullptr);
+// Whether sgemm takes the packed path for this shape (when prepacking an operand pays).
+bool sgemm_uses_packing(const GemmShape& s);
 // Always the packed kernel (tests compare it with the reference on tiny and odd shapes).
 void sgemm_packed(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c);
 // For m <= 4 (sgemm's choice there): rows of C straight from unpacked B, since packing B would cost
@@ -34,9 +42,10 @@ void sgemm_reference(const GemmShape& s, float alpha, const float* a, const floa
 
 // `batch` independent products with one shape; operand i is a[i], b[i], c[i]. Pointers may repeat
 // (broadcast operands): a B matrix shared by consecutive entries is packed once. The c[i] must not
-// overlap. Parallel over batch entries and blocks of each.
+// overlap. Parallel over batch entries and blocks of each. `packed_b`, where given, is op(B) of
+// every entry (all b[i] equal), packed beforehand.
 void sgemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
-                   const float* const* b, float beta, float* const* c);
+                   const float* const* b, float beta, float* const* c, const PackedB* packed_b = nullptr);
 void sgemm_batched_reference(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
                              const float* const* b, float beta, float* const* c);
 
@@ -70,13 +79,41 @@ class PackedA {
   PackedA(bool trans, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda);
   std::int64_t m() const { return m_; }
   std::int64_t k() const { return k_; }
+  bool trans() const { return trans_; }
   // The panels of rows [i0, ...) for k block starting at k0 (i0 a multiple of kGemmMR, k0 of kGemmKC).
   const float* block(std::int64_t i0, std::int64_t k0) const;
 
  private:
+  bool trans_;
   std::int64_t m_, k_, m_padded_;
   AlignedFloats data_;
 };
+
+// op(B) (k x n) packed once for reuse against many A (constant weights): k blocks of kGemmKC rows,
+// each round_up(n, kGemmNR) / kGemmNR panels laid out as below.
+class PackedB {
+ public:
+  PackedB() = default;
+  PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb);
+  // Packs another operand, reusing the storage when it is large enough.
+  void pack(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb);
+  std::int64_t k() const { return k_; }
+  std::int64_t n() const { return n_; }
+  bool trans() const { return trans_; }
+  // The panels of columns [j0, ...) for the k block starting at k0 (j0 a multiple of kGemmNR).
+  const float* block(std::int64_t j0, std::int64_t k0) const;
+
+ private:
+  bool trans_ = false;
+  std::int64_t k_ = 0, n_ = 0, n_padded_ = 0;
+  std::size_t capacity_ = 0;
+  AlignedFloats data_;
+};
+
+// Rows [i0, i0 + mc) and the k range [k0, k0 + kc) of op(A) into kGemmMR-row panels, zero rows
+// past mc: the layout gemm_packed_block reads (mc <= kGemmMC not required). Single-threaded.
+void pack_a_panels(bool trans, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t k0,
+                   std::int64_t kc, float* dst);
 
 // A packed B block of kc rows and nc columns is ceil(nc / kGemmNR) panels; panel j holds, for each
 // row r < kc, kGemmNR consecutive floats: columns j*kGemmNR ... (+kGemmNR-1), zero past nc. So element

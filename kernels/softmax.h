@@ -12,6 +12,11 @@ namespace qeval::kernels {
 template <class T>
 void softmax(const T* x, T* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log);
 
+// The contiguous-row case (inner == 1) on the calling thread: `rows` rows of n values. Gives the
+// same bits as softmax() on the same rows (which runs this per row). y may equal x (in place)
+// unless `log`.
+void softmax_rows(const float* x, float* y, std::int64_t rows, std::int64_t n, bool log);
+
 // exp(x) in float, written so that the compiler vectorises loops over it (std::exp does not
 // vectorise without -ffast-math). Within 2 ulp of std::exp; 0 below -87.3 (where std::exp is
 // denormal), NaN stays NaN. Meant for x <= 0 (max-subtracted logits); saturates above 88.

@@ -107,15 +107,23 @@ class ConvOp final : public Op {
     return {meta_like(*in[0], y)};
   }
 
+  void prepare(std::span<const ValueMeta* const> in) override {
+    if (in[1]->dtype != DType::kFloat32) return;
+    const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
+    packed_.prepare(in[1], [&](const Tensor& w) { return kernels::pack_conv_weights(p, w.data<float>()); });
+  }
+
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[1]->shape());
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
-    kernels::conv(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr, out[0]->data<float>());
+    kernels::conv(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr, out[0]->data<float>(),
+                  packed_.find(in[1]));
   }
 
  private:
   Node node_;
   ConvAttributes attrs_;
+  ConstantCache<kernels::PackedConvWeights> packed_;
 };
 
 // ---- ConvTranspose --------------------------------------------------------------------------
@@ -186,11 +194,21 @@ class ConvTransposeOp final : public Op {
     return {meta_like(*in[0], y)};
   }
 
+  void prepare(std::span<const ValueMeta* const> in) override {
+    if (in[1]->dtype != DType::kFloat32) return;
+    const kernels::ConvParams p = params(*in[0], *in[1]);
+    // Packing pays where the per-group GEMM (out channels x kernel) x (input positions) is packed.
+    const std::int64_t in_size = kernels::conv_input_size(p) / std::max<std::int64_t>(1, p.batch * p.in_channels);
+    const std::int64_t rows = p.out_channels / p.groups * (kernels::conv_transpose_weight_size(p) / (p.in_channels * (p.out_channels / p.groups)));
+    if (!kernels::sgemm_uses_packing({true, false, rows, in_size, p.in_channels / p.groups, rows, in_size, in_size})) return;
+    packed_.prepare(in[1], [&](const Tensor& w) { return kernels::pack_conv_transpose_weights(p, w.data<float>()); });
+  }
+
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const kernels::ConvParams p = params(meta_of(in[0]->dtype(), in[0]->shape()), meta_of(in[1]->dtype(), in[1]->shape()));
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     kernels::conv_transpose(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr,
-                            out[0]->data<float>());
+                            out[0]->data<float>(), packed_.find(in[1]));
   }
 
  private:
@@ -201,6 +219,7 @@ class ConvTransposeOp final : public Op {
   Node node_;
   ConvAttributes attrs_;
   std::vector<std::int64_t> output_padding_, output_shape_;
+  ConstantCache<kernels::PackedConvWeights> packed_;
 };
 
 }  // namespace

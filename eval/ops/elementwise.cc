@@ -6,6 +6,7 @@
 
 #include "eval/ops/families.h"
 #include "kernels/broadcast.h"
+#include "kernels/elementwise.h"
 
 namespace qeval::eval {
 
@@ -15,12 +16,8 @@ constexpr int kLatest = 22;
 
 template <class T, class F>
 void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
   using R = decltype(f(T{}, T{}));
-  R* po = reinterpret_cast<R*>(out.raw());
-  kernels::for_each_broadcast(out.shape(), a.shape(), b.shape(),
-                              [&](std::int64_t i, std::int64_t ia, std::int64_t ib) { po[i] = f(pa[ia], pb[ib]); });
+  kernels::broadcast_map(out.shape(), a.shape(), b.shape(), a.data<T>(), b.data<T>(), reinterpret_cast<R*>(out.raw()), f);
 }
 
 // ---- binary arithmetic ---------------------------------------------------------------------
@@ -81,27 +78,22 @@ class ArithOp final : public Op {
       fail(node_, "Pow base type " + std::string(dtype_name(a.dtype())) + " is not supported");
     }
     // The exponent may have another type (opset 12+); compute in double, cast to the base type.
-    auto exponent = [&](std::int64_t i) -> double {
-      switch (b.dtype()) {
-        case DType::kFloat32: return b.data<float>()[i];
-        case DType::kFloat64: return b.data<double>()[i];
-        case DType::kInt32: return b.data<std::int32_t>()[i];
-        case DType::kInt64: return double(b.data<std::int64_t>()[i]);
-        case DType::kUInt32: return b.data<std::uint32_t>()[i];
-        case DType::kUInt64: return double(b.data<std::uint64_t>()[i]);
-        default: fail(node_, "unsupported exponent type " + std::string(dtype_name(b.dtype())));
-      }
+    auto with_exponent = [&](auto e_zero) {
+      using E = decltype(e_zero);
+      kernels::broadcast_map(o.shape(), a.shape(), b.shape(), a.data<T>(), b.data<E>(), o.data<T>(), [](T x, E e) {
+        if constexpr (std::is_same_v<T, float>) return std::pow(x, static_cast<float>(static_cast<double>(e)));
+        else return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(e)));
+      });
     };
-    const T* pa = a.data<T>();
-    T* po = o.data<T>();
-    kernels::for_each_broadcast(o.shape(), a.shape(), b.shape(), [&](std::int64_t i, std::int64_t ia, std::int64_t ib) {
-      if constexpr (std::is_same_v<T, float>) {
-        const double e = exponent(ib);
-        po[i] = std::pow(pa[ia], static_cast<float>(e));
-      } else {
-        po[i] = static_cast<T>(std::pow(static_cast<double>(pa[ia]), exponent(ib)));
-      }
-    });
+    switch (b.dtype()) {
+      case DType::kFloat32: return with_exponent(float{});
+      case DType::kFloat64: return with_exponent(double{});
+      case DType::kInt32: return with_exponent(std::int32_t{});
+      case DType::kInt64: return with_exponent(std::int64_t{});
+      case DType::kUInt32: return with_exponent(std::uint32_t{});
+      case DType::kUInt64: return with_exponent(std::uint64_t{});
+      default: fail(node_, "unsupported exponent type " + std::string(dtype_name(b.dtype())));
+    }
   }
   Node node_;
   Arith kind_;
@@ -273,12 +265,12 @@ class WhereOp final : public Op {
 
 // ---- unary ----------------------------------------------------------------------------------
 
-using UnaryFn = float (*)(float, const float* params);
-
-class UnaryOp final : public Op {
+// A float function applied elementwise: F is a stateless callable (float x, const float* params),
+// a template parameter so the loop inlines and vectorises it. float64 and int inputs go through
+// float, as the op's float definition.
+class UnaryOpBase : public Op {
  public:
-  UnaryOp(const Node& node, UnaryFn fn, std::vector<float> params, bool ints_ok = false)
-      : node_(node), fn_(fn), params_(std::move(params)), ints_ok_(ints_ok) {}
+  UnaryOpBase(const Node& node, bool ints_ok) : node_(node), ints_ok_(ints_ok) {}
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
     const DType t = in[0]->dtype;
@@ -286,56 +278,59 @@ class UnaryOp final : public Op {
       fail(node_, "unsupported type " + std::string(dtype_name(in[0]->declared)));
     return {meta_like(*in[0], in[0]->shape)};
   }
+
+ protected:
+  Node node_;
+  bool ints_ok_;
+};
+
+template <class F>
+class UnaryOp final : public UnaryOpBase {
+ public:
+  UnaryOp(const Node& node, F fn, std::vector<float> params, bool ints_ok = false)
+      : UnaryOpBase(node, ints_ok), fn_(fn), params_(std::move(params)) {}
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const Tensor& x = *in[0];
     Tensor& o = *out[0];
     const std::int64_t n = x.numel();
+    const float* p = params_.data();
+    const F fn = fn_;
     switch (x.dtype()) {
-      case DType::kFloat32: {
-        const float* px = x.data<float>();
-        float* po = o.data<float>();
-        for (std::int64_t i = 0; i < n; ++i) po[i] = fn_(px[i], params_.data());
-        break;
-      }
-      case DType::kFloat64: {
-        const double* px = x.data<double>();
-        double* po = o.data<double>();
-        for (std::int64_t i = 0; i < n; ++i) po[i] = fn_(float(px[i]), params_.data());
-        break;
-      }
-      case DType::kInt32: {
-        const auto* px = x.data<std::int32_t>();
-        auto* po = o.data<std::int32_t>();
-        for (std::int64_t i = 0; i < n; ++i) po[i] = std::int32_t(fn_(float(px[i]), params_.data()));
-        break;
-      }
-      case DType::kInt64: {
-        const auto* px = x.data<std::int64_t>();
-        auto* po = o.data<std::int64_t>();
-        for (std::int64_t i = 0; i < n; ++i) po[i] = std::int64_t(fn_(float(px[i]), params_.data()));
-        break;
-      }
+      case DType::kFloat32:
+        return kernels::unary_map(x.data<float>(), o.data<float>(), n, [fn, p](float v) { return fn(v, p); });
+      case DType::kFloat64:
+        return kernels::unary_map(x.data<double>(), o.data<double>(), n, [fn, p](double v) { return double(fn(float(v), p)); });
+      case DType::kInt32:
+        return kernels::unary_map(x.data<std::int32_t>(), o.data<std::int32_t>(), n,
+                                  [fn, p](std::int32_t v) { return std::int32_t(fn(float(v), p)); });
+      case DType::kInt64:
+        return kernels::unary_map(x.data<std::int64_t>(), o.data<std::int64_t>(), n,
+                                  [fn, p](std::int64_t v) { return std::int64_t(fn(float(v), p)); });
       default: fail(node_, "unsupported type");
     }
   }
 
  private:
-  Node node_;
-  UnaryFn fn_;
+  F fn_;
   std::vector<float> params_;
-  bool ints_ok_;
 };
+
+template <class F>
+std::unique_ptr<Op> make_unary(const Node& node, F fn, std::vector<float> params = {}, bool ints_ok = false) {
+  return std::make_unique<UnaryOp<F>>(node, fn, std::move(params), ints_ok);
+}
 
 // Integer Neg/Abs must stay exact beyond float's 24 bits: a dedicated op.
 class IntExactUnaryOp final : public Op {
  public:
-  IntExactUnaryOp(const Node& node, bool neg, UnaryFn float_fn) : node_(node), neg_(neg), float_(node, float_fn, {}) {}
+  IntExactUnaryOp(const Node& node, bool neg, std::unique_ptr<Op> float_op)
+      : node_(node), neg_(neg), float_(std::move(float_op)) {}
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
     const DType t = in[0]->dtype;
     if (t == DType::kInt32 || t == DType::kInt64 || t == DType::kInt8 || t == DType::kInt16)
       return {meta_like(*in[0], in[0]->shape)};
-    return float_.infer(in);
+    return float_->infer(in);
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     switch (in[0]->dtype()) {
@@ -343,7 +338,7 @@ class IntExactUnaryOp final : public Op {
       case DType::kInt64: return apply<std::int64_t>(*in[0], *out[0]);
       case DType::kInt8: return apply<std::int8_t>(*in[0], *out[0]);
       case DType::kInt16: return apply<std::int16_t>(*in[0], *out[0]);
-      default: return float_.run(in, out);
+      default: return float_->run(in, out);
     }
   }
 
@@ -356,7 +351,7 @@ class IntExactUnaryOp final : public Op {
   }
   Node node_;
   bool neg_;
-  UnaryOp float_;
+  std::unique_ptr<Op> float_;
 };
 
 class NotOp final : public Op {
@@ -427,8 +422,7 @@ class ClipOp final : public Op {
 
 #define QEVAL_UNARY(NAME, SINCE, EXPR, PARAMS, INTS)                                          \
   OpSchema{NAME, "", SINCE, kLatest, [](const Node& n) -> std::unique_ptr<Op> {               \
-             (void)n;                                                                           \
-             return std::make_unique<UnaryOp>(                                                 \
+             return make_unary(                                                                \
                  n, [](float x, const float* p) -> float { (void)p; return EXPR; },            \
                  std::vector<float> PARAMS, INTS);                                              \
            }}
@@ -479,17 +473,17 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back({"Clip", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ClipOp>(n); }});
 
   out.push_back({"Neg", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
-                   return std::make_unique<IntExactUnaryOp>(n, true, [](float x, const float*) { return -x; });
+                   return std::make_unique<IntExactUnaryOp>(n, true, make_unary(n, [](float x, const float*) { return -x; }));
                  }});
   out.push_back({"Abs", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
-                   return std::make_unique<IntExactUnaryOp>(n, false, [](float x, const float*) { return std::fabs(x); });
+                   return std::make_unique<IntExactUnaryOp>(n, false, make_unary(n, [](float x, const float*) { return std::fabs(x); }));
                  }});
   out.push_back(QEVAL_UNARY("Sqrt", 6, std::sqrt(x), {}, false));
   out.push_back(QEVAL_UNARY("Exp", 6, std::exp(x), {}, false));
   out.push_back(QEVAL_UNARY("Log", 6, std::log(x), {}, false));
-  out.push_back(QEVAL_UNARY("Erf", 9, std::erf(x), {}, false));
+  out.push_back(QEVAL_UNARY("Erf", 9, kernels::erf_vectorisable(x), {}, false));
   out.push_back(QEVAL_UNARY("Tanh", 6, std::tanh(x), {}, false));
-  out.push_back(QEVAL_UNARY("Sigmoid", 6, x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x)), {}, false));
+  out.push_back(QEVAL_UNARY("Sigmoid", 6, kernels::sigmoid_vectorisable(x), {}, false));
   out.push_back(QEVAL_UNARY("Relu", 6, x > 0 ? x : 0.0f, {}, true));
   out.push_back(QEVAL_UNARY("Reciprocal", 6, 1.0f / x, {}, false));
   out.push_back(QEVAL_UNARY("Floor", 6, std::floor(x), {}, false));
@@ -501,27 +495,27 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back(QEVAL_UNARY("Softplus", 1, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)), {}, false));
   out.push_back(QEVAL_UNARY("Softsign", 1, x / (1.0f + std::fabs(x)), {}, false));
   out.push_back({"LeakyRelu", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
-                   return std::make_unique<UnaryOp>(n, [](float x, const float* p) { return x >= 0 ? x : p[0] * x; },
+                   return make_unary(n, [](float x, const float* p) { return x >= 0 ? x : p[0] * x; },
                                                     std::vector<float>{n.get_float("alpha", 0.01f)});
                  }});
   out.push_back({"Elu", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
-                   return std::make_unique<UnaryOp>(n, [](float x, const float* p) { return x >= 0 ? x : p[0] * (std::exp(x) - 1.0f); },
+                   return make_unary(n, [](float x, const float* p) { return x >= 0 ? x : p[0] * (std::exp(x) - 1.0f); },
                                                     std::vector<float>{n.get_float("alpha", 1.0f)});
                  }});
   out.push_back({"HardSigmoid", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
-                   return std::make_unique<UnaryOp>(n, [](float x, const float* p) { return std::max(0.0f, std::min(1.0f, p[0] * x + p[1])); },
+                   return make_unary(n, [](float x, const float* p) { return std::max(0.0f, std::min(1.0f, p[0] * x + p[1])); },
                                                     std::vector<float>{n.get_float("alpha", 0.2f), n.get_float("beta", 0.5f)});
                  }});
   out.push_back(QEVAL_UNARY("HardSwish", 14, x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f)), {}, false));
   out.push_back({"Gelu", "", 20, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
                    const std::string approx = n.get_string("approximate", "none");
                    if (approx == "tanh")
-                     return std::make_unique<UnaryOp>(n, [](float x, const float*) {
+                     return make_unary(n, [](float x, const float*) {
                        return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
                      }, std::vector<float>{});
                    if (approx != "none") fail(n, "approximate must be 'none' or 'tanh', got '" + approx + "'");
-                   return std::make_unique<UnaryOp>(n, [](float x, const float*) {
-                     return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
+                   return make_unary(n, [](float x, const float*) {
+                     return 0.5f * x * (1.0f + kernels::erf_vectorisable(x * 0.7071067811865476f));
                    }, std::vector<float>{});
                  }});
 }

@@ -88,9 +88,10 @@ bool numeric_type(DType t) {
 // generic loops.
 template <class T>
 void batched_matmul(const kernels::GemmShape& s, std::int64_t batch, const std::vector<const T*>& a,
-                    const std::vector<const T*>& b, const std::vector<T*>& c) {
+                    const std::vector<const T*>& b, const std::vector<T*>& c,
+                    const kernels::PackedB* packed_b = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
-    kernels::sgemm_batched(s, batch, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    kernels::sgemm_batched(s, batch, 1.0f, a.data(), b.data(), 0.0f, c.data(), packed_b);
   } else {
     for (std::int64_t i = 0; i < batch; ++i)
       kernels::gemm_generic<T>(s, a[std::size_t(i)], b[std::size_t(i)], c[std::size_t(i)]);
@@ -111,22 +112,39 @@ class MatMulOp final : public Op {
     return {meta_like(*in[0], plan_matmul(node_, in[0]->shape, in[1]->shape).out)};
   }
 
+  void prepare(std::span<const ValueMeta* const> in) override {
+    // A constant float B without batch dimensions (a weight) is packed once.
+    if (in[0]->dtype != DType::kFloat32 || !in[1]->value) return;
+    const MatMulPlan p = plan_matmul(node_, in[0]->shape, in[1]->shape);
+    if (!b_is_matrix(p) || !kernels::sgemm_uses_packing(folded_shape(p))) return;
+    packed_b_.prepare(in[1], [&](const Tensor& b) { return kernels::PackedB(false, p.k, p.n, b.data<float>(), p.n); });
+  }
+
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     dispatch_numeric(node_, in[0]->dtype(), [&](auto zero) { compute<decltype(zero)>(*in[0], *in[1], *out[0]); });
   }
 
  private:
+  // B without batch dimensions (a weight): A's batch folds into the rows of one product.
+  static bool b_is_matrix(const MatMulPlan& p) {
+    const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
+    return product(p.b, 0, rb) == 1 && product(p.batch, 0, p.batch.size()) == product(p.a, 0, ra);
+  }
+  static kernels::GemmShape folded_shape(const MatMulPlan& p) {
+    const std::int64_t rows = product(p.a, 0, p.a.size() - 2) * p.m;
+    return {false, false, rows, p.n, p.k, p.k, p.n, p.n};
+  }
+
   template <class T>
   void compute(const Tensor& a, const Tensor& b, Tensor& y) const {
     const MatMulPlan p = plan_matmul(node_, a.shape(), b.shape());
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* py = y.data<T>();
-    const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
-    // B without batch dimensions (a weight): A's batch folds into the rows of one product.
-    if (product(p.b, 0, rb) == 1 && product(p.batch, 0, p.batch.size()) == product(p.a, 0, ra)) {
-      const std::int64_t rows = product(p.a, 0, ra) * p.m;
-      batched_matmul<T>({false, false, rows, p.n, p.k, p.k, p.n, p.n}, 1, {pa}, {pb}, {py});
+    if (b_is_matrix(p)) {
+      const kernels::PackedB* packed = nullptr;
+      if constexpr (std::is_same_v<T, float>) packed = packed_b_.find(&b);
+      batched_matmul<T>(folded_shape(p), 1, {pa}, {pb}, {py}, packed);
       return;
     }
     const auto operands = matmul_batch_operands(p);
@@ -142,6 +160,7 @@ class MatMulOp final : public Op {
   }
 
   Node node_;
+  ConstantCache<kernels::PackedB> packed_b_;
 };
 
 // ---- Gemm -----------------------------------------------------------------------------------
@@ -184,6 +203,14 @@ class GemmOp final : public Op {
     return {meta_like(a, {d.m, d.n})};
   }
 
+  void prepare(std::span<const ValueMeta* const> in) override {
+    if (in[0]->dtype != DType::kFloat32 || !in[1]->value) return;
+    const Dims d = dims(in[0]->shape, in[1]->shape);
+    const std::int64_t ldb = in[1]->shape[1];
+    if (!kernels::sgemm_uses_packing({trans_a_, trans_b_, d.m, d.n, d.k, in[0]->shape[1], ldb, d.n})) return;
+    packed_b_.prepare(in[1], [&](const Tensor& b) { return kernels::PackedB(trans_b_, d.k, d.n, b.data<float>(), ldb); });
+  }
+
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const Tensor* c = in.size() > 2 ? in[2] : nullptr;
     if (in[0]->dtype() == DType::kFloat32) compute<float>(*in[0], *in[1], c, *out[0]);
@@ -212,7 +239,7 @@ class GemmOp final : public Op {
         for (std::int64_t j = 0; j < d.n; ++j) py[i * d.n + j] = pc[i * sc[0] + j * sc[1]];
     }
     if constexpr (std::is_same_v<T, float>) {
-      kernels::sgemm(s, alpha_, a.data<float>(), b.data<float>(), use_c ? beta_ : 0.0f, py);
+      kernels::sgemm(s, alpha_, a.data<float>(), b.data<float>(), use_c ? beta_ : 0.0f, py, nullptr, packed_b_.find(&b));
     } else {
       std::vector<T> ab(std::size_t(d.m * d.n));
       kernels::gemm_generic<T>(s, a.data<T>(), b.data<T>(), ab.data());
@@ -224,6 +251,7 @@ class GemmOp final : public Op {
   Node node_;
   bool trans_a_, trans_b_;
   float alpha_, beta_;
+  ConstantCache<kernels::PackedB> packed_b_;
 };
 
 // ---- Einsum ---------------------------------------------------------------------------------

@@ -45,6 +45,12 @@ class Op {
   // Inputs that must be known at plan time whatever their type (Resize's roi/scales/sizes). A
   // graph input feeding one of them directly is planned as a constant (a plan per value).
   virtual std::vector<std::size_t> constant_inputs() const { return {}; }
+  // Called by the executor once per plan, after infer(), with the same input metas (constant
+  // inputs carry their value), on the session's thread before any run: the op may precompute what
+  // depends only on constant inputs (packed weights) and use it in run() when run() receives that
+  // very tensor (`in[i] == meta.value.get()`; the executor passes constants by that pointer, which
+  // stays valid for the session's lifetime). run() must give the same results without it.
+  virtual void prepare(std::span<const ValueMeta* const> inputs) { (void)inputs; }
 };
 
 using OpFactory = std::unique_ptr<Op> (*)(const Node& node);
@@ -82,6 +88,29 @@ ValueMeta meta_like(const ValueMeta& like, Shape shape);
 ValueMeta meta_of(DType declared, Shape shape);
 
 inline std::string type_name(DType t) { return std::string(dtype_name(t)); }
+
+// What an op derives from a constant input in Op::prepare (packed weights), kept per tensor: a
+// session's plans share their weights, so one entry usually serves them all.
+template <class T>
+class ConstantCache {
+ public:
+  // Makes the entry for `meta`'s value with make(const Tensor&) unless it exists; nothing when the
+  // input is absent or not constant.
+  template <class Make>
+  void prepare(const ValueMeta* meta, Make&& make) {
+    if (!meta || !meta->value || find(meta->value.get())) return;
+    entries_.emplace_back(meta->value, std::make_shared<const T>(make(*meta->value)));
+  }
+  // The entry made for this very tensor, or nullptr.
+  const T* find(const Tensor* t) const {
+    for (const auto& [tensor, entry] : entries_)
+      if (tensor.get() == t) return entry.get();
+    return nullptr;
+  }
+
+ private:
+  std::vector<std::pair<std::shared_ptr<const Tensor>, std::shared_ptr<const T>>> entries_;
+};
 
 // Calls f(T{}) with the C++ type of a storage type (narrow floats are stored as float);
 // UnsupportedError for types that are not storage types.

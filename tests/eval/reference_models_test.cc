@@ -1,6 +1,7 @@
 // Realistic exported models (tests/data/onnx/, made by tools/make_reference_models.py) run through
 // the executor and compared with ONNX Runtime's outputs; fp16 emulation checked against fp32.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
 
 #include <algorithm>
 #include <cctype>
@@ -186,6 +187,36 @@ TEST_P(ReferenceModels, Fp16StaysCloseToFp32) {
     std::cout << "  " << GetParam() << " " << out.name << " fp16 vs fp32: " << d.describe() << "\n";
   }
   EXPECT_GT(float_outputs, 0);
+}
+
+// The evaluator promises the same bytes whatever the thread count; observers see the unfused nodes
+// and must get the same bytes as an unobserved (fused) run. Checked at fp32 and with fp16 rounding.
+TEST_P(ReferenceModels, SameBytesForOneAndTwoThreadsAndWithObservers) {
+  Graph graph;
+  if (!load(graph)) return;
+  const auto inputs = read_inputs(graph, folder());
+  struct Nothing final : Observer {
+    int nodes = 0;
+    void on_node(const NodeEvent&) override { ++nodes; }
+  };
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    SCOPED_TRACE(GetParam() + " " + std::string(precision_name(precision)));
+    auto run = [&](int threads, Observer* observer) {
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism, std::size_t(threads));
+      Session session(graph, SessionOptions{precision});
+      return session.run(inputs, observer);
+    };
+    const auto two = run(2, nullptr);
+    const auto one = run(1, nullptr);
+    Nothing observer;
+    const auto observed = run(2, &observer);
+    EXPECT_EQ(observer.nodes, int(graph.nodes.size()));
+    for (const auto& out : graph.outputs) {
+      const std::vector<std::uint8_t> a = datasets::serialize_npy(two.at(out.name));
+      EXPECT_TRUE(a == datasets::serialize_npy(one.at(out.name))) << out.name << ": 1 thread differs from 2";
+      EXPECT_TRUE(a == datasets::serialize_npy(observed.at(out.name))) << out.name << ": observed run differs";
+    }
+  }
 }
 
 // Test names may hold only letters, digits and '_'.

@@ -1,6 +1,8 @@
 // ONNX import and the executor: precise load errors, folding, observers, buffer reuse, precisions.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "eval/onnx_import.h"
@@ -176,6 +178,38 @@ TEST(Session, InputsAreCheckedByNameTypeAndShape) {
   EXPECT_NE(error({{"x", floats({1, 4}, std::vector<float>(4))}, {"extra", Tensor()}}).find("no input named 'extra'"), std::string::npos);
 }
 
+// MatMul -> Mul -> Softmax -> MatMul runs as one attention kernel without an observer: the scores
+// are never materialised (smaller peak), and the bytes equal the observed, node-by-node run.
+TEST(Session, AttentionIsFusedWithoutObserversWithTheSameBytes) {
+  OnnxBuilder b;
+  b.input("q", onnx::TensorProto::FLOAT, {2, 64, 32})
+      .input("kt", onnx::TensorProto::FLOAT, {2, 32, 64})
+      .input("v", onnx::TensorProto::FLOAT, {2, 64, 16})
+      .output("y", onnx::TensorProto::FLOAT);
+  b.initializer("scale", {0.17f}, {});
+  b.node("MatMul", {"q", "kt"}, {"s"}, "qk");
+  b.node("Mul", {"s", "scale"}, {"scaled"}, "scale");
+  b.node("Softmax", {"scaled"}, {"p"}, "softmax");
+  b.node("MatMul", {"p", "v"}, {"y"}, "pv");
+  Graph g = b.graph();
+  auto filled = [](const Shape& shape, float step) {
+    std::vector<float> v(std::size_t(shape_numel(shape)));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i) * step);
+    return floats(shape, v);
+  };
+  const std::map<std::string, Tensor> in = {
+      {"q", filled({2, 64, 32}, 0.3f)}, {"kt", filled({2, 32, 64}, 0.7f)}, {"v", filled({2, 64, 16}, 0.2f)}};
+  Session fused(g), observed(g);
+  Recorder rec;
+  const Tensor a = fused.run(in).at("y");
+  const Tensor c = observed.run(in, &rec).at("y");
+  EXPECT_EQ(rec.events, (std::vector<std::string>{"qk:run", "scale:run", "softmax:run", "pv:run"}));
+  EXPECT_EQ(0, std::memcmp(a.raw(), c.raw(), a.nbytes()));
+  const std::size_t scores_bytes = 2 * 64 * 64 * sizeof(float);
+  EXPECT_LT(fused.last_live_activation_bytes(), scores_bytes);
+  EXPECT_GE(observed.last_live_activation_bytes(), 2 * scores_bytes);
+}
+
 TEST(Session, DeadBuffersAreReused) {
   // A chain of 12 Relu on 1 MiB tensors: without reuse 12 MiB would be live.
   OnnxBuilder b;
@@ -191,6 +225,55 @@ TEST(Session, DeadBuffersAreReused) {
   Session s(g);
   s.run({{"x", Tensor(DType::kFloat32, {256, 1024})}});
   EXPECT_LE(s.last_peak_activation_bytes(), 2u * 1024 * 1024 + 8192);
+}
+
+// Each weight-carrying op once through the session (which prepares packed weights) and once
+// called directly without prepare: the same bits.
+TEST(Session, PreparedWeightsGiveTheSameBitsAsUnpreparedOps) {
+  auto ramp = [](std::size_t n, float scale) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = std::sin(float(i) * scale);
+    return v;
+  };
+  struct Case {
+    std::string op;
+    Shape x, w;
+    int trans_b = -1;  // Gemm's transB
+  };
+  for (const Case& c : {Case{"MatMul", {2, 40, 48}, {48, 56}}, Case{"Gemm", {70, 48}, {56, 48}, 1},
+                        Case{"Conv", {1, 16, 12, 12}, {24, 16, 3, 3}}, Case{"ConvTranspose", {1, 16, 12, 12}, {16, 8, 4, 4}}}) {
+    OnnxBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, c.x).output("y", onnx::TensorProto::FLOAT);
+    b.initializer("w", ramp(std::size_t(shape_numel(c.w)), 0.37f), c.w);
+    auto& n = b.node(c.op, {"x", "w"}, {"y"}, "node");
+    if (c.trans_b >= 0) {
+      auto* a = n.add_attribute();
+      a->set_name("transB");
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(c.trans_b);
+    }
+    if (c.op == "ConvTranspose") {
+      auto* a = n.add_attribute();
+      a->set_name("strides");
+      a->set_type(onnx::AttributeProto::INTS);
+      a->add_ints(2);
+      a->add_ints(2);
+    }
+    Graph g = b.graph();
+    const Tensor x = floats(c.x, ramp(std::size_t(shape_numel(c.x)), 0.11f));
+    Session s(g);
+    const Tensor y = s.run({{"x", x}}).at("y");
+    std::unique_ptr<Op> op = find_op("", c.op, 17)->make(g.nodes[0]);
+    const Tensor& w = g.initializers.at("w");
+    const ValueMeta mx = meta_of(DType::kFloat32, x.shape()), mw = meta_of(DType::kFloat32, w.shape());
+    const ValueMeta* metas[] = {&mx, &mw};
+    Tensor direct(DType::kFloat32, op->infer(metas)[0].shape);
+    const Tensor* ins[] = {&x, &w};
+    Tensor* outs[] = {&direct};
+    op->run(ins, outs);
+    ASSERT_EQ(y.shape(), direct.shape()) << c.op;
+    EXPECT_EQ(0, std::memcmp(y.raw(), direct.raw(), y.nbytes())) << c.op;
+  }
 }
 
 TEST(Session, Fp16PrecisionRoundsEveryOpOutput) {

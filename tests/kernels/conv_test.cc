@@ -134,12 +134,52 @@ std::vector<ConvParams> conv_cases() {
   return v;
 }
 
+void conv_unpacked(const ConvParams& p, const float* x, const float* w, const float* b, float* y) { conv(p, x, w, b, y); }
+void conv_transpose_unpacked(const ConvParams& p, const float* x, const float* w, const float* b, float* y) {
+  conv_transpose(p, x, w, b, y);
+}
+
 TEST(Conv, FastPathsMatchReference) {
   std::mt19937 rng(1);
   for (const ConvParams& p : conv_cases()) {
-    expect_close(p, conv, conv_reference, conv_weight_size(p), kernel_terms(p), true, rng);
-    expect_close(p, conv, conv_reference, conv_weight_size(p), kernel_terms(p), false, rng);
+    expect_close(p, conv_unpacked, conv_reference, conv_weight_size(p), kernel_terms(p), true, rng);
+    expect_close(p, conv_unpacked, conv_reference, conv_weight_size(p), kernel_terms(p), false, rng);
   }
+}
+
+TEST(Conv, PrepackedWeightsGiveTheSameBits) {
+  std::mt19937 rng(11);
+  std::vector<ConvParams> cases = conv_cases();
+  cases.push_back(make(2, 64, 48, 1, {20, 20}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));  // k > one KC block
+  cases.back().out_spatial = conv_output_spatial(cases.back());
+  for (const ConvParams& p : cases) {
+    const auto x = random_floats(std::size_t(conv_input_size(p)), rng);
+    const auto w = random_floats(std::size_t(conv_weight_size(p)), rng);
+    const auto b = random_floats(std::size_t(p.out_channels), rng);
+    std::vector<float> plain(std::size_t(conv_output_size(p))), packed(plain.size());
+    conv(p, x.data(), w.data(), b.data(), plain.data());
+    const PackedConvWeights pw = pack_conv_weights(p, w.data());
+    conv(p, x.data(), w.data(), b.data(), packed.data(), &pw);
+    EXPECT_EQ(0, std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float))) << describe(p);
+  }
+  // ConvTranspose at a size where its GEMM takes the packed path.
+  ConvParams t = make(1, 8, 6, 2, {16, 16}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1});
+  t.out_spatial = conv_transpose_output_spatial(t);
+  const auto x = random_floats(std::size_t(conv_input_size(t)), rng);
+  const auto w = random_floats(std::size_t(conv_transpose_weight_size(t)), rng);
+  std::vector<float> plain(std::size_t(conv_output_size(t))), packed(plain.size());
+  conv_transpose(t, x.data(), w.data(), nullptr, plain.data());
+  const PackedConvWeights pw = pack_conv_transpose_weights(t, w.data());
+  conv_transpose(t, x.data(), w.data(), nullptr, packed.data(), &pw);
+  EXPECT_EQ(0, std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float)));
+  // Weights packed for another geometry are refused.
+  ConvParams a = make(1, 8, 4, 1, {5, 5}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), c = a;
+  c.out_channels = 6;
+  a.out_spatial = c.out_spatial = conv_output_spatial(a);
+  const auto wa = random_floats(std::size_t(conv_weight_size(c)), rng);
+  const PackedConvWeights for_a = pack_conv_weights(a, wa.data());
+  std::vector<float> xa(std::size_t(conv_input_size(c))), ya(std::size_t(conv_output_size(c)));
+  EXPECT_THROW(conv(c, xa.data(), wa.data(), nullptr, ya.data(), &for_a), std::invalid_argument);
 }
 
 std::vector<ConvParams> transpose_cases() {
@@ -166,8 +206,8 @@ TEST(ConvTranspose, MatchesReference) {
     // Each output gathers at most in_channels/group * prod(kernel) products.
     std::int64_t terms = p.in_channels / p.groups;
     for (auto k : p.kernel) terms *= k;
-    expect_close(p, conv_transpose, conv_transpose_reference, conv_transpose_weight_size(p), terms, true, rng);
-    expect_close(p, conv_transpose, conv_transpose_reference, conv_transpose_weight_size(p), terms, false, rng);
+    expect_close(p, conv_transpose_unpacked, conv_transpose_reference, conv_transpose_weight_size(p), terms, true, rng);
+    expect_close(p, conv_transpose_unpacked, conv_transpose_reference, conv_transpose_weight_size(p), terms, false, rng);
   }
 }
 

@@ -1,0 +1,120 @@
+// Fused attention: per (entry, block of query rows), scores into a cache-sized block through the
+// packed GEMM micro-kernel, scale, row softmax, and the product with V, all on one thread.
+#include "kernels/attention.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "kernels/numeric.h"
+#include "kernels/softmax.h"
+
+namespace qeval::kernels {
+
+namespace {
+
+// Scores kept per task: about 512 KiB, half of this machine's L2, whatever the key length.
+constexpr std::int64_t kScoreBlockFloats = 128 * 1024;
+
+struct ThreadBuffers {
+  AlignedFloats scores, a_panels;
+  std::size_t scores_size = 0, a_panels_size = 0;
+  float* get_scores(std::size_t n) {
+    if (n > scores_size) scores = alloc_aligned_floats(n), scores_size = n;
+    return scores.get();
+  }
+  float* get_a_panels(std::size_t n) {
+    if (n > a_panels_size) a_panels = alloc_aligned_floats(n), a_panels_size = n;
+    return a_panels.get();
+  }
+};
+
+void round_values(float* v, std::size_t n, RoundTo r) {
+  if (r == RoundTo::kFp16) round_to_float16(v, n);
+  else if (r == RoundTo::kBf16) round_to_bfloat16(v, n);
+}
+
+// What the unfused ops do between the two products, on `rows` rows of scores in place.
+void scale_and_softmax(const AttentionShape& s, float* scores, std::int64_t rows) {
+  const std::size_t n = std::size_t(rows * s.kv_len);
+  round_values(scores, n, s.round_scores);
+  if (s.scale_kind != ScoreScale::kNone) {
+    const float c = s.scale;
+    // One operation per element, as the elementwise Mul / Div computes it.
+    if (s.scale_kind == ScoreScale::kMul)
+      for (std::size_t i = 0; i < n; ++i) scores[i] = scores[i] * c;
+    else
+      for (std::size_t i = 0; i < n; ++i) scores[i] = scores[i] / c;
+    round_values(scores, n, s.round_scaled);
+  }
+  softmax_rows(scores, scores, rows, s.kv_len, false);
+  round_values(scores, n, s.round_probs);
+}
+
+}  // namespace
+
+struct AttentionScratch::State {
+  std::vector<PackedB> k_packed, v_packed;
+  tbb::enumerable_thread_specific<ThreadBuffers> buffers;
+};
+
+AttentionScratch::AttentionScratch() : state(std::make_unique<State>()) {}
+AttentionScratch::~AttentionScratch() = default;
+
+void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out,
+               AttentionScratch& scratch) {
+  if (s.batch <= 0 || s.q_len <= 0 || s.v_dim <= 0) return;
+  const std::int64_t L = s.q_len, Lk = s.kv_len, d = s.head_dim, dv = s.v_dim;
+  const GemmShape qk{false, false, L, Lk, d, d, Lk, Lk};
+  const GemmShape pv{false, false, L, dv, Lk, Lk, dv, dv};
+  if (Lk <= 0 || !sgemm_uses_packing(qk) || !sgemm_uses_packing(pv)) {
+    // Small products take sgemm's unpacked paths: per entry, through sgemm itself (the scores of
+    // one entry are small here: sgemm packs whenever L * Lk * d or L * Lk * dv is large).
+    tbb::parallel_for(std::int64_t(0), s.batch, [&](std::int64_t e) {
+      std::vector<float> scores(std::size_t(std::max<std::int64_t>(1, L * Lk)));
+      sgemm(qk, 1.0f, q + e * L * d, kt + e * d * Lk, 0.0f, scores.data());
+      scale_and_softmax(s, scores.data(), L);
+      sgemm(pv, 1.0f, scores.data(), v + e * Lk * dv, 0.0f, out + e * L * dv);
+    });
+    return;
+  }
+  AttentionScratch::State& st = *scratch.state;
+  st.k_packed.resize(std::size_t(s.batch));
+  st.v_packed.resize(std::size_t(s.batch));
+  tbb::parallel_for(std::int64_t(0), s.batch, [&](std::int64_t e) {
+    st.k_packed[std::size_t(e)].pack(false, d, Lk, kt + e * d * Lk, Lk);
+    st.v_packed[std::size_t(e)].pack(false, Lk, dv, v + e * Lk * dv, dv);
+  });
+  // Row blocks: whole micro-kernel panels, at most kGemmMC rows, scores within the block budget.
+  const std::int64_t rows = std::clamp<std::int64_t>(kScoreBlockFloats / Lk / kGemmMR * kGemmMR, kGemmMR, kGemmMC);
+  const std::int64_t blocks = (L + rows - 1) / rows;
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, s.batch * blocks), [&](const auto& range) {
+    ThreadBuffers& buf = st.buffers.local();
+    float* scores = buf.get_scores(std::size_t(rows * Lk));
+    float* a_panels = buf.get_a_panels(std::size_t(round_up(rows, kGemmMR) * kGemmKC));
+    for (std::int64_t t = range.begin(); t < range.end(); ++t) {
+      const std::int64_t e = t / blocks, i0 = (t % blocks) * rows, mb = std::min(rows, L - i0);
+      const PackedB& kp = st.k_packed[std::size_t(e)];
+      const PackedB& vp = st.v_packed[std::size_t(e)];
+      // Scores = Q rows x K^T, k blocked as sgemm blocks it.
+      for (std::int64_t k0 = 0; k0 < d; k0 += kGemmKC) {
+        const std::int64_t kc = std::min<std::int64_t>(kGemmKC, d - k0);
+        pack_a_panels(false, q + e * L * d, d, i0, mb, k0, kc, a_panels);
+        gemm_packed_block(mb, Lk, kc, a_panels, kp.block(0, k0), 1.0f, k0 == 0 ? 0.0f : 1.0f, scores, Lk);
+      }
+      scale_and_softmax(s, scores, mb);
+      float* o = out + (e * L + i0) * dv;
+      for (std::int64_t k0 = 0; k0 < Lk; k0 += kGemmKC) {
+        const std::int64_t kc = std::min<std::int64_t>(kGemmKC, Lk - k0);
+        pack_a_panels(false, scores, Lk, 0, mb, k0, kc, a_panels);
+        gemm_packed_block(mb, dv, kc, a_panels, vp.block(0, k0), 1.0f, k0 == 0 ? 0.0f : 1.0f, o, dv);
+      }
+    }
+  });
+}
+
+}  // namespace qeval::kernels

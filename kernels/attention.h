@@ -1,0 +1,47 @@
+// Scaled dot-product attention as one kernel: out = softmax(scale(Q K)) V per batch entry, in row
+// blocks that keep the scores in cache, with the same bits as the unfused sequence (batched SGEMM,
+// elementwise scale, row softmax, batched SGEMM), so an executor may switch between the two.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace qeval::kernels {
+
+// How the scores are scaled between the two products: not at all, s * scale, or s / scale
+// (the exported Mul / Div by a constant).
+enum class ScoreScale : std::uint8_t { kNone, kMul, kDiv };
+// Reduced-precision emulation: intermediate values rounded to a format, as the unfused ops'
+// outputs are.
+enum class RoundTo : std::uint8_t { kNone, kFp16, kBf16 };
+
+struct AttentionShape {
+  std::int64_t batch = 1;   // independent entries (batch x heads)
+  std::int64_t q_len = 0;   // rows of Q and of the output
+  std::int64_t kv_len = 0;  // columns of K (given as K^T: head_dim x kv_len) and rows of V
+  std::int64_t head_dim = 0;
+  std::int64_t v_dim = 0;
+  ScoreScale scale_kind = ScoreScale::kNone;
+  float scale = 1.0f;
+  RoundTo round_scores = RoundTo::kNone, round_scaled = RoundTo::kNone, round_probs = RoundTo::kNone;
+};
+
+// Buffers an attention call keeps between calls (packed K and V, per-thread score blocks), so
+// repeated calls neither allocate nor fault in fresh pages. Not shareable between threads that
+// call attention() at the same time.
+class AttentionScratch {
+ public:
+  AttentionScratch();
+  ~AttentionScratch();
+  struct State;
+  std::unique_ptr<State> state;
+};
+
+// out[e] (q_len x v_dim) = softmax_rows(scale(q[e] kt[e])) v[e] for each entry e, all dense
+// row-major: q[e] is q_len x head_dim, kt[e] head_dim x kv_len, v[e] kv_len x v_dim, entries
+// consecutive. Bitwise equal to sgemm_batched, the elementwise scale, softmax (inner == 1) and
+// sgemm_batched run one after the other, for any thread count.
+void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out,
+               AttentionScratch& scratch);
+
+}  // namespace qeval::kernels

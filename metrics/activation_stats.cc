@@ -213,6 +213,19 @@ std::optional<double> ActivationStats::stddev() const {
   return std::sqrt(std::max(0.0, sum_sq.value() / double(count) - m * m));
 }
 
+void ActivationStats::add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
+  add(x, n);
+  const std::int64_t k = std::int64_t(channel_clip_amax.size());
+  if (k == 0) return;
+  for (std::int64_t i = 0; i < n; i += k) {
+    const std::int64_t m = std::min(k, n - i);
+    for (std::int64_t c = 0; c < m; ++c) {
+      const float a = std::abs(x[i + c]);
+      clipped += std::isfinite(a) && a > channel_clip_amax[std::size_t(c)];
+    }
+  }
+}
+
 std::optional<double> ActivationStats::clip_rate() const {
   if (count == 0) return std::nullopt;
   return double(clipped) / double(count);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "metrics/exact_sum.h"
@@ -63,6 +64,9 @@ struct ActivationStats {
 
   // `clip_amax`: elements beyond it count as clipped (+inf: none).
   void add(const float* x, std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
+  // As add(x, n), with a threshold per channel of the last axis (x is [..., thresholds.size()]):
+  // the clip range of a quantizer behind a per-channel scaling (SmoothQuant's pre-scale Mul).
+  void add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
   // Adds `other` to this; the result does not depend on the order of merges.
   void merge(const ActivationStats& other);
 

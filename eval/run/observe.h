@@ -99,6 +99,10 @@ struct ObservedModel {
   NodeMatch match;                  // against the reference's graph
   std::vector<int> layer_of_node;   // variant node -> layer, -1 for none
   std::vector<float> clip_amax;     // per variant node: its output's quantizer range (+inf: none)
+  // Per variant node whose quantizers sit behind SmoothQuant's per-channel pre-scale: the range per
+  // channel of the last axis (empty: clip_amax applies to every element). clip_amax is then the
+  // smallest of them.
+  std::vector<std::vector<float>> channel_clip_amax;
   // Per variant node: the format of its quantized inputs ("int8", "fp8_e4m3", ...; "" = none): the
   // node reads a DequantizeLinear output.
   std::vector<std::string> format;

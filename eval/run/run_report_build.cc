@@ -286,11 +286,13 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
             pooled.act.merge(c->act);
             pooled.acc.merge(c->acc);
             pooled.local.merge(c->local);
-            if (std::isfinite(clip[k]) && c->act.calls && c->act.absmax > clip[k])
+            if (std::isfinite(clip[k]) && c->act.clipped > 0)
               table.out_of_range_steps[k] = std::isnan(table.out_of_range_steps[k]) ? 1 : table.out_of_range_steps[k] + 1;
           }
         if (std::isfinite(clip[k]) && std::isnan(table.out_of_range_steps[k])) table.out_of_range_steps[k] = 0;
-        fill(table.stats, k, nl, pooled, want);
+        ColumnsWanted wk = want;
+        wk.clip = want.clip && std::isfinite(clip[k]);  // no quantizer range: no clip rate
+        fill(table.stats, k, nl, pooled, wk);
       }
       if (!any_clip) table.out_of_range_steps.clear(), table.calib_amax.clear();
       if (std::all_of(table.format.begin(), table.format.end(), [](const std::string& f) { return f.empty(); }))

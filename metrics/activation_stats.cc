@@ -196,21 +196,34 @@ void ActivationStats::merge(const ActivationStats& o) {
   inf += o.inf;
   clipped += o.clipped;
   calls += o.calls;
-  sum += o.sum;
-  sum_sq += o.sum_sq;
+  sum.merge(o.sum);
+  sum_sq.merge(o.sum_sq);
   absmax = std::max(absmax, o.absmax);
   abs_hist.merge(o.abs_hist);
 }
 
 std::optional<double> ActivationStats::mean() const {
   if (count == 0) return std::nullopt;
-  return sum / double(count);
+  return sum.value() / double(count);
 }
 
 std::optional<double> ActivationStats::stddev() const {
   if (count == 0) return std::nullopt;
-  const double m = sum / double(count);
-  return std::sqrt(std::max(0.0, sum_sq / double(count) - m * m));
+  const double m = sum.value() / double(count);
+  return std::sqrt(std::max(0.0, sum_sq.value() / double(count) - m * m));
+}
+
+void ActivationStats::add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
+  add(x, n);
+  const std::int64_t k = std::int64_t(channel_clip_amax.size());
+  if (k == 0) return;
+  for (std::int64_t i = 0; i < n; i += k) {
+    const std::int64_t m = std::min(k, n - i);
+    for (std::int64_t c = 0; c < m; ++c) {
+      const float a = std::abs(x[i + c]);
+      clipped += std::isfinite(a) && a > channel_clip_amax[std::size_t(c)];
+    }
+  }
 }
 
 std::optional<double> ActivationStats::clip_rate() const {
@@ -235,28 +248,30 @@ void ErrorStats::merge(const ErrorStats& o) {
   count += o.count;
   nonfinite += o.nonfinite;
   calls += o.calls;
-  ref_sq += o.ref_sq;
-  err_sq += o.err_sq;
-  cosine_sum += o.cosine_sum;
+  ref_sq.merge(o.ref_sq);
+  err_sq.merge(o.err_sq);
+  cosine_sum.merge(o.cosine_sum);
   cosine_calls += o.cosine_calls;
   max_abs = std::max(max_abs, o.max_abs);
 }
 
 std::optional<double> ErrorStats::sqnr_db() const {
   if (count == 0) return std::nullopt;
-  if (err_sq == 0) return std::numeric_limits<double>::infinity();
-  if (ref_sq == 0) return std::nullopt;
-  return 10.0 * std::log10(ref_sq / err_sq);
+  const double e = err_sq.value(), r = ref_sq.value();
+  if (e == 0) return std::numeric_limits<double>::infinity();
+  if (r == 0) return std::nullopt;
+  return 10.0 * std::log10(r / e);
 }
 
 std::optional<double> ErrorStats::rel_l2() const {
-  if (count == 0 || ref_sq == 0) return std::nullopt;
-  return std::sqrt(err_sq / ref_sq);
+  const double r = ref_sq.value();
+  if (count == 0 || r == 0) return std::nullopt;
+  return std::sqrt(err_sq.value() / r);
 }
 
 std::optional<double> ErrorStats::cosine() const {
   if (cosine_calls == 0) return std::nullopt;
-  return cosine_sum / double(cosine_calls);
+  return cosine_sum.value() / double(cosine_calls);
 }
 
 }  // namespace qeval::metrics

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <vector>
 
+#include "metrics/exact_sum.h"
 #include "metrics/tensor_error.h"
 
 namespace qeval::metrics {
@@ -56,14 +58,16 @@ struct ActivationStats {
   std::uint64_t nan = 0, inf = 0;
   std::uint64_t clipped = 0;  // finite elements with |x| > the clip threshold given to add()
   std::uint64_t calls = 0;    // tensors added
-  double sum = 0, sum_sq = 0;
+  ExactSum sum, sum_sq;       // exact over calls: pooling in any order gives the same bits
   float absmax = 0;
   LogAbsHistogram abs_hist;
 
   // `clip_amax`: elements beyond it count as clipped (+inf: none).
   void add(const float* x, std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
-  // Adds `other` to this. The float sums make the result depend on the order of merges: callers
-  // merge in a fixed order (sample order) to stay deterministic.
+  // As add(x, n), with a threshold per channel of the last axis (x is [..., thresholds.size()]):
+  // the clip range of a quantizer behind a per-channel scaling (SmoothQuant's pre-scale Mul).
+  void add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
+  // Adds `other` to this; the result does not depend on the order of merges.
   void merge(const ActivationStats& other);
 
   std::uint64_t nonfinite() const { return nan + inf; }
@@ -80,8 +84,8 @@ struct ErrorStats {
   std::uint64_t count = 0;      // elements compared (finite on both sides)
   std::uint64_t nonfinite = 0;  // elements where either side was NaN/Inf
   std::uint64_t calls = 0;
-  double ref_sq = 0, err_sq = 0;
-  double cosine_sum = 0;
+  ExactSum ref_sq, err_sq;
+  ExactSum cosine_sum;
   std::uint64_t cosine_calls = 0;  // calls with a defined cosine
   double max_abs = 0;
 

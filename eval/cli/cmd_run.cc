@@ -10,9 +10,9 @@
 #include "eval/progress.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/run_report_build.h"
+#include "eval/run/run_state.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
-#include "reports/run_report.h"
 
 namespace qeval::cli {
 namespace {
@@ -20,9 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 
 struct RunArgs {
-  std::string config, out = "qeval-run", gate;
+  std::string config, out = "qeval-run", gate, shard;
   int count = 0;
-  bool no_layers = false;
+  bool no_layers = false, fresh = false;
 };
 
 int run_run(const RunArgs& a, const Context& ctx) {
@@ -31,6 +31,8 @@ int run_run(const RunArgs& a, const Context& ctx) {
   if (a.no_layers) spec.observe.layers = false;
   if (!a.gate.empty()) spec.gate = a.gate;
   const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate);
+  std::optional<std::pair<int, int>> shard;
+  if (!a.shard.empty()) shard = eval::parse_shard(a.shard);
   const fs::path out = a.out;
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -38,29 +40,51 @@ int run_run(const RunArgs& a, const Context& ctx) {
   // A report.json present means a complete report of this run: remove the previous run's first.
   for (const char* f : {"report.json", "report.html", "junit.xml"}) fs::remove(out / f, ec);
 
+  const bool tty = eval::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);
-  auto variants = eval::build_variants(spec, *driver, eval::stderr_is_terminal());
-  if (eval::stderr_is_terminal()) {
-    std::string names;
-    for (const auto& v : variants) names += (names.empty() ? "" : ", ") + v.spec.name;
-    fmt::print(stderr, "qeval run: {} ({}), {} units, variants {} (reference {})\n", driver->name(),
-               eval::run_pipeline_kind_name(driver->kind()), driver->units(), names, spec.reference);
-  }
+  auto variants = eval::build_variants(spec, *driver, tty);
+  const std::string key = eval::run_key(spec, *driver, variants);
+  const std::string spec_json = eval::run_spec_json(spec);
   eval::EvaluatorOptions options;
   options.out_dir = out;
-  options.progress = eval::stderr_is_terminal();
-  const eval::RunResult result = eval::evaluate(spec, *driver, std::move(variants), options);
+  options.progress = tty;
+  if (shard) options.units = eval::shard_units(driver->units(), shard->first, shard->second);
+  eval::RunResult result = eval::start_run(spec, *driver, std::move(variants), options);
+
+  // The result cache: a state of the same run in --out holds units that need not run again.
+  const fs::path state = out / eval::kRunStateFile;
+  if (!a.fresh && fs::exists(state)) {
+    const eval::RunStateInfo info = eval::read_run_state_info(state);
+    if (info.key == key) {
+      eval::merge_run_state(state, key, result);
+      if (shard)  // keep only this shard's units: the state may hold others (a whole run's)
+        for (std::size_t i = 0; i < result.done.size(); ++i)
+          if (result.done[i] && std::find(options.units.begin(), options.units.end(), i) == options.units.end())
+            throw InputError(state.string() + " holds units outside shard " + a.shard + "; use another --out or --fresh");
+    } else {
+      fmt::print(stderr, "qeval run: {} is of another run (config or models changed): starting afresh\n", state.string());
+    }
+  }
+  if (result.reused)
+    fmt::print(stderr, "qeval run: reusing {} finished unit(s) from {}\n", result.reused, state.string());
+  options.checkpoint = [&](const eval::RunResult& r) { eval::save_run_state(state, r, key, spec_json, spec.source); };
+  if (tty) {
+    std::string names;
+    for (const auto& v : result.variants) names += (names.empty() ? "" : ", ") + v.spec.name;
+    fmt::print(stderr, "qeval run: {} ({}), {} units{}{}, variants {} (reference {})\n", driver->name(),
+               eval::run_pipeline_kind_name(driver->kind()), driver->units(),
+               shard ? fmt::format(", shard {} ({} units)", a.shard, options.units.size()) : "", "", names,
+               spec.reference);
+  }
+  eval::run_units(spec, *driver, result, options);
 
   eval::ReportContext rc;
   rc.tool_version = QEVAL_VERSION;
   rc.created_utc = utc_now();
   rc.command_line = ctx.command_line;
   rc.threads = tbb::this_task_arena::max_concurrency();
-  reports::RunReport report = eval::build_run_report(spec, *driver, result, rc);
-  eval::apply_run_gate(gate, report);
-  reports::write_run_report(report, out);
-  fmt::print("{}", reports::render_summary_text(report, out));
-  return report.gate.passed ? eval::kExitPass : eval::kExitGateFailed;
+  rc.shard = a.shard;
+  return eval::write_run_outputs(spec, *driver, result, gate, rc, out);
 }
 
 Runner add_run(CLI::App& app) {
@@ -72,15 +96,19 @@ Runner add_run(CLI::App& app) {
       "under --out. Measures final-image metrics (PSNR/SSIM/MS-SSIM; mask IoU, boundary F and logit\n"
       "error for segmentation), per-layer error (accumulated and local) and activation drift per\n"
       "timestep, teacher-forced UNet error, the first NaN/Inf. With no --config: the shipped tiny-sd,\n"
-      "fp32 reference vs fp16 (and the shipped int8/fp8 recipes when present) on 8 prompts.\n"
-      "Config format: docs/run-config.md; gates: docs/gate.md. Results are identical for any\n"
-      "--threads. Exit: 0 gate passed, 1 gate failed, 2 bad input.");
+      "fp32 reference vs fp16, int8 level 3 and fp8 level 4 on 8 prompts, gated by\n"
+      "models/tiny-sd/gate.json. Config format: docs/run-config.md; gates: docs/gate.md. Results are\n"
+      "identical for any --threads and any --shard split (qeval merge); a rerun into the same --out\n"
+      "reuses finished units. Exit: 0 gate passed, 1 gate failed, 2 bad input.");
   cmd->add_option("--config", a->config, "the run config (JSON, docs/run-config.md)");
   cmd->add_option("--out", a->out, "output folder (default qeval-run)");
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts (overrides the config's \"count\")")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--shard", a->shard, "I/N: run only the I-th of N contiguous slices of the units (qeval merge "
+                                       "combines the shards' --out folders)");
   cmd->add_flag("--no-layers", a->no_layers, "skip per-layer observation (final outputs only; faster)");
+  cmd->add_flag("--fresh", a->fresh, "ignore finished units saved in --out (run-state.msgpack) and run all again");
   return [a](const Context& ctx) { return run_run(*a, ctx); };
 }
 

@@ -120,9 +120,8 @@ std::string safe_name(std::string s) {
 
 }  // namespace
 
-RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,
-                   const EvaluatorOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
+RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,
+                    const EvaluatorOptions& options) {
   RunResult result;
   result.reference = spec.reference_index();
   result.variants = std::move(variants);
@@ -142,27 +141,45 @@ RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<Bui
   for (std::size_t v = 0; v < nvar; ++v) result.layers.emplace_back(result.observation.space);
   result.first_nonfinite.resize(nvar);
   result.series.resize(nvar);
+  result.units.resize(driver.units());
+  result.done.assign(driver.units(), 0);
+  return result;
+}
 
-  const std::size_t n = driver.units();
-  result.units.resize(n);
+void merge_unit(RunResult& result, std::size_t i, UnitOutcome&& u) {
+  if (i >= result.units.size()) throw InputError(fmt::format("unit {} is not one of this run's {}", i, result.units.size()));
+  if (result.done[i]) throw InputError(fmt::format("unit {} ({}) is there twice", i, u.samples.empty() ? "" : u.samples[0].id));
+  const std::size_t nvar = result.variants.size();
+  for (std::size_t v = 0; v < nvar && v < u.layers.cells.size(); ++v) {
+    result.layers[v].merge(u.layers.cells[v]);
+    const auto& hit = u.layers.first_nonfinite[v];
+    auto& first = result.first_nonfinite[v];
+    if (hit && (!first || hit->unit < first->unit)) first = hit;
+  }
+  for (std::size_t v = 0; v < nvar && v < u.series.size(); ++v) merge_series(result.series[v], u.series[v]);
+  u.layers = UnitObservation{};
+  u.series.clear();
+  result.units[i] = std::move(u);
+  result.done[i] = 1;
+}
+
+void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, const EvaluatorOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::size_t> todo;
+  if (options.units.empty()) {
+    for (std::size_t i = 0; i < driver.units(); ++i) todo.push_back(i);
+  } else {
+    todo = options.units;
+  }
+  std::erase_if(todo, [&](std::size_t i) { return i < result.done.size() && result.done[i]; });
+  const std::size_t n = todo.size();
   const int concurrency = options.workers > 0 ? options.workers : tbb::this_task_arena::max_concurrency();
   const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(n, std::size_t(concurrency)));
 
   Progress progress("qeval run", n * std::size_t(driver.ticks_per_unit()), options.progress);
   std::atomic<std::size_t> next{0};
   std::mutex merge_mu;
-  std::map<std::size_t, UnitOutcome> pending;  // finished, waiting for earlier units
-  std::size_t next_merge = 0;
-  auto merge_unit = [&](std::size_t i, UnitOutcome& u) {
-    for (std::size_t v = 0; v < nvar && v < u.layers.cells.size(); ++v) {
-      result.layers[v].merge(u.layers.cells[v]);
-      if (!result.first_nonfinite[v] && u.layers.first_nonfinite[v]) result.first_nonfinite[v] = u.layers.first_nonfinite[v];
-    }
-    for (std::size_t v = 0; v < nvar && v < u.series.size(); ++v) merge_series(result.series[v], u.series[v]);
-    u.layers = UnitObservation{};
-    result.units[i] = std::move(u);
-  };
-
+  auto last_checkpoint = std::chrono::steady_clock::now();
   std::atomic<bool> failed{false};
   auto work = [&](std::size_t) {
     std::unique_ptr<DriverThread> thread = driver.make_thread(result.variants);
@@ -177,7 +194,8 @@ RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<Bui
     ctx.teacher_forced = spec.observe.teacher_forced;
     ctx.out_dir = options.out_dir;
     ctx.tick = [&progress] { progress.tick(); };
-    for (std::size_t i = next++; i < n && !failed; i = next++) {
+    for (std::size_t k = next++; k < n && !failed; k = next++) {
+      const std::size_t i = todo[k];
       UnitOutcome u;
       if (ctx.observation) u.layers = result.observation.make_unit();
       try {
@@ -187,17 +205,24 @@ RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<Bui
         throw;
       }
       std::lock_guard lock(merge_mu);
-      pending.emplace(i, std::move(u));
-      while (!pending.empty() && pending.begin()->first == next_merge) {
-        merge_unit(next_merge, pending.begin()->second);
-        pending.erase(pending.begin());
-        ++next_merge;
+      merge_unit(result, i, std::move(u));
+      const auto now = std::chrono::steady_clock::now();
+      if (options.checkpoint && std::chrono::duration<double>(now - last_checkpoint).count() >= options.checkpoint_every_s) {
+        options.checkpoint(result);
+        last_checkpoint = now;
       }
     }
   };
   tbb::parallel_for(std::size_t(0), workers, work, tbb::simple_partitioner());
   progress.finish();
-  result.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (options.checkpoint) options.checkpoint(result);
+  result.elapsed_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,
+                   const EvaluatorOptions& options) {
+  RunResult result = start_run(spec, driver, std::move(variants), options);
+  run_units(spec, driver, result, options);
   return result;
 }
 

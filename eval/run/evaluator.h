@@ -130,9 +130,14 @@ class RunDriver {
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec);
 
 struct EvaluatorOptions {
-  std::filesystem::path out_dir;  // images (and later the cache) go here; empty: nothing written
+  std::filesystem::path out_dir;  // images go here; empty: nothing written
   bool progress = false;          // a progress bar on stderr
   int workers = 0;                // parallel units (0: TBB's concurrency)
+  std::vector<std::size_t> units;  // the units to run (a shard); empty: all
+  // Called (under the merge lock) after a unit is merged, at most every `checkpoint_every_s`, and
+  // once at the end: where the run state is saved so that a rerun skips finished units.
+  std::function<void(const struct RunResult&)> checkpoint;
+  double checkpoint_every_s = 20;
 };
 
 // The merged result of a run, before it becomes a report.
@@ -140,9 +145,11 @@ struct RunResult {
   std::vector<BuiltVariant> variants;
   std::size_t reference = 0;
   std::vector<UnitOutcome> units;  // unit order; layer cells moved out into `layers`
+  std::vector<char> done;          // per unit: finished (run now or read back from a saved state)
+  std::size_t reused = 0;          // units read back from a saved state
   RunObservation observation;      // layers (may be empty)
   std::vector<LayerCells> layers;  // per variant, pooled over units
-  std::vector<std::optional<NonFiniteHit>> first_nonfinite;  // per variant, first in unit order
+  std::vector<std::optional<NonFiniteHit>> first_nonfinite;  // per variant, of the lowest unit
   std::vector<std::vector<StepSeries>> series;  // per variant, pooled over units
   double elapsed_s = 0;
 };
@@ -151,7 +158,16 @@ struct RunResult {
 // calibration cache).
 std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress = false);
 
-// Runs every unit and merges the results in unit order.
+// An empty result for these variants: the observation (layers, matching) and nothing done.
+RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,
+                    const EvaluatorOptions& options);
+// Runs the units of options.units (all when empty) that are not done yet, in parallel, merging
+// each into `result` as it finishes. Every pooled statistic is exact (integer counts, maxima,
+// exact sums), so the result is the same whatever the order, the thread count or the grouping.
+void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, const EvaluatorOptions& options);
+// Adds one finished unit to a result (InputError when it is already there).
+void merge_unit(RunResult& result, std::size_t index, UnitOutcome&& unit);
+// start_run + run_units.
 RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,
                    const EvaluatorOptions& options);
 

@@ -143,22 +143,58 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
     if (om.match.ref_of_variant[i] >= 0) om.layer_of_node[i] = int(space.layer(model, std::size_t(om.match.ref_of_variant[i])));
   // Quantizer ranges: the output of node p feeds QuantizeLinear q (scale s, symmetric format of
   // largest value M): values beyond s * M are clipped. Several quantizers: the smallest range.
+  // Behind SmoothQuant's pre-scale Mul(x, m) (m per channel of the last axis) channel c of x clips
+  // beyond s * M / |m_c|: those nodes get a threshold per channel.
   om.clip_amax.assign(vg.nodes.size(), kNoClip);
+  om.channel_clip_amax.assign(vg.nodes.size(), {});
   std::unordered_map<std::string, std::size_t> producer;
   for (std::size_t i = 0; i < vg.nodes.size(); ++i)
     for (const auto& o : vg.nodes[i].outputs) producer[o] = i;
+  std::vector<std::vector<std::vector<float>>> smoothed(vg.nodes.size());
   for (const Node& q : vg.nodes) {
     if (q.op_type != "QuantizeLinear" && q.op_type != "TRT_FP8QuantizeLinear") continue;
-    auto p = producer.find(q.inputs[0]);
-    if (p == producer.end() || is_quantization_plumbing(vg.nodes[p->second]) ||
-        vg.nodes[p->second].outputs[0] != q.inputs[0] || !q.has_input(1))
-      continue;
+    if (!q.has_input(1)) continue;
     auto s = vg.initializers.find(q.inputs[1]);
     if (s == vg.initializers.end() || s->second.numel() != 1 || s->second.dtype() != DType::kFloat32) continue;
     const float fmax = format_max_of(q, vg);
     if (fmax == 0) continue;
+    const float range = s->second.data<float>()[0] * fmax;
+    auto p = producer.find(q.inputs[0]);
+    if (p == producer.end()) continue;
+    const Node* pn = &vg.nodes[p->second];
+    if (pn->op_type == "Mul" && is_quantization_plumbing(*pn) && pn->inputs.size() == 2) {
+      // SmoothQuant: one operand a stored per-channel (or scalar) factor, the other the activation.
+      const int w = vg.initializers.count(pn->inputs[1]) ? 1 : vg.initializers.count(pn->inputs[0]) ? 0 : -1;
+      if (w < 0) continue;
+      const Tensor& m = vg.initializers.at(pn->inputs[std::size_t(w)]);
+      auto x = producer.find(pn->inputs[std::size_t(1 - w)]);
+      if (x == producer.end() || is_quantization_plumbing(vg.nodes[x->second]) ||
+          vg.nodes[x->second].outputs[0] != pn->inputs[std::size_t(1 - w)] || m.dtype() != DType::kFloat32 ||
+          m.shape().size() > 1)
+        continue;
+      std::vector<float> per(m.span<float>().begin(), m.span<float>().end());
+      for (float& v : per) v = range / std::abs(v);
+      smoothed[x->second].push_back(std::move(per));
+      continue;
+    }
+    if (is_quantization_plumbing(*pn) || pn->outputs[0] != q.inputs[0]) continue;
     float& clip = om.clip_amax[p->second];
-    clip = std::min(clip, s->second.data<float>()[0] * fmax);
+    clip = std::min(clip, range);
+  }
+  for (std::size_t i = 0; i < vg.nodes.size(); ++i) {
+    if (smoothed[i].empty()) continue;
+    // Channel thresholds: the smallest over the node's quantizers (a scalar factor broadcasts).
+    std::size_t k = 1;
+    for (const auto& v : smoothed[i]) k = std::max(k, v.size());
+    std::vector<float> t(k, om.clip_amax[i]);
+    bool consistent = true;
+    for (const auto& v : smoothed[i]) {
+      if (v.size() != 1 && v.size() != k) consistent = false;
+      for (std::size_t c = 0; c < k && consistent; ++c) t[c] = std::min(t[c], v[v.size() == 1 ? 0 : c]);
+    }
+    if (!consistent) continue;
+    om.clip_amax[i] = *std::min_element(t.begin(), t.end());
+    om.channel_clip_amax[i] = std::move(t);
   }
   // Formats: a node reading DequantizeLinear(x) runs on quantized x; x is an initializer (a stored
   // weight) or a QuantizeLinear's output.
@@ -257,7 +293,11 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, out);
   LayerCell& cell = o_.unit_.cells[o_.variant_].at(std::size_t(layer), call_.step);
   const std::uint64_t nan0 = cell.act.nan, inf0 = cell.act.inf;
-  cell.act.add(out.data<float>(), out.numel(), om.clip_amax[idx]);
+  const auto& channel_clip = om.channel_clip_amax[idx];
+  if (!channel_clip.empty() && out.rank() > 0 && out.shape().back() == std::int64_t(channel_clip.size()))
+    cell.act.add(out.data<float>(), out.numel(), std::span<const float>(channel_clip));
+  else
+    cell.act.add(out.data<float>(), out.numel(), om.clip_amax[idx]);
   const std::uint64_t nan = cell.act.nan - nan0, inf = cell.act.inf - inf0;
   // A NaN is always reported; an infinity only when the reference's same output has fewer (an
   // attention mask's -inf is by design).
@@ -273,7 +313,8 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     }
     if (anomaly)
       o_.unit_.first_nonfinite[o_.variant_] =
-          NonFiniteHit{o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type, nan, inf};
+          NonFiniteHit{o_.unit_index_, o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type,
+                     nan, inf};
   }
   if (!compare_) return;
   const Node& ref_node = run.space->node_of(std::size_t(layer));
@@ -283,12 +324,13 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
 }
 
 LockstepObserver::LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit,
-                                   Capture& capture, std::string sample)
+                                   Capture& capture, std::string sample, std::size_t unit_index)
     : run_(run),
       variant_(variant),
       unit_(unit),
       capture_(capture),
       sample_(std::move(sample)),
+      unit_index_(unit_index),
       node_observer_(std::make_unique<NodeObserver>(*this)) {}
 
 LockstepObserver::~LockstepObserver() = default;

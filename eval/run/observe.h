@@ -71,6 +71,8 @@ class LayerCells {
   LayerCell& at(std::size_t layer, int step);  // step -1 (a model with no steps) is cell 0
   const LayerCell* find(std::size_t layer, int step) const;
   bool has(std::size_t layer) const { return layer < blocks_.size() && blocks_[layer] != nullptr; }
+  std::size_t layers() const { return blocks_.size(); }
+  const LayerSpace* space() const { return space_.get(); }
   // Adds other's cells (call in a fixed order: the float sums depend on it).
   void merge(const LayerCells& other);
   bool operator==(const LayerCells& other) const;
@@ -83,6 +85,7 @@ class LayerCells {
 // Where a variant first produced a NaN, or more infinities than the reference's same output has
 // (so an attention mask's -inf, there by design, is not reported).
 struct NonFiniteHit {
+  std::size_t unit = 0;  // the unit's index: the first hit of a run is the one of the lowest unit
   std::string sample;
   int step = -1;
   std::string model, node, op;
@@ -96,6 +99,10 @@ struct ObservedModel {
   NodeMatch match;                  // against the reference's graph
   std::vector<int> layer_of_node;   // variant node -> layer, -1 for none
   std::vector<float> clip_amax;     // per variant node: its output's quantizer range (+inf: none)
+  // Per variant node whose quantizers sit behind SmoothQuant's per-channel pre-scale: the range per
+  // channel of the last axis (empty: clip_amax applies to every element). clip_amax is then the
+  // smallest of them.
+  std::vector<std::vector<float>> channel_clip_amax;
   // Per variant node: the format of its quantized inputs ("int8", "fp8_e4m3", ...; "" = none): the
   // node reads a DequantizeLinear output.
   std::vector<std::string> format;
@@ -180,7 +187,7 @@ class LocalSessions {
 class LockstepObserver : public ModelCallObserver {
  public:
   LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit, Capture& capture,
-                   std::string sample);
+                   std::string sample, std::size_t unit_index = 0);
   ~LockstepObserver() override;
   Observer* begin(const ModelCall& call) override;
   void end(const ModelCall& call, const std::map<std::string, Tensor>& outputs) override;
@@ -192,6 +199,7 @@ class LockstepObserver : public ModelCallObserver {
   UnitObservation& unit_;
   Capture& capture_;
   std::string sample_;
+  std::size_t unit_index_;
   std::unique_ptr<NodeObserver> node_observer_;
 };
 

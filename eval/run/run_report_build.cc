@@ -12,6 +12,7 @@
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
 #include "kernels/error.h"
+#include "reports/run_report.h"
 
 namespace qeval::eval {
 
@@ -195,8 +196,9 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   }
 
   // Samples.
-  for (const UnitOutcome& u : res.units)
-    for (const SampleOutcome& s : u.samples) {
+  for (std::size_t ui = 0; ui < res.units.size(); ++ui) {
+    if (!res.done.empty() && !res.done[ui]) continue;
+    for (const SampleOutcome& s : res.units[ui].samples) {
       reports::SampleRow row;
       row.id = s.id;
       row.prompt = s.prompt;
@@ -216,6 +218,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
       }
       rep.samples.push_back(std::move(row));
     }
+  }
   reports::summarize_samples(rep);
   for (std::size_t v = 0; v < nv; ++v) {
     double total = 0;
@@ -283,11 +286,13 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
             pooled.act.merge(c->act);
             pooled.acc.merge(c->acc);
             pooled.local.merge(c->local);
-            if (std::isfinite(clip[k]) && c->act.calls && c->act.absmax > clip[k])
+            if (std::isfinite(clip[k]) && c->act.clipped > 0)
               table.out_of_range_steps[k] = std::isnan(table.out_of_range_steps[k]) ? 1 : table.out_of_range_steps[k] + 1;
           }
         if (std::isfinite(clip[k]) && std::isnan(table.out_of_range_steps[k])) table.out_of_range_steps[k] = 0;
-        fill(table.stats, k, nl, pooled, want);
+        ColumnsWanted wk = want;
+        wk.clip = want.clip && std::isfinite(clip[k]);  // no quantizer range: no clip rate
+        fill(table.stats, k, nl, pooled, wk);
       }
       if (!any_clip) table.out_of_range_steps.clear(), table.calib_amax.clear();
       if (std::all_of(table.format.begin(), table.format.end(), [](const std::string& f) { return f.empty(); }))
@@ -524,6 +529,15 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
     }
   }
   rep.gate.passed = std::all_of(rep.gate.checks.begin(), rep.gate.checks.end(), [](const auto& c) { return c.passed; });
+}
+
+int write_run_outputs(const RunSpec& spec, const RunDriver& driver, const RunResult& result, const Gate& gate,
+                      const ReportContext& context, const fs::path& out_dir) {
+  reports::RunReport report = build_run_report(spec, driver, result, context);
+  apply_run_gate(gate, report);
+  reports::write_run_report(report, out_dir);
+  fmt::print("{}", reports::render_summary_text(report, out_dir));
+  return report.gate.passed ? 0 : 1;
 }
 
 }  // namespace qeval::eval

@@ -1,6 +1,7 @@
 // From a run's merged result to the report model (reports/run_report_model.h), and the gate over it.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include "eval/gate.h"
@@ -24,5 +25,11 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
 // report.gate and each SampleResult's failed_checks. InputError when a check names a variant the
 // run does not have.
 void apply_run_gate(const Gate& gate, reports::RunReport& report);
+
+// What `qeval run` and `qeval merge` end with: the report built and gated, report.json/html and
+// junit.xml written under out_dir, the one-screen summary on stdout. Returns the exit code (0 the
+// gate passed, 1 it failed).
+int write_run_outputs(const RunSpec& spec, const RunDriver& driver, const RunResult& result, const Gate& gate,
+                      const ReportContext& context, const std::filesystem::path& out_dir);
 
 }  // namespace qeval::eval

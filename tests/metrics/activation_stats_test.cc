@@ -93,6 +93,8 @@ TEST(ActivationStats, MergeOfPartsEqualsWholeAndHistogramsAddExactly) {
   EXPECT_EQ(a.calls, 2u);
   EXPECT_NEAR(a.sum, whole.sum, 1e-12);
   EXPECT_NEAR(a.sum_sq, whole.sum_sq, 1e-12 * whole.sum_sq);
+  EXPECT_EQ(a.sum, b_then_a.sum);  // pooled in either order: the same bits
+  EXPECT_EQ(a.sum_sq, b_then_a.sum_sq);
   // Round trip through the occupied bins.
   EXPECT_EQ(H::from_counts(whole.abs_hist.first(), whole.abs_hist.counts()), whole.abs_hist);
 }
@@ -103,6 +105,36 @@ TEST(ActivationStats, EmptyHasNoStatistics) {
   EXPECT_FALSE(s.stddev());
   EXPECT_FALSE(s.abs_quantile(0.999));
   EXPECT_FALSE(s.clip_rate());
+}
+
+TEST(ExactSum, CorrectlyRoundedWhateverTheOrderOrGrouping) {
+  // math.fsum's documented cases.
+  ExactSum tenth;
+  for (int i = 0; i < 10; ++i) tenth += 0.1;
+  EXPECT_EQ(tenth.value(), 1.0);
+  ExactSum cancel;
+  for (double x : {1e100, 1.0, -1e100, 1e-100, 1e50, -1.0, -1e50}) cancel += x;
+  EXPECT_EQ(cancel.value(), 1e-100);
+  ExactSum tie;  // 2^53 + 1 + 2^-60: the tie breaks upward because of the tiny term
+  for (double x : {9007199254740992.0, 1.0, std::ldexp(1.0, -60)}) tie += x;
+  EXPECT_EQ(tie.value(), 9007199254740994.0);
+  // Random terms of mixed magnitude: any order, any grouping, the same bits.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> terms;
+  for (int i = 0; i < 2000; ++i) terms.push_back(std::ldexp(u(rng), int(rng() % 80) - 40));
+  ExactSum forward, pieces[3];
+  for (double t : terms) forward += t;
+  std::shuffle(terms.begin(), terms.end(), rng);
+  for (std::size_t i = 0; i < terms.size(); ++i) pieces[i % 3] += terms[i];
+  pieces[2].merge(pieces[0]);
+  pieces[1].merge(pieces[2]);
+  EXPECT_EQ(forward.value(), pieces[1].value());
+  EXPECT_EQ(ExactSum::from_parts(forward.partials(), 0).value(), forward.value());
+  ExactSum inf;
+  inf += 1.0;
+  inf += std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(std::isinf(inf.value()));
 }
 
 TEST(ErrorStats, SingleCallAgreesWithTensorErrorAndPoolsEnergies) {

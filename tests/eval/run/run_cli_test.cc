@@ -96,7 +96,12 @@ TEST(RunCli, SingleModelWithARecipeVariantCalibratesOnceThenReadsTheCache) {
     bool int8_layer = false;
     for (const auto& f : table["format"]) int8_layer |= f == "int8";
     EXPECT_TRUE(int8_layer);
-    EXPECT_FALSE(table["stats"]["clip_rate"].empty());
+    ASSERT_TRUE(table["stats"].contains("clip_rate")) << "run " << run;
+    // Behind SmoothQuant's pre-scale the ranges are per channel: every quantized MatMul's input
+    // producer (the LayerNorms, the attention output, the GELU) has a measured clip rate.
+    int measured = 0;
+    for (const auto& c : table["stats"]["clip_rate"]) measured += c.is_number();
+    EXPECT_GE(measured, 8) << "run " << run;
   }
 }
 

@@ -1,0 +1,371 @@
+// Run states: MessagePack through nlohmann::json, exact sums stored as their partials.
+#include "eval/run/run_state.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/quant/calibrate.h"
+#include "eval/quant/recipe.h"
+#include "kernels/error.h"
+#include "qeval/version.h"
+#include "reports/files.h"
+
+namespace qeval::eval {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "qeval.run-state";
+constexpr int kVersion = 1;
+
+std::string precision_text(Precision p) { return std::string(precision_name(p)); }
+
+json sum_json(const metrics::ExactSum& s) {
+  json a = json::array({s.special()});
+  for (double p : s.partials()) a.push_back(p);
+  return a;
+}
+
+metrics::ExactSum sum_from(const json& a) {
+  std::vector<double> parts;
+  for (std::size_t i = 1; i < a.size(); ++i) parts.push_back(a[i].get<double>());
+  return metrics::ExactSum::from_parts(std::move(parts), a.at(0).get<double>());
+}
+
+json act_json(const metrics::ActivationStats& a) {
+  return json::array({a.count, a.nan, a.inf, a.clipped, a.calls, sum_json(a.sum), sum_json(a.sum_sq), a.absmax,
+                      a.abs_hist.first(), a.abs_hist.counts()});
+}
+
+metrics::ActivationStats act_from(const json& j) {
+  metrics::ActivationStats a;
+  a.count = j.at(0).get<std::uint64_t>();
+  a.nan = j.at(1).get<std::uint64_t>();
+  a.inf = j.at(2).get<std::uint64_t>();
+  a.clipped = j.at(3).get<std::uint64_t>();
+  a.calls = j.at(4).get<std::uint64_t>();
+  a.sum = sum_from(j.at(5));
+  a.sum_sq = sum_from(j.at(6));
+  a.absmax = j.at(7).get<float>();
+  a.abs_hist = metrics::LogAbsHistogram::from_counts(j.at(8).get<int>(), j.at(9).get<std::vector<std::uint64_t>>());
+  return a;
+}
+
+json err_json(const metrics::ErrorStats& e) {
+  return json::array({e.count, e.nonfinite, e.calls, sum_json(e.ref_sq), sum_json(e.err_sq), sum_json(e.cosine_sum),
+                      e.cosine_calls, e.max_abs});
+}
+
+metrics::ErrorStats err_from(const json& j) {
+  metrics::ErrorStats e;
+  e.count = j.at(0).get<std::uint64_t>();
+  e.nonfinite = j.at(1).get<std::uint64_t>();
+  e.calls = j.at(2).get<std::uint64_t>();
+  e.ref_sq = sum_from(j.at(3));
+  e.err_sq = sum_from(j.at(4));
+  e.cosine_sum = sum_from(j.at(5));
+  e.cosine_calls = j.at(6).get<std::uint64_t>();
+  e.max_abs = j.at(7).get<double>();
+  return e;
+}
+
+json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+json sample_json(const SampleOutcome& s) {
+  json vs = json::array();
+  for (const auto& o : s.variants) {
+    json m = json::array();
+    for (const auto& mv : o.metrics) {
+      json pc = json::array();
+      for (const auto& c : mv.per_channel) pc.push_back(opt(c));
+      m.push_back(json::array({mv.key, opt(mv.value), mv.note, pc}));
+    }
+    vs.push_back({{"e", o.error},
+                  {"m", m},
+                  {"i", o.identical},
+                  {"t", o.elapsed_ms},
+                  {"ip", o.image_path},
+                  {"hp", o.heatmap_path},
+                  {"tp", json::binary(o.thumbnail_png)},
+                  {"hm", json::binary(o.heatmap_png)},
+                  {"hl", o.heatmap_legend}});
+  }
+  return {{"id", s.id}, {"prompt", s.prompt}, {"seed", s.seed ? json(*s.seed) : json(nullptr)}, {"v", vs}};
+}
+
+std::optional<double> opt_from(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  return j.get<double>();
+}
+
+SampleOutcome sample_from(const json& j) {
+  SampleOutcome s;
+  s.id = j.at("id").get<std::string>();
+  s.prompt = j.at("prompt").get<std::string>();
+  if (!j.at("seed").is_null()) s.seed = j.at("seed").get<std::uint64_t>();
+  for (const auto& v : j.at("v")) {
+    VariantOutcome o;
+    o.error = v.at("e").get<std::string>();
+    for (const auto& m : v.at("m")) {
+      metrics::MetricValue mv;
+      mv.key = m.at(0).get<std::string>();
+      mv.value = opt_from(m.at(1));
+      mv.note = m.at(2).get<std::string>();
+      for (const auto& c : m.at(3)) mv.per_channel.push_back(opt_from(c));
+      o.metrics.push_back(std::move(mv));
+    }
+    o.identical = v.at("i").get<bool>();
+    o.elapsed_ms = v.at("t").get<double>();
+    o.image_path = v.at("ip").get<std::string>();
+    o.heatmap_path = v.at("hp").get<std::string>();
+    o.thumbnail_png = v.at("tp").get_binary();
+    o.heatmap_png = v.at("hm").get_binary();
+    o.heatmap_legend = v.at("hl").get<std::string>();
+    s.variants.push_back(std::move(o));
+  }
+  return s;
+}
+
+json read_state_json(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw InputError(file.string() + ": cannot open the run state");
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json j;
+  try {
+    j = json::from_msgpack(bytes);
+  } catch (const json::exception& e) {
+    throw InputError(file.string() + ": not a qeval run state (" + e.what() + ")");
+  }
+  if (!j.is_object() || j.value("format", "") != kFormat)
+    throw InputError(file.string() + ": not a qeval run state (format '" + std::string(kFormat) + "' expected)");
+  if (j.value("version", 0) != kVersion)
+    throw InputError(file.string() + ": run state version " + std::to_string(j.value("version", 0)) +
+                     ", this qeval reads version " + std::to_string(kVersion));
+  return j;
+}
+
+}  // namespace
+
+std::string run_spec_json(const RunSpec& s) {
+  json j;
+  j["pipeline"] = fs::absolute(s.pipeline).string();
+  if (!s.inputs.empty()) j["prompts"] = fs::absolute(s.inputs).string();
+  j["first"] = s.first;
+  j["count"] = s.count;
+  j["seeds"] = s.seeds;
+  if (s.steps) j["steps"] = *s.steps;
+  if (s.guidance_scale) j["guidance_scale"] = *s.guidance_scale;
+  if (s.scheduler) j["scheduler"] = std::string(scheduler_type_name(*s.scheduler));
+  if (s.negative_prompt) j["negative_prompt"] = *s.negative_prompt;
+  j["variants"] = json::array();
+  for (const auto& v : s.variants) {
+    json vj = {{"name", v.name}, {"precision", precision_text(v.precision)}};
+    if (!v.recipe.empty()) vj["recipe"] = fs::absolute(v.recipe).string();
+    if (!v.onnx.empty()) {
+      json o = json::object();
+      for (const auto& [m, p] : v.onnx) o[m] = fs::absolute(p).string();
+      vj["onnx"] = o;
+    }
+    if (!v.pipeline_variant.empty()) vj["pipeline_variant"] = v.pipeline_variant;
+    j["variants"].push_back(vj);
+  }
+  j["reference"] = s.reference;
+  json o = {{"layers", s.observe.layers},
+            {"models", s.observe.models},
+            {"local_error", s.observe.local_error},
+            {"full_tensors", s.observe.full_tensors},
+            {"histograms", s.observe.histograms}};
+  if (s.kind == RunPipelineKind::kTxt2Img) o["teacher_forced"] = s.observe.teacher_forced;
+  j["observe"] = o;
+  json c = {{"count", s.calibration.count}, {"steps", s.calibration.steps}};
+  if (!s.calibration.prompts.empty()) c["prompts"] = fs::absolute(s.calibration.prompts).string();
+  if (!s.calibration.cache.empty()) c["cache"] = fs::absolute(s.calibration.cache).string();
+  j["calibration"] = c;
+  if (!s.gate.empty()) j["gate"] = fs::absolute(s.gate).string();
+  j["save_images"] = s.save_images;
+  return j.dump(1);
+}
+
+std::string run_key(const RunSpec& spec, const RunDriver& driver, const std::vector<BuiltVariant>& variants) {
+  RunSpec keyed = spec;
+  keyed.gate.clear();               // judges the numbers, does not change them
+  keyed.calibration.cache.clear();  // where scales are kept
+  std::string all = std::string("qeval ") + QEVAL_VERSION + "\n" + run_spec_json(keyed) + "\n";
+  // The prompt or input set's content (a folder of samples: its listing).
+  const fs::path inputs = driver.inputs_artifact().path;
+  if (fs::is_regular_file(inputs)) {
+    std::ifstream in(inputs, std::ios::binary);
+    all.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else if (fs::is_directory(inputs)) {
+    for (const auto& p : quant::tensor_sample_folders(inputs)) all += p.string() + "\n";
+  }
+  for (const auto& v : variants)
+    for (const auto& [model, graph] : v.graphs) all += v.spec.name + "/" + model + "=" + quant::graph_fingerprint(*graph) + "\n";
+  return quant::fnv1a64_hex(all.data(), all.size());
+}
+
+void save_run_state(const fs::path& file, const RunResult& r, const std::string& key, const std::string& spec_json,
+                    const fs::path& source) {
+  json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["tool"] = QEVAL_VERSION;
+  j["key"] = key;
+  j["spec"] = spec_json;
+  j["source"] = source.string();
+  j["total"] = r.units.size();
+  json done = json::array(), units = json::array();
+  for (std::size_t i = 0; i < r.units.size(); ++i) {
+    if (!r.done[i]) continue;
+    done.push_back(i);
+    json samples = json::array();
+    for (const auto& s : r.units[i].samples) samples.push_back(sample_json(s));
+    units.push_back(samples);
+  }
+  j["done"] = done;
+  j["units"] = units;
+  json layers = json::array(), series = json::array(), nonfinite = json::array();
+  for (std::size_t v = 0; v < r.variants.size(); ++v) {
+    json lv = json::array();
+    const LayerCells& cells = r.layers[v];
+    for (std::size_t l = 0; l < cells.layers(); ++l) {
+      if (!cells.has(l)) continue;
+      json cs = json::array();
+      for (int s = 0; s < cells.space()->cells_of(l); ++s) {
+        const LayerCell& c = *cells.find(l, s);
+        cs.push_back(json::array({act_json(c.act), err_json(c.acc), err_json(c.local)}));
+      }
+      lv.push_back(json::array({l, cs}));
+    }
+    layers.push_back(lv);
+    json sv = json::array();
+    for (const auto& st : r.series[v]) {
+      json e = json::array();
+      for (const auto& x : st.steps) e.push_back(err_json(x));
+      sv.push_back(json::array({st.quantity, st.mode, e}));
+    }
+    series.push_back(sv);
+    const auto& hit = r.first_nonfinite[v];
+    nonfinite.push_back(hit ? json::array({hit->unit, hit->sample, hit->step, hit->model, hit->node, hit->op, hit->nan,
+                                           hit->inf})
+                            : json(nullptr));
+  }
+  j["layers"] = layers;
+  j["series"] = series;
+  j["nonfinite"] = nonfinite;
+  const std::vector<std::uint8_t> bytes = json::to_msgpack(j);
+  reports::write_file_atomic(file, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
+RunStateInfo read_run_state_info(const fs::path& file) {
+  const json j = read_state_json(file);
+  RunStateInfo info;
+  info.key = j.at("key").get<std::string>();
+  info.spec_json = j.at("spec").get<std::string>();
+  info.tool_version = j.at("tool").get<std::string>();
+  info.source = j.at("source").get<std::string>();
+  info.total_units = j.at("total").get<std::size_t>();
+  info.done = j.at("done").get<std::vector<std::size_t>>();
+  return info;
+}
+
+void merge_run_state(const fs::path& file, const std::string& key, RunResult& into) {
+  const json j = read_state_json(file);
+  const std::string where = file.string();
+  if (j.at("key").get<std::string>() != key)
+    throw InputError(where + ": the state is of another run (config, models, prompts or qeval version differ: key " +
+                     j.at("key").get<std::string>() + ", this run's " + key + ")");
+  try {
+    if (j.at("total").get<std::size_t>() != into.units.size())
+      throw InputError(where + ": " + std::to_string(j.at("total").get<std::size_t>()) + " units, this run has " +
+                       std::to_string(into.units.size()));
+    const auto done = j.at("done").get<std::vector<std::size_t>>();
+    const json& units = j.at("units");
+    for (std::size_t k = 0; k < done.size(); ++k) {
+      const std::size_t i = done[k];
+      if (i >= into.units.size()) throw InputError(where + ": unit " + std::to_string(i) + " out of range");
+      if (into.done[i])
+        throw InputError(where + ": unit " + std::to_string(i) + " is already in the run (overlapping shards?)");
+      UnitOutcome u;
+      for (const auto& s : units.at(k)) u.samples.push_back(sample_from(s));
+      into.units[i] = std::move(u);
+      into.done[i] = 1;
+      ++into.reused;
+    }
+    const std::size_t nv = into.variants.size();
+    if (j.at("layers").size() != nv) throw InputError(where + ": the state has another number of variants");
+    for (std::size_t v = 0; v < nv; ++v) {
+      LayerCells cells(into.observation.space);
+      for (const auto& entry : j.at("layers")[v]) {
+        const std::size_t l = entry.at(0).get<std::size_t>();
+        const json& cs = entry.at(1);
+        if (l >= into.observation.space->layers() || int(cs.size()) != into.observation.space->cells_of(l))
+          throw InputError(where + ": layer " + std::to_string(l) + " does not fit this run's layers");
+        for (std::size_t s = 0; s < cs.size(); ++s) {
+          LayerCell& c = cells.at(l, int(s));
+          c.act = act_from(cs[s].at(0));
+          c.acc = err_from(cs[s].at(1));
+          c.local = err_from(cs[s].at(2));
+        }
+      }
+      into.layers[v].merge(cells);
+      std::vector<StepSeries> series;
+      for (const auto& st : j.at("series")[v]) {
+        StepSeries ss{st.at(0).get<std::string>(), st.at(1).get<std::string>(), {}};
+        for (const auto& e : st.at(2)) ss.steps.push_back(err_from(e));
+        series.push_back(std::move(ss));
+      }
+      if (!series.empty()) {
+        if (into.series[v].empty()) {
+          into.series[v] = std::move(series);
+        } else {
+          for (std::size_t k = 0; k < series.size() && k < into.series[v].size(); ++k)
+            for (std::size_t s = 0; s < series[k].steps.size() && s < into.series[v][k].steps.size(); ++s)
+              into.series[v][k].steps[s].merge(series[k].steps[s]);
+        }
+      }
+      const json& h = j.at("nonfinite")[v];
+      if (!h.is_null()) {
+        NonFiniteHit hit{h.at(0).get<std::size_t>(), h.at(1).get<std::string>(), h.at(2).get<int>(),
+                         h.at(3).get<std::string>(), h.at(4).get<std::string>(), h.at(5).get<std::string>(),
+                         h.at(6).get<std::uint64_t>(), h.at(7).get<std::uint64_t>()};
+        auto& first = into.first_nonfinite[v];
+        if (!first || hit.unit < first->unit) first = hit;
+      }
+    }
+  } catch (const json::exception& e) {
+    throw InputError(where + ": malformed run state (" + e.what() + ")");
+  }
+}
+
+std::vector<std::size_t> shard_units(std::size_t units, int shard, int shards) {
+  const std::size_t lo = units * std::size_t(shard - 1) / std::size_t(shards);
+  const std::size_t hi = units * std::size_t(shard) / std::size_t(shards);
+  std::vector<std::size_t> out;
+  for (std::size_t i = lo; i < hi; ++i) out.push_back(i);
+  return out;
+}
+
+std::pair<int, int> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  int i = 0, n = 0;
+  try {
+    std::size_t a = 0, b = 0;
+    if (slash == std::string::npos) throw std::invalid_argument("");
+    i = std::stoi(text.substr(0, slash), &a);
+    n = std::stoi(text.substr(slash + 1), &b);
+    if (a != slash || b != text.size() - slash - 1) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw InputError("--shard '" + text + "': expected I/N, e.g. 2/8 (shard I of N, 1-based)");
+  }
+  if (n < 1 || i < 1 || i > n) throw InputError("--shard '" + text + "': I must be in 1..N and N >= 1");
+  return {i, n};
+}
+
+}  // namespace qeval::eval

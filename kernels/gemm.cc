@@ -32,21 +32,35 @@ static_assert(NR % kLanes == 0, "NR must be a whole number of vectors");
 // Below this many multiply-adds the packing and task overhead outweighs the fast kernel.
 constexpr std::int64_t kSmallGemmMacs = 24 * 24 * 24;
 
-// C_tile = alpha * acc + beta * C_tile over R full rows of an NR-column tile, beta == 0 meaning
+// C_tile = alpha * acc + beta * C_tile over R full rows of a W-vector tile, beta == 0 meaning
 // "do not read C". The edge path runs the same code on a copy of the tile, so an element's value
-// never depends on whether it sat in an edge tile.
-template <int R>
-inline void store_tile(V (&acc)[R][NV], float* c, std::int64_t ldc, float alpha, float beta) {
-  if (beta == 0.0f) {
+// never depends on whether it sat in an edge tile. alpha == 1 skips the multiply (1 * x == x for
+// every float, NaN included: the same bits).
+template <int R, int W>
+inline void store_tile(V (&acc)[R][W], float* c, std::int64_t ldc, float alpha, float beta) {
+  if (beta == 0.0f && alpha == 1.0f) {
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) *reinterpret_cast<VU*>(c + i * ldc + v * kLanes) = alpha * acc[i][v];
+      for (int v = 0; v < W; ++v) *reinterpret_cast<VU*>(c + i * ldc + v * kLanes) = acc[i][v];
+  } else if (beta == 0.0f) {
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) *reinterpret_cast<VU*>(c + i * ldc + v * kLanes) = alpha * acc[i][v];
+  } else if (beta == 1.0f && alpha == 1.0f) {
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) {
+        VU* dst = reinterpret_cast<VU*>(c + i * ldc + v * kLanes);
+        *dst = *dst + acc[i][v];
+      }
   } else if (beta == 1.0f) {
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
+      for (int v = 0; v < W; ++v) {
         VU* dst = reinterpret_cast<VU*>(c + i * ldc + v * kLanes);
         *dst = *dst + alpha * acc[i][v];
       }
@@ -54,59 +68,63 @@ inline void store_tile(V (&acc)[R][NV], float* c, std::int64_t ldc, float alpha,
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
+      for (int v = 0; v < W; ++v) {
         VU* dst = reinterpret_cast<VU*>(c + i * ldc + v * kLanes);
         *dst = beta * *dst + alpha * acc[i][v];
       }
   }
 }
 
-// acc = the first R rows of an A panel (kc x MR, row r of the panel = k index) times a B panel
-// (kc x NR); then stores. Every element is a sequential sum over k starting from zero, the same
-// operations whatever R: edge panels with fewer rows (R = mr) skip the zero rows' work and give
-// the bits the full kernel would.
-template <int R>
+// acc = the first R rows of an A panel (kc x MR, row r of the panel = k index) times the first W
+// vectors of a B panel (kc x NR); then stores. Every element is a sequential sum over k starting
+// from zero, the same operations whatever R and W: edge panels with fewer rows (R = mr) or at most
+// one vector of columns (W = 1, e.g. attention's P x V with 16-wide heads) skip the zero rows' and
+// columns' work and give the bits the full kernel would.
+template <int R, int W>
 void micro_kernel(std::int64_t kc, const float* __restrict pa, const float* __restrict pb, float* c,
                   std::int64_t ldc, int nr, float alpha, float beta) {
-  V acc[R][NV];
+  V acc[R][W];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = V{};
+    for (int v = 0; v < W; ++v) acc[i][v] = V{};
   for (std::int64_t p = 0; p < kc; ++p) {
-    V b[NV];
+    V b[W];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) b[v] = *reinterpret_cast<const V*>(pb + v * kLanes);
+    for (int v = 0; v < W; ++v) b[v] = *reinterpret_cast<const V*>(pb + v * kLanes);
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       const float ai = pa[i];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] += ai * b[v];
+      for (int v = 0; v < W; ++v) acc[i][v] += ai * b[v];
     }
     pa += MR;
     pb += NR;
   }
-  if (nr == NR) {
-    store_tile<R>(acc, c, ldc, alpha, beta);
+  constexpr int kCols = W * kLanes;
+  if (nr == kCols) {
+    store_tile<R, W>(acc, c, ldc, alpha, beta);
     return;
   }
-  alignas(64) float tile[R * NR];
+  alignas(64) float tile[R * kCols];
   if (beta != 0.0f) {
-    std::fill(tile, tile + R * NR, 0.0f);
-    for (int i = 0; i < R; ++i) std::memcpy(tile + i * NR, c + i * ldc, sizeof(float) * std::size_t(nr));
+    std::fill(tile, tile + R * kCols, 0.0f);
+    for (int i = 0; i < R; ++i) std::memcpy(tile + i * kCols, c + i * ldc, sizeof(float) * std::size_t(nr));
   }
-  store_tile<R>(acc, tile, NR, alpha, beta);
-  for (int i = 0; i < R; ++i) std::memcpy(c + i * ldc, tile + i * NR, sizeof(float) * std::size_t(nr));
+  store_tile<R, W>(acc, tile, kCols, alpha, beta);
+  for (int i = 0; i < R; ++i) std::memcpy(c + i * ldc, tile + i * kCols, sizeof(float) * std::size_t(nr));
 }
 
 using MicroKernel = void (*)(std::int64_t, const float*, const float*, float*, std::int64_t, int, float, float);
 
-template <int... Rs>
+template <int W, int... Rs>
 constexpr std::array<MicroKernel, sizeof...(Rs)> micro_kernels(std::integer_sequence<int, Rs...>) {
-  return {&micro_kernel<Rs + 1>...};
+  return {&micro_kernel<Rs + 1, W>...};
 }
-// micro_kernel<mr> for mr = 1 .. MR.
-constexpr auto kMicroKernels = micro_kernels(std::make_integer_sequence<int, MR>{});
+// kMicroKernels[w - 1][mr - 1] = micro_kernel<mr, w> for mr = 1 .. MR, w = 1 (nr <= 16) or NV.
+constexpr std::array<std::array<MicroKernel, MR>, 2> kMicroKernels = {
+    micro_kernels<1>(std::make_integer_sequence<int, MR>{}), micro_kernels<NV>(std::make_integer_sequence<int, MR>{})};
+static_assert(NV == 2, "kMicroKernels holds the one- and two-vector kernels");
 
 typedef int VI __attribute__((vector_size(64)));
 
@@ -448,9 +466,10 @@ void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const 
   for (std::int64_t jr = 0; jr < nc; jr += NR) {
     const int nr = int(std::min<std::int64_t>(NR, nc - jr));
     const float* bp = b_panels + (jr / NR) * kc * NR;
+    const auto& kernels = kMicroKernels[nr > kLanes ? 1 : 0];
     for (std::int64_t ir = 0; ir < mc; ir += MR) {
       const int mr = int(std::min<std::int64_t>(MR, mc - ir));
-      kMicroKernels[std::size_t(mr - 1)](kc, a_panels + (ir / MR) * kc * MR, bp, c + ir * ldc + jr, ldc, nr, alpha, beta);
+      kernels[std::size_t(mr - 1)](kc, a_panels + (ir / MR) * kc * MR, bp, c + ir * ldc + jr, ldc, nr, alpha, beta);
     }
   }
 }

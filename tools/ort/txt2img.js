@@ -102,7 +102,11 @@ async function main() {
                                guidance: g, repetitions: reps, threads }));
 }
 
-main().catch((e) => {
-  console.error(e.stack || String(e));
-  process.exit(1);
-});
+module.exports = { ddim, idsTensor };
+
+if (require.main === module) {
+  main().catch((e) => {
+    console.error(e.stack || String(e));
+    process.exit(1);
+  });
+}

@@ -13,7 +13,7 @@ const fs = require('fs');
 const path = require('path');
 const ort = require('onnxruntime-node');
 const { readNpy } = require('./run_reference.js');
-const { ddim } = require('./txt2img.js');
+const { ddim, denoise, decode } = require('./txt2img.js');
 
 async function main() {
   const [pipelineDir, work, threadsArg, stepsArg, optArg] = process.argv.slice(2);
@@ -23,7 +23,6 @@ async function main() {
   }
   const cfg = JSON.parse(fs.readFileSync(path.join(pipelineDir, 'pipeline.json'), 'utf8'));
   const threads = Number(threadsArg || 2), steps = Number(stepsArg || cfg.defaults.steps);
-  const g = cfg.defaults.guidance_scale;
   const t0 = process.hrtime.bigint(), c0 = process.cpuUsage();
   const options = { executionProviders: ['cpu'], graphOptimizationLevel: optArg || 'disabled',
                     intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential',
@@ -65,17 +64,7 @@ async function main() {
     const idData = Int32Array.from(ids.data.subarray(p * 2 * idLen, (p + 1) * 2 * idLen));
     const hidden = (await text.run({ [cfg.text_encoder.input]: new ort.Tensor('int32', idData, [2, idLen]) }))[
       cfg.text_encoder.output];
-    let x = Float32Array.from(noise.data.subarray(p * n, (p + 1) * n));
-    const sample = new Float32Array(2 * n);
-    for (let step = 0; step < sched.length; ++step) {
-      const { t, a, aPrev } = sched[step];
-      sample.set(x, 0);
-      sample.set(x, n);
-      const feeds = {
-        [cfg.unet.sample]: new ort.Tensor('float32', sample, [2, ...dims.slice(1)]),
-        [cfg.unet.timestep]: new ort.Tensor('float32', Float32Array.from([t, t]), [2]),
-        [cfg.unet.encoder_hidden_states]: hidden,
-      };
+    const x = await denoise(cfg, sched, hidden, noise.data.subarray(p * n, (p + 1) * n), dims, async (feeds, step) => {
       const r0 = process.hrtime.bigint();
       const out = await unet.run(feeds, fetches);
       const r1 = process.hrtime.bigint();
@@ -85,19 +74,9 @@ async function main() {
       });
       unetWall += Number(r1 - r0) / 1e9;
       collectWall += Number(process.hrtime.bigint() - r1) / 1e9;
-      const e = out[cfg.unet.output].data;
-      const sa = Math.fround(Math.sqrt(a)), sb = Math.fround(Math.sqrt(1 - a));
-      const sap = Math.fround(Math.sqrt(aPrev)), sbp = Math.fround(Math.sqrt(1 - aPrev));
-      const next = new Float32Array(n);
-      for (let k = 0; k < n; ++k) {
-        const eps = Math.fround(e[k] + Math.fround(g * Math.fround(e[n + k] - e[k])));
-        const x0 = Math.fround(Math.fround(x[k] - Math.fround(sb * eps)) / sa);
-        next[k] = Math.fround(sap * x0) + Math.fround(sbp * eps);
-      }
-      x = next;
-    }
-    const scale = Math.fround(cfg.vae_decoder.scaling_factor);
-    await vae.run({ [cfg.vae_decoder.input]: new ort.Tensor('float32', Float32Array.from(x, (v) => v / scale), dims) });
+      return out;
+    });
+    await decode(cfg, vae, x, dims);
   }
   const wall = Number(process.hrtime.bigint() - t0) / 1e9, loop = Number(process.hrtime.bigint() - loaded) / 1e9;
   const c = process.cpuUsage(c0);

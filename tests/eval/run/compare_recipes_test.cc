@@ -69,11 +69,15 @@ TEST(CompareRecipesCli, TinySdShippedGatePassesTheGoodRecipesAndFailsTheNaiveOne
   // The margins behind the verdicts, from the gate table.
   for (const auto& c : j["gate"]["checks"]) {
     if (c["name"] == "layer local_sqnr_db min >= 50 (nodes ~ conv_in|conv_out|time_emb)") {
-      if (c["variant"] == "int8-naive") EXPECT_LT(c["value"].get<double>(), 45.0) << c.dump();
-      else EXPECT_GT(c["value"].get<double>(), 60.0) << c.dump();
+      if (c["variant"] == "int8-naive") {
+        EXPECT_LT(c["value"].get<double>(), 45.0) << c.dump();
+      } else {
+        EXPECT_GT(c["value"].get<double>(), 60.0) << c.dump();
+      }
     }
-    if (c["name"] == "layer local_sqnr_db min >= 20" && c["variant"] != "int8-naive")
+    if (c["name"] == "layer local_sqnr_db min >= 20" && c["variant"] != "int8-naive") {
       EXPECT_GT(c["value"].get<double>(), 23.0) << c.dump();
+    }
   }
   // What naive quantized that the others did not: the shares say so.
   const auto* l3 = row_of(j, "int8-level3");

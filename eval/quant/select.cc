@@ -194,7 +194,7 @@ std::vector<QuantTarget> classify_nodes(const Graph& g) {
   return out;
 }
 
-Selection select_nodes(const Graph& g, const Recipe& recipe) {
+Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
   const auto classes = classify_nodes(g);
   auto compile = [&](const std::vector<std::string>& patterns) {
     std::vector<std::regex> res;
@@ -235,7 +235,7 @@ Selection select_nodes(const Graph& g, const Recipe& recipe) {
     s.selected[static_cast<std::size_t>(t.category)]++;
     s.targets.push_back(t);
   }
-  if (s.targets.empty()) {
+  if (s.targets.empty() && !allow_empty) {
     int total = 0;
     for (int c : s.candidates) total += c;
     throw InputError(recipe.source + ": recipe '" + recipe.name + "' selects no node of " + g.source +

@@ -9,6 +9,8 @@
 #include "eval/onnx_import.h"
 #include "eval/pipelines/segmentation.h"
 #include "eval/point_prompts.h"
+#include "eval/quant/calibrate_run.h"
+#include "eval/quant/segmentation_calibration.h"
 #include "eval/run/drivers.h"
 #include "eval/run/outputs.h"
 #include "kernels/error.h"
@@ -63,6 +65,36 @@ class SegmentationDriver : public RunDriver {
       else
         out[m] = graph(m, v.pipeline_variant);  // InputError for a variant no model lists
     }
+    return out;
+  }
+
+  // Both models calibrated through the pipeline on the calibration prompts (encoder per image,
+  // decoder per prompt); a model the recipe selects nothing in keeps the reference's graph.
+  RecipeGraphs recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool progress) const override {
+    namespace q = quant;
+    RecipeGraphs out;
+    const auto t0 = std::chrono::steady_clock::now();
+    const q::Recipe recipe = q::load_recipe(v.recipe);
+    const SegmentationConfig& c = pipeline_->config();
+    const fs::path prompts = spec.calibration.prompts.empty() ? c.calibration_prompts : spec.calibration.prompts;
+    if (prompts.empty())
+      throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
+                                   "{{\"prompts\": ...}} in the run config ({})",
+                                   v.name, c.source.string(), kRunConfigDoc));
+    const PointPromptSet set = q::read_point_prompts_limited(prompts, std::size_t(spec.calibration.count));
+    const fs::path cache = spec.calibration.cache.empty() ? q::default_calibration_cache() : spec.calibration.cache;
+    out.cache_hit = true;
+    std::string data_fingerprint;
+    for (auto& r : q::calibrate_segmentation(*pipeline_, recipe, set, cache, progress)) {
+      out.graphs[r.model] = std::make_shared<const Graph>(std::move(r.applied.graph));
+      out.cache_hit = out.cache_hit && r.cache_hit;
+      data_fingerprint = r.data_fingerprint;  // the same set for both models
+    }
+    for (const std::string m : {"image_encoder", "mask_decoder"})
+      if (!out.graphs.count(m)) out.graphs[m] = graph(m, "");
+    out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
+    out.calibration = reports::Artifact{"calibration point prompts", prompts.string(), "fnv1a64:" + data_fingerprint};
+    out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }
 

@@ -45,7 +45,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   fs::create_directories(out, ec);
   if (ec) throw InputError("--out " + out.string() + ": cannot create the folder: " + ec.message());
   // A report.json present means a complete comparison: remove the previous one first.
-  for (const fs::path f : {out / "report.json", out / "report.html", run_dir / "report.json"}) fs::remove(f, ec);
+  for (const fs::path& f : {out / "report.json", out / "report.html", run_dir / "report.json"}) fs::remove(f, ec);
 
   const bool tty = eval::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/scratch.h"
@@ -142,28 +143,25 @@ PaddedInput pad_input(const Geom& g, const ConvParams& p, const float* x, ConvSc
 
 // Writes rows [k0, k0 + kc) and columns [c0, c0 + nc) of one group's im2col matrix straight into
 // packed-B panel layout (gemm.h). Row = (input channel, kd, kh, kw); column = output position.
-// Panel by panel, so the writes are sequential; within a panel, runs of columns that share an
-// output row read consecutive (or strided) positions of the padded input: a run is one copy.
+// Within a panel, runs of columns that share an output row read consecutive (or strided)
+// positions of the padded input: a run is one copy. Row by row, each row across all panels: the
+// reads then walk along the input's rows (panel by panel, each of the kc rows was a separate
+// stream, and the loads stalled on L2).
 void im2col_block(const Geom& g, const PaddedInput& in, const float* xg, std::int64_t k0, std::int64_t kc,
                   std::int64_t c0, std::int64_t nc, float* dst) {
   const std::int64_t kprod = g.k_size(), plane = in.plane(), row_len = in.dims[2], slice = in.dims[1] * in.dims[2];
-  // Per row: where its tap sits relative to a column's first input position.
-  std::vector<std::int64_t> row_offset(static_cast<std::size_t>(kc));
-  for (std::int64_t r = 0; r < kc; ++r) {
-    const std::int64_t row = k0 + r, ci = row / kprod, rem = row % kprod;
-    const std::int64_t kd = rem / (g.k[1] * g.k[2]), kh = (rem / g.k[2]) % g.k[1], kw = rem % g.k[2];
-    row_offset[std::size_t(r)] = ci * plane + kd * g.d[0] * slice + kh * g.d[1] * row_len + kw * g.d[2];
-  }
   // Runs of columns inside one panel and one output row: lane, length, first input position.
   struct Run {
     std::int64_t lane, len, offset;
   };
-  std::vector<Run> runs;
-  const std::int64_t s = g.s[2];
+  thread_local std::vector<Run> runs;
+  thread_local std::vector<std::size_t> panel_runs;  // runs of panel p: [panel_runs[p], panel_runs[p + 1])
+  runs.clear();
+  panel_runs.clear();
+  const std::int64_t s = g.s[2], panels = (nc + NR - 1) / NR;
   for (std::int64_t p0 = 0; p0 < nc; p0 += NR) {
-    float* panel = dst + (p0 / NR) * kc * NR;
+    panel_runs.push_back(runs.size());
     const std::int64_t pn = std::min<std::int64_t>(NR, nc - p0);
-    runs.clear();
     for (std::int64_t t = 0; t < pn;) {
       const std::int64_t col = c0 + p0 + t, ow = col % g.out[2], rest = col / g.out[2];
       const std::int64_t len = std::min(pn - t, g.out[2] - ow);
@@ -171,20 +169,28 @@ void im2col_block(const Geom& g, const PaddedInput& in, const float* xg, std::in
       runs.push_back({t, len, od * g.s[0] * slice + oh * g.s[1] * row_len + ow * s});
       t += len;
     }
-    for (std::int64_t r = 0; r < kc; ++r) {
-      const float* base = xg + row_offset[std::size_t(r)];
-      float* out_row = panel + r * NR;
-      for (const Run& run : runs) {
+  }
+  panel_runs.push_back(runs.size());
+  const std::int64_t last_pn = nc - (panels - 1) * NR;
+  for (std::int64_t r = 0; r < kc; ++r) {
+    // Where this row's tap sits relative to a column's first input position.
+    const std::int64_t row = k0 + r, ci = row / kprod, rem = row % kprod;
+    const std::int64_t kd = rem / (g.k[1] * g.k[2]), kh = (rem / g.k[2]) % g.k[1], kw = rem % g.k[2];
+    const float* base = xg + ci * plane + kd * g.d[0] * slice + kh * g.d[1] * row_len + kw * g.d[2];
+    for (std::int64_t p = 0; p < panels; ++p) {
+      float* out_row = dst + p * kc * NR + r * NR;
+      for (std::size_t u = panel_runs[std::size_t(p)]; u < panel_runs[std::size_t(p) + 1]; ++u) {
+        const Run& run = runs[u];
         const float* src = base + run.offset;
         if (s == 1) {
           copy_run(src, out_row + run.lane, run.len);
         } else {
-          for (std::int64_t u = 0; u < run.len; ++u) out_row[run.lane + u] = src[u * s];
+          for (std::int64_t v = 0; v < run.len; ++v) out_row[run.lane + v] = src[v * s];
         }
       }
-      // Columns past nc in the last panel must be zero: the micro-kernel reads whole panels.
-      zero_run(out_row + pn, NR - pn);
     }
+    // Columns past nc in the last panel must be zero: the micro-kernel reads whole panels.
+    if (last_pn < NR) zero_run(dst + (panels - 1) * kc * NR + r * NR + last_pn, NR - last_pn);
   }
 }
 

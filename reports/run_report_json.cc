@@ -22,14 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-// Numbers that may be non-finite: null (not measured / not applicable), "inf", "-inf".
-json special_number(double v) {
-  if (std::isnan(v)) return nullptr;
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-json special_number(std::optional<double> v) { return v ? special_number(*v) : json(nullptr); }
-
 // A float cell written with the shortest digits that read back to the same float.
 json cell_json(float v) {
   if (!std::isfinite(v)) return special_number(double(v));

@@ -30,24 +30,33 @@ int run_calibrate(const CalibrateArgs& a) {
   o.out = a.out;
   if (!a.no_cache) o.cache_dir = a.cache.empty() ? q::default_calibration_cache() : std::filesystem::path(a.cache);
   const q::CalibrateSummary s = q::run_calibrate(o);
-  fmt::print("qeval calibrate: recipe '{}' ({}, level {}, fingerprint {}) on {}\n", s.recipe.name,
-             q::format_name(s.recipe.format), q::level_string(s.recipe.level), s.recipe.fingerprint(), s.model.string());
-  std::string cats;
-  for (std::size_t c = 1; c < q::kNodeCategoryCount; ++c)
-    if (s.selection.selected[c])
-      cats += fmt::format("{}{} {}", cats.empty() ? "" : ", ", s.selection.selected[c],
-                          q::category_name(static_cast<q::NodeCategory>(c)));
-  fmt::print("  selected {} nodes ({}); {} removed by default exclusions, {} by 'exclude', {} added by 'include'\n",
-             s.selection.targets.size(), cats, s.selection.excluded_by_default, s.selection.excluded_by_pattern,
-             s.selection.included_by_pattern);
-  if (s.cache_hit)
-    fmt::print("  calibration: reused from the cache ({})\n", s.data_description);
-  else
-    fmt::print("  calibration: {} over {} ({} model runs, {} steps) in {:.2f} s\n", s.calibration.method,
-               s.data_description, s.calibration.calls, s.calibration.total_steps, s.calibration.elapsed_s);
-  fmt::print("  quantized {} activations and {} weights; {} layers smoothed; opset {} -> {}\n",
-             s.quantized_activations, s.quantized_weights, s.smoothed_layers, s.opset_from, s.opset_to);
-  fmt::print("  wrote {}/scales.json and {}/quantized.onnx\n", a.out, a.out);
+  fmt::print("qeval calibrate: recipe '{}' ({}, level {}, fingerprint {})", s.recipe.name,
+             q::format_name(s.recipe.format), q::level_string(s.recipe.level), s.recipe.fingerprint());
+  if (s.models.size() == 1 && s.models[0].name.empty()) fmt::print(" on {}", s.models[0].model.string());
+  fmt::print("\n");
+  for (const q::CalibratedModel& m : s.models) {
+    std::string indent = "  ";
+    if (!m.name.empty()) {
+      fmt::print("  {} ({}):\n", m.name, m.model.string());
+      indent = "    ";
+    }
+    std::string cats;
+    for (std::size_t c = 1; c < q::kNodeCategoryCount; ++c)
+      if (m.selection.selected[c])
+        cats += fmt::format("{}{} {}", cats.empty() ? "" : ", ", m.selection.selected[c],
+                            q::category_name(static_cast<q::NodeCategory>(c)));
+    fmt::print("{}selected {} nodes ({}); {} removed by default exclusions, {} by 'exclude', {} added by 'include'\n",
+               indent, m.selection.targets.size(), cats, m.selection.excluded_by_default,
+               m.selection.excluded_by_pattern, m.selection.included_by_pattern);
+    if (m.cache_hit)
+      fmt::print("{}calibration: reused from the cache ({})\n", indent, m.data_description);
+    else
+      fmt::print("{}calibration: {} over {} ({} model runs, {} steps) in {:.2f} s\n", indent, m.calibration.method,
+                 m.data_description, m.calibration.calls, m.calibration.total_steps, m.calibration.elapsed_s);
+    fmt::print("{}quantized {} activations and {} weights; {} layers smoothed; opset {} -> {}\n", indent,
+               m.quantized_activations, m.quantized_weights, m.smoothed_layers, m.opset_from, m.opset_to);
+    fmt::print("{}wrote {} and {}\n", indent, (m.out / "scales.json").string(), (m.out / "quantized.onnx").string());
+  }
   return eval::kExitPass;
 }
 
@@ -59,6 +68,8 @@ Runner add_calibrate(CLI::App& app) {
       "quantized model: scales.json (amax per quantized tensor, per step where collected; weight\n"
       "amax per channel; SmoothQuant scales) and quantized.onnx (Q/DQ in TensorRT's convention,\n"
       "FP8 at opset 19). Results are cached by recipe + model + data fingerprints.\n"
+      "A segmentation pipeline's image encoder and mask decoder are calibrated on point prompts as\n"
+      "the pipeline runs them (encoder per image, decoder per prompt); each goes to OUT/<model>/.\n"
       "Exit: 0 written, 2 bad recipe, model, data or a recipe that selects nothing.");
   cmd->add_option("--recipe", a->recipe, "recipe JSON (recipes/*.json)")->required();
   cmd->add_option("--model", a->model, "the FP32 .onnx model to quantize");
@@ -66,9 +77,11 @@ Runner add_calibrate(CLI::App& app) {
                   "calibration samples: a folder of sample folders each holding <input>.npy "
                   "(the `qeval infer --inputs` layout), or one such folder");
   cmd->add_option("--pipeline", a->pipeline,
-                  "txt2img pipeline folder or pipeline.json: its UNet is calibrated per denoising step");
+                  "pipeline folder or pipeline.json: txt2img (its UNet, per denoising step) or segmentation "
+                  "(image encoder and mask decoder)");
   cmd->add_option("--prompts", a->prompts,
-                  "calibration prompts for --pipeline, one a line (default: pipeline.json's calibration set)");
+                  "calibration prompts for --pipeline: text prompts one a line, or a point-prompt set for "
+                  "segmentation (default: pipeline.json's calibration set)");
   cmd->add_option("--limit", a->limit, "use at most N prompts (default all)");
   cmd->add_option("--steps", a->steps, "denoising steps (default: the pipeline's)");
   cmd->add_option("--out", a->out, "output folder")->required();

@@ -68,7 +68,8 @@ struct Selection {
 };
 
 // Applies the recipe to the graph's classification. Throws InputError naming the recipe and the
-// model when nothing is selected, unless `allow_empty` (a pipeline model the recipe leaves alone).
+// model when nothing is selected, unless `allow_empty` (pipelines whose recipe may leave one of
+// their models alone).
 Selection select_nodes(const Graph& graph, const Recipe& recipe, bool allow_empty = false);
 
 }  // namespace qeval::eval::quant

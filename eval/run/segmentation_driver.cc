@@ -4,16 +4,13 @@
 
 #include <chrono>
 
-#include <fstream>
-
 #include "datasets/mask_io.h"
 #include "eval/compare_images.h"
 #include "eval/onnx_import.h"
 #include "eval/pipelines/segmentation.h"
 #include "eval/point_prompts.h"
-#include "eval/progress.h"
-#include "eval/quant/apply.h"
 #include "eval/quant/calibrate_run.h"
+#include "eval/quant/segmentation_calibration.h"
 #include "eval/run/drivers.h"
 #include "eval/run/outputs.h"
 #include "kernels/error.h"
@@ -25,68 +22,6 @@ namespace qeval::eval {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Calibration of one model of a segmentation pipeline on a point-prompt set, through the FP32
-// pipeline: the image encoder sees every distinct image once, the mask decoder every prompt (on the
-// FP32 encoder's embedding). No steps: every call is step 0.
-class SegmentationCalibrationSet : public quant::CalibrationSet {
- public:
-  SegmentationCalibrationSet(const SegmentationPipeline& pipeline, PointPromptSet set, std::string model,
-                             bool progress)
-      : pipeline_(pipeline), set_(std::move(set)), model_(std::move(model)), progress_(progress) {}
-
-  // Covers the prompts (images or scenes, points) and, for the decoder, the encoder's weights.
-  std::string fingerprint() const override {
-    std::uint64_t h = quant::fnv1a64(model_.data(), model_.size());
-    auto add = [&h](const std::string& s) { h = quant::fnv1a64(s.data(), s.size() + 1, h); };
-    if (model_ == "mask_decoder") add(quant::graph_fingerprint(pipeline_.image_encoder()));
-    for (const PointPrompt& p : set_.prompts) {
-      if (p.scene) {
-        add(fmt::format("scene {} {} {}", p.scene->seed, p.scene->index, p.scene->size));
-      } else {
-        std::ifstream in(p.image, std::ios::binary);
-        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        add("image " + quant::fnv1a64_hex(bytes.data(), bytes.size()));
-      }
-      for (const auto& pt : p.points) add(fmt::format("{} {} {}", pt.x, pt.y, pt.label));
-    }
-    return quant::hex64(h);
-  }
-  std::string describe() const override {
-    return fmt::format("{} point prompts of {}", set_.prompts.size(), set_.source.string());
-  }
-  int run(const Graph& reference, quant::RangeCollector& collector) override {
-    const SegmentationConfig& c = pipeline_.config();
-    const bool encoder = model_ == "image_encoder";
-    Session enc(encoder ? reference : pipeline_.image_encoder());
-    std::unique_ptr<Session> dec;
-    if (!encoder) dec = std::make_unique<Session>(reference);
-    ModelCallObserverFn observer([&](const ModelCall& call) -> Observer* {
-      if (call.model != model_) return nullptr;
-      collector.set_step(0);
-      return &collector;
-    });
-    Progress progress("calibrating " + model_, set_.prompts.size(), progress_ && stderr_is_terminal());
-    std::string key;
-    ImageEmbedding emb;
-    for (const PointPrompt& p : set_.prompts) {
-      if (p.image_key() != key) {  // prompts of one image are consecutive in a set
-        key = p.image_key();
-        emb = pipeline_.encode(enc, load_prompt_inputs(p, set_.source, c.channels).planes, &observer, p.id);
-      }
-      if (dec) pipeline_.decode(*dec, emb, p.points, &observer, p.id);
-      progress.tick();
-    }
-    progress.finish();
-    return 1;
-  }
-
- private:
-  const SegmentationPipeline& pipeline_;
-  PointPromptSet set_;
-  std::string model_;
-  bool progress_;
-};
 
 struct SegmentationThread : DriverThread {
   std::vector<SegmentationSessions> sessions;  // per variant
@@ -133,44 +68,34 @@ class SegmentationDriver : public RunDriver {
     return out;
   }
 
+  // Both models calibrated through the pipeline on the calibration prompts (encoder per image,
+  // decoder per prompt); a model the recipe selects nothing in keeps the reference's graph.
   RecipeGraphs recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool progress) const override {
     namespace q = quant;
-    const auto t0 = std::chrono::steady_clock::now();
     RecipeGraphs out;
+    const auto t0 = std::chrono::steady_clock::now();
+    const q::Recipe recipe = q::load_recipe(v.recipe);
     const SegmentationConfig& c = pipeline_->config();
     const fs::path prompts = spec.calibration.prompts.empty() ? c.calibration_prompts : spec.calibration.prompts;
     if (prompts.empty())
       throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
-                                   "{{\"prompts\": POINT_PROMPTS.jsonl}} in the run config ({})",
+                                   "{{\"prompts\": ...}} in the run config ({})",
                                    v.name, c.source.string(), kRunConfigDoc));
-    PointPromptSet set = read_point_prompts(prompts);
-    if (spec.calibration.count > 0 && set.prompts.size() > std::size_t(spec.calibration.count))
-      set.prompts.resize(std::size_t(spec.calibration.count));
-    const q::Recipe recipe = q::load_recipe(v.recipe);
+    const PointPromptSet set = q::read_point_prompts_limited(prompts, std::size_t(spec.calibration.count));
     const fs::path cache = spec.calibration.cache.empty() ? q::default_calibration_cache() : spec.calibration.cache;
-    std::string data_fp;
-    bool all_hit = true;
-    for (const std::string m : {"image_encoder", "mask_decoder"}) {
-      const auto base = graph(m, "");
-      q::Selection selection = q::select_nodes(*base, recipe, /*allow_empty=*/true);
-      if (selection.targets.empty()) {  // a model the recipe leaves alone stays the reference's
-        out.graphs[m] = base;
-        continue;
-      }
-      SegmentationCalibrationSet cal_set(*pipeline_, set, m, progress);
-      bool hit = false;
-      q::CalibrationResult cal = q::calibrate_cached(*base, selection, recipe, cal_set, cache, &hit);
-      all_hit = all_hit && hit;
-      data_fp += cal_set.fingerprint();
-      out.graphs[m] = std::make_shared<const Graph>(q::apply_recipe(*base, selection, recipe, cal).graph);
-      out.quantized.push_back({m, base, std::move(selection), std::move(cal)});
+    out.cache_hit = true;
+    std::string data_fingerprint;
+    for (auto& r : q::calibrate_segmentation(*pipeline_, recipe, set, cache, progress)) {
+      out.graphs[r.model] = std::make_shared<const Graph>(std::move(r.applied.graph));
+      out.quantized.push_back({r.model, graph(r.model, ""), std::move(r.selection), std::move(r.calibration)});
+      out.cache_hit = out.cache_hit && r.cache_hit;
+      data_fingerprint = r.data_fingerprint;  // the same set for both models
     }
-    if (out.quantized.empty()) q::select_nodes(*graph("image_encoder", ""), recipe);  // InputError: selects nothing
+    for (const std::string m : {"image_encoder", "mask_decoder"})
+      if (!out.graphs.count(m)) out.graphs[m] = graph(m, "");
     out.parsed = recipe;
     out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
-    out.calibration = reports::Artifact{"calibration point prompts", prompts.string(),
-                                        "fnv1a64:" + q::fnv1a64_hex(data_fp.data(), data_fp.size())};
-    out.cache_hit = all_hit;
+    out.calibration = reports::Artifact{"calibration point prompts", prompts.string(), "fnv1a64:" + data_fingerprint};
     out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }

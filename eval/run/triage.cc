@@ -463,7 +463,9 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     r.description = fmt::format(
         "{}{}qeval triage of variant '{}' ({} {} {} -> {} with {} of {} quantized nodes kept in {}; {} search, "
         "{} runs; gate {}).",
-        recipe.parsed.description, recipe.parsed.description.empty() ? "" : " ", target_spec.name, metric.key,
+        recipe.parsed.description,
+        recipe.parsed.description.empty() ? "" : (recipe.parsed.description.back() == '.' ? " " : ". "),
+        target_spec.name, metric.key,
         "mean", fmt_metric(report.metric_full), fmt_metric(best->metric), best->kept.size(), n, report.precision,
         best->strategy, best->runs, gate_in.source);
     for (const auto& k : best->kept)

@@ -70,6 +70,30 @@ TEST(RunCli, TinySamPointPromptsCompareMasks) {
   EXPECT_TRUE(j["samples"][0]["results"][1]["metrics"].contains("mask_iou"));
 }
 
+TEST(RunCli, TinySamRecipeVariantCalibratesBothModelsAndGivesMaskIou) {
+  testing::ScratchDir dir("run-cli-sam-recipe");
+  const auto config = write_config(dir, "c.json", R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() + R"(", "count": 4,
+    "calibration": {"count": 12, "cache": ")" + (dir / "cache").string() + R"("},
+    "variants": [{"name": "fp32"},
+                 {"name": "int8", "recipe": ")" + (testing::source_dir() / "recipes/int8-level3.json").string() + R"("}]})");
+  const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string() + " --no-layers");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(schema_errors(dir / "out/report.json"), "");
+  const auto j = testing::read_json(dir / "out/report.json");
+  const auto& int8 = j["variants"][1];
+  EXPECT_EQ(int8["kind"], "recipe");
+  EXPECT_GT(int8["quantized_nodes"].get<int>(), 60);  // encoder and decoder
+  EXPECT_EQ(int8["summary"]["timings"][1]["name"], "calibration_s");
+  ASSERT_EQ(j["samples"].size(), 4u);
+  for (const auto& sample : j["samples"]) {
+    const double iou = sample["results"][1]["metrics"]["mask_iou"].get<double>();
+    EXPECT_GT(iou, 0.5) << sample["id"];
+    EXPECT_LE(iou, 1.0) << sample["id"];
+  }
+  EXPECT_EQ(testing::read_json(dir / "out/report.json")["config"]["pipeline"], "segmentation");
+}
+
 TEST(RunCli, SingleModelWithARecipeVariantCalibratesOnceThenReadsTheCache) {
   testing::ScratchDir dir("run-cli-single");
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";

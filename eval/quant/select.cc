@@ -250,7 +250,8 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
                      " (" + std::to_string(total) + " quantizable nodes; level " +
                      level_string(recipe.level) + ", " + std::to_string(s.excluded_by_default) +
                      " removed by the default exclusions, " + std::to_string(s.excluded_by_pattern) +
-                     " by 'exclude', " + std::to_string(s.excluded_by_name) + " by 'exclude_nodes')");
+                     " by 'exclude'" +
+                     (s.excluded_by_name ? ", " + std::to_string(s.excluded_by_name) + " by 'exclude_nodes'" : "") + ")");
   }
   return s;
 }

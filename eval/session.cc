@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 
@@ -159,6 +160,53 @@ class AttentionKernel final : public FusedKernel {
  private:
   kernels::AttentionShape shape_;
   kernels::AttentionScratch scratch_;
+};
+
+// A chain of elementwise float ops, each feeding only the next, in one pass over memory: blocks of
+// elements go through every op's run_elementwise (the loop its run() uses) while in L1.
+class ElementwiseChainKernel final : public FusedKernel {
+ public:
+  struct Stage {
+    const Op* op;
+    int arity;
+    int chain_operand;  // binary ops: which operand (0 or 1) is the chain's running value
+    int other = -1;     // binary ops: index of the other operand among the kernel's inputs
+    bool other_scalar = false;
+    Rounding rounding = Rounding::kNone;  // of the stage's output (the last one: the executor's)
+  };
+  explicit ElementwiseChainKernel(std::vector<Stage> stages) : stages_(std::move(stages)) {}
+  void run(std::span<const Tensor* const> in, Tensor& out) override {
+    const std::int64_t n = out.numel();
+    float* y = out.data<float>();
+    kernels::for_each_chunk(n, [&](std::int64_t c0, std::int64_t c1) {
+      constexpr std::int64_t kBlock = 1024;
+      alignas(64) float buf[2][kBlock];
+      for (std::int64_t i0 = c0; i0 < c1; i0 += kBlock) {
+        const std::int64_t len = std::min(kBlock, c1 - i0);
+        const float* cur = in[0]->data<float>() + i0;
+        for (std::size_t k = 0; k < stages_.size(); ++k) {
+          const Stage& st = stages_[k];
+          float* dst = k + 1 == stages_.size() ? y + i0 : buf[k % 2];
+          if (st.arity == 1) {
+            st.op->run_elementwise(cur, 1, nullptr, 0, dst, len);
+          } else {
+            const float* other = in[std::size_t(st.other)]->data<float>() + (st.other_scalar ? 0 : i0);
+            const std::int64_t step = st.other_scalar ? 0 : 1;
+            if (st.chain_operand == 0) st.op->run_elementwise(cur, 1, other, step, dst, len);
+            else st.op->run_elementwise(other, step, cur, 1, dst, len);
+          }
+          if (k + 1 < stages_.size()) {
+            if (st.rounding == Rounding::kFp16) round_to_float16(dst, std::size_t(len));
+            else if (st.rounding == Rounding::kBf16) round_to_bfloat16(dst, std::size_t(len));
+          }
+          cur = dst;
+        }
+      }
+    });
+  }
+
+ private:
+  std::vector<Stage> stages_;
 };
 
 }  // namespace
@@ -432,9 +480,75 @@ void Session::fuse(Plan& p) const {
     // The fused step stands where the second MatMul stood: Q, K^T and V all exist by then.
     fused_at[std::size_t(mm2)] = {std::make_shared<AttentionKernel>(a), {q, kt, v}};
   }
+  // Chains of elementwise float ops with the same output shape, each intermediate read only by the
+  // next op; the other operand of a binary op is a constant scalar or a tensor of that shape made
+  // outside the chain.
+  for (std::size_t s = 0; s < p.steps.size(); ++s) {
+    if (absorbed[s] || fused_at[s].kernel) continue;
+    auto elementwise = [&](std::size_t t) {
+      const Plan::Step& st = p.steps[t];
+      const int arity = ops_[st.node]->elementwise_arity();
+      if (st.folded || absorbed[t] || fused_at[t].kernel || arity == 0 || st.out.size() != 1 || !f32(st.out[0]) ||
+          int(st.in.size()) != arity)
+        return 0;
+      for (int id : st.in)
+        if (!f32(id)) return 0;
+      return arity;
+    };
+    if (!elementwise(s)) continue;
+    const Shape& shape = meta(p.steps[s].out[0]).shape;
+    std::vector<int> inputs;
+    std::vector<ElementwiseChainKernel::Stage> stages;
+    std::vector<std::size_t> members;
+    // The first op: its chain input is an operand of the output's shape.
+    {
+      const Plan::Step& st = p.steps[s];
+      ElementwiseChainKernel::Stage first{ops_[st.node].get(), elementwise(s), 0};
+      const int chain = meta(st.in[0]).shape == shape ? 0 : 1;
+      if (meta(st.in[std::size_t(chain)]).shape != shape) continue;
+      inputs.push_back(st.in[std::size_t(chain)]);
+      if (first.arity == 2) {
+        const int other = st.in[std::size_t(1 - chain)];
+        first.chain_operand = chain;
+        first.other_scalar = meta(other).shape != shape;
+        if (first.other_scalar && shape_numel(meta(other).shape) != 1) continue;
+        first.other = int(inputs.size());
+        inputs.push_back(other);
+      }
+      first.rounding = p.rounding[std::size_t(st.out[0])];
+      stages.push_back(first);
+      members.push_back(s);
+    }
+    for (std::ptrdiff_t next = sole_reader(s); next >= 0; next = sole_reader(members.back())) {
+      const std::size_t t = std::size_t(next);
+      const Plan::Step& st = p.steps[t];
+      const int arity = elementwise(t);
+      if (!arity || meta(st.out[0]).shape != shape) break;
+      const int value = p.steps[members.back()].out[0];
+      ElementwiseChainKernel::Stage stage{ops_[st.node].get(), arity, st.in[0] == value ? 0 : 1};
+      if (arity == 2) {
+        const int other = st.in[std::size_t(1 - stage.chain_operand)];
+        if (other == value) break;
+        stage.other_scalar = meta(other).shape != shape;
+        if (stage.other_scalar && shape_numel(meta(other).shape) != 1) break;
+        stage.other = int(inputs.size());
+        inputs.push_back(other);
+      } else if (st.in[0] != value) {
+        break;
+      }
+      stage.rounding = p.rounding[std::size_t(st.out[0])];
+      stages.push_back(stage);
+      members.push_back(t);
+    }
+    if (members.size() < 2) continue;
+    for (std::size_t m : members) absorbed[m] = true;
+    fused_at[members.back()] = {std::make_shared<ElementwiseChainKernel>(std::move(stages)), std::move(inputs)};
+  }
+
   if (std::none_of(fused_at.begin(), fused_at.end(), [](const Fused& f) { return f.kernel != nullptr; })) return;
   for (std::size_t s = 0; s < p.steps.size(); ++s) {
     if (fused_at[s].kernel) {
+      // The fused step stands where the group's last node stood: its inputs all exist by then.
       Plan::Step st;
       st.node = p.steps[s].node;
       st.in = fused_at[s].inputs;
@@ -521,9 +635,14 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   };
 
   BufferPool& pool = *pool_;
+  // Inputs converted to storage form above are activations too (their release subtracts them).
   std::size_t live = 0, live_exact = 0;
-  peak_bytes_ = 0;
-  live_peak_bytes_ = 0;
+  for (const Tensor& t : slots) {
+    live += t.capacity();
+    live_exact += t.nbytes();
+  }
+  peak_bytes_ = live;
+  live_peak_bytes_ = live_exact;
   std::vector<const Tensor*> ins, out_views;
   std::vector<Tensor*> outs;
   // Observers see every node, so they get the unfused steps (the same bits, only slower).

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/scratch.h"
 
 namespace qeval::kernels {
 namespace {
@@ -101,67 +103,94 @@ std::int64_t product(const std::vector<std::int64_t>& v) {
   return n;
 }
 
+// The input with its padding materialised (zeros around each channel's plane), so that im2col reads
+// every tap without bounds checks. Without padding it is the input itself.
+struct PaddedInput {
+  const float* data = nullptr;
+  std::int64_t dims[3] = {1, 1, 1};  // padded extents (depth, height, width)
+  std::int64_t plane() const { return dims[0] * dims[1] * dims[2]; }
+};
+
+PaddedInput pad_input(const Geom& g, const ConvParams& p, const float* x, ConvScratch& storage) {
+  PaddedInput in;
+  const std::size_t r = p.in_spatial.size(), lead = 3 - r;
+  bool any = false;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::int64_t pe = i >= lead ? p.pads_end[i - lead] : 0;
+    in.dims[i] = g.in[i] + g.pb[i] + pe;
+    any |= g.pb[i] != 0 || pe != 0;
+  }
+  if (!any) {
+    in.data = x;
+    return in;
+  }
+  const std::int64_t planes = p.batch * p.in_channels, plane = in.plane();
+  float* dst = storage.get(std::size_t(planes * plane));
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, planes), [&](const auto& range) {
+    for (std::int64_t c = range.begin(); c < range.end(); ++c) {
+      float* d = dst + c * plane;
+      const float* src = x + c * g.in_size();
+      std::fill(d, d + plane, 0.0f);
+      for (std::int64_t z = 0; z < g.in[0]; ++z)
+        for (std::int64_t h = 0; h < g.in[1]; ++h)
+          std::memcpy(d + ((z + g.pb[0]) * in.dims[1] + h + g.pb[1]) * in.dims[2] + g.pb[2],
+                      src + (z * g.in[1] + h) * g.in[2], sizeof(float) * std::size_t(g.in[2]));
+    }
+  });
+  in.data = dst;
+  return in;
+}
+
 // Writes rows [k0, k0 + kc) and columns [c0, c0 + nc) of one group's im2col matrix straight into
 // packed-B panel layout (gemm.h). Row = (input channel, kd, kh, kw); column = output position.
-// Panel by panel, so the writes are sequential; within a panel, runs of columns that share an
-// output row read consecutive (or strided) input positions.
-void im2col_block(const Geom& g, const float* xg, std::int64_t k0, std::int64_t kc, std::int64_t c0,
-                  std::int64_t nc, float* dst) {
-  const std::int64_t kprod = g.k_size(), in_size = g.in_size();
-  // Per row: the input channel plane and the kernel offsets, decoded once.
-  struct RowInfo {
-    const float* plane;
-    std::int64_t dd, dh, dw;  // kernel offset times dilation, minus the leading pad
-  };
-  std::vector<RowInfo> rows(static_cast<std::size_t>(kc));
-  for (std::int64_t r = 0; r < kc; ++r) {
-    const std::int64_t row = k0 + r, ci = row / kprod, rem = row % kprod;
-    const std::int64_t kd = rem / (g.k[1] * g.k[2]), kh = (rem / g.k[2]) % g.k[1], kw = rem % g.k[2];
-    rows[std::size_t(r)] = {xg + ci * in_size, kd * g.d[0] - g.pb[0], kh * g.d[1] - g.pb[1], kw * g.d[2] - g.pb[2]};
-  }
-  // Runs of columns inside one panel and one output row.
+// Within a panel, runs of columns that share an output row read consecutive (or strided)
+// positions of the padded input: a run is one copy. Row by row, each row across all panels: the
+// reads then walk along the input's rows (panel by panel, each of the kc rows was a separate
+// stream, and the loads stalled on L2).
+void im2col_block(const Geom& g, const PaddedInput& in, const float* xg, std::int64_t k0, std::int64_t kc,
+                  std::int64_t c0, std::int64_t nc, float* dst) {
+  const std::int64_t kprod = g.k_size(), plane = in.plane(), row_len = in.dims[2], slice = in.dims[1] * in.dims[2];
+  // Runs of columns inside one panel and one output row: lane, length, first input position.
   struct Run {
-    std::int64_t lane, len, od, oh, ow;
+    std::int64_t lane, len, offset;
   };
-  std::vector<Run> runs;
+  thread_local std::vector<Run> runs;
+  thread_local std::vector<std::size_t> panel_runs;  // runs of panel p: [panel_runs[p], panel_runs[p + 1])
+  runs.clear();
+  panel_runs.clear();
+  const std::int64_t s = g.s[2], panels = (nc + NR - 1) / NR;
   for (std::int64_t p0 = 0; p0 < nc; p0 += NR) {
-    float* panel = dst + (p0 / NR) * kc * NR;
+    panel_runs.push_back(runs.size());
     const std::int64_t pn = std::min<std::int64_t>(NR, nc - p0);
-    runs.clear();
     for (std::int64_t t = 0; t < pn;) {
       const std::int64_t col = c0 + p0 + t, ow = col % g.out[2], rest = col / g.out[2];
       const std::int64_t len = std::min(pn - t, g.out[2] - ow);
-      runs.push_back({t, len, rest / g.out[1], rest % g.out[1], ow});
+      const std::int64_t od = rest / g.out[1], oh = rest % g.out[1];
+      runs.push_back({t, len, od * g.s[0] * slice + oh * g.s[1] * row_len + ow * s});
       t += len;
     }
-    for (std::int64_t r = 0; r < kc; ++r) {
-      const RowInfo& ri = rows[std::size_t(r)];
-      float* out_row = panel + r * NR;
-      for (const Run& run : runs) {
-        float* out = out_row + run.lane;
-        const std::int64_t id = run.od * g.s[0] + ri.dd, ih = run.oh * g.s[1] + ri.dh;
-        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
-          zero_run(out, run.len);
-          continue;
-        }
-        const float* src = ri.plane + (id * g.in[1] + ih) * g.in[2];
-        const std::int64_t ix0 = run.ow * g.s[2] + ri.dw;  // input column of out[0]
-        if (g.s[2] == 1) {
-          const std::int64_t lo = std::clamp<std::int64_t>(-ix0, 0, run.len);
-          const std::int64_t hi = std::clamp<std::int64_t>(g.in[2] - ix0, lo, run.len);
-          zero_run(out, lo);
-          copy_run(src + ix0 + lo, out + lo, hi - lo);
-          zero_run(out + hi, run.len - hi);
+  }
+  panel_runs.push_back(runs.size());
+  const std::int64_t last_pn = nc - (panels - 1) * NR;
+  for (std::int64_t r = 0; r < kc; ++r) {
+    // Where this row's tap sits relative to a column's first input position.
+    const std::int64_t row = k0 + r, ci = row / kprod, rem = row % kprod;
+    const std::int64_t kd = rem / (g.k[1] * g.k[2]), kh = (rem / g.k[2]) % g.k[1], kw = rem % g.k[2];
+    const float* base = xg + ci * plane + kd * g.d[0] * slice + kh * g.d[1] * row_len + kw * g.d[2];
+    for (std::int64_t p = 0; p < panels; ++p) {
+      float* out_row = dst + p * kc * NR + r * NR;
+      for (std::size_t u = panel_runs[std::size_t(p)]; u < panel_runs[std::size_t(p) + 1]; ++u) {
+        const Run& run = runs[u];
+        const float* src = base + run.offset;
+        if (s == 1) {
+          copy_run(src, out_row + run.lane, run.len);
         } else {
-          for (std::int64_t u = 0; u < run.len; ++u) {
-            const std::int64_t ix = ix0 + u * g.s[2];
-            out[u] = ix >= 0 && ix < g.in[2] ? src[ix] : 0.0f;
-          }
+          for (std::int64_t v = 0; v < run.len; ++v) out_row[run.lane + v] = src[v * s];
         }
       }
-      // Columns past nc in the last panel must be zero: the micro-kernel reads whole panels.
-      zero_run(out_row + pn, NR - pn);
     }
+    // Columns past nc in the last panel must be zero: the micro-kernel reads whole panels.
+    if (last_pn < NR) zero_run(dst + (panels - 1) * kc * NR + r * NR + last_pn, NR - last_pn);
   }
 }
 
@@ -257,9 +286,9 @@ void check_packed(const ConvParams& p, const PackedConvWeights& packed, std::int
 // im2col + GEMM: weights packed once per group (or prepacked); tasks over (image, group, row chunk,
 // column tile) each im2col their own B blocks into a private buffer and run all their k blocks.
 void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* w, const float* bias, float* y,
-               const PackedConvWeights* packed) {
+               const PackedConvWeights* packed, ConvScratch& scratch) {
   const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
-  const std::int64_t kdim = cin_g * g.k_size(), ncols = g.out_size(), in_size = g.in_size();
+  const std::int64_t kdim = cin_g * g.k_size(), ncols = g.out_size();
   PackedConvWeights own;
   if (!packed) {
     own = pack_conv_weights(p, w);
@@ -267,6 +296,7 @@ void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* 
   }
   check_packed(p, *packed, cout_g, kdim);
   const std::vector<PackedA>& weights = packed->groups;
+  const PaddedInput padded = pad_input(g, p, x, scratch);
 
   // Column tiles of up to 256 keep a task's B block (KC x 256 floats) and C tile in L2; narrower
   // tiles and row chunks only when there would be too few tasks for the cores. The split never
@@ -283,20 +313,20 @@ void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* 
   tbb::parallel_for(
       tbb::blocked_range<std::int64_t>(0, images * row_chunks * col_tiles, 1),
       [&](const auto& range) {
-        AlignedFloats b_buf = alloc_aligned_floats(std::size_t(packed_b_floats(KC, nt)));
+        float* b_buf = thread_scratch(ScratchSlot::kConvB, std::size_t(packed_b_floats(KC, nt)));
         for (std::int64_t t = range.begin(); t < range.end(); ++t) {
           const std::int64_t img = t / (row_chunks * col_tiles), rest = t % (row_chunks * col_tiles);
           const std::int64_t n = img / p.groups, grp = img % p.groups;
           const std::int64_t m0 = (rest / col_tiles) * mt, mc = std::min(mt, cout_g - m0);
           const std::int64_t c0 = (rest % col_tiles) * nt, nc = std::min(nt, ncols - c0);
-          const float* xg = x + (n * p.in_channels + grp * cin_g) * in_size;
+          const float* xg = padded.data + (n * p.in_channels + grp * cin_g) * padded.plane();
           float* yt = y + (n * p.out_channels + grp * cout_g + m0) * ncols + c0;
           for (std::int64_t k0 = 0; k0 < kdim; k0 += KC) {
             const std::int64_t kc = std::min<std::int64_t>(KC, kdim - k0);
-            im2col_block(g, xg, k0, kc, c0, nc, b_buf.get());
+            im2col_block(g, padded, xg, k0, kc, c0, nc, b_buf);
             for (std::int64_t i = 0; i < mc; i += MC)
               gemm_packed_block(std::min<std::int64_t>(MC, mc - i), nc, kc, weights[std::size_t(grp)].block(m0 + i, k0),
-                                b_buf.get(), 1.0f, k0 == 0 ? 0.0f : 1.0f, yt + i * ncols, ncols);
+                                b_buf, 1.0f, k0 == 0 ? 0.0f : 1.0f, yt + i * ncols, ncols);
           }
           if (bias)
             for (std::int64_t i = 0; i < mc; ++i) {
@@ -368,13 +398,19 @@ PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w) {
   return packed;
 }
 
+float* ConvScratch::get(std::size_t n) {
+  if (n > size) data = alloc_aligned_floats(n), size = n;
+  return data.get();
+}
+
 void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
-          const PackedConvWeights* packed) {
+          const PackedConvWeights* packed, ConvScratch* scratch) {
   validate(p, false);
   const Geom g = geom3(p);
   if (p.batch == 0 || g.out_size() == 0) return;
   if (uses_depthwise(p)) return conv_depthwise(p, g, x, w, bias, y);
-  conv_gemm(p, g, x, w, bias, y, packed && !packed->groups.empty() ? packed : nullptr);
+  ConvScratch own;
+  conv_gemm(p, g, x, w, bias, y, packed && !packed->groups.empty() ? packed : nullptr, scratch ? *scratch : own);
 }
 
 void conv_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
@@ -416,7 +452,7 @@ PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* 
 }
 
 void conv_transpose(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
-                    const PackedConvWeights* packed) {
+                    const PackedConvWeights* packed, ConvScratch* scratch) {
   validate(p, true);
   const Geom g = geom3(p);
   const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
@@ -426,11 +462,12 @@ void conv_transpose(const ConvParams& p, const float* x, const float* w, const f
   // cols[(oc, k), input position] = sum over input channels of w * x: one GEMM per (image, group),
   // then each output channel gathers its kprod rows (col2im), one channel per task.
   const std::int64_t rows = cout_g * kprod;
-  AlignedFloats cols = alloc_aligned_floats(std::size_t(rows * in_size));
+  ConvScratch own;
+  float* cols = (scratch ? *scratch : own).get(std::size_t(rows * in_size));
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t grp = 0; grp < p.groups; ++grp) {
       const GemmShape shape{true, false, rows, in_size, cin_g, rows, in_size, in_size};
-      sgemm(shape, 1.0f, w + grp * cin_g * rows, x + (n * p.in_channels + grp * cin_g) * in_size, 0.0f, cols.get(),
+      sgemm(shape, 1.0f, w + grp * cin_g * rows, x + (n * p.in_channels + grp * cin_g) * in_size, 0.0f, cols,
             packed ? &packed->groups[std::size_t(grp)] : nullptr);
       tbb::parallel_for(std::int64_t(0), cout_g, [&](std::int64_t oc) {
         float* yc = y + (n * p.out_channels + grp * cout_g + oc) * out_size;
@@ -438,7 +475,7 @@ void conv_transpose(const ConvParams& p, const float* x, const float* w, const f
         for (std::int64_t kd = 0; kd < g.k[0]; ++kd)
           for (std::int64_t kh = 0; kh < g.k[1]; ++kh)
             for (std::int64_t kw = 0; kw < g.k[2]; ++kw) {
-              const float* crow = cols.get() + (oc * kprod + (kd * g.k[1] + kh) * g.k[2] + kw) * in_size;
+              const float* crow = cols + (oc * kprod + (kd * g.k[1] + kh) * g.k[2] + kw) * in_size;
               const std::int64_t off = kw * g.d[2] - g.pb[2], s = g.s[2];
               // Input columns whose output lands inside the row: 0 <= iw * s + off < out.
               const std::int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;

@@ -55,11 +55,20 @@ struct PackedConvWeights {
 PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w);
 PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w);
 
+// Buffers a caller keeps between conv / conv_transpose calls (the padded input, ConvTranspose's
+// columns), so that repeated calls reuse pages instead of faulting in fresh ones. One call at a time.
+struct ConvScratch {
+  AlignedFloats data;
+  std::size_t size = 0;
+  float* get(std::size_t n);
+};
+
 // y = conv(x, w) + bias (bias may be null). x, w, y dense NC... row-major; y is fully written.
 // `packed` (from pack_conv_weights for these weights, or null) saves the packing; same results.
+// `scratch` (or null: allocate per call) holds temporaries.
 // Throws std::invalid_argument on inconsistent parameters. Results do not depend on the thread count.
 void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
-          const PackedConvWeights* packed = nullptr);
+          const PackedConvWeights* packed = nullptr, ConvScratch* scratch = nullptr);
 // Direct definition, single-threaded; accumulates each output over (input channel, kernel offsets)
 // in order, padded positions contributing zero products.
 void conv_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
@@ -67,7 +76,7 @@ void conv_reference(const ConvParams& p, const float* x, const float* w, const f
 // y = conv_transpose(x, w) + bias; x is [batch, in_channels, in_spatial...], y [batch, out_channels,
 // out_spatial...].
 void conv_transpose(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
-                    const PackedConvWeights* packed = nullptr);
+                    const PackedConvWeights* packed = nullptr, ConvScratch* scratch = nullptr);
 void conv_transpose_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y);
 
 }  // namespace qeval::kernels

@@ -87,19 +87,42 @@ void broadcast_map(const Shape& out, const Shape& a_shape, const Shape& b_shape,
   });
 }
 
+// f(i0, i1) over [0, n) in chunks of kElementwiseGrain, threaded when there is more than one.
+template <class F>
+void for_each_chunk(std::int64_t n, F f) {
+  if (n <= kElementwiseGrain) return f(std::int64_t(0), n);
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (n + kElementwiseGrain - 1) / kElementwiseGrain), [&](const auto& r) {
+    for (std::int64_t t = r.begin(); t < r.end(); ++t) f(t * kElementwiseGrain, std::min(n, (t + 1) * kElementwiseGrain));
+  });
+}
+
 // y[i] = f(x[i]) for i < n, threaded.
 template <class T, class R, class F>
 void unary_map(const T* x, R* y, std::int64_t n, F f) {
-  auto run = [&](std::int64_t i0, std::int64_t i1) {
+  for_each_chunk(n, [&](std::int64_t i0, std::int64_t i1) {
     const T* __restrict xs = x;
     R* __restrict ys = y;
     for (std::int64_t i = i0; i < i1; ++i) ys[i] = f(xs[i]);
-  };
-  if (n <= kElementwiseGrain) return run(0, n);
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (n + kElementwiseGrain - 1) / kElementwiseGrain), [&](const auto& r) {
-    for (std::int64_t t = r.begin(); t < r.end(); ++t)
-      run(t * kElementwiseGrain, std::min(n, (t + 1) * kElementwiseGrain));
   });
+}
+
+// y[i] = f(a[i * a_step], b[i * b_step]) for i < n, steps 0 or 1: the loop specialised per case so
+// the compiler vectorises it.
+template <class F>
+inline void binary_run(const float* a, std::int64_t a_step, const float* b, std::int64_t b_step, float* y,
+                       std::int64_t n, F f) {
+  if (a_step && b_step) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+  } else if (a_step) {
+    const float bv = b[0];
+    for (std::int64_t i = 0; i < n; ++i) y[i] = f(a[i], bv);
+  } else if (b_step) {
+    const float av = a[0];
+    for (std::int64_t i = 0; i < n; ++i) y[i] = f(av, b[i]);
+  } else {
+    const float v = f(a[0], b[0]);
+    for (std::int64_t i = 0; i < n; ++i) y[i] = v;
+  }
 }
 
 // erf(x) in float without branches the vectoriser cannot convert: x + x * P(x^2) below 0.921875,

@@ -2,11 +2,15 @@
 // (GCC vector extensions: AVX-512 where the target has it), cache blocking and TBB threading.
 #include "kernels/gemm.h"
 
+#include "kernels/scratch.h"
+
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -28,68 +32,99 @@ static_assert(NR % kLanes == 0, "NR must be a whole number of vectors");
 // Below this many multiply-adds the packing and task overhead outweighs the fast kernel.
 constexpr std::int64_t kSmallGemmMacs = 24 * 24 * 24;
 
-// C_tile = alpha * acc + beta * C_tile over a full MR x NR tile, beta == 0 meaning "do not read C".
-// The edge path runs the same code on a copy of the tile, so an element's value never depends on
-// whether it sat in an edge tile.
-inline void store_tile(V (&acc)[MR][NV], float* c, std::int64_t ldc, float alpha, float beta) {
-  if (beta == 0.0f) {
+// C_tile = alpha * acc + beta * C_tile over R full rows of a W-vector tile, beta == 0 meaning
+// "do not read C". The edge path runs the same code on a copy of the tile, so an element's value
+// never depends on whether it sat in an edge tile. alpha == 1 skips the multiply (1 * x == x for
+// every float, NaN included: the same bits).
+template <int R, int W>
+inline void store_tile(V (&acc)[R][W], float* c, std::int64_t ldc, float alpha, float beta) {
+  if (beta == 0.0f && alpha == 1.0f) {
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) *reinterpret_cast<VU*>(c + i * ldc + v * kLanes) = alpha * acc[i][v];
+      for (int v = 0; v < W; ++v) *reinterpret_cast<VU*>(c + i * ldc + v * kLanes) = acc[i][v];
+  } else if (beta == 0.0f) {
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) *reinterpret_cast<VU*>(c + i * ldc + v * kLanes) = alpha * acc[i][v];
+  } else if (beta == 1.0f && alpha == 1.0f) {
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) {
+        VU* dst = reinterpret_cast<VU*>(c + i * ldc + v * kLanes);
+        *dst = *dst + acc[i][v];
+      }
   } else if (beta == 1.0f) {
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
+      for (int v = 0; v < W; ++v) {
         VU* dst = reinterpret_cast<VU*>(c + i * ldc + v * kLanes);
         *dst = *dst + alpha * acc[i][v];
       }
   } else {
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
+      for (int v = 0; v < W; ++v) {
         VU* dst = reinterpret_cast<VU*>(c + i * ldc + v * kLanes);
         *dst = beta * *dst + alpha * acc[i][v];
       }
   }
 }
 
-// acc = A panel (kc x MR, row r of the panel = k index) times B panel (kc x NR); then stores.
-// Every element is a sequential sum over k starting from zero.
+// acc = the first R rows of an A panel (kc x MR, row r of the panel = k index) times the first W
+// vectors of a B panel (kc x NR); then stores. Every element is a sequential sum over k starting
+// from zero, the same operations whatever R and W: edge panels with fewer rows (R = mr) or at most
+// one vector of columns (W = 1, e.g. attention's P x V with 16-wide heads) skip the zero rows' and
+// columns' work and give the bits the full kernel would.
+template <int R, int W>
 void micro_kernel(std::int64_t kc, const float* __restrict pa, const float* __restrict pb, float* c,
-                  std::int64_t ldc, int mr, int nr, float alpha, float beta) {
-  V acc[MR][NV];
+                  std::int64_t ldc, int nr, float alpha, float beta) {
+  V acc[R][W];
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = V{};
+    for (int v = 0; v < W; ++v) acc[i][v] = V{};
   for (std::int64_t p = 0; p < kc; ++p) {
-    V b[NV];
+    V b[W];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) b[v] = *reinterpret_cast<const V*>(pb + v * kLanes);
+    for (int v = 0; v < W; ++v) b[v] = *reinterpret_cast<const V*>(pb + v * kLanes);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < R; ++i) {
       const float ai = pa[i];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] += ai * b[v];
+      for (int v = 0; v < W; ++v) acc[i][v] += ai * b[v];
     }
     pa += MR;
     pb += NR;
   }
-  if (mr == MR && nr == NR) {
-    store_tile(acc, c, ldc, alpha, beta);
+  constexpr int kCols = W * kLanes;
+  if (nr == kCols) {
+    store_tile<R, W>(acc, c, ldc, alpha, beta);
     return;
   }
-  alignas(64) float tile[MR * NR];
+  alignas(64) float tile[R * kCols];
   if (beta != 0.0f) {
-    std::fill(tile, tile + MR * NR, 0.0f);
-    for (int i = 0; i < mr; ++i) std::memcpy(tile + i * NR, c + i * ldc, sizeof(float) * std::size_t(nr));
+    std::fill(tile, tile + R * kCols, 0.0f);
+    for (int i = 0; i < R; ++i) std::memcpy(tile + i * kCols, c + i * ldc, sizeof(float) * std::size_t(nr));
   }
-  store_tile(acc, tile, NR, alpha, beta);
-  for (int i = 0; i < mr; ++i) std::memcpy(c + i * ldc, tile + i * NR, sizeof(float) * std::size_t(nr));
+  store_tile<R, W>(acc, tile, kCols, alpha, beta);
+  for (int i = 0; i < R; ++i) std::memcpy(c + i * ldc, tile + i * kCols, sizeof(float) * std::size_t(nr));
 }
+
+using MicroKernel = void (*)(std::int64_t, const float*, const float*, float*, std::int64_t, int, float, float);
+
+template <int W, int... Rs>
+constexpr std::array<MicroKernel, sizeof...(Rs)> micro_kernels(std::integer_sequence<int, Rs...>) {
+  return {&micro_kernel<Rs + 1, W>...};
+}
+// kMicroKernels[w - 1][mr - 1] = micro_kernel<mr, w> for mr = 1 .. MR, w = 1 (nr <= 16) or NV.
+constexpr std::array<std::array<MicroKernel, MR>, 2> kMicroKernels = {
+    micro_kernels<1>(std::make_integer_sequence<int, MR>{}), micro_kernels<NV>(std::make_integer_sequence<int, MR>{})};
+static_assert(NV == 2, "kMicroKernels holds the one- and two-vector kernels");
 
 typedef int VI __attribute__((vector_size(64)));
 
@@ -329,6 +364,39 @@ void few_rows(const GemmShape& s, float alpha, const float* a, const float* b, f
   });
 }
 
+// C for products below kSmallGemmMacs with B not transposed: per row of C, W vectors of columns
+// accumulate a[i][p] * b[p][j] over p in order in registers (each element a sequential sum from
+// zero); leftover columns one at a time in the same order. No packing, no allocation.
+template <int W>
+inline void small_row_block(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c,
+                            std::int64_t i, std::int64_t j) {
+  V acc[W];
+  for (int v = 0; v < W; ++v) acc[v] = V{};
+  for (std::int64_t p = 0; p < s.k; ++p) {
+    const float aip = s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p];
+    const float* brow = b + p * s.ldb + j;
+    for (int v = 0; v < W; ++v) acc[v] += aip * *reinterpret_cast<const VU*>(brow + v * kLanes);
+  }
+  for (int v = 0; v < W; ++v) {
+    VU* dst = reinterpret_cast<VU*>(c + i * s.ldc + j + v * kLanes);
+    *dst = beta == 0.0f ? alpha * acc[v] : alpha * acc[v] + beta * *dst;
+  }
+}
+
+void small_gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
+  for (std::int64_t i = 0; i < s.m; ++i) {
+    std::int64_t j = 0;
+    for (; j + 4 * kLanes <= s.n; j += 4 * kLanes) small_row_block<4>(s, alpha, a, b, beta, c, i, j);
+    for (; j + kLanes <= s.n; j += kLanes) small_row_block<1>(s, alpha, a, b, beta, c, i, j);
+    for (; j < s.n; ++j) {
+      float acc = 0.0f;
+      for (std::int64_t p = 0; p < s.k; ++p) acc += (s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p]) * b[p * s.ldb + j];
+      float& dst = c[i * s.ldc + j];
+      dst = beta == 0.0f ? alpha * acc : alpha * acc + beta * dst;
+    }
+  }
+}
+
 void check_shape(const GemmShape& s) {
   if (s.m < 0 || s.n < 0 || s.k < 0) throw std::invalid_argument("sgemm: negative dimension");
 }
@@ -368,14 +436,14 @@ void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float
   tbb::parallel_for(
       tbb::blocked_range<std::int64_t>(0, batch * per, 1),
       [&](const auto& r) {
-        AlignedFloats a_buf = alloc_aligned_floats(std::size_t(MC) * KC);
+        float* a_buf = thread_scratch(ScratchSlot::kGemmA, std::size_t(MC) * KC);
         for (std::int64_t t = r.begin(); t < r.end(); ++t) {
           const std::int64_t e = t / per, tt = t % per;
           const std::int64_t i0 = (tt / g.n_chunks) * MC, j0 = (tt % g.n_chunks) * g.n_chunk;
           run_task(s, alpha, a[e], prepacked_a, prepacked_b ? *prepacked_b : packed[std::size_t(b_index[std::size_t(e)])],
                    beta, c[e], i0,
                    std::min<std::int64_t>(MC, s.m - i0), j0, std::min<std::int64_t>(g.n_chunk, s.n - j0),
-                   a_buf.get());
+                   a_buf);
         }
       },
       tbb::simple_partitioner());
@@ -398,9 +466,10 @@ void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const 
   for (std::int64_t jr = 0; jr < nc; jr += NR) {
     const int nr = int(std::min<std::int64_t>(NR, nc - jr));
     const float* bp = b_panels + (jr / NR) * kc * NR;
+    const auto& kernels = kMicroKernels[nr > kLanes ? 1 : 0];
     for (std::int64_t ir = 0; ir < mc; ir += MR) {
       const int mr = int(std::min<std::int64_t>(MR, mc - ir));
-      micro_kernel(kc, a_panels + (ir / MR) * kc * MR, bp, c + ir * ldc + jr, ldc, mr, nr, alpha, beta);
+      kernels[std::size_t(mr - 1)](kc, a_panels + (ir / MR) * kc * MR, bp, c + ir * ldc + jr, ldc, nr, alpha, beta);
     }
   }
 }
@@ -488,7 +557,8 @@ bool sgemm_uses_packing(const GemmShape& s) { return s.m * s.n * s.k > kSmallGem
 void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c,
            const PackedA* packed_a, const PackedB* packed_b) {
   check_shape(s);
-  if (s.m * s.n * s.k <= kSmallGemmMacs) return sgemm_reference(s, alpha, a, b, beta, c);
+  if (s.m * s.n * s.k <= kSmallGemmMacs)
+    return s.trans_b ? sgemm_reference(s, alpha, a, b, beta, c) : small_gemm(s, alpha, a, b, beta, c);
   if (s.m <= kFewRows) return few_rows(s, alpha, a, b, beta, c);
   check_packed(s, packed_a, packed_b);
   run_packed(s, 1, alpha, &a, &b, beta, &c, packed_a, packed_b);

@@ -24,7 +24,8 @@ struct GemmShape {
 class PackedA;
 class PackedB;
 
-// Chooses the path by size: tiny problems run the reference loops, m <= 4 the few-rows kernel,
+// Chooses the path by size: tiny problems run register-blocked loops without packing (the
+// reference loops when B is transposed), m <= 4 the few-rows kernel,
 // the rest the packed kernel. The packed kernel uses `packed_a` / `packed_b` (op(A) / op(B) packed
 // beforehand, e.g. constant weights) where given instead of packing the operand itself; the
 // results are the same bits either way. a and b are still needed for the other paths.

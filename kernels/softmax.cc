@@ -9,6 +9,10 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace qeval::kernels {
 
 namespace {
@@ -127,66 +131,149 @@ inline V16 exp_v16(V16 x) {
   return x < lo ? V16{} : (x == x ? result : x);
 }
 
+// exp_v16 for lanes known to hold no NaN and no +inf (a max-subtracted row of finite maximum):
+// the same formula, so the same bits, without the selects that only NaN and large inputs need.
+inline V16 exp_v16_nonpositive(V16 x) {
+  const V16 lo = splat(-87.33654f);
+  const V16 c = x < lo ? lo : x;
+  const V16 k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  V16 r = c - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  V16 p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const I16 bits = (__builtin_convertvector(k, I16) + 127) << 23;
+  const V16 result = p * __builtin_bit_cast(V16, bits);
+  return x < lo ? V16{} : result;
+}
+
+// The first `len` (< 16) floats at p, the other lanes `fill`; and the first `len` lanes of v
+// stored at p. AVX-512 masks where the target has them (a row's tail is then one vector
+// operation, not a copy through a buffer: short rows such as 65 or 77 keys spend much time there).
+inline V16 load_partial(const float* p, std::int64_t len, float fill) {
+#if defined(__AVX512F__)
+  return V16(_mm512_mask_loadu_ps(_mm512_set1_ps(fill), __mmask16((1u << len) - 1), p));
+#else
+  alignas(64) float t[kLanes];
+  for (int l = 0; l < kLanes; ++l) t[l] = l < len ? p[l] : fill;
+  return *reinterpret_cast<const V16*>(t);
+#endif
+}
+inline void store_partial(float* p, std::int64_t len, V16 v) {
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, __mmask16((1u << len) - 1), __m512(v));
+#else
+  for (std::int64_t l = 0; l < len; ++l) p[l] = v[l];
+#endif
+}
+
+// Lane-wise reductions of one vector by halving shuffles (log2 steps instead of a chain of 16).
+inline float max_lanes(V16 v) {
+  const I16 h8 = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
+  const I16 h4 = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
+  const I16 h2 = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
+  const I16 h1 = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
+  for (const I16& h : {h8, h4, h2, h1}) {
+    const V16 w = __builtin_shuffle(v, h);
+    v = w > v ? w : v;
+  }
+  return v[0];
+}
+
 // Max of a row; NaNs are skipped (they reach the output through the sum of exponentials).
-float row_max_f32(const float* x, std::int64_t n) {
+// *has_nan tells whether the row holds one. (Which of two equal-valued zeros is "the" maximum
+// does not matter: x - (+0) and x - (-0) have the same exponential.)
+float row_max_f32(const float* x, std::int64_t n, bool* has_nan) {
   V16 m[4] = {splat(x[0]), splat(x[0]), splat(x[0]), splat(x[0])};
+  I16 nan = I16{};
   std::int64_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes)
     for (int u = 0; u < 4; ++u) {
       const V16 v = *reinterpret_cast<const V16U*>(x + i + u * kLanes);
       m[u] = v > m[u] ? v : m[u];
+      nan |= v != v;
     }
   for (; i + kLanes <= n; i += kLanes) {
     const V16 v = *reinterpret_cast<const V16U*>(x + i);
     m[0] = v > m[0] ? v : m[0];
+    nan |= v != v;
   }
-  float best = x[0];
-  for (int u = 0; u < 4; ++u)
-    for (int l = 0; l < kLanes; ++l) best = m[u][l] > best ? m[u][l] : best;
-  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
-  return best;
+  if (i < n) {
+    // The tail, padded with x[0] (already in every lane).
+    const V16 v = load_partial(x + i, n - i, x[0]);
+    m[1] = v > m[1] ? v : m[1];
+    nan |= v != v;
+  }
+  m[0] = m[1] > m[0] ? m[1] : m[0];
+  m[2] = m[3] > m[2] ? m[3] : m[2];
+  bool any = x[0] != x[0];
+  for (int l = 0; l < kLanes; ++l) any |= nan[l] != 0;
+  *has_nan = any;
+  return max_lanes(m[2] > m[0] ? m[2] : m[0]);
 }
 
-// y = exp(x - m) for the row, returning the sum of y in double. Every element goes through the same
-// vector code (the tail is padded with -inf, whose exponential is 0), so an element's value does not
-// depend on its position; the sum's order is fixed by n alone.
+// y = exp(x - m) for the row, returning the sum of y. Every element goes through the same vector
+// code (the tail is padded with -inf, whose exponential is 0), so an element's value does not
+// depend on its position. The sum: float lanes over blocks of 256 elements (8 values a lane, the
+// tail in the last block), each block's lanes added in double: the order is fixed by n alone, and
+// the error stays near double's (a float lane adds at most 8 terms) at the cost of float adds.
+// `finite`: the row has no NaN and m is finite, so x - m <= 0 or -inf (the cheaper exponential).
+template <bool finite>
 double exp_and_sum(const float* x, float* y, std::int64_t n, float m) {
   const V16 vm = splat(m);
-  D8 acc[4] = {D8{}, D8{}, D8{}, D8{}};
-  auto add = [&](const float* e, int slot) {
-    acc[slot] += __builtin_convertvector(*reinterpret_cast<const V8U*>(e), D8);
-    acc[slot + 1] += __builtin_convertvector(*reinterpret_cast<const V8U*>(e + 8), D8);
+  auto ex = [](V16 v) { return finite ? exp_v16_nonpositive(v) : exp_v16(v); };
+  D8 total[2] = {D8{}, D8{}};
+  auto flush = [&](V16 (&acc)[2]) {
+    const V16 s = acc[0] + acc[1];
+    const V8U* h = reinterpret_cast<const V8U*>(&s);
+    total[0] += __builtin_convertvector(h[0], D8);
+    total[1] += __builtin_convertvector(h[1], D8);
+    acc[0] = acc[1] = V16{};
   };
+  constexpr std::int64_t kBlock = 256;
+  V16 acc[2] = {V16{}, V16{}};
   std::int64_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    *reinterpret_cast<V16U*>(y + i) = exp_v16(*reinterpret_cast<const V16U*>(x + i) - vm);
-    *reinterpret_cast<V16U*>(y + i + kLanes) = exp_v16(*reinterpret_cast<const V16U*>(x + i + kLanes) - vm);
-    add(y + i, 0);
-    add(y + i + kLanes, 2);
+    const V16 a = ex(*reinterpret_cast<const V16U*>(x + i) - vm);
+    const V16 b = ex(*reinterpret_cast<const V16U*>(x + i + kLanes) - vm);
+    *reinterpret_cast<V16U*>(y + i) = a;
+    *reinterpret_cast<V16U*>(y + i + kLanes) = b;
+    acc[0] += a;
+    acc[1] += b;
+    if ((i + 2 * kLanes) % kBlock == 0) flush(acc);
   }
   for (; i < n; i += kLanes) {
     const std::int64_t len = std::min<std::int64_t>(kLanes, n - i);
-    alignas(64) float t[kLanes];
-    for (int l = 0; l < kLanes; ++l) t[l] = l < len ? x[i + l] : -INFINITY;
-    *reinterpret_cast<V16*>(t) = exp_v16(*reinterpret_cast<const V16*>(t) - vm);
-    add(t, 0);
-    for (std::int64_t l = 0; l < len; ++l) y[i + l] = t[l];
+    const V16 e = ex((len == kLanes ? V16(*reinterpret_cast<const V16U*>(x + i)) : load_partial(x + i, len, -INFINITY)) - vm);
+    acc[0] += e;
+    if (len == kLanes) *reinterpret_cast<V16U*>(y + i) = e;
+    else store_partial(y + i, len, e);
   }
-  const D8 total = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  flush(acc);
+  const D8 t = total[0] + total[1];
   double sum = 0;
-  for (int l = 0; l < 8; ++l) sum += total[l];
+  for (int l = 0; l < 8; ++l) sum += t[l];
   return sum;
 }
 
 void softmax_row_f32(const float* x, float* y, std::int64_t n, bool log) {
-  const float m = row_max_f32(x, n);
-  const double sum = exp_and_sum(x, y, n, m);
+  bool has_nan = false;
+  const float m = row_max_f32(x, n, &has_nan);
+  const bool finite = !has_nan && m > -INFINITY && m < INFINITY;
+  const double sum = finite ? exp_and_sum<true>(x, y, n, m) : exp_and_sum<false>(x, y, n, m);
   if (log) {
     const float lse = static_cast<float>(std::log(sum));
     for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - lse;
   } else {
     const float inv = static_cast<float>(1.0 / sum);
-    for (std::int64_t i = 0; i < n; ++i) y[i] *= inv;
+    const V16 vinv = splat(inv);
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) *reinterpret_cast<V16U*>(y + i) = *reinterpret_cast<const V16U*>(y + i) * vinv;
+    if (i < n) store_partial(y + i, n - i, load_partial(y + i, n - i, 0.0f) * vinv);
   }
 }
 

@@ -34,6 +34,20 @@ class ArithOp final : public Op {
                       std::string(dtype_name(in[1]->declared)));
     return {meta_like(*in[0], broadcast_shapes(node_, in[0]->shape, in[1]->shape))};
   }
+  int elementwise_arity() const override { return 2; }
+  void run_elementwise(const float* a, std::int64_t a_step, const float* b, std::int64_t b_step, float* y,
+                       std::int64_t n) const override {
+    // The functors of apply<float> (for Pow: a float32 exponent).
+    switch (kind_) {
+      case Arith::kAdd: return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x + z); });
+      case Arith::kSub: return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x - z); });
+      case Arith::kMul: return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x * z); });
+      case Arith::kDiv: return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x / z); });
+      case Arith::kPow:
+        return kernels::binary_run(a, a_step, b, b_step, y, n,
+                                   [](float x, float e) { return std::pow(x, static_cast<float>(static_cast<double>(e))); });
+    }
+  }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const Tensor& a = *in[0];
     const Tensor& b = *in[1];
@@ -289,6 +303,19 @@ class UnaryOp final : public UnaryOpBase {
  public:
   UnaryOp(const Node& node, F fn, std::vector<float> params, bool ints_ok = false)
       : UnaryOpBase(node, ints_ok), fn_(fn), params_(std::move(params)) {}
+  int elementwise_arity() const override { return 1; }
+  __attribute__((noinline)) void run_elementwise(const float* a, std::int64_t a_step, const float*, std::int64_t,
+                                                 float* y, std::int64_t n) const override {
+    const float* p = params_.data();
+    if (a_step == 0) {
+      const float v = fn_(a[0], p);
+      for (std::int64_t i = 0; i < n; ++i) y[i] = v;
+      return;
+    }
+    const float* __restrict xs = a;
+    float* __restrict ys = y;
+    for (std::int64_t i = 0; i < n; ++i) ys[i] = fn_(xs[i], p);
+  }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const Tensor& x = *in[0];
     Tensor& o = *out[0];
@@ -296,8 +323,14 @@ class UnaryOp final : public UnaryOpBase {
     const float* p = params_.data();
     const F fn = fn_;
     switch (x.dtype()) {
-      case DType::kFloat32:
-        return kernels::unary_map(x.data<float>(), o.data<float>(), n, [fn, p](float v) { return fn(v, p); });
+      case DType::kFloat32: {
+        // Through run_elementwise, so fused chains (eval/session.cc) run the very same loop.
+        const float* px = x.data<float>();
+        float* po = o.data<float>();
+        return kernels::for_each_chunk(n, [&](std::int64_t i0, std::int64_t i1) {
+          run_elementwise(px + i0, 1, nullptr, 0, po + i0, i1 - i0);
+        });
+      }
       case DType::kFloat64:
         return kernels::unary_map(x.data<double>(), o.data<double>(), n, [fn, p](double v) { return double(fn(float(v), p)); });
       case DType::kInt32:
@@ -325,6 +358,11 @@ class IntExactUnaryOp final : public Op {
  public:
   IntExactUnaryOp(const Node& node, bool neg, std::unique_ptr<Op> float_op)
       : node_(node), neg_(neg), float_(std::move(float_op)) {}
+  int elementwise_arity() const override { return 1; }
+  void run_elementwise(const float* a, std::int64_t a_step, const float* b, std::int64_t b_step, float* y,
+                       std::int64_t n) const override {
+    float_->run_elementwise(a, a_step, b, b_step, y, n);
+  }
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
     const DType t = in[0]->dtype;

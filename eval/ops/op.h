@@ -51,6 +51,17 @@ class Op {
   // very tensor (`in[i] == meta.value.get()`; the executor passes constants by that pointer, which
   // stays valid for the session's lifetime). run() must give the same results without it.
   virtual void prepare(std::span<const ValueMeta* const> inputs) { (void)inputs; }
+
+  // Elementwise float32 ops whose output has their input's shape may offer their computation on
+  // runs of elements, so the executor can run a chain of them in one pass over memory (fusion when
+  // no observer is attached). 0: not offered; 1: unary (y = f(a)); 2: binary (y = f(a, b)).
+  virtual int elementwise_arity() const { return 0; }
+  // y[i] = f(a[i * a_step], b[i * b_step]) for i < n (b unused by unary ops); steps are 0 (one value
+  // for the whole run) or 1. Must give the bits run() gives for the same float32 values.
+  virtual void run_elementwise(const float* a, std::int64_t a_step, const float* b, std::int64_t b_step, float* y,
+                               std::int64_t n) const {
+    (void)a, (void)a_step, (void)b, (void)b_step, (void)y, (void)n;
+  }
 };
 
 using OpFactory = std::unique_ptr<Op> (*)(const Node& node);

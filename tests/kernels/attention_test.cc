@@ -76,6 +76,7 @@ TEST(Attention, SameBitsAsTheUnfusedOps) {
       shape(2, 64, 4096, 32, 32),                      // long keys: row blocks of one panel
       shape(1, 29, 700, 300, 20, ScoreScale::kDiv, 8),  // head_dim over one k block
       shape(4, 16, 77, 32, 32, ScoreScale::kNone),     // cross-attention sizes, no scale
+      shape(4, 100, 300, 16, 16),                      // 16-wide heads: one-vector micro-kernel
       shape(2, 8, 8, 4, 4),                            // small: sgemm's reference loops
       shape(3, 4, 100, 64, 64),                        // 4 query rows: sgemm's few-rows kernel
       shape(1, 40, 30, 2, 30),                         // scores small, output product packed: mixed

@@ -218,6 +218,9 @@ struct Session::Plan {
     bool folded = false;
     std::vector<int> release;  // runtime values dead after this step
     std::shared_ptr<FusedKernel> fused;  // runs instead of the node's op when set
+    // A pure view op (Reshape and kin: the output holds the input's bytes, same type): when its
+    // input dies at this step, the output takes over the input's buffer instead of a copy.
+    bool view = false;
   };
   std::vector<ValueMeta> metas;
   std::vector<std::shared_ptr<const Tensor>> constants;  // per value id, null for runtime values
@@ -358,6 +361,13 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       step.folded = true;
     } else if (op_gave_values) {
       step.folded = true;
+    }
+    if (!step.folded && node.domain.empty() && step.in.size() >= 1 && step.in[0] >= 0 && step.out.size() == 1 &&
+        step.out[0] >= 0 &&
+        (node.op_type == "Reshape" || node.op_type == "Squeeze" || node.op_type == "Unsqueeze" ||
+         node.op_type == "Flatten" || node.op_type == "Identity")) {
+      const ValueMeta &a = p.metas[std::size_t(step.in[0])], &b = p.metas[std::size_t(step.out[0])];
+      step.view = a.dtype == b.dtype && shape_numel(a.shape) == shape_numel(b.shape);
     }
     if (!step.folded) {
       // in_metas may dangle: new_value above grew p.metas.
@@ -651,7 +661,20 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     const Node& node = nodes_[step.node];
     ins.clear();
     for (int id : step.in) ins.push_back(value(id));
-    if (!step.folded) {
+    // A view whose input dies here takes the input's buffer (the bytes are already the output's):
+    // no copy, no new buffer. Unobserved runs only, since an observer reads the input afterwards.
+    const int in0 = step.in.empty() ? -1 : step.in[0];
+    const bool take_over = step.view && !observer && !p.constants[std::size_t(in0)] && !aliased[std::size_t(in0)] &&
+                           slots[std::size_t(in0)].capacity() > 0 &&
+                           std::find(step.release.begin(), step.release.end(), in0) != step.release.end();
+    if (take_over) {
+      const int id = step.out[0];
+      const ValueMeta& m = p.metas[std::size_t(id)];
+      // Counted in the live sets already (as the input); its release now subtracts nothing.
+      slots[std::size_t(id)] = std::move(slots[std::size_t(in0)]);
+      slots[std::size_t(id)].reuse_as(m.dtype, m.shape);
+      apply_rounding(slots[std::size_t(id)], p.rounding[std::size_t(id)]);
+    } else if (!step.folded) {
       outs.clear();
       for (int id : step.out) {
         if (id < 0) {

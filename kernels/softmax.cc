@@ -1,6 +1,8 @@
 // Softmax and log-softmax kernels: contiguous rows, and strided columns vectorised across `inner`.
 #include "kernels/softmax.h"
 
+#include "kernels/vector_math.h"
+
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -110,28 +112,7 @@ constexpr int kLanes = 16;
 
 inline V16 splat(float v) { return V16{} + v; }
 
-// exp_vectorisable lane by lane (the same formula and constants).
-inline V16 exp_v16(V16 x) {
-  const V16 lo = splat(-87.33654f), hi = splat(88.0f);
-  V16 c = x < lo ? lo : x;
-  c = c > hi ? hi : c;
-  c = c == c ? c : V16{};
-  const V16 k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  V16 r = c - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  V16 p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const I16 bits = (__builtin_convertvector(k, I16) + 127) << 23;
-  const V16 result = p * __builtin_bit_cast(V16, bits);
-  return x < lo ? V16{} : (x == x ? result : x);
-}
-
-// exp_v16 for lanes known to hold no NaN and no +inf (a max-subtracted row of finite maximum):
+// simd::exp for lanes known to hold no NaN and no +inf (a max-subtracted row of finite maximum):
 // the same formula, so the same bits, without the selects that only NaN and large inputs need.
 inline V16 exp_v16_nonpositive(V16 x) {
   const V16 lo = splat(-87.33654f);
@@ -225,7 +206,7 @@ float row_max_f32(const float* x, std::int64_t n, bool* has_nan) {
 template <bool finite>
 double exp_and_sum(const float* x, float* y, std::int64_t n, float m) {
   const V16 vm = splat(m);
-  auto ex = [](V16 v) { return finite ? exp_v16_nonpositive(v) : exp_v16(v); };
+  auto ex = [](V16 v) { return finite ? exp_v16_nonpositive(v) : simd::exp(v); };
   D8 total[2] = {D8{}, D8{}};
   auto flush = [&](V16 (&acc)[2]) {
     const V16 s = acc[0] + acc[1];

@@ -7,6 +7,7 @@
 #include "eval/ops/families.h"
 #include "kernels/broadcast.h"
 #include "kernels/elementwise.h"
+#include "kernels/vector_math.h"
 
 namespace qeval::eval {
 
@@ -298,11 +299,13 @@ class UnaryOpBase : public Op {
   bool ints_ok_;
 };
 
-template <class F>
+// VF, where given (not std::nullptr_t), is F on 16-lane vectors (kernels/vector_math.h) with the
+// same bits: float runs go through it 16 elements at a time, their tails through F.
+template <class F, class VF = std::nullptr_t>
 class UnaryOp final : public UnaryOpBase {
  public:
-  UnaryOp(const Node& node, F fn, std::vector<float> params, bool ints_ok = false)
-      : UnaryOpBase(node, ints_ok), fn_(fn), params_(std::move(params)) {}
+  UnaryOp(const Node& node, F fn, std::vector<float> params, bool ints_ok = false, VF vfn = {})
+      : UnaryOpBase(node, ints_ok), fn_(fn), vfn_(vfn), params_(std::move(params)) {}
   int elementwise_arity() const override { return 1; }
   __attribute__((noinline)) void run_elementwise(const float* a, std::int64_t a_step, const float*, std::int64_t,
                                                  float* y, std::int64_t n) const override {
@@ -314,7 +317,12 @@ class UnaryOp final : public UnaryOpBase {
     }
     const float* __restrict xs = a;
     float* __restrict ys = y;
-    for (std::int64_t i = 0; i < n; ++i) ys[i] = fn_(xs[i], p);
+    std::int64_t i = 0;
+    if constexpr (!std::is_same_v<VF, std::nullptr_t>) {
+      namespace simd = kernels::simd;
+      for (; i + simd::kLanes <= n; i += simd::kLanes) simd::store(ys + i, vfn_(simd::load(xs + i)));
+    }
+    for (; i < n; ++i) ys[i] = fn_(xs[i], p);
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const Tensor& x = *in[0];
@@ -345,12 +353,19 @@ class UnaryOp final : public UnaryOpBase {
 
  private:
   F fn_;
+  [[no_unique_address]] VF vfn_;
   std::vector<float> params_;
 };
 
 template <class F>
 std::unique_ptr<Op> make_unary(const Node& node, F fn, std::vector<float> params = {}, bool ints_ok = false) {
   return std::make_unique<UnaryOp<F>>(node, fn, std::move(params), ints_ok);
+}
+
+// A float function with its 16-lane form (same bits), no parameters, float inputs only.
+template <class F, class VF>
+std::unique_ptr<Op> make_vector_unary(const Node& node, F fn, VF vfn) {
+  return std::make_unique<UnaryOp<F, VF>>(node, fn, std::vector<float>{}, false, vfn);
 }
 
 // Integer Neg/Abs must stay exact beyond float's 24 bits: a dedicated op.
@@ -519,9 +534,17 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back(QEVAL_UNARY("Sqrt", 6, std::sqrt(x), {}, false));
   out.push_back(QEVAL_UNARY("Exp", 6, std::exp(x), {}, false));
   out.push_back(QEVAL_UNARY("Log", 6, std::log(x), {}, false));
-  out.push_back(QEVAL_UNARY("Erf", 9, kernels::erf_vectorisable(x), {}, false));
+  out.push_back({"Erf", "", 9, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
+                   return make_vector_unary(
+                       n, [](float x, const float*) { return kernels::erf_vectorisable(x); },
+                       [](kernels::simd::F16 x) { return kernels::simd::erf(x); });
+                 }});
   out.push_back(QEVAL_UNARY("Tanh", 6, std::tanh(x), {}, false));
-  out.push_back(QEVAL_UNARY("Sigmoid", 6, kernels::sigmoid_vectorisable(x), {}, false));
+  out.push_back({"Sigmoid", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
+                   return make_vector_unary(
+                       n, [](float x, const float*) { return kernels::sigmoid_vectorisable(x); },
+                       [](kernels::simd::F16 x) { return kernels::simd::sigmoid(x); });
+                 }});
   out.push_back(QEVAL_UNARY("Relu", 6, x > 0 ? x : 0.0f, {}, true));
   out.push_back(QEVAL_UNARY("Reciprocal", 6, 1.0f / x, {}, false));
   out.push_back(QEVAL_UNARY("Floor", 6, std::floor(x), {}, false));

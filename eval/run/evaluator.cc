@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 #include <tbb/parallel_for.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <tbb/task_arena.h>
 
 #include <atomic>
@@ -212,6 +215,9 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
       }
       std::lock_guard lock(merge_mu);
       merge_unit(result, i, std::move(u));
+#ifdef __GLIBC__
+      malloc_trim(0);  // a unit's freed observation buffers go back to the system, not kept as holes
+#endif
       const auto now = std::chrono::steady_clock::now();
       if (options.checkpoint && std::chrono::duration<double>(now - last_checkpoint).count() >= options.checkpoint_every_s) {
         options.checkpoint(result);

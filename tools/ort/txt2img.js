@@ -37,6 +37,43 @@ function idsTensor(npy, type) {
   return new ort.Tensor(type, data, npy.dims);
 }
 
+// The guided DDIM loop from `noise` (one latent, dims [1, C, h, w]) on the text encoder's
+// `hidden` states: `runUnet(feeds, step)` returns the UNet's outputs (the caller may fetch more and
+// look at them). Returns the final latent.
+async function denoise(cfg, sched, hidden, noise, dims, runUnet) {
+  const n = noise.length, g = cfg.defaults.guidance_scale;
+  let x = Float32Array.from(noise);
+  const sample = new Float32Array(2 * n);
+  for (let step = 0; step < sched.length; ++step) {
+    const { t, a, aPrev } = sched[step];
+    sample.set(x, 0);
+    sample.set(x, n);
+    const feeds = {
+      [cfg.unet.sample]: new ort.Tensor('float32', sample, [2, ...dims.slice(1)]),
+      [cfg.unet.timestep]: new ort.Tensor('float32', Float32Array.from([t, t]), [2]),
+      [cfg.unet.encoder_hidden_states]: hidden,
+    };
+    const e = (await runUnet(feeds, step))[cfg.unet.output].data;
+    const sa = Math.fround(Math.sqrt(a)), sb = Math.fround(Math.sqrt(1 - a));
+    const sap = Math.fround(Math.sqrt(aPrev)), sbp = Math.fround(Math.sqrt(1 - aPrev));
+    const next = new Float32Array(n);
+    for (let k = 0; k < n; ++k) {
+      const eps = Math.fround(e[k] + Math.fround(g * Math.fround(e[n + k] - e[k])));
+      const x0 = Math.fround(Math.fround(x[k] - Math.fround(sb * eps)) / sa);
+      next[k] = Math.fround(sap * x0) + Math.fround(sbp * eps);
+    }
+    x = next;
+  }
+  return x;
+}
+
+// The VAE decoder's output tensor for a final latent.
+async function decode(cfg, vae, x, dims) {
+  const scale = Math.fround(cfg.vae_decoder.scaling_factor);
+  const z = Float32Array.from(x, (v) => v / scale);
+  return (await vae.run({ [cfg.vae_decoder.input]: new ort.Tensor('float32', z, dims) }))[cfg.vae_decoder.output];
+}
+
 async function main() {
   const [pipelineDir, work, repsArg, threadsArg, stepsArg] = process.argv.slice(2);
   if (!work) {
@@ -53,34 +90,12 @@ async function main() {
   const ids = idsTensor(readNpy(path.join(work, 'input_ids.npy')), cfg.text_encoder.input_type || 'int32');
   const noise = readNpy(path.join(work, 'noise.npy'));
   const sched = ddim(cfg.scheduler, steps);
-  const n = noise.data.length, dims = noise.dims;
+  const dims = noise.dims;
 
   async function generate() {
     const hidden = (await text.run({ [cfg.text_encoder.input]: ids }))[cfg.text_encoder.output];
-    let x = Float32Array.from(noise.data);
-    const sample = new Float32Array(2 * n);
-    for (const { t, a, aPrev } of sched) {
-      sample.set(x, 0);
-      sample.set(x, n);
-      const feeds = {
-        [cfg.unet.sample]: new ort.Tensor('float32', sample, [2, ...dims.slice(1)]),
-        [cfg.unet.timestep]: new ort.Tensor('float32', Float32Array.from([t, t]), [2]),
-        [cfg.unet.encoder_hidden_states]: hidden,
-      };
-      const e = (await unet.run(feeds))[cfg.unet.output].data;
-      const sa = Math.fround(Math.sqrt(a)), sb = Math.fround(Math.sqrt(1 - a));
-      const sap = Math.fround(Math.sqrt(aPrev)), sbp = Math.fround(Math.sqrt(1 - aPrev));
-      const next = new Float32Array(n);
-      for (let k = 0; k < n; ++k) {
-        const eps = Math.fround(e[k] + Math.fround(g * Math.fround(e[n + k] - e[k])));
-        const x0 = Math.fround(Math.fround(x[k] - Math.fround(sb * eps)) / sa);
-        next[k] = Math.fround(sap * x0) + Math.fround(sbp * eps);
-      }
-      x = next;
-    }
-    const scale = Math.fround(cfg.vae_decoder.scaling_factor);
-    const z = Float32Array.from(x, (v) => v / scale);
-    const img = (await vae.run({ [cfg.vae_decoder.input]: new ort.Tensor('float32', z, dims) }))[cfg.vae_decoder.output];
+    const x = await denoise(cfg, sched, hidden, noise.data, dims, (feeds) => unet.run(feeds));
+    const img = await decode(cfg, vae, x, dims);
     const image = Float32Array.from(img.data, (v) => Math.min(1, Math.max(0, Math.fround(v * 0.5) + 0.5)));
     return { latent: x, image, imageDims: img.dims.slice(1) };
   }
@@ -102,7 +117,11 @@ async function main() {
                                guidance: g, repetitions: reps, threads }));
 }
 
-main().catch((e) => {
-  console.error(e.stack || String(e));
-  process.exit(1);
-});
+module.exports = { ddim, idsTensor, denoise, decode };
+
+if (require.main === module) {
+  main().catch((e) => {
+    console.error(e.stack || String(e));
+    process.exit(1);
+  });
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The default `qeval run` (tiny-sd: fp32 reference vs fp16, int8-l3, fp8-l4; 8 prompts x 20 steps):
+# cold (empty calibration cache) and warm, what each kind of observation costs, peak memory, and
+# 1 against 2 threads. Wall time, CPU time (user + sys) and peak resident memory per case, from
+# /usr/bin/time. On a shared machine compare CPU seconds; wall seconds only mean something idle.
+# Usage: bench/run_qeval_run.sh [build-dir] [count=8]
+#   count < 8 shortens every case (the thread cases always use max(count, 4) prompts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+COUNT=${2:-8}
+QEVAL=$(realpath "$BUILD/qeval")
+WORK=$(mktemp -d /tmp/qeval-bench-run.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+export XDG_CACHE_HOME=$WORK/cache  # the calibration cache: empty for the cold case
+
+# The default run as a config file, with the observation switched piece by piece.
+config() {  # $1 file, $2 observe JSON
+  cat > "$1" <<EOF
+{"pipeline": "$PWD/models/tiny-sd", "count": $COUNT, "gate": "$PWD/models/tiny-sd/gate.json",
+ "calibration": {"count": 32},
+ "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
+              {"name": "int8-l3", "precision": "fp16", "recipe": "$PWD/recipes/int8-level3.json"},
+              {"name": "fp8-l4", "precision": "fp16", "recipe": "$PWD/recipes/fp8-level4.json"}],
+ "observe": $2}
+EOF
+}
+config "$WORK/full.json" '{}'
+config "$WORK/stats.json" '{"local_error": false, "teacher_forced": false}'
+config "$WORK/local.json" '{"local_error": true, "teacher_forced": false}'
+config "$WORK/none.json" '{"layers": false, "teacher_forced": false}'
+
+printf "%-44s %8s %8s %8s\n" "case ($COUNT prompts, load $(cut -d' ' -f1 /proc/loadavg))" "wall s" "CPU s" "peak MB"
+measure() {  # $1 label, rest: qeval arguments
+  local label=$1; shift
+  /usr/bin/time -f "%e %U %S %M" -o "$WORK/time" "$QEVAL" "$@" > "$WORK/stdout" 2> "$WORK/stderr" || true
+  grep -q "qeval run:" "$WORK/stdout" || { echo "$label: qeval failed:"; cat "$WORK/stderr"; exit 1; }
+  read -r wall user sys rss < <(tail -n 1 "$WORK/time")  # after "Command exited with ..." if the gate failed
+  awk -v l="$label" -v w="$wall" -v u="$user" -v s="$sys" -v m="$rss" 'BEGIN { printf "%-44s %8.1f %8.1f %8.0f\n", l, w, u + s, m / 1024 }'
+}
+measure "cold: calibration + full observation" run --config "$WORK/full.json" --out "$WORK/o1"
+measure "warm: full observation (the default)" run --config "$WORK/full.json" --out "$WORK/o2"
+measure "warm: no observation" run --config "$WORK/none.json" --out "$WORK/o3"
+measure "warm: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/o4"
+measure "warm: layer statistics + local error" run --config "$WORK/local.json" --out "$WORK/o5"
+measure "warm: the default again (result cache)" run --config "$WORK/full.json" --out "$WORK/o2"
+T=$((COUNT < 4 ? 4 : COUNT))
+measure "warm, $T prompts, 1 thread" --threads 1 run --config "$WORK/full.json" --count "$T" --out "$WORK/t1"
+measure "warm, $T prompts, 2 threads" --threads 2 run --config "$WORK/full.json" --count "$T" --out "$WORK/t2"

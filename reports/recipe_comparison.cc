@@ -272,7 +272,7 @@ std::string render_html(const RecipeComparison& r) {
                                                    html::esc(r.gate.source), npass ? ": " + names : "")) +
        "</section>";
   h += "<section id=\"recipes-section\"><h2>Recipes</h2><p class=\"sub\">Click a header to sort. Shares are of the "
-       "quantized models' Conv/MatMul/Gemm weights and multiply-accumulates per call; weights are estimated engine "
+       "Conv/MatMul/Gemm weights and multiply-accumulates per call of the models any recipe rewrote; weights are estimated engine "
        "bytes of every model of the pipeline; speed classes follow the <code>qeval lint</code> rules "
        "(docs/compare-recipes.md).</p>" +
        render_table(r) + "</section>";

@@ -38,9 +38,10 @@ struct RecipeRow {
   std::vector<SummaryRow> metrics;  // of the run's sample metrics against the reference
   std::vector<WorstLayer> worst_layers;
 
-  std::size_t compute_nodes = 0, quantized_nodes = 0;  // Conv/MatMul/Gemm of the quantized models
-  std::int64_t params_total = 0, params_quantized = 0;  // weight parameters of the quantized models
-  std::optional<double> macs_total, macs_quantized;     // per call of each quantized model
+  // Over the models any compared recipe rewrote (the same for every row):
+  std::size_t compute_nodes = 0, quantized_nodes = 0;  // Conv/MatMul/Gemm
+  std::int64_t params_total = 0, params_quantized = 0;  // float parameters; weights of quantized nodes
+  std::optional<double> macs_total, macs_quantized;     // per call of each model
   std::int64_t weight_bytes = 0;            // every model of the pipeline, as the variant stores it
   std::int64_t reference_weight_bytes = 0;  // the same models unquantized, at the variant's precision
   std::string speed_class;                  // "faster" | "about-fp16" | "slower-risk" | "unsupported"

@@ -119,6 +119,19 @@ reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const Run
 
   const BuiltVariant& ref = result.variants[result.reference];
   c.reference_precision = std::string(precision_name(ref.options.precision));
+  // Shares are over the models any recipe rewrote: one denominator for every row, so that a recipe
+  // that leaves a model alone shows a smaller share rather than a share of less.
+  std::set<std::string> in_scope;
+  for (std::size_t v = 0; v < result.variants.size(); ++v)
+    for (const auto& [model, graph] : result.variants[v].graphs)
+      if (auto rg = ref.graphs.find(model); v != result.reference && rg != ref.graphs.end() && graph != rg->second)
+        in_scope.insert(model);
+  auto float_params = [](const Graph& g) {
+    std::int64_t n = 0;
+    for (const auto& [name, t] : g.initializers)
+      if (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat16 || t.dtype() == DType::kBFloat16) n += t.numel();
+    return n;
+  };
   for (std::size_t v = 0; v < result.variants.size(); ++v) {
     if (v == result.reference) continue;
     const BuiltVariant& bv = result.variants[v];
@@ -155,9 +168,18 @@ reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const Run
       if (rg == ref.graphs.end()) continue;
       row.weight_bytes += quant::weight_bytes(*graph, bv.options.precision);
       row.reference_weight_bytes += quant::weight_bytes(*rg->second, bv.options.precision);
-      if (graph == rg->second) continue;  // not rewritten by the recipe
-      row.quantized_models.push_back(model);
+      if (!in_scope.count(model)) continue;
       const std::map<std::string, Shape> call = shapes.of(model);
+      if (graph == rg->second) {  // another recipe rewrote it, this one did not: all high precision
+        row.params_total += float_params(*rg->second);
+        for (const quant::ComputeCost& cost : quant::compute_costs(*rg->second, call)) {
+          ++row.compute_nodes;
+          if (cost.macs) macs_total += *cost.macs;
+          else macs_known = false;
+        }
+        continue;
+      }
+      row.quantized_models.push_back(model);
       quant::LintOptions lo;
       lo.target_sm = settings.target_sm;
       for (const auto& in : rg->second->inputs)
@@ -197,9 +219,7 @@ reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const Run
         model_macs += *cost.macs;
         if (quantized) model_quantized += *cost.macs;
       }
-      for (const auto& [name, t] : rg->second->initializers)
-        if (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat16 || t.dtype() == DType::kBFloat16)
-          row.params_total += t.numel();
+      row.params_total += float_params(*rg->second);
       macs_known &= model_known;
       macs_total += model_macs;
       macs_quantized += model_quantized;

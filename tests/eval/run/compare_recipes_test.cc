@@ -64,11 +64,13 @@ TEST(CompareRecipesCli, TinySdShippedGatePassesTheGoodRecipesAndFailsTheNaiveOne
   EXPECT_FALSE((*naive)["gate"]["passed"].get<bool>());
   ASSERT_EQ((*naive)["gate"]["failed_checks"].size(), 1u) << (*naive)["gate"].dump();
   EXPECT_EQ((*naive)["gate"]["failed_checks"][0].get<std::string>().rfind(
-                "layer local_sqnr_db min >= 50 (nodes ~ conv_in|conv_out|time_emb): ", 0),
+                "layer local_sqnr_db min >= 50 (nodes ~ ^/(conv_in|conv_out|time_embedding)/|/time_emb_proj/): ", 0),
             0u);
   // The margins behind the verdicts, from the gate table.
   for (const auto& c : j["gate"]["checks"]) {
-    if (c["name"] == "layer local_sqnr_db min >= 50 (nodes ~ conv_in|conv_out|time_emb)") {
+    if (c["name"] == "layer local_sqnr_db min >= 50 (nodes ~ ^/(conv_in|conv_out|time_embedding)/|/time_emb_proj/)") {
+      // conv_in, conv_out, 4 time_embedding nodes, 8 ResNet time_emb_proj: the UNet's only.
+      EXPECT_NE(c["detail"].get<std::string>().find("over 14 layers matching"), std::string::npos) << c.dump();
       if (c["variant"] == "int8-naive") {
         EXPECT_LT(c["value"].get<double>(), 45.0) << c.dump();
       } else {
@@ -141,6 +143,37 @@ TEST(CompareRecipesCli, SingleModelRowsWithSharesSizesAndSpeedClasses) {
     EXPECT_NE(html.find(id), std::string::npos) << id;
   EXPECT_EQ(html.find("http://"), std::string::npos);
   EXPECT_EQ(html.find("https://"), std::string::npos);
+}
+
+TEST(CompareRecipesCli, TinySamSharesHaveOneDenominatorForEveryRecipe) {
+  testing::ScratchDir dir("compare-recipes-sam");
+  const fs::path recipes = testing::source_dir() / "recipes";
+  const auto config = write_file(dir, "c.json", R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() + R"(", "count": 4,
+    "calibration": {"count": 12, "cache": ")" + (dir / "cache").string() + R"("},
+    "variants": [{"name": "fp32"}, {"name": "bf16", "precision": "bf16"}]})");
+  const auto gate = write_file(dir, "g.json", R"({"checks": [{"metric": "mask_iou", "stat": "mean", "min": 0.9}]})");
+  const auto r = run_qeval("compare-recipes --config " + config.string() + " --recipes " +
+                           (recipes / "int8-level2.json").string() + " " + (recipes / "int8-level3.json").string() +
+                           " --gate " + gate.string() + " --out " + (dir / "out").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(schema_errors(dir / "out/report.json", "recipe-comparison.schema.json"), "");
+  const auto j = testing::read_json(dir / "out/report.json");
+  EXPECT_EQ(j["config"]["pipeline"], "segmentation");
+  EXPECT_EQ(j["quality_metric"], "mask_iou");
+  const auto* l2 = row_of(j, "int8-level2");
+  const auto* l3 = row_of(j, "int8-level3");
+  ASSERT_TRUE(l2 && l3);
+  // Level 2 leaves the mask decoder alone (no Conv, no feed-forward reached there); level 3 rewrites
+  // both models. The shares are over both models in both rows.
+  EXPECT_EQ((*l2)["quantized_models"], nlohmann::json::array({"image_encoder"}));
+  EXPECT_EQ((*l3)["quantized_models"], nlohmann::json::array({"image_encoder", "mask_decoder"}));
+  EXPECT_EQ((*l2)["quantized"]["params_total"], (*l3)["quantized"]["params_total"]);
+  EXPECT_EQ((*l2)["quantized"]["macs_total"], (*l3)["quantized"]["macs_total"]);
+  EXPECT_EQ((*l2)["quantized"]["compute_nodes"], (*l3)["quantized"]["compute_nodes"]);
+  EXPECT_LT((*l2)["quantized"]["quantized_nodes"].get<int>(), (*l3)["quantized"]["quantized_nodes"].get<int>());
+  EXPECT_LT((*l2)["quantized"]["param_share"].get<double>(), (*l3)["quantized"]["param_share"].get<double>());
+  for (const auto* row : {l2, l3}) EXPECT_GT((*row)["metrics"][0]["mean"].get<double>(), 0.9);
 }
 
 TEST(CompareRecipesCli, BadInputIsExitTwoWithThePreciseReason) {

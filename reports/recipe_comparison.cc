@@ -9,6 +9,7 @@
 #include "reports/files.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
+#include "reports/run_report.h"
 
 namespace qeval::reports {
 
@@ -26,18 +27,9 @@ json number_or_null(std::optional<double> v) {
   return *v;
 }
 
-json artifact_json(const Artifact& a) { return {{"name", a.name}, {"path", a.path}, {"fingerprint", a.fingerprint}}; }
-
-json summary_json(const SummaryRow& s) {
-  json j = {{"metric", s.metric}, {"count", s.count}, {"unbounded", s.unbounded}, {"not_applicable", s.not_applicable}};
-  if (s.count > 0)
-    j.update({{"mean", s.mean}, {"min", s.min}, {"p5", s.p5}, {"median", s.median}, {"p95", s.p95}, {"max", s.max}});
-  return j;
-}
-
 json row_json(const RecipeRow& r) {
   json metrics = json::array();
-  for (const auto& m : r.metrics) metrics.push_back(summary_json(m));
+  for (const auto& m : r.metrics) metrics.push_back(summary_row_json(m));
   json worst = json::array();
   for (const auto& w : r.worst_layers)
     worst.push_back({{"name", w.name}, {"op", w.op}, {"component", w.component},

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "kernels/error.h"
@@ -135,7 +136,7 @@ Gate parse_gate(const std::string& text, const std::string& source) {
       const json& c = j["layers"][i];
       const std::string where = "layers[" + std::to_string(i) + "]";
       if (!c.is_object()) bad(source, where + ": must be an object");
-      check_keys(c, {"column", "stat", "min", "max", "variant"}, source, where);
+      check_keys(c, {"column", "stat", "min", "max", "variant", "nodes"}, source, where);
       if (!c.contains("column") || !c["column"].is_string()) bad(source, where + ": missing 'column' (a string)");
       LayerGateCheck check;
       check.column = c["column"].get<std::string>();
@@ -155,6 +156,16 @@ Gate parse_gate(const std::string& text, const std::string& source) {
       if (c.contains("variant")) {
         if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
         check.variant = c["variant"].get<std::string>();
+      }
+      if (c.contains("nodes")) {
+        if (!c["nodes"].is_string() || c["nodes"].get<std::string>().empty())
+          bad(source, where + ": 'nodes' must be a regular expression (searched in node names)");
+        check.nodes = c["nodes"].get<std::string>();
+        try {
+          std::regex(check.nodes, std::regex::ECMAScript);
+        } catch (const std::regex_error& e) {
+          bad(source, where + ": 'nodes' is not a valid regular expression '" + check.nodes + "': " + e.what());
+        }
       }
       g.layer_checks.push_back(std::move(check));
     }

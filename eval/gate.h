@@ -26,13 +26,16 @@ struct GateCheck {
 };
 
 // qeval run: a threshold on a per-layer statistic (a report.json layer column, pooled over samples
-// and steps), summarised over the layers, e.g. {"column": "acc_sqnr_db", "stat": "min", "min": 10}.
+// and steps), summarised over the layers, e.g. {"column": "acc_sqnr_db", "stat": "min", "min": 10},
+// optionally over the layers whose name matches "nodes".
 struct LayerGateCheck {
   std::string column;  // "acc_sqnr_db", "local_sqnr_db", "acc_cosine", ...
   std::string stat;
   metrics::StatSpec spec;
   Bound bound;
   std::string variant;
+  // Only the layers whose node name this regular expression (ECMAScript) finds a match in; "" = all.
+  std::string nodes;
 };
 
 // qeval run on a diffusion pipeline: a threshold on a per-step error curve (e.g. the UNet's noise

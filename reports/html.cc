@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "reports/files.h"
 #include "reports/heatmap.h"
@@ -153,6 +155,70 @@ std::string gate_table(const GateSection& gate, bool by_variant) {
   if (gate.checks.empty())
     h += fmt::format("<tr><td colspan=\"{}\">no checks</td></tr>", by_variant ? 6 : 5);
   return h + "</tbody></table>";
+}
+
+const std::string_view kChartCss = R"(
+.charts{display:flex;flex-wrap:wrap;gap:12px} figure.chart{margin:0;background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:6px}
+figure.chart figcaption{font-size:12px;color:#1d2330;max-width:540px}
+svg .ax{stroke:#889} svg .grid{stroke:#eef1f5} svg .tk{font-size:10px;fill:#5b6475} svg .ct{font-size:12px;font-weight:600;fill:#1d2330}
+svg .pl{font-size:11px;fill:#1d2330}
+.key{display:inline-block;width:10px;height:10px;margin:0 4px 0 8px;border-radius:2px}
+)";
+
+std::string scatter_chart(std::string_view title, std::string_view x_label, std::string_view y_label,
+                          const std::vector<ScatterPoint>& points, bool x_percent) {
+  constexpr double W = 560, H = 300, left = 56, right = 110, top = 26, bottom = 40;
+  double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
+  std::string left_out;
+  for (const auto& p : points) {
+    if (!std::isfinite(p.x) || !std::isfinite(p.y)) {
+      left_out += (left_out.empty() ? "" : ", ") + esc(p.label);
+      continue;
+    }
+    xlo = std::min(xlo, p.x), xhi = std::max(xhi, p.x), ylo = std::min(ylo, p.y), yhi = std::max(yhi, p.y);
+  }
+  std::string svg = fmt::format("<figure class=\"chart\"><svg width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+                                "role=\"img\"><text x=\"{}\" y=\"16\" class=\"ct\">{}</text>",
+                                W, H, W, H, left, esc(title));
+  if (std::isfinite(xlo)) {
+    if (x_percent) {
+      xlo = 0, xhi = 1;  // shares: the whole 0..100% axis
+    } else {
+      if (xhi - xlo < 1e-12) xlo -= 1, xhi += 1;
+      const double xpad = 0.05 * (xhi - xlo);
+      xlo -= xpad, xhi += xpad;
+    }
+    if (yhi - ylo < 1e-12) ylo -= 1, yhi += 1;
+    const double ypad = 0.08 * (yhi - ylo);
+    ylo -= ypad, yhi += ypad;
+    auto X = [&](double v) { return left + (W - left - right) * (v - xlo) / (xhi - xlo); };
+    auto Y = [&](double v) { return top + (H - top - bottom) * (1.0 - (v - ylo) / (yhi - ylo)); };
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"ax\"/>"
+                       "<line x1=\"{0}\" y1=\"{2}\" x2=\"{3}\" y2=\"{2}\" class=\"ax\"/>",
+                       left, top, H - bottom, W - right);
+    for (int k = 0; k <= 4; ++k) {
+      const double v = ylo + (yhi - ylo) * k / 4.0, u = xlo + (xhi - xlo) * k / 4.0;
+      svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>"
+                         "<text x=\"{}\" y=\"{:.1f}\" class=\"tk\" text-anchor=\"end\">{:.3g}</text>",
+                         left, Y(v), W - right, Y(v), left - 4, Y(v) + 4, v);
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{}</text>", X(u),
+                         H - bottom + 14, x_percent ? fmt::format("{:.0f}%", 100 * u) : fmt::format("{:.3g}", u));
+    }
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{}</text>"
+                       "<text x=\"12\" y=\"{}\" class=\"tk\" transform=\"rotate(-90 12 {})\" "
+                       "text-anchor=\"middle\">{}</text>",
+                       left + (W - left - right) / 2, H - 6, esc(x_label), top + (H - top - bottom) / 2,
+                       top + (H - top - bottom) / 2, esc(y_label));
+    for (const auto& p : points) {
+      if (!std::isfinite(p.x) || !std::isfinite(p.y)) continue;
+      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\"><title>{}</title></circle>"
+                         "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"pl\">{}</text>",
+                         X(p.x), Y(p.y), esc(p.color), esc(p.tooltip), X(p.x) + 8, Y(p.y) + 4, esc(p.label));
+    }
+  }
+  svg += "</svg><figcaption>";
+  if (!left_out.empty()) svg += "not plotted (no value): " + left_out;
+  return svg + "</figcaption></figure>";
 }
 
 }  // namespace qeval::reports::html

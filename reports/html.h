@@ -38,4 +38,19 @@ std::string verdict_banner(bool passed, std::string_view details);
 // variant column first.
 std::string gate_table(const GateSection& gate, bool by_variant);
 
+// CSS for chart figures (scatter_chart): add it to page_begin's extra_css.
+extern const std::string_view kChartCss;
+
+struct ScatterPoint {
+  std::string label;  // written next to the point
+  double x = 0, y = 0;
+  std::string color;
+  std::string tooltip;  // plain text
+};
+// An inline SVG scatter plot (no script, no network): axes with ticks, each point labelled. x
+// values are shown as percentages with `x_percent` (x in 0..1, axis from 0 to 100%). Points with a
+// non-finite coordinate are left out and listed under the chart.
+std::string scatter_chart(std::string_view title, std::string_view x_label, std::string_view y_label,
+                          const std::vector<ScatterPoint>& points, bool x_percent);
+
 }  // namespace qeval::reports::html

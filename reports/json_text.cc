@@ -2,6 +2,7 @@
 #include "reports/json_text.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace qeval::reports {
 
@@ -48,5 +49,13 @@ std::string dump_json_readable(const nlohmann::json& j) {
   out += '\n';
   return out;
 }
+
+nlohmann::json special_number(double v) {
+  if (std::isnan(v)) return nullptr;
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+nlohmann::json special_number(std::optional<double> v) { return v ? special_number(*v) : nlohmann::json(nullptr); }
 
 }  // namespace qeval::reports

@@ -15,6 +15,12 @@ namespace qeval::reports {
 // report.json's content. ImageRef::png (HTML thumbnails) is not stored; everything else is.
 nlohmann::json to_json(const RunReport& report);
 
+// report.json's pieces other reports reuse (the same keys): {"name", "path", "fingerprint"} and
+// one metric's summary over samples ({"metric", "count", ..., "mean", ...}; no statistics when
+// count is 0).
+nlohmann::json artifact_json(const Artifact& a);
+nlohmann::json summary_row_json(const SummaryRow& s);
+
 // The inverse of to_json, for `qeval merge` and triage. Accepts any 1.x schema_version (unknown
 // keys are ignored: a newer minor version only adds). Throws InputError naming `source`, the key
 // path and what was expected, e.g. "out/report.json: variants[2].kind: expected one of ...".

@@ -20,15 +20,20 @@ namespace qeval::reports {
 
 using nlohmann::json;
 
-namespace {
-
-// Numbers that may be non-finite: null (not measured / not applicable), "inf", "-inf".
-json special_number(double v) {
-  if (std::isnan(v)) return nullptr;
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
+json artifact_json(const Artifact& a) {
+  return {{"name", a.name}, {"path", a.path}, {"fingerprint", a.fingerprint}};
 }
-json special_number(std::optional<double> v) { return v ? special_number(*v) : json(nullptr); }
+
+json summary_row_json(const SummaryRow& s) {
+  json j = {{"metric", s.metric}, {"count", s.count}, {"unbounded", s.unbounded},
+            {"not_applicable", s.not_applicable}};
+  if (s.count > 0)
+    j.update({{"mean", s.mean}, {"min", s.min}, {"p5", s.p5}, {"median", s.median},
+              {"p95", s.p95}, {"max", s.max}});
+  return j;
+}
+
+namespace {
 
 // A float cell written with the shortest digits that read back to the same float.
 json cell_json(float v) {
@@ -52,20 +57,8 @@ json columns_json(const LayerColumns& c) {
   return j;
 }
 
-json artifact_json(const Artifact& a) {
-  return {{"name", a.name}, {"path", a.path}, {"fingerprint", a.fingerprint}};
-}
-json artifact_json(const std::optional<Artifact>& a) {
+json optional_artifact_json(const std::optional<Artifact>& a) {
   return a ? artifact_json(*a) : json(nullptr);
-}
-
-json summary_row_json(const SummaryRow& s) {
-  json j = {{"metric", s.metric}, {"count", s.count}, {"unbounded", s.unbounded},
-            {"not_applicable", s.not_applicable}};
-  if (s.count > 0)
-    j.update({{"mean", s.mean}, {"min", s.min}, {"p5", s.p5}, {"median", s.median},
-              {"p95", s.p95}, {"max", s.max}});
-  return j;
 }
 
 json variant_json(const Variant& v) {
@@ -81,8 +74,8 @@ json variant_json(const Variant& v) {
           {"kind", variant_kind_name(v.kind)},
           {"precision", v.precision},
           {"reference", v.reference},
-          {"recipe", artifact_json(v.recipe)},
-          {"onnx", artifact_json(v.onnx)},
+          {"recipe", optional_artifact_json(v.recipe)},
+          {"onnx", optional_artifact_json(v.onnx)},
           {"total_nodes", v.total_nodes},
           {"quantized_nodes", v.quantized_nodes},
           {"quantized_share", special_number(v.quantized_share())},
@@ -155,7 +148,7 @@ json to_json(const RunReport& r) {
   j["config"] = {{"pipeline", c.pipeline},
                  {"model", artifact_json(c.model)},
                  {"inputs", artifact_json(c.inputs)},
-                 {"calibration", artifact_json(c.calibration)},
+                 {"calibration", optional_artifact_json(c.calibration)},
                  {"reference_variant", c.reference_variant},
                  {"scheduler", c.scheduler},
                  {"steps", c.steps},

@@ -57,6 +57,8 @@ int run_calibrate(const CalibrateArgs& a) {
                m.quantized_activations, m.quantized_weights, m.smoothed_layers, m.opset_from, m.opset_to);
     fmt::print("{}wrote {} and {}\n", indent, (m.out / "scales.json").string(), (m.out / "quantized.onnx").string());
   }
+  for (const std::string& name : s.left_fp32)
+    fmt::print("  {}: the recipe selects no node of it; left FP32, nothing written\n", name);
   return eval::kExitPass;
 }
 

@@ -1,6 +1,7 @@
 // qeval calibrate's work, outside the CLI.
 #include "eval/quant/calibrate_run.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "eval/onnx_export.h"
@@ -98,6 +99,9 @@ CalibrateSummary run_segmentation(const CalibrateOptions& o, Recipe recipe) {
     write_model(s.recipe, m, r.applied);
     s.models.push_back(std::move(m));
   }
+  for (const std::string model : {"image_encoder", "mask_decoder"})
+    if (std::none_of(s.models.begin(), s.models.end(), [&](const CalibratedModel& m) { return m.name == model; }))
+      s.left_fp32.push_back(model);
   return s;
 }
 

@@ -42,6 +42,7 @@ struct CalibratedModel {
 struct CalibrateSummary {
   Recipe recipe;
   std::vector<CalibratedModel> models;  // a segmentation pipeline: each model the recipe selects nodes in
+  std::vector<std::string> left_fp32;   // a segmentation pipeline's models it selects nothing in
 };
 
 // The scales document: the calibration result plus the selection and per-channel weight amax.

@@ -1,6 +1,7 @@
 // Recipe JSON parsing, validation and fingerprint.
 #include "eval/quant/recipe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <regex>
@@ -90,6 +91,14 @@ nlohmann::json Recipe::canonical() const {
   j["default_exclusions"] = default_exclusions;
   j["include"] = include;
   j["exclude"] = exclude;
+  // Keys added after version 1 appear only when set, so older recipes keep their fingerprints.
+  if (other_matmuls) j["other_matmuls"] = true;
+  if (!exclude_nodes.empty()) {
+    std::vector<std::string> names = exclude_nodes;  // a set: order does not change the result
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    j["exclude_nodes"] = names;
+  }
   nlohmann::json cal;
   cal["method"] = calibration_method_name(calibration.method);
   if (calibration.method == CalibrationMethod::kPercentile) {
@@ -113,6 +122,13 @@ nlohmann::json Recipe::canonical() const {
     }
     j["smoothquant"] = sq;
   }
+  return j;
+}
+
+nlohmann::json Recipe::document() const {
+  nlohmann::json j = canonical();
+  j["name"] = name;
+  if (!description.empty()) j["description"] = description;
   return j;
 }
 
@@ -201,7 +217,8 @@ SmoothQuantSpec parse_smoothquant(const JsonConfig& c) {
 
 Recipe parse_recipe(const JsonConfig& root) {
   root.allow_keys({"name", "description", "format", "weights", "activations", "level",
-                   "default_exclusions", "include", "exclude", "calibration", "smoothquant"});
+                   "default_exclusions", "include", "exclude", "other_matmuls", "exclude_nodes", "calibration",
+                   "smoothquant"});
   Recipe r;
   r.source = root.source();
   r.name = root.get_string("name", std::filesystem::path(root.source()).stem().string());
@@ -221,6 +238,10 @@ Recipe parse_recipe(const JsonConfig& root) {
   r.exclude = root.get_strings("exclude");
   check_patterns(root, "include", r.include);
   check_patterns(root, "exclude", r.exclude);
+  r.other_matmuls = root.get_bool("other_matmuls", false);
+  r.exclude_nodes = root.get_strings("exclude_nodes");
+  for (std::size_t i = 0; i < r.exclude_nodes.size(); ++i)
+    if (r.exclude_nodes[i].empty()) root.fail("exclude_nodes[" + std::to_string(i) + "]: an empty node name");
   r.calibration = parse_calibration(root.object("calibration"));
   if (r.calibration.method == CalibrationMethod::kEntropy && r.format != QuantFormat::kInt8)
     root.object("calibration").fail("entropy calibration is defined for int8 (128 quantization bins); "

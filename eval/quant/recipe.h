@@ -64,6 +64,12 @@ struct Recipe {
   bool default_exclusions = true;
   std::vector<std::string> include;  // ECMAScript regexes, searched in node and weight names
   std::vector<std::string> exclude;
+  // MatMuls of two activations that reach no Softmax (NodeCategory::kOtherMatMul: EfficientViT's
+  // ReLU linear attention, ...): no level includes them; this quantizes them at any level.
+  bool other_matmuls = false;
+  // Exact node names kept in high precision whatever the level and patterns say (what
+  // `qeval triage` writes as its fallback). Matched against node names only.
+  std::vector<std::string> exclude_nodes;
   CalibrationSpec calibration;
   SmoothQuantSpec smoothquant;
 
@@ -71,6 +77,9 @@ struct Recipe {
   nlohmann::json canonical() const;
   // 16 hex digits: FNV-1a 64 of canonical().dump().
   std::string fingerprint() const;
+  // The recipe as a file: canonical() plus name and description; parse_recipe reads it back to an
+  // equal recipe (same fingerprint).
+  nlohmann::json document() const;
 };
 
 // TensorRT's diffusion demo (filter_func in demo/Diffusion/utils_modelopt.py): layers it never

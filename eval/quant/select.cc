@@ -175,6 +175,8 @@ std::vector<QuantTarget> classify_nodes(const Graph& g) {
     } else if (reaches_forward(g, links, i, 4, score_path_ops(), is_softmax)) {
       t.category = NodeCategory::kAttentionQK;
       t.activations = {{0, "q_bmm"}, {1, "k_bmm"}};
+    } else {
+      t.activations = {{0, "a_bmm"}, {1, "b_bmm"}};  // quantized only when a recipe asks (other_matmuls)
     }
   }
   // Pass 3: linear layers by what they feed or read.
@@ -213,12 +215,14 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
     return false;
   };
 
+  const std::set<std::string> keep(recipe.exclude_nodes.begin(), recipe.exclude_nodes.end());
   Selection s;
   for (const auto& t : classes) {
     const double level = category_level(t.category);
-    if (level == 0) continue;
+    const bool other = t.category == NodeCategory::kOtherMatMul && recipe.other_matmuls;
+    if (level == 0 && !other) continue;
     s.candidates[static_cast<std::size_t>(t.category)]++;
-    bool on = recipe.level >= level;
+    bool on = other || recipe.level >= level;
     if (on && recipe.default_exclusions && matches(defaults, t)) {
       on = false;
       s.excluded_by_default++;
@@ -231,6 +235,10 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
       on = false;
       s.excluded_by_pattern++;
     }
+    if (on && keep.count(t.node)) {
+      on = false;
+      s.excluded_by_name++;
+    }
     if (!on) continue;
     s.selected[static_cast<std::size_t>(t.category)]++;
     s.targets.push_back(t);
@@ -242,7 +250,8 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
                      " (" + std::to_string(total) + " quantizable nodes; level " +
                      level_string(recipe.level) + ", " + std::to_string(s.excluded_by_default) +
                      " removed by the default exclusions, " + std::to_string(s.excluded_by_pattern) +
-                     " by 'exclude')");
+                     " by 'exclude'" +
+                     (s.excluded_by_name ? ", " + std::to_string(s.excluded_by_name) + " by 'exclude_nodes'" : "") + ")");
   }
   return s;
 }

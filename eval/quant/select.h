@@ -22,7 +22,7 @@ enum class NodeCategory {
   kOtherLinear,    // every other constant-weight MatMul/Gemm (level 3)
   kAttentionQK,    // MatMul of two activations whose output reaches a Softmax (level 4)
   kAttentionAV,    // MatMul of two activations whose first input comes from a Softmax (level 4)
-  kOtherMatMul,    // MatMul of two activations that is neither (never selected)
+  kOtherMatMul,    // MatMul of two activations that is neither (only with the recipe's other_matmuls)
 };
 constexpr std::size_t kNodeCategoryCount = 8;
 const char* category_name(NodeCategory c);
@@ -30,7 +30,8 @@ const char* category_name(NodeCategory c);
 double category_level(NodeCategory c);
 
 // One quantized activation input of a node. Roles follow ModelOpt's quantizer names:
-// "input" (Conv/MatMul/Gemm input), "q_bmm", "k_bmm", "v_bmm", "softmax".
+// "input" (Conv/MatMul/Gemm input), "q_bmm", "k_bmm", "v_bmm", "softmax"; "a_bmm", "b_bmm" for the
+// two inputs of another activation MatMul (the recipe's other_matmuls).
 struct ActivationInput {
   std::size_t input = 0;
   std::string role;
@@ -63,6 +64,7 @@ struct Selection {
   int excluded_by_default = 0;  // level-selected nodes the demo's default exclusions removed
   int excluded_by_pattern = 0;
   int included_by_pattern = 0;
+  int excluded_by_name = 0;  // removed by the recipe's exclude_nodes
 };
 
 // Applies the recipe to the graph's classification. Throws InputError naming the recipe and the

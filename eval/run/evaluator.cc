@@ -38,6 +38,19 @@ RunDriver::RecipeGraphs RunDriver::recipe_graphs(const VariantSpec& v, const Run
       run_pipeline_kind_name(kind())));
 }
 
+BuiltVariant recipe_variant(const VariantSpec& v, RunDriver::RecipeGraphs r) {
+  BuiltVariant b;
+  b.spec = v;
+  b.options.precision = v.precision;
+  b.graphs = std::move(r.graphs);
+  b.kind = reports::VariantKind::kRecipe;
+  b.recipe = r.recipe;
+  b.calibration = r.calibration;
+  b.calibration_cache_hit = r.cache_hit;
+  b.calibration_s = r.calibration_s;
+  return b;
+}
+
 std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress) {
   std::vector<BuiltVariant> out;
   for (const VariantSpec& v : spec.variants) {
@@ -45,14 +58,7 @@ std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& d
     b.spec = v;
     b.options.precision = v.precision;
     if (!v.recipe.empty()) {
-      RunDriver::RecipeGraphs r = driver.recipe_graphs(v, spec, progress);
-      b.graphs = std::move(r.graphs);
-      b.kind = reports::VariantKind::kRecipe;
-      b.recipe = r.recipe;
-      b.calibration = r.calibration;
-      b.calibration_cache_hit = r.cache_hit;
-      b.calibration_s = r.calibration_s;
-      out.push_back(std::move(b));
+      out.push_back(recipe_variant(v, driver.recipe_graphs(v, spec, progress)));
       continue;
     }
     b.graphs = driver.variant_graphs(v);

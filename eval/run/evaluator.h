@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "eval/graph.h"
+#include "eval/quant/calibrate.h"
+#include "eval/quant/recipe.h"
+#include "eval/quant/select.h"
 #include "eval/run/observe.h"
 #include "eval/run/run_config.h"
 #include "metrics/activation_stats.h"
@@ -99,11 +102,22 @@ class RunDriver {
   // The graphs of a variant with its own exports (pipeline.json variants or separate ONNX files);
   // models it does not replace keep the reference's graph object.
   virtual std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& spec) const = 0;
-  // A recipe variant: the reference's graphs with the recipe applied to the model it quantizes
-  // (txt2img: the UNet), calibrated on the run's calibration set (cached by recipe, model and
-  // data fingerprints). UnsupportedError for a pipeline without a calibration set.
+  // A recipe variant: the reference's graphs with the recipe applied to the models it quantizes
+  // (txt2img: the UNet; segmentation: each model where it selects nodes), calibrated on the run's
+  // calibration set (cached by recipe, model and data fingerprints). UnsupportedError for a
+  // pipeline without a calibration set.
+  // A model the recipe quantized, with what re-applying the recipe to a subset of its nodes needs
+  // (qeval triage): the float graph, the selection and its calibration.
+  struct QuantizedModel {
+    std::string model;
+    std::shared_ptr<const Graph> base;
+    quant::Selection selection;
+    quant::CalibrationResult calibration;
+  };
   struct RecipeGraphs {
     std::map<std::string, std::shared_ptr<const Graph>> graphs;
+    quant::Recipe parsed;                   // the recipe as read
+    std::vector<QuantizedModel> quantized;  // in models() order
     reports::Artifact recipe;          // name, file, fingerprint
     std::optional<reports::Artifact> calibration;  // the calibration set
     bool cache_hit = false;
@@ -153,6 +167,9 @@ struct RunResult {
   std::vector<std::vector<StepSeries>> series;  // per variant, pooled over units
   double elapsed_s = 0;
 };
+
+// A recipe variant from what RunDriver::recipe_graphs returned.
+BuiltVariant recipe_variant(const VariantSpec& spec, RunDriver::RecipeGraphs graphs);
 
 // Builds the variants of `spec` for `driver` (recipe variants are calibrated here, or read from the
 // calibration cache).

@@ -278,6 +278,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   const auto found = om.index_of.find(e.node.name);
   if (found == om.index_of.end()) return;
   const std::size_t idx = found->second;
+  if (run.node_hook) run.node_hook(variant.name, call_, e);
   Capture& cap = o_.capture_;
   if (capture_) {
     for (std::size_t i = 0; i < e.inputs.size(); ++i)

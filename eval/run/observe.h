@@ -156,6 +156,9 @@ struct UnitObservation {
 // Where full tensors go when asked (variant, call, node, tensor); called on the unit's thread.
 using TensorSink = std::function<void(const std::string& variant, const ModelCall& call, const Node& node,
                                       const Tensor& value)>;
+// Sees every node event of every variant's observed model calls, called on the unit's thread
+// (compare-recipes records the shapes of one call of each model from the reference's).
+using NodeHook = std::function<void(const std::string& variant, const ModelCall& call, const NodeEvent& event)>;
 
 // The run-wide, read-only part: layers and variants.
 struct RunObservation {
@@ -164,6 +167,7 @@ struct RunObservation {
   std::size_t reference = 0;
   bool local_error = false;
   TensorSink full_tensors;  // empty: not kept
+  NodeHook node_hook;       // empty: none
 
   UnitObservation make_unit() const;
 };

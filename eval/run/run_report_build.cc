@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <regex>
 #include <set>
 
 #include "eval/quant/calibrate.h"
@@ -431,21 +432,30 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
           if (lc.column == c.key) return c.higher_is_better;
         return true;
       }();
+      std::optional<std::regex> nodes;
+      if (!lc.nodes.empty()) nodes.emplace(lc.nodes, std::regex::ECMAScript);
+      std::size_t matched = 0;
       if (table)
         for (const auto& c : reports::kLayerColumns)
           if (lc.column == c.key) {
             const auto& col = table->stats.*(c.column);
             for (std::size_t k = 0; k < col.size(); ++k) {
+              if (nodes && !std::regex_search(rep.layers[k].name, *nodes)) continue;
+              ++matched;
               if (std::isnan(col[k])) continue;
               values.push_back(col[k]);
               if (!worst || (higher_better ? col[k] < worst->first : col[k] > worst->first)) worst = {col[k], k};
             }
           }
       const auto value = metrics::compute_stat(lc.spec, values);
+      const std::string scope = nodes ? fmt::format(" matching '{}'", lc.nodes) : std::string();
       const std::string detail =
-          values.empty() ? "no layer has a value (were layers observed? is this column measured for this variant?)"
-                         : fmt::format("{} = {} over {} layers; worst {} ({})", lc.stat, value ? fmt_num(*value) : "n/a",
-                                       values.size(), fmt_num(worst->first), rep.layers[worst->second].name);
+          nodes && matched == 0 && table
+              ? fmt::format("no layer name matches '{}'", lc.nodes)
+          : values.empty()
+              ? "no layer has a value (were layers observed? is this column measured for this variant?)"
+              : fmt::format("{} = {} over {} layers{}; worst {} ({})", lc.stat, value ? fmt_num(*value) : "n/a",
+                            values.size(), scope, fmt_num(worst->first), rep.layers[worst->second].name);
       for (int side = 0; side < 2; ++side) {
         const auto& bound = side == 0 ? lc.bound.min : lc.bound.max;
         if (!bound) continue;
@@ -455,7 +465,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         row.op = side == 0 ? ">=" : "<=";
         row.threshold = *bound;
         row.value = value;
-        row.name = fmt::format("layer {} {} {} {}", lc.column, lc.stat, row.op, fmt_num(*bound));
+        row.name = fmt::format("layer {} {} {} {}{}", lc.column, lc.stat, row.op, fmt_num(*bound),
+                               nodes ? fmt::format(" (nodes ~ {})", lc.nodes) : std::string());
         row.passed = value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
         row.detail = detail;
         row.variant = variant.name;

@@ -87,11 +87,13 @@ class SegmentationDriver : public RunDriver {
     std::string data_fingerprint;
     for (auto& r : q::calibrate_segmentation(*pipeline_, recipe, set, cache, progress)) {
       out.graphs[r.model] = std::make_shared<const Graph>(std::move(r.applied.graph));
+      out.quantized.push_back({r.model, graph(r.model, ""), std::move(r.selection), std::move(r.calibration)});
       out.cache_hit = out.cache_hit && r.cache_hit;
       data_fingerprint = r.data_fingerprint;  // the same set for both models
     }
     for (const std::string m : {"image_encoder", "mask_decoder"})
       if (!out.graphs.count(m)) out.graphs[m] = graph(m, "");
+    out.parsed = recipe;
     out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
     out.calibration = reports::Artifact{"calibration point prompts", prompts.string(), "fnv1a64:" + data_fingerprint};
     out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

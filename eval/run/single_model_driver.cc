@@ -72,6 +72,8 @@ class SingleModelDriver : public RunDriver {
     const fs::path cache = spec.calibration.cache.empty() ? q::default_calibration_cache() : spec.calibration.cache;
     const q::CalibrationResult cal = q::calibrate_cached(*graph_, selection, recipe, set, cache, &out.cache_hit);
     out.graphs["model"] = std::make_shared<const Graph>(q::apply_recipe(*graph_, selection, recipe, cal).graph);
+    out.parsed = recipe;
+    out.quantized.push_back({"model", graph_, selection, cal});
     out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
     out.calibration = reports::Artifact{"calibration samples", spec.calibration.prompts.string(), "fnv1a64:" + set.fingerprint()};
     out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -116,6 +116,8 @@ class Txt2ImgDriver : public RunDriver {
     q::AppliedRecipe applied = q::apply_recipe(*models_.unet, selection, recipe, calibration);
     for (const std::string m : {"text_encoder", "vae_decoder"}) out.graphs[m] = graph(m);
     out.graphs["unet"] = std::make_shared<const Graph>(std::move(applied.graph));
+    out.parsed = recipe;
+    out.quantized.push_back({"unet", graph("unet"), selection, calibration});
     out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
     out.calibration = reports::Artifact{"calibration prompts", prompts.string(), "fnv1a64:" + set.fingerprint()};
     out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -60,10 +60,39 @@ TEST(Recipe, FingerprintIgnoresNameAndKeyOrderButNotContent) {
   EXPECT_EQ(fnv1a64_hex("a", 1), "af63dc4c8601ec8c");
 }
 
+// Keys added later (other_matmuls, exclude_nodes) enter the canonical form only when set, so the
+// recipes written before them keep their fingerprints (calibration cache keys).
+TEST(Recipe, OtherMatMulsAndExcludeNodesRoundTripThroughTheDocument) {
+  const Recipe plain = parse(R"({"format": "int8", "level": 3, "calibration": {"method": "max"}})");
+  EXPECT_FALSE(plain.canonical().contains("other_matmuls"));
+  EXPECT_FALSE(plain.canonical().contains("exclude_nodes"));
+  const Recipe a = parse(R"({"format": "int8", "level": 3, "calibration": {"method": "max"}, "other_matmuls": true,
+                             "exclude_nodes": ["/b/Conv", "/a/MatMul"]})");
+  const Recipe b = parse(R"({"format": "int8", "level": 3, "calibration": {"method": "max"}, "other_matmuls": true,
+                             "exclude_nodes": ["/a/MatMul", "/b/Conv"]})");
+  EXPECT_TRUE(a.other_matmuls);
+  EXPECT_EQ(a.exclude_nodes, (std::vector<std::string>{"/b/Conv", "/a/MatMul"}));
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());  // a set of names
+  EXPECT_NE(a.fingerprint(), plain.fingerprint());
+  const Recipe c = parse(R"({"format": "int8", "level": 3, "calibration": {"method": "max"}, "other_matmuls": true})");
+  EXPECT_NE(a.fingerprint(), c.fingerprint());
+  // The document reads back to the same recipe (what qeval triage writes).
+  Recipe named = a;
+  named.name = "x-fallback";
+  named.description = "kept two nodes";
+  const Recipe back = parse(named.document().dump());
+  EXPECT_EQ(back.fingerprint(), a.fingerprint());
+  EXPECT_EQ(back.name, "x-fallback");
+  EXPECT_EQ(back.description, "kept two nodes");
+  EXPECT_EQ(error_of(R"({"format": "int8", "level": 3, "calibration": {"method": "max"}, "exclude_nodes": [""]})"),
+            "r.json: exclude_nodes[0]: an empty node name (see docs/recipes.md)");
+}
+
 TEST(Recipe, BadInputNamesTheKeyAndTheValidChoices) {
   EXPECT_EQ(error_of(R"({"format": "int8", "level": 2, "calibraton": {}})"),
             "r.json: unknown key 'calibraton' (valid keys: name, description, format, weights, "
-            "activations, level, default_exclusions, include, exclude, calibration, smoothquant) "
+            "activations, level, default_exclusions, include, exclude, other_matmuls, exclude_nodes, calibration, "
+            "smoothquant) "
             "(see docs/recipes.md)");
   EXPECT_EQ(error_of(R"({"format": "int4", "level": 2, "calibration": {"method": "max"}})"),
             "r.json: format: 'int4' is not one of: int8, fp8_e4m3, fp8_e5m2 (see docs/recipes.md)");

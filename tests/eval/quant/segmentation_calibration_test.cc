@@ -139,6 +139,16 @@ TEST(QuantCli, CalibratesASegmentationPipelinesEncoderAndDecoder) {
     EXPECT_EQ(testing::read_bytes(dir / "out" / m / "quantized.onnx"),
               testing::read_bytes(dir / "out2" / m / "quantized.onnx"))
         << m;
+
+  // Level 1 (Conv only): the decoder has no Conv and is left FP32, said so, nothing written for it.
+  r = testing::run_qeval("calibrate --pipeline " + tiny_sam().string() + " --recipe " +
+                         (testing::source_dir() / "recipes/int8-level1.json").string() + " --limit 2 --no-cache --out " +
+                         (dir / "l1").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("mask_decoder: the recipe selects no node of it; left FP32, nothing written"), std::string::npos)
+      << r.out;
+  EXPECT_TRUE(fs::exists(dir / "l1/image_encoder/quantized.onnx"));
+  EXPECT_FALSE(fs::exists(dir / "l1/mask_decoder"));
 }
 
 }  // namespace

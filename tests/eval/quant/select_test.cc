@@ -147,6 +147,35 @@ namespace qeval::eval::quant {
 namespace {
 
 // Every shipped recipe parses and selects what docs/recipes.md says on tiny-sd's UNet.
+// EfficientViT's ReLU linear attention (two MatMuls of activations, no Softmax) is quantized only
+// with other_matmuls; exclude_nodes removes exact node names whatever selected them.
+TEST(SelectNodes, OtherMatMulsAndExcludedNodesOnTinySam) {
+  const Graph g = load_onnx(testing::source_dir() / "models/tiny-sam/image_encoder.onnx");
+  const Selection l3 = select_nodes(g, recipe(3));
+  EXPECT_EQ(count(l3, NodeCategory::kOtherMatMul), 0);
+  const Selection la = select_nodes(g, recipe(3, R"(, "other_matmuls": true)"));
+  EXPECT_EQ(count(la, NodeCategory::kOtherMatMul), 4);
+  EXPECT_EQ(la.targets.size(), l3.targets.size() + 4);
+  for (const auto& t : la.targets)
+    if (t.category == NodeCategory::kOtherMatMul) {
+      EXPECT_NE(t.node.find("context_module/main/MatMul"), std::string::npos) << t.node;
+      ASSERT_EQ(t.activations.size(), 2u);
+      EXPECT_EQ(t.activations[0].role, "a_bmm");
+      EXPECT_EQ(t.activations[1].role, "b_bmm");
+      EXPECT_FALSE(t.has_weight);
+    }
+  const Selection kept = select_nodes(
+      g, recipe(3, R"(, "other_matmuls": true,
+                     "exclude_nodes": ["/stem/stem.0/conv/Conv", "/stage2/stage2.1/context_module/main/MatMul_1",
+                                       "no/such/node"])"));
+  EXPECT_EQ(kept.targets.size(), la.targets.size() - 2);
+  EXPECT_EQ(kept.excluded_by_name, 2);
+  for (const auto& n : names(kept)) {
+    EXPECT_NE(n, "/stem/stem.0/conv/Conv");
+    EXPECT_NE(n, "/stage2/stage2.1/context_module/main/MatMul_1");
+  }
+}
+
 TEST(ShippedRecipes, ParseAndSelectTheDocumentedNodesOnTinySd) {
   const Graph g = load_onnx(testing::source_dir() / "models/tiny-sd/unet.onnx");
   const std::map<std::string, std::size_t> expected{

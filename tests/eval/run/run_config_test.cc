@@ -73,7 +73,8 @@ TEST(RunConfig, DefaultsAndTheShippedDefault) {
   EXPECT_EQ(d.gate, d.pipeline / "gate.json");
   const Gate g = load_gate(d.gate);  // the shipped gate parses and checks layers and steps
   EXPECT_EQ(g.checks.size(), 2u);
-  EXPECT_EQ(g.layer_checks.size(), 1u);
+  ASSERT_EQ(g.layer_checks.size(), 2u);
+  EXPECT_EQ(g.layer_checks[1].nodes, "^/(conv_in|conv_out|time_embedding)/|/time_emb_proj/");
   EXPECT_EQ(g.step_checks.size(), 1u);
   EXPECT_EQ(*g.max_nonfinite, 0u);
 }

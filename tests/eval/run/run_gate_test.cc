@@ -53,6 +53,36 @@ TEST(RunGate, ChecksEveryComparedVariantWithLayerStepAndNonFiniteChecks) {
   EXPECT_TRUE(find(r, "fp16", "NaN/Inf values beyond the reference's <= 0")->passed);
 }
 
+TEST(RunGate, LayerChecksCanBeLimitedToNodesByName) {
+  reports::RunReport r = testing::synthetic_run_report();
+  const Gate g = parse_gate(R"({"layers": [
+    {"column": "local_sqnr_db", "stat": "min", "min": -1000, "nodes": "^up_blocks\\.1/"},
+    {"column": "local_sqnr_db", "stat": "min", "min": -1000, "nodes": "conv_out"}]})",
+                            "g.json");
+  ASSERT_EQ(g.layer_checks.size(), 2u);
+  EXPECT_EQ(g.layer_checks[0].nodes, "^up_blocks\\.1/");
+  apply_run_gate(g, r);
+  const auto* scoped = find(r, "int8-l3", "layer local_sqnr_db min >= -1000 (nodes ~ ^up_blocks\\.1/)");
+  ASSERT_TRUE(scoped);
+  EXPECT_TRUE(scoped->passed) << scoped->detail;
+  // Only the 10 layers of up_blocks.1 count, and the worst of them is named.
+  EXPECT_NE(scoped->detail.find("over 10 layers matching '^up_blocks\\.1/'"), std::string::npos) << scoped->detail;
+  EXPECT_NE(scoped->detail.find("(up_blocks.1/"), std::string::npos) << scoped->detail;
+  // A pattern that matches no layer fails and says so, rather than passing on no evidence.
+  const auto* none = find(r, "int8-l3", "layer local_sqnr_db min >= -1000 (nodes ~ conv_out)");
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->passed);
+  EXPECT_EQ(none->detail, "no layer name matches 'conv_out'");
+  try {
+    parse_gate(R"({"layers": [{"column": "local_sqnr_db", "min": 1, "nodes": "conv_(in"}]})", "g.json");
+    FAIL() << "a broken pattern must be an input error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("layers[0]: 'nodes' is not a valid regular expression 'conv_(in'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RunGate, AVariantTheRunLacksIsAnInputError) {
   reports::RunReport r = testing::synthetic_run_report();
   EXPECT_THROW(apply_run_gate(parse_gate(R"({"checks": [{"metric": "ssim", "min": 0.9, "variant": "int4"}]})", "g.json"), r),

@@ -4,7 +4,7 @@
 # 1 against 2 threads. Wall time, CPU time (user + sys) and peak resident memory per case, from
 # /usr/bin/time. On a shared machine compare CPU seconds; wall seconds only mean something idle.
 # Usage: bench/run_qeval_run.sh [build-dir] [count=8]
-#   count < 8 shortens every case (the thread cases always use max(count, 4) prompts).
+#   count < 8 shortens every case; the 1- and 2-thread cases use 4 prompts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -44,6 +44,6 @@ measure "warm: no observation" run --config "$WORK/none.json" --out "$WORK/o3"
 measure "warm: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/o4"
 measure "warm: layer statistics + local error" run --config "$WORK/local.json" --out "$WORK/o5"
 measure "warm: the default again (result cache)" run --config "$WORK/full.json" --out "$WORK/o2"
-T=$((COUNT < 4 ? 4 : COUNT))
+T=4
 measure "warm, $T prompts, 1 thread" --threads 1 run --config "$WORK/full.json" --count "$T" --out "$WORK/t1"
 measure "warm, $T prompts, 2 threads" --threads 2 run --config "$WORK/full.json" --count "$T" --out "$WORK/t2"

@@ -10,14 +10,13 @@
 #include "reports/files.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
+#include "reports/run_report.h"  // artifact_json
 
 namespace qeval::reports {
 
 using nlohmann::json;
 
 namespace {
-
-json artifact_json(const Artifact& a) { return {{"name", a.name}, {"path", a.path}, {"fingerprint", a.fingerprint}}; }
 
 json gate_json(const GateSection& g) {
   json checks = json::array();

@@ -102,6 +102,40 @@ TEST(TriageCli, TinySamEntropyRecipeFallsBackToAFewNodes) {
   EXPECT_EQ(h.find("https://"), std::string::npos);
 }
 
+// A single model (the ViT block) under int8-level3: output SQNR 38.1 dB against a 41 dB gate. The
+// patch-embedding conv is the node to keep (42.9 dB), found by every search and both rankings; a
+// gate the variant already meets needs no search.
+TEST(TriageCli, SingleModelKeepsThePatchEmbedding) {
+  testing::ScratchDir dir("triage-single");
+  const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
+  const auto config = write_file(dir, "c.json", R"({
+    "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
+    "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
+    "variants": [{"name": "fp32"}, {"name": "int8", "recipe": ")" + src("recipes/int8-level3.json") + R"("}]})");
+  const auto gate = write_file(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 41}]})");
+  for (const std::string rank : {"sensitivity", "local"}) {
+    const auto r = run_qeval("triage --config " + config.string() + " --variant int8 --gate " + gate.string() +
+                             " --rank " + rank + " --out " + (dir / rank).string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto j = testing::read_json(dir / rank / "triage.json");
+    EXPECT_EQ(j["pipeline"], "single-model");
+    EXPECT_EQ(j["nodes"].size(), 9u);
+    EXPECT_EQ(j["ranking_runs"], rank == "local" ? 0u : 18u);
+    EXPECT_LT(double(j["variant_as_given"]["metric"]), 41.0);
+    EXPECT_EQ(j["kept"], std::vector<std::string>{"/patch_embed/Conv"}) << rank;
+    EXPECT_EQ(j["searches"][0]["runs"], 1) << rank;  // the first node in rank order suffices
+    for (const auto& s : j["searches"]) EXPECT_GE(double(s["metric"]), 41.0) << s["strategy"];
+  }
+  const auto easy = write_file(dir, "easy.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 30}]})");
+  const auto r = run_qeval("triage --config " + config.string() + " --variant int8 --gate " + easy.string() +
+                           " --out " + (dir / "easy").string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("already passes"), std::string::npos) << r.out;
+  const auto j = testing::read_json(dir / "easy/triage.json");
+  EXPECT_TRUE(j["searches"].empty());
+  EXPECT_TRUE(j["chosen"].is_null());
+}
+
 TEST(TriageCli, BadInputIsExitTwoWithAPreciseMessage) {
   testing::ScratchDir dir("triage-bad");
   const auto config = write_file(dir, "c.json", R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "count": 2,

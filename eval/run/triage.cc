@@ -165,15 +165,16 @@ reports::TriageStep step_of(std::size_t kept, const Evaluated& e, std::string no
 // the whole order passes (both measured before).
 reports::TriageSearch bisect(const std::string& strategy, const std::string& description,
                              const std::vector<std::size_t>& order, ConfigEvaluator& ev,
-                             const std::vector<std::string>& names, reports::GateSection& gate_of_result) {
+                             const std::vector<std::string>& names, const Evaluated& all_kept,
+                             reports::GateSection& gate_of_result) {
   const auto t0 = Clock::now();
   reports::TriageSearch s;
   s.strategy = strategy;
   s.description = description;
   const std::size_t n = order.size();
   std::size_t lo = 0, hi = n;
-  std::optional<double> hi_metric;
-  reports::GateSection hi_gate;
+  std::optional<double> hi_metric = all_kept.metric;
+  reports::GateSection hi_gate = all_kept.gate;
   while (hi - lo > 1) {
     const std::size_t mid = lo + (hi - lo) / 2;
     KeptSet kept(n, 0);
@@ -335,6 +336,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
 
   // 2. Every node in high precision (the best any fallback can do), and the sensitivity runs.
   std::vector<KeptSet> sets;
+  Evaluated all_kept;
   sets.push_back(KeptSet(n, 1));
   if (options.sensitivity)
     for (std::size_t k = 0; k < n; ++k) {
@@ -349,6 +351,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     Progress progress("qeval triage: ranking", sets.size(), options.progress && stderr_is_terminal());
     const std::vector<Evaluated> res = ev.evaluate(sets, &progress);
     progress.finish();
+    all_kept = res[0];
     report.metric_none = res[0].metric;
     report.none_passed = res[0].passed;
     report.ranking_runs = sets.size() - 1;
@@ -436,11 +439,11 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     report.searches.push_back(bisect("bisect-topological",
                                      "Polygraphy-style bisection over the topological order: the shortest prefix of "
                                      "nodes (from the input) kept in high precision that passes",
-                                     topo, ev, node_names, final_gates["bisect-topological"]));
+                                     topo, ev, node_names, all_kept, final_gates["bisect-topological"]));
     report.searches.push_back(bisect("bisect-ranked",
                                      "bisection over the ranked order: the shortest prefix of the ranking kept in "
                                      "high precision that passes",
-                                     ranked, ev, node_names, final_gates["bisect-ranked"]));
+                                     ranked, ev, node_names, all_kept, final_gates["bisect-ranked"]));
     if (options.progress)
       for (const auto& s : report.searches)
         fmt::print(stderr, "qeval triage: {}: {} nodes kept, {} runs, {} {}, {:.1f} s\n", s.strategy, s.kept.size(),

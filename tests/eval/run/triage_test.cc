@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <regex>
+#include <sstream>
 
 #include "eval/json_config.h"
 #include "eval/quant/recipe.h"
+#include "reports/chromium.h"
 #include "test_util.h"
 
 namespace qeval {
@@ -134,6 +137,49 @@ TEST(TriageCli, SingleModelKeepsThePatchEmbedding) {
   const auto j = testing::read_json(dir / "easy/triage.json");
   EXPECT_TRUE(j["searches"].empty());
   EXPECT_TRUE(j["chosen"].is_null());
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// triage.html of a real triage (the ViT block) renders with no script error or console message;
+// the DOM, Chromium's log and a screenshot stay in build/test-output/triage_html/.
+TEST(TriageCli, HtmlRendersInHeadlessChromiumWithoutErrors) {
+  const std::string chromium = testing::find_chromium();
+  ASSERT_FALSE(chromium.empty())
+      << "headless Chromium is needed for this test: install Debian's chromium (scripts/setup.sh)";
+  testing::ScratchDir dir("triage-html");
+  const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
+  const auto config = write_file(dir, "c.json", R"({
+    "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
+    "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
+    "variants": [{"name": "fp32"}, {"name": "int8", "recipe": ")" + src("recipes/int8-level3.json") + R"("}]})");
+  const auto gate = write_file(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 41}]})");
+  const fs::path out = testing::test_output_dir("triage_html");
+  const auto r = run_qeval("triage --config " + config.string() + " --variant int8 --gate " + gate.string() +
+                           " --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  testing::ScratchDir profile("chromium-profile-triage");
+  const std::string url = "file://" + fs::absolute(out / "triage.html").string();
+  int rc = testing::run_chromium(chromium, profile.path(), "--dump-dom", url, out / "dom.html", out / "chromium.log");
+  ASSERT_EQ(rc, 0) << read_text(out / "chromium.log");
+  const std::string dom = read_text(out / "dom.html");
+  std::string console;
+  std::istringstream lines(read_text(out / "chromium.log"));
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(":CONSOLE") != std::string::npos) console += line + "\n";
+  EXPECT_TRUE(console.empty()) << "console output while rendering:\n" << console;
+  EXPECT_NE(dom.find("<div id=\"report-errors\"></div>"), std::string::npos);
+  EXPECT_TRUE(std::regex_search(dom, std::regex("<body[^>]*data-rendered=\"1\"")));
+  for (const char* id : {"id=\"searches\"", "id=\"gate\"", "id=\"nodes\"", "id=\"search-greedy\"", "PASS"})
+    EXPECT_NE(dom.find(id), std::string::npos) << id;
+  rc = testing::run_chromium(chromium, profile.path(),
+                             "--hide-scrollbars --window-size=1280,1600 --screenshot='" + (out / "triage.png").string() +
+                                 "'",
+                             url, out / "screenshot.out", out / "screenshot.log");
+  EXPECT_EQ(rc, 0) << read_text(out / "screenshot.log");
 }
 
 TEST(TriageCli, BadInputIsExitTwoWithAPreciseMessage) {

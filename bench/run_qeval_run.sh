@@ -40,6 +40,7 @@ measure() {  # $1 label, rest: qeval arguments
 }
 measure "cold: calibration + full observation" run --config "$WORK/full.json" --out "$WORK/o1"
 measure "warm: full observation (the default)" run --config "$WORK/full.json" --out "$WORK/o2"
+cp "$WORK/stdout" "$WORK/default.txt"
 measure "warm: no observation" run --config "$WORK/none.json" --out "$WORK/o3"
 measure "warm: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/o4"
 measure "warm: layer statistics + local error" run --config "$WORK/local.json" --out "$WORK/o5"
@@ -47,3 +48,6 @@ measure "warm: the default again (result cache)" run --config "$WORK/full.json" 
 T=4
 measure "warm, $T prompts, 1 thread" --threads 1 run --config "$WORK/full.json" --count "$T" --out "$WORK/t1"
 measure "warm, $T prompts, 2 threads" --threads 2 run --config "$WORK/full.json" --count "$T" --out "$WORK/t2"
+echo
+echo "the default run's summary:"
+cat "$WORK/default.txt"

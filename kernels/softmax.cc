@@ -103,34 +103,13 @@ void softmax_columns(const T* x, T* y, std::int64_t n, std::int64_t inner, std::
 
 // ---- float rows in explicit 16-lane vectors (GCC vector extensions: AVX-512 where available) ----
 
-typedef float V16 __attribute__((vector_size(64)));
-typedef float V16U __attribute__((vector_size(64), aligned(4)));
-typedef std::int32_t I16 __attribute__((vector_size(64)));
+using V16 = simd::F16;
+using V16U = simd::F16U;
+using simd::I16;
+using simd::kLanes;
+using simd::splat;
 typedef float V8U __attribute__((vector_size(32), aligned(4)));
 typedef double D8 __attribute__((vector_size(64)));
-constexpr int kLanes = 16;
-
-inline V16 splat(float v) { return V16{} + v; }
-
-// simd::exp for lanes known to hold no NaN and no +inf (a max-subtracted row of finite maximum):
-// the same formula, so the same bits, without the selects that only NaN and large inputs need.
-inline V16 exp_v16_nonpositive(V16 x) {
-  const V16 lo = splat(-87.33654f);
-  const V16 c = x < lo ? lo : x;
-  const V16 k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  V16 r = c - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  V16 p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const I16 bits = (__builtin_convertvector(k, I16) + 127) << 23;
-  const V16 result = p * __builtin_bit_cast(V16, bits);
-  return x < lo ? V16{} : result;
-}
 
 // The first `len` (< 16) floats at p, the other lanes `fill`; and the first `len` lanes of v
 // stored at p. AVX-512 masks where the target has them (a row's tail is then one vector
@@ -206,7 +185,7 @@ float row_max_f32(const float* x, std::int64_t n, bool* has_nan) {
 template <bool finite>
 double exp_and_sum(const float* x, float* y, std::int64_t n, float m) {
   const V16 vm = splat(m);
-  auto ex = [](V16 v) { return finite ? exp_v16_nonpositive(v) : simd::exp(v); };
+  auto ex = [](V16 v) { return finite ? simd::exp_nonpositive(v) : simd::exp(v); };
   D8 total[2] = {D8{}, D8{}};
   auto flush = [&](V16 (&acc)[2]) {
     const V16 s = acc[0] + acc[1];

@@ -18,12 +18,8 @@ inline F16 splat(float v) { return F16{} + v; }
 inline F16 load(const float* p) { return *reinterpret_cast<const F16U*>(p); }
 inline void store(float* p, F16 v) { *reinterpret_cast<F16U*>(p) = v; }
 
-// exp_vectorisable lane by lane.
-inline F16 exp(F16 x) {
-  const F16 lo = splat(-87.33654f), hi = splat(88.0f);
-  F16 c = x < lo ? lo : x;
-  c = c > hi ? hi : c;
-  c = c == c ? c : F16{};
+// exp of lanes clamped to [-87.33654, 88] (no NaN): exp_vectorisable's formula lane by lane.
+inline F16 exp_clamped(F16 c) {
   const F16 k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   F16 r = c - k * 0.693359375f;
   r = r - k * -2.12194440e-4f;
@@ -35,8 +31,25 @@ inline F16 exp(F16 x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   const I16 bits = (__builtin_convertvector(k, I16) + 127) << 23;
-  const F16 result = p * __builtin_bit_cast(F16, bits);
+  return p * __builtin_bit_cast(F16, bits);
+}
+
+// exp_vectorisable lane by lane.
+inline F16 exp(F16 x) {
+  const F16 lo = splat(-87.33654f), hi = splat(88.0f);
+  F16 c = x < lo ? lo : x;
+  c = c > hi ? hi : c;
+  c = c == c ? c : F16{};
+  const F16 result = exp_clamped(c);
   return x < lo ? F16{} : (x == x ? result : x);
+}
+
+// simd::exp for lanes known to hold no NaN and no value above 0 (a max-subtracted row of finite
+// maximum): the same bits without the selects that only NaN and large inputs need.
+inline F16 exp_nonpositive(F16 x) {
+  const F16 lo = splat(-87.33654f);
+  const F16 result = exp_clamped(x < lo ? lo : x);
+  return x < lo ? F16{} : result;
 }
 
 inline F16 abs(F16 x) { return __builtin_bit_cast(F16, __builtin_bit_cast(I16, x) & 0x7fffffff); }

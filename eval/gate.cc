@@ -81,6 +81,23 @@ std::string fmt_num(double v) {
   return fmt::format("{:.6g}", v);
 }
 
+// The part sample, layer and step checks share: "stat" (default `default_stat`), the bound, "variant".
+template <class Check>
+void parse_summary(const json& c, const char* default_stat, const std::string& source, const std::string& where,
+                   Check& check) {
+  check.stat = c.contains("stat") ? c["stat"].get<std::string>() : default_stat;
+  try {
+    check.spec = metrics::parse_stat(check.stat);
+  } catch (const std::invalid_argument& e) {
+    bad(source, where + ": " + e.what());
+  }
+  check.bound = parse_bound(c, source, where);
+  if (c.contains("variant")) {
+    if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
+    check.variant = c["variant"].get<std::string>();
+  }
+}
+
 }  // namespace
 
 Gate parse_gate(const std::string& text, const std::string& source) {
@@ -105,18 +122,8 @@ Gate parse_gate(const std::string& text, const std::string& source) {
       check_keys(c, {"metric", "stat", "min", "max", "variant"}, source, where);
       if (!c.contains("metric")) bad(source, where + ": missing 'metric'");
       GateCheck check;
-      if (c.contains("variant")) {
-        if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
-        check.variant = c["variant"].get<std::string>();
-      }
       check.metric = check_metric(c["metric"], source, where);
-      check.stat = c.contains("stat") ? c["stat"].get<std::string>() : "mean";
-      try {
-        check.spec = metrics::parse_stat(check.stat);
-      } catch (const std::invalid_argument& e) {
-        bad(source, where + ": " + e.what());
-      }
-      check.bound = parse_bound(c, source, where);
+      parse_summary(c, "mean", source, where, check);
       g.checks.push_back(std::move(check));
     }
   }
@@ -146,17 +153,7 @@ Gate parse_gate(const std::string& text, const std::string& source) {
         for (const auto& k : cols) list += (list.empty() ? "" : ", ") + k;
         bad(source, where + ": unknown layer column '" + check.column + "' (known: " + list + ")");
       }
-      check.stat = c.contains("stat") ? c["stat"].get<std::string>() : "min";
-      try {
-        check.spec = metrics::parse_stat(check.stat);
-      } catch (const std::invalid_argument& e) {
-        bad(source, where + ": " + e.what());
-      }
-      check.bound = parse_bound(c, source, where);
-      if (c.contains("variant")) {
-        if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
-        check.variant = c["variant"].get<std::string>();
-      }
+      parse_summary(c, "min", source, where, check);
       if (c.contains("nodes")) {
         if (!c["nodes"].is_string() || c["nodes"].get<std::string>().empty())
           bad(source, where + ": 'nodes' must be a regular expression (searched in node names)");
@@ -191,17 +188,7 @@ Gate parse_gate(const std::string& text, const std::string& source) {
       choice("quantity", check.quantity, {"noise_pred", "latent"});
       choice("mode", check.mode, {"teacher-forced", "free-running"});
       choice("metric", check.metric, {"sqnr_db", "rel_l2", "cosine", "max_abs"});
-      check.stat = c.contains("stat") ? c["stat"].get<std::string>() : "mean";
-      try {
-        check.spec = metrics::parse_stat(check.stat);
-      } catch (const std::invalid_argument& e) {
-        bad(source, where + ": " + e.what());
-      }
-      check.bound = parse_bound(c, source, where);
-      if (c.contains("variant")) {
-        if (!c["variant"].is_string()) bad(source, where + ": 'variant' must be a variant's name");
-        check.variant = c["variant"].get<std::string>();
-      }
+      parse_summary(c, "mean", source, where, check);
       g.step_checks.push_back(std::move(check));
     }
   }

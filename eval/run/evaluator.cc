@@ -14,6 +14,7 @@
 
 #include "datasets/npy.h"
 #include "eval/progress.h"
+#include "eval/quant/calibrate_run.h"
 #include "eval/run/drivers.h"
 #include "kernels/error.h"
 
@@ -49,6 +50,21 @@ BuiltVariant recipe_variant(const VariantSpec& v, RunDriver::RecipeGraphs r) {
   b.calibration_cache_hit = r.cache_hit;
   b.calibration_s = r.calibration_s;
   return b;
+}
+
+std::filesystem::path RunDriver::calibration_cache_dir(const RunSpec& run) {
+  return run.calibration.cache.empty() ? quant::default_calibration_cache() : run.calibration.cache;
+}
+
+std::filesystem::path RunDriver::calibration_prompts(const VariantSpec& v, const RunSpec& run,
+                                                   const std::filesystem::path& pipeline_default,
+                                                   const std::filesystem::path& pipeline_file) {
+  const std::filesystem::path prompts = run.calibration.prompts.empty() ? pipeline_default : run.calibration.prompts;
+  if (prompts.empty())
+    throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
+                                 "{{\"prompts\": ...}} in the run config ({})",
+                                 v.name, pipeline_file.string(), kRunConfigDoc));
+  return prompts;
 }
 
 std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress) {

@@ -137,6 +137,14 @@ class RunDriver {
   virtual std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const = 0;
   virtual void run_unit(std::size_t index, DriverThread& thread, const UnitContext& context,
                         UnitOutcome& out) const = 0;
+
+ protected:
+  // For recipe_graphs: the calibration cache (the run's or the default one) and the calibration
+  // prompt set (the run's, else `pipeline_default`; none is an InputError naming `pipeline_file`).
+  static std::filesystem::path calibration_cache_dir(const RunSpec& run);
+  static std::filesystem::path calibration_prompts(const VariantSpec& v, const RunSpec& run,
+                                                   const std::filesystem::path& pipeline_default,
+                                                   const std::filesystem::path& pipeline_file);
 };
 
 // The driver for a run's pipeline (loads the models and the prompt or input set). InputError for

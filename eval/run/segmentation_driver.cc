@@ -76,13 +76,9 @@ class SegmentationDriver : public RunDriver {
     const auto t0 = std::chrono::steady_clock::now();
     const q::Recipe recipe = q::load_recipe(v.recipe);
     const SegmentationConfig& c = pipeline_->config();
-    const fs::path prompts = spec.calibration.prompts.empty() ? c.calibration_prompts : spec.calibration.prompts;
-    if (prompts.empty())
-      throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
-                                   "{{\"prompts\": ...}} in the run config ({})",
-                                   v.name, c.source.string(), kRunConfigDoc));
+    const fs::path prompts = calibration_prompts(v, spec, c.calibration_prompts, c.source);
     const PointPromptSet set = q::read_point_prompts_limited(prompts, std::size_t(spec.calibration.count));
-    const fs::path cache = spec.calibration.cache.empty() ? q::default_calibration_cache() : spec.calibration.cache;
+    const fs::path cache = calibration_cache_dir(spec);
     out.cache_hit = true;
     std::string data_fingerprint;
     for (auto& r : q::calibrate_segmentation(*pipeline_, recipe, set, cache, progress)) {

@@ -69,7 +69,7 @@ class SingleModelDriver : public RunDriver {
     const q::Recipe recipe = q::load_recipe(v.recipe);
     const q::Selection selection = q::select_nodes(*graph_, recipe);
     q::TensorCalibrationSet set = q::TensorCalibrationSet::from_folder(spec.calibration.prompts, *graph_);
-    const fs::path cache = spec.calibration.cache.empty() ? q::default_calibration_cache() : spec.calibration.cache;
+    const fs::path cache = calibration_cache_dir(spec);
     const q::CalibrationResult cal = q::calibrate_cached(*graph_, selection, recipe, set, cache, &out.cache_hit);
     out.graphs["model"] = std::make_shared<const Graph>(q::apply_recipe(*graph_, selection, recipe, cal).graph);
     out.parsed = recipe;

@@ -102,15 +102,12 @@ class Txt2ImgDriver : public RunDriver {
     const auto t0 = std::chrono::steady_clock::now();
     const q::Recipe recipe = q::load_recipe(v.recipe);
     const q::Selection selection = q::select_nodes(*models_.unet, recipe);
-    fs::path prompts = spec.calibration.prompts.empty() ? models_.config.calibration_prompts : spec.calibration.prompts;
-    if (prompts.empty())
-      throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
-                                   "{{\"prompts\": ...}} in the run config ({})",
-                                   v.name, models_.config.source.string(), kRunConfigDoc));
+    const fs::path prompts =
+        calibration_prompts(v, spec, models_.config.calibration_prompts, models_.config.source);
     const int steps = spec.calibration.steps > 0 ? spec.calibration.steps : base_.steps;
     q::Txt2ImgCalibrationSet set(models_, q::read_prompt_lines(prompts, std::size_t(spec.calibration.count)), steps, 0,
                                  progress);
-    const fs::path cache = spec.calibration.cache.empty() ? q::default_calibration_cache() : spec.calibration.cache;
+    const fs::path cache = calibration_cache_dir(spec);
     const q::CalibrationResult calibration =
         q::calibrate_cached(*models_.unet, selection, recipe, set, cache, &out.cache_hit);
     q::AppliedRecipe applied = q::apply_recipe(*models_.unet, selection, recipe, calibration);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "eval/cli/command.h"
+#include "eval/cli/report_context.h"
 #include "eval/exit_codes.h"
 #include "eval/gate.h"
 #include "eval/progress.h"
@@ -13,7 +14,6 @@
 #include "eval/run/evaluator.h"
 #include "eval/run/run_report_build.h"
 #include "kernels/error.h"
-#include "qeval/version.h"
 #include "reports/run_report.h"
 
 namespace qeval::cli {
@@ -61,10 +61,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
                eval::run_pipeline_kind_name(driver->kind()), driver->units(), recipes.size(), spec.reference);
   eval::run_units(spec, *driver, result, options);
 
-  eval::ReportContext rc;
-  rc.tool_version = QEVAL_VERSION;
-  rc.created_utc = utc_now();
-  rc.command_line = ctx.command_line;
+  eval::ReportContext rc = report_context(ctx);
   rc.threads = tbb::this_task_arena::max_concurrency();
   reports::RunReport report = eval::build_run_report(spec, *driver, result, rc);
   eval::apply_run_gate(gate, report);

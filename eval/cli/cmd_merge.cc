@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "eval/cli/command.h"
+#include "eval/cli/report_context.h"
 #include "eval/exit_codes.h"
 #include "eval/gate.h"
 #include "eval/progress.h"
@@ -11,7 +12,6 @@
 #include "eval/run/run_report_build.h"
 #include "eval/run/run_state.h"
 #include "kernels/error.h"
-#include "qeval/version.h"
 
 namespace qeval::cli {
 namespace {
@@ -79,10 +79,7 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
                                  "shard's --out",
                                  missing, result.done.size(), first_missing));
   eval::save_run_state(out / eval::kRunStateFile, result, key, infos.front().spec_json, spec.source);
-  eval::ReportContext rc;
-  rc.tool_version = QEVAL_VERSION;
-  rc.created_utc = utc_now();
-  rc.command_line = ctx.command_line;
+  eval::ReportContext rc = report_context(ctx);
   return eval::write_run_outputs(spec, *driver, result, gate, rc, out);
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "eval/cli/command.h"
+#include "eval/cli/report_context.h"
 #include "eval/exit_codes.h"
 #include "eval/gate.h"
 #include "eval/progress.h"
@@ -12,7 +13,6 @@
 #include "eval/run/run_report_build.h"
 #include "eval/run/run_state.h"
 #include "kernels/error.h"
-#include "qeval/version.h"
 
 namespace qeval::cli {
 namespace {
@@ -78,10 +78,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   }
   eval::run_units(spec, *driver, result, options);
 
-  eval::ReportContext rc;
-  rc.tool_version = QEVAL_VERSION;
-  rc.created_utc = utc_now();
-  rc.command_line = ctx.command_line;
+  eval::ReportContext rc = report_context(ctx);
   rc.threads = tbb::this_task_arena::max_concurrency();
   rc.shard = a.shard;
   return eval::write_run_outputs(spec, *driver, result, gate, rc, out);

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace qeval::testing {
@@ -38,6 +40,29 @@ inline int run_chromium(const std::string& chromium, const std::filesystem::path
       out_file.string() + "' 2> '" + err_file.string() + "'";
   int status = std::system(cmd.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The DOM of `url` after its scripts ran (--dump-dom into out_dir/dom.html), Chromium's log
+// (out_dir/chromium.log) and the console messages in it, one per line.
+struct DomDump {
+  int rc = -1;
+  std::string dom, log, console;
+};
+
+inline DomDump dump_dom(const std::string& chromium, const std::filesystem::path& profile, const std::string& url,
+                        const std::filesystem::path& out_dir) {
+  auto read = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  DomDump d;
+  d.rc = run_chromium(chromium, profile, "--dump-dom", url, out_dir / "dom.html", out_dir / "chromium.log");
+  d.dom = read(out_dir / "dom.html");
+  d.log = read(out_dir / "chromium.log");
+  std::istringstream lines(d.log);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(":CONSOLE") != std::string::npos) d.console += line + "\n";
+  return d;
 }
 
 }  // namespace qeval::testing

@@ -128,18 +128,14 @@ TEST(RecipeComparison, RendersInHeadlessChromiumWithoutErrors) {
   EXPECT_TRUE(std::filesystem::exists(out / "report.json"));
   testing::ScratchDir profile("chromium-profile-cmp");
   const std::string url = "file://" + std::filesystem::absolute(out / "report.html").string();
-  int rc = testing::run_chromium(chromium, profile.path(), "--dump-dom", url, out / "dom.html", out / "chromium.log");
-  ASSERT_EQ(rc, 0) << read_text(out / "chromium.log");
-  const std::string dom = read_text(out / "dom.html");
-  std::string console;
-  std::istringstream lines(read_text(out / "chromium.log"));
-  for (std::string line; std::getline(lines, line);)
-    if (line.find(":CONSOLE") != std::string::npos) console += line + "\n";
-  EXPECT_TRUE(console.empty()) << "console output while rendering:\n" << console;
+  const testing::DomDump page = testing::dump_dom(chromium, profile.path(), url, out);
+  ASSERT_EQ(page.rc, 0) << page.log;
+  const std::string& dom = page.dom;
+  EXPECT_TRUE(page.console.empty()) << "console output while rendering:\n" << page.console;
   EXPECT_NE(dom.find("<div id=\"report-errors\"></div>"), std::string::npos);
   EXPECT_TRUE(std::regex_search(dom, std::regex("<body[^>]*data-rendered=\"1\"")));
   EXPECT_NE(dom.find("<circle"), std::string::npos);
-  rc = testing::run_chromium(chromium, profile.path(),
+  const int rc = testing::run_chromium(chromium, profile.path(),
                              "--hide-scrollbars --window-size=1280,1600 --screenshot='" + (out / "report.png").string() +
                                  "'",
                              url, out / "screenshot.out", out / "screenshot.log");

@@ -19,6 +19,8 @@ namespace qeval::reports {
 namespace {
 
 using testing::find_chromium;
+using testing::DomDump;
+using testing::dump_dom;
 using testing::run_chromium;
 
 const char* const kSections[] = {"verdict",   "gate",       "variants",   "samples",
@@ -89,15 +91,10 @@ TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
   const std::string url = "file://" + std::filesystem::absolute(out / "report.html").string();
 
   // 1. The DOM after scripts ran, plus every console message on stderr.
-  int rc = run_chromium(chromium, profile.path(), "--dump-dom", url, out / "dom.html", out / "chromium.log");
-  ASSERT_EQ(rc, 0) << read_text(out / "chromium.log");
-  const std::string dom = read_text(out / "dom.html");
-  const std::string log = read_text(out / "chromium.log");
-  std::string console;
-  std::istringstream lines(log);
-  for (std::string line; std::getline(lines, line);)
-    if (line.find(":CONSOLE") != std::string::npos) console += line + "\n";
-  EXPECT_TRUE(console.empty()) << "console output while rendering:\n" << console;
+  const DomDump page = dump_dom(chromium, profile.path(), url, out);
+  ASSERT_EQ(page.rc, 0) << page.log;
+  const std::string& dom = page.dom;
+  EXPECT_TRUE(page.console.empty()) << "console output while rendering:\n" << page.console;
   // The report's own error box stays empty, and the last script ran.
   EXPECT_NE(dom.find("<div id=\"report-errors\"></div>"), std::string::npos)
       << dom.substr(dom.find("report-errors"), 400);
@@ -110,7 +107,7 @@ TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
   EXPECT_NE(dom.find("(log)"), std::string::npos);  // the legend was drawn
 
   // 2. A screenshot of the top of the page: it shows the red FAIL banner.
-  rc = run_chromium(chromium, profile.path(),
+  const int rc = run_chromium(chromium, profile.path(),
                     "--hide-scrollbars --window-size=1280,2400 --screenshot='" +
                         (out / "report.png").string() + "'",
                     url, out / "screenshot.out", out / "screenshot.log");

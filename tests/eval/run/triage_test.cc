@@ -163,19 +163,15 @@ TEST(TriageCli, HtmlRendersInHeadlessChromiumWithoutErrors) {
   ASSERT_EQ(r.code, 0) << r.out;
   testing::ScratchDir profile("chromium-profile-triage");
   const std::string url = "file://" + fs::absolute(out / "triage.html").string();
-  int rc = testing::run_chromium(chromium, profile.path(), "--dump-dom", url, out / "dom.html", out / "chromium.log");
-  ASSERT_EQ(rc, 0) << read_text(out / "chromium.log");
-  const std::string dom = read_text(out / "dom.html");
-  std::string console;
-  std::istringstream lines(read_text(out / "chromium.log"));
-  for (std::string line; std::getline(lines, line);)
-    if (line.find(":CONSOLE") != std::string::npos) console += line + "\n";
-  EXPECT_TRUE(console.empty()) << "console output while rendering:\n" << console;
+  const testing::DomDump page = testing::dump_dom(chromium, profile.path(), url, out);
+  ASSERT_EQ(page.rc, 0) << page.log;
+  const std::string& dom = page.dom;
+  EXPECT_TRUE(page.console.empty()) << "console output while rendering:\n" << page.console;
   EXPECT_NE(dom.find("<div id=\"report-errors\"></div>"), std::string::npos);
   EXPECT_TRUE(std::regex_search(dom, std::regex("<body[^>]*data-rendered=\"1\"")));
   for (const char* id : {"id=\"searches\"", "id=\"gate\"", "id=\"nodes\"", "id=\"search-greedy\"", "PASS"})
     EXPECT_NE(dom.find(id), std::string::npos) << id;
-  rc = testing::run_chromium(chromium, profile.path(),
+  const int rc = testing::run_chromium(chromium, profile.path(),
                              "--hide-scrollbars --window-size=1280,1600 --screenshot='" + (out / "triage.png").string() +
                                  "'",
                              url, out / "screenshot.out", out / "screenshot.log");

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,6 +56,18 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+// A text file's whole content ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Writes `body` to dir/name (a config, a gate, a recipe) and returns that path.
+inline std::filesystem::path write_text(const ScratchDir& dir, const std::string& name, const std::string& body) {
+  std::ofstream(dir / name) << body;
+  return dir / name;
+}
 
 inline void write_bytes(const std::filesystem::path& p, const std::vector<std::uint8_t>& bytes) {
   std::filesystem::create_directories(p.parent_path());

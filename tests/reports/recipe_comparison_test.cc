@@ -17,12 +17,7 @@
 namespace qeval::reports {
 namespace {
 
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_text;
 
 RecipeRow row(const std::string& name, bool passed, double psnr, std::optional<double> macs_quantized) {
   RecipeRow r;

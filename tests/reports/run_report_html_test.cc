@@ -18,6 +18,8 @@
 namespace qeval::reports {
 namespace {
 
+using testing::read_text;
+
 using testing::find_chromium;
 using testing::DomDump;
 using testing::dump_dom;
@@ -26,13 +28,6 @@ using testing::run_chromium;
 const char* const kSections[] = {"verdict",   "gate",       "variants",   "samples",
                                  "layers",    "timestep-heatmap", "step-curves", "histograms",
                                  "nonfinite", "unmatched",  "config"};
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST(RunReportHtml, IsSelfContainedWithEverySection) {
   const std::string h = render_html(testing::synthetic_run_report());

@@ -10,24 +10,16 @@
 namespace qeval {
 namespace {
 
+using testing::read_text;
+
 namespace fs = std::filesystem;
 using testing::run_qeval;
-
-fs::path write_file(const testing::ScratchDir& dir, const std::string& name, const std::string& body) {
-  std::ofstream(dir / name) << body;
-  return dir / name;
-}
 
 std::string schema_errors(const fs::path& report, const char* schema_file) {
   const testing::JsonSchema schema(testing::read_json(testing::source_dir() / "docs" / schema_file));
   std::string all;
   for (const auto& e : schema.validate(testing::read_json(report))) all += e + "\n";
   return all;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 const nlohmann::json* row_of(const nlohmann::json& j, const std::string& variant) {
@@ -44,7 +36,7 @@ const nlohmann::json* row_of(const nlohmann::json& j, const std::string& variant
 TEST(CompareRecipesCli, TinySdShippedGatePassesTheGoodRecipesAndFailsTheNaiveOne) {
   testing::ScratchDir dir("compare-recipes-sd");
   const fs::path recipes = testing::source_dir() / "recipes";
-  const auto config = write_file(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() + R"(", "count": 2, "steps": 8,
     "calibration": {"count": 16, "cache": ")" + (dir / "cache").string() + R"("},
     "observe": {"models": ["unet"]},
@@ -99,11 +91,11 @@ TEST(CompareRecipesCli, SingleModelRowsWithSharesSizesAndSpeedClasses) {
   testing::ScratchDir dir("compare-recipes-single");
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
   const fs::path recipes = testing::source_dir() / "recipes";
-  const auto config = write_file(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
     "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})");
-  const auto gate = write_file(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "min", "min": 25}]})");
+  const auto gate = testing::write_text(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "min", "min": 25}]})");
   const auto r = run_qeval("compare-recipes --config " + config.string() + " --recipes " +
                            (recipes / "int8-level2.json").string() + " " + (recipes / "int8-level3.json").string() +
                            " " + (recipes / "fp8-level4.json").string() + " --gate " + gate.string() +
@@ -148,11 +140,11 @@ TEST(CompareRecipesCli, SingleModelRowsWithSharesSizesAndSpeedClasses) {
 TEST(CompareRecipesCli, TinySamSharesHaveOneDenominatorForEveryRecipe) {
   testing::ScratchDir dir("compare-recipes-sam");
   const fs::path recipes = testing::source_dir() / "recipes";
-  const auto config = write_file(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() + R"(", "count": 4,
     "calibration": {"count": 12, "cache": ")" + (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"}, {"name": "bf16", "precision": "bf16"}]})");
-  const auto gate = write_file(dir, "g.json", R"({"checks": [{"metric": "mask_iou", "stat": "mean", "min": 0.9}]})");
+  const auto gate = testing::write_text(dir, "g.json", R"({"checks": [{"metric": "mask_iou", "stat": "mean", "min": 0.9}]})");
   const auto r = run_qeval("compare-recipes --config " + config.string() + " --recipes " +
                            (recipes / "int8-level2.json").string() + " " + (recipes / "int8-level3.json").string() +
                            " --gate " + gate.string() + " --out " + (dir / "out").string());
@@ -187,11 +179,11 @@ TEST(CompareRecipesCli, BadInputIsExitTwoWithThePreciseReason) {
   };
   expect_bad("--recipes " + (dir / "none.json").string(), "none.json: no such file");
   expect_bad("--recipes " + l3 + " " + l3, "given twice");
-  const auto typo = write_file(dir, "typo.json", R"({"format": "int8", "level": 3, "calibraton": {"method": "max"}})");
+  const auto typo = testing::write_text(dir, "typo.json", R"({"format": "int8", "level": 3, "calibraton": {"method": "max"}})");
   expect_bad("--recipes " + typo.string(), "typo.json");
   expect_bad("--recipes " + l3 + " --target sm61", "sm61");
   expect_bad("--config " + (dir / "missing.json").string() + " --recipes " + l3, "missing.json");
-  const auto recipe_ref = write_file(dir, "c.json", R"({"pipeline": ")" +
+  const auto recipe_ref = testing::write_text(dir, "c.json", R"({"pipeline": ")" +
                                                       (testing::source_dir() / "models/tiny-sd").string() + R"(",
     "variants": [{"name": "q", "recipe": ")" + l3 + R"("}, {"name": "fp32"}]})");
   expect_bad("--config " + recipe_ref.string() + " --recipes " + l3, "must be a precision variant");

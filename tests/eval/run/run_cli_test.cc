@@ -13,11 +13,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::run_qeval;
 
-fs::path write_config(const testing::ScratchDir& dir, const std::string& name, const std::string& body) {
-  std::ofstream(dir / name) << body;
-  return dir / name;
-}
-
 std::string schema_errors(const fs::path& report) {
   const testing::JsonSchema schema(testing::read_json(testing::source_dir() / "docs" / "report.schema.json"));
   std::string all;
@@ -27,7 +22,7 @@ std::string schema_errors(const fs::path& report) {
 
 TEST(RunCli, TinySdTwoPromptsWritesAValidReportAndPassesTheDefaultGate) {
   testing::ScratchDir dir("run-cli-sd");
-  const auto config = write_config(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() + R"(",
     "count": 2, "steps": 2,
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})");
@@ -44,7 +39,7 @@ TEST(RunCli, TinySdTwoPromptsWritesAValidReportAndPassesTheDefaultGate) {
   EXPECT_EQ(j["config"]["steps"], 2);
 
   // A gate the fp16 images cannot meet: exit 1, the failed check in junit.xml and on stdout.
-  const auto gate = write_config(dir, "g.json", R"({"checks": [{"metric": "psnr_db", "stat": "min", "min": 200}],
+  const auto gate = testing::write_text(dir, "g.json", R"({"checks": [{"metric": "psnr_db", "stat": "min", "min": 200}],
                                                     "layers": [{"column": "acc_sqnr_db", "stat": "min", "min": 0}]})");
   const auto failed = run_qeval("run --config " + config.string() + " --gate " + gate.string() + " --out " +
                                 (dir / "out2").string() + " --no-layers");
@@ -58,7 +53,7 @@ TEST(RunCli, TinySdTwoPromptsWritesAValidReportAndPassesTheDefaultGate) {
 
 TEST(RunCli, TinySamPointPromptsCompareMasks) {
   testing::ScratchDir dir("run-cli-sam");
-  const auto config = write_config(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() + R"(", "count": 4,
     "variants": [{"name": "fp32"}, {"name": "bf16", "precision": "bf16"}]})");
   const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
@@ -72,7 +67,7 @@ TEST(RunCli, TinySamPointPromptsCompareMasks) {
 
 TEST(RunCli, TinySamRecipeVariantCalibratesBothModelsAndGivesMaskIou) {
   testing::ScratchDir dir("run-cli-sam-recipe");
-  const auto config = write_config(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() + R"(", "count": 4,
     "calibration": {"count": 12, "cache": ")" + (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"},
@@ -97,7 +92,7 @@ TEST(RunCli, TinySamRecipeVariantCalibratesBothModelsAndGivesMaskIou) {
 TEST(RunCli, SingleModelWithARecipeVariantCalibratesOnceThenReadsTheCache) {
   testing::ScratchDir dir("run-cli-single");
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
-  const auto config = write_config(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
     "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
@@ -131,7 +126,7 @@ TEST(RunCli, SingleModelWithARecipeVariantCalibratesOnceThenReadsTheCache) {
 
 TEST(RunCli, BadInputIsExitTwoWithTheReason) {
   testing::ScratchDir dir("run-cli-bad");
-  const auto config = write_config(dir, "c.json", R"({"pipeline": "/nonexistent/model", "variants": []})");
+  const auto config = testing::write_text(dir, "c.json", R"({"pipeline": "/nonexistent/model", "variants": []})");
   auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("pipeline"), std::string::npos) << r.out;

@@ -14,13 +14,10 @@
 namespace qeval {
 namespace {
 
+using testing::read_text;
+
 namespace fs = std::filesystem;
 using testing::run_qeval;
-
-fs::path write_file(const testing::ScratchDir& dir, const std::string& name, const std::string& body) {
-  std::ofstream(dir / name) << body;
-  return dir / name;
-}
 
 std::string src(const std::string& rel) { return (testing::source_dir() / rel).string(); }
 
@@ -33,7 +30,7 @@ TEST(TriageCli, TinySamEntropyRecipeFallsBackToAFewNodes) {
   testing::ScratchDir dir("triage-sam");
   const std::string head = R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "count": 8,
     "calibration": {"count": 32, "cache": ")" + (dir / "cache").string() + R"("},)";
-  const auto config = write_file(dir, "c.json", head + R"(
+  const auto config = testing::write_text(dir, "c.json", head + R"(
     "variants": [{"name": "fp32"}, {"name": "int8-l3-entropy", "recipe": ")" +
                                                     src("recipes/tiny-sam/int8-level3-entropy.json") + R"("}],
     "gate": ")" + src("models/tiny-sam/gate.json") + R"("})");
@@ -81,7 +78,7 @@ TEST(TriageCli, TinySamEntropyRecipeFallsBackToAFewNodes) {
   EXPECT_EQ(j["override_recipe"]["fingerprint"], "fnv1a64:" + fallback.fingerprint());
 
   // Directly usable by qeval run: recalibrated (another recipe fingerprint), the same IoU.
-  const auto run_config = write_file(dir, "run.json", head + R"(
+  const auto run_config = testing::write_text(dir, "run.json", head + R"(
     "variants": [{"name": "fp32"}, {"name": "fallback", "recipe": ")" +
                                                             (dir / "out/int8-level3-entropy-fallback.json").string() +
                                                             R"("}]})");
@@ -111,11 +108,11 @@ TEST(TriageCli, TinySamEntropyRecipeFallsBackToAFewNodes) {
 TEST(TriageCli, SingleModelKeepsThePatchEmbedding) {
   testing::ScratchDir dir("triage-single");
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
-  const auto config = write_file(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
     "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"}, {"name": "int8", "recipe": ")" + src("recipes/int8-level3.json") + R"("}]})");
-  const auto gate = write_file(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 41}]})");
+  const auto gate = testing::write_text(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 41}]})");
   for (const std::string rank : {"sensitivity", "local"}) {
     const auto r = run_qeval("triage --config " + config.string() + " --variant int8 --gate " + gate.string() +
                              " --rank " + rank + " --out " + (dir / rank).string());
@@ -129,7 +126,7 @@ TEST(TriageCli, SingleModelKeepsThePatchEmbedding) {
     EXPECT_EQ(j["searches"][0]["runs"], 1) << rank;  // the first node in rank order suffices
     for (const auto& s : j["searches"]) EXPECT_GE(double(s["metric"]), 41.0) << s["strategy"];
   }
-  const auto easy = write_file(dir, "easy.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 30}]})");
+  const auto easy = testing::write_text(dir, "easy.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 30}]})");
   const auto r = run_qeval("triage --config " + config.string() + " --variant int8 --gate " + easy.string() +
                            " --out " + (dir / "easy").string());
   EXPECT_EQ(r.code, 0) << r.out;
@@ -137,11 +134,6 @@ TEST(TriageCli, SingleModelKeepsThePatchEmbedding) {
   const auto j = testing::read_json(dir / "easy/triage.json");
   EXPECT_TRUE(j["searches"].empty());
   EXPECT_TRUE(j["chosen"].is_null());
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // triage.html of a real triage (the ViT block) renders with no script error or console message;
@@ -152,11 +144,11 @@ TEST(TriageCli, HtmlRendersInHeadlessChromiumWithoutErrors) {
       << "headless Chromium is needed for this test: install Debian's chromium (scripts/setup.sh)";
   testing::ScratchDir dir("triage-html");
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
-  const auto config = write_file(dir, "c.json", R"({
+  const auto config = testing::write_text(dir, "c.json", R"({
     "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
     "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"}, {"name": "int8", "recipe": ")" + src("recipes/int8-level3.json") + R"("}]})");
-  const auto gate = write_file(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 41}]})");
+  const auto gate = testing::write_text(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 41}]})");
   const fs::path out = testing::test_output_dir("triage_html");
   const auto r = run_qeval("triage --config " + config.string() + " --variant int8 --gate " + gate.string() +
                            " --out " + out.string());
@@ -180,7 +172,7 @@ TEST(TriageCli, HtmlRendersInHeadlessChromiumWithoutErrors) {
 
 TEST(TriageCli, BadInputIsExitTwoWithAPreciseMessage) {
   testing::ScratchDir dir("triage-bad");
-  const auto config = write_file(dir, "c.json", R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "count": 2,
+  const auto config = testing::write_text(dir, "c.json", R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "count": 2,
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
                  {"name": "q", "recipe": ")" + src("recipes/tiny-sam/int8-level3-entropy.json") + R"("}]})");
   const auto gate = src("models/tiny-sam/gate.json");
@@ -200,7 +192,7 @@ TEST(TriageCli, BadInputIsExitTwoWithAPreciseMessage) {
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.expected), std::string::npos) << c.args << "\n" << r.out;
   }
-  const auto bad_config = write_file(dir, "bad.json", R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "variantz": []})");
+  const auto bad_config = testing::write_text(dir, "bad.json", R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "variantz": []})");
   const auto r = run_qeval("triage --config " + bad_config.string() + " --variant q --gate " + gate);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("variantz"), std::string::npos) << r.out;

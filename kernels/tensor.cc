@@ -1,6 +1,8 @@
 // Tensor storage, shapes and element types.
 #include "kernels/tensor.h"
 
+#include "kernels/numeric.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -172,6 +174,16 @@ Tensor Tensor::reshaped(Shape shape) const {
   Tensor t(*this);
   t.shape_ = std::move(shape);
   return t;
+}
+
+Tensor widened_to_float32(const Tensor& t) {
+  if (t.dtype() != DType::kFloat16 && t.dtype() != DType::kBFloat16) return t;
+  Tensor out(DType::kFloat32, t.shape());
+  const auto* bits = reinterpret_cast<const std::uint16_t*>(t.raw());
+  float* v = out.data<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    v[i] = t.dtype() == DType::kFloat16 ? to_float(float16{bits[i]}) : to_float(bfloat16{bits[i]});
+  return out;
 }
 
 }  // namespace qeval

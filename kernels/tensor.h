@@ -113,4 +113,8 @@ class Tensor {
   std::unique_ptr<std::byte, FreeAligned> data_;
 };
 
+// float16 / bfloat16 values (stored as their bits) as a float32 tensor; any other tensor is
+// returned as it is.
+Tensor widened_to_float32(const Tensor& t);
+
 }  // namespace qeval

@@ -142,11 +142,7 @@ Tensor as_float32(const Tensor& t) {
   if (t.dtype() == DType::kFloat32) return t;
   if (t.dtype() != DType::kFloat16)
     throw std::logic_error("segmentation: unexpected output type " + std::string(dtype_name(t.dtype())));
-  Tensor out(DType::kFloat32, t.shape());
-  const auto* src = reinterpret_cast<const std::uint16_t*>(t.raw());
-  float* dst = out.data<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) dst[i] = to_float(float16{src[i]});
-  return out;
+  return widened_to_float32(t);
 }
 
 // Bilinear resize of planes [C, h, w] -> [C, oh, ow] (half-pixel centres; antialiased when asked).

@@ -92,12 +92,7 @@ Tensor output_as_float(Tensor t, const std::string& what) {
   if (t.dtype() == DType::kFloat32) return t;
   if (t.dtype() != DType::kFloat16 && t.dtype() != DType::kBFloat16)
     throw InputError(what + " is " + std::string(dtype_name(t.dtype())) + ", expected a float tensor");
-  Tensor out(DType::kFloat32, t.shape());
-  const auto* bits = reinterpret_cast<const std::uint16_t*>(t.raw());
-  float* v = out.data<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    v[i] = t.dtype() == DType::kFloat16 ? to_float(float16{bits[i]}) : to_float(bfloat16{bits[i]});
-  return out;
+  return widened_to_float32(t);
 }
 
 Tensor take_output(std::map<std::string, Tensor>& outputs, const Graph& g, const std::string& name) {

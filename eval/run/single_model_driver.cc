@@ -19,17 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A float output in float32 (float16/bfloat16 outputs come back as their bits).
-Tensor as_float32(const Tensor& t) {
-  if (t.dtype() != DType::kFloat16 && t.dtype() != DType::kBFloat16) return t;
-  Tensor out(DType::kFloat32, t.shape());
-  const auto* bits = reinterpret_cast<const std::uint16_t*>(t.raw());
-  float* v = out.data<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    v[i] = t.dtype() == DType::kFloat16 ? to_float(float16{bits[i]}) : to_float(bfloat16{bits[i]});
-  return out;
-}
-
 struct SingleModelThread : DriverThread {
   std::vector<std::unique_ptr<Session>> sessions;  // per variant
 };
@@ -136,7 +125,7 @@ class SingleModelDriver : public RunDriver {
           sample.variants[v].error = "output '" + name + "' is missing or has another shape";
           break;
         }
-        const Tensor a = as_float32(ref_out), b = as_float32(it->second);
+        const Tensor a = widened_to_float32(ref_out), b = widened_to_float32(it->second);
         if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32) continue;  // integer outputs
         const auto te = metrics::tensor_error(a, b);
         identical = identical && te.identical();

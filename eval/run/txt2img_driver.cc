@@ -221,26 +221,25 @@ class Txt2ImgDriver : public RunDriver {
         if (ctx.teacher_forced)
           out.series[v].push_back({"noise_pred", "teacher-forced", std::vector<metrics::ErrorStats>(std::size_t(steps))});
       }
+    // One denoising step of variant i, timed and observed.
+    auto step = [&](std::size_t i) {
+      Txt2ImgRun::Prediction prediction;
+      timed(i, [&] {
+        Txt2ImgHooks hooks;
+        hooks.observer = observer(i);
+        hooks.context = info.id;
+        prediction = runs[i].step(*th.sessions[i].unet, hooks);
+      });
+      return prediction;
+    };
     for (int t = 0; t < steps; ++t) {
       const Tensor ref_before = runs[r].latent();
-      Txt2ImgRun::Prediction ref_pred;
-      timed(r, [&] {
-        Txt2ImgHooks hooks;
-        hooks.observer = observer(r);
-        hooks.context = info.id;
-        ref_pred = runs[r].step(*th.sessions[r].unet, hooks);
-      });
+      const Txt2ImgRun::Prediction ref_pred = step(r);
       local_errors();
       for (std::size_t v : order) {
         if (v == r) continue;
         const bool same_start = same_bits(runs[v].latent(), ref_before);
-        Txt2ImgRun::Prediction pred;
-        timed(v, [&] {
-          Txt2ImgHooks hooks;
-          hooks.observer = observer(v);
-          hooks.context = info.id;
-          pred = runs[v].step(*th.sessions[v].unet, hooks);
-        });
+        const Txt2ImgRun::Prediction pred = step(v);
         add_error(out.series[v][0].steps[std::size_t(t)], ref_pred.noise_pred, pred.noise_pred);
         add_error(out.series[v][1].steps[std::size_t(t)], runs[r].latent(), runs[v].latent());
         if (ctx.teacher_forced) {

@@ -27,8 +27,6 @@ inline int bin_of_bits(std::uint32_t abs_bits) {
   return int(key - kMinKey) + 1;
 }
 
-constexpr int kLanes = 8;
-
 }  // namespace
 
 int LogAbsHistogram::bin_of(float x) { return bin_of_bits(std::bit_cast<std::uint32_t>(x) & 0x7fffffffu); }
@@ -45,14 +43,11 @@ double LogAbsHistogram::bin_upper(int bin) {
   return bin_lower(bin + 1);
 }
 
-void LogAbsHistogram::add_dense(const std::uint64_t* dense) {
-  int lo = kBins, hi = -1;
-  for (int b = 0; b < kBins; ++b)
-    if (dense[b]) {
-      lo = std::min(lo, b);
-      hi = b;
-    }
-  if (hi < 0) return;
+void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> counts) {
+  int lo = first, hi = first + int(counts.size()) - 1;
+  while (lo <= hi && counts[std::size_t(lo - first)] == 0) ++lo;
+  while (hi >= lo && counts[std::size_t(hi - first)] == 0) --hi;
+  if (hi < lo) return;
   if (counts_.empty()) {
     first_ = lo;
     counts_.assign(std::size_t(hi - lo + 1), 0);
@@ -65,17 +60,13 @@ void LogAbsHistogram::add_dense(const std::uint64_t* dense) {
     if (hi > last) counts_.resize(counts_.size() + std::size_t(hi - last), 0);
   }
   for (int b = lo; b <= hi; ++b) {
-    counts_[std::size_t(b - first_)] += dense[b];
-    total_ += dense[b];
+    const std::uint64_t c = counts[std::size_t(b - first)];
+    counts_[std::size_t(b - first_)] += c;
+    total_ += c;
   }
 }
 
-void LogAbsHistogram::merge(const LogAbsHistogram& other) {
-  if (other.counts_.empty()) return;
-  std::array<std::uint64_t, kBins> dense{};
-  for (std::size_t i = 0; i < other.counts_.size(); ++i) dense[std::size_t(other.first_) + i] = other.counts_[i];
-  add_dense(dense.data());
-}
+void LogAbsHistogram::merge(const LogAbsHistogram& other) { add_counts(other.first_, other.counts_); }
 
 std::uint64_t LogAbsHistogram::count(int bin) const {
   if (bin < first_ || bin >= first_ + int(counts_.size())) return 0;
@@ -112,82 +103,234 @@ std::optional<double> LogAbsHistogram::quantile(double q, double absmax) const {
   return absmax;
 }
 
-// Eight float lanes at a time (GCC vector extensions: AVX-512/AVX2 here, scalar code on narrower
-// targets). Lane l of every chunk accumulates into sum lane l, as the scalar tail does: the
-// result does not depend on the vector width.
+// The pass over one tensor: 16 float lanes (GCC vector extensions: AVX-512 or AVX2 here, scalar code
+// on narrower targets). Lane l of a block takes element l of each of its 16-element chunks, and the
+// scalar path (chunks with a NaN, an infinity or a magnitude >= 2^60, and the tail) keeps its own
+// double sums: the result does not depend on the vector width. Float lanes sum at most kBlock
+// chunks, then go to double lanes.
+typedef float F16 __attribute__((vector_size(64)));
+typedef std::uint32_t U16 __attribute__((vector_size(64)));
+typedef std::int32_t I16 __attribute__((vector_size(64)));
 typedef float F8 __attribute__((vector_size(32)));
-typedef std::uint32_t U8 __attribute__((vector_size(32)));
-typedef std::int32_t I8 __attribute__((vector_size(32)));
 typedef double D8 __attribute__((vector_size(64)));
 
-void ActivationStats::add(const float* x, std::int64_t n, float clip_amax) {
-  constexpr int kCopies = 4;  // histogram copies: repeated bins do not wait on each other's stores
-  std::uint32_t hist[kCopies][LogAbsHistogram::kBins] = {};
-  D8 s = {}, sq = {};
-  U8 maxv = {}, clipv = {};
-  std::uint32_t max_bits = std::bit_cast<std::uint32_t>(absmax);
-  const std::uint32_t clip_bits =
-      std::isnan(clip_amax) ? kInfBits : std::bit_cast<std::uint32_t>(std::abs(clip_amax));
-  std::uint64_t finite = 0, nans = 0, infs = 0, clip = 0;
-  auto one = [&](int lane, float v) {
-    const std::uint32_t u = std::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
+namespace {
+
+constexpr int kVec = 16;
+constexpr int kBlock = 8;
+constexpr std::uint32_t kAbs = 0x7fffffffu;
+// Beyond 2^60 a sum of kBlock squares could overflow float: such chunks take the scalar path.
+constexpr std::uint32_t kBigBits = std::uint32_t(60 + 127) << kMantissaBits;
+constexpr int kCopies = 4;  // histogram copies: repeated bins do not wait on each other's stores
+
+// Per-thread histogram scratch, all zeros between calls (a call clears the bins it touched).
+thread_local std::uint32_t t_hist[kCopies][LogAbsHistogram::kBins];
+
+// Which chunk of block b (kBlock chunks of 16 elements) a sampled tensor puts in its histogram: the
+// top bits of a multiplicative hash of b, so the choice has no period a tensor's layout (channels,
+// rows) could align with.
+inline std::uint32_t sampled_position(std::int64_t b) { return (std::uint32_t(b) * 0x9E3779B1u) >> 29; }
+
+inline bool any(const U16& m) {
+  std::uint64_t w[8];
+  std::memcpy(w, &m, sizeof w);
+  return (w[0] | w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7]) != 0;
+}
+
+inline void widen_add(D8& lo, D8& hi, const F16& v) {
+  lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D8);
+  hi += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D8);
+}
+
+inline double lane_sum(const D8& lo, const D8& hi) {
+  double t = 0;
+  for (int l = 0; l < 8; ++l) t += lo[l];
+  for (int l = 0; l < 8; ++l) t += hi[l];
+  return t;
+}
+
+// What one pass saw.
+struct Scan {
+  std::uint64_t finite = 0, nan = 0, inf = 0, clipped = 0;
+  std::uint32_t max_bits = 0;
+  double sum = 0, sum_sq = 0;
+  double err_sq = 0, err_max = 0;  // against the reference: pairs where both are finite
+  bool ref_nonfinite = false;
+  int lo = LogAbsHistogram::kBins, hi = -1;  // histogram bins touched
+};
+
+// Elements [i0, i0 + m) one at a time (doubles).
+void scan_scalar(const float* x, const float* r, std::int64_t i0, int m, bool hist, std::uint32_t clip_bits,
+                 Scan& s) {
+  for (int l = 0; l < m; ++l) {
+    const float v = x[i0 + l];
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(v) & kAbs;
+    const bool rf = !r || std::isfinite(r[i0 + l]);
+    s.ref_nonfinite |= !rf;
     if (u >= kInfBits) {
-      (u == kInfBits ? infs : nans) += 1;
-      return;
-    }
-    ++finite;
-    ++hist[lane % kCopies][bin_of_bits(u)];
-    max_bits = std::max(max_bits, u);
-    clip += u > clip_bits;
-    const double d = v;
-    s[lane] += d;
-    sq[lane] += d * d;
-  };
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    F8 v;
-    std::memcpy(&v, x + i, sizeof v);
-    U8 u;
-    std::memcpy(&u, &v, sizeof u);
-    u &= 0x7fffffffu;
-    const U8 nonfinite = u >= kInfBits;
-    std::uint64_t any[4];
-    std::memcpy(any, &nonfinite, sizeof any);
-    if (any[0] | any[1] | any[2] | any[3]) {
-      for (int l = 0; l < kLanes; ++l) one(l, x[i + l]);
+      (u == kInfBits ? s.inf : s.nan) += 1;
       continue;
     }
-    maxv = maxv > u ? maxv : u;
-    clipv -= (U8)(u > clip_bits);
-    const D8 d = __builtin_convertvector(v, D8);
-    s += d;
-    sq += d * d;
-    I8 b = (I8)(u >> kKeyShift) - std::int32_t(kMinKey) + 1;
-    b = b < 0 ? 0 : b;
-    b = b > LogAbsHistogram::kBins - 1 ? LogAbsHistogram::kBins - 1 : b;
-    for (int l = 0; l < kLanes; ++l) ++hist[l % kCopies][b[l]];
-    finite += kLanes;
+    ++s.finite;
+    if (hist) {
+      const int b = bin_of_bits(u);
+      ++t_hist[l % kCopies][b];
+      s.lo = std::min(s.lo, b);
+      s.hi = std::max(s.hi, b);
+    }
+    s.max_bits = std::max(s.max_bits, u);
+    s.clipped += u > clip_bits;
+    const double d = v;
+    s.sum += d;
+    s.sum_sq += d * d;
+    if (r && rf) {
+      const double e = d - double(r[i0 + l]);
+      s.err_sq += e * e;
+      s.err_max = std::max(s.err_max, std::abs(e));
+    }
   }
-  for (; i < n; ++i) one(0, x[i]);
-  double ts = 0, tsq = 0;
-  for (int l = 0; l < kLanes; ++l) {
-    ts += s[l];
-    tsq += sq[l];
-    max_bits = std::max(max_bits, maxv[l]);
-    clip += clipv[l];
+}
+
+inline void histogram_chunk(const U16& u, I16& bmin, I16& bmax) {
+  I16 b = (I16)(u >> kKeyShift) - std::int32_t(kMinKey) + 1;
+  b = b < 0 ? 0 : b;
+  b = b > LogAbsHistogram::kBins - 1 ? LogAbsHistogram::kBins - 1 : b;
+  bmin = b < bmin ? b : bmin;
+  bmax = b > bmax ? b : bmax;
+  std::int32_t k[kVec];
+  std::memcpy(k, &b, sizeof k);
+  for (int l = 0; l < kVec; ++l) ++t_hist[l % kCopies][k[l]];
+}
+
+inline U16 abs_bits(const float* p) {
+  U16 u;
+  std::memcpy(&u, p, sizeof u);
+  return u & kAbs;
+}
+
+inline std::uint32_t lane_max(const U16& v) {
+  std::uint32_t m = 0;
+  for (int l = 0; l < kVec; ++l) m = std::max(m, v[l]);
+  return m;
+}
+
+// Blocks of kBlock chunks: moments, absmax and clipping over every chunk, then the histogram over
+// every chunk or, in a sampled tensor, over one chunk per block at a hashed position. A block is
+// first summed as if all its values were finite and below 2^60; when one is not (its maximum bits
+// say so), the block is done again on the scalar path.
+template <bool kError>
+Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
+  Scan s;
+  const std::uint32_t clip_bits = std::isnan(clip_amax) ? kInfBits : std::bit_cast<std::uint32_t>(std::abs(clip_amax));
+  const bool sample = n >= ActivationStats::kHistogramSampleFrom;
+  D8 s0 = {}, s1 = {}, sq0 = {}, sq1 = {}, ee0 = {}, ee1 = {};
+  U16 maxv = {}, clipv = {};
+  F16 fmx = {};
+  I16 bmin = LogAbsHistogram::kBins + I16{}, bmax = -1 + I16{};
+  std::uint64_t clean = 0;
+  const std::int64_t chunks = n / kVec;
+  for (std::int64_t c0 = 0; c0 < chunks; c0 += kBlock) {
+    const int m = int(std::min<std::int64_t>(kBlock, chunks - c0));
+    const int pick = sample ? int(sampled_position(c0 / kBlock)) : -1;
+    const float* xb = x + c0 * kVec;
+    const float* rb = kError ? r + c0 * kVec : nullptr;
+    F16 fs = {}, fsq = {}, fee = {}, bmx = {};
+    U16 top = {}, rtop = {}, bclip = {};
+    for (int j = 0; j < m; ++j) {
+      F16 v;
+      std::memcpy(&v, xb + j * kVec, sizeof v);
+      const U16 u = abs_bits(xb + j * kVec);
+      top = top > u ? top : u;
+      bclip -= (U16)(u > clip_bits);
+      fs += v;
+      fsq += v * v;
+      if constexpr (kError) {
+        F16 w;
+        std::memcpy(&w, rb + j * kVec, sizeof w);
+        const U16 wu = abs_bits(rb + j * kVec);
+        rtop = rtop > wu ? rtop : wu;
+        const F16 d = v - w;
+        fee += d * d;
+        const F16 ad = d < 0 ? -d : d;
+        bmx = bmx > ad ? bmx : ad;
+      }
+    }
+    if (std::max(lane_max(top), lane_max(rtop)) >= kBigBits) [[unlikely]] {
+      for (int j = 0; j < m; ++j)
+        scan_scalar(x, rb ? r : nullptr, (c0 + j) * kVec, kVec, !sample || j == pick, clip_bits, s);
+      continue;
+    }
+    maxv = maxv > top ? maxv : top;
+    clipv += bclip;
+    fmx = fmx > bmx ? fmx : bmx;
+    widen_add(s0, s1, fs);
+    widen_add(sq0, sq1, fsq);
+    if constexpr (kError) widen_add(ee0, ee1, fee);
+    clean += std::uint64_t(m) * kVec;
+    if (sample) {
+      if (pick < m) histogram_chunk(abs_bits(xb + pick * kVec), bmin, bmax);
+    } else {
+      for (int j = 0; j < m; ++j) histogram_chunk(abs_bits(xb + j * kVec), bmin, bmax);
+    }
   }
-  std::array<std::uint64_t, LogAbsHistogram::kBins> dense{};
-  for (int c = 0; c < kCopies; ++c)
-    for (int b = 0; b < LogAbsHistogram::kBins; ++b) dense[std::size_t(b)] += hist[c][b];
-  count += finite;
-  nan += nans;
-  inf += infs;
-  clipped += clip;
-  ++calls;
-  sum += ts;
-  sum_sq += tsq;
-  absmax = std::bit_cast<float>(max_bits);
-  abs_hist.add_dense(dense.data());
+  // The tail: a partial chunk at its place in its block.
+  if (chunks * kVec < n) {
+    const bool hist = !sample || sampled_position(chunks / kBlock) == std::uint32_t(chunks % kBlock);
+    scan_scalar(x, kError ? r : nullptr, chunks * kVec, int(n - chunks * kVec), hist, clip_bits, s);
+  }
+  s.finite += clean;
+  s.sum += lane_sum(s0, s1);
+  s.sum_sq += lane_sum(sq0, sq1);
+  s.err_sq += lane_sum(ee0, ee1);
+  for (int l = 0; l < kVec; ++l) {
+    s.max_bits = std::max(s.max_bits, maxv[l]);
+    s.clipped += clipv[l];
+    s.err_max = std::max(s.err_max, double(fmx[l]));
+    s.lo = std::min(s.lo, int(bmin[l]));
+    s.hi = std::max(s.hi, int(bmax[l]));
+  }
+  return s;
+}
+
+// Adds a pass to the statistics and clears the histogram scratch it used.
+void commit(ActivationStats& a, const Scan& s) {
+  a.count += s.finite;
+  a.nan += s.nan;
+  a.inf += s.inf;
+  a.clipped += s.clipped;
+  ++a.calls;
+  a.sum += s.sum;
+  a.sum_sq += s.sum_sq;
+  a.absmax = std::max(a.absmax, std::bit_cast<float>(s.max_bits));
+  if (s.hi < s.lo) return;
+  std::array<std::uint64_t, LogAbsHistogram::kBins> dense;
+  for (int b = s.lo; b <= s.hi; ++b) {
+    std::uint64_t t = 0;
+    for (auto& copy : t_hist) {
+      t += copy[b];
+      copy[b] = 0;
+    }
+    dense[std::size_t(b - s.lo)] = t;
+  }
+  a.abs_hist.add_counts(s.lo, std::span<const std::uint64_t>(dense.data(), std::size_t(s.hi - s.lo + 1)));
+}
+
+}  // namespace
+
+double ActivationStats::add(const float* x, std::int64_t n, float clip_amax) {
+  const Scan s = scan<false>(x, nullptr, n, clip_amax);
+  commit(*this, s);
+  return s.sum_sq;
+}
+
+void add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref, double ref_sum_sq,
+                    std::int64_t n, float clip_amax) {
+  const Scan s = scan<true>(test, ref, n, clip_amax);
+  commit(act, s);
+  if (s.nan || s.inf || s.ref_nonfinite)
+    err.add(tensor_error(ref, test, n), n);
+  else
+    err.add(error_from_energies(n, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max), n);
 }
 
 void ActivationStats::merge(const ActivationStats& o) {
@@ -213,8 +356,13 @@ std::optional<double> ActivationStats::stddev() const {
   return std::sqrt(std::max(0.0, sum_sq.value() / double(count) - m * m));
 }
 
-void ActivationStats::add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
-  add(x, n);
+double ActivationStats::add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
+  const double energy = add(x, n);
+  add_clipped(x, n, channel_clip_amax);
+  return energy;
+}
+
+void ActivationStats::add_clipped(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
   const std::int64_t k = std::int64_t(channel_clip_amax.size());
   if (k == 0) return;
   for (std::int64_t i = 0; i < n; i += k) {

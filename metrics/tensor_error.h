@@ -33,6 +33,9 @@ struct TensorError {
 // Elements where either side is NaN/Inf are counted and excluded from the moments, so one NaN is
 // located (first_nonfinite) instead of turning every statistic into NaN.
 TensorError tensor_error(const float* ref, const float* test, std::int64_t n);
+// The error of `count` compared pairs from their energies: sum ref^2, sum test^2, sum (ref - test)^2
+// (cosine = (ref_sq + test_sq - err_sq) / (2 |ref| |test|), clamped to [-1, 1]).
+TensorError error_from_energies(std::int64_t count, double ref_sq, double test_sq, double err_sq, double max_abs);
 // Same for two float32 tensors of the same shape; throws std::invalid_argument otherwise.
 TensorError tensor_error(const Tensor& ref, const Tensor& test);
 

@@ -245,6 +245,19 @@ void Capture::put(const std::string& name, const Tensor& value) {
   s.tensor = value;
 }
 
+void Capture::set_energy(const std::string& name, double sum_sq) {
+  auto it = slots_.find(name);
+  if (it == slots_.end() || it->second.generation != generation_) return;
+  it->second.energy = sum_sq;
+  it->second.energy_generation = generation_;
+}
+
+std::optional<double> Capture::energy(const std::string& name) const {
+  auto it = slots_.find(name);
+  if (it == slots_.end() || it->second.energy_generation != generation_) return std::nullopt;
+  return it->second.energy;
+}
+
 UnitObservation RunObservation::make_unit() const {
   UnitObservation u;
   u.cells.reserve(variants.size());
@@ -295,21 +308,33 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   LayerCell& cell = o_.unit_.cells[o_.variant_].at(std::size_t(layer), call_.step);
   const std::uint64_t nan0 = cell.act.nan, inf0 = cell.act.inf;
   const auto& channel_clip = om.channel_clip_amax[idx];
-  if (!channel_clip.empty() && out.rank() > 0 && out.shape().back() == std::int64_t(channel_clip.size()))
-    cell.act.add(out.data<float>(), out.numel(), std::span<const float>(channel_clip));
-  else
-    cell.act.add(out.data<float>(), out.numel(), om.clip_amax[idx]);
+  const bool per_channel =
+      !channel_clip.empty() && out.rank() > 0 && out.shape().back() == std::int64_t(channel_clip.size());
+  const float clip = per_channel ? std::numeric_limits<float>::infinity() : om.clip_amax[idx];
+  // The reference's same output, when this variant is compared with it.
+  const Node& ref_node = run.space->node_of(std::size_t(layer));
+  const Tensor* ref = compare_ ? cap.find(ref_node.outputs[0]) : nullptr;
+  if (ref && (ref->shape() != out.shape() || ref->dtype() != DType::kFloat32)) ref = nullptr;
+  const std::optional<double> ref_energy = ref ? cap.energy(ref_node.outputs[0]) : std::nullopt;
+  if (ref && ref_energy) {
+    // One pass: the variant's statistics and its error against the reference.
+    metrics::add_with_error(cell.act, cell.acc, out.data<float>(), ref->data<float>(), *ref_energy, out.numel(), clip);
+  } else {
+    const double energy = cell.act.add(out.data<float>(), out.numel(), clip);
+    if (capture_) cap.set_energy(e.node.outputs[0], energy);
+    if (ref) cell.acc.add(metrics::tensor_error(ref->data<float>(), out.data<float>(), out.numel()), out.numel());
+  }
+  if (per_channel) cell.act.add_clipped(out.data<float>(), out.numel(), std::span<const float>(channel_clip));
   const std::uint64_t nan = cell.act.nan - nan0, inf = cell.act.inf - inf0;
   // A NaN is always reported; an infinity only when the reference's same output has fewer (an
   // attention mask's -inf is by design).
   if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) {
     bool anomaly = nan > 0;
     if (!anomaly && compare_) {
-      const Node& rn = run.space->node_of(std::size_t(layer));
-      const Tensor* ref = cap.find(rn.outputs[0]);
+      const Tensor* r = cap.find(ref_node.outputs[0]);
       std::uint64_t ref_inf = 0;
-      if (ref && ref->dtype() == DType::kFloat32)
-        for (float x : ref->span<float>()) ref_inf += std::isinf(x);
+      if (r && r->dtype() == DType::kFloat32)
+        for (float x : r->span<float>()) ref_inf += std::isinf(x);
       anomaly = inf > ref_inf;
     }
     if (anomaly)
@@ -317,11 +342,6 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
           NonFiniteHit{o_.unit_index_, o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type,
                      nan, inf};
   }
-  if (!compare_) return;
-  const Node& ref_node = run.space->node_of(std::size_t(layer));
-  const Tensor* ref = cap.find(ref_node.outputs[0]);
-  if (!ref || ref->shape() != out.shape() || ref->dtype() != DType::kFloat32) return;
-  cell.acc.add(metrics::tensor_error(ref->data<float>(), out.data<float>(), out.numel()), out.numel());
 }
 
 LockstepObserver::LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit,

@@ -137,11 +137,17 @@ class Capture {
   bool has(const std::string& name) const { return find(name) != nullptr; }
   const Tensor* find(const std::string& name) const;  // nullptr when this call did not produce it
   void put(const std::string& name, const Tensor& value);
+  // The sum of squares of a captured value (what ActivationStats::add returned for it), for the
+  // variants' one-pass error; nullopt when not recorded in this call.
+  void set_energy(const std::string& name, double sum_sq);
+  std::optional<double> energy(const std::string& name) const;
 
  private:
   struct Slot {
     Tensor tensor;
     std::uint64_t generation = 0;
+    double energy = 0;
+    std::uint64_t energy_generation = 0;
   };
   std::unordered_map<std::string, Slot> slots_;
   std::uint64_t generation_ = 0;

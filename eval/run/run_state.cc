@@ -1,8 +1,10 @@
-// Run states: MessagePack through nlohmann::json, exact sums stored as their partials.
+// Run states: MessagePack (written directly, read through nlohmann::json), exact sums stored as
+// their partials.
 #include "eval/run/run_state.h"
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <fstream>
 #include <sstream>
 
@@ -26,21 +28,10 @@ constexpr int kVersion = 1;
 
 std::string precision_text(Precision p) { return std::string(precision_name(p)); }
 
-json sum_json(const metrics::ExactSum& s) {
-  json a = json::array({s.special()});
-  for (double p : s.partials()) a.push_back(p);
-  return a;
-}
-
 metrics::ExactSum sum_from(const json& a) {
   std::vector<double> parts;
   for (std::size_t i = 1; i < a.size(); ++i) parts.push_back(a[i].get<double>());
   return metrics::ExactSum::from_parts(std::move(parts), a.at(0).get<double>());
-}
-
-json act_json(const metrics::ActivationStats& a) {
-  return json::array({a.count, a.nan, a.inf, a.clipped, a.calls, sum_json(a.sum), sum_json(a.sum_sq), a.absmax,
-                      a.abs_hist.first(), a.abs_hist.counts()});
 }
 
 metrics::ActivationStats act_from(const json& j) {
@@ -55,11 +46,6 @@ metrics::ActivationStats act_from(const json& j) {
   a.absmax = j.at(7).get<float>();
   a.abs_hist = metrics::LogAbsHistogram::from_counts(j.at(8).get<int>(), j.at(9).get<std::vector<std::uint64_t>>());
   return a;
-}
-
-json err_json(const metrics::ErrorStats& e) {
-  return json::array({e.count, e.nonfinite, e.calls, sum_json(e.ref_sq), sum_json(e.err_sq), sum_json(e.cosine_sum),
-                      e.cosine_calls, e.max_abs});
 }
 
 metrics::ErrorStats err_from(const json& j) {
@@ -210,16 +196,74 @@ std::string run_key(const RunSpec& spec, const RunDriver& driver, const std::vec
   return quant::fnv1a64_hex(all.data(), all.size());
 }
 
+namespace {
+
+// MessagePack written directly (what json::to_msgpack writes for the same values, read back by
+// json::from_msgpack): the pooled layer cells are most of a state (tens of MB) and building them as
+// a json tree first cost a second per checkpoint.
+class MsgPack {
+ public:
+  std::vector<std::uint8_t> bytes;
+
+  void array(std::size_t n) { header(n, 0x90, 0xdc, 0xdd); }
+  void map(std::size_t n) { header(n, 0x80, 0xde, 0xdf); }
+  void uint(std::uint64_t v) {
+    if (v < 128) return put(std::uint8_t(v));
+    if (v <= 0xff) return put(0xcc), put(std::uint8_t(v));
+    if (v <= 0xffff) return put(0xcd), be(v, 2);
+    if (v <= 0xffffffffu) return put(0xce), be(v, 4);
+    put(0xcf), be(v, 8);
+  }
+  void real(double v) { put(0xcb), be(std::bit_cast<std::uint64_t>(v), 8); }
+  void str(std::string_view s) {
+    if (s.size() < 32) put(std::uint8_t(0xa0 | s.size()));
+    else if (s.size() <= 0xff) put(0xd9), put(std::uint8_t(s.size()));
+    else if (s.size() <= 0xffff) put(0xda), be(s.size(), 2);
+    else put(0xdb), be(s.size(), 4);
+    bytes.insert(bytes.end(), s.begin(), s.end());
+  }
+  void value(const json& j) {  // a small part built as json
+    const std::vector<std::uint8_t> b = json::to_msgpack(j);
+    bytes.insert(bytes.end(), b.begin(), b.end());
+  }
+  void sum(const metrics::ExactSum& s) {
+    array(1 + s.partials().size());
+    real(s.special());
+    for (double p : s.partials()) real(p);
+  }
+  void act(const metrics::ActivationStats& a) {  // read by act_from
+    array(10);
+    uint(a.count), uint(a.nan), uint(a.inf), uint(a.clipped), uint(a.calls);
+    sum(a.sum), sum(a.sum_sq);
+    real(a.absmax);
+    uint(std::uint64_t(a.abs_hist.first()));
+    array(a.abs_hist.counts().size());
+    for (std::uint64_t c : a.abs_hist.counts()) uint(c);
+  }
+  void err(const metrics::ErrorStats& e) {  // read by err_from
+    array(8);
+    uint(e.count), uint(e.nonfinite), uint(e.calls);
+    sum(e.ref_sq), sum(e.err_sq), sum(e.cosine_sum);
+    uint(e.cosine_calls);
+    real(e.max_abs);
+  }
+
+ private:
+  void put(std::uint8_t b) { bytes.push_back(b); }
+  void be(std::uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; --i) put(std::uint8_t(v >> (8 * i)));
+  }
+  void header(std::size_t n, std::uint8_t fix, std::uint8_t b16, std::uint8_t b32) {
+    if (n < 16) return put(std::uint8_t(fix | n));
+    if (n <= 0xffff) return put(b16), be(n, 2);
+    put(b32), be(n, 4);
+  }
+};
+
+}  // namespace
+
 void save_run_state(const fs::path& file, const RunResult& r, const std::string& key, const std::string& spec_json,
                     const fs::path& source) {
-  json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
-  j["tool"] = QEVAL_VERSION;
-  j["key"] = key;
-  j["spec"] = spec_json;
-  j["source"] = source.string();
-  j["total"] = r.units.size();
   json done = json::array(), units = json::array();
   for (std::size_t i = 0; i < r.units.size(); ++i) {
     if (!r.done[i]) continue;
@@ -228,39 +272,58 @@ void save_run_state(const fs::path& file, const RunResult& r, const std::string&
     for (const auto& s : r.units[i].samples) samples.push_back(sample_json(s));
     units.push_back(samples);
   }
-  j["done"] = done;
-  j["units"] = units;
-  json layers = json::array(), series = json::array(), nonfinite = json::array();
+  json nonfinite = json::array();
   for (std::size_t v = 0; v < r.variants.size(); ++v) {
-    json lv = json::array();
-    const LayerCells& cells = r.layers[v];
-    for (std::size_t l = 0; l < cells.layers(); ++l) {
-      if (!cells.has(l)) continue;
-      json cs = json::array();
-      for (int s = 0; s < cells.space()->cells_of(l); ++s) {
-        const LayerCell& c = *cells.find(l, s);
-        cs.push_back(json::array({act_json(c.act), err_json(c.acc), err_json(c.local)}));
-      }
-      lv.push_back(json::array({l, cs}));
-    }
-    layers.push_back(lv);
-    json sv = json::array();
-    for (const auto& st : r.series[v]) {
-      json e = json::array();
-      for (const auto& x : st.steps) e.push_back(err_json(x));
-      sv.push_back(json::array({st.quantity, st.mode, e}));
-    }
-    series.push_back(sv);
     const auto& hit = r.first_nonfinite[v];
     nonfinite.push_back(hit ? json::array({hit->unit, hit->sample, hit->step, hit->model, hit->node, hit->op, hit->nan,
                                            hit->inf})
                             : json(nullptr));
   }
-  j["layers"] = layers;
-  j["series"] = series;
-  j["nonfinite"] = nonfinite;
-  const std::vector<std::uint8_t> bytes = json::to_msgpack(j);
-  reports::write_file_atomic(file, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  MsgPack m;
+  m.map(12);
+  m.str("format"), m.str(kFormat);
+  m.str("version"), m.uint(kVersion);
+  m.str("tool"), m.str(QEVAL_VERSION);
+  m.str("key"), m.str(key);
+  m.str("spec"), m.str(spec_json);
+  m.str("source"), m.str(source.string());
+  m.str("total"), m.uint(r.units.size());
+  m.str("done"), m.value(done);
+  m.str("units"), m.value(units);
+  // layers: per variant, [layer, [[act, acc, local] per step]] for each layer with cells.
+  m.str("layers");
+  m.array(r.variants.size());
+  for (std::size_t v = 0; v < r.variants.size(); ++v) {
+    const LayerCells& cells = r.layers[v];
+    std::size_t with_cells = 0;
+    for (std::size_t l = 0; l < cells.layers(); ++l) with_cells += cells.has(l);
+    m.array(with_cells);
+    for (std::size_t l = 0; l < cells.layers(); ++l) {
+      if (!cells.has(l)) continue;
+      const int steps = cells.space()->cells_of(l);
+      m.array(2);
+      m.uint(l);
+      m.array(std::size_t(steps));
+      for (int s = 0; s < steps; ++s) {
+        const LayerCell& c = *cells.find(l, s);
+        m.array(3);
+        m.act(c.act), m.err(c.acc), m.err(c.local);
+      }
+    }
+  }
+  m.str("series");  // per variant: [quantity, mode, [error per step]]
+  m.array(r.variants.size());
+  for (std::size_t v = 0; v < r.variants.size(); ++v) {
+    m.array(r.series[v].size());
+    for (const auto& st : r.series[v]) {
+      m.array(3);
+      m.str(st.quantity), m.str(st.mode);
+      m.array(st.steps.size());
+      for (const auto& x : st.steps) m.err(x);
+    }
+  }
+  m.str("nonfinite"), m.value(nonfinite);
+  reports::write_file_atomic(file, std::string_view(reinterpret_cast<const char*>(m.bytes.data()), m.bytes.size()));
 }
 
 RunStateInfo read_run_state_info(const fs::path& file) {

@@ -227,6 +227,9 @@ struct Session::Plan {
   std::vector<Rounding> rounding;
   std::vector<Step> steps;        // one per node: what observers see
   std::vector<Step> fused_steps;  // steps with fusable node groups replaced; empty if none
+  // The buffers of the last execution that retained them all, reused by the next one in place
+  // (the same values at the same sizes: no pool search, no new pages).
+  std::vector<Tensor> retained;
   std::vector<int> input_ids, output_ids;
   std::unordered_map<std::string, int> ids;
 };
@@ -578,152 +581,204 @@ std::map<std::string, ValueMeta> Session::infer_metas(const std::map<std::string
   return out;
 }
 
-std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Observer* observer) {
-  // Check the inputs against the model before planning.
-  std::map<std::string, Shape> shapes;
-  for (const auto& in : graph_.inputs) {
-    auto it = inputs.find(in.name);
-    if (it == inputs.end()) {
-      std::string given;
-      for (const auto& [k, _] : inputs) given += (given.empty() ? "" : ", ") + k;
-      throw InputError(graph_.source + ": missing input '" + in.name + "' (given: " +
-                       (given.empty() ? "none" : given) + ")");
-    }
-    const Tensor& t = it->second;
-    if (t.dtype() != in.dtype)
-      throw InputError(graph_.source + ": input '" + in.name + "' must be " +
-                       std::string(dtype_name(in.dtype)) + ", got " + std::string(dtype_name(t.dtype())));
-    if (in.has_shape) {
-      bool ok = in.dims.size() == t.shape().size();
-      for (std::size_t d = 0; ok && d < in.dims.size(); ++d) ok = in.dims[d] < 0 || in.dims[d] == t.shape()[d];
-      if (!ok) {
-        std::string want = "[";
-        for (std::size_t d = 0; d < in.dims.size(); ++d)
-          want += (d ? ", " : "") + (in.dims[d] >= 0 ? std::to_string(in.dims[d])
-                                                     : (in.dim_params[d].empty() ? "?" : in.dim_params[d]));
-        throw InputError(graph_.source + ": input '" + in.name + "' has shape " +
-                         shape_to_string(t.shape()) + ", the model expects " + want + "]");
+// One run's state: the plan, the values (slots), where it is. Session::run is
+// start, step until done, finish; the evaluator interleaves the executions of
+// several sessions node by node.
+class Session::Execution::State {
+ public:
+  State(Session& s, const std::map<std::string, Tensor>& inputs, Observer* observer, bool retain)
+      : s_(s), observer_(observer), retain_(retain) {
+    // Check the inputs against the model before planning.
+    std::map<std::string, Shape> shapes;
+    for (const auto& in : s_.graph_.inputs) {
+      auto it = inputs.find(in.name);
+      if (it == inputs.end()) {
+        std::string given;
+        for (const auto& [k, _] : inputs) given += (given.empty() ? "" : ", ") + k;
+        throw InputError(s_.graph_.source + ": missing input '" + in.name +
+                         "' (given: " + (given.empty() ? "none" : given) + ")");
       }
+      const Tensor& t = it->second;
+      if (t.dtype() != in.dtype)
+        throw InputError(s_.graph_.source + ": input '" + in.name + "' must be " + std::string(dtype_name(in.dtype)) +
+                         ", got " + std::string(dtype_name(t.dtype())));
+      if (in.has_shape) {
+        bool ok = in.dims.size() == t.shape().size();
+        for (std::size_t d = 0; ok && d < in.dims.size(); ++d) ok = in.dims[d] < 0 || in.dims[d] == t.shape()[d];
+        if (!ok) {
+          std::string want = "[";
+          for (std::size_t d = 0; d < in.dims.size(); ++d)
+            want += (d ? ", " : "") + (in.dims[d] >= 0 ? std::to_string(in.dims[d])
+                                                       : (in.dim_params[d].empty() ? "?" : in.dim_params[d]));
+          throw InputError(s_.graph_.source + ": input '" + in.name + "' has shape " + shape_to_string(t.shape()) +
+                           ", the model expects " + want + "]");
+        }
+      }
+      shapes[in.name] = t.shape();
     }
-    shapes[in.name] = t.shape();
-  }
-  for (const auto& given : inputs) {
-    const std::string& name = given.first;
-    if (std::none_of(graph_.inputs.begin(), graph_.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
-      throw InputError(graph_.source + ": the model has no input named '" + name + "'");
+    for (const auto& given : inputs) {
+      const std::string& name = given.first;
+      if (std::none_of(s_.graph_.inputs.begin(), s_.graph_.inputs.end(),
+                       [&](const ValueInfo& v) { return v.name == name; }))
+        throw InputError(s_.graph_.source + ": the model has no input named '" + name + "'");
+    }
+
+    // Small integer/bool inputs are planned as constants (shape tensors fed as
+    // inputs, as the ONNX node tests do); larger ones stay runtime data.
+    std::map<std::string, const Tensor*> int_values;
+    for (const auto& [name, t] : inputs)
+      if (((t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool) &&
+           t.numel() <= 64) ||
+          s_.constant_graph_inputs_.count(name))
+        int_values[name] = &t;
+    p_ = &s_.plan_for(shapes, int_values);
+    Plan& p = *p_;
+    if (retain_) slots_ = std::move(p.retained);
+    slots_.resize(p.metas.size());
+    // Inputs already in storage form with nothing to round are read in place,
+    // not copied.
+    aliased_.assign(p.metas.size(), nullptr);
+    for (std::size_t i = 0; i < s_.graph_.inputs.size(); ++i) {
+      int id = p.ids.at(s_.graph_.inputs[i].name);
+      if (p.constants[std::size_t(id)]) continue;
+      const Tensor& given = inputs.at(s_.graph_.inputs[i].name);
+      const Rounding r = p.rounding[std::size_t(id)];
+      if (storage_type(given.dtype()) == given.dtype() && (r == Rounding::kNone || given.dtype() != DType::kFloat32)) {
+        aliased_[std::size_t(id)] = &given;
+        continue;
+      }
+      slots_[std::size_t(id)] = to_storage(given);
+      apply_rounding(slots_[std::size_t(id)], r);
+    }
+    // Inputs converted to storage form above are activations too (their release subtracts them).
+    for (const Tensor& t : slots_) {
+      live_ += t.capacity();
+      live_exact_ += t.nbytes();
+    }
+    s_.peak_bytes_ = live_;
+    s_.live_peak_bytes_ = live_exact_;
+    // Observers see every node, so they get the unfused steps (the same bits, only slower).
+    steps_ = observer_ || p.fused_steps.empty() ? &p.steps : &p.fused_steps;
   }
 
-  // Small integer/bool inputs are planned as constants (shape tensors fed as inputs, as the ONNX node
-  // tests do); larger ones stay runtime data.
-  std::map<std::string, const Tensor*> int_values;
-  for (const auto& [name, t] : inputs)
-    if (((t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool) &&
-         t.numel() <= 64) ||
-        constant_graph_inputs_.count(name))
-      int_values[name] = &t;
-  Plan& p = plan_for(shapes, int_values);
-  std::vector<Tensor> slots(p.metas.size());
-  // Inputs already in storage form with nothing to round are read in place, not copied.
-  std::vector<const Tensor*> aliased(p.metas.size(), nullptr);
-  for (std::size_t i = 0; i < graph_.inputs.size(); ++i) {
-    int id = p.ids.at(graph_.inputs[i].name);
-    if (p.constants[std::size_t(id)]) continue;
-    const Tensor& given = inputs.at(graph_.inputs[i].name);
-    const Rounding r = p.rounding[std::size_t(id)];
-    if (storage_type(given.dtype()) == given.dtype() && (r == Rounding::kNone || given.dtype() != DType::kFloat32)) {
-      aliased[std::size_t(id)] = &given;
-      continue;
-    }
-    slots[std::size_t(id)] = to_storage(given);
-    apply_rounding(slots[std::size_t(id)], r);
-  }
-  auto value = [&](int id) -> const Tensor* {
-    if (id < 0) return nullptr;
-    if (const auto& c = p.constants[std::size_t(id)]) return c.get();
-    if (const Tensor* a = aliased[std::size_t(id)]) return a;
-    return &slots[std::size_t(id)];
-  };
+  bool done() const { return next_ >= steps_->size(); }
+  const Node& next_node() const { return s_.nodes_[(*steps_)[next_].node]; }
+  std::size_t next_index() const { return (*steps_)[next_].node; }
 
-  BufferPool& pool = *pool_;
-  // Inputs converted to storage form above are activations too (their release subtracts them).
-  std::size_t live = 0, live_exact = 0;
-  for (const Tensor& t : slots) {
-    live += t.capacity();
-    live_exact += t.nbytes();
-  }
-  peak_bytes_ = live;
-  live_peak_bytes_ = live_exact;
-  std::vector<const Tensor*> ins, out_views;
-  std::vector<Tensor*> outs;
-  // Observers see every node, so they get the unfused steps (the same bits, only slower).
-  const std::vector<Plan::Step>& steps = observer || p.fused_steps.empty() ? p.steps : p.fused_steps;
-  for (const auto& step : steps) {
-    const Node& node = nodes_[step.node];
-    ins.clear();
-    for (int id : step.in) ins.push_back(value(id));
+  void step() {
+    const Plan& p = *p_;
+    const Plan::Step& step = (*steps_)[next_++];
+    const Node& node = s_.nodes_[step.node];
+    BufferPool& pool = *s_.pool_;
+    ins_.clear();
+    for (int id : step.in) ins_.push_back(value(id));
     // A view whose input dies here takes the input's buffer (the bytes are already the output's):
     // no copy, no new buffer. Unobserved runs only, since an observer reads the input afterwards.
     const int in0 = step.in.empty() ? -1 : step.in[0];
-    const bool take_over = step.view && !observer && !p.constants[std::size_t(in0)] && !aliased[std::size_t(in0)] &&
-                           slots[std::size_t(in0)].capacity() > 0 &&
+    const bool take_over = step.view && !observer_ && !p.constants[std::size_t(in0)] && !aliased_[std::size_t(in0)] &&
+                           slots_[std::size_t(in0)].capacity() > 0 &&
                            std::find(step.release.begin(), step.release.end(), in0) != step.release.end();
     if (take_over) {
       const int id = step.out[0];
       const ValueMeta& m = p.metas[std::size_t(id)];
       // Counted in the live sets already (as the input); its release now subtracts nothing.
-      slots[std::size_t(id)] = std::move(slots[std::size_t(in0)]);
-      slots[std::size_t(id)].reuse_as(m.dtype, m.shape);
-      apply_rounding(slots[std::size_t(id)], p.rounding[std::size_t(id)]);
+      slots_[std::size_t(id)] = std::move(slots_[std::size_t(in0)]);
+      slots_[std::size_t(id)].reuse_as(m.dtype, m.shape);
+      apply_rounding(slots_[std::size_t(id)], p.rounding[std::size_t(id)]);
     } else if (!step.folded) {
-      outs.clear();
+      outs_.clear();
       for (int id : step.out) {
         if (id < 0) {
-          outs.push_back(nullptr);
+          outs_.push_back(nullptr);
           continue;
         }
         const ValueMeta& m = p.metas[std::size_t(id)];
-        slots[std::size_t(id)] = pool.take(m.dtype, m.shape);
-        live += slots[std::size_t(id)].capacity();
-        live_exact += slots[std::size_t(id)].nbytes();
-        outs.push_back(&slots[std::size_t(id)]);
+        if (!retain_ || !slots_[std::size_t(id)].reuse_as(m.dtype, m.shape))
+          slots_[std::size_t(id)] = pool.take(m.dtype, m.shape);
+        live_ += slots_[std::size_t(id)].capacity();
+        live_exact_ += slots_[std::size_t(id)].nbytes();
+        outs_.push_back(&slots_[std::size_t(id)]);
       }
-      peak_bytes_ = std::max(peak_bytes_, live);
-      live_peak_bytes_ = std::max(live_peak_bytes_, live_exact);
-      if (step.fused) step.fused->run(ins, *outs[0]);
-      else ops_[step.node]->run(ins, outs);
+      s_.peak_bytes_ = std::max(s_.peak_bytes_, live_);
+      s_.live_peak_bytes_ = std::max(s_.live_peak_bytes_, live_exact_);
+      if (step.fused)
+        step.fused->run(ins_, *outs_[0]);
+      else
+        s_.ops_[step.node]->run(ins_, outs_);
       for (std::size_t o = 0; o < step.out.size(); ++o)
-        if (step.out[o] >= 0) apply_rounding(*outs[o], p.rounding[std::size_t(step.out[o])]);
+        if (step.out[o] >= 0) apply_rounding(*outs_[o], p.rounding[std::size_t(step.out[o])]);
     }
-    if (observer) {
-      out_views.clear();
-      for (int id : step.out) out_views.push_back(value(id));
-      observer->on_node(NodeEvent{node, ins, out_views, step.folded});
+    if (observer_) {
+      out_views_.clear();
+      for (int id : step.out) out_views_.push_back(value(id));
+      observer_->on_node(NodeEvent{node, ins_, out_views_, step.folded, step.node});
     }
+    if (retain_) return;  // every value stays readable until finish()
     for (int id : step.release) {
-      live -= slots[std::size_t(id)].capacity();
-      live_exact -= slots[std::size_t(id)].nbytes();
-      pool.give(std::move(slots[std::size_t(id)]));
+      live_ -= slots_[std::size_t(id)].capacity();
+      live_exact_ -= slots_[std::size_t(id)].nbytes();
+      pool.give(std::move(slots_[std::size_t(id)]));
     }
   }
 
-  std::map<std::string, Tensor> result;
-  for (std::size_t i = 0; i < graph_.outputs.size(); ++i) {
-    int id = p.output_ids[i];
-    const ValueMeta& m = p.metas[std::size_t(id)];
-    const bool runtime = !p.constants[std::size_t(id)] && !aliased[std::size_t(id)];
-    const bool unique = std::count(p.output_ids.begin(), p.output_ids.end(), id) == 1;
-    if (m.declared == m.dtype && runtime && unique) {
-      result[graph_.outputs[i].name] = std::move(slots[std::size_t(id)]);  // handed over, no copy
-      continue;
+  std::map<std::string, Tensor> finish() {
+    while (!done()) step();
+    const Plan& p = *p_;
+    std::map<std::string, Tensor> result;
+    for (std::size_t i = 0; i < s_.graph_.outputs.size(); ++i) {
+      int id = p.output_ids[i];
+      const ValueMeta& m = p.metas[std::size_t(id)];
+      const bool runtime = !p.constants[std::size_t(id)] && !aliased_[std::size_t(id)];
+      const bool unique = std::count(p.output_ids.begin(), p.output_ids.end(), id) == 1;
+      if (m.declared == m.dtype && runtime && unique) {
+        result[s_.graph_.outputs[i].name] = std::move(slots_[std::size_t(id)]);  // handed over, no copy
+        continue;
+      }
+      const Tensor* t = value(id);
+      result[s_.graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
     }
-    const Tensor* t = value(id);
-    result[graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
+    if (!s_.options_.keep_buffers) {
+      slots_.clear();
+      s_.pool_->clear();
+    } else if (retain_) {
+      p_->retained = std::move(slots_);
+    }
+    return result;
   }
-  if (!options_.keep_buffers) {
-    slots.clear();
-    pool_->clear();
+
+ private:
+  const Tensor* value(int id) const {
+    if (id < 0) return nullptr;
+    if (const auto& c = p_->constants[std::size_t(id)]) return c.get();
+    if (const Tensor* a = aliased_[std::size_t(id)]) return a;
+    return &slots_[std::size_t(id)];
   }
-  return result;
+
+  Session& s_;
+  Observer* observer_;
+  bool retain_;
+  Plan* p_ = nullptr;
+  const std::vector<Plan::Step>* steps_ = nullptr;
+  std::size_t next_ = 0;
+  std::vector<Tensor> slots_;
+  std::vector<const Tensor*> aliased_;
+  std::size_t live_ = 0, live_exact_ = 0;
+  std::vector<const Tensor*> ins_, out_views_;
+  std::vector<Tensor*> outs_;
+};
+
+Session::Execution::Execution(Session& session, const std::map<std::string, Tensor>& inputs, Observer* observer,
+                              bool retain)
+    : state_(std::make_unique<State>(session, inputs, observer, retain)) {}
+Session::Execution::~Execution() = default;
+bool Session::Execution::done() const { return state_->done(); }
+const Node& Session::Execution::next_node() const { return state_->next_node(); }
+std::size_t Session::Execution::next_index() const { return state_->next_index(); }
+void Session::Execution::step() { state_->step(); }
+std::map<std::string, Tensor> Session::Execution::finish() { return state_->finish(); }
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Observer* observer) {
+  return Execution(*this, inputs, observer, false).finish();
 }
 
 Graph extract_subgraph(const Graph& graph, std::span<const std::size_t> nodes,

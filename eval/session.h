@@ -39,6 +39,7 @@ struct NodeEvent {
   std::span<const Tensor* const> inputs;   // nullptr for omitted optional inputs
   std::span<const Tensor* const> outputs;  // nullptr for omitted optional outputs
   bool folded;                             // computed once at plan time (constant sub-graph)
+  std::size_t index = 0;                   // of `node` in Session::nodes()
 };
 
 class Observer {
@@ -63,6 +64,30 @@ class Session {
   // Outputs come back in their declared element types (float16 outputs as float16 bits).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs,
                                     Observer* observer = nullptr);
+
+  // One run advanced a node at a time (Session::run is one that runs to the end): the evaluator
+  // interleaves the runs of a reference and its variants node by node, so the variants read the
+  // reference's values while they are still in cache. The inputs must outlive the execution, and
+  // the session must not run anything else meanwhile. With `retain`, no activation buffer is
+  // released before finish(): every value the observer saw stays readable until then.
+  class Execution {
+   public:
+    Execution(Session& session, const std::map<std::string, Tensor>& inputs, Observer* observer = nullptr,
+              bool retain = false);
+    ~Execution();
+    Execution(const Execution&) = delete;
+    Execution& operator=(const Execution&) = delete;
+    bool done() const;
+    const Node& next_node() const;  // the node step() runs next (not done())
+    std::size_t next_index() const;  // its index in Session::nodes()
+    void step();
+    // Runs what is left; the outputs, as run() returns them.
+    std::map<std::string, Tensor> finish();
+
+   private:
+    class State;
+    std::unique_ptr<State> state_;
+  };
 
   // Metas of every value after planning for these input shapes (for inspect and tests).
   std::map<std::string, ValueMeta> infer_metas(const std::map<std::string, Shape>& input_shapes);

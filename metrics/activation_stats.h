@@ -57,12 +57,12 @@ class LogAbsHistogram {
 // Cost and precision (this runs on every node output of `qeval run`): one pass, 16 float lanes;
 // each lane sums at most 8 terms in float before they go to double, so the moments carry a relative
 // error of ~1e-7 at worst (printed statistics have 4-6 digits). Tensors of at least
-// kHistogramSampleFrom elements put a fixed 1/8 of their 16-element blocks in the histogram (blocks
+// kHistogramSampleFrom (8192) elements put a fixed 1/8 of their 16-element blocks in the histogram (blocks
 // picked by a hash of their index, so no channel or row period aliases with the choice); every other
 // statistic (count, absmax, moments, clipping, non-finite counts) sees every element. The histogram's
 // total is then the sampled count, and quantiles are those of the sample.
 struct ActivationStats {
-  static constexpr std::int64_t kHistogramSampleFrom = 16384;
+  static constexpr std::int64_t kHistogramSampleFrom = 8192;
 
   std::uint64_t count = 0;  // finite elements
   std::uint64_t nan = 0, inf = 0;

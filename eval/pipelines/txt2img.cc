@@ -326,15 +326,13 @@ void Txt2ImgRun::set_text_embeddings(Tensor embeddings) {
   text_embeddings_ = std::move(embeddings);
 }
 
-Txt2ImgRun::Prediction Txt2ImgRun::predict(Session& unet, const Tensor& latent, int step, ModelCallObserver* observer,
-                                           std::string_view context) const {
+std::map<std::string, Tensor> Txt2ImgRun::unet_inputs(const Graph& ug, const Tensor& latent, int step) const {
   const Txt2ImgConfig& c = models_.config;
   if (text_embeddings_.numel() == 0) throw std::logic_error("Txt2ImgRun::predict before encode");
   if (step < 0 || step >= steps()) throw std::out_of_range("Txt2ImgRun::predict: step " + std::to_string(step));
   const Shape latent_shape = c.latent_shape();
   if (latent.shape() != latent_shape || latent.dtype() != DType::kFloat32)
     throw std::invalid_argument("Txt2ImgRun::predict: the latent must be float32 " + shape_to_string(latent_shape));
-  const Graph& ug = unet.graph();
   const std::int64_t batch = guided() ? 2 : 1;
   const auto n = static_cast<std::size_t>(latent.numel());
   const double t = scheduler_.timesteps()[std::size_t(step)];
@@ -347,13 +345,19 @@ Txt2ImgRun::Prediction Txt2ImgRun::predict(Session& unet, const Tensor& latent, 
              to_graph_float(text_embeddings_, input_type(ug, c.unet.encoder_hidden_states)));
   in.emplace(c.unet.sample, to_graph_float(model_in, input_type(ug, c.unet.sample)));
   in.emplace(c.unet.timestep, timestep_tensor(t, c.unet.timestep_type, batch));
-  auto out = run_call(unet, in, observer, ModelCall{"unet", context, step, step});
+  return in;
+}
+
+Txt2ImgRun::Prediction Txt2ImgRun::prediction(const Graph& ug, std::map<std::string, Tensor>& out) const {
+  const Shape latent_shape = models_.config.latent_shape();
+  const Shape sample_shape = {guided() ? 2 : 1, latent_shape[1], latent_shape[2], latent_shape[3]};
   Prediction p;
-  p.unet_output = take_output(out, ug, c.unet.output);
-  if (p.unet_output.shape() != model_in.shape())
-    throw InputError(ug.source + ": output '" + c.unet.output + "' has shape " + shape_text(p.unet_output.shape()) +
-                     ", expected the sample's " + shape_text(model_in.shape()));
+  p.unet_output = take_output(out, ug, models_.config.unet.output);
+  if (p.unet_output.shape() != sample_shape)
+    throw InputError(ug.source + ": output '" + models_.config.unet.output + "' has shape " +
+                     shape_text(p.unet_output.shape()) + ", expected the sample's " + shape_text(sample_shape));
   p.noise_pred = Tensor(DType::kFloat32, latent_shape);
+  const auto n = static_cast<std::size_t>(p.noise_pred.numel());
   const float* e = p.unet_output.data<float>();
   float* np = p.noise_pred.data<float>();
   if (guided()) {
@@ -365,6 +369,13 @@ Txt2ImgRun::Prediction Txt2ImgRun::predict(Session& unet, const Tensor& latent, 
   return p;
 }
 
+Txt2ImgRun::Prediction Txt2ImgRun::predict(Session& unet, const Tensor& latent, int step, ModelCallObserver* observer,
+                                           std::string_view context) const {
+  auto in = unet_inputs(unet.graph(), latent, step);
+  auto out = run_call(unet, in, observer, unet_call(step, context));
+  return prediction(unet.graph(), out);
+}
+
 Tensor Txt2ImgRun::scheduler_step(int step, const Tensor& latent, const Tensor& noise_pred) const {
   Tensor next(DType::kFloat32, latent.shape());
   scheduler_.step(step, noise_pred.span<float>(), latent.span<float>(), next.span<float>());
@@ -373,8 +384,14 @@ Tensor Txt2ImgRun::scheduler_step(int step, const Tensor& latent, const Tensor& 
 
 Txt2ImgRun::Prediction Txt2ImgRun::step(Session& unet, const Txt2ImgHooks& hooks) {
   if (next_step_ >= steps()) throw std::logic_error("Txt2ImgRun::step: every step has run");
+  Prediction p = predict(unet, latent_, next_step_, hooks.observer, hooks.context);
+  advance(p, hooks);
+  return p;
+}
+
+void Txt2ImgRun::advance(const Prediction& p, const Txt2ImgHooks& hooks) {
+  if (next_step_ >= steps()) throw std::logic_error("Txt2ImgRun::advance: every step has run");
   const int i = next_step_;
-  Prediction p = predict(unet, latent_, i, hooks.observer, hooks.context);
   Tensor next = scheduler_step(i, latent_, p.noise_pred);
   if (hooks.on_step) {
     Txt2ImgStep ev{i, steps(), scheduler_.timesteps()[std::size_t(i)], latent_, p.unet_output, p.noise_pred, next};
@@ -384,7 +401,6 @@ Txt2ImgRun::Prediction Txt2ImgRun::step(Session& unet, const Txt2ImgHooks& hooks
   }
   latent_ = std::move(next);
   ++next_step_;
-  return p;
 }
 
 Tensor Txt2ImgRun::decode(Session& vae_decoder, ModelCallObserver* observer, std::string_view context) const {

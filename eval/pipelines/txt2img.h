@@ -131,6 +131,15 @@ class Txt2ImgRun {
   // advancing; model call "unet" with call = step = `step`.
   Prediction predict(Session& unet, const Tensor& latent, int step, ModelCallObserver* observer = nullptr,
                      std::string_view context = {}) const;
+  // predict() in two parts, for a caller that runs the UNet itself (the evaluator runs the calls of
+  // its variants together): the call's inputs (model call unet_call(step)), then the prediction
+  // from its outputs.
+  std::map<std::string, Tensor> unet_inputs(const Graph& unet, const Tensor& latent, int step) const;
+  static ModelCall unet_call(int step, std::string_view context) { return ModelCall{"unet", context, step, step}; }
+  Prediction prediction(const Graph& unet, std::map<std::string, Tensor>& outputs) const;
+  // The rest of step(), given the prediction at next_step() on the current latent: scheduler step,
+  // hooks.on_step (which may replace the latent), advance.
+  void advance(const Prediction& p, const Txt2ImgHooks& hooks = {});
   // The scheduler's next latent from `latent` and a prediction at `step`.
   Tensor scheduler_step(int step, const Tensor& latent, const Tensor& noise_pred) const;
   // Runs step next_step(): predict on the current latent, scheduler step, hooks.on_step (which may

@@ -217,6 +217,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
     ctx.local = &local;
     ctx.capture = &capture;
     ctx.teacher_forced = spec.observe.teacher_forced;
+    ctx.interleave = options.interleave;
     ctx.out_dir = options.out_dir;
     ctx.tick = [&progress] { progress.tick(); };
     for (std::size_t k = next++; k < n && !failed; k = next++) {

@@ -82,6 +82,9 @@ struct UnitContext {
   LocalSessions* local = nullptr;
   Capture* capture = nullptr;
   bool teacher_forced = false;
+  // Observed model calls of the variants run together, node by node (run_lockstep), where the
+  // driver can; false: one after the other, the reference's values copied (the same results).
+  bool interleave = true;
   std::filesystem::path out_dir;  // images go under out_dir/images; empty: not written
   std::function<void()> tick;     // progress: called ticks_per_unit() times per unit
 };
@@ -160,6 +163,7 @@ struct EvaluatorOptions {
   // once at the end: where the run state is saved so that a rerun skips finished units.
   std::function<void(const struct RunResult&)> checkpoint;
   double checkpoint_every_s = 20;
+  bool interleave = true;  // UnitContext::interleave
 };
 
 // The merged result of a run, before it becomes a report.

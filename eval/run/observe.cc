@@ -2,6 +2,7 @@
 #include "eval/run/observe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -230,14 +231,22 @@ void Capture::start(const ModelCall& c) {
   ++generation_;
 }
 
-const Tensor* Capture::find(const std::string& name) const {
-  auto it = slots_.find(name);
-  return it == slots_.end() || it->second.generation != generation_ ? nullptr : &it->second.tensor;
+const Tensor* Capture::find(const std::string& name) const { return value(name).tensor; }
+
+void Capture::mark_ran(std::size_t layer) {
+  if (ran_.size() <= layer) ran_.resize(layer + 1, 0);
+  ran_[layer] = generation_;
 }
 
-void Capture::put(const std::string& name, const Tensor& value) {
+void Capture::keep(const std::string& name, const Tensor& value, std::optional<double> energy) {
   Slot& s = slots_[name];
   s.generation = generation_;
+  s.energy = energy;
+  if (borrowing) {
+    s.borrowed = &value;
+    return;
+  }
+  s.borrowed = nullptr;
   if (s.tensor.reuse_as(value.dtype(), value.shape())) {
     std::memcpy(s.tensor.raw(), value.raw(), value.nbytes());
     return;
@@ -245,17 +254,11 @@ void Capture::put(const std::string& name, const Tensor& value) {
   s.tensor = value;
 }
 
-void Capture::set_energy(const std::string& name, double sum_sq) {
+Capture::Value Capture::value(const std::string& name) const {
   auto it = slots_.find(name);
-  if (it == slots_.end() || it->second.generation != generation_) return;
-  it->second.energy = sum_sq;
-  it->second.energy_generation = generation_;
-}
-
-std::optional<double> Capture::energy(const std::string& name) const {
-  auto it = slots_.find(name);
-  if (it == slots_.end() || it->second.energy_generation != generation_) return std::nullopt;
-  return it->second.energy;
+  if (!valid || it == slots_.end() || it->second.generation != generation_) return {};
+  const Slot& s = it->second;
+  return {s.borrowed ? s.borrowed : &s.tensor, s.energy};
 }
 
 UnitObservation RunObservation::make_unit() const {
@@ -269,6 +272,7 @@ UnitObservation RunObservation::make_unit() const {
 class LockstepObserver::NodeObserver : public Observer {
  public:
   explicit NodeObserver(LockstepObserver& owner) : o_(owner) {}
+  int model() const { return model_; }
   void start(const ModelCall& call, int model, bool capture, bool compare) {
     call_ = call;
     model_ = model;
@@ -284,54 +288,89 @@ class LockstepObserver::NodeObserver : public Observer {
   bool capture_ = false, compare_ = false;
 };
 
+const LockstepObserver::NodeInfo* LockstepObserver::node_info(const Node& node, std::size_t index) {
+  const int m = node_observer_->model();
+  if (node_info_.size() <= std::size_t(m)) node_info_.resize(std::size_t(m) + 1);
+  auto& infos = node_info_[std::size_t(m)];
+  if (infos.size() <= index) infos.resize(index + 1);
+  std::optional<NodeInfo>& slot = infos[index];
+  if (!slot) {
+    const ObservedModel& om = run_.variants[variant_].models[std::size_t(m)];
+    const auto found = om.index_of.find(node.name);
+    NodeInfo& info = slot.emplace();
+    info.known = found != om.index_of.end();
+    if (info.known) {
+      info.index = found->second;
+      info.layer = om.layer_of_node[info.index];
+    }
+    // Inputs the node reads from outside every node (graph inputs): the reference captures them as
+    // inputs; anything else it captures as the output of the node that made it.
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      const std::string& v = node.inputs[i];
+      if (!v.empty() && std::any_of(om.graph->inputs.begin(), om.graph->inputs.end(),
+                                    [&](const ValueInfo& in) { return in.name == v; }))
+        info.graph_inputs.push_back(i);
+    }
+  }
+  return slot->known ? &*slot : nullptr;
+}
+
 void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
+  const NodeInfo* info = o_.node_info(e.node, e.index);
+  if (!info) return;
   const RunObservation& run = o_.run_;
   const ObservedVariant& variant = run.variants[o_.variant_];
   const ObservedModel& om = variant.models[std::size_t(model_)];
-  const auto found = om.index_of.find(e.node.name);
-  if (found == om.index_of.end()) return;
-  const std::size_t idx = found->second;
+  const std::size_t idx = info->index;
+  const int layer = info->layer;
   if (run.node_hook) run.node_hook(variant.name, call_, e);
   Capture& cap = o_.capture_;
-  if (capture_) {
-    for (std::size_t i = 0; i < e.inputs.size(); ++i)
-      if (e.inputs[i] && !cap.has(e.node.inputs[i]) && !om.graph->initializers.count(e.node.inputs[i]))
-        cap.put(e.node.inputs[i], *e.inputs[i]);
-    for (std::size_t k = 0; k < e.outputs.size(); ++k)
-      if (e.outputs[k]) cap.put(e.node.outputs[k], *e.outputs[k]);
-  }
-  if (e.folded || e.outputs.empty() || !e.outputs[0] || e.outputs[0]->dtype() != DType::kFloat32) return;
-  const int layer = om.layer_of_node[idx];
-  if (layer < 0) return;
-  const Tensor& out = *e.outputs[0];
-  if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, out);
-  LayerCell& cell = o_.unit_.cells[o_.variant_].at(std::size_t(layer), call_.step);
-  const std::uint64_t nan0 = cell.act.nan, inf0 = cell.act.inf;
+  const Tensor* out = e.folded || e.outputs.empty() || !e.outputs[0] || e.outputs[0]->dtype() != DType::kFloat32 ||
+                              layer < 0
+                          ? nullptr
+                          : e.outputs[0];
+  LayerCell* cell = out ? &o_.unit_.cells[o_.variant_].at(std::size_t(layer), call_.step) : nullptr;
+  const std::uint64_t nan0 = cell ? cell->act.nan : 0, inf0 = cell ? cell->act.inf : 0;
   const auto& channel_clip = om.channel_clip_amax[idx];
   const bool per_channel =
-      !channel_clip.empty() && out.rank() > 0 && out.shape().back() == std::int64_t(channel_clip.size());
+      out && !channel_clip.empty() && out->rank() > 0 && out->shape().back() == std::int64_t(channel_clip.size());
   const float clip = per_channel ? std::numeric_limits<float>::infinity() : om.clip_amax[idx];
-  // The reference's same output, when this variant is compared with it.
-  const Node& ref_node = run.space->node_of(std::size_t(layer));
-  const Tensor* ref = compare_ ? cap.find(ref_node.outputs[0]) : nullptr;
-  if (ref && (ref->shape() != out.shape() || ref->dtype() != DType::kFloat32)) ref = nullptr;
-  const std::optional<double> ref_energy = ref ? cap.energy(ref_node.outputs[0]) : std::nullopt;
-  if (ref && ref_energy) {
-    // One pass: the variant's statistics and its error against the reference.
-    metrics::add_with_error(cell.act, cell.acc, out.data<float>(), ref->data<float>(), *ref_energy, out.numel(), clip);
-  } else {
-    const double energy = cell.act.add(out.data<float>(), out.numel(), clip);
-    if (capture_) cap.set_energy(e.node.outputs[0], energy);
-    if (ref) cell.acc.add(metrics::tensor_error(ref->data<float>(), out.data<float>(), out.numel()), out.numel());
+  const Node* ref_node = layer >= 0 ? &run.space->node_of(std::size_t(layer)) : nullptr;
+  if (capture_) {
+    // The reference: its statistics, then its values (with the energy the variants' one-pass
+    // error needs).
+    std::optional<double> energy;
+    if (out) energy = cell->act.add(out->data<float>(), out->numel(), clip);
+    for (std::size_t i : info->graph_inputs)
+      if (i < e.inputs.size() && e.inputs[i] && !cap.has(e.node.inputs[i])) cap.keep(e.node.inputs[i], *e.inputs[i]);
+    for (std::size_t k = 0; k < e.outputs.size(); ++k)
+      if (e.outputs[k]) cap.keep(e.node.outputs[k], *e.outputs[k], k == 0 ? energy : std::nullopt);
+    if (layer >= 0) cap.mark_ran(std::size_t(layer));
   }
-  if (per_channel) cell.act.add_clipped(out.data<float>(), out.numel(), std::span<const float>(channel_clip));
-  const std::uint64_t nan = cell.act.nan - nan0, inf = cell.act.inf - inf0;
+  if (!out) return;
+  if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, *out);
+  if (!capture_) {
+    // Against the reference's same output when there is one: one pass for the statistics and the
+    // error when the reference's energy is known.
+    const Capture::Value ref = compare_ ? cap.value(ref_node->outputs[0]) : Capture::Value{};
+    const bool comparable = ref.tensor && ref.tensor->shape() == out->shape() && ref.tensor->dtype() == DType::kFloat32;
+    if (comparable && ref.energy) {
+      metrics::add_with_error(cell->act, cell->acc, out->data<float>(), ref.tensor->data<float>(), *ref.energy,
+                              out->numel(), clip);
+    } else {
+      cell->act.add(out->data<float>(), out->numel(), clip);
+      if (comparable)
+        cell->acc.add(metrics::tensor_error(ref.tensor->data<float>(), out->data<float>(), out->numel()), out->numel());
+    }
+  }
+  if (per_channel) cell->act.add_clipped(out->data<float>(), out->numel(), std::span<const float>(channel_clip));
+  const std::uint64_t nan = cell->act.nan - nan0, inf = cell->act.inf - inf0;
   // A NaN is always reported; an infinity only when the reference's same output has fewer (an
   // attention mask's -inf is by design).
   if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) {
     bool anomaly = nan > 0;
     if (!anomaly && compare_) {
-      const Tensor* r = cap.find(ref_node.outputs[0]);
+      const Tensor* r = cap.find(ref_node->outputs[0]);
       std::uint64_t ref_inf = 0;
       if (r && r->dtype() == DType::kFloat32)
         for (float x : r->span<float>()) ref_inf += std::isinf(x);
@@ -358,7 +397,10 @@ LockstepObserver::~LockstepObserver() = default;
 
 Observer* LockstepObserver::begin(const ModelCall& call) {
   const int m = run_.space->model_index(call.model);
-  if (m < 0) return nullptr;
+  if (m < 0) {
+    node_observer_->start(call, -1, false, false);
+    return nullptr;
+  }
   const bool is_ref = variant_ == run_.reference;
   if (is_ref) capture_.start(call);
   node_observer_->start(call, m, is_ref, !is_ref && capture_.matches(call));
@@ -366,6 +408,35 @@ Observer* LockstepObserver::begin(const ModelCall& call) {
 }
 
 void LockstepObserver::end(const ModelCall&, const std::map<std::string, Tensor>&) {}
+
+bool LockstepObserver::ready(const Node& next, std::size_t index) {
+  if (variant_ == run_.reference || node_observer_->model() < 0) return true;
+  const NodeInfo* info = node_info(next, index);
+  return !info || info->layer < 0 || capture_.ran(std::size_t(info->layer));
+}
+
+void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
+                  std::span<LockstepObserver* const> observers, std::vector<double>& ms) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  Session::Execution& ref = *executions[reference];
+  auto catch_up = [&](bool all) {
+    for (std::size_t v = 0; v < executions.size(); ++v) {
+      Session::Execution* x = executions[v];
+      if (v == reference || !x || x->done()) continue;
+      const auto t0 = Clock::now();
+      while (!x->done() && (all || !observers[v] || observers[v]->ready(x->next_node(), x->next_index()))) x->step();
+      ms[v] += since(t0);
+    }
+  };
+  while (!ref.done()) {
+    const auto t0 = Clock::now();
+    ref.step();
+    ms[reference] += since(t0);
+    catch_up(false);
+  }
+  catch_up(true);  // nodes matched to reference nodes that never ran as such
+}
 
 LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t variant, std::size_t model,
                                          std::size_t node, const Capture& capture) {

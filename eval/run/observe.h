@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -133,10 +134,24 @@ class Capture {
   bool valid = false;
 
   void start(const ModelCall& c);  // forgets the previous call's values
+  void forget() { valid = false; }  // holds no call (borrowed values are about to go)
   bool matches(const ModelCall& c) const { return valid && model == c.model && step == c.step && call == c.call; }
   bool has(const std::string& name) const { return find(name) != nullptr; }
-  const Tensor* find(const std::string& name) const;  // nullptr when this call did not produce it
-  void put(const std::string& name, const Tensor& value);
+  // nullptr when this call did not produce it (or the capture holds no call)
+  const Tensor* find(const std::string& name) const;
+  // A value of this call: a copy, or while `borrowing` is set the tensor itself (valid while the
+  // reference's execution retains its buffers: a lockstep call, run_lockstep). `energy`: its sum of
+  // squares when known (what ActivationStats::add returned for it), for the variants' one-pass error.
+  void keep(const std::string& name, const Tensor& value, std::optional<double> energy = std::nullopt);
+  bool borrowing = false;
+  struct Value {
+    const Tensor* tensor = nullptr;
+    std::optional<double> energy;
+  };
+  Value value(const std::string& name) const;  // {} when this call did not produce it
+  // The layers whose reference node has run in this call.
+  void mark_ran(std::size_t layer);
+  bool ran(std::size_t layer) const { return layer < ran_.size() && ran_[layer] == generation_; }
   // The sum of squares of a captured value (what ActivationStats::add returned for it), for the
   // variants' one-pass error; nullopt when not recorded in this call.
   void set_energy(const std::string& name, double sum_sq);
@@ -145,11 +160,12 @@ class Capture {
  private:
   struct Slot {
     Tensor tensor;
+    const Tensor* borrowed = nullptr;
     std::uint64_t generation = 0;
-    double energy = 0;
-    std::uint64_t energy_generation = 0;
+    std::optional<double> energy;
   };
   std::unordered_map<std::string, Slot> slots_;
+  std::vector<std::uint64_t> ran_;  // per layer: the generation in which its reference node ran
   std::uint64_t generation_ = 0;
 };
 
@@ -201,9 +217,23 @@ class LockstepObserver : public ModelCallObserver {
   ~LockstepObserver() override;
   Observer* begin(const ModelCall& call) override;
   void end(const ModelCall& call, const std::map<std::string, Tensor>& outputs) override;
+  // In a lockstep call (after begin()): whether this variant may run `next` now, i.e. the reference
+  // node it matches has run (always, for the reference and for nodes with no match).
+  // `index`: of `next` in its session's nodes().
+  bool ready(const Node& next, std::size_t index);
 
  private:
   class NodeObserver;
+  // What the observation needs of a node the session runs, found once per node (by address).
+  struct NodeInfo {
+    bool known = false;          // a node of the variant's graph (by name)
+    std::size_t index = 0;       // in the variant's graph
+    int layer = -1;              // -1: no reference counterpart
+    std::vector<std::size_t> graph_inputs;  // inputs that are graph inputs
+  };
+  // nullptr for a node the graph does not have; `index` of the node in its session's nodes()
+  const NodeInfo* node_info(const Node& node, std::size_t index);
+  std::vector<std::vector<std::optional<NodeInfo>>> node_info_;  // per model, per session node
   const RunObservation& run_;
   std::size_t variant_;
   UnitObservation& unit_;
@@ -212,6 +242,15 @@ class LockstepObserver : public ModelCallObserver {
   std::size_t unit_index_;
   std::unique_ptr<NodeObserver> node_observer_;
 };
+
+// Runs one model call of several variants together, node by node: after each node of the
+// reference, every other variant runs the nodes whose reference counterparts have run, so it reads
+// the reference's values (borrowed by the capture, not copied) while they are still in cache. Each
+// execution's observer is observers[v] (begun for this call, the reference's first); the
+// reference's execution retains its buffers and the capture is borrowing. ms[v] += the time spent
+// running variant v's nodes. Leaves every execution done, not finished.
+void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
+                  std::span<LockstepObserver* const> observers, std::vector<double>& ms);
 
 // Local error of every observed node of `capture`'s model for variant `variant`: each node (with
 // its quantization plumbing) re-run alone on the reference's captured inputs in the variant's

@@ -280,6 +280,7 @@ void save_run_state(const fs::path& file, const RunResult& r, const std::string&
                             : json(nullptr));
   }
   MsgPack m;
+  m.bytes.reserve(std::size_t(64) << 20);
   m.map(12);
   m.str("format"), m.str(kFormat);
   m.str("version"), m.uint(kVersion);

@@ -232,20 +232,71 @@ class Txt2ImgDriver : public RunDriver {
       });
       return prediction;
     };
+    // Observed: the step's UNet calls of every variant run together, node by node (run_lockstep),
+    // then each variant finishes its step.
+    auto observed_steps = [&](int t) {
+      std::vector<std::map<std::string, Tensor>> inputs(nv), outputs(nv);
+      std::vector<std::unique_ptr<Session::Execution>> runs_of(nv);
+      std::vector<Session::Execution*> executions(nv);
+      std::vector<LockstepObserver*> lockstep(nv);
+      const ModelCall call = Txt2ImgRun::unet_call(t, info.id);
+      for (std::size_t v : order) {
+        timed(v, [&] {
+          Session& unet = *th.sessions[v].unet;
+          inputs[v] = runs[v].unet_inputs(unet.graph(), runs[v].latent(), t);
+          runs_of[v] = std::make_unique<Session::Execution>(unet, inputs[v], observers[v]->begin(call), v == r);
+        });
+        executions[v] = runs_of[v].get();
+        lockstep[v] = observers[v].get();
+      }
+      {
+        // The capture borrows the reference's values while its execution holds them.
+        struct Borrowing {
+          Capture& c;
+          explicit Borrowing(Capture& capture) : c(capture) { c.borrowing = true; }
+          ~Borrowing() {
+            c.borrowing = false;
+            c.forget();
+          }
+        } borrowing(*ctx.capture);
+        run_lockstep(r, executions, lockstep, ms);
+        local_errors();
+      }
+      std::vector<Txt2ImgRun::Prediction> predictions(nv);
+      for (std::size_t v : order) {
+        timed(v, [&] {
+          outputs[v] = runs_of[v]->finish();
+          observers[v]->end(call, outputs[v]);
+          predictions[v] = runs[v].prediction(th.sessions[v].unet->graph(), outputs[v]);
+          runs[v].advance(predictions[v]);
+        });
+      }
+      return predictions;
+    };
     for (int t = 0; t < steps; ++t) {
       const Tensor ref_before = runs[r].latent();
-      const Txt2ImgRun::Prediction ref_pred = step(r);
-      local_errors();
+      std::vector<bool> same_start(nv);
+      for (std::size_t v = 0; v < nv; ++v) same_start[v] = same_bits(runs[v].latent(), ref_before);
+      std::vector<Txt2ImgRun::Prediction> predictions;
+      if (ctx.observation && ctx.interleave) {
+        predictions = observed_steps(t);
+      } else {
+        predictions.resize(nv);
+        for (std::size_t v : order) {
+          predictions[v] = step(v);
+          if (v == r) local_errors();
+        }
+      }
+      const Txt2ImgRun::Prediction& ref_pred = predictions[r];
       for (std::size_t v : order) {
         if (v == r) continue;
-        const bool same_start = same_bits(runs[v].latent(), ref_before);
-        const Txt2ImgRun::Prediction pred = step(v);
+        const Txt2ImgRun::Prediction& pred = predictions[v];
         add_error(out.series[v][0].steps[std::size_t(t)], ref_pred.noise_pred, pred.noise_pred);
         add_error(out.series[v][1].steps[std::size_t(t)], runs[r].latent(), runs[v].latent());
         if (ctx.teacher_forced) {
           // From the reference's latent: the UNet's own error at this step. A variant that
           // started this step from the same latent already did exactly that.
-          if (same_start) {
+          if (same_start[v]) {
             add_error(out.series[v][2].steps[std::size_t(t)], ref_pred.noise_pred, pred.noise_pred);
           } else {
             const auto forced = runs[v].predict(*th.sessions[v].unet, ref_before, t);

@@ -300,6 +300,65 @@ TEST(Session, DeadBuffersAreReused) {
   EXPECT_LE(s.last_peak_activation_bytes(), 2u * 1024 * 1024 + 8192);
 }
 
+// Stepping an execution by hand gives run()'s outputs; with `retain` every value an observer saw
+// stays as it was until finish() (no buffer goes back to the pool), and the next retaining
+// execution of the same plan reuses those buffers in place.
+TEST(Session, ExecutionStepsNodeByNodeAndRetainsValuesUntilFinish) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {256, 1024}).output("y11", onnx::TensorProto::FLOAT);
+  std::string prev = "x";
+  for (int i = 0; i < 12; ++i) {
+    const std::string out = std::string("y").append(std::to_string(i));
+    b.node(i % 2 ? "Neg" : "Relu", {prev}, {out}, std::string("n").append(std::to_string(i)));
+    prev = out;
+  }
+  Graph g = b.graph();
+  std::vector<float> v(256 * 1024);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i) * 0.01f) - 0.2f;
+  const std::map<std::string, Tensor> in = {{"x", floats({256, 1024}, v)}};
+  Session plain(g);
+  const Tensor want = plain.run(in).at("y11");
+
+  // Keeps a pointer to every output and a copy of it.
+  struct Keep : Observer {
+    std::vector<std::pair<const Tensor*, Tensor>> seen;
+    std::vector<std::size_t> index;
+    void on_node(const NodeEvent& e) override {
+      seen.emplace_back(e.outputs[0], *e.outputs[0]);
+      index.push_back(e.index);
+    }
+  };
+  Session s(g);
+  std::vector<const void*> first_round;  // the buffers of y0..y10 (y11 is handed over)
+  for (int round = 0; round < 2; ++round) {
+    Keep keep;
+    Session::Execution x(s, in, &keep, /*retain=*/true);
+    std::size_t steps = 0;
+    while (!x.done()) {
+      EXPECT_EQ(x.next_index(), steps);
+      EXPECT_EQ(&x.next_node(), &s.nodes()[steps]);
+      x.step();
+      ++steps;
+    }
+    EXPECT_EQ(steps, 12u);
+    EXPECT_EQ(keep.index, (std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+    for (const auto& [live, copy] : keep.seen)  // nothing was released and overwritten
+      EXPECT_EQ(0, std::memcmp(live->raw(), copy.raw(), copy.nbytes()));
+    EXPECT_GE(s.last_live_activation_bytes(), 12u * 1024 * 1024);  // all twelve held at once
+    std::vector<const void*> buffers;
+    for (std::size_t k = 0; k + 1 < keep.seen.size(); ++k) buffers.push_back(keep.seen[k].first->raw());
+    if (round == 0) first_round = buffers;
+    else EXPECT_EQ(buffers, first_round);  // reused in place
+    const Tensor y = x.finish().at("y11");
+    EXPECT_EQ(0, std::memcmp(y.raw(), want.raw(), want.nbytes())) << round;
+  }
+  // Without retain the buffers are reused as they die: at most two live.
+  Session::Execution x(s, in);
+  const Tensor y = x.finish().at("y11");
+  EXPECT_EQ(0, std::memcmp(y.raw(), want.raw(), want.nbytes()));
+  EXPECT_LE(s.last_live_activation_bytes(), 2u * 1024 * 1024 + 8192);
+}
+
 // Each weight-carrying op once through the session (which prepares packed weights) and once
 // called directly without prepare: the same bits.
 TEST(Session, PreparedWeightsGiveTheSameBitsAsUnpreparedOps) {

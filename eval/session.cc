@@ -777,6 +777,10 @@ std::size_t Session::Execution::next_index() const { return state_->next_index()
 void Session::Execution::step() { state_->step(); }
 std::map<std::string, Tensor> Session::Execution::finish() { return state_->finish(); }
 
+void Session::drop_retained() {
+  for (auto& [key, plan] : plans_) plan->retained = {};
+}
+
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Observer* observer) {
   return Execution(*this, inputs, observer, false).finish();
 }

@@ -89,6 +89,10 @@ class Session {
     std::unique_ptr<State> state_;
   };
 
+  // Frees the buffers a retaining execution left for the next one (e.g. when this model will not
+  // run for a while: the evaluator drops the UNet's after the last denoising step).
+  void drop_retained();
+
   // Metas of every value after planning for these input shapes (for inspect and tests).
   std::map<std::string, ValueMeta> infer_metas(const std::map<std::string, Shape>& input_shapes);
 

@@ -307,6 +307,8 @@ class Txt2ImgDriver : public RunDriver {
       if (ctx.tick) ctx.tick();
     }
 
+    th.sessions[r].unet->drop_retained();  // not held through the VAE and the next unit's text encoder
+
     // VAE decoder and the images.
     std::vector<datasets::Rgb8> images(nv);
     for (std::size_t v : order) {

@@ -136,11 +136,11 @@ std::int64_t Tensor::dim(int i) const {
   return shape_[static_cast<std::size_t>(i)];
 }
 
-bool Tensor::reuse_as(DType dtype, Shape shape) {
+bool Tensor::reuse_as(DType dtype, const Shape& shape) {
   const std::int64_t n = shape_numel(shape);
   if (static_cast<std::size_t>(n) * dtype_size(dtype) > capacity_) return false;
   dtype_ = dtype;
-  shape_ = std::move(shape);
+  if (&shape != &shape_) shape_.assign(shape.begin(), shape.end());  // in place: no allocation once the rank fits
   numel_ = n;
   return true;
 }

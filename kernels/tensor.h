@@ -98,7 +98,7 @@ class Tensor {
   std::size_t capacity() const { return capacity_; }
   // Gives this storage a new type and shape without reallocating, when it fits (buffer reuse in
   // the executor). The contents are left as they were: the new owner must write every element.
-  bool reuse_as(DType dtype, Shape shape);
+  bool reuse_as(DType dtype, const Shape& shape);
 
  private:
   struct FreeAligned {

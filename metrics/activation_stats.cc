@@ -7,6 +7,10 @@
 #include <cmath>
 #include <cstring>
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
 namespace qeval::metrics {
 
 namespace {
@@ -50,6 +54,7 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
   if (hi < lo) return;
   if (counts_.empty()) {
     first_ = lo;
+    counts_.reserve(std::size_t(std::max(hi - lo + 1, 64)));  // room for the range to widen in place
     counts_.assign(std::size_t(hi - lo + 1), 0);
   } else {
     const int last = first_ + int(counts_.size()) - 1;
@@ -67,6 +72,12 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
 }
 
 void LogAbsHistogram::merge(const LogAbsHistogram& other) { add_counts(other.first_, other.counts_); }
+
+void LogAbsHistogram::clear() {
+  counts_.clear();
+  first_ = 0;
+  total_ = 0;
+}
 
 std::uint64_t LogAbsHistogram::count(int bin) const {
   if (bin < first_ || bin >= first_ + int(counts_.size())) return 0;
@@ -131,12 +142,6 @@ thread_local std::uint32_t t_hist[kCopies][LogAbsHistogram::kBins];
 // rows) could align with.
 inline std::uint32_t sampled_position(std::int64_t b) { return (std::uint32_t(b) * 0x9E3779B1u) >> 29; }
 
-inline bool any(const U16& m) {
-  std::uint64_t w[8];
-  std::memcpy(w, &m, sizeof w);
-  return (w[0] | w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7]) != 0;
-}
-
 inline void widen_add(D8& lo, D8& hi, const F16& v) {
   lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D8);
   hi += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D8);
@@ -155,7 +160,7 @@ struct Scan {
   std::uint32_t max_bits = 0;
   double sum = 0, sum_sq = 0;
   double err_sq = 0, err_max = 0;  // against the reference: pairs where both are finite
-  bool ref_nonfinite = false;
+  bool plain = true;  // every value finite and below 2^60 (add_with_error's condition on a reference)
   int lo = LogAbsHistogram::kBins, hi = -1;  // histogram bins touched
 };
 
@@ -165,8 +170,7 @@ void scan_scalar(const float* x, const float* r, std::int64_t i0, int m, bool hi
   for (int l = 0; l < m; ++l) {
     const float v = x[i0 + l];
     const std::uint32_t u = std::bit_cast<std::uint32_t>(v) & kAbs;
-    const bool rf = !r || std::isfinite(r[i0 + l]);
-    s.ref_nonfinite |= !rf;
+    s.plain &= u < kBigBits;
     if (u >= kInfBits) {
       (u == kInfBits ? s.inf : s.nan) += 1;
       continue;
@@ -183,7 +187,7 @@ void scan_scalar(const float* x, const float* r, std::int64_t i0, int m, bool hi
     const double d = v;
     s.sum += d;
     s.sum_sq += d * d;
-    if (r && rf) {
+    if (r) {  // finite: add_with_error's condition on the reference
       const double e = d - double(r[i0 + l]);
       s.err_sq += e * e;
       s.err_max = std::max(s.err_max, std::abs(e));
@@ -208,16 +212,24 @@ inline U16 abs_bits(const float* p) {
   return u & kAbs;
 }
 
-inline std::uint32_t lane_max(const U16& v) {
+// Whether a lane of v is >= t (one compare into a mask register with AVX-512).
+inline bool any_at_least(const U16& v, std::uint32_t t) {
+#ifdef __AVX512F__
+  __m512i w;
+  std::memcpy(&w, &v, sizeof w);
+  return _mm512_cmpge_epu32_mask(w, _mm512_set1_epi32(int(t))) != 0;
+#else
   std::uint32_t m = 0;
   for (int l = 0; l < kVec; ++l) m = std::max(m, v[l]);
-  return m;
+  return m >= t;
+#endif
 }
 
 // Blocks of kBlock chunks: moments, absmax and clipping over every chunk, then the histogram over
 // every chunk or, in a sampled tensor, over one chunk per block at a hashed position. A block is
 // first summed as if all its values were finite and below 2^60; when one is not (its maximum bits
-// say so), the block is done again on the scalar path.
+// say so), the block is done again on the scalar path. The reference `r` (kError) is plain: its own
+// pass found every value finite and below 2^60.
 template <bool kError>
 Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
   Scan s;
@@ -235,7 +247,7 @@ Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
     const float* xb = x + c0 * kVec;
     const float* rb = kError ? r + c0 * kVec : nullptr;
     F16 fs = {}, fsq = {}, fee = {}, bmx = {};
-    U16 top = {}, rtop = {}, bclip = {};
+    U16 top = {}, bclip = {};
     for (int j = 0; j < m; ++j) {
       F16 v;
       std::memcpy(&v, xb + j * kVec, sizeof v);
@@ -246,16 +258,14 @@ Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
       fsq += v * v;
       if constexpr (kError) {
         F16 w;
-        std::memcpy(&w, rb + j * kVec, sizeof w);
-        const U16 wu = abs_bits(rb + j * kVec);
-        rtop = rtop > wu ? rtop : wu;
+        std::memcpy(&w, rb + j * kVec, sizeof w);  // finite and below 2^60: add_with_error's condition
         const F16 d = v - w;
         fee += d * d;
         const F16 ad = d < 0 ? -d : d;
         bmx = bmx > ad ? bmx : ad;
       }
     }
-    if (std::max(lane_max(top), lane_max(rtop)) >= kBigBits) [[unlikely]] {
+    if (any_at_least(top, kBigBits)) [[unlikely]] {
       for (int j = 0; j < m; ++j)
         scan_scalar(x, rb ? r : nullptr, (c0 + j) * kVec, kVec, !sample || j == pick, clip_bits, s);
       continue;
@@ -317,17 +327,17 @@ void commit(ActivationStats& a, const Scan& s) {
 
 }  // namespace
 
-double ActivationStats::add(const float* x, std::int64_t n, float clip_amax) {
+std::optional<double> ActivationStats::add(const float* x, std::int64_t n, float clip_amax) {
   const Scan s = scan<false>(x, nullptr, n, clip_amax);
   commit(*this, s);
-  return s.sum_sq;
+  return s.plain ? std::optional<double>(s.sum_sq) : std::nullopt;
 }
 
 void add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref, double ref_sum_sq,
                     std::int64_t n, float clip_amax) {
   const Scan s = scan<true>(test, ref, n, clip_amax);
   commit(act, s);
-  if (s.nan || s.inf || s.ref_nonfinite)
+  if (s.nan || s.inf)
     err.add(tensor_error(ref, test, n), n);
   else
     err.add(error_from_energies(n, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max), n);
@@ -345,6 +355,14 @@ void ActivationStats::merge(const ActivationStats& o) {
   abs_hist.merge(o.abs_hist);
 }
 
+void ActivationStats::clear() {
+  count = nan = inf = clipped = calls = 0;
+  sum.clear();
+  sum_sq.clear();
+  absmax = 0;
+  abs_hist.clear();
+}
+
 std::optional<double> ActivationStats::mean() const {
   if (count == 0) return std::nullopt;
   return sum.value() / double(count);
@@ -356,8 +374,8 @@ std::optional<double> ActivationStats::stddev() const {
   return std::sqrt(std::max(0.0, sum_sq.value() / double(count) - m * m));
 }
 
-double ActivationStats::add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
-  const double energy = add(x, n);
+std::optional<double> ActivationStats::add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
+  const std::optional<double> energy = add(x, n);
   add_clipped(x, n, channel_clip_amax);
   return energy;
 }
@@ -401,6 +419,14 @@ void ErrorStats::merge(const ErrorStats& o) {
   cosine_sum.merge(o.cosine_sum);
   cosine_calls += o.cosine_calls;
   max_abs = std::max(max_abs, o.max_abs);
+}
+
+void ErrorStats::clear() {
+  count = nonfinite = calls = cosine_calls = 0;
+  ref_sq.clear();
+  err_sq.clear();
+  cosine_sum.clear();
+  max_abs = 0;
 }
 
 std::optional<double> ErrorStats::sqnr_db() const {

@@ -41,6 +41,7 @@ class LogAbsHistogram {
   // Occupied bins only: counts()[i] is bin first() + i.
   int first() const { return first_; }
   const std::vector<std::uint64_t>& counts() const { return counts_; }
+  void clear();  // empty, keeping the storage
   // Rebuilds from first()/counts() (e.g. when read back from a cache).
   static LogAbsHistogram from_counts(int first, std::vector<std::uint64_t> counts);
   bool operator==(const LogAbsHistogram&) const = default;
@@ -73,15 +74,18 @@ struct ActivationStats {
   LogAbsHistogram abs_hist;
 
   // `clip_amax`: elements beyond it count as clipped (+inf: none). Returns the call's sum of x^2
-  // over finite elements (what a pooled error against this tensor needs: add_with_error).
-  double add(const float* x, std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
+  // when every element was finite and below 2^60 (what add_with_error needs of a reference), else
+  // nullopt.
+  std::optional<double> add(const float* x, std::int64_t n,
+                            float clip_amax = std::numeric_limits<float>::infinity());
   // As add(x, n), with a threshold per channel of the last axis (x is [..., thresholds.size()]):
   // the clip range of a quantizer behind a per-channel scaling (SmoothQuant's pre-scale Mul).
-  double add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
+  std::optional<double> add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
   // Counts the elements beyond their channel's threshold as clipped (only that).
   void add_clipped(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
   // Adds `other` to this; the result does not depend on the order of merges.
   void merge(const ActivationStats& other);
+  void clear();  // no values, keeping the storage
 
   std::uint64_t nonfinite() const { return nan + inf; }
   std::optional<double> mean() const;
@@ -109,6 +113,7 @@ struct ErrorStats {
   // `e` = tensor_error(ref, test) over `elements` values.
   void add(const TensorError& e, std::int64_t elements);
   void merge(const ErrorStats& other);
+  void clear();  // nothing compared, keeping the storage
 
   // 10 log10(ref_sq / err_sq); +inf when the error is zero; nullopt when nothing was compared or
   // the reference is all zeros with a non-zero error.
@@ -121,9 +126,10 @@ struct ErrorStats {
 // One pass over a test tensor and the reference's same tensor: adds `test` to `act` (as
 // act.add(test, n, clip_amax)) and its error against `ref` to `err` (as err.add(tensor_error(ref,
 // test, n), n)). `ref_sum_sq`: the sum of ref^2, what ActivationStats::add returned for the
-// reference's call. The error energies then carry add()'s precision (~1e-7 relative); the cosine
+// reference's call; only a reference for which it returned one (every value finite and below 2^60)
+// may be given. The error energies then carry add()'s precision (~1e-7 relative); the cosine
 // comes from the energies ((|r|^2 + |t|^2 - |r - t|^2) / (2 |r| |t|)), accurate where r and t are
-// close. When either side holds a NaN or an infinity, the error is tensor_error's.
+// close. When the test tensor holds a NaN or an infinity, the error is tensor_error's.
 void add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref, double ref_sum_sq,
                     std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
 

@@ -25,6 +25,12 @@ class ExactSum {
   operator double() const { return value(); }  // NOLINT: reads like the double it stands for
   bool operator==(const ExactSum& other) const { return value() == other.value(); }
 
+  // Back to zero, keeping the storage (statistics reset for reuse allocate nothing).
+  void clear() {
+    partials_.clear();
+    special_ = 0;
+  }
+
   // For serialisation: the partials (finite terms) and the sum of the non-finite ones.
   const std::vector<double>& partials() const { return partials_; }
   double special() const { return special_; }

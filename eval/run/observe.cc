@@ -87,8 +87,9 @@ LayerCells& LayerCells::operator=(const LayerCells& o) {
   space_ = o.space_;
   blocks_.clear();
   blocks_.resize(o.blocks_.size());
+  touched_ = o.touched_;
   for (std::size_t l = 0; l < o.blocks_.size(); ++l) {
-    if (!o.blocks_[l]) continue;
+    if (!o.has(l)) continue;
     const int n = space_->cells_of(l);
     blocks_[l] = std::make_unique<LayerCell[]>(std::size_t(n));
     std::copy(o.blocks_[l].get(), o.blocks_[l].get() + n, blocks_[l].get());
@@ -98,8 +99,10 @@ LayerCells& LayerCells::operator=(const LayerCells& o) {
 
 LayerCell& LayerCells::at(std::size_t layer, int step) {
   if (blocks_.size() < space_->layers()) blocks_.resize(space_->layers());
+  if (touched_.size() < space_->layers()) touched_.resize(space_->layers(), 0);
   const int n = space_->cells_of(layer);
   if (!blocks_[layer]) blocks_[layer] = std::make_unique<LayerCell[]>(std::size_t(n));
+  touched_[layer] = 1;
   return blocks_[layer][std::size_t(std::clamp(step, 0, n - 1))];
 }
 
@@ -108,9 +111,22 @@ const LayerCell* LayerCells::find(std::size_t layer, int step) const {
   return &blocks_[layer][std::size_t(std::clamp(step, 0, space_->cells_of(layer) - 1))];
 }
 
+void LayerCells::clear() {
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    if (!has(l)) continue;
+    for (int s = 0; s < space_->cells_of(l); ++s) blocks_[l][std::size_t(s)].clear();
+    touched_[l] = 0;
+  }
+}
+
+void UnitObservation::clear() {
+  for (auto& c : cells) c.clear();
+  for (auto& f : first_nonfinite) f.reset();
+}
+
 void LayerCells::merge(const LayerCells& o) {
   for (std::size_t l = 0; l < o.blocks_.size(); ++l) {
-    if (!o.blocks_[l]) continue;
+    if (!o.has(l)) continue;
     const int n = space_->cells_of(l);
     for (int s = 0; s < n; ++s) {
       const LayerCell& src = o.blocks_[l][std::size_t(s)];

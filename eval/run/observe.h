@@ -57,6 +57,11 @@ struct LayerCell {
   metrics::ActivationStats act;      // the variant's own output
   metrics::ErrorStats acc, local;    // against the reference's output
   bool operator==(const LayerCell&) const = default;
+  void clear() {
+    act.clear();
+    acc.clear();
+    local.clear();
+  }
 };
 
 // One variant's cells over a LayerSpace, allocated per layer on first use.
@@ -71,16 +76,19 @@ class LayerCells {
 
   LayerCell& at(std::size_t layer, int step);  // step -1 (a model with no steps) is cell 0
   const LayerCell* find(std::size_t layer, int step) const;
-  bool has(std::size_t layer) const { return layer < blocks_.size() && blocks_[layer] != nullptr; }
+  bool has(std::size_t layer) const { return layer < touched_.size() && touched_[layer]; }
   std::size_t layers() const { return blocks_.size(); }
   const LayerSpace* space() const { return space_.get(); }
   // Adds other's cells (call in a fixed order: the float sums depend on it).
   void merge(const LayerCells& other);
+  // No cells, keeping their storage for the next unit (no allocation, no fresh pages).
+  void clear();
   bool operator==(const LayerCells& other) const;
 
  private:
   std::shared_ptr<const LayerSpace> space_;
-  std::vector<std::unique_ptr<LayerCell[]>> blocks_;
+  std::vector<std::unique_ptr<LayerCell[]>> blocks_;  // may outlive a clear()
+  std::vector<char> touched_;                         // per layer: has cells now
 };
 
 // Where a variant first produced a NaN, or more infinities than the reference's same output has
@@ -173,6 +181,7 @@ class Capture {
 struct UnitObservation {
   std::vector<LayerCells> cells;
   std::vector<std::optional<NonFiniteHit>> first_nonfinite;
+  void clear();  // for the next unit, keeping the cells' storage
 };
 
 // Where full tensors go when asked (variant, call, node, tensor); called on the unit's thread.

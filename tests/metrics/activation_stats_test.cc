@@ -140,7 +140,7 @@ TEST(ActivationStats, AddWithErrorAgreesWithAddAndTensorError) {
     auto t = r;
     for (std::size_t i = 0; i < n; ++i) t[i] += 1e-3f * float(int(i % 11) - 5);
     ActivationStats ref_act, act, expected_act;
-    const double ref_energy = ref_act.add(r.data(), std::int64_t(n));
+    const double ref_energy = *ref_act.add(r.data(), std::int64_t(n));
     ErrorStats err, expected_err;
     add_with_error(act, err, t.data(), r.data(), ref_energy, std::int64_t(n), 2.5f);
     expected_act.add(t.data(), std::int64_t(n), 2.5f);
@@ -160,7 +160,7 @@ TEST(ActivationStats, AddWithErrorAgreesWithAddAndTensorError) {
   const auto r = gaussian(5000, 1.0, 6);
   ActivationStats ra, ta;
   ErrorStats same;
-  add_with_error(ta, same, r.data(), r.data(), ra.add(r.data(), 5000), 5000);
+  add_with_error(ta, same, r.data(), r.data(), *ra.add(r.data(), 5000), 5000);
   EXPECT_TRUE(std::isinf(*same.sqnr_db()));
   EXPECT_EQ(*same.cosine(), 1.0);
   // A NaN in the variant: counted, and the error is tensor_error's over the finite pairs.
@@ -168,10 +168,24 @@ TEST(ActivationStats, AddWithErrorAgreesWithAddAndTensorError) {
   t[123] = std::numeric_limits<float>::quiet_NaN();
   ActivationStats na;
   ErrorStats with_nan;
-  add_with_error(na, with_nan, t.data(), r.data(), ra.add(r.data(), 5000), 5000);
+  add_with_error(na, with_nan, t.data(), r.data(), *ra.add(r.data(), 5000), 5000);
   EXPECT_EQ(na.nan, 1u);
   EXPECT_EQ(with_nan.nonfinite, 1u);
   EXPECT_EQ(with_nan.count, 4999u);
+  // Such a tensor is no reference for the one-pass error: add() gives no energy for it, nor for one
+  // with a value beyond 2^60 (its squares could overflow float lanes).
+  ActivationStats other;
+  EXPECT_FALSE(other.add(t.data(), 5000));
+  auto huge = r;
+  huge[4000] = 3e18f;
+  EXPECT_FALSE(other.add(huge.data(), 5000));
+  // A huge but finite value in the variant: its block goes the double way, the error stays exact.
+  ActivationStats ha;
+  ErrorStats with_huge;
+  add_with_error(ha, with_huge, huge.data(), r.data(), *ra.add(r.data(), 5000), 5000);
+  const TensorError exact = tensor_error(r.data(), huge.data(), 5000);
+  EXPECT_NEAR(with_huge.err_sq, exact.sum_err_sq, 1e-6 * exact.sum_err_sq);
+  EXPECT_EQ(ha.absmax, 3e18f);
 }
 
 TEST(ActivationStats, EmptyHasNoStatistics) {

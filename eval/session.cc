@@ -235,7 +235,7 @@ struct Session::Plan {
 };
 
 Session::Session(const Graph& graph, SessionOptions options)
-    : graph_(graph), options_(options), pool_(std::make_unique<BufferPool>()) {
+    : graph_(graph), options_(options), pool_(options.pool ? options.pool : std::make_shared<BufferPool>()) {
   if (options_.integer_qdq) {
     quant::QdqFusion fusion = quant::fuse_qdq(graph);
     nodes_ = std::move(fusion.nodes);
@@ -586,7 +586,7 @@ std::map<std::string, ValueMeta> Session::infer_metas(const std::map<std::string
 // several sessions node by node.
 class Session::Execution::State {
  public:
-  State(Session& s, const std::map<std::string, Tensor>& inputs, Observer* observer, bool retain)
+  State(Session& s, const std::map<std::string, const Tensor*>& inputs, Observer* observer, bool retain)
       : s_(s), observer_(observer), retain_(retain) {
     // Check the inputs against the model before planning.
     std::map<std::string, Shape> shapes;
@@ -598,7 +598,7 @@ class Session::Execution::State {
         throw InputError(s_.graph_.source + ": missing input '" + in.name +
                          "' (given: " + (given.empty() ? "none" : given) + ")");
       }
-      const Tensor& t = it->second;
+      const Tensor& t = *it->second;
       if (t.dtype() != in.dtype)
         throw InputError(s_.graph_.source + ": input '" + in.name + "' must be " + std::string(dtype_name(in.dtype)) +
                          ", got " + std::string(dtype_name(t.dtype())));
@@ -627,10 +627,10 @@ class Session::Execution::State {
     // inputs, as the ONNX node tests do); larger ones stay runtime data.
     std::map<std::string, const Tensor*> int_values;
     for (const auto& [name, t] : inputs)
-      if (((t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool) &&
-           t.numel() <= 64) ||
+      if (((t->dtype() == DType::kInt64 || t->dtype() == DType::kInt32 || t->dtype() == DType::kBool) &&
+           t->numel() <= 64) ||
           s_.constant_graph_inputs_.count(name))
-        int_values[name] = &t;
+        int_values[name] = t;
     p_ = &s_.plan_for(shapes, int_values);
     Plan& p = *p_;
     if (retain_) slots_ = std::move(p.retained);
@@ -641,14 +641,20 @@ class Session::Execution::State {
     for (std::size_t i = 0; i < s_.graph_.inputs.size(); ++i) {
       int id = p.ids.at(s_.graph_.inputs[i].name);
       if (p.constants[std::size_t(id)]) continue;
-      const Tensor& given = inputs.at(s_.graph_.inputs[i].name);
+      const Tensor& given = *inputs.at(s_.graph_.inputs[i].name);
       const Rounding r = p.rounding[std::size_t(id)];
       if (storage_type(given.dtype()) == given.dtype() && (r == Rounding::kNone || given.dtype() != DType::kFloat32)) {
         aliased_[std::size_t(id)] = &given;
         continue;
       }
-      slots_[std::size_t(id)] = to_storage(given);
-      apply_rounding(slots_[std::size_t(id)], r);
+      Tensor& slot = slots_[std::size_t(id)];
+      if (storage_type(given.dtype()) == given.dtype()) {  // float32 to round: a pooled copy
+        if (!slot.reuse_as(given.dtype(), given.shape())) slot = s_.pool_->take(given.dtype(), given.shape());
+        std::memcpy(slot.raw(), given.raw(), given.nbytes());
+      } else {
+        slot = to_storage(given);
+      }
+      apply_rounding(slot, r);
     }
     // Inputs converted to storage form above are activations too (their release subtracts them).
     for (const Tensor& t : slots_) {
@@ -767,8 +773,19 @@ class Session::Execution::State {
   std::vector<Tensor*> outs_;
 };
 
+namespace {
+std::map<std::string, const Tensor*> borrowed(const std::map<std::string, Tensor>& inputs) {
+  std::map<std::string, const Tensor*> b;
+  for (const auto& [name, t] : inputs) b.emplace(name, &t);
+  return b;
+}
+}  // namespace
+
 Session::Execution::Execution(Session& session, const std::map<std::string, Tensor>& inputs, Observer* observer,
                               bool retain)
+    : Execution(session, borrowed(inputs), observer, retain) {}
+Session::Execution::Execution(Session& session, const std::map<std::string, const Tensor*>& inputs,
+                              Observer* observer, bool retain)
     : state_(std::make_unique<State>(session, inputs, observer, retain)) {}
 Session::Execution::~Execution() = default;
 bool Session::Execution::done() const { return state_->done(); }
@@ -777,11 +794,17 @@ std::size_t Session::Execution::next_index() const { return state_->next_index()
 void Session::Execution::step() { state_->step(); }
 std::map<std::string, Tensor> Session::Execution::finish() { return state_->finish(); }
 
+std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
+
 void Session::drop_retained() {
   for (auto& [key, plan] : plans_) plan->retained = {};
 }
 
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Observer* observer) {
+  return Execution(*this, inputs, observer, false).finish();
+}
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, const Tensor*>& inputs, Observer* observer) {
   return Execution(*this, inputs, observer, false).finish();
 }
 

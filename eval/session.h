@@ -28,9 +28,12 @@ struct SessionOptions {
   // integer kernels (eval/quant/qdq_fusion.h), as TensorRT executes them. Off: every DQ runs and
   // the float op accumulates the dequantized values (to compare the two).
   bool integer_qdq = true;
-  // Activation buffers are kept across runs (no reallocation); false frees them after each run,
-  // for the many small sessions of the evaluator's local error.
+  // Activation buffers are kept across runs (no reallocation); false frees them after each run.
   bool keep_buffers = true;
+  // Where activation buffers come from and go back to: shared by sessions that never run at the
+  // same time (the evaluator's many small local-error sessions of one worker: Session::make_pool);
+  // null: the session's own.
+  std::shared_ptr<class BufferPool> pool = nullptr;
 };
 
 // What an observer sees after each node. Tensors hold storage values (float16 as rounded float32).
@@ -48,7 +51,6 @@ class Observer {
   virtual void on_node(const NodeEvent& event) = 0;
 };
 
-class BufferPool;
 
 // Not thread-safe: one Session per thread (sessions over the same Graph share its weights).
 class Session {
@@ -64,6 +66,8 @@ class Session {
   // Outputs come back in their declared element types (float16 outputs as float16 bits).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs,
                                     Observer* observer = nullptr);
+  // The same with the caller's tensors by address (not copied; they must stay alive for the run).
+  std::map<std::string, Tensor> run(const std::map<std::string, const Tensor*>& inputs, Observer* observer = nullptr);
 
   // One run advanced a node at a time (Session::run is one that runs to the end): the evaluator
   // interleaves the runs of a reference and its variants node by node, so the variants read the
@@ -73,6 +77,8 @@ class Session {
   class Execution {
    public:
     Execution(Session& session, const std::map<std::string, Tensor>& inputs, Observer* observer = nullptr,
+              bool retain = false);
+    Execution(Session& session, const std::map<std::string, const Tensor*>& inputs, Observer* observer = nullptr,
               bool retain = false);
     ~Execution();
     Execution(const Execution&) = delete;
@@ -88,6 +94,9 @@ class Session {
     class State;
     std::unique_ptr<State> state_;
   };
+
+  // A buffer pool for SessionOptions::pool.
+  static std::shared_ptr<BufferPool> make_pool();
 
   // Frees the buffers a retaining execution left for the next one (e.g. when this model will not
   // run for a while: the evaluator drops the UNet's after the last denoising step).
@@ -131,7 +140,7 @@ class Session {
   // planned as constants.
   std::set<std::string> constant_graph_inputs_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;  // key: input shapes + int input values
-  std::unique_ptr<BufferPool> pool_;  // activation buffers, kept across runs
+  std::shared_ptr<BufferPool> pool_;  // activation buffers, kept across runs (maybe shared)
   std::size_t peak_bytes_ = 0;
   std::size_t live_peak_bytes_ = 0;
 };

@@ -12,12 +12,14 @@ namespace qeval {
 namespace {
 constexpr std::size_t kAlignment = 64;
 
-std::byte* allocate_aligned(std::size_t nbytes) {
+// Zeroed unless the caller overwrites every byte at once (a copy).
+std::byte* allocate_aligned(std::size_t nbytes, bool zero = true) {
   if (nbytes == 0) return nullptr;
   std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
+  if (zero) std::memset(p, 0, rounded);
+  else if (rounded > nbytes) std::memset(static_cast<std::byte*>(p) + nbytes, 0, rounded - nbytes);
   return static_cast<std::byte*>(p);
 }
 }  // namespace
@@ -96,7 +98,7 @@ Tensor::Tensor(DType dtype, Shape shape)
 
 Tensor::Tensor(const Tensor& other)
     : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), capacity_(other.nbytes()),
-      data_(allocate_aligned(other.nbytes())) {
+      data_(allocate_aligned(other.nbytes(), /*zero=*/false)) {
   if (numel_) std::memcpy(data_.get(), other.data_.get(), nbytes());
 }
 

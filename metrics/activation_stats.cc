@@ -54,7 +54,6 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
   if (hi < lo) return;
   if (counts_.empty()) {
     first_ = lo;
-    counts_.reserve(std::size_t(std::max(hi - lo + 1, 64)));  // room for the range to widen in place
     counts_.assign(std::size_t(hi - lo + 1), 0);
   } else {
     const int last = first_ + int(counts_.size()) - 1;

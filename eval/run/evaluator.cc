@@ -171,7 +171,7 @@ RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<Bu
   return result;
 }
 
-void merge_unit(RunResult& result, std::size_t i, UnitOutcome&& u) {
+void merge_unit(RunResult& result, std::size_t i, UnitOutcome&& u, UnitObservation* recycle) {
   if (i >= result.units.size()) throw InputError(fmt::format("unit {} is not one of this run's {}", i, result.units.size()));
   if (result.done[i]) throw InputError(fmt::format("unit {} ({}) is there twice", i, u.samples.empty() ? "" : u.samples[0].id));
   const std::size_t nvar = result.variants.size();
@@ -182,6 +182,10 @@ void merge_unit(RunResult& result, std::size_t i, UnitOutcome&& u) {
     if (hit && (!first || hit->unit < first->unit)) first = hit;
   }
   for (std::size_t v = 0; v < nvar && v < u.series.size(); ++v) merge_series(result.series[v], u.series[v]);
+  if (recycle) {
+    *recycle = std::move(u.layers);
+    recycle->clear();
+  }
   u.layers = UnitObservation{};
   u.series.clear();
   result.units[i] = std::move(u);
@@ -220,10 +224,13 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
     ctx.interleave = options.interleave;
     ctx.out_dir = options.out_dir;
     ctx.tick = [&progress] { progress.tick(); };
+    // This worker's layer cells, cleared and reused unit after unit.
+    UnitObservation layers;
+    if (ctx.observation) layers = result.observation.make_unit();
     for (std::size_t k = next++; k < n && !failed; k = next++) {
       const std::size_t i = todo[k];
       UnitOutcome u;
-      if (ctx.observation) u.layers = result.observation.make_unit();
+      u.layers = std::move(layers);
       try {
         tbb::this_task_arena::isolate([&] { driver.run_unit(i, *thread, ctx, u); });
       } catch (...) {
@@ -231,7 +238,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
         throw;
       }
       std::lock_guard lock(merge_mu);
-      merge_unit(result, i, std::move(u));
+      merge_unit(result, i, std::move(u), &layers);
 #ifdef __GLIBC__
       malloc_trim(0);  // a unit's freed observation buffers go back to the system, not kept as holes
 #endif

@@ -467,7 +467,10 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
   Entry e;
   e.graph = std::make_unique<Graph>(extract_subgraph(*om.graph, plan.nodes, types));
   SessionOptions options = v.options;
-  options.keep_buffers = false;  // thousands of these per worker: hold no buffers between runs
+  // Thousands of these per worker, run one at a time: one pool for all (no buffers held per
+  // session, no allocation per run).
+  if (!pool_) pool_ = Session::make_pool();
+  options.pool = pool_;
   e.session = std::make_unique<Session>(*e.graph, options);
   return entries_.emplace(key, std::move(e)).first->second;
 }
@@ -511,14 +514,14 @@ void run_local_errors(const RunObservation& run, std::size_t variant, const Capt
     const LayerCell* ref_cell = unit.cells[run.reference].find(std::size_t(layer), capture.step);
     if (!ref_cell || ref_cell->act.calls == 0) continue;
     bool have_inputs = true;
-    std::map<std::string, Tensor> in;
+    std::map<std::string, const Tensor*> in;  // the reference's values themselves, not copies
     for (const auto& [var_value, ref_value] : om.local[i].inputs) {
       const Tensor* t = capture.find(ref_value);
       if (!t) {
         have_inputs = false;
         break;
       }
-      in.emplace(var_value, *t);
+      in.emplace(var_value, t);
     }
     if (!have_inputs) continue;
     LocalSessions::Entry& e = sessions.get(run, variant, std::size_t(m), i, capture);

@@ -215,6 +215,7 @@ class LocalSessions {
 
  private:
   std::map<std::tuple<std::size_t, std::size_t, std::size_t>, Entry> entries_;
+  std::shared_ptr<BufferPool> pool_;  // shared by the sessions (they run one at a time)
 };
 
 // The ModelCallObserver a pipeline gets for one variant inside one unit. The reference's observer

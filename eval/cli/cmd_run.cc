@@ -76,7 +76,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
                shard ? fmt::format(", shard {} ({} units)", a.shard, options.units.size()) : "", "", names,
                spec.reference);
   }
-  options.interleave = !getenv("QEVAL_NO_INTERLEAVE"); eval::run_units(spec, *driver, result, options);
+  eval::run_units(spec, *driver, result, options);
 
   eval::ReportContext rc = report_context(ctx);
   rc.threads = tbb::this_task_arena::max_concurrency();

@@ -188,6 +188,23 @@ TEST(ActivationStats, AddWithErrorAgreesWithAddAndTensorError) {
   EXPECT_EQ(ha.absmax, 3e18f);
 }
 
+// Thresholds per channel of the last axis (a quantizer behind SmoothQuant's per-channel scale):
+// an element counts as clipped beyond its own channel's threshold; non-finite values never do.
+TEST(ActivationStats, PerChannelClippingCountsEachElementAgainstItsChannel) {
+  const std::size_t channels = 37, rows = 101;
+  auto v = gaussian(channels * rows, 2.0, 7);
+  v[5] = std::numeric_limits<float>::infinity();
+  v[77] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> t(channels);
+  for (std::size_t c = 0; c < channels; ++c) t[c] = 0.5f + 0.1f * float(c);
+  std::uint64_t want = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) want += std::isfinite(v[i]) && std::abs(v[i]) > t[i % channels];
+  ActivationStats s;
+  EXPECT_FALSE(s.add(v.data(), std::int64_t(v.size()), std::span<const float>(t)));  // not plain: no energy
+  EXPECT_EQ(s.clipped, want);
+  EXPECT_GT(want, 100u);
+}
+
 TEST(ActivationStats, EmptyHasNoStatistics) {
   ActivationStats s;
   EXPECT_FALSE(s.mean());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -287,6 +288,42 @@ TEST(ScenePrompts, EvalSetIsHeldOutFromCalibration) {
     EXPECT_NO_THROW(parse_scene_caption(e)) << e;
   }
   for (const std::string& c : calib) EXPECT_NO_THROW(parse_scene_caption(c)) << c;
+}
+
+// prompts/sd_calib.txt: at least 200 distinct natural-language prompts (for calibrating a real
+// Stable Diffusion model), none of them the tiny grammar's.
+TEST(ScenePrompts, SdCalibrationSetHas200DistinctNaturalLanguagePrompts) {
+  std::ifstream in(testing::source_dir() / "prompts" / "sd_calib.txt");
+  std::set<std::string> prompts;
+  std::size_t lines = 0, grammar = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    ++lines;
+    prompts.insert(line);
+    try {
+      parse_scene_caption(line);
+      ++grammar;
+    } catch (const std::exception&) {
+    }
+  }
+  EXPECT_GE(prompts.size(), 200u);
+  EXPECT_EQ(prompts.size(), lines);  // no duplicates
+  EXPECT_EQ(grammar, 0u);
+}
+
+// The shipped models (tiny-sd and tiny-sam: graphs, tokenizer, pipeline.json, cards and sample
+// images) together stay within 25 MB.
+TEST(ShippedModels, AllFilesTogetherWithin25MB) {
+  namespace fs = std::filesystem;
+  std::uintmax_t bytes = 0;
+  std::size_t onnx = 0;
+  for (const auto& e : fs::recursive_directory_iterator(testing::source_dir() / "models"))
+    if (e.is_regular_file()) {
+      bytes += e.file_size();
+      onnx += e.path().extension() == ".onnx";
+    }
+  EXPECT_EQ(onnx, 5u);  // text encoder, UNet, VAE decoder; image encoder, mask decoder
+  EXPECT_LE(bytes, 25u * 1000 * 1000);
 }
 
 }  // namespace

@@ -45,6 +45,16 @@ measure "warm: no observation" run --config "$WORK/none.json" --out "$WORK/o3"
 measure "warm: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/o4"
 measure "warm: layer statistics + local error" run --config "$WORK/local.json" --out "$WORK/o5"
 measure "warm: the default again (result cache)" run --config "$WORK/full.json" --out "$WORK/o2"
+# What per-layer observation costs: the run without observation and with layer statistics only,
+# alternated three times (the machine is noisy); median ratios of CPU and wall time.
+for i in 1 2 3; do
+  measure "overhead pair $i: no observation" run --config "$WORK/none.json" --out "$WORK/p$i-none"
+  measure "overhead pair $i: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/p$i-stats"
+done | tee "$WORK/pairs"
+awk 'function median3(a, b, c) { return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b)) }
+     /no observation/ { n[++i] = $(NF-1); nw[i] = $(NF-2) } /statistics only/ { s[++j] = $(NF-1); sw[j] = $(NF-2) }
+     END { printf "per-layer statistics over no observation (median of 3 pairs): CPU %.2fx, wall %.2fx\n",
+                  median3(s[1] / n[1], s[2] / n[2], s[3] / n[3]), median3(sw[1] / nw[1], sw[2] / nw[2], sw[3] / nw[3]) }' "$WORK/pairs"
 T=4
 measure "warm, $T prompts, 1 thread" --threads 1 run --config "$WORK/full.json" --count "$T" --out "$WORK/t1"
 measure "warm, $T prompts, 2 threads" --threads 2 run --config "$WORK/full.json" --count "$T" --out "$WORK/t2"

@@ -160,10 +160,6 @@ class Capture {
   // The layers whose reference node has run in this call.
   void mark_ran(std::size_t layer);
   bool ran(std::size_t layer) const { return layer < ran_.size() && ran_[layer] == generation_; }
-  // The sum of squares of a captured value (what ActivationStats::add returned for it), for the
-  // variants' one-pass error; nullopt when not recorded in this call.
-  void set_energy(const std::string& name, double sum_sq);
-  std::optional<double> energy(const std::string& name) const;
 
  private:
   struct Slot {
@@ -234,7 +230,8 @@ class LockstepObserver : public ModelCallObserver {
 
  private:
   class NodeObserver;
-  // What the observation needs of a node the session runs, found once per node (by address).
+  // What the observation needs of a node the session runs, found once per node (by its index in
+  // the session's nodes()).
   struct NodeInfo {
     bool known = false;          // a node of the variant's graph (by name)
     std::size_t index = 0;       // in the variant's graph

@@ -133,8 +133,9 @@ struct ObservedVariant {
 ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Graph& variant_graph,
                             bool local_error);
 
-// The reference's values of one model call (copies: the executor reuses its buffers). Storage is
-// kept across calls and reused when a value's size fits.
+// The reference's values of one model call: copies (the executor reuses its buffers; storage kept
+// across calls and reused when a value's size fits), or, in a lockstep call whose reference
+// execution retains its buffers, the values themselves.
 class Capture {
  public:
   std::string model;

@@ -25,6 +25,9 @@ namespace {
 
 constexpr const char* kFormat = "qeval.run-state";
 constexpr int kVersion = 1;
+// Part of every run key: bump it when what the pooled statistics mean changes (2: sampled
+// histograms, float-lane sums), so that a state saved by an older qeval is another run's.
+constexpr int kStatisticsVersion = 2;
 
 std::string precision_text(Precision p) { return std::string(precision_name(p)); }
 
@@ -182,7 +185,8 @@ std::string run_key(const RunSpec& spec, const RunDriver& driver, const std::vec
   RunSpec keyed = spec;
   keyed.gate.clear();               // judges the numbers, does not change them
   keyed.calibration.cache.clear();  // where scales are kept
-  std::string all = std::string("qeval ") + QEVAL_VERSION + "\n" + run_spec_json(keyed) + "\n";
+  std::string all = std::string("qeval ") + QEVAL_VERSION + " statistics " + std::to_string(kStatisticsVersion) +
+                    "\n" + run_spec_json(keyed) + "\n";
   // The prompt or input set's content (a folder of samples: its listing).
   const fs::path inputs = driver.inputs_artifact().path;
   if (fs::is_regular_file(inputs)) {

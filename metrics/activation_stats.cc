@@ -332,14 +332,14 @@ std::optional<double> ActivationStats::add(const float* x, std::int64_t n, float
   return s.plain ? std::optional<double>(s.sum_sq) : std::nullopt;
 }
 
-void add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref, double ref_sum_sq,
-                    std::int64_t n, float clip_amax) {
+TensorError add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref,
+                           double ref_sum_sq, std::int64_t n, float clip_amax) {
   const Scan s = scan<true>(test, ref, n, clip_amax);
   commit(act, s);
-  if (s.nan || s.inf)
-    err.add(tensor_error(ref, test, n), n);
-  else
-    err.add(error_from_energies(n, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max), n);
+  const TensorError e = s.nan || s.inf ? tensor_error(ref, test, n)
+                                       : error_from_energies(n, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max);
+  err.add(e, n);
+  return e;
 }
 
 void ActivationStats::merge(const ActivationStats& o) {
@@ -392,6 +392,16 @@ void ActivationStats::add_clipped(const float* x, std::int64_t n, std::span<cons
       row += (u < kInfBits) & (std::bit_cast<float>(u) > t[c]);
     }
     total += row;
+  }
+  clipped += total;
+}
+
+void ActivationStats::add_clipped(const float* x, std::int64_t n, float clip_amax) {
+  const std::uint32_t clip_bits = std::isnan(clip_amax) ? kInfBits : std::bit_cast<std::uint32_t>(std::abs(clip_amax));
+  std::uint64_t total = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(x[i]) & kAbs;
+    total += (u < kInfBits) & (u > clip_bits);
   }
   clipped += total;
 }

@@ -83,6 +83,8 @@ struct ActivationStats {
   std::optional<double> add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
   // Counts the elements beyond their channel's threshold as clipped (only that).
   void add_clipped(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
+  // Counts the finite elements beyond `clip_amax` as clipped (only that).
+  void add_clipped(const float* x, std::int64_t n, float clip_amax);
   // Adds `other` to this; the result does not depend on the order of merges.
   void merge(const ActivationStats& other);
   void clear();  // no values, keeping the storage
@@ -130,7 +132,9 @@ struct ErrorStats {
 // may be given. The error energies then carry add()'s precision (~1e-7 relative); the cosine
 // comes from the energies ((|r|^2 + |t|^2 - |r - t|^2) / (2 |r| |t|)), accurate where r and t are
 // close. When the test tensor holds a NaN or an infinity, the error is tensor_error's.
-void add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref, double ref_sum_sq,
-                    std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
+// Returns the error it added.
+TensorError add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref,
+                           double ref_sum_sq, std::int64_t n,
+                           float clip_amax = std::numeric_limits<float>::infinity());
 
 }  // namespace qeval::metrics

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "metrics/tensor_error.h"
 
@@ -233,6 +234,16 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
     }
   }
   if (local_error) om.local = plan_local_runs(rg, vg, om.match);
+  om.view.assign(vg.nodes.size(), 0);
+  om.feeds_view.assign(vg.nodes.size(), 0);
+  for (std::size_t i = 0; i < vg.nodes.size(); ++i) {
+    static const std::set<std::string> kViews = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"};
+    const Node& n = vg.nodes[i];
+    if (!n.domain.empty() || !kViews.count(n.op_type) || n.inputs.empty()) continue;
+    om.view[i] = 1;
+    if (auto p = producer.find(n.inputs[0]); p != producer.end() && vg.nodes[p->second].outputs[0] == n.inputs[0])
+      om.feeds_view[p->second] = 1;
+  }
   return om;
 }
 
@@ -352,11 +363,67 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
       out && !channel_clip.empty() && out->rank() > 0 && out->shape().back() == std::int64_t(channel_clip.size());
   const float clip = per_channel ? std::numeric_limits<float>::infinity() : om.clip_amax[idx];
   const Node* ref_node = layer >= 0 ? &run.space->node_of(std::size_t(layer)) : nullptr;
+  // A view of a value whose statistics this call has: the same values, so the same statistics
+  // (and, against the reference's view of the reference's same value, the same error).
+  Recent* from = nullptr;
+  if (out && om.view[idx] && !e.inputs.empty() && e.inputs[0])
+    for (Recent& r : o_.recent_)
+      if (r.value == e.inputs[0] && r.act.count + r.act.nan + r.act.inf == std::uint64_t(out->numel())) from = &r;
+  if (from && !capture_ &&
+      !(from->err && run.space->node_of(std::size_t(layer)).inputs[0] ==
+                         run.space->node_of(from->layer).outputs[0]))
+    from = nullptr;  // no error to take: compute
+  const bool keep_recent = out && om.feeds_view[idx];
+  std::optional<double> energy;
+  std::optional<metrics::TensorError> error;
+  if (from) {
+    metrics::ActivationStats& call = o_.scratch_;
+    call = from->act;
+    if (call.clipped || clip != std::numeric_limits<float>::infinity()) {
+      call.clipped = 0;
+      if (!per_channel) call.add_clipped(out->data<float>(), out->numel(), clip);
+    }
+    cell->act.merge(call);
+    energy = from->energy;
+    error = from->err;
+    if (!capture_) cell->acc.add(*error, out->numel());
+  } else if (out) {
+    // Statistics into a cleared scratch when a view will read them (merging a call's statistics
+    // gives the same bits as adding them directly), else straight into the cell.
+    metrics::ActivationStats& act = keep_recent ? o_.scratch_ : cell->act;
+    if (keep_recent) act.clear();
+    if (capture_) {
+      energy = act.add(out->data<float>(), out->numel(), clip);
+    } else {
+      // Against the reference's same output when there is one: one pass for the statistics and
+      // the error when the reference's energy is known.
+      const Capture::Value ref = compare_ ? cap.value(ref_node->outputs[0]) : Capture::Value{};
+      const bool comparable =
+          ref.tensor && ref.tensor->shape() == out->shape() && ref.tensor->dtype() == DType::kFloat32;
+      if (comparable && ref.energy) {
+        error = metrics::add_with_error(act, cell->acc, out->data<float>(), ref.tensor->data<float>(), *ref.energy,
+                                        out->numel(), clip);
+      } else {
+        act.add(out->data<float>(), out->numel(), clip);
+        if (comparable) {
+          error = metrics::tensor_error(ref.tensor->data<float>(), out->data<float>(), out->numel());
+          cell->acc.add(*error, out->numel());
+        }
+      }
+    }
+    if (keep_recent) cell->act.merge(act);
+  }
+  if (keep_recent) {
+    Recent& r = o_.recent_[o_.recent_next_++ % o_.recent_.size()];
+    r.value = out;
+    r.layer = std::size_t(layer);
+    r.act = o_.scratch_;
+    if (from) r.act.clipped = 0;  // a view's own clipping is not the next view's
+    r.err = error;
+    r.energy = energy;
+  }
   if (capture_) {
-    // The reference: its statistics, then its values (with the energy the variants' one-pass
-    // error needs).
-    std::optional<double> energy;
-    if (out) energy = cell->act.add(out->data<float>(), out->numel(), clip);
+    // The reference's values (with the energy the variants' one-pass error needs).
     for (std::size_t i : info->graph_inputs)
       if (i < e.inputs.size() && e.inputs[i] && !cap.has(e.node.inputs[i])) cap.keep(e.node.inputs[i], *e.inputs[i]);
     for (std::size_t k = 0; k < e.outputs.size(); ++k)
@@ -365,20 +432,6 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   }
   if (!out) return;
   if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, *out);
-  if (!capture_) {
-    // Against the reference's same output when there is one: one pass for the statistics and the
-    // error when the reference's energy is known.
-    const Capture::Value ref = compare_ ? cap.value(ref_node->outputs[0]) : Capture::Value{};
-    const bool comparable = ref.tensor && ref.tensor->shape() == out->shape() && ref.tensor->dtype() == DType::kFloat32;
-    if (comparable && ref.energy) {
-      metrics::add_with_error(cell->act, cell->acc, out->data<float>(), ref.tensor->data<float>(), *ref.energy,
-                              out->numel(), clip);
-    } else {
-      cell->act.add(out->data<float>(), out->numel(), clip);
-      if (comparable)
-        cell->acc.add(metrics::tensor_error(ref.tensor->data<float>(), out->data<float>(), out->numel()), out->numel());
-    }
-  }
   if (per_channel) cell->act.add_clipped(out->data<float>(), out->numel(), std::span<const float>(channel_clip));
   const std::uint64_t nan = cell->act.nan - nan0, inf = cell->act.inf - inf0;
   // A NaN is always reported; an infinity only when the reference's same output has fewer (an
@@ -417,6 +470,7 @@ Observer* LockstepObserver::begin(const ModelCall& call) {
     node_observer_->start(call, -1, false, false);
     return nullptr;
   }
+  for (Recent& r : recent_) r.value = nullptr;  // another call: its values are others
   const bool is_ref = variant_ == run_.reference;
   if (is_ref) capture_.start(call);
   node_observer_->start(call, m, is_ref, !is_ref && capture_.matches(call));

@@ -7,6 +7,7 @@
 // denoising step.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -116,6 +117,10 @@ struct ObservedModel {
   // node reads a DequantizeLinear output.
   std::vector<std::string> format;
   std::vector<LocalPlan> local;     // per variant node; empty when local error is off
+  // Per variant node: a view (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Transpose: its output
+  // holds its first input's values, so its statistics are that input's); and the nodes whose first
+  // output such a view reads.
+  std::vector<char> view, feeds_view;
   // Node name -> index: observers see the session's copy of a node (it may have fused Q/DQ into
   // it), found back by name.
   std::unordered_map<std::string, std::size_t> index_of;
@@ -242,6 +247,18 @@ class LockstepObserver : public ModelCallObserver {
   // nullptr for a node the graph does not have; `index` of the node in its session's nodes()
   const NodeInfo* node_info(const Node& node, std::size_t index);
   std::vector<std::vector<std::optional<NodeInfo>>> node_info_;  // per model, per session node
+  // This call's statistics of the last outputs views read (by value address, unique per value in
+  // a call), for the views to take instead of computing them again.
+  struct Recent {
+    const Tensor* value = nullptr;
+    std::size_t layer = 0;
+    metrics::ActivationStats act;
+    std::optional<metrics::TensorError> err;
+    std::optional<double> energy;
+  };
+  std::array<Recent, 4> recent_;
+  std::size_t recent_next_ = 0;
+  metrics::ActivationStats scratch_;  // one call's statistics
   const RunObservation& run_;
   std::size_t variant_;
   UnitObservation& unit_;

@@ -185,6 +185,50 @@ TEST(Evaluator, InterleavedModelCallsGiveTheSameResultsAsOneAfterTheOther) {
   EXPECT_GT(local, 200u);
 }
 
+// Views (Reshape, Transpose, ...) take their input's statistics instead of computing them: they
+// must be what computing them on the view's own output gives.
+TEST(Evaluator, ViewStatisticsEqualThoseOfTheirOwnOutput) {
+  const RunSpec spec = tiny_sd_spec(1, 2, {precision("fp32", Precision::kFp32), precision("fp16", Precision::kFp16)});
+  const RunResult r = run(spec);
+  const LayerSpace& space = *r.observation.space;
+  const int unet = space.model_index("unet");
+  ASSERT_GE(unet, 0);
+  const Txt2ImgModels models = Txt2ImgModels::load(spec.pipeline);
+  std::size_t checked = 0;
+  for (const std::string op : {"Reshape", "Transpose"}) {
+    // The first such node of the UNet that reads another node's float output.
+    std::size_t layer = space.layers();
+    for (std::size_t l = 0; l < space.layers() && layer == space.layers(); ++l)
+      if (int(space.model_of(l)) == unet && space.node_of(l).op_type == op && r.layers[0].has(l) &&
+          r.layers[0].find(l, 1)->act.calls > 0)
+        layer = l;
+    ASSERT_LT(layer, space.layers()) << op;
+    const std::string node = space.node_of(layer).name;
+    Txt2ImgRequest req = default_request(models.config, r.units[0].samples[0].prompt, 0);
+    req.steps = 2;
+    NodeGrab ref_grab(node, 1), half_grab(node, 1);
+    Txt2ImgHooks hooks;
+    hooks.observer = &ref_grab;
+    generate(models, Txt2ImgSessions::create(models), req, hooks);
+    hooks.observer = &half_grab;
+    generate(models, Txt2ImgSessions::create(models, SessionOptions{Precision::kFp16}), req, hooks);
+    metrics::ActivationStats direct;
+    direct.add(ref_grab.value.data<float>(), ref_grab.value.numel());
+    const metrics::ActivationStats& seen = r.layers[0].find(layer, 1)->act;
+    EXPECT_EQ(seen.count, direct.count) << node;
+    EXPECT_EQ(seen.absmax, direct.absmax) << node;
+    EXPECT_NEAR(seen.sum_sq, direct.sum_sq, 1e-6 * direct.sum_sq) << node;
+    if (op == "Reshape") EXPECT_EQ(seen.abs_hist, direct.abs_hist) << node;  // same values, same order
+    const metrics::TensorError e = metrics::tensor_error(ref_grab.value, half_grab.value);
+    const metrics::ErrorStats& acc = r.layers[1].find(layer, 1)->acc;
+    EXPECT_EQ(acc.calls, 1u) << node;
+    EXPECT_NEAR(acc.err_sq, e.sum_err_sq, 1e-6 * e.sum_err_sq) << node;
+    EXPECT_NEAR(acc.max_abs, e.max_abs, 1e-6 * e.max_abs) << node;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2u);
+}
+
 TEST(Evaluator, Txt2ImgRecipeVariantIsCalibratedPerStepAndQuantizesTheUnet) {
   testing::ScratchDir cache("run-recipe-cache");
   VariantSpec int8;

@@ -61,6 +61,20 @@ class NodeGrab : public ModelCallObserver, public Observer {
   int step_;
 };
 
+// One node's output at `step` in two separate generate() runs of `prompt` (seed 0): FP32 and FP16.
+std::pair<Tensor, Tensor> grab_fp32_fp16(const Txt2ImgModels& models, const std::string& prompt, int steps,
+                                         const std::string& node, int step) {
+  Txt2ImgRequest req = default_request(models.config, prompt, 0);
+  req.steps = steps;
+  NodeGrab ref_grab(node, step), half_grab(node, step);
+  Txt2ImgHooks hooks;
+  hooks.observer = &ref_grab;
+  generate(models, Txt2ImgSessions::create(models), req, hooks);
+  hooks.observer = &half_grab;
+  generate(models, Txt2ImgSessions::create(models, SessionOptions{Precision::kFp16}), req, hooks);
+  return {std::move(ref_grab.value), std::move(half_grab.value)};
+}
+
 TEST(Evaluator, LockstepErrorsAreExactAndAnIdenticalVariantHasNone) {
   const RunSpec spec = tiny_sd_spec(
       1, 3, {precision("fp32", Precision::kFp32), precision("same", Precision::kFp32), precision("fp16", Precision::kFp16)});
@@ -96,15 +110,8 @@ TEST(Evaluator, LockstepErrorsAreExactAndAnIdenticalVariantHasNone) {
   // The accumulated error of a node at step 1 is the error between two separate generate() runs.
   const std::string node = "/down_blocks.1/resnets.0/conv2/Conv";
   const Txt2ImgModels models = Txt2ImgModels::load(spec.pipeline);
-  Txt2ImgRequest req = default_request(models.config, r.units[0].samples[0].prompt, 0);
-  req.steps = 3;
-  NodeGrab ref_grab(node, 1), half_grab(node, 1);
-  Txt2ImgHooks hooks;
-  hooks.observer = &ref_grab;
-  generate(models, Txt2ImgSessions::create(models), req, hooks);
-  hooks.observer = &half_grab;
-  generate(models, Txt2ImgSessions::create(models, SessionOptions{Precision::kFp16}), req, hooks);
-  const auto e = metrics::tensor_error(ref_grab.value, half_grab.value);
+  const auto [ref_value, half_value] = grab_fp32_fp16(models, r.units[0].samples[0].prompt, 3, node, 1);
+  const auto e = metrics::tensor_error(ref_value, half_value);
   std::size_t layer = space.layers();
   for (std::size_t l = 0; l < space.layers(); ++l)
     if (space.node_of(l).name == node && int(space.model_of(l)) == unet) layer = l;
@@ -204,22 +211,15 @@ TEST(Evaluator, ViewStatisticsEqualThoseOfTheirOwnOutput) {
         layer = l;
     ASSERT_LT(layer, space.layers()) << op;
     const std::string node = space.node_of(layer).name;
-    Txt2ImgRequest req = default_request(models.config, r.units[0].samples[0].prompt, 0);
-    req.steps = 2;
-    NodeGrab ref_grab(node, 1), half_grab(node, 1);
-    Txt2ImgHooks hooks;
-    hooks.observer = &ref_grab;
-    generate(models, Txt2ImgSessions::create(models), req, hooks);
-    hooks.observer = &half_grab;
-    generate(models, Txt2ImgSessions::create(models, SessionOptions{Precision::kFp16}), req, hooks);
+    const auto [ref_value, half_value] = grab_fp32_fp16(models, r.units[0].samples[0].prompt, 2, node, 1);
     metrics::ActivationStats direct;
-    direct.add(ref_grab.value.data<float>(), ref_grab.value.numel());
+    direct.add(ref_value.data<float>(), ref_value.numel());
     const metrics::ActivationStats& seen = r.layers[0].find(layer, 1)->act;
     EXPECT_EQ(seen.count, direct.count) << node;
     EXPECT_EQ(seen.absmax, direct.absmax) << node;
     EXPECT_NEAR(seen.sum_sq, direct.sum_sq, 1e-6 * direct.sum_sq) << node;
     if (op == "Reshape") EXPECT_EQ(seen.abs_hist, direct.abs_hist) << node;  // same values, same order
-    const metrics::TensorError e = metrics::tensor_error(ref_grab.value, half_grab.value);
+    const metrics::TensorError e = metrics::tensor_error(ref_value, half_value);
     const metrics::ErrorStats& acc = r.layers[1].find(layer, 1)->acc;
     EXPECT_EQ(acc.calls, 1u) << node;
     EXPECT_NEAR(acc.err_sq, e.sum_err_sq, 1e-6 * e.sum_err_sq) << node;

@@ -2,12 +2,14 @@
 // screenshot), console messages on stderr.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -63,6 +65,17 @@ inline DomDump dump_dom(const std::string& chromium, const std::filesystem::path
   for (std::string line; std::getline(lines, line);)
     if (line.find(":CONSOLE") != std::string::npos) d.console += line + "\n";
   return d;
+}
+
+// A report page rendered cleanly: no console message, its own error box empty, its last script
+// ran (the body's data-rendered="1").
+inline void expect_rendered_cleanly(const DomDump& page) {
+  const std::string& dom = page.dom;
+  EXPECT_TRUE(page.console.empty()) << "console output while rendering:\n" << page.console;
+  const std::size_t box = dom.find("report-errors");
+  EXPECT_NE(dom.find("<div id=\"report-errors\"></div>"), std::string::npos)
+      << (box == std::string::npos ? std::string("no error box") : dom.substr(box, 400));
+  EXPECT_TRUE(std::regex_search(dom, std::regex("<body[^>]*data-rendered=\"1\"")));
 }
 
 }  // namespace qeval::testing

@@ -133,9 +133,9 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   cfg.pipeline = std::string(run_pipeline_kind_name(driver.kind()));
   std::vector<const Graph*> ref_graphs;
   for (const auto& m : driver.models()) ref_graphs.push_back(res.variants[r].graphs.at(m).get());
-  cfg.model = {driver.name(), spec.pipeline.string(), graphs_fingerprint(ref_graphs)};
+  cfg.model = {driver.name(), spec.pipeline.string(), ctx.fingerprints ? graphs_fingerprint(ref_graphs) : ""};
   cfg.inputs = driver.inputs_artifact();
-  cfg.inputs.fingerprint = file_fingerprint(cfg.inputs.path);
+  if (ctx.fingerprints) cfg.inputs.fingerprint = file_fingerprint(cfg.inputs.path);
   for (const auto& v : res.variants)
     if (v.calibration && !cfg.calibration) cfg.calibration = v.calibration;
   cfg.reference_variant = spec.reference;
@@ -164,7 +164,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
     out.precision = std::string(precision_name(b.options.precision));
     out.recipe = b.recipe;
     out.onnx = b.onnx;
-    if (out.onnx) {
+    if (out.onnx && ctx.fingerprints) {
       std::vector<const Graph*> gs;
       for (const auto& m : driver.models()) gs.push_back(b.graphs.at(m).get());
       out.onnx->fingerprint = graphs_fingerprint(gs);

@@ -14,6 +14,9 @@ struct ReportContext {
   std::string tool_version, created_utc, command_line;
   int threads = 0;
   std::string shard;  // "" or "I/N"
+  // false: the model, input and export fingerprints stay empty (they hash every weight and the
+  // input set; triage builds a report per search step and reads only its metrics and gate).
+  bool fingerprints = true;
 };
 
 // Fills every part of the report but the gate (RunResult's layer cells are read, not consumed).

@@ -21,6 +21,13 @@ namespace qeval::eval {
 
 namespace {
 
+// Triage reads a report's metrics and gate only: no fingerprints (they hash every weight).
+ReportContext metrics_only() {
+  ReportContext c;
+  c.fingerprints = false;
+  return c;
+}
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -88,7 +95,7 @@ class ConfigEvaluator {
       EvaluatorOptions eo;
       eo.workers = options_.workers;
       RunResult result = eval::evaluate(sub, driver_, std::move(variants), eo);
-      reports::RunReport rep = build_run_report(sub, driver_, result, ReportContext{});
+      reports::RunReport rep = build_run_report(sub, driver_, result, metrics_only());
       apply_run_gate(gate_, rep);
       for (std::size_t i = first; i < last; ++i) {
         const std::string name = sub.variants[1 + i - first].name;
@@ -302,7 +309,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     eo.workers = options.workers;
     eo.progress = options.progress;
     RunResult result = evaluate(sub, *driver, {reference, target}, eo);
-    reports::RunReport rr = build_run_report(sub, *driver, result, ReportContext{});
+    reports::RunReport rr = build_run_report(sub, *driver, result, metrics_only());
     apply_run_gate(gate, rr);
     report.samples = rr.samples.size();
     report.gate_full = rr.gate;

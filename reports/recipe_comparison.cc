@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/error.h"
+#include "reports/compare_report.h"
 #include "reports/files.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
@@ -22,18 +23,13 @@ constexpr std::string_view kComparisonCss = R"(
 #recipes code{font-size:11px;overflow-wrap:anywhere}
 )";
 
-json number_or_null(std::optional<double> v) {
-  if (!v || !std::isfinite(*v)) return nullptr;
-  return *v;
-}
-
 json row_json(const RecipeRow& r) {
   json metrics = json::array();
   for (const auto& m : r.metrics) metrics.push_back(summary_row_json(m));
   json worst = json::array();
   for (const auto& w : r.worst_layers)
     worst.push_back({{"name", w.name}, {"op", w.op}, {"component", w.component},
-                     {"value", std::isfinite(w.value) ? json(w.value) : json(w.value > 0 ? "inf" : "-inf")}});
+                     {"value", special_number(w.value)}});
   const json size_ratio =
       r.reference_weight_bytes > 0 ? json(double(r.weight_bytes) / double(r.reference_weight_bytes)) : json(nullptr);
   return {{"variant", r.variant},
@@ -52,10 +48,10 @@ json row_json(const RecipeRow& r) {
             {"quantized_nodes", r.quantized_nodes},
             {"params_total", r.params_total},
             {"params_quantized", r.params_quantized},
-            {"param_share", number_or_null(r.param_share())},
-            {"macs_total", number_or_null(r.macs_total)},
-            {"macs_quantized", number_or_null(r.macs_quantized)},
-            {"mac_share", number_or_null(r.mac_share())}}},
+            {"param_share", json_number(r.param_share())},
+            {"macs_total", json_number(r.macs_total)},
+            {"macs_quantized", json_number(r.macs_quantized)},
+            {"mac_share", json_number(r.mac_share())}}},
           {"size",
            {{"weight_bytes", r.weight_bytes},
             {"reference_weight_bytes", r.reference_weight_bytes},
@@ -66,7 +62,7 @@ json row_json(const RecipeRow& r) {
             {"lint_errors", r.lint_errors},
             {"lint_warnings", r.lint_warnings},
             {"lint_rules", r.lint_rules}}},
-          {"calibration", {{"seconds", number_or_null(r.calibration_s)}, {"cache_hit", r.calibration_cache_hit}}}};
+          {"calibration", {{"seconds", json_number(r.calibration_s)}, {"cache_hit", r.calibration_cache_hit}}}};
 }
 
 std::string mb(std::int64_t bytes) { return fmt::format("{:.2f} MB", double(bytes) / 1e6); }
@@ -213,7 +209,7 @@ json to_json(const RecipeComparison& r) {
   json checks = json::array();
   for (const auto& c : r.gate.checks)
     checks.push_back({{"variant", c.variant}, {"name", c.name}, {"metric", c.metric}, {"stat", c.stat}, {"op", c.op},
-                      {"threshold", c.threshold}, {"value", number_or_null(c.value)}, {"passed", c.passed},
+                      {"threshold", c.threshold}, {"value", json_number(c.value)}, {"passed", c.passed},
                       {"detail", c.detail}});
   json rows = json::array();
   json passed = json::array();

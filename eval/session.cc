@@ -44,24 +44,13 @@ void apply_rounding(Tensor& t, Rounding r) {
 Tensor to_storage(const Tensor& t) {
   const DType storage = storage_type(t.dtype());
   if (storage == t.dtype()) return t;
+  if (t.dtype() == DType::kFloat16 || t.dtype() == DType::kBFloat16) return widened_to_float32(t);
   Tensor out(storage, t.shape());
   float* dst = out.data<float>();
   const std::uint8_t* b = reinterpret_cast<const std::uint8_t*>(t.raw());
   const std::size_t n = static_cast<std::size_t>(t.numel());
   for (std::size_t i = 0; i < n; ++i) {
     switch (t.dtype()) {
-      case DType::kFloat16: {
-        std::uint16_t bits;
-        std::memcpy(&bits, b + 2 * i, 2);
-        dst[i] = to_float(float16{bits});
-        break;
-      }
-      case DType::kBFloat16: {
-        std::uint16_t bits;
-        std::memcpy(&bits, b + 2 * i, 2);
-        dst[i] = to_float(bfloat16{bits});
-        break;
-      }
       case DType::kFloat8E4M3FN: dst[i] = to_float(float8_e4m3fn{b[i]}); break;
       case DType::kFloat8E5M2: dst[i] = to_float(float8_e5m2{b[i]}); break;
       case DType::kFloat8E4M3FNUZ: dst[i] = to_float(float8_e4m3fnuz{b[i]}); break;
@@ -655,11 +644,10 @@ class Session::Execution::State {
         slot = to_storage(given);
       }
       apply_rounding(slot, r);
-    }
-    // Inputs converted to storage form above are activations too (their release subtracts them).
-    for (const Tensor& t : slots_) {
-      live_ += t.capacity();
-      live_exact_ += t.nbytes();
+      // Inputs converted to storage form are activations too (their release subtracts them).
+      // Retained buffers of other values count when a step takes them.
+      live_ += slot.capacity();
+      live_exact_ += slot.nbytes();
     }
     s_.peak_bytes_ = live_;
     s_.live_peak_bytes_ = live_exact_;

@@ -23,6 +23,11 @@ const char* kind_name(Attribute::Kind k) {
 
 std::string Node::describe() const { return "node '" + name + "' (" + op_type + ")"; }
 
+bool Node::moves_data_only() const {
+  return domain.empty() && (op_type == "Reshape" || op_type == "Transpose" || op_type == "Squeeze" ||
+                            op_type == "Unsqueeze" || op_type == "Flatten" || op_type == "Identity");
+}
+
 std::size_t Node::input_count() const {
   std::size_t n = inputs.size();
   while (n > 0 && inputs[n - 1].empty()) --n;

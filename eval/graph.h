@@ -73,6 +73,9 @@ struct Node {
   // Number of inputs actually given (trailing omitted ones dropped).
   std::size_t input_count() const;
   bool has_input(std::size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
+  // Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity: the output holds the first input's
+  // values (reordered by a Transpose), none changed.
+  bool moves_data_only() const;
 };
 
 // A graph input or output as the model declares it. Dimensions: >= 0 fixed, -1 symbolic/unknown

@@ -73,11 +73,6 @@ bool is_compute(const Node& n) {
          (n.op_type == "Conv" || n.op_type == "ConvTranspose" || n.op_type == "MatMul" || n.op_type == "Gemm");
 }
 
-// Ops TensorRT moves a DQ forward / a Q backward across without changing values.
-const std::set<std::string>& data_movement_ops() {
-  static const std::set<std::string> s{"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"};
-  return s;
-}
 // What a dequantized activation may flow through before reaching the op that consumes it.
 const std::set<std::string>& forward_through_ops() {
   static const std::set<std::string> s{"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
@@ -229,7 +224,8 @@ std::optional<Trace> trace_dq(const Index& ix, const std::string& value) {
       }
       return t;
     }
-    if (!n.domain.empty() || !data_movement_ops().count(n.op_type) || !n.has_input(0)) return std::nullopt;
+    // Ops TensorRT moves a DQ forward / a Q backward across without changing values.
+    if (!n.moves_data_only() || !n.has_input(0)) return std::nullopt;
     v = n.inputs[0];
     direct = false;
   }
@@ -752,7 +748,7 @@ class Linter {
       if (is_quantize(n)) return true;
       const bool scale_by_constant = n.domain.empty() && (n.op_type == "Mul" || n.op_type == "Div") &&
                                      n.input_count() == 2 && (ix_.constant(n.inputs[0]) || ix_.constant(n.inputs[1]));
-      if ((n.domain.empty() && data_movement_ops().count(n.op_type)) || scale_by_constant)
+      if (n.moves_data_only() || scale_by_constant)
         for (const auto& o : n.outputs)
           if (!o.empty() && reaches_quantize(o, depth - 1)) return true;
     }

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <set>
 
 #include "metrics/tensor_error.h"
 
@@ -237,9 +236,8 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
   om.view.assign(vg.nodes.size(), 0);
   om.feeds_view.assign(vg.nodes.size(), 0);
   for (std::size_t i = 0; i < vg.nodes.size(); ++i) {
-    static const std::set<std::string> kViews = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"};
     const Node& n = vg.nodes[i];
-    if (!n.domain.empty() || !kViews.count(n.op_type) || n.inputs.empty()) continue;
+    if (!n.moves_data_only() || n.inputs.empty()) continue;
     om.view[i] = 1;
     if (auto p = producer.find(n.inputs[0]); p != producer.end() && vg.nodes[p->second].outputs[0] == n.inputs[0])
       om.feeds_view[p->second] = 1;
@@ -370,7 +368,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     for (Recent& r : o_.recent_)
       if (r.value == e.inputs[0] && r.act.count + r.act.nan + r.act.inf == std::uint64_t(out->numel())) from = &r;
   if (from && !capture_ &&
-      !(from->err && run.space->node_of(std::size_t(layer)).inputs[0] ==
+      !(from->err && ref_node->inputs[0] ==
                          run.space->node_of(from->layer).outputs[0]))
     from = nullptr;  // no error to take: compute
   const bool keep_recent = out && om.feeds_view[idx];

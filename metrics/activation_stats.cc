@@ -133,6 +133,11 @@ constexpr std::uint32_t kAbs = 0x7fffffffu;
 constexpr std::uint32_t kBigBits = std::uint32_t(60 + 127) << kMantissaBits;
 constexpr int kCopies = 4;  // histogram copies: repeated bins do not wait on each other's stores
 
+// The bits of |clip_amax| (a NaN range clips nothing).
+inline std::uint32_t clip_bits_of(float clip_amax) {
+  return std::isnan(clip_amax) ? kInfBits : std::bit_cast<std::uint32_t>(std::abs(clip_amax));
+}
+
 // Per-thread histogram scratch, all zeros between calls (a call clears the bins it touched).
 thread_local std::uint32_t t_hist[kCopies][LogAbsHistogram::kBins];
 
@@ -232,7 +237,7 @@ inline bool any_at_least(const U16& v, std::uint32_t t) {
 template <bool kError>
 Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
   Scan s;
-  const std::uint32_t clip_bits = std::isnan(clip_amax) ? kInfBits : std::bit_cast<std::uint32_t>(std::abs(clip_amax));
+  const std::uint32_t clip_bits = clip_bits_of(clip_amax);
   const bool sample = n >= ActivationStats::kHistogramSampleFrom;
   D8 s0 = {}, s1 = {}, sq0 = {}, sq1 = {}, ee0 = {}, ee1 = {};
   U16 maxv = {}, clipv = {};
@@ -397,7 +402,7 @@ void ActivationStats::add_clipped(const float* x, std::int64_t n, std::span<cons
 }
 
 void ActivationStats::add_clipped(const float* x, std::int64_t n, float clip_amax) {
-  const std::uint32_t clip_bits = std::isnan(clip_amax) ? kInfBits : std::bit_cast<std::uint32_t>(std::abs(clip_amax));
+  const std::uint32_t clip_bits = clip_bits_of(clip_amax);
   std::uint64_t total = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint32_t u = std::bit_cast<std::uint32_t>(x[i]) & kAbs;

@@ -134,17 +134,13 @@ TensorError tensor_error(const float* ref, const float* test, std::int64_t n) {
     sum_rt += s.rt[l];
     e.max_abs = std::max(e.max_abs, s.mx[l]);
   }
-  e.sum_ref_sq = sum_rr;
-  e.sum_err_sq = sum_ee;
-  if (e.count == 0) return e;
-  e.mse = sum_ee / double(e.count);
-  if (sum_ee > 0 && sum_rr > 0) e.sqnr_db = 10.0 * std::log10(sum_rr / sum_ee);
-  if (sum_rr > 0) e.rel_l2 = std::sqrt(sum_ee / sum_rr);
-  if (sum_rr > 0 && sum_tt > 0)
-    e.cosine = sum_rt / (std::sqrt(sum_rr) * std::sqrt(sum_tt));
-  else if (sum_rr == 0 && sum_tt == 0)
-    e.cosine = 1.0;
-  return e;
+  // The ratios from the energies; the cosine from the dot product (exact in each lane here).
+  TensorError r = error_from_energies(e.count, sum_rr, sum_tt, sum_ee, e.max_abs);
+  r.nonfinite_ref = e.nonfinite_ref;
+  r.nonfinite_test = e.nonfinite_test;
+  r.first_nonfinite = e.first_nonfinite;
+  if (r.count > 0 && sum_rr > 0 && sum_tt > 0) r.cosine = sum_rt / (std::sqrt(sum_rr) * std::sqrt(sum_tt));
+  return r;
 }
 
 TensorError error_from_energies(std::int64_t count, double ref_sq, double test_sq, double err_sq, double max_abs) {

@@ -182,10 +182,7 @@ void merge_unit(RunResult& result, std::size_t i, UnitOutcome&& u, UnitObservati
     if (hit && (!first || hit->unit < first->unit)) first = hit;
   }
   for (std::size_t v = 0; v < nvar && v < u.series.size(); ++v) merge_series(result.series[v], u.series[v]);
-  if (recycle) {
-    *recycle = std::move(u.layers);
-    recycle->clear();
-  }
+  if (recycle) *recycle = std::move(u.layers);  // cleared by the worker, outside the merge lock
   u.layers = UnitObservation{};
   u.series.clear();
   result.units[i] = std::move(u);
@@ -231,6 +228,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
       const std::size_t i = todo[k];
       UnitOutcome u;
       u.layers = std::move(layers);
+      u.layers.clear();
       try {
         tbb::this_task_arena::isolate([&] { driver.run_unit(i, *thread, ctx, u); });
       } catch (...) {
@@ -240,7 +238,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
       std::lock_guard lock(merge_mu);
       merge_unit(result, i, std::move(u), &layers);
 #ifdef __GLIBC__
-      malloc_trim(0);  // a unit's freed observation buffers go back to the system, not kept as holes
+      malloc_trim(0);  // what a unit freed (copies of captured values, temporaries) goes back, not kept as holes
 #endif
       const auto now = std::chrono::steady_clock::now();
       if (options.checkpoint && std::chrono::duration<double>(now - last_checkpoint).count() >= options.checkpoint_every_s) {

@@ -195,7 +195,7 @@ RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<Bu
 // exact sums), so the result is the same whatever the order, the thread count or the grouping.
 void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, const EvaluatorOptions& options);
 // Adds one finished unit to a result (InputError when it is already there). Its layer cells go to
-// `recycle` (cleared, their storage kept for the worker's next unit) when given.
+// `recycle` (to be cleared, their storage kept for the worker's next unit) when given.
 void merge_unit(RunResult& result, std::size_t index, UnitOutcome&& unit, UnitObservation* recycle = nullptr);
 // start_run + run_units.
 RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,

@@ -274,9 +274,13 @@ class Txt2ImgDriver : public RunDriver {
       return predictions;
     };
     for (int t = 0; t < steps; ++t) {
-      const Tensor ref_before = runs[r].latent();
+      // Teacher forcing needs the reference's latent before the step and who started from it.
+      Tensor ref_before;
       std::vector<bool> same_start(nv);
-      for (std::size_t v = 0; v < nv; ++v) same_start[v] = same_bits(runs[v].latent(), ref_before);
+      if (ctx.teacher_forced) {
+        ref_before = runs[r].latent();
+        for (std::size_t v = 0; v < nv; ++v) same_start[v] = v != r && same_bits(runs[v].latent(), ref_before);
+      }
       std::vector<Txt2ImgRun::Prediction> predictions;
       if (ctx.observation && ctx.interleave) {
         predictions = observed_steps(t);

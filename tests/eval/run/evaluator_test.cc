@@ -218,7 +218,9 @@ TEST(Evaluator, ViewStatisticsEqualThoseOfTheirOwnOutput) {
     EXPECT_EQ(seen.count, direct.count) << node;
     EXPECT_EQ(seen.absmax, direct.absmax) << node;
     EXPECT_NEAR(seen.sum_sq, direct.sum_sq, 1e-6 * direct.sum_sq) << node;
-    if (op == "Reshape") EXPECT_EQ(seen.abs_hist, direct.abs_hist) << node;  // same values, same order
+    if (op == "Reshape") {
+      EXPECT_EQ(seen.abs_hist, direct.abs_hist) << node;  // same values, same order
+    }
     const metrics::TensorError e = metrics::tensor_error(ref_value, half_value);
     const metrics::ErrorStats& acc = r.layers[1].find(layer, 1)->acc;
     EXPECT_EQ(acc.calls, 1u) << node;

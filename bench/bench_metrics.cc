@@ -2,9 +2,12 @@
 #include <benchmark/benchmark.h>
 #include <opencv2/core.hpp>
 
+#include <map>
 #include <random>
+#include <vector>
 
 #include "bench/opencv_ssim.h"
+#include "metrics/activation_stats.h"
 #include "metrics/ms_ssim.h"
 #include "metrics/psnr.h"
 #include "metrics/ssim.h"
@@ -90,6 +93,71 @@ void BM_ReadBothBuffers_1024_rgb(benchmark::State& state) {
   state.SetBytesProcessed(std::int64_t(state.iterations()) * 2 * p.ref.nbytes());
 }
 BENCHMARK(BM_ReadBothBuffers_1024_rgb)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The per-layer statistics `qeval run` takes of every node output: one activation tensor of
+// range(0) elements (fp16-rounded values, as a variant's), its statistics alone (the reference's
+// pass) and with its error against a nearby reference (a variant's pass). Element rate in ns/elem
+// = 1e9 / items_per_second; the yardstick reads both buffers once.
+struct ActivationPair {
+  std::vector<float> ref, test;
+  double ref_sum_sq = 0;
+};
+
+const ActivationPair& activation_pair(std::int64_t n) {
+  static std::map<std::int64_t, ActivationPair> pairs;
+  auto [it, fresh] = pairs.try_emplace(n);
+  if (fresh) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> g(0, 1);
+    it->second.ref.resize(std::size_t(n));
+    it->second.test.resize(std::size_t(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float r = g(rng) * (1 + float(i % 64) / 16);  // channels of different ranges
+      it->second.ref[std::size_t(i)] = r;
+      it->second.test[std::size_t(i)] = r + 0.01f * g(rng);
+    }
+    metrics::ActivationStats a;
+    it->second.ref_sum_sq = *a.add(it->second.ref.data(), n);
+  }
+  return it->second;
+}
+
+void BM_ActivationStats(benchmark::State& state) {
+  const auto& p = activation_pair(state.range(0));
+  metrics::ActivationStats a;
+  for (auto _ : state) {
+    a.clear();
+    benchmark::DoNotOptimize(a.add(p.ref.data(), state.range(0), 4.0f));
+  }
+  state.SetItemsProcessed(std::int64_t(state.iterations()) * state.range(0));
+}
+BENCHMARK(BM_ActivationStats)->Arg(4096)->Arg(65536)->Arg(262144);
+
+void BM_ActivationStatsWithError(benchmark::State& state) {
+  const auto& p = activation_pair(state.range(0));
+  metrics::ActivationStats a;
+  metrics::ErrorStats e;
+  for (auto _ : state) {
+    a.clear();
+    e.clear();
+    benchmark::DoNotOptimize(
+        metrics::add_with_error(a, e, p.test.data(), p.ref.data(), p.ref_sum_sq, state.range(0), 4.0f));
+  }
+  state.SetItemsProcessed(std::int64_t(state.iterations()) * state.range(0));
+}
+BENCHMARK(BM_ActivationStatsWithError)->Arg(4096)->Arg(65536)->Arg(262144);
+
+void BM_ReadActivationPair(benchmark::State& state) {
+  const auto& p = activation_pair(state.range(0));
+  for (auto _ : state) {
+    float acc[16] = {};
+    for (std::int64_t i = 0; i + 16 <= state.range(0); i += 16)
+      for (int l = 0; l < 16; ++l) acc[l] += p.ref[std::size_t(i + l)] + p.test[std::size_t(i + l)];
+    benchmark::DoNotOptimize(acc);
+  }
+  state.SetItemsProcessed(std::int64_t(state.iterations()) * state.range(0));
+}
+BENCHMARK(BM_ReadActivationPair)->Arg(65536);
 
 }  // namespace
 

@@ -785,7 +785,10 @@ std::map<std::string, Tensor> Session::Execution::finish() { return state_->fini
 std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
 
 void Session::drop_retained() {
-  for (auto& [key, plan] : plans_) plan->retained = {};
+  for (auto& [key, plan] : plans_) {
+    for (Tensor& t : plan->retained) pool_->give(std::move(t));
+    plan->retained = {};
+  }
 }
 
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Observer* observer) {

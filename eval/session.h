@@ -98,8 +98,9 @@ class Session {
   // A buffer pool for SessionOptions::pool.
   static std::shared_ptr<BufferPool> make_pool();
 
-  // Frees the buffers a retaining execution left for the next one (e.g. when this model will not
-  // run for a while: the evaluator drops the UNet's after the last denoising step).
+  // Gives the buffers a retaining execution left for the next one back to the pool (e.g. when
+  // this model will not run for a while: the evaluator drops the UNet's after the last denoising
+  // step, and with a pool shared by the worker's sessions the VAE decoder reuses them).
   void drop_retained();
 
   // Metas of every value after planning for these input shapes (for inspect and tests).

@@ -250,36 +250,47 @@ Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
     const int pick = sample ? int(sampled_position(c0 / kBlock)) : -1;
     const float* xb = x + c0 * kVec;
     const float* rb = kError ? r + c0 * kVec : nullptr;
-    F16 fs = {}, fsq = {}, fee = {}, bmx = {};
-    U16 top = {}, bclip = {};
-    for (int j = 0; j < m; ++j) {
+    // Two interleaved sets of accumulators (even and odd chunks): a chain of dependent adds per
+    // set is half as long, and the sets meet (in float) before the block goes to double.
+    F16 fs[2] = {}, fsq[2] = {}, fee[2] = {}, bmx[2] = {};
+    U16 top[2] = {}, bclip[2] = {};
+    auto chunk = [&](int j, int a) {
       F16 v;
       std::memcpy(&v, xb + j * kVec, sizeof v);
       const U16 u = abs_bits(xb + j * kVec);
-      top = top > u ? top : u;
-      bclip -= (U16)(u > clip_bits);
-      fs += v;
-      fsq += v * v;
+      top[a] = top[a] > u ? top[a] : u;
+      bclip[a] -= (U16)(u > clip_bits);
+      fs[a] += v;
+      fsq[a] += v * v;
       if constexpr (kError) {
         F16 w;
         std::memcpy(&w, rb + j * kVec, sizeof w);  // finite and below 2^60: add_with_error's condition
         const F16 d = v - w;
-        fee += d * d;
+        fee[a] += d * d;
         const F16 ad = d < 0 ? -d : d;
-        bmx = bmx > ad ? bmx : ad;
+        bmx[a] = bmx[a] > ad ? bmx[a] : ad;
       }
+    };
+    int j = 0;
+    for (; j + 1 < m; j += 2) {
+      chunk(j, 0);
+      chunk(j + 1, 1);
     }
-    if (any_at_least(top, kBigBits)) [[unlikely]] {
+    if (j < m) chunk(j, 0);
+    top[0] = top[0] > top[1] ? top[0] : top[1];
+    const U16 block_top = top[0];
+    if (any_at_least(block_top, kBigBits)) [[unlikely]] {
       for (int j = 0; j < m; ++j)
         scan_scalar(x, rb ? r : nullptr, (c0 + j) * kVec, kVec, !sample || j == pick, clip_bits, s);
       continue;
     }
-    maxv = maxv > top ? maxv : top;
-    clipv += bclip;
-    fmx = fmx > bmx ? fmx : bmx;
-    widen_add(s0, s1, fs);
-    widen_add(sq0, sq1, fsq);
-    if constexpr (kError) widen_add(ee0, ee1, fee);
+    maxv = maxv > block_top ? maxv : block_top;
+    clipv += bclip[0] + bclip[1];
+    fmx = fmx > bmx[0] ? fmx : bmx[0];
+    fmx = fmx > bmx[1] ? fmx : bmx[1];
+    widen_add(s0, s1, fs[0] + fs[1]);
+    widen_add(sq0, sq1, fsq[0] + fsq[1]);
+    if constexpr (kError) widen_add(ee0, ee1, fee[0] + fee[1]);
     clean += std::uint64_t(m) * kVec;
     if (sample) {
       if (pick < m) histogram_chunk(abs_bits(xb + pick * kVec), bmin, bmax);

@@ -59,8 +59,17 @@ std::string quantize_format(const Node& q, const Graph& g) {
 LayerSpace::LayerSpace(std::vector<Model> models, int steps) : models_(std::move(models)), steps_(std::max(1, steps)) {
   for (auto& m : models_) {
     m.first_layer = layers_;
+    auto& outputs = layer_of_output_.emplace_back();
+    for (std::size_t i = 0; i < m.graph->nodes.size(); ++i)
+      if (!m.graph->nodes[i].outputs.empty()) outputs.emplace(m.graph->nodes[i].outputs[0], layers_ + i);
     layers_ += m.graph->nodes.size();
   }
+}
+
+int LayerSpace::layer_of_output(std::size_t model, const std::string& value) const {
+  const auto& outputs = layer_of_output_[model];
+  const auto it = outputs.find(value);
+  return it == outputs.end() ? -1 : int(it->second);
 }
 
 int LayerSpace::model_index(std::string_view name) const {
@@ -245,10 +254,17 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
   return om;
 }
 
-void Capture::start(const ModelCall& c) {
-  // Another model: its values have other names; free the previous model's (the VAE decoder's
-  // can be large) rather than holding every model's at once.
-  if (model != c.model) slots_.clear();
+void Capture::start(const ModelCall& c, const LayerSpace& space) {
+  // Slots are kept across calls and models (a layer belongs to one model; stale slots are told
+  // apart by their generation): the copies of the next call of the same model reuse their storage
+  // instead of faulting in fresh pages (the VAE decoder's values are ~1 MB each).
+  if (space_ != &space) {
+    slots_.clear();
+    outputs_.clear();
+  }
+  space_ = &space;
+  model_index_ = space.model_index(c.model);
+  outputs_.resize(space.layers());
   model = std::string(c.model);
   step = c.step;
   call = c.call;
@@ -256,15 +272,18 @@ void Capture::start(const ModelCall& c) {
   ++generation_;
 }
 
-const Tensor* Capture::find(const std::string& name) const { return value(name).tensor; }
+const Tensor* Capture::find(const std::string& name) const {
+  if (const Value v = value(name); v.tensor) return v.tensor;
+  const int layer = valid && space_ && model_index_ >= 0 ? space_->layer_of_output(std::size_t(model_index_), name) : -1;
+  return layer >= 0 ? output(std::size_t(layer)).tensor : nullptr;
+}
 
 void Capture::mark_ran(std::size_t layer) {
   if (ran_.size() <= layer) ran_.resize(layer + 1, 0);
   ran_[layer] = generation_;
 }
 
-void Capture::keep(const std::string& name, const Tensor& value, std::optional<double> energy) {
-  Slot& s = slots_[name];
+void Capture::fill(Slot& s, const Tensor& value, std::optional<double> energy) {
   s.generation = generation_;
   s.energy = energy;
   if (borrowing) {
@@ -279,11 +298,26 @@ void Capture::keep(const std::string& name, const Tensor& value, std::optional<d
   s.tensor = value;
 }
 
+Capture::Value Capture::read(const Slot& s) const {
+  if (!valid || s.generation != generation_) return {};
+  return {s.borrowed ? s.borrowed : &s.tensor, s.energy};
+}
+
+void Capture::keep(const std::string& name, const Tensor& value, std::optional<double> energy) {
+  fill(slots_[name], value, energy);
+}
+
+void Capture::keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy) {
+  fill(outputs_.at(layer), value, energy);
+}
+
 Capture::Value Capture::value(const std::string& name) const {
   auto it = slots_.find(name);
-  if (!valid || it == slots_.end() || it->second.generation != generation_) return {};
-  const Slot& s = it->second;
-  return {s.borrowed ? s.borrowed : &s.tensor, s.energy};
+  return it == slots_.end() ? Value{} : read(it->second);
+}
+
+Capture::Value Capture::output(std::size_t layer) const {
+  return layer < outputs_.size() ? read(outputs_[layer]) : Value{};
 }
 
 UnitObservation RunObservation::make_unit() const {
@@ -395,7 +429,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     } else {
       // Against the reference's same output when there is one: one pass for the statistics and
       // the error when the reference's energy is known.
-      const Capture::Value ref = compare_ ? cap.value(ref_node->outputs[0]) : Capture::Value{};
+      const Capture::Value ref = compare_ ? cap.output(std::size_t(layer)) : Capture::Value{};
       const bool comparable =
           ref.tensor && ref.tensor->shape() == out->shape() && ref.tensor->dtype() == DType::kFloat32;
       if (comparable && ref.energy) {
@@ -424,8 +458,13 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     // The reference's values (with the energy the variants' one-pass error needs).
     for (std::size_t i : info->graph_inputs)
       if (i < e.inputs.size() && e.inputs[i] && !cap.has(e.node.inputs[i])) cap.keep(e.node.inputs[i], *e.inputs[i]);
-    for (std::size_t k = 0; k < e.outputs.size(); ++k)
-      if (e.outputs[k]) cap.keep(e.node.outputs[k], *e.outputs[k], k == 0 ? energy : std::nullopt);
+    for (std::size_t k = 0; k < e.outputs.size(); ++k) {
+      if (!e.outputs[k]) continue;
+      if (k == 0 && layer >= 0)
+        cap.keep_output(std::size_t(layer), *e.outputs[0], energy);
+      else
+        cap.keep(e.node.outputs[k], *e.outputs[k]);
+    }
     if (layer >= 0) cap.mark_ran(std::size_t(layer));
   }
   if (!out) return;
@@ -437,7 +476,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) {
     bool anomaly = nan > 0;
     if (!anomaly && compare_) {
-      const Tensor* r = cap.find(ref_node->outputs[0]);
+      const Tensor* r = cap.output(std::size_t(layer)).tensor;
       std::uint64_t ref_inf = 0;
       if (r && r->dtype() == DType::kFloat32)
         for (float x : r->span<float>()) ref_inf += std::isinf(x);
@@ -470,7 +509,7 @@ Observer* LockstepObserver::begin(const ModelCall& call) {
   }
   for (Recent& r : recent_) r.value = nullptr;  // another call: its values are others
   const bool is_ref = variant_ == run_.reference;
-  if (is_ref) capture_.start(call);
+  if (is_ref) capture_.start(call, *run_.space);
   node_observer_->start(call, m, is_ref, !is_ref && capture_.matches(call));
   return node_observer_.get();
 }
@@ -559,7 +598,7 @@ void run_local_errors(const RunObservation& run, std::size_t variant, const Capt
     const int layer = om.layer_of_node[i];
     if (layer < 0 || !om.local[i].ok()) continue;
     const Node& ref_node = run.space->node_of(std::size_t(layer));
-    const Tensor* ref_out = capture.find(ref_node.outputs[0]);
+    const Tensor* ref_out = capture.output(std::size_t(layer)).tensor;
     // Only layers the reference ran (folded constants have no error) with a float output.
     if (!ref_out || ref_out->dtype() != DType::kFloat32) continue;
     if (!unit.cells[run.reference].has(std::size_t(layer))) continue;

@@ -47,9 +47,12 @@ class LayerSpace {
   std::size_t model_of(std::size_t layer) const;
   const Node& node_of(std::size_t layer) const;
   int cells_of(std::size_t layer) const { return models_[model_of(layer)].stepped ? steps_ : 1; }
+  // The layer whose node's first output is `value` in model `model`, -1 for none.
+  int layer_of_output(std::size_t model, const std::string& value) const;
 
  private:
   std::vector<Model> models_;
+  std::vector<std::unordered_map<std::string, std::size_t>> layer_of_output_;  // per model
   std::size_t layers_ = 0;
   int steps_ = 1;
 };
@@ -147,7 +150,8 @@ class Capture {
   int step = -1, call = -1;
   bool valid = false;
 
-  void start(const ModelCall& c);  // forgets the previous call's values
+  // Forgets the previous call's values. `space`: the layers the call's values are kept by.
+  void start(const ModelCall& c, const LayerSpace& space);
   void forget() { valid = false; }  // holds no call (borrowed values are about to go)
   bool matches(const ModelCall& c) const { return valid && model == c.model && step == c.step && call == c.call; }
   bool has(const std::string& name) const { return find(name) != nullptr; }
@@ -157,12 +161,15 @@ class Capture {
   // reference's execution retains its buffers: a lockstep call, run_lockstep). `energy`: its sum of
   // squares when known (what ActivationStats::add returned for it), for the variants' one-pass error.
   void keep(const std::string& name, const Tensor& value, std::optional<double> energy = std::nullopt);
+  // The same for the first output of a layer's node (kept by layer: the observers' hot path).
+  void keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy);
   bool borrowing = false;
   struct Value {
     const Tensor* tensor = nullptr;
     std::optional<double> energy;
   };
   Value value(const std::string& name) const;  // {} when this call did not produce it
+  Value output(std::size_t layer) const;       // the layer's first output ({} when not produced)
   // The layers whose reference node has run in this call.
   void mark_ran(std::size_t layer);
   bool ran(std::size_t layer) const { return layer < ran_.size() && ran_[layer] == generation_; }
@@ -174,7 +181,12 @@ class Capture {
     std::uint64_t generation = 0;
     std::optional<double> energy;
   };
-  std::unordered_map<std::string, Slot> slots_;
+  void fill(Slot& s, const Tensor& value, std::optional<double> energy);
+  Value read(const Slot& s) const;
+  const LayerSpace* space_ = nullptr;
+  int model_index_ = -1;
+  std::unordered_map<std::string, Slot> slots_;  // values that are no layer's first output
+  std::vector<Slot> outputs_;                    // per layer
   std::vector<std::uint64_t> ran_;  // per layer: the generation in which its reference node ran
   std::uint64_t generation_ = 0;
 };

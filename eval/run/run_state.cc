@@ -26,8 +26,9 @@ namespace {
 constexpr const char* kFormat = "qeval.run-state";
 constexpr int kVersion = 1;
 // Part of every run key: bump it when what the pooled statistics mean changes (2: sampled
-// histograms, float-lane sums), so that a state saved by an older qeval is another run's.
-constexpr int kStatisticsVersion = 2;
+// histograms, float-lane sums; 3: the lanes summed in two interleaved sets), so that a state saved
+// by an older qeval is another run's.
+constexpr int kStatisticsVersion = 3;
 
 std::string precision_text(Precision p) { return std::string(precision_name(p)); }
 

@@ -141,15 +141,19 @@ class Txt2ImgDriver : public RunDriver {
 
   std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const override {
     auto t = std::make_unique<Txt2ImgThread>();
-    const BuiltVariant* ref = nullptr;
+    // One buffer pool for all of this thread's sessions: they run one at a time or interleaved
+    // on this thread, and a buffer one model freed (the UNet's retained ones after the last step)
+    // serves the next (the VAE decoder, the next unit's UNet) without new pages.
+    const std::shared_ptr<BufferPool> pool = Session::make_pool();
     for (const auto& v : variants) {
+      SessionOptions options = v.options;
+      options.pool = pool;
       Txt2ImgSessions s;
-      s.text_encoder = Txt2ImgSessions::make(v.graphs.at("text_encoder"), v.options);
-      s.unet = Txt2ImgSessions::make(v.graphs.at("unet"), v.options);
-      s.vae_decoder = Txt2ImgSessions::make(v.graphs.at("vae_decoder"), v.options);
+      s.text_encoder = Txt2ImgSessions::make(v.graphs.at("text_encoder"), options);
+      s.unet = Txt2ImgSessions::make(v.graphs.at("unet"), options);
+      s.vae_decoder = Txt2ImgSessions::make(v.graphs.at("vae_decoder"), options);
       t->sessions.push_back(std::move(s));
     }
-    (void)ref;
     return t;
   }
 
@@ -311,7 +315,7 @@ class Txt2ImgDriver : public RunDriver {
       if (ctx.tick) ctx.tick();
     }
 
-    th.sessions[r].unet->drop_retained();  // not held through the VAE and the next unit's text encoder
+    th.sessions[r].unet->drop_retained();  // to the pool: the VAE decoder's buffers come from them
 
     // VAE decoder and the images.
     std::vector<datasets::Rgb8> images(nv);

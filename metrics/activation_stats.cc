@@ -55,13 +55,20 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
   if (counts_.empty()) {
     first_ = lo;
     counts_.assign(std::size_t(hi - lo + 1), 0);
-  } else {
-    const int last = first_ + int(counts_.size()) - 1;
-    if (lo < first_) {
-      counts_.insert(counts_.begin(), std::size_t(first_ - lo), 0);
-      first_ = lo;
+  } else if (const int last = first_ + int(counts_.size()) - 1; lo < first_ || hi > last) {
+    // Grown to the new span plus an octave of room, not to double the capacity: pooled cells
+    // (thousands per run) widen a few bins at a time.
+    const int new_first = std::min(lo, first_), new_last = std::max(hi, last);
+    if (new_first == first_ && std::size_t(new_last - new_first + 1) <= counts_.capacity()) {
+      counts_.resize(std::size_t(new_last - new_first + 1), 0);
+    } else {
+      std::vector<std::uint64_t> grown;
+      grown.reserve(std::size_t(new_last - new_first + 1 + kSubBins));
+      grown.assign(std::size_t(new_last - new_first + 1), 0);
+      std::copy(counts_.begin(), counts_.end(), grown.begin() + (first_ - new_first));
+      counts_ = std::move(grown);
+      first_ = new_first;
     }
-    if (hi > last) counts_.resize(counts_.size() + std::size_t(hi - last), 0);
   }
   for (int b = lo; b <= hi; ++b) {
     const std::uint64_t c = counts[std::size_t(b - first)];

@@ -4,7 +4,10 @@
 // checkpoint, gives the same bits as one run.
 #pragma once
 
-#include <vector>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
 
 namespace qeval::metrics {
 
@@ -12,6 +15,10 @@ class ExactSum {
  public:
   ExactSum() = default;
   explicit ExactSum(double x) { add(x); }
+  ExactSum(const ExactSum& other) { *this = other; }
+  ExactSum& operator=(const ExactSum& other);
+  ExactSum(ExactSum&& other) noexcept { *this = std::move(other); }
+  ExactSum& operator=(ExactSum&& other) noexcept;
 
   void add(double x);
   void merge(const ExactSum& other);
@@ -27,18 +34,27 @@ class ExactSum {
 
   // Back to zero, keeping the storage (statistics reset for reuse allocate nothing).
   void clear() {
-    partials_.clear();
+    n_ = 0;
     special_ = 0;
   }
 
   // For serialisation: the partials (finite terms) and the sum of the non-finite ones.
-  const std::vector<double>& partials() const { return partials_; }
+  std::span<const double> partials() const { return {data(), n_}; }
   double special() const { return special_; }
-  static ExactSum from_parts(std::vector<double> partials, double special);
+  static ExactSum from_parts(std::span<const double> partials, double special);
 
  private:
-  std::vector<double> partials_;  // non-overlapping, increasing magnitude
-  double special_ = 0;            // +-inf / NaN terms
+  // Partials live inline up to kInline (sums of a few terms, the common case: no allocation, no
+  // pointer to follow), on the heap beyond.
+  static constexpr std::uint32_t kInline = 3;
+  double* data() { return heap_ ? heap_.get() : inline_; }
+  const double* data() const { return heap_ ? heap_.get() : inline_; }
+  void reserve(std::uint32_t n);
+
+  double inline_[kInline] = {};
+  std::unique_ptr<double[]> heap_;
+  std::uint32_t n_ = 0, capacity_ = kInline;  // partials: non-overlapping, increasing magnitude
+  double special_ = 0;                        // +-inf / NaN terms
 };
 
 }  // namespace qeval::metrics

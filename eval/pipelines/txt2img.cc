@@ -239,10 +239,9 @@ Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::ve
   return h;
 }
 
-Tensor decode_latent(const Txt2ImgModels& models, Session& session, const Tensor& latent, ModelCallObserver* observer,
-                     std::string_view context) {
-  const Txt2ImgConfig& c = models.config;
-  const Graph& g = session.graph();
+namespace {
+
+std::map<std::string, Tensor> decoder_inputs_of(const Txt2ImgConfig& c, const Graph& g, const Tensor& latent) {
   Tensor z(DType::kFloat32, latent.shape());
   const auto scale = static_cast<float>(c.vae_decoder.scaling_factor);
   const float* src = latent.data<float>();
@@ -250,7 +249,10 @@ Tensor decode_latent(const Txt2ImgModels& models, Session& session, const Tensor
   for (std::int64_t i = 0; i < z.numel(); ++i) dst[i] = src[i] / scale;
   std::map<std::string, Tensor> in;
   in.emplace(c.vae_decoder.input, to_graph_float(z, input_type(g, c.vae_decoder.input)));
-  auto out = run_call(session, in, observer, ModelCall{"vae_decoder", context, 0, -1});
+  return in;
+}
+
+Tensor image_of(const Txt2ImgConfig& c, const Graph& g, std::map<std::string, Tensor>& out) {
   Tensor img = take_output(out, g, c.vae_decoder.output);
   const Shape want = {1, c.image_channels, c.image_height, c.image_width};
   if (img.shape() != want)
@@ -262,6 +264,15 @@ Tensor decode_latent(const Txt2ImgModels& models, Session& session, const Tensor
   Tensor image = img.reshaped({c.image_channels, c.image_height, c.image_width});
   for (float& v : image.span<float>()) v = std::clamp(v * s + o, 0.0f, 1.0f);
   return image;
+}
+
+}  // namespace
+
+Tensor decode_latent(const Txt2ImgModels& models, Session& session, const Tensor& latent, ModelCallObserver* observer,
+                     std::string_view context) {
+  const Graph& g = session.graph();
+  auto out = run_call(session, decoder_inputs_of(models.config, g, latent), observer, Txt2ImgRun::vae_call(context));
+  return image_of(models.config, g, out);
 }
 
 datasets::Rgb8 image_to_rgb8(const Tensor& image01) {
@@ -405,6 +416,14 @@ void Txt2ImgRun::advance(const Prediction& p, const Txt2ImgHooks& hooks) {
 
 Tensor Txt2ImgRun::decode(Session& vae_decoder, ModelCallObserver* observer, std::string_view context) const {
   return decode_latent(models_, vae_decoder, latent_, observer, context);
+}
+
+std::map<std::string, Tensor> Txt2ImgRun::decoder_inputs(const Graph& vae_decoder) const {
+  return decoder_inputs_of(models_.config, vae_decoder, latent_);
+}
+
+Tensor Txt2ImgRun::image(const Graph& vae_decoder, std::map<std::string, Tensor>& outputs) const {
+  return image_of(models_.config, vae_decoder, outputs);
 }
 
 Txt2ImgResult generate(const Txt2ImgModels& models, const Txt2ImgSessions& sessions, const Txt2ImgRequest& req,

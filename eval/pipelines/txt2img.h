@@ -147,6 +147,11 @@ class Txt2ImgRun {
   Prediction step(Session& unet, const Txt2ImgHooks& hooks = {});
   // Decodes the current latent (model call "vae_decoder").
   Tensor decode(Session& vae_decoder, ModelCallObserver* observer = nullptr, std::string_view context = {}) const;
+  // decode() in two parts, as unet_inputs()/prediction(): the decoder's inputs for the current
+  // latent (model call vae_call()), then the image [3, H, W] on [0, 1] from its outputs.
+  std::map<std::string, Tensor> decoder_inputs(const Graph& vae_decoder) const;
+  static ModelCall vae_call(std::string_view context) { return ModelCall{"vae_decoder", context, 0, -1}; }
+  Tensor image(const Graph& vae_decoder, std::map<std::string, Tensor>& outputs) const;
 
  private:
   const Txt2ImgModels& models_;

@@ -35,7 +35,7 @@ std::string precision_text(Precision p) { return std::string(precision_name(p));
 metrics::ExactSum sum_from(const json& a) {
   std::vector<double> parts;
   for (std::size_t i = 1; i < a.size(); ++i) parts.push_back(a[i].get<double>());
-  return metrics::ExactSum::from_parts(std::move(parts), a.at(0).get<double>());
+  return metrics::ExactSum::from_parts(parts, a.at(0).get<double>());
 }
 
 metrics::ActivationStats act_from(const json& j) {

@@ -236,25 +236,22 @@ class Txt2ImgDriver : public RunDriver {
       });
       return prediction;
     };
-    // Observed: the step's UNet calls of every variant run together, node by node (run_lockstep),
-    // then each variant finishes its step.
-    auto observed_steps = [&](int t) {
-      std::vector<std::map<std::string, Tensor>> inputs(nv), outputs(nv);
+    // Observed: one model call of every variant runs together, node by node (run_lockstep): the
+    // reference's execution retains its buffers, which the capture borrows for the comparisons
+    // and the local errors. session(v) is variant v's session, inputs[v] its inputs.
+    auto lockstep_call = [&](const ModelCall& call, auto&& session,
+                             std::vector<std::map<std::string, Tensor>>& inputs) {
       std::vector<std::unique_ptr<Session::Execution>> runs_of(nv);
       std::vector<Session::Execution*> executions(nv);
       std::vector<LockstepObserver*> lockstep(nv);
-      const ModelCall call = Txt2ImgRun::unet_call(t, info.id);
       for (std::size_t v : order) {
         timed(v, [&] {
-          Session& unet = *th.sessions[v].unet;
-          inputs[v] = runs[v].unet_inputs(unet.graph(), runs[v].latent(), t);
-          runs_of[v] = std::make_unique<Session::Execution>(unet, inputs[v], observers[v]->begin(call), v == r);
+          runs_of[v] = std::make_unique<Session::Execution>(session(v), inputs[v], observers[v]->begin(call), v == r);
         });
         executions[v] = runs_of[v].get();
         lockstep[v] = observers[v].get();
       }
       {
-        // The capture borrows the reference's values while its execution holds them.
         struct Borrowing {
           Capture& c;
           explicit Borrowing(Capture& capture) : c(capture) { c.borrowing = true; }
@@ -266,11 +263,23 @@ class Txt2ImgDriver : public RunDriver {
         run_lockstep(r, executions, lockstep, ms);
         local_errors();
       }
-      std::vector<Txt2ImgRun::Prediction> predictions(nv);
-      for (std::size_t v : order) {
+      std::vector<std::map<std::string, Tensor>> outputs(nv);
+      for (std::size_t v : order)
         timed(v, [&] {
           outputs[v] = runs_of[v]->finish();
           observers[v]->end(call, outputs[v]);
+        });
+      return outputs;
+    };
+    auto observed_steps = [&](int t) {
+      std::vector<std::map<std::string, Tensor>> inputs(nv);
+      for (std::size_t v : order)
+        timed(v, [&] { inputs[v] = runs[v].unet_inputs(th.sessions[v].unet->graph(), runs[v].latent(), t); });
+      auto outputs = lockstep_call(Txt2ImgRun::unet_call(t, info.id),
+                                   [&](std::size_t v) -> Session& { return *th.sessions[v].unet; }, inputs);
+      std::vector<Txt2ImgRun::Prediction> predictions(nv);
+      for (std::size_t v : order) {
+        timed(v, [&] {
           predictions[v] = runs[v].prediction(th.sessions[v].unet->graph(), outputs[v]);
           runs[v].advance(predictions[v]);
         });
@@ -317,11 +326,21 @@ class Txt2ImgDriver : public RunDriver {
 
     th.sessions[r].unet->drop_retained();  // to the pool: the VAE decoder's buffers come from them
 
-    // VAE decoder and the images.
+    // VAE decoder and the images (observed: in lockstep, as the UNet's calls).
     std::vector<datasets::Rgb8> images(nv);
-    for (std::size_t v : order) {
-      timed(v, [&] { images[v] = image_to_rgb8(runs[v].decode(*th.sessions[v].vae_decoder, observer(v), info.id)); });
-      if (v == r) local_errors();
+    if (ctx.observation && ctx.interleave) {
+      std::vector<std::map<std::string, Tensor>> inputs(nv);
+      for (std::size_t v : order) timed(v, [&] { inputs[v] = runs[v].decoder_inputs(th.sessions[v].vae_decoder->graph()); });
+      auto outputs = lockstep_call(Txt2ImgRun::vae_call(info.id),
+                                   [&](std::size_t v) -> Session& { return *th.sessions[v].vae_decoder; }, inputs);
+      th.sessions[r].vae_decoder->drop_retained();
+      for (std::size_t v : order)
+        timed(v, [&] { images[v] = image_to_rgb8(runs[v].image(th.sessions[v].vae_decoder->graph(), outputs[v])); });
+    } else {
+      for (std::size_t v : order) {
+        timed(v, [&] { images[v] = image_to_rgb8(runs[v].decode(*th.sessions[v].vae_decoder, observer(v), info.id)); });
+        if (v == r) local_errors();
+      }
     }
     for (std::size_t v = 0; v < nv; ++v) {
       sample.variants[v].elapsed_ms = ms[v];

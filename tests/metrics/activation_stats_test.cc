@@ -243,6 +243,32 @@ TEST(ExactSum, CorrectlyRoundedWhateverTheOrderOrGrouping) {
   EXPECT_TRUE(std::isinf(inf.value()));
 }
 
+TEST(ExactSum, ManyPartialsSurviveCopyMoveAndClear) {
+  // 21 terms 2^(100 k) overlap nowhere: 21 partials (beyond the inline ones), then all but 2^0
+  // cancel exactly.
+  ExactSum wide;
+  for (int k = -10; k <= 10; ++k) wide += std::ldexp(1.0, 100 * k);
+  EXPECT_EQ(wide.partials().size(), 21u);
+  ExactSum copy = wide, moved_from = wide;
+  const ExactSum moved = std::move(moved_from);
+  for (ExactSum* s : {&wide, &copy})
+    for (int k = -10; k <= 10; ++k)
+      if (k != 0) *s += -std::ldexp(1.0, 100 * k);
+  EXPECT_EQ(wide.value(), 1.0);
+  EXPECT_EQ(copy.value(), 1.0);
+  EXPECT_EQ(moved.partials().size(), 21u);
+  ExactSum twice = moved;
+  twice.merge(twice);  // itself: doubles every partial
+  EXPECT_EQ(twice.value(), 2 * moved.value());
+  ExactSum small(0.5);
+  small = moved;  // inline storage takes a heap-sized copy
+  EXPECT_EQ(small.value(), moved.value());
+  small.clear();
+  EXPECT_EQ(small.value(), 0.0);
+  small += 0.25;
+  EXPECT_EQ(small.value(), 0.25);
+}
+
 TEST(ErrorStats, SingleCallAgreesWithTensorErrorAndPoolsEnergies) {
   const auto r = gaussian(1000, 1.0, 3);
   auto t = r;

@@ -667,9 +667,11 @@ class Session::Execution::State {
     ins_.clear();
     for (int id : step.in) ins_.push_back(value(id));
     // A view whose input dies here takes the input's buffer (the bytes are already the output's):
-    // no copy, no new buffer. Unobserved runs only, since an observer reads the input afterwards.
+    // no copy, no new buffer. Not for an observer that reads the input afterwards, nor when a
+    // retaining execution keeps the input readable.
     const int in0 = step.in.empty() ? -1 : step.in[0];
-    const bool take_over = step.view && !observer_ && !p.constants[std::size_t(in0)] && !aliased_[std::size_t(in0)] &&
+    const bool take_over = step.view && (!observer_ || (!retain_ && !observer_->reads_view_inputs())) &&
+                           !p.constants[std::size_t(in0)] && !aliased_[std::size_t(in0)] &&
                            slots_[std::size_t(in0)].capacity() > 0 &&
                            std::find(step.release.begin(), step.release.end(), in0) != step.release.end();
     if (take_over) {

@@ -49,6 +49,11 @@ class Observer {
  public:
   virtual ~Observer() = default;
   virtual void on_node(const NodeEvent& event) = 0;
+  // False when the observer never reads the input of a view (Reshape, Flatten, Squeeze,
+  // Unsqueeze, Identity): a non-retaining execution may then hand the input's buffer to the view's
+  // output when the input dies there, as unobserved runs do (no copy), and the event's input is
+  // an empty tensor (its address still identifies the value).
+  virtual bool reads_view_inputs() const { return true; }
 };
 
 

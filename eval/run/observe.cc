@@ -339,6 +339,9 @@ class LockstepObserver::NodeObserver : public Observer {
     compare_ = compare;
   }
   void on_node(const NodeEvent& e) override;
+  // A view's statistics come from its input's by address (Recent) or from its own output; the
+  // reference's inputs are captured, and a node hook may read any event.
+  bool reads_view_inputs() const override { return capture_ || o_.run_.node_hook; }
 
  private:
   LockstepObserver& o_;

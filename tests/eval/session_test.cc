@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <fstream>
 
 #include "eval/onnx_import.h"
@@ -281,6 +282,33 @@ TEST(Session, ViewOpsTakeOverTheBufferOfAnInputThatDiesThere) {
   // Again on the kept buffers: the same bytes.
   const Tensor again = plain.run(in).at("y");
   EXPECT_EQ(0, std::memcmp(again.raw(), want.raw(), y.nbytes()));
+
+  // An observer that never reads a view's input lets the views take the buffer over too: it sees
+  // every node, every view output holds n's values, and only n and k are live at once.
+  struct OutputsOnly final : Observer {
+    void on_node(const NodeEvent& e) override {
+      if (e.node.op_type == "Reshape" || e.node.op_type == "Unsqueeze") {
+        ASSERT_EQ(e.outputs[0]->numel(), 64 * 1024);
+        view_sums.push_back(std::accumulate(e.outputs[0]->data<float>(), e.outputs[0]->data<float>() + 64 * 1024, 0.0));
+      }
+      ++events;
+    }
+    bool reads_view_inputs() const override { return false; }
+    std::vector<double> view_sums;
+    int events = 0;
+  } outputs_only;
+  Session lean(g);
+  const Tensor lean_y = lean.run(in, &outputs_only).at("y");
+  EXPECT_EQ(0, std::memcmp(lean_y.raw(), want.raw(), y.nbytes()));
+  EXPECT_EQ(outputs_only.events, 8);
+  const double n_sum = -std::accumulate(v.begin(), v.end(), 0.0);
+  ASSERT_EQ(outputs_only.view_sums.size(), 3u);
+  for (double sum : outputs_only.view_sums) EXPECT_NEAR(sum, n_sum, 1e-3);
+  EXPECT_LE(lean.last_live_activation_bytes(), 2 * tensor + 1024);
+  // A retaining execution keeps every input readable: its views copy.
+  Session::Execution retained(lean, in, &outputs_only, true);
+  retained.finish();
+  EXPECT_GE(lean.last_live_activation_bytes(), 3 * tensor);
 }
 
 TEST(Session, DeadBuffersAreReused) {

@@ -2,6 +2,7 @@
 #include <benchmark/benchmark.h>
 #include <opencv2/core.hpp>
 
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -96,7 +97,8 @@ BENCHMARK(BM_ReadBothBuffers_1024_rgb)->Unit(benchmark::kMillisecond)->UseRealTi
 
 // The per-layer statistics `qeval run` takes of every node output: one activation tensor of
 // range(0) elements (fp16-rounded values, as a variant's), its statistics alone (the reference's
-// pass) and with its error against a nearby reference (a variant's pass). Element rate in ns/elem
+// pass) and with its error against a nearby reference (a variant's pass), with a clip threshold or
+// none (range(1)). Element rate in ns/elem
 // = 1e9 / items_per_second; the yardstick reads both buffers once.
 struct ActivationPair {
   std::vector<float> ref, test;
@@ -122,16 +124,21 @@ const ActivationPair& activation_pair(std::int64_t n) {
   return it->second;
 }
 
+// range(1): 1 = a clip threshold to count against (a quantized node's output), 0 = none.
+float clip_of(const benchmark::State& state) {
+  return state.range(1) ? 4.0f : std::numeric_limits<float>::infinity();
+}
+
 void BM_ActivationStats(benchmark::State& state) {
   const auto& p = activation_pair(state.range(0));
   metrics::ActivationStats a;
   for (auto _ : state) {
     a.clear();
-    benchmark::DoNotOptimize(a.add(p.ref.data(), state.range(0), 4.0f));
+    benchmark::DoNotOptimize(a.add(p.ref.data(), state.range(0), clip_of(state)));
   }
   state.SetItemsProcessed(std::int64_t(state.iterations()) * state.range(0));
 }
-BENCHMARK(BM_ActivationStats)->Arg(4096)->Arg(65536)->Arg(262144);
+BENCHMARK(BM_ActivationStats)->ArgsProduct({{4096, 65536, 262144}, {0, 1}});
 
 void BM_ActivationStatsWithError(benchmark::State& state) {
   const auto& p = activation_pair(state.range(0));
@@ -141,11 +148,11 @@ void BM_ActivationStatsWithError(benchmark::State& state) {
     a.clear();
     e.clear();
     benchmark::DoNotOptimize(
-        metrics::add_with_error(a, e, p.test.data(), p.ref.data(), p.ref_sum_sq, state.range(0), 4.0f));
+        metrics::add_with_error(a, e, p.test.data(), p.ref.data(), p.ref_sum_sq, state.range(0), clip_of(state)));
   }
   state.SetItemsProcessed(std::int64_t(state.iterations()) * state.range(0));
 }
-BENCHMARK(BM_ActivationStatsWithError)->Arg(4096)->Arg(65536)->Arg(262144);
+BENCHMARK(BM_ActivationStatsWithError)->ArgsProduct({{4096, 65536, 262144}, {0, 1}});
 
 void BM_ReadActivationPair(benchmark::State& state) {
   const auto& p = activation_pair(state.range(0));

@@ -241,10 +241,9 @@ inline bool any_at_least(const U16& v, std::uint32_t t) {
 // first summed as if all its values were finite and below 2^60; when one is not (its maximum bits
 // say so), the block is done again on the scalar path. The reference `r` (kError) is plain: its own
 // pass found every value finite and below 2^60.
-template <bool kError>
-Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
+template <bool kError, bool kClip>
+Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t clip_bits) {
   Scan s;
-  const std::uint32_t clip_bits = clip_bits_of(clip_amax);
   const bool sample = n >= ActivationStats::kHistogramSampleFrom;
   D8 s0 = {}, s1 = {}, sq0 = {}, sq1 = {}, ee0 = {}, ee1 = {};
   U16 maxv = {}, clipv = {};
@@ -266,7 +265,7 @@ Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
       std::memcpy(&v, xb + j * kVec, sizeof v);
       const U16 u = abs_bits(xb + j * kVec);
       top[a] = top[a] > u ? top[a] : u;
-      bclip[a] -= (U16)(u > clip_bits);
+      if constexpr (kClip) bclip[a] -= (U16)(u > clip_bits);
       fs[a] += v;
       fsq[a] += v * v;
       if constexpr (kError) {
@@ -322,6 +321,14 @@ Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
     s.hi = std::max(s.hi, int(bmax[l]));
   }
   return s;
+}
+
+// scan_with for a clip threshold or none (+inf: no compare per element; finite values never pass
+// it, and the scalar path still counts them right).
+template <bool kError>
+Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
+  const std::uint32_t clip_bits = clip_bits_of(clip_amax);
+  return clip_bits >= kInfBits ? scan_with<kError, false>(x, r, n, clip_bits) : scan_with<kError, true>(x, r, n, clip_bits);
 }
 
 // Adds a pass to the statistics and clears the histogram scratch it used.

@@ -29,6 +29,9 @@ config "$WORK/full.json" '{}'
 config "$WORK/stats.json" '{"local_error": false, "teacher_forced": false}'
 config "$WORK/local.json" '{"local_error": true, "teacher_forced": false}'
 config "$WORK/none.json" '{"layers": false, "teacher_forced": false}'
+# The default run's composition (teacher forcing on) with and without the layer observers.
+config "$WORK/stats-tf.json" '{"local_error": false}'
+config "$WORK/none-tf.json" '{"layers": false}'
 
 printf "%-44s %8s %8s %8s\n" "case ($COUNT prompts, load $(cut -d' ' -f1 /proc/loadavg))" "wall s" "CPU s" "peak MB"
 measure() {  # $1 label, rest: qeval arguments
@@ -45,16 +48,24 @@ measure "warm: no observation" run --config "$WORK/none.json" --out "$WORK/o3"
 measure "warm: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/o4"
 measure "warm: layer statistics + local error" run --config "$WORK/local.json" --out "$WORK/o5"
 measure "warm: the default again (result cache)" run --config "$WORK/full.json" --out "$WORK/o2"
-# What per-layer observation costs: the run without observation and with layer statistics only,
-# alternated three times (the machine is noisy); median ratios of CPU and wall time.
+# What per-layer observation costs: runs without and with the layer observers (drift statistics and
+# accumulated error), alternated three times (the machine is noisy), both without teacher forcing
+# and with it (as the default run has it); median ratios of CPU and wall time. Local error is a
+# re-execution of every node, not an observer: its cost is the "statistics + local error" case.
 for i in 1 2 3; do
-  measure "overhead pair $i: no observation" run --config "$WORK/none.json" --out "$WORK/p$i-none"
-  measure "overhead pair $i: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/p$i-stats"
+  measure "overhead $i: no observation" run --config "$WORK/none.json" --out "$WORK/p$i-none"
+  measure "overhead $i: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/p$i-stats"
+  measure "overhead $i: teacher forcing, no observation" run --config "$WORK/none-tf.json" --out "$WORK/p$i-none-tf"
+  measure "overhead $i: teacher forcing, layer statistics" run --config "$WORK/stats-tf.json" --out "$WORK/p$i-stats-tf"
 done | tee "$WORK/pairs"
 awk 'function median3(a, b, c) { return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b)) }
-     /no observation/ { n[++i] = $(NF-1); nw[i] = $(NF-2) } /statistics only/ { s[++j] = $(NF-1); sw[j] = $(NF-2) }
-     END { printf "per-layer statistics over no observation (median of 3 pairs): CPU %.2fx, wall %.2fx\n",
-                  median3(s[1] / n[1], s[2] / n[2], s[3] / n[3]), median3(sw[1] / nw[1], sw[2] / nw[2], sw[3] / nw[3]) }' "$WORK/pairs"
+     /: no observation/ { n[++i] = $(NF-1); nw[i] = $(NF-2) } /: layer statistics only/ { s[++j] = $(NF-1); sw[j] = $(NF-2) }
+     /teacher forcing, no observation/ { tn[++k] = $(NF-1); tnw[k] = $(NF-2) }
+     /teacher forcing, layer statistics/ { ts[++l] = $(NF-1); tsw[l] = $(NF-2) }
+     END { printf "layer statistics over none, no teacher forcing (median of 3 pairs): CPU %.2fx, wall %.2fx\n",
+                  median3(s[1] / n[1], s[2] / n[2], s[3] / n[3]), median3(sw[1] / nw[1], sw[2] / nw[2], sw[3] / nw[3])
+           printf "layer statistics over none, teacher forcing on (median of 3 pairs): CPU %.2fx, wall %.2fx\n",
+                  median3(ts[1] / tn[1], ts[2] / tn[2], ts[3] / tn[3]), median3(tsw[1] / tnw[1], tsw[2] / tnw[2], tsw[3] / tnw[3]) }' "$WORK/pairs"
 T=4
 measure "warm, $T prompts, 1 thread" --threads 1 run --config "$WORK/full.json" --count "$T" --out "$WORK/t1"
 measure "warm, $T prompts, 2 threads" --threads 2 run --config "$WORK/full.json" --count "$T" --out "$WORK/t2"

@@ -21,6 +21,17 @@ std::string_view precision_name(Precision p) {
   return "?";
 }
 
+const std::vector<std::string>& precision_names() {
+  static const std::vector<std::string> names = {"fp32", "fp16", "bf16"};
+  return names;
+}
+
+std::optional<Precision> precision_from_name(std::string_view name) {
+  for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16})
+    if (precision_name(p) == name) return p;
+  return std::nullopt;
+}
+
 namespace {
 
 enum class Rounding : std::uint8_t { kNone, kFp16, kBf16 };

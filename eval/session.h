@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <set>
 #include <string>
@@ -18,6 +19,10 @@ namespace qeval::eval {
 
 enum class Precision { kFp32, kFp16, kBf16 };
 std::string_view precision_name(Precision p);
+// The precision a name ("fp32", "fp16", "bf16") stands for; nullopt for any other name.
+std::optional<Precision> precision_from_name(std::string_view name);
+// The names precision_from_name takes (for CLI choices and config checks).
+const std::vector<std::string>& precision_names();
 
 struct SessionOptions {
   // fp16/bf16 emulate TensorRT's reduced-precision kernels: weights, graph inputs and every op's

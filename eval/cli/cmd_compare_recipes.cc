@@ -29,9 +29,7 @@ struct CompareRecipesArgs {
 
 int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   const int target_sm = eval::quant::parse_target(a.target);  // InputError listing the targets
-  const eval::Precision precision = a.precision == "fp32" ? eval::Precision::kFp32
-                              : a.precision == "bf16" ? eval::Precision::kBf16
-                                                      : eval::Precision::kFp16;
+  const eval::Precision precision = *eval::precision_from_name(a.precision);  // CLI11 checked the name
   eval::RunSpec base = a.config.empty() ? eval::default_run_config() : eval::read_run_config(a.config);
   if (a.count > 0) base.count = a.count;
   std::vector<fs::path> recipes(a.recipes.begin(), a.recipes.end());
@@ -94,7 +92,7 @@ Runner add_compare_recipes(CLI::App& app) {
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"");
   cmd->add_option("--out", a->out, "output folder (default qeval-compare-recipes)");
   cmd->add_option("--precision", a->precision, "precision of what the recipes leave in float (default fp16)")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+      ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--target", a->target, "TensorRT target of the speed classes: sm75, sm80, sm86, sm89 (default), sm90");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts or images (overrides the config's \"count\")")
       ->check(CLI::PositiveNumber);

@@ -45,9 +45,7 @@ int run_generate(const GenerateArgs& a) {
                tokens, models.tokenizer.max_length() - 2);
 
   eval::SessionOptions options;
-  options.precision = a.precision == "fp16"   ? eval::Precision::kFp16
-                      : a.precision == "bf16" ? eval::Precision::kBf16
-                                              : eval::Precision::kFp32;
+  options.precision = *eval::precision_from_name(a.precision);  // CLI11 checked the name
   const auto sessions = eval::Txt2ImgSessions::create(models, options);
   eval::Progress progress("generate", static_cast<std::size_t>(std::max(req.steps, 0)), eval::stderr_is_terminal());
   eval::Txt2ImgHooks hooks;
@@ -83,7 +81,7 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--out", a->out, "the PNG to write")->required();
   cmd->add_option("--seed", a->seed, "initial noise seed (default 0; docs/pipelines.md 'Initial noise')");
   cmd->add_option("--precision", a->precision, "fp32 (default), fp16 or bf16 (emulated: values rounded after every op)")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+      ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--steps", a->steps, "denoising steps (default: pipeline.json defaults.steps)");
   cmd->add_option("--guidance", a->guidance, "classifier-free guidance scale (default: pipeline.json; <= 1: no guidance)");
   cmd->add_option("--scheduler", a->scheduler, "ddim or euler (default: pipeline.json's; the other settings are kept)")

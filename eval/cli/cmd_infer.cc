@@ -20,9 +20,7 @@ int run_infer(const InferArgs& a) {
   options.model = a.model;
   options.inputs_dir = a.inputs;
   options.outputs_dir = a.outputs;
-  options.precision = a.precision == "fp16"   ? eval::Precision::kFp16
-                      : a.precision == "bf16" ? eval::Precision::kBf16
-                                              : eval::Precision::kFp32;
+  options.precision = *eval::precision_from_name(a.precision);  // CLI11 checked the name
   for (const auto& s : a.shapes) options.shapes.insert(eval::parse_shape_option(s));
   if (!a.dump.empty()) options.dump_dir = a.dump;
   options.integer_qdq = !a.float_qdq;
@@ -52,7 +50,7 @@ Runner add_infer(CLI::App& app) {
   cmd->add_option("--outputs", a->outputs, "folder for <output name>.npy")->required();
   cmd->add_option("--precision", a->precision,
                   "fp32 (default), fp16 or bf16: values rounded to the format after every op, FP32 accumulation")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+      ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--shape", a->shapes, "NAME=D0,D1,...: reshape that input's array (repeatable)");
   cmd->add_option("--dump-all", a->dump, "folder for every intermediate tensor (.npy)");
   cmd->add_flag("--float-qdq", a->float_qdq,

@@ -78,9 +78,7 @@ int run_segment(const SegmentArgs& a) {
   }
 
   eval::SessionOptions options;
-  options.precision = a.precision == "fp16"   ? eval::Precision::kFp16
-                      : a.precision == "bf16" ? eval::Precision::kBf16
-                                              : eval::Precision::kFp32;
+  options.precision = *eval::precision_from_name(a.precision);  // CLI11 checked the name
   auto sessions = pipeline.make_sessions(options);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
@@ -134,7 +132,7 @@ Runner add_segment(CLI::App& app) {
   cmd->add_option("--out", a->out, "the mask PNG to write")->required();
   cmd->add_option("--precision", a->precision,
                   "fp32 (default), fp16 or bf16: values rounded to the format after every op, FP32 accumulation")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+      ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--ref-mask", a->ref_mask, "a reference mask (gray PNG, non-zero = object) to score against");
   cmd->add_option("--logits", a->logits, "also write the mask logits (float32 [H, W] .npy)");
   return [a](const Context&) { return run_segment(*a); };

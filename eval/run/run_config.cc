@@ -37,8 +37,7 @@ std::size_t RunSpec::reference_index() const {
 namespace {
 
 Precision parse_precision(const JsonConfig& c, const std::string& key) {
-  const std::string p = c.get_choice(key, {"fp32", "fp16", "bf16"}, std::string("fp32"));
-  return p == "fp16" ? Precision::kFp16 : p == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  return *precision_from_name(c.get_choice(key, precision_names(), std::string("fp32")));
 }
 
 JsonConfig child_of(const JsonConfig& c, const std::string& key) {

@@ -478,5 +478,16 @@ TEST(Session, Float16ModelsRunAndAnswerInFloat16) {
   EXPECT_EQ(to_float(float16{out[1]}), round_to_float16(3.0f * round_to_float16(0.1f)));
 }
 
+TEST(Session, PrecisionNamesRoundTrip) {
+  for (const std::string& name : precision_names()) {
+    const std::optional<Precision> p = precision_from_name(name);
+    ASSERT_TRUE(p) << name;
+    EXPECT_EQ(precision_name(*p), name);
+  }
+  EXPECT_EQ(precision_names().size(), 3u);
+  EXPECT_FALSE(precision_from_name("fp8"));
+  EXPECT_FALSE(precision_from_name("FP16"));
+}
+
 }  // namespace
 }  // namespace qeval::eval

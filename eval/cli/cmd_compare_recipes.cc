@@ -39,11 +39,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate);
 
   const fs::path out = a.out, run_dir = out / "run";
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw InputError("--out " + out.string() + ": cannot create the folder: " + ec.message());
-  // A report.json present means a complete comparison: remove the previous one first.
-  for (const fs::path& f : {out / "report.json", out / "report.html", run_dir / "report.json"}) fs::remove(f, ec);
+  prepare_out_dir(out, {"report.json", "report.html", "run/report.json"});
 
   const bool tty = eval::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);

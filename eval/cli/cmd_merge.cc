@@ -60,7 +60,7 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
   eval::EvaluatorOptions options;
   eval::RunResult result = eval::start_run(spec, *driver, std::move(variants), options);
   const fs::path out = a.out;
-  fs::create_directories(out);
+  prepare_out_dir(out, {"report.json", "report.html", "junit.xml"});
   for (std::size_t k = 0; k < states.size(); ++k) {
     std::vector<char> before = result.done;
     eval::merge_run_state(states[k], key, result);

@@ -34,11 +34,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   std::optional<std::pair<int, int>> shard;
   if (!a.shard.empty()) shard = eval::parse_shard(a.shard);
   const fs::path out = a.out;
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw InputError("--out " + out.string() + ": cannot create the folder: " + ec.message());
-  // A report.json present means a complete report of this run: remove the previous run's first.
-  for (const char* f : {"report.json", "report.html", "junit.xml"}) fs::remove(out / f, ec);
+  prepare_out_dir(out, {"report.json", "report.html", "junit.xml"});
 
   const bool tty = eval::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);

@@ -36,10 +36,7 @@ int run_triage(const TriageArgs& a, const Context& ctx) {
                                 "(docs/gate.md)");
   const eval::Gate gate = eval::load_gate(spec.gate);
   const fs::path out = a.out;
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw InputError("--out " + out.string() + ": cannot create the folder: " + ec.message());
-  for (const char* f : {"triage.json", "triage.html"}) fs::remove(out / f, ec);
+  prepare_out_dir(out, {"triage.json", "triage.html"});
 
   eval::TriageOptions options;
   options.variant = a.variant;

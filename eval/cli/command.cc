@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <ctime>
+#include <system_error>
+
+#include "kernels/error.h"
 
 namespace qeval::cli {
 namespace {
@@ -30,6 +33,13 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+void prepare_out_dir(const std::filesystem::path& out, std::initializer_list<const char*> stale) {
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw InputError("--out " + out.string() + ": cannot create the folder: " + ec.message());
+  for (const char* f : stale) std::filesystem::remove(out / f, ec);
 }
 
 }  // namespace qeval::cli

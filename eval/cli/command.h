@@ -7,7 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -30,5 +32,10 @@ struct RegisteredCommand {
 const std::vector<RegisteredCommand>& registered_commands();  // sorted by order
 
 std::string utc_now();  // ISO 8601, seconds, 'Z'
+
+// Creates the --out folder (InputError naming it when that fails) and removes the files of a
+// previous complete report from it (`stale`, relative to it): a report there always means a
+// finished one, never one left from an earlier run while this one was interrupted.
+void prepare_out_dir(const std::filesystem::path& out, std::initializer_list<const char*> stale);
 
 }  // namespace qeval::cli

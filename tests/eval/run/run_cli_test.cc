@@ -134,6 +134,11 @@ TEST(RunCli, BadInputIsExitTwoWithTheReason) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("missing.json"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir / "out/report.json"));
+  // An --out that cannot be a folder (under a file) is named, before any work.
+  const auto blocker = testing::write_text(dir, "blocker", "a file");
+  r = run_qeval("run --out " + (blocker / "out").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("cannot create the folder"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -403,12 +403,6 @@ std::optional<double> ActivationStats::stddev() const {
   return std::sqrt(std::max(0.0, sum_sq.value() / double(count) - m * m));
 }
 
-std::optional<double> ActivationStats::add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
-  const std::optional<double> energy = add(x, n);
-  add_clipped(x, n, channel_clip_amax);
-  return energy;
-}
-
 void ActivationStats::add_clipped(const float* x, std::int64_t n, std::span<const float> channel_clip_amax) {
   const std::int64_t k = std::int64_t(channel_clip_amax.size());
   if (k == 0) return;

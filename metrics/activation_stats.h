@@ -78,10 +78,9 @@ struct ActivationStats {
   // nullopt.
   std::optional<double> add(const float* x, std::int64_t n,
                             float clip_amax = std::numeric_limits<float>::infinity());
-  // As add(x, n), with a threshold per channel of the last axis (x is [..., thresholds.size()]):
-  // the clip range of a quantizer behind a per-channel scaling (SmoothQuant's pre-scale Mul).
-  std::optional<double> add(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
-  // Counts the elements beyond their channel's threshold as clipped (only that).
+  // Counts the elements beyond their channel's threshold as clipped (only that): the clip range of
+  // a quantizer behind a per-channel scaling (SmoothQuant's pre-scale Mul), thresholds per channel
+  // of the last axis (x is [..., thresholds.size()]); add() the statistics with no threshold.
   void add_clipped(const float* x, std::int64_t n, std::span<const float> channel_clip_amax);
   // Counts the finite elements beyond `clip_amax` as clipped (only that).
   void add_clipped(const float* x, std::int64_t n, float clip_amax);

@@ -200,7 +200,9 @@ TEST(ActivationStats, PerChannelClippingCountsEachElementAgainstItsChannel) {
   std::uint64_t want = 0;
   for (std::size_t i = 0; i < v.size(); ++i) want += std::isfinite(v[i]) && std::abs(v[i]) > t[i % channels];
   ActivationStats s;
-  EXPECT_FALSE(s.add(v.data(), std::int64_t(v.size()), std::span<const float>(t)));  // not plain: no energy
+  EXPECT_FALSE(s.add(v.data(), std::int64_t(v.size())));  // not plain: no energy
+  EXPECT_EQ(s.clipped, 0u);
+  s.add_clipped(v.data(), std::int64_t(v.size()), std::span<const float>(t));
   EXPECT_EQ(s.clipped, want);
   EXPECT_GT(want, 100u);
 }

@@ -390,6 +390,10 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
 
   rep.gate = {};
   rep.gate.source = gate.source;
+  // The layer checks' node patterns (load_gate checked them), compiled once for every variant.
+  std::vector<std::optional<std::regex>> node_patterns(gate.layer_checks.size());
+  for (std::size_t i = 0; i < gate.layer_checks.size(); ++i)
+    if (!gate.layer_checks[i].nodes.empty()) node_patterns[i].emplace(gate.layer_checks[i].nodes, std::regex::ECMAScript);
   for (const auto& variant : rep.variants) {
     if (variant.reference) continue;
     // Sample checks.
@@ -423,7 +427,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
     }
     // Layer checks.
     const reports::LayerTable* table = rep.layer_table(variant.name);
-    for (const auto& lc : gate.layer_checks) {
+    for (std::size_t check = 0; check < gate.layer_checks.size(); ++check) {
+      const auto& lc = gate.layer_checks[check];
       if (!lc.variant.empty() && lc.variant != variant.name) continue;
       std::vector<double> values;
       std::optional<std::pair<double, std::size_t>> worst;
@@ -432,8 +437,7 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
           if (lc.column == c.key) return c.higher_is_better;
         return true;
       }();
-      std::optional<std::regex> nodes;
-      if (!lc.nodes.empty()) nodes.emplace(lc.nodes, std::regex::ECMAScript);
+      const std::optional<std::regex>& nodes = node_patterns[check];
       std::size_t matched = 0;
       if (table)
         for (const auto& c : reports::kLayerColumns)

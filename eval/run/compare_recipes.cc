@@ -132,6 +132,21 @@ reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const Run
       if (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat16 || t.dtype() == DType::kBFloat16) n += t.numel();
     return n;
   };
+  // What the reference's models are, the same for every recipe row: found once per model.
+  struct ModelBaseline {
+    std::map<std::string, Shape> call;  // the shapes the model ran with
+    std::int64_t float_params = 0;
+    std::vector<quant::ComputeCost> costs;
+  };
+  std::map<std::string, ModelBaseline> baseline;
+  for (const std::string& model : in_scope) {
+    const Graph& g = *ref.graphs.at(model);
+    ModelBaseline& b = baseline[model];
+    b.call = shapes.of(model);
+    b.float_params = float_params(g);
+    b.costs = quant::compute_costs(g, b.call);
+  }
+  std::map<std::pair<std::string, Precision>, std::int64_t> reference_weight_bytes;
   for (std::size_t v = 0; v < result.variants.size(); ++v) {
     if (v == result.reference) continue;
     const BuiltVariant& bv = result.variants[v];
@@ -167,12 +182,15 @@ reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const Run
       const auto rg = ref.graphs.find(model);
       if (rg == ref.graphs.end()) continue;
       row.weight_bytes += quant::weight_bytes(*graph, bv.options.precision);
-      row.reference_weight_bytes += quant::weight_bytes(*rg->second, bv.options.precision);
+      auto [ref_bytes, fresh] = reference_weight_bytes.try_emplace({model, bv.options.precision}, 0);
+      if (fresh) ref_bytes->second = quant::weight_bytes(*rg->second, bv.options.precision);
+      row.reference_weight_bytes += ref_bytes->second;
       if (!in_scope.count(model)) continue;
-      const std::map<std::string, Shape> call = shapes.of(model);
+      const ModelBaseline& base = baseline.at(model);
+      const std::map<std::string, Shape>& call = base.call;
       if (graph == rg->second) {  // another recipe rewrote it, this one did not: all high precision
-        row.params_total += float_params(*rg->second);
-        for (const quant::ComputeCost& cost : quant::compute_costs(*rg->second, call)) {
+        row.params_total += base.float_params;
+        for (const quant::ComputeCost& cost : base.costs) {
           ++row.compute_nodes;
           if (cost.macs) macs_total += *cost.macs;
           else macs_known = false;
@@ -204,7 +222,7 @@ reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const Run
       for (const auto& n : any_target.nodes) state[n.name] = n.state;
       double model_macs = 0, model_quantized = 0;
       bool model_known = true;
-      const std::vector<quant::ComputeCost> costs = quant::compute_costs(*rg->second, call);
+      const std::vector<quant::ComputeCost>& costs = base.costs;
       for (const quant::ComputeCost& cost : costs) {
         ++row.compute_nodes;
         const auto st = state.find(cost.name);
@@ -219,7 +237,7 @@ reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const Run
         model_macs += *cost.macs;
         if (quantized) model_quantized += *cost.macs;
       }
-      row.params_total += float_params(*rg->second);
+      row.params_total += base.float_params;
       macs_known &= model_known;
       macs_total += model_macs;
       macs_quantized += model_quantized;

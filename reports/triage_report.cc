@@ -33,12 +33,6 @@ std::string num(std::optional<double> v) {
   return fmt::format("{:.4f}", *v);
 }
 
-const TriageSearch* chosen_search(const TriageReport& r) {
-  for (const auto& s : r.searches)
-    if (s.strategy == r.chosen) return &s;
-  return nullptr;
-}
-
 }  // namespace
 
 json to_json(const TriageReport& r) {
@@ -82,7 +76,7 @@ json to_json(const TriageReport& r) {
   }
   j["searches"] = searches;
   j["chosen"] = r.chosen.empty() ? json(nullptr) : json(r.chosen);
-  j["kept"] = r.kept;
+  j["kept"] = r.kept();
   j["gate_chosen"] = gate_json(r.gate_chosen);
   j["override_recipe"] = artifact_json(r.override_recipe);
   json settings = json::object();
@@ -93,7 +87,7 @@ json to_json(const TriageReport& r) {
 
 std::string render_summary_text(const TriageReport& r, const std::filesystem::path& out_dir) {
   std::string s;
-  const TriageSearch* best = chosen_search(r);
+  const TriageSearch* best = r.chosen_search();
   if (r.full_passed)
     s += fmt::format("qeval triage: {} already passes the gate ({} {}); nothing to keep in {}\n", r.variant,
                      r.metric.key, num(r.metric_full), r.precision);
@@ -139,7 +133,7 @@ std::string render_html(const TriageReport& r) {
                    "recipe <code>{}</code> &middot; {} samples of {} &middot; {} &middot; {:.1f} s</div>",
                    esc(r.variant), esc(r.model.name), esc(r.pipeline), esc(r.variant), esc(r.reference),
                    esc(r.recipe.path), r.samples, esc(r.inputs.path), esc(r.created_utc), r.elapsed_s);
-  const TriageSearch* best = chosen_search(r);
+  const TriageSearch* best = r.chosen_search();
   std::string verdict;
   if (r.full_passed)
     verdict = fmt::format("{} already passes the gate ({} {}); no node needs to fall back.", esc(r.variant), esc(mk),
@@ -187,7 +181,7 @@ std::string render_html(const TriageReport& r) {
        "<th>" + esc(mk) + ", only this quantized</th><th>" + esc(mk) + ", only this kept</th><th>score</th>"
        "<th>kept</th></tr></thead><tbody>";
   for (const auto& n : r.nodes) {
-    const bool kept = std::find(r.kept.begin(), r.kept.end(), n.name) != r.kept.end();
+    const bool kept = std::find(r.kept().begin(), r.kept().end(), n.name) != r.kept().end();
     const int bar = max_score > 0 ? int(std::lround(60.0 * std::max(0.0, n.score) / max_score)) : 0;
     h += fmt::format("<tr><td class=\"num\" data-v=\"{}\">{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td>"
                      "<td class=\"num\" data-v=\"{}\">{}</td><td class=\"num\" data-v=\"{}\">{}</td>"

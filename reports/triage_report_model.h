@@ -66,10 +66,21 @@ struct TriageReport {
   std::vector<TriageNode> nodes;  // rank order
   std::vector<TriageSearch> searches;
   std::string chosen;             // the search whose set the override recipe keeps ("" = none)
-  std::vector<std::string> kept;  // its nodes
   Artifact override_recipe;       // the written recipe (name, file, fingerprint)
   double elapsed_s = 0;
   std::vector<std::pair<std::string, std::string>> settings;
+
+  const TriageSearch* chosen_search() const {  // nullptr when none passed
+    for (const auto& s : searches)
+      if (s.strategy == chosen) return &s;
+    return nullptr;
+  }
+  // The chosen search's nodes (those the override recipe keeps in high precision); empty if none.
+  const std::vector<std::string>& kept() const {
+    static const std::vector<std::string> none;
+    const TriageSearch* s = chosen_search();
+    return s ? s->kept : none;
+  }
 };
 
 }  // namespace qeval::reports

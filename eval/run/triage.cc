@@ -466,7 +466,6 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
   quant::Recipe r = recipe.parsed;
   if (best) {
     report.chosen = best->strategy;
-    report.kept = best->kept;
     report.gate_chosen = final_gates[best->strategy];
     outcome.passed = true;
     r.name = recipe.parsed.name + "-fallback";

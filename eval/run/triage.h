@@ -27,7 +27,7 @@ struct TriageOptions {
 
 struct TriageOutcome {
   reports::TriageReport report;
-  quant::Recipe override_recipe;  // the variant's recipe keeping report.kept in high precision
+  quant::Recipe override_recipe;  // the variant's recipe keeping report.kept() in high precision
   bool passed = false;            // the chosen set passes the gate
 };
 

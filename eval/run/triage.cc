@@ -42,9 +42,10 @@ using KeptSet = std::vector<char>;
 
 struct Evaluated {
   bool passed = false;
-  std::optional<double> metric;  // mean over samples
+  std::optional<double> metric;  // variant_metric()
   reports::GateSection gate;     // the candidate's checks
 };
+
 
 // The gate as it applies to configurations of the triaged variant: checks naming that variant (or
 // none) apply to every configuration; checks naming other variants are dropped.
@@ -108,10 +109,7 @@ class ConfigEvaluator {
           }
         e.gate.passed = e.passed;
         e.gate.source = rep.gate.source;
-        if (const reports::Variant* v = rep.variant(name))
-          for (const auto& row : v->summary.metrics)
-            if (row.metric == metric_.key && (row.count > 0 || row.unbounded > 0))
-              e.metric = row.count > 0 && row.unbounded == 0 ? row.mean : std::numeric_limits<double>::infinity();
+        e.metric = variant_metric(rep, name, metric_.key);
         out.push_back(std::move(e));
         if (progress) progress->tick();
       }
@@ -208,6 +206,17 @@ reports::TriageSearch bisect(const std::string& strategy, const std::string& des
 }
 
 }  // namespace
+
+std::optional<double> variant_metric(const reports::RunReport& rep, const std::string& variant,
+                                     const std::string& key) {
+  if (const reports::Variant* v = rep.variant(variant))
+    for (const auto& row : v->summary.metrics)
+      if (row.metric == key) {
+        if (row.count > 0) return row.mean;
+        if (row.unbounded > 0) return std::numeric_limits<double>::infinity();
+      }
+  return std::nullopt;
+}
 
 TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const TriageOptions& options) {
   const auto t0 = Clock::now();
@@ -314,9 +323,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     report.samples = rr.samples.size();
     report.gate_full = rr.gate;
     report.full_passed = rr.gate.passed;
-    if (const reports::Variant* v = rr.variant(target_spec.name))
-      for (const auto& row : v->summary.metrics)
-        if (row.metric == metric.key && row.count > 0) report.metric_full = row.mean;
+    report.metric_full = variant_metric(rr, target_spec.name, metric.key);
     if (const reports::LayerTable* table = rr.layer_table(target_spec.name))
       for (std::size_t l = 0; l < rr.layers.size(); ++l)
         for (auto& tn : report.nodes)

@@ -7,11 +7,13 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "eval/gate.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/run_config.h"
+#include "reports/run_report_model.h"
 #include "reports/triage_report_model.h"
 
 namespace qeval::eval {
@@ -30,6 +32,12 @@ struct TriageOutcome {
   quant::Recipe override_recipe;  // the variant's recipe keeping report.kept() in high precision
   bool passed = false;            // the chosen set passes the gate
 };
+
+// A variant's metric as its report states it: the mean over the samples where it is finite; +inf
+// when every sample was unbounded (outputs identical to the reference's); nullopt when none was
+// measured. Triage reads the variant as given, the ranking runs and the searches by this one rule.
+std::optional<double> variant_metric(const reports::RunReport& report, const std::string& variant,
+                                     const std::string& metric);
 
 // InputError (exit 2) for an unknown variant, the reference itself, a variant without a recipe, a
 // gate that names no metric the pipeline has, an unknown --metric.

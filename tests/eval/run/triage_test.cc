@@ -8,6 +8,7 @@
 
 #include "eval/json_config.h"
 #include "eval/quant/recipe.h"
+#include "eval/run/triage.h"
 #include "reports/chromium.h"
 #include "test_util.h"
 
@@ -199,6 +200,24 @@ TEST(TriageCli, BadInputIsExitTwoWithAPreciseMessage) {
   const auto help = run_qeval("triage --help");
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("Polygraphy-style bisection"), std::string::npos) << help.out;
+}
+
+// One reading of a variant's metric everywhere in triage: the report's mean over finite samples,
+// +inf only when every sample was unbounded, nothing when none was measured.
+TEST(Triage, VariantMetricIsTheReportsMeanAndInfiniteOnlyWhenEverySampleIs) {
+  reports::RunReport rep;
+  reports::Variant mixed, identical, other;
+  mixed.name = "mixed";
+  mixed.summary.metrics.push_back({"psnr_db", 2, 1, 0, 31.5});  // one sample identical: the mean of the two others
+  identical.name = "identical";
+  identical.summary.metrics.push_back({"psnr_db", 0, 3, 0, 0.0});
+  other.name = "other";
+  other.summary.metrics.push_back({"ssim", 3, 0, 0, 0.9});
+  rep.variants = {mixed, identical, other};
+  EXPECT_EQ(eval::variant_metric(rep, "mixed", "psnr_db"), 31.5);
+  EXPECT_EQ(eval::variant_metric(rep, "identical", "psnr_db"), std::numeric_limits<double>::infinity());
+  EXPECT_FALSE(eval::variant_metric(rep, "other", "psnr_db"));
+  EXPECT_FALSE(eval::variant_metric(rep, "missing", "psnr_db"));
 }
 
 }  // namespace

@@ -50,6 +50,8 @@ float to_float(float8_e4m3fn v);
 float to_float(float8_e5m2 v);
 float to_float(float8_e4m3fnuz v);
 float to_float(float8_e5m2fnuz v);
+// to_float of every float8_e4m3fn code (256 values, indexed by the bits): for loops decoding many.
+const float* float8_e4m3fn_values();
 
 // Round-trip helpers used to emulate a precision in float32 storage:
 float round_to_float16(float v);   // to_float(to_float16(v))

@@ -741,5 +741,15 @@ TEST(NumericQuantize, DequantizeInvertsQuantizeOnEveryCode) {
   EXPECT_EQ(dequantize(0, 0.1f, 128), float(-128) * 0.1f);
 }
 
+TEST(NumericDecode, Float8E4M3FNValuesTableIsToFloatOfEveryCode) {
+  const float* values = float8_e4m3fn_values();
+  for (std::uint32_t c = 0; c < 256; ++c) {
+    const float want = to_float(float8_e4m3fn{std::uint8_t(c)});
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(values[c]), std::bit_cast<std::uint32_t>(want)) << c;
+  }
+  EXPECT_EQ(values[0x7e], 448.0f);
+  EXPECT_TRUE(std::isnan(values[0xff]));
+}
+
 }  // namespace
 }  // namespace qeval

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +53,25 @@ float to_float(float8_e4m3fnuz v);
 float to_float(float8_e5m2fnuz v);
 // to_float of every float8_e4m3fn code (256 values, indexed by the bits): for loops decoding many.
 const float* float8_e4m3fn_values();
+
+// to_float(to_float8_e4m3fn(v, saturate)) computed in float without branches per element, so loops
+// over it vectorise (QuantizeLinear to float8 stores the rounded values as floats): 3 mantissa bits
+// rounded to nearest even from 2^-6 up, multiples of 2^-9 below; beyond 448 (and +-inf) +-448 when
+// saturating, else NaN; NaN stays NaN. Signs as the codes' (NaN with the input's sign).
+inline float round_to_float8_e4m3fn(float v, bool saturate) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(v);
+  const std::uint32_t sign = x & 0x80000000u, a = x & 0x7fffffffu;
+  // Normal targets: round the float's mantissa to 3 bits, ties to even (no wrap: a <= 0x7f800000).
+  const std::uint32_t normal = (a + 0x7ffffu + ((a >> 20) & 1u)) & 0xfff00000u;
+  // Subnormal targets (|v| < 2^-6): multiples of 2^-9, ties to even (the scaling is exact).
+  const float sub = __builtin_nearbyintf(std::bit_cast<float>(a) * 512.0f) * (1.0f / 512.0f);
+  std::uint32_t r = a < 0x3c800000u ? std::bit_cast<std::uint32_t>(sub) : normal;
+  constexpr std::uint32_t kMax = 0x43e00000u;  // 448
+  constexpr std::uint32_t kNaN = 0x7fc00000u;
+  const std::uint32_t over = saturate ? kMax : kNaN;
+  r = a > 0x7f800000u ? kNaN : (r > kMax ? over : r);
+  return std::bit_cast<float>(r | sign);
+}
 
 // Round-trip helpers used to emulate a precision in float32 storage:
 float round_to_float16(float v);   // to_float(to_float16(v))

@@ -751,5 +751,32 @@ TEST(NumericDecode, Float8E4M3FNValuesTableIsToFloatOfEveryCode) {
   EXPECT_TRUE(std::isnan(values[0xff]));
 }
 
+TEST(NumericEncode, Float8E4M3FNRoundingInFloatEqualsEncodeThenDecode) {
+  // Every 97th bit pattern, and every pattern around the subnormal/normal boundary (2^-6) and the
+  // top of the range (448, its tie at 464, 480), both signs, saturating or not.
+  auto check = [](std::uint32_t bits) {
+    const float v = std::bit_cast<float>(bits);
+    for (bool saturate : {true, false}) {
+      const float want = to_float(to_float8_e4m3fn(v, saturate));
+      const float got = round_to_float8_e4m3fn(v, saturate);
+      if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(want)) {
+        ADD_FAILURE() << std::hex << "bits 0x" << bits << " saturate " << saturate << ": got " << got << ", want " << want;
+        return false;
+      }
+    }
+    return true;
+  };
+  for (std::uint64_t b = 0; b <= 0xffffffffu; b += 97)
+    if (!check(std::uint32_t(b))) return;
+  for (std::uint32_t sign : {0u, 0x80000000u}) {
+    for (std::uint32_t b = 0x3c000000u; b <= 0x3d000000u; ++b)
+      if (!check(sign | b)) return;
+    for (std::uint32_t b = 0x43c00000u; b <= 0x44000000u; ++b)
+      if (!check(sign | b)) return;
+    for (std::uint32_t b : {0u, 1u, 0x7f7fffffu, 0x7f800000u, 0x7fc00000u, 0x7f800001u})
+      if (!check(sign | b)) return;
+  }
+}
+
 }  // namespace
 }  // namespace qeval

@@ -35,9 +35,9 @@ struct SessionOptions {
   bool integer_qdq = true;
   // Activation buffers are kept across runs (no reallocation); false frees them after each run.
   bool keep_buffers = true;
-  // Where activation buffers come from and go back to: shared by sessions that never run at the
-  // same time (the evaluator's many small local-error sessions of one worker: Session::make_pool);
-  // null: the session's own.
+  // Where activation buffers come from and go back to: shared by sessions of one thread, run one
+  // after the other or interleaved (an evaluator worker's model sessions, its many small
+  // local-error sessions: Session::make_pool); null: the session's own.
   std::shared_ptr<class BufferPool> pool = nullptr;
 };
 

@@ -283,8 +283,7 @@ Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t cli
       chunk(j + 1, 1);
     }
     if (j < m) chunk(j, 0);
-    top[0] = top[0] > top[1] ? top[0] : top[1];
-    const U16 block_top = top[0];
+    const U16 block_top = top[0] > top[1] ? top[0] : top[1];
     if (any_at_least(block_top, kBigBits)) [[unlikely]] {
       for (int j = 0; j < m; ++j)
         scan_scalar(x, rb ? r : nullptr, (c0 + j) * kVec, kVec, !sample || j == pick, clip_bits, s);

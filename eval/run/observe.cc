@@ -254,7 +254,7 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
   return om;
 }
 
-void Capture::start(const ModelCall& c, const LayerSpace& space) {
+void Capture::start(const ModelCall& c, const LayerSpace& space, int model_index) {
   // Slots are kept across calls and models (a layer belongs to one model; stale slots are told
   // apart by their generation): the copies of the next call of the same model reuse their storage
   // instead of faulting in fresh pages (the VAE decoder's values are ~1 MB each).
@@ -263,7 +263,7 @@ void Capture::start(const ModelCall& c, const LayerSpace& space) {
     outputs_.clear();
   }
   space_ = &space;
-  model_index_ = space.model_index(c.model);
+  model_index_ = model_index;
   outputs_.resize(space.layers());
   model = std::string(c.model);
   step = c.step;
@@ -512,7 +512,7 @@ Observer* LockstepObserver::begin(const ModelCall& call) {
   }
   for (Recent& r : recent_) r.value = nullptr;  // another call: its values are others
   const bool is_ref = variant_ == run_.reference;
-  if (is_ref) capture_.start(call, *run_.space);
+  if (is_ref) capture_.start(call, *run_.space, m);
   node_observer_->start(call, m, is_ref, !is_ref && capture_.matches(call));
   return node_observer_.get();
 }

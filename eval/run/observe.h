@@ -150,8 +150,9 @@ class Capture {
   int step = -1, call = -1;
   bool valid = false;
 
-  // Forgets the previous call's values. `space`: the layers the call's values are kept by.
-  void start(const ModelCall& c, const LayerSpace& space);
+  // Forgets the previous call's values. `space`: the layers the call's values are kept by;
+  // `model_index`: the call's model in it (LayerSpace::model_index).
+  void start(const ModelCall& c, const LayerSpace& space, int model_index);
   void forget() { valid = false; }  // holds no call (borrowed values are about to go)
   bool matches(const ModelCall& c) const { return valid && model == c.model && step == c.step && call == c.call; }
   bool has(const std::string& name) const { return find(name) != nullptr; }

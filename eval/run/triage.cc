@@ -46,7 +46,6 @@ struct Evaluated {
   reports::GateSection gate;     // the candidate's checks
 };
 
-
 // The gate as it applies to configurations of the triaged variant: checks naming that variant (or
 // none) apply to every configuration; checks naming other variants are dropped.
 Gate gate_for_candidates(Gate gate, const std::string& variant) {

@@ -238,15 +238,19 @@ class Txt2ImgDriver : public RunDriver {
     };
     // Observed: one model call of every variant runs together, node by node (run_lockstep): the
     // reference's execution retains its buffers, which the capture borrows for the comparisons
-    // and the local errors. session(v) is variant v's session, inputs[v] its inputs.
-    auto lockstep_call = [&](const ModelCall& call, auto&& session,
-                             std::vector<std::map<std::string, Tensor>>& inputs) {
+    // and the local errors. `model`: which of a variant's sessions runs; inputs_of(v, graph) the
+    // inputs of variant v's call.
+    auto lockstep_call = [&](const ModelCall& call, std::shared_ptr<Session> Txt2ImgSessions::*model,
+                             auto&& inputs_of) {
+      std::vector<std::map<std::string, Tensor>> inputs(nv);
       std::vector<std::unique_ptr<Session::Execution>> runs_of(nv);
       std::vector<Session::Execution*> executions(nv);
       std::vector<LockstepObserver*> lockstep(nv);
       for (std::size_t v : order) {
         timed(v, [&] {
-          runs_of[v] = std::make_unique<Session::Execution>(session(v), inputs[v], observers[v]->begin(call), v == r);
+          Session& session = *(th.sessions[v].*model);
+          inputs[v] = inputs_of(v, session.graph());
+          runs_of[v] = std::make_unique<Session::Execution>(session, inputs[v], observers[v]->begin(call), v == r);
         });
         executions[v] = runs_of[v].get();
         lockstep[v] = observers[v].get();
@@ -272,11 +276,8 @@ class Txt2ImgDriver : public RunDriver {
       return outputs;
     };
     auto observed_steps = [&](int t) {
-      std::vector<std::map<std::string, Tensor>> inputs(nv);
-      for (std::size_t v : order)
-        timed(v, [&] { inputs[v] = runs[v].unet_inputs(th.sessions[v].unet->graph(), runs[v].latent(), t); });
-      auto outputs = lockstep_call(Txt2ImgRun::unet_call(t, info.id),
-                                   [&](std::size_t v) -> Session& { return *th.sessions[v].unet; }, inputs);
+      auto outputs = lockstep_call(Txt2ImgRun::unet_call(t, info.id), &Txt2ImgSessions::unet,
+                                   [&](std::size_t v, const Graph& g) { return runs[v].unet_inputs(g, runs[v].latent(), t); });
       std::vector<Txt2ImgRun::Prediction> predictions(nv);
       for (std::size_t v : order) {
         timed(v, [&] {
@@ -329,10 +330,8 @@ class Txt2ImgDriver : public RunDriver {
     // VAE decoder and the images (observed: in lockstep, as the UNet's calls).
     std::vector<datasets::Rgb8> images(nv);
     if (ctx.observation && ctx.interleave) {
-      std::vector<std::map<std::string, Tensor>> inputs(nv);
-      for (std::size_t v : order) timed(v, [&] { inputs[v] = runs[v].decoder_inputs(th.sessions[v].vae_decoder->graph()); });
-      auto outputs = lockstep_call(Txt2ImgRun::vae_call(info.id),
-                                   [&](std::size_t v) -> Session& { return *th.sessions[v].vae_decoder; }, inputs);
+      auto outputs = lockstep_call(Txt2ImgRun::vae_call(info.id), &Txt2ImgSessions::vae_decoder,
+                                   [&](std::size_t v, const Graph& g) { return runs[v].decoder_inputs(g); });
       th.sessions[r].vae_decoder->drop_retained();
       for (std::size_t v : order)
         timed(v, [&] { images[v] = image_to_rgb8(runs[v].image(th.sessions[v].vae_decoder->graph(), outputs[v])); });

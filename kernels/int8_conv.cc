@@ -117,7 +117,7 @@ PackedInt8ConvWeights::PackedInt8ConvWeights(const ConvParams& p, const std::int
 }
 
 void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
-               std::int32_t* y, std::int32_t* window_sums, Int8GemmPath path) {
+               std::int32_t* y, std::int32_t* window_sums, Int8GemmPath path, PackedInt8B* scratch) {
   const Geometry3 g = geometry(p);
   const std::int64_t cg = p.in_channels / p.groups, og = p.out_channels / p.groups;
   const std::int64_t kprod = g.k_size(), in_size = g.in_size(), out_size = g.out_size();
@@ -164,11 +164,16 @@ void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t gi = 0; gi < p.groups; ++gi) {
       const std::int8_t* xg = x + (b * p.in_channels + gi * cg) * in_size;
-      std::unique_ptr<PackedInt8B> pb;
+      std::unique_ptr<PackedInt8B> own;
+      PackedInt8B* pb = scratch;
       if (direct) {
-        pb = std::make_unique<PackedInt8B>(k, out_size, xg, out_size);
+        own = std::make_unique<PackedInt8B>(k, out_size, xg, out_size);
+        pb = own.get();
       } else {
-        pb = std::make_unique<PackedInt8B>(k, out_size);
+        if (pb)
+          pb->reset(k, out_size);
+        else
+          pb = (own = std::make_unique<PackedInt8B>(k, out_size)).get();
         pack_im2col(g, xg, cg, pad_value, *pb);
       }
       int8_gemm(w.group(gi), *pb, y + (b * p.out_channels + gi * og) * out_size, out_size, path);

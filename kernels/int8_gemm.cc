@@ -186,13 +186,25 @@ PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, s
   });
 }
 
-PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n) : k_(k), n_(n), k_groups_((k + 3) / 4) {
+PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n) : k_(0), n_(0), k_groups_(0) { reset(k, n); }
+
+void PackedInt8B::reset(std::int64_t k, std::int64_t n) {
   if (k < 0 || n < 0) throw std::invalid_argument("PackedInt8B: bad shape");
+  k_ = k;
+  n_ = n;
+  k_groups_ = (k + 3) / 4;
   const std::int64_t panels = (n + NR - 1) / NR;
-  const std::size_t bytes = std::size_t(panels * k_groups_ * NR * 4);
-  data_ = alloc_bytes(bytes);
+  const std::size_t bytes = std::size_t(panels * k_groups_ * NR * 4), sums = std::size_t(panels * NR);
+  if (bytes > bytes_ || !data_) {
+    data_ = alloc_bytes(bytes);
+    bytes_ = bytes;
+  }
+  if (sums > sums_ || !col_sums_) {
+    col_sums_.reset(new std::int32_t[std::max<std::size_t>(sums, 1)]);
+    sums_ = sums;
+  }
   std::memset(data_.get(), 0, bytes);
-  col_sums_.reset(new std::int32_t[std::size_t(panels * NR)]());
+  std::fill_n(col_sums_.get(), sums, 0);
 }
 
 std::string_view int8_gemm_path_name(Int8GemmPath p) {

@@ -50,6 +50,9 @@ class PackedInt8B {
   // element (p, col) at mutable_panel(col)[(p / 4) * kInt8NR * 4 + (col % kInt8NR) * 4 + p % 4],
   // and every column's sum into mutable_col_sums() (columns past n stay 0).
   PackedInt8B(std::int64_t k, std::int64_t n);
+  // The same, reusing this one's storage when it is large enough (a caller's scratch, kept across
+  // calls: no allocation and no fresh pages per call).
+  void reset(std::int64_t k, std::int64_t n);
   std::int8_t* mutable_panel(std::int64_t j0) {
     return reinterpret_cast<std::int8_t*>(data_.get()) + (j0 / kInt8NR) * k_groups_ * kInt8NR * 4;
   }
@@ -66,6 +69,7 @@ class PackedInt8B {
   std::int64_t k_, n_, k_groups_;
   AlignedBytes data_;
   std::unique_ptr<std::int32_t[]> col_sums_;
+  std::size_t bytes_ = 0, sums_ = 0;  // allocated sizes (reset reuses them)
 };
 
 enum class Int8GemmPath { kPortable, kAvx512Vnni };

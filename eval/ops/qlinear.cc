@@ -158,12 +158,15 @@ class PackedConvCache {
     }
     return *packed_;
   }
+  // The im2col matrix of the op's runs (one session = one thread).
+  kernels::PackedInt8B& scratch() { return scratch_; }
 
  private:
   const Tensor* source_ = nullptr;
   const Tensor* constant_ = nullptr;
   std::int64_t in_ = 0, groups_ = 0;
   std::unique_ptr<kernels::PackedInt8ConvWeights> packed_;
+  kernels::PackedInt8B scratch_{0, 0};
 };
 
 // y[b, oc, ...] = sum over the window of (x - zx)(w - zw[oc]), padding reading zx (real 0).
@@ -178,7 +181,8 @@ void integer_conv(const kernels::ConvParams& p, const Tensor& x, std::int32_t zx
   const std::int64_t k = p.in_channels / p.groups * kprod;
   const bool any_zw = std::any_of(zw.begin(), zw.end(), [](std::int32_t z) { return z != 0; });
   std::vector<std::int32_t> window_sums(any_zw ? std::size_t(p.batch * p.groups * out_size) : 0);
-  kernels::int8_conv(p, px, std::int8_t(zx), packed, y, any_zw ? window_sums.data() : nullptr);
+  kernels::int8_conv(p, px, std::int8_t(zx), packed, y, any_zw ? window_sums.data() : nullptr,
+                     kernels::int8_gemm_best_path(), &cache.scratch());
   if (zx == 0 && !any_zw) return;
   const std::int64_t og = p.out_channels / p.groups;
   for (std::int64_t b = 0; b < p.batch; ++b)

@@ -37,6 +37,12 @@ ConvParams params(std::int64_t batch, std::int64_t cin, std::int64_t cout, std::
   return p;
 }
 
+// One scratch for every check: reused across geometries (larger, then smaller, stale contents).
+PackedInt8B& shared_scratch() {
+  static PackedInt8B scratch(0, 0);
+  return scratch;
+}
+
 void check(const ConvParams& p, unsigned seed, std::int8_t pad_value) {
   auto x = random_int8(std::size_t(conv_input_size(p)), seed);
   auto w = random_int8(std::size_t(conv_weight_size(p)), seed + 1);
@@ -47,20 +53,22 @@ void check(const ConvParams& p, unsigned seed, std::int8_t pad_value) {
   if (int8_gemm_path_available(Int8GemmPath::kAvx512Vnni)) paths.push_back(Int8GemmPath::kAvx512Vnni);
   std::int64_t out_size = 1;
   for (auto o : p.out_spatial) out_size *= o;
-  for (auto path : paths) {
-    std::vector<std::int32_t> got(want.size(), 12345);
-    std::vector<std::int32_t> sums(std::size_t(p.batch * p.groups * out_size), 12345);
-    int8_conv(p, x.data(), pad_value, packed, got.data(), sums.data(), path);
-    for (std::size_t i = 0; i < want.size(); ++i)
-      ASSERT_EQ(got[i], want[i]) << int8_gemm_path_name(path) << " groups " << p.groups << " element " << i << " of " << want.size();
-    // Window sums = the same conv with one all-ones filter per group.
-    ConvParams ones = p;
-    ones.out_channels = p.groups;
-    std::vector<std::int8_t> w1(std::size_t(conv_weight_size(ones)), 1);
-    std::vector<std::int32_t> want_sums(std::size_t(conv_output_size(ones)));
-    int8_conv_reference(ones, x.data(), pad_value, w1.data(), want_sums.data());
-    ASSERT_EQ(sums, want_sums) << int8_gemm_path_name(path);
-  }
+  for (auto path : paths)
+    for (PackedInt8B* scratch : {static_cast<PackedInt8B*>(nullptr), &shared_scratch()}) {
+      std::vector<std::int32_t> got(want.size(), 12345);
+      std::vector<std::int32_t> sums(std::size_t(p.batch * p.groups * out_size), 12345);
+      int8_conv(p, x.data(), pad_value, packed, got.data(), sums.data(), path, scratch);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(got[i], want[i]) << int8_gemm_path_name(path) << (scratch ? " (scratch)" : "") << " groups "
+                                   << p.groups << " element " << i << " of " << want.size();
+      // Window sums = the same conv with one all-ones filter per group.
+      ConvParams ones = p;
+      ones.out_channels = p.groups;
+      std::vector<std::int8_t> w1(std::size_t(conv_weight_size(ones)), 1);
+      std::vector<std::int32_t> want_sums(std::size_t(conv_output_size(ones)));
+      int8_conv_reference(ones, x.data(), pad_value, w1.data(), want_sums.data());
+      ASSERT_EQ(sums, want_sums) << int8_gemm_path_name(path);
+    }
 }
 
 TEST(Int8Conv, MatchesTheDefinitionOverGeometries) {
@@ -77,6 +85,7 @@ TEST(Int8Conv, MatchesTheDefinitionOverGeometries) {
   check(params(1, 4, 6, 2, {15}, {4}, 2, 1, 1), seed++, 5);         // 1-D
   check(params(1, 3, 4, 1, {4, 5, 6}, {2, 3, 3}, 1, 1, 1), seed++, 0);  // 3-D
   check(params(1, 64, 40, 1, {16, 16}, {3, 3}, 1, 1, 1), seed++, 0);  // k = 576, several GEMM blocks
+  check(params(2, 6, 10, 1, {9, 11}, {3, 3}, 1, 1, 1), seed++, -7);   // the scratch smaller again
 }
 
 TEST(Int8Conv, ExtremeValuesStayExactInInt32) {

@@ -684,7 +684,8 @@ class Session::Execution::State {
     const bool take_over = step.view && (!observer_ || (!retain_ && !observer_->reads_view_inputs())) &&
                            !p.constants[std::size_t(in0)] && !aliased_[std::size_t(in0)] &&
                            slots_[std::size_t(in0)].capacity() > 0 &&
-                           std::find(step.release.begin(), step.release.end(), in0) != step.release.end();
+                           std::find(step.release.begin(), step.release.end(), in0) != step.release.end() &&
+                           !(observer_ && observer_->holds(slots_[std::size_t(in0)]));
     if (take_over) {
       const int id = step.out[0];
       const ValueMeta& m = p.metas[std::size_t(id)];
@@ -722,9 +723,11 @@ class Session::Execution::State {
     }
     if (retain_) return;  // every value stays readable until finish()
     for (int id : step.release) {
-      live_ -= slots_[std::size_t(id)].capacity();
-      live_exact_ -= slots_[std::size_t(id)].nbytes();
-      pool.give(std::move(slots_[std::size_t(id)]));
+      Tensor& t = slots_[std::size_t(id)];
+      live_ -= t.capacity();
+      live_exact_ -= t.nbytes();
+      if (observer_) observer_->on_release(t);
+      pool.give(std::move(t));  // nothing when the observer took it
     }
   }
 

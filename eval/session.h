@@ -59,6 +59,15 @@ class Observer {
   // output when the input dies there, as unobserved runs do (no copy), and the event's input is
   // an empty tensor (its address still identifies the value).
   virtual bool reads_view_inputs() const { return true; }
+  // A non-retaining execution is about to give `value`'s buffer back to its pool (the value's last
+  // reader has run): an observer that still needs the value may take the buffer (move from it).
+  virtual void on_release(Tensor& value) { (void)value; }
+  // Whether the observer still reads `value` after its last reader in the graph (it would take it
+  // on release): a view whose input dies then copies it instead of taking its buffer over.
+  virtual bool holds(const Tensor& value) const {
+    (void)value;
+    return false;
+  }
 };
 
 

@@ -270,6 +270,7 @@ void Capture::start(const ModelCall& c, const LayerSpace& space, int model_index
   call = c.call;
   valid = true;
   ++generation_;
+  waiting_.clear();
 }
 
 const Tensor* Capture::find(const std::string& name) const {
@@ -307,8 +308,36 @@ void Capture::keep(const std::string& name, const Tensor& value, std::optional<d
   fill(slots_[name], value, energy);
 }
 
-void Capture::keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy) {
-  fill(outputs_.at(layer), value, energy);
+void Capture::keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy, unsigned readers) {
+  Slot& s = outputs_.at(layer);
+  fill(s, value, energy);
+  s.pending = borrowing ? readers : 0;
+  if (s.pending) waiting_.push_back(layer);
+}
+
+void Capture::consumed(std::size_t layer) {
+  if (layer >= outputs_.size()) return;
+  Slot& s = outputs_[layer];
+  if (s.generation == generation_ && s.pending > 0) --s.pending;
+}
+
+bool Capture::holds(const Tensor& value) const {
+  return std::any_of(waiting_.begin(), waiting_.end(), [&](std::size_t layer) {
+    return outputs_[layer].pending > 0 && outputs_[layer].borrowed == &value;
+  });
+}
+
+void Capture::on_release(Tensor& value) {
+  // Readers usually compare right after the reference's node (run_lockstep), long before the
+  // value's last use in the reference: the list holds the last node's output or nothing.
+  std::erase_if(waiting_, [&](std::size_t layer) { return outputs_[layer].pending == 0; });
+  for (std::size_t layer : waiting_) {
+    Slot& s = outputs_[layer];
+    if (s.borrowed != &value) continue;
+    std::swap(s.tensor, value);  // the storage it held goes to the pool in its place
+    s.borrowed = nullptr;
+    return;
+  }
 }
 
 Capture::Value Capture::value(const std::string& name) const {
@@ -340,8 +369,12 @@ class LockstepObserver::NodeObserver : public Observer {
   }
   void on_node(const NodeEvent& e) override;
   // A view's statistics come from its input's by address (Recent) or from its own output; the
-  // reference's inputs are captured, and a node hook may read any event.
-  bool reads_view_inputs() const override { return capture_ || o_.run_.node_hook; }
+  // reference's inputs are captured for local error, and a node hook may read any event.
+  bool reads_view_inputs() const override { return (capture_ && o_.run_.local_error) || o_.run_.node_hook; }
+  void on_release(Tensor& value) override {
+    if (capture_) o_.capture_.on_release(value);
+  }
+  bool holds(const Tensor& value) const override { return capture_ && o_.capture_.holds(value); }
 
  private:
   LockstepObserver& o_;
@@ -387,6 +420,15 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   const int layer = info->layer;
   if (run.node_hook) run.node_hook(variant.name, call_, e);
   Capture& cap = o_.capture_;
+  // A variant's node is the last reader of the reference's value it compares with (after its
+  // non-finite check below), whatever path it takes.
+  struct Consumed {
+    Capture* cap;
+    int layer;
+    ~Consumed() {
+      if (cap) cap->consumed(std::size_t(layer));
+    }
+  } consumed{compare_ && layer >= 0 ? &cap : nullptr, layer};
   const Tensor* out = e.folded || e.outputs.empty() || !e.outputs[0] || e.outputs[0]->dtype() != DType::kFloat32 ||
                               layer < 0
                           ? nullptr
@@ -458,14 +500,18 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     r.energy = energy;
   }
   if (capture_) {
-    // The reference's values (with the energy the variants' one-pass error needs).
+    // The reference's values (with the energy the variants' one-pass error needs); graph inputs
+    // and second outputs only for local error (the variants compare layer outputs).
+    const bool local = run.local_error;
     for (std::size_t i : info->graph_inputs)
-      if (i < e.inputs.size() && e.inputs[i] && !cap.has(e.node.inputs[i])) cap.keep(e.node.inputs[i], *e.inputs[i]);
+      if (local && i < e.inputs.size() && e.inputs[i] && !cap.has(e.node.inputs[i]))
+        cap.keep(e.node.inputs[i], *e.inputs[i]);
     for (std::size_t k = 0; k < e.outputs.size(); ++k) {
       if (!e.outputs[k]) continue;
       if (k == 0 && layer >= 0)
-        cap.keep_output(std::size_t(layer), *e.outputs[0], energy);
-      else
+        cap.keep_output(std::size_t(layer), *e.outputs[0], energy,
+                        std::size_t(layer) < run.readers.size() ? run.readers[std::size_t(layer)] : 0);
+      else if (local)
         cap.keep(e.node.outputs[k], *e.outputs[k]);
     }
     if (layer >= 0) cap.mark_ran(std::size_t(layer));

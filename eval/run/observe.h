@@ -142,8 +142,10 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
                             bool local_error);
 
 // The reference's values of one model call: copies (the executor reuses its buffers; storage kept
-// across calls and reused when a value's size fits), or, in a lockstep call whose reference
-// execution retains its buffers, the values themselves.
+// across calls and reused when a value's size fits), or, in a lockstep call (`borrowing`), the
+// reference execution's values themselves: all of them when it retains its buffers (local error
+// reads them after the call), else each layer output until its readers (the variants' matching
+// nodes) have compared: one the execution releases before that is taken over (on_release).
 class Capture {
  public:
   std::string model;
@@ -163,7 +165,14 @@ class Capture {
   // squares when known (what ActivationStats::add returned for it), for the variants' one-pass error.
   void keep(const std::string& name, const Tensor& value, std::optional<double> energy = std::nullopt);
   // The same for the first output of a layer's node (kept by layer: the observers' hot path).
-  void keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy);
+  // `readers`: how many variant nodes will compare against it in this call (consumed()).
+  void keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy, unsigned readers = 0);
+  // A reader of the layer's output is done with it.
+  void consumed(std::size_t layer);
+  // The reference's execution releases `value`: a borrowed layer output that readers still wait
+  // for is taken over (moved into the capture).
+  void on_release(Tensor& value);
+  bool holds(const Tensor& value) const;  // a borrowed layer output that readers still wait for
   bool borrowing = false;
   struct Value {
     const Tensor* tensor = nullptr;
@@ -181,6 +190,7 @@ class Capture {
     const Tensor* borrowed = nullptr;
     std::uint64_t generation = 0;
     std::optional<double> energy;
+    unsigned pending = 0;  // readers yet to come (borrowed values only)
   };
   void fill(Slot& s, const Tensor& value, std::optional<double> energy);
   Value read(const Slot& s) const;
@@ -189,6 +199,7 @@ class Capture {
   std::unordered_map<std::string, Slot> slots_;  // values that are no layer's first output
   std::vector<Slot> outputs_;                    // per layer
   std::vector<std::uint64_t> ran_;  // per layer: the generation in which its reference node ran
+  std::vector<std::size_t> waiting_;  // layers whose borrowed output may have readers to come
   std::uint64_t generation_ = 0;
 };
 
@@ -212,6 +223,8 @@ struct RunObservation {
   std::vector<ObservedVariant> variants;
   std::size_t reference = 0;
   bool local_error = false;
+  // Per layer: how many nodes of the other variants are matched to it (read its reference value).
+  std::vector<unsigned> readers;
   TensorSink full_tensors;  // empty: not kept
   NodeHook node_hook;       // empty: none
 

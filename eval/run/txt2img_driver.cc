@@ -236,10 +236,11 @@ class Txt2ImgDriver : public RunDriver {
       });
       return prediction;
     };
-    // Observed: one model call of every variant runs together, node by node (run_lockstep): the
-    // reference's execution retains its buffers, which the capture borrows for the comparisons
-    // and the local errors. `model`: which of a variant's sessions runs; inputs_of(v, graph) the
-    // inputs of variant v's call.
+    // Observed: one model call of every variant runs together, node by node (run_lockstep), and
+    // the capture borrows the reference's values for the comparisons. For local error (after the
+    // call) the reference's execution retains every buffer; without it a value goes back to the
+    // pool once its readers have compared, as in an unobserved run. `model`: which of a
+    // variant's sessions runs; inputs_of(v, graph) the inputs of variant v's call.
     auto lockstep_call = [&](const ModelCall& call, std::shared_ptr<Session> Txt2ImgSessions::*model,
                              auto&& inputs_of) {
       std::vector<std::map<std::string, Tensor>> inputs(nv);
@@ -250,7 +251,8 @@ class Txt2ImgDriver : public RunDriver {
         timed(v, [&] {
           Session& session = *(th.sessions[v].*model);
           inputs[v] = inputs_of(v, session.graph());
-          runs_of[v] = std::make_unique<Session::Execution>(session, inputs[v], observers[v]->begin(call), v == r);
+          runs_of[v] = std::make_unique<Session::Execution>(session, inputs[v], observers[v]->begin(call),
+                                                            v == r && ctx.observation->local_error);
         });
         executions[v] = runs_of[v].get();
         lockstep[v] = observers[v].get();

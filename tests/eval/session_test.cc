@@ -309,6 +309,29 @@ TEST(Session, ViewOpsTakeOverTheBufferOfAnInputThatDiesThere) {
   Session::Execution retained(lean, in, &outputs_only, true);
   retained.finish();
   EXPECT_GE(lean.last_live_activation_bytes(), 3 * tensor);
+
+  // An observer that still needs n after its last reader (the reshape): the view copies instead of
+  // taking n's buffer, and n's buffer goes to the observer on release instead of to the pool.
+  struct Keeper final : Observer {
+    void on_node(const NodeEvent& e) override {
+      if (e.node.name == "neg") n = e.outputs[0];
+    }
+    bool reads_view_inputs() const override { return false; }
+    bool holds(const Tensor& value) const override { return &value == n && kept.numel() == 0; }
+    void on_release(Tensor& value) override {
+      ++released;
+      if (&value == n) kept = std::move(value);
+    }
+    const Tensor* n = nullptr;
+    Tensor kept;
+    int released = 0;
+  } keeper;
+  Session keeping(g);
+  const Tensor kept_y = keeping.run(in, &keeper).at("y");
+  EXPECT_EQ(0, std::memcmp(kept_y.raw(), want.raw(), y.nbytes()));
+  ASSERT_EQ(keeper.kept.shape(), (Shape{64, 1024}));
+  for (std::size_t i = 0; i < v.size(); ++i) ASSERT_EQ(keeper.kept.data<float>()[i], -v[i]) << i;
+  EXPECT_GE(keeper.released, 4);  // n, k, s (the copied views' inputs die too) and p or q
 }
 
 TEST(Session, DeadBuffersAreReused) {

@@ -140,9 +140,10 @@ void LayerCells::merge(const LayerCells& o) {
     for (int s = 0; s < n; ++s) {
       const LayerCell& src = o.blocks_[l][std::size_t(s)];
       LayerCell& dst = at(l, s);
-      dst.act.merge(src.act);
-      dst.acc.merge(src.acc);
-      dst.local.merge(src.local);
+      // Nothing added: nothing to merge (the reference's errors, local error when it is off).
+      if (src.act.calls || src.act.clipped) dst.act.merge(src.act);
+      if (src.acc.calls) dst.acc.merge(src.acc);
+      if (src.local.calls) dst.local.merge(src.local);
     }
   }
 }

@@ -225,6 +225,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
     ctx.capture = &capture;
     ctx.teacher_forced = spec.observe.teacher_forced;
     ctx.interleave = options.interleave;
+    ctx.lockstep_window = options.lockstep_window;
     ctx.out_dir = options.out_dir;
     ctx.tick = [&progress] { progress.tick(); };
     // This worker's layer cells, cleared and reused unit after unit.

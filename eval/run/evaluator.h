@@ -85,6 +85,9 @@ struct UnitContext {
   // Observed model calls of the variants run together, node by node (run_lockstep), where the
   // driver can; false: one after the other, the reference's values copied (the same results).
   bool interleave = true;
+  // The variants catch up after every this many reference nodes: 1 (the fastest); larger makes the
+  // capture hold and take over values the reference releases first (tests exercise that path).
+  std::size_t lockstep_window = 1;
   std::filesystem::path out_dir;  // images go under out_dir/images; empty: not written
   std::function<void()> tick;     // progress: called ticks_per_unit() times per unit
 };
@@ -164,6 +167,7 @@ struct EvaluatorOptions {
   std::function<void(const struct RunResult&)> checkpoint;
   double checkpoint_every_s = 20;
   bool interleave = true;  // UnitContext::interleave
+  std::size_t lockstep_window = 1;  // UnitContext::lockstep_window
 };
 
 // The merged result of a run, before it becomes a report.

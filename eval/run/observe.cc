@@ -573,7 +573,7 @@ bool LockstepObserver::ready(const Node& next, std::size_t index) {
 }
 
 void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
-                  std::span<LockstepObserver* const> observers, std::vector<double>& ms) {
+                  std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
   Session::Execution& ref = *executions[reference];
@@ -586,11 +586,11 @@ void run_lockstep(std::size_t reference, std::span<Session::Execution* const> ex
       ms[v] += since(t0);
     }
   };
-  while (!ref.done()) {
+  for (std::size_t n = 1; !ref.done(); ++n) {
     const auto t0 = Clock::now();
     ref.step();
     ms[reference] += since(t0);
-    catch_up(false);
+    if (n % std::max<std::size_t>(window, 1) == 0) catch_up(false);
   }
   catch_up(true);  // nodes matched to reference nodes that never ran as such
 }

@@ -295,13 +295,13 @@ class LockstepObserver : public ModelCallObserver {
 };
 
 // Runs one model call of several variants together, node by node: after each node of the
-// reference, every other variant runs the nodes whose reference counterparts have run, so it reads
-// the reference's values (borrowed by the capture, not copied) while they are still in cache. Each
-// execution's observer is observers[v] (begun for this call, the reference's first); the
-// reference's execution retains its buffers and the capture is borrowing. ms[v] += the time spent
-// running variant v's nodes. Leaves every execution done, not finished.
+// reference (each `window` nodes), every other variant runs the nodes whose reference counterparts
+// have run, so it reads the reference's values (borrowed by the capture, not copied) while they
+// are still in cache. Each execution's observer is observers[v] (begun for this call, the
+// reference's first); the capture is borrowing. ms[v] += the time spent running variant v's
+// nodes. Leaves every execution done, not finished.
 void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
-                  std::span<LockstepObserver* const> observers, std::vector<double>& ms);
+                  std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window = 1);
 
 // Local error of every observed node of `capture`'s model for variant `variant`: each node (with
 // its quantization plumbing) re-run alone on the reference's captured inputs in the variant's

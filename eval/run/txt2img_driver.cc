@@ -266,7 +266,7 @@ class Txt2ImgDriver : public RunDriver {
             c.forget();
           }
         } borrowing(*ctx.capture);
-        run_lockstep(r, executions, lockstep, ms);
+        run_lockstep(r, executions, lockstep, ms, ctx.lockstep_window);
         local_errors();
       }
       std::vector<std::map<std::string, Tensor>> outputs(nv);

@@ -21,13 +21,21 @@ std::string_view precision_name(Precision p) {
   return "?";
 }
 
+namespace {
+constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kFp16, Precision::kBf16};
+}  // namespace
+
 const std::vector<std::string>& precision_names() {
-  static const std::vector<std::string> names = {"fp32", "fp16", "bf16"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (Precision p : kPrecisions) n.emplace_back(precision_name(p));
+    return n;
+  }();
   return names;
 }
 
 std::optional<Precision> precision_from_name(std::string_view name) {
-  for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16})
+  for (Precision p : kPrecisions)
     if (precision_name(p) == name) return p;
   return std::nullopt;
 }

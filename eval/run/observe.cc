@@ -322,22 +322,22 @@ void Capture::consumed(std::size_t layer) {
   if (s.generation == generation_ && s.pending > 0) --s.pending;
 }
 
-bool Capture::holds(const Tensor& value) const {
-  return std::any_of(waiting_.begin(), waiting_.end(), [&](std::size_t layer) {
-    return outputs_[layer].pending > 0 && outputs_[layer].borrowed == &value;
-  });
+int Capture::waiting_for(const Tensor& value) const {
+  for (std::size_t layer : waiting_)
+    if (outputs_[layer].pending > 0 && outputs_[layer].borrowed == &value) return int(layer);
+  return -1;
 }
+
+bool Capture::holds(const Tensor& value) const { return waiting_for(value) >= 0; }
 
 void Capture::on_release(Tensor& value) {
   // Readers usually compare right after the reference's node (run_lockstep), long before the
   // value's last use in the reference: the list holds the last node's output or nothing.
   std::erase_if(waiting_, [&](std::size_t layer) { return outputs_[layer].pending == 0; });
-  for (std::size_t layer : waiting_) {
-    Slot& s = outputs_[layer];
-    if (s.borrowed != &value) continue;
+  if (const int layer = waiting_for(value); layer >= 0) {
+    Slot& s = outputs_[std::size_t(layer)];
     std::swap(s.tensor, value);  // the storage it held goes to the pool in its place
     s.borrowed = nullptr;
-    return;
   }
 }
 
@@ -586,11 +586,12 @@ void run_lockstep(std::size_t reference, std::span<Session::Execution* const> ex
       ms[v] += since(t0);
     }
   };
+  window = std::max<std::size_t>(window, 1);
   for (std::size_t n = 1; !ref.done(); ++n) {
     const auto t0 = Clock::now();
     ref.step();
     ms[reference] += since(t0);
-    if (n % std::max<std::size_t>(window, 1) == 0) catch_up(false);
+    if (n % window == 0) catch_up(false);
   }
   catch_up(true);  // nodes matched to reference nodes that never ran as such
 }

@@ -193,6 +193,8 @@ class Capture {
     unsigned pending = 0;  // readers yet to come (borrowed values only)
   };
   void fill(Slot& s, const Tensor& value, std::optional<double> energy);
+  // The layer whose borrowed output is `value` with readers still to come; -1 for none.
+  int waiting_for(const Tensor& value) const;
   Value read(const Slot& s) const;
   const LayerSpace* space_ = nullptr;
   int model_index_ = -1;

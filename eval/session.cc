@@ -137,12 +137,16 @@ class BufferPool {
   std::multimap<std::size_t, Tensor> free_;
 };
 
-// Consecutive-in-effect nodes run as one kernel when no observer is attached. A fused kernel gives
-// the same bits as its nodes (tested), so observed and unobserved runs agree exactly.
+// Consecutive-in-effect nodes run as one kernel. A fused kernel gives the same bits as its nodes
+// (tested), so observed and unobserved runs agree exactly.
 class FusedKernel {
  public:
   virtual ~FusedKernel() = default;
   virtual void run(std::span<const Tensor* const> inputs, Tensor& output) = 0;
+  // The same, also writing each member node's output, as the nodes would have (rounded as the
+  // executor rounds them): `outputs` holds one per member in order, the last being run()'s
+  // output (which the executor rounds). Observed executions run this: they see every node.
+  virtual void run_all(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) = 0;
 };
 
 namespace {
@@ -164,6 +168,16 @@ class AttentionKernel final : public FusedKernel {
     kernels::attention(shape_, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(), out.data<float>(),
                        scratch_);
   }
+  // outputs: the scores, [the scaled scores,] the probabilities, the output.
+  void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
+    const std::size_t n = outputs.size();
+    kernels::AttentionIntermediates keep;
+    keep.scores = outputs[0]->data<float>();
+    if (n == 4) keep.scaled = outputs[1]->data<float>();
+    keep.probs = outputs[n - 2]->data<float>();
+    kernels::attention(shape_, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(),
+                       outputs[n - 1]->data<float>(), scratch_, keep);
+  }
 
  private:
   kernels::AttentionShape shape_;
@@ -183,7 +197,14 @@ class ElementwiseChainKernel final : public FusedKernel {
     Rounding rounding = Rounding::kNone;  // of the stage's output (the last one: the executor's)
   };
   explicit ElementwiseChainKernel(std::vector<Stage> stages) : stages_(std::move(stages)) {}
-  void run(std::span<const Tensor* const> in, Tensor& out) override {
+  void run(std::span<const Tensor* const> in, Tensor& out) override { chain(in, {}, out); }
+  void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
+    chain(in, outputs, *outputs.back());
+  }
+
+ private:
+  // Intermediates go to `keep` (one tensor per stage) or, when it is empty, to a block buffer.
+  void chain(std::span<const Tensor* const> in, std::span<Tensor* const> keep, Tensor& out) {
     const std::int64_t n = out.numel();
     float* y = out.data<float>();
     kernels::for_each_chunk(n, [&](std::int64_t c0, std::int64_t c1) {
@@ -194,7 +215,7 @@ class ElementwiseChainKernel final : public FusedKernel {
         const float* cur = in[0]->data<float>() + i0;
         for (std::size_t k = 0; k < stages_.size(); ++k) {
           const Stage& st = stages_[k];
-          float* dst = k + 1 == stages_.size() ? y + i0 : buf[k % 2];
+          float* dst = k + 1 == stages_.size() ? y + i0 : keep.empty() ? buf[k % 2] : keep[k]->data<float>() + i0;
           if (st.arity == 1) {
             st.op->run_elementwise(cur, 1, nullptr, 0, dst, len);
           } else {
@@ -213,7 +234,6 @@ class ElementwiseChainKernel final : public FusedKernel {
     });
   }
 
- private:
   std::vector<Stage> stages_;
 };
 
@@ -226,6 +246,10 @@ struct Session::Plan {
     bool folded = false;
     std::vector<int> release;  // runtime values dead after this step
     std::shared_ptr<FusedKernel> fused;  // runs instead of the node's op when set
+    // An observed fused step: its nodes' steps (indices into Plan::steps, in order); `out` holds
+    // every member's output and run_all writes them all.
+    std::vector<std::size_t> members;
+    std::vector<std::size_t> member_nodes;  // their nodes (indices into Session::nodes())
     // A pure view op (Reshape and kin: the output holds the input's bytes, same type): when its
     // input dies at this step, the output takes over the input's buffer instead of a copy.
     bool view = false;
@@ -235,6 +259,7 @@ struct Session::Plan {
   std::vector<Rounding> rounding;
   std::vector<Step> steps;        // one per node: what observers see
   std::vector<Step> fused_steps;  // steps with fusable node groups replaced; empty if none
+  std::vector<Step> observed_steps;  // the same groups keeping every member's output; empty if none
   // The buffers of the last execution that retained them all, reused by the next one in place
   // (the same values at the same sizes: no pool search, no new pages).
   std::vector<Tensor> retained;
@@ -407,6 +432,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
   };
   assign_releases(p.steps);
   if (!p.fused_steps.empty()) assign_releases(p.fused_steps);
+  if (!p.observed_steps.empty()) assign_releases(p.observed_steps);
 
   Plan& ref = *plan;
   plans_.emplace(std::move(key), std::move(plan));
@@ -439,6 +465,7 @@ void Session::fuse(Plan& p) const {
   struct Fused {
     std::shared_ptr<FusedKernel> kernel;
     std::vector<int> inputs;
+    std::vector<std::size_t> members;  // the group's steps, in order
   };
   std::vector<Fused> fused_at(p.steps.size());
   std::vector<bool> absorbed(p.steps.size(), false);
@@ -497,9 +524,14 @@ void Session::fuse(Plan& p) const {
     a.round_scores = round_to(p.rounding[std::size_t(scores)]);
     a.round_probs = round_to(p.rounding[std::size_t(p.steps[sm].out[0])]);
     absorbed[s] = absorbed[sm] = absorbed[std::size_t(mm2)] = true;
-    if (scale_step >= 0) absorbed[std::size_t(scale_step)] = true;
+    std::vector<std::size_t> members{s};
+    if (scale_step >= 0) {
+      absorbed[std::size_t(scale_step)] = true;
+      members.push_back(std::size_t(scale_step));
+    }
+    members.insert(members.end(), {sm, std::size_t(mm2)});
     // The fused step stands where the second MatMul stood: Q, K^T and V all exist by then.
-    fused_at[std::size_t(mm2)] = {std::make_shared<AttentionKernel>(a), {q, kt, v}};
+    fused_at[std::size_t(mm2)] = {std::make_shared<AttentionKernel>(a), {q, kt, v}, std::move(members)};
   }
   // Chains of elementwise float ops with the same output shape, each intermediate read only by the
   // next op; the other operand of a binary op is a constant scalar or a tensor of that shape made
@@ -563,7 +595,7 @@ void Session::fuse(Plan& p) const {
     }
     if (members.size() < 2) continue;
     for (std::size_t m : members) absorbed[m] = true;
-    fused_at[members.back()] = {std::make_shared<ElementwiseChainKernel>(std::move(stages)), std::move(inputs)};
+    fused_at[members.back()] = {std::make_shared<ElementwiseChainKernel>(std::move(stages)), std::move(inputs), members};
   }
 
   if (std::none_of(fused_at.begin(), fused_at.end(), [](const Fused& f) { return f.kernel != nullptr; })) return;
@@ -575,9 +607,16 @@ void Session::fuse(Plan& p) const {
       st.in = fused_at[s].inputs;
       st.out = p.steps[s].out;
       st.fused = fused_at[s].kernel;
-      p.fused_steps.push_back(std::move(st));
+      p.fused_steps.push_back(st);
+      // Observed, it writes every member's output too (the intermediates die at the step).
+      st.out.clear();
+      for (std::size_t m : fused_at[s].members) st.out.push_back(p.steps[m].out[0]);
+      st.members = std::move(fused_at[s].members);
+      for (std::size_t m : st.members) st.member_nodes.push_back(p.steps[m].node);
+      p.observed_steps.push_back(std::move(st));
     } else if (!absorbed[s]) {
       p.fused_steps.push_back(p.steps[s]);
+      p.observed_steps.push_back(p.steps[s]);
     }
   }
 }
@@ -670,18 +709,23 @@ class Session::Execution::State {
     }
     s_.peak_bytes_ = live_;
     s_.live_peak_bytes_ = live_exact_;
-    // Observers see every node, so they get the unfused steps (the same bits, only slower).
-    steps_ = observer_ || p.fused_steps.empty() ? &p.steps : &p.fused_steps;
+    // Observers see every node: fused groups write each member's output for them.
+    const std::vector<Plan::Step>& fused = observer_ ? p.observed_steps : p.fused_steps;
+    steps_ = fused.empty() ? &p.steps : &fused;
   }
 
   bool done() const { return next_ >= steps_->size(); }
   const Node& next_node() const { return s_.nodes_[(*steps_)[next_].node]; }
   std::size_t next_index() const { return (*steps_)[next_].node; }
+  const std::vector<Node>& nodes() const { return s_.nodes_; }
+  std::span<const std::size_t> next_indices() const {
+    const Plan::Step& step = (*steps_)[next_];
+    return step.members.empty() ? std::span<const std::size_t>(&step.node, 1) : step.member_nodes;
+  }
 
   void step() {
     const Plan& p = *p_;
     const Plan::Step& step = (*steps_)[next_++];
-    const Node& node = s_.nodes_[step.node];
     BufferPool& pool = *s_.pool_;
     ins_.clear();
     for (int id : step.in) ins_.push_back(value(id));
@@ -717,17 +761,28 @@ class Session::Execution::State {
       }
       s_.peak_bytes_ = std::max(s_.peak_bytes_, live_);
       s_.live_peak_bytes_ = std::max(s_.live_peak_bytes_, live_exact_);
-      if (step.fused)
+      if (!step.members.empty())
+        step.fused->run_all(ins_, outs_);  // the members' outputs but the last come rounded
+      else if (step.fused)
         step.fused->run(ins_, *outs_[0]);
       else
         s_.ops_[step.node]->run(ins_, outs_);
-      for (std::size_t o = 0; o < step.out.size(); ++o)
+      for (std::size_t o = step.members.empty() ? 0 : step.out.size() - 1; o < step.out.size(); ++o)
         if (step.out[o] >= 0) apply_rounding(*outs_[o], p.rounding[std::size_t(step.out[o])]);
     }
     if (observer_) {
-      out_views_.clear();
-      for (int id : step.out) out_views_.push_back(value(id));
-      observer_->on_node(NodeEvent{node, ins_, out_views_, step.folded, step.node});
+      auto notify = [&](const Plan::Step& st, std::span<const Tensor* const> ins) {
+        out_views_.clear();
+        for (int id : st.out) out_views_.push_back(value(id));
+        observer_->on_node(NodeEvent{s_.nodes_[st.node], ins, out_views_, st.folded, st.node});
+      };
+      if (step.members.empty()) notify(step, ins_);
+      for (std::size_t m : step.members) {  // each node of the group, as if it had run alone
+        const Plan::Step& st = p.steps[m];
+        member_ins_.clear();
+        for (int id : st.in) member_ins_.push_back(value(id));
+        notify(st, member_ins_);
+      }
     }
     if (retain_) return;  // every value stays readable until finish()
     for (int id : step.release) {
@@ -781,7 +836,7 @@ class Session::Execution::State {
   std::vector<Tensor> slots_;
   std::vector<const Tensor*> aliased_;
   std::size_t live_ = 0, live_exact_ = 0;
-  std::vector<const Tensor*> ins_, out_views_;
+  std::vector<const Tensor*> ins_, member_ins_, out_views_;
   std::vector<Tensor*> outs_;
 };
 
@@ -802,6 +857,8 @@ Session::Execution::Execution(Session& session, const std::map<std::string, cons
 Session::Execution::~Execution() = default;
 bool Session::Execution::done() const { return state_->done(); }
 const Node& Session::Execution::next_node() const { return state_->next_node(); }
+std::span<const std::size_t> Session::Execution::next_indices() const { return state_->next_indices(); }
+const std::vector<Node>& Session::Execution::nodes() const { return state_->nodes(); }
 std::size_t Session::Execution::next_index() const { return state_->next_index(); }
 void Session::Execution::step() { state_->step(); }
 std::map<std::string, Tensor> Session::Execution::finish() { return state_->finish(); }

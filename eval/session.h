@@ -103,8 +103,12 @@ class Session {
     Execution(const Execution&) = delete;
     Execution& operator=(const Execution&) = delete;
     bool done() const;
-    const Node& next_node() const;  // the node step() runs next (not done())
+    const Node& next_node() const;  // the node step() runs next (not done()); of a group, the last
     std::size_t next_index() const;  // its index in Session::nodes()
+    // Every node step() runs next, in order (indices in Session::nodes()): one, or a group that
+    // runs as one kernel (attention, a chain of elementwise ops), each observed as if alone.
+    std::span<const std::size_t> next_indices() const;
+    const std::vector<Node>& nodes() const;  // the session's (Session::nodes())
     void step();
     // Runs what is left; the outputs, as run() returns them.
     std::map<std::string, Tensor> finish();
@@ -144,8 +148,9 @@ class Session {
   // as constants, so a plan is specific to their values too (`int_values`).
   Plan& plan_for(const std::map<std::string, Shape>& input_shapes,
                  const std::map<std::string, const Tensor*>& int_values);
-  // Finds node groups that run as one kernel when no observer is attached (same bits as the
-  // nodes): MatMul -> [scale] -> Softmax -> MatMul attention. Fills plan.fused_steps.
+  // Finds node groups that run as one kernel (same bits as the nodes): MatMul -> [scale] ->
+  // Softmax -> MatMul attention, chains of elementwise ops. Fills plan.fused_steps, and
+  // plan.observed_steps where the kernels also write each member's output for an observer.
   void fuse(Plan& plan) const;
 
   const Graph& graph_;

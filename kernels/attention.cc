@@ -38,10 +38,16 @@ void round_values(float* v, std::size_t n, RoundTo r) {
   else if (r == RoundTo::kBf16) round_to_bfloat16(v, n);
 }
 
-// What the unfused ops do between the two products, on `rows` rows of scores in place.
-void scale_and_softmax(const AttentionShape& s, float* scores, std::int64_t rows) {
+// What the unfused ops do between the two products, on `rows` rows of scores in place; `offset`:
+// where those rows start in the intermediates (elements).
+void scale_and_softmax(const AttentionShape& s, float* scores, std::int64_t rows, const AttentionIntermediates& keep,
+                       std::int64_t offset) {
   const std::size_t n = std::size_t(rows * s.kv_len);
+  auto save = [&](float* to) {
+    if (to) std::copy(scores, scores + n, to + offset);
+  };
   round_values(scores, n, s.round_scores);
+  save(keep.scores);
   if (s.scale_kind != ScoreScale::kNone) {
     const float c = s.scale;
     // One operation per element, as the elementwise Mul / Div computes it.
@@ -50,9 +56,11 @@ void scale_and_softmax(const AttentionShape& s, float* scores, std::int64_t rows
     else
       for (std::size_t i = 0; i < n; ++i) scores[i] = scores[i] / c;
     round_values(scores, n, s.round_scaled);
+    save(keep.scaled);
   }
   softmax_rows(scores, scores, rows, s.kv_len, false);
   round_values(scores, n, s.round_probs);
+  save(keep.probs);
 }
 
 }  // namespace
@@ -66,7 +74,7 @@ AttentionScratch::AttentionScratch() : state(std::make_unique<State>()) {}
 AttentionScratch::~AttentionScratch() = default;
 
 void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out,
-               AttentionScratch& scratch) {
+               AttentionScratch& scratch, const AttentionIntermediates& keep) {
   if (s.batch <= 0 || s.q_len <= 0 || s.v_dim <= 0) return;
   const std::int64_t L = s.q_len, Lk = s.kv_len, d = s.head_dim, dv = s.v_dim;
   const GemmShape qk{false, false, L, Lk, d, d, Lk, Lk};
@@ -77,7 +85,7 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
     tbb::parallel_for(std::int64_t(0), s.batch, [&](std::int64_t e) {
       std::vector<float> scores(std::size_t(std::max<std::int64_t>(1, L * Lk)));
       sgemm(qk, 1.0f, q + e * L * d, kt + e * d * Lk, 0.0f, scores.data());
-      scale_and_softmax(s, scores.data(), L);
+      scale_and_softmax(s, scores.data(), L, keep, e * L * Lk);
       sgemm(pv, 1.0f, scores.data(), v + e * Lk * dv, 0.0f, out + e * L * dv);
     });
     return;
@@ -106,7 +114,7 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
         pack_a_panels(false, q + e * L * d, d, i0, mb, k0, kc, a_panels);
         gemm_packed_block(mb, Lk, kc, a_panels, kp.block(0, k0), 1.0f, k0 == 0 ? 0.0f : 1.0f, scores, Lk);
       }
-      scale_and_softmax(s, scores, mb);
+      scale_and_softmax(s, scores, mb, keep, (e * L + i0) * Lk);
       float* o = out + (e * L + i0) * dv;
       for (std::int64_t k0 = 0; k0 < Lk; k0 += kGemmKC) {
         const std::int64_t kc = std::min<std::int64_t>(kGemmKC, Lk - k0);

@@ -37,11 +37,19 @@ class AttentionScratch {
   std::unique_ptr<State> state;
 };
 
+// Where the intermediate tensors go when a caller wants them too (each batch x q_len x kv_len,
+// the values the unfused ops would have written, rounded as they round them); null: not kept.
+struct AttentionIntermediates {
+  float* scores = nullptr;  // q kt
+  float* scaled = nullptr;  // scale(q kt) (only with a scale)
+  float* probs = nullptr;   // softmax of the scaled scores
+};
+
 // out[e] (q_len x v_dim) = softmax_rows(scale(q[e] kt[e])) v[e] for each entry e, all dense
 // row-major: q[e] is q_len x head_dim, kt[e] head_dim x kv_len, v[e] kv_len x v_dim, entries
 // consecutive. Bitwise equal to sgemm_batched, the elementwise scale, softmax (inner == 1) and
-// sgemm_batched run one after the other, for any thread count.
+// sgemm_batched run one after the other, for any thread count; `keep` receives the intermediates.
 void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out,
-               AttentionScratch& scratch);
+               AttentionScratch& scratch, const AttentionIntermediates& keep = {});
 
 }  // namespace qeval::kernels

@@ -566,10 +566,13 @@ Observer* LockstepObserver::begin(const ModelCall& call) {
 
 void LockstepObserver::end(const ModelCall&, const std::map<std::string, Tensor>&) {}
 
-bool LockstepObserver::ready(const Node& next, std::size_t index) {
+bool LockstepObserver::ready(const Session::Execution& next) {
   if (variant_ == run_.reference || node_observer_->model() < 0) return true;
-  const NodeInfo* info = node_info(next, index);
-  return !info || info->layer < 0 || capture_.ran(std::size_t(info->layer));
+  for (std::size_t index : next.next_indices()) {
+    const NodeInfo* info = node_info(next.nodes()[index], index);
+    if (info && info->layer >= 0 && !capture_.ran(std::size_t(info->layer))) return false;
+  }
+  return true;
 }
 
 void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
@@ -582,7 +585,7 @@ void run_lockstep(std::size_t reference, std::span<Session::Execution* const> ex
       Session::Execution* x = executions[v];
       if (v == reference || !x || x->done()) continue;
       const auto t0 = Clock::now();
-      while (!x->done() && (all || !observers[v] || observers[v]->ready(x->next_node(), x->next_index()))) x->step();
+      while (!x->done() && (all || !observers[v] || observers[v]->ready(*x))) x->step();
       ms[v] += since(t0);
     }
   };

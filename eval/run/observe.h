@@ -257,10 +257,10 @@ class LockstepObserver : public ModelCallObserver {
   ~LockstepObserver() override;
   Observer* begin(const ModelCall& call) override;
   void end(const ModelCall& call, const std::map<std::string, Tensor>& outputs) override;
-  // In a lockstep call (after begin()): whether this variant may run `next` now, i.e. the reference
-  // node it matches has run (always, for the reference and for nodes with no match).
-  // `index`: of `next` in its session's nodes().
-  bool ready(const Node& next, std::size_t index);
+  // In a lockstep call (after begin()): whether this variant's execution may take its next step
+  // now, i.e. the reference nodes its next nodes match have run (always, for the reference and for
+  // nodes with no match).
+  bool ready(const Session::Execution& next);
 
  private:
   class NodeObserver;

@@ -29,9 +29,14 @@ void round_all(std::vector<float>& v, RoundTo r) {
 }
 
 // What the executor runs without fusion: each op over the whole tensor, then its output rounded.
-std::vector<float> unfused(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& kt,
-                           const std::vector<float>& v) {
+// The ops' outputs: scores, scaled scores (empty without a scale), probabilities, output.
+struct Unfused {
+  std::vector<float> scores, scaled, probs, out;
+};
+Unfused unfused(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& kt,
+                const std::vector<float>& v) {
   const std::int64_t L = s.q_len, Lk = s.kv_len, d = s.head_dim, dv = s.v_dim;
+  Unfused u;
   std::vector<float> scores(std::size_t(s.batch * L * Lk)), probs(scores.size()), out(std::size_t(s.batch * L * dv));
   std::vector<const float*> a, b;
   std::vector<float*> c;
@@ -42,9 +47,11 @@ std::vector<float> unfused(const AttentionShape& s, const std::vector<float>& q,
   }
   sgemm_batched({false, false, L, Lk, d, d, Lk, Lk}, s.batch, 1.0f, a.data(), b.data(), 0.0f, c.data());
   round_all(scores, s.round_scores);
+  u.scores = scores;
   if (s.scale_kind != ScoreScale::kNone) {
     for (auto& x : scores) x = s.scale_kind == ScoreScale::kMul ? x * s.scale : x / s.scale;
     round_all(scores, s.round_scaled);
+    u.scaled = scores;
   }
   softmax(scores.data(), probs.data(), s.batch * L, Lk, 1, false);
   round_all(probs, s.round_probs);
@@ -55,7 +62,9 @@ std::vector<float> unfused(const AttentionShape& s, const std::vector<float>& q,
     c.push_back(out.data() + e * L * dv);
   }
   sgemm_batched({false, false, L, dv, Lk, Lk, dv, dv}, s.batch, 1.0f, a.data(), b.data(), 0.0f, c.data());
-  return out;
+  u.probs = std::move(probs);
+  u.out = std::move(out);
+  return u;
 }
 
 AttentionShape shape(std::int64_t batch, std::int64_t L, std::int64_t Lk, std::int64_t d, std::int64_t dv,
@@ -88,11 +97,24 @@ TEST(Attention, SameBitsAsTheUnfusedOps) {
     const auto q = random_floats(std::size_t(s.batch * s.q_len * s.head_dim), rng, 1.5f);
     const auto kt = random_floats(std::size_t(s.batch * s.head_dim * s.kv_len), rng, 1.5f);
     const auto v = random_floats(std::size_t(s.batch * s.kv_len * s.v_dim), rng, 1.0f);
-    const std::vector<float> want = unfused(s, q, kt, v);
+    const Unfused u = unfused(s, q, kt, v);
+    const std::vector<float>& want = u.out;
     std::vector<float> got(want.size(), std::nanf(""));
     attention(s, q.data(), kt.data(), v.data(), got.data(), scratch);
     EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
         << "batch " << s.batch << ", L " << s.q_len << ", Lk " << s.kv_len << ", d " << s.head_dim << ", dv " << s.v_dim;
+    // Kept intermediates: the unfused ops' outputs, to the bit (what an observer sees).
+    std::vector<float> scores(u.scores.size(), std::nanf("")), scaled(u.scores.size(), std::nanf("")),
+        probs(u.scores.size(), std::nanf("")), out(want.size(), std::nanf(""));
+    AttentionIntermediates keep{scores.data(), u.scaled.empty() ? nullptr : scaled.data(), probs.data()};
+    attention(s, q.data(), kt.data(), v.data(), out.data(), scratch, keep);
+    auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same(out, want)) << "kept, L " << s.q_len;
+    EXPECT_TRUE(same(scores, u.scores)) << "scores, L " << s.q_len;
+    if (!u.scaled.empty()) EXPECT_TRUE(same(scaled, u.scaled)) << "scaled, L " << s.q_len;
+    EXPECT_TRUE(same(probs, u.probs)) << "probs, L " << s.q_len;
     std::vector<float> one(want.size());
     {
       tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);

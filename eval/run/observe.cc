@@ -94,38 +94,52 @@ LayerCells::LayerCells(const LayerCells& o) : space_(o.space_) { *this = o; }
 LayerCells& LayerCells::operator=(const LayerCells& o) {
   if (this == &o) return *this;
   space_ = o.space_;
-  blocks_.clear();
-  blocks_.resize(o.blocks_.size());
+  keys_ = o.keys_;
+  index_ = o.index_;
   touched_ = o.touched_;
-  for (std::size_t l = 0; l < o.blocks_.size(); ++l) {
-    if (!o.has(l)) continue;
-    const int n = space_->cells_of(l);
-    blocks_[l] = std::make_unique<LayerCell[]>(std::size_t(n));
-    std::copy(o.blocks_[l].get(), o.blocks_[l].get() + n, blocks_[l].get());
+  chunks_.clear();
+  for (std::size_t c = 0; c * kChunk < keys_.size(); ++c) {
+    chunks_.push_back(std::make_unique<LayerCell[]>(kChunk));
+    const std::size_t n = std::min(kChunk, keys_.size() - c * kChunk);
+    std::copy(o.chunks_[c].get(), o.chunks_[c].get() + n, chunks_[c].get());
   }
   return *this;
 }
 
+std::size_t LayerCells::key(std::size_t layer, int step) const {
+  return std::size_t(std::clamp(step, 0, space_->cells_of(layer) - 1)) * space_->layers() + layer;
+}
+
 LayerCell& LayerCells::at(std::size_t layer, int step) {
-  if (blocks_.size() < space_->layers()) blocks_.resize(space_->layers());
-  if (touched_.size() < space_->layers()) touched_.resize(space_->layers(), 0);
-  const int n = space_->cells_of(layer);
-  if (!blocks_[layer]) blocks_[layer] = std::make_unique<LayerCell[]>(std::size_t(n));
-  touched_[layer] = 1;
-  return blocks_[layer][std::size_t(std::clamp(step, 0, n - 1))];
+  if (touched_.empty()) {
+    touched_.assign(space_->layers(), 0);
+    index_.assign(space_->layers() * std::size_t(std::max(1, space_->steps())), -1);
+  }
+  const std::size_t k = key(layer, step);
+  std::int32_t& slot = index_[k];
+  if (slot < 0) {
+    slot = std::int32_t(keys_.size());
+    if (keys_.size() == chunks_.size() * kChunk) chunks_.push_back(std::make_unique<LayerCell[]>(kChunk));
+    keys_.push_back(std::uint32_t(k));
+    touched_[layer] = 1;
+  }
+  return cell(std::size_t(slot));
 }
 
 const LayerCell* LayerCells::find(std::size_t layer, int step) const {
+  static const LayerCell kEmpty;
   if (!has(layer)) return nullptr;
-  return &blocks_[layer][std::size_t(std::clamp(step, 0, space_->cells_of(layer) - 1))];
+  const std::int32_t slot = index_[key(layer, step)];
+  return slot < 0 ? &kEmpty : &cell(std::size_t(slot));
 }
 
 void LayerCells::clear() {
-  for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    if (!has(l)) continue;
-    for (int s = 0; s < space_->cells_of(l); ++s) blocks_[l][std::size_t(s)].clear();
-    touched_[l] = 0;
+  for (std::size_t i = 0; i < keys_.size(); ++i) {
+    cell(i).clear();
+    index_[keys_[i]] = -1;
   }
+  keys_.clear();
+  std::fill(touched_.begin(), touched_.end(), 0);
 }
 
 void UnitObservation::clear() {
@@ -134,27 +148,24 @@ void UnitObservation::clear() {
 }
 
 void LayerCells::merge(const LayerCells& o) {
-  for (std::size_t l = 0; l < o.blocks_.size(); ++l) {
-    if (!o.has(l)) continue;
-    const int n = space_->cells_of(l);
-    for (int s = 0; s < n; ++s) {
-      const LayerCell& src = o.blocks_[l][std::size_t(s)];
-      LayerCell& dst = at(l, s);
-      // Nothing added: nothing to merge (the reference's errors, local error when it is off).
-      if (src.act.calls || src.act.clipped) dst.act.merge(src.act);
-      if (src.acc.calls) dst.acc.merge(src.acc);
-      if (src.local.calls) dst.local.merge(src.local);
-    }
+  const std::size_t layers = o.touched_.size();
+  for (std::size_t i = 0; i < o.keys_.size(); ++i) {
+    const LayerCell& src = o.cell(i);
+    LayerCell& dst = at(o.keys_[i] % layers, int(o.keys_[i] / layers));
+    // Nothing added: nothing to merge (the reference's errors, local error when it is off).
+    if (src.act.calls || src.act.clipped) dst.act.merge(src.act);
+    if (src.acc.calls) dst.acc.merge(src.acc);
+    if (src.local.calls) dst.local.merge(src.local);
   }
 }
 
 bool LayerCells::operator==(const LayerCells& o) const {
-  const std::size_t n = std::max(blocks_.size(), o.blocks_.size());
+  const std::size_t n = std::max(layers(), o.layers());
   for (std::size_t l = 0; l < n; ++l) {
     if (has(l) != o.has(l)) return false;
     if (!has(l)) continue;
     for (int s = 0; s < space_->cells_of(l); ++s)
-      if (!(blocks_[l][std::size_t(s)] == o.blocks_[l][std::size_t(s)])) return false;
+      if (!(*find(l, s) == *o.find(l, s))) return false;
   }
   return true;
 }
@@ -651,7 +662,6 @@ void run_local_errors(const RunObservation& run, std::size_t variant, const Capt
   for (std::size_t i = 0; i < om.graph->nodes.size(); ++i) {
     const int layer = om.layer_of_node[i];
     if (layer < 0 || !om.local[i].ok()) continue;
-    const Node& ref_node = run.space->node_of(std::size_t(layer));
     const Tensor* ref_out = capture.output(std::size_t(layer)).tensor;
     // Only layers the reference ran (folded constants have no error) with a float output.
     if (!ref_out || ref_out->dtype() != DType::kFloat32) continue;

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   // Fixing it also leaves the heap's trim threshold at 128 KiB: every free at the top of the heap
   // gave pages back and the next allocation faulted them in again (qeval run's local error spent
-  // ~20 of its ~85 CPU-seconds in the kernel). The evaluator trims after each unit instead.
+  // ~20 of its ~85 CPU-seconds in the kernel).
   mallopt(M_TRIM_THRESHOLD, 32 << 20);
 
   std::unique_ptr<tbb::global_control> limit;

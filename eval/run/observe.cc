@@ -89,6 +89,25 @@ const Node& LayerSpace::node_of(std::size_t layer) const {
   return m.graph->nodes[layer - m.first_layer];
 }
 
+LayerCell& LayerCell::operator=(const LayerCell& o) {
+  if (this == &o) return *this;
+  act = o.act;
+  acc = o.acc;
+  if (o.local_) local_mut() = *o.local_;
+  else if (local_) local_->clear();
+  return *this;
+}
+
+const metrics::ErrorStats& LayerCell::local() const {
+  static const metrics::ErrorStats kNone;
+  return local_ ? *local_ : kNone;
+}
+
+metrics::ErrorStats& LayerCell::local_mut() {
+  if (!local_) local_ = std::make_unique<metrics::ErrorStats>();
+  return *local_;
+}
+
 LayerCells::LayerCells(const LayerCells& o) : space_(o.space_) { *this = o; }
 
 LayerCells& LayerCells::operator=(const LayerCells& o) {
@@ -155,7 +174,7 @@ void LayerCells::merge(const LayerCells& o) {
     // Nothing added: nothing to merge (the reference's errors, local error when it is off).
     if (src.act.calls || src.act.clipped) dst.act.merge(src.act);
     if (src.acc.calls) dst.acc.merge(src.acc);
-    if (src.local.calls) dst.local.merge(src.local);
+    if (src.local().calls) dst.local_mut().merge(src.local());
   }
 }
 
@@ -641,7 +660,7 @@ class LocalCompare : public Observer {
     if (e.node.name != node_ || e.outputs.empty() || !e.outputs[0]) return;
     const Tensor& out = *e.outputs[0];
     if (out.dtype() != DType::kFloat32 || out.shape() != ref_.shape()) return;
-    cell_.local.add(metrics::tensor_error(ref_.data<float>(), out.data<float>(), out.numel()), out.numel());
+    cell_.local_mut().add(metrics::tensor_error(ref_.data<float>(), out.data<float>(), out.numel()), out.numel());
   }
 
  private:

@@ -68,7 +68,7 @@ void fill(LayerColumns& c, std::size_t i, std::size_t n, const LayerCell& cell, 
     put(c.acc_max_abs, i, n, e.count ? std::optional<double>(e.max_abs) : std::nullopt);
   }
   if (w.local) {
-    const auto& e = cell.local;
+    const auto& e = cell.local();
     put(c.local_sqnr_db, i, n, e.sqnr_db());
     put(c.local_cosine, i, n, e.cosine());
     put(c.local_rel_l2, i, n, e.rel_l2());
@@ -286,7 +286,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
           if (const LayerCell* c = res.layers[v].find(l, s)) {
             pooled.act.merge(c->act);
             pooled.acc.merge(c->acc);
-            pooled.local.merge(c->local);
+            if (c->local().calls) pooled.local_mut().merge(c->local());
             if (std::isfinite(clip[k]) && c->act.clipped > 0)
               table.out_of_range_steps[k] = std::isnan(table.out_of_range_steps[k]) ? 1 : table.out_of_range_steps[k] + 1;
           }

@@ -313,7 +313,7 @@ void save_run_state(const fs::path& file, const RunResult& r, const std::string&
       for (int s = 0; s < steps; ++s) {
         const LayerCell& c = *cells.find(l, s);
         m.array(3);
-        m.act(c.act), m.err(c.acc), m.err(c.local);
+        m.act(c.act), m.err(c.acc), m.err(c.local());
       }
     }
   }
@@ -380,7 +380,7 @@ void merge_run_state(const fs::path& file, const std::string& key, RunResult& in
           LayerCell& c = cells.at(l, int(s));
           c.act = act_from(cs[s].at(0));
           c.acc = err_from(cs[s].at(1));
-          c.local = err_from(cs[s].at(2));
+          if (const auto local = err_from(cs[s].at(2)); local.calls) c.local_mut() = local;
         }
       }
       into.layers[v].merge(cells);

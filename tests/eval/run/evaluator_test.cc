@@ -99,10 +99,10 @@ TEST(Evaluator, LockstepErrorsAreExactAndAnIdenticalVariantHasNone) {
       if (!same || same->acc.calls == 0) continue;
       ++compared;
       EXPECT_EQ(same->acc.err_sq, 0.0) << space.node_of(l).name;   // same graph, same options: same bits
-      EXPECT_EQ(same->local.err_sq, 0.0) << space.node_of(l).name;
+      EXPECT_EQ(same->local().err_sq, 0.0) << space.node_of(l).name;
       EXPECT_EQ(same->act, r.layers[0].find(l, t)->act);           // and the same drift statistics
       fp16_differs += half->acc.err_sq > 0;
-      local_measured += half->local.calls > 0;
+      local_measured += half->local().calls > 0;
     }
   EXPECT_GT(compared, 1000u);
   EXPECT_GT(fp16_differs, compared / 2);
@@ -125,8 +125,8 @@ TEST(Evaluator, LockstepErrorsAreExactAndAnIdenticalVariantHasNone) {
   EXPECT_NEAR(cell->acc.ref_sq, e.sum_ref_sq, 1e-6 * e.sum_ref_sq);
   EXPECT_NEAR(cell->acc.max_abs, e.max_abs, 1e-6 * e.max_abs);
   // Local error (the node alone on the reference's input) is below the accumulated error there.
-  EXPECT_GT(cell->local.err_sq, 0.0);
-  EXPECT_LT(cell->local.err_sq, cell->acc.err_sq);
+  EXPECT_GT(cell->local().err_sq, 0.0);
+  EXPECT_LT(cell->local().err_sq, cell->acc.err_sq);
 
   // Teacher forcing: at step 0 every variant starts from the same latent (equal to free-running);
   // later the free-running noise prediction error includes the drift.
@@ -187,7 +187,7 @@ TEST(Evaluator, InterleavedModelCallsGiveTheSameResultsAsOneAfterTheOther) {
   for (std::size_t l = 0; l < a.layers[2].layers(); ++l)
     for (int t = 0; a.layers[2].has(l) && t < a.observation.space->cells_of(l); ++t) {
       compared += a.layers[2].find(l, t)->acc.calls > 0;
-      local += a.layers[2].find(l, t)->local.calls > 0;
+      local += a.layers[2].find(l, t)->local().calls > 0;
     }
   EXPECT_GT(compared, 1000u);
   EXPECT_GT(local, 200u);

@@ -178,8 +178,8 @@ void merge_unit(RunResult& result, std::size_t i, UnitOutcome&& u, UnitObservati
   if (i >= result.units.size()) throw InputError(fmt::format("unit {} is not one of this run's {}", i, result.units.size()));
   if (result.done[i]) throw InputError(fmt::format("unit {} ({}) is there twice", i, u.samples.empty() ? "" : u.samples[0].id));
   const std::size_t nvar = result.variants.size();
-  for (std::size_t v = 0; v < nvar && v < u.layers.cells.size(); ++v) {
-    result.layers[v].merge(u.layers.cells[v]);
+  for (std::size_t v = 0; v < nvar && v < u.layers.calls.size(); ++v) {
+    u.layers.calls[v].merge_into(result.layers[v]);
     const auto& hit = u.layers.first_nonfinite[v];
     auto& first = result.first_nonfinite[v];
     if (hit && (!first || hit->unit < first->unit)) first = hit;

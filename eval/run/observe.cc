@@ -152,18 +152,79 @@ const LayerCell* LayerCells::find(std::size_t layer, int step) const {
   return slot < 0 ? &kEmpty : &cell(std::size_t(slot));
 }
 
-void LayerCells::clear() {
-  for (std::size_t i = 0; i < keys_.size(); ++i) {
-    cell(i).clear();
-    index_[keys_[i]] = -1;
-  }
-  keys_.clear();
-  std::fill(touched_.begin(), touched_.end(), 0);
+void UnitObservation::clear() {
+  for (auto& c : calls) c.clear();
+  for (auto& f : first_nonfinite) f.reset();
 }
 
-void UnitObservation::clear() {
-  for (auto& c : cells) c.clear();
-  for (auto& f : first_nonfinite) f.reset();
+namespace {
+// The one term of a sum from one event (a second term would be lost: never happens, checked).
+double single_term(const metrics::ExactSum& s) {
+  if (s.partials().size() > 1) throw std::logic_error("CallLog: a sum of more than one term");
+  return s.special() != 0.0 || std::isnan(s.special()) ? s.special() : s.partials().empty() ? 0.0 : s.partials()[0];
+}
+}  // namespace
+
+CallLog::Error CallLog::error_of(const metrics::ErrorStats& e) {
+  return {e.count, e.nonfinite, e.calls, e.cosine_calls, single_term(e.ref_sq), single_term(e.err_sq),
+          single_term(e.cosine_sum), e.max_abs};
+}
+
+void CallLog::add_error(metrics::ErrorStats& to, const Error& e) {
+  to.count += e.count;
+  to.nonfinite += e.nonfinite;
+  to.calls += e.calls;
+  to.ref_sq += e.ref_sq;
+  to.err_sq += e.err_sq;
+  if (e.cosine_calls) to.cosine_sum += e.cosine_sum;
+  to.cosine_calls += e.cosine_calls;
+  to.max_abs = std::max(to.max_abs, e.max_abs);
+}
+
+void CallLog::add(std::size_t layer, int step, const LayerCell& cell) {
+  Entry& e = entries_.emplace_back();
+  e.layer = std::uint32_t(layer);
+  e.step = step;
+  const metrics::ActivationStats& a = cell.act;
+  e.count = a.count, e.nan = a.nan, e.inf = a.inf, e.clipped = a.clipped, e.calls = a.calls;
+  e.sum = single_term(a.sum);
+  e.sum_sq = single_term(a.sum_sq);
+  e.absmax = a.absmax;
+  e.hist_first = a.abs_hist.first();
+  e.hist_bins = std::uint32_t(a.abs_hist.counts().size());
+  e.hist_at = std::uint32_t(hist_.size());
+  for (std::uint64_t c : a.abs_hist.counts()) hist_.push_back(std::uint32_t(c));  // one call: < 2^32
+  if (cell.acc.calls) e.acc = error_of(cell.acc);
+  if (cell.local().calls) e.local = error_of(cell.local());
+}
+
+void CallLog::merge_into(LayerCells& cells) const {
+  std::array<std::uint64_t, metrics::LogAbsHistogram::kBins> bins;
+  for (const Entry& e : entries_) {
+    LayerCell& c = cells.at(e.layer, e.step);
+    if (e.calls || e.clipped) {
+      metrics::ActivationStats& a = c.act;
+      a.count += e.count;
+      a.nan += e.nan;
+      a.inf += e.inf;
+      a.clipped += e.clipped;
+      a.calls += e.calls;
+      if (e.calls) {  // add_clipped alone adds no sums (an ExactSum of 0 is not one of nothing)
+        a.sum += e.sum;
+        a.sum_sq += e.sum_sq;
+      }
+      a.absmax = std::max(a.absmax, e.absmax);
+      std::copy(hist_.begin() + e.hist_at, hist_.begin() + e.hist_at + e.hist_bins, bins.begin());
+      a.abs_hist.add_counts(e.hist_first, std::span<const std::uint64_t>(bins.data(), e.hist_bins));
+    }
+    if (e.acc.calls) add_error(c.acc, e.acc);
+    if (e.local.calls) add_error(c.local_mut(), e.local);
+  }
+}
+
+void CallLog::clear() {
+  entries_.clear();
+  hist_.clear();
 }
 
 void LayerCells::merge(const LayerCells& o) {
@@ -310,9 +371,10 @@ const Tensor* Capture::find(const std::string& name) const {
   return layer >= 0 ? output(std::size_t(layer)).tensor : nullptr;
 }
 
-void Capture::mark_ran(std::size_t layer) {
-  if (ran_.size() <= layer) ran_.resize(layer + 1, 0);
+void Capture::mark_ran(std::size_t layer, bool measured) {
+  if (ran_.size() <= layer) ran_.resize(layer + 1, 0), measured_.resize(layer + 1, 0);
   ran_[layer] = generation_;
+  measured_[layer] = measured;
 }
 
 void Capture::fill(Slot& s, const Tensor& value, std::optional<double> energy) {
@@ -382,8 +444,7 @@ Capture::Value Capture::output(std::size_t layer) const {
 
 UnitObservation RunObservation::make_unit() const {
   UnitObservation u;
-  u.cells.reserve(variants.size());
-  for (std::size_t v = 0; v < variants.size(); ++v) u.cells.emplace_back(space);
+  u.calls.resize(variants.size());
   u.first_nonfinite.resize(variants.size());
   return u;
 }
@@ -464,8 +525,9 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
                               layer < 0
                           ? nullptr
                           : e.outputs[0];
-  LayerCell* cell = out ? &o_.unit_.cells[o_.variant_].at(std::size_t(layer), call_.step) : nullptr;
-  const std::uint64_t nan0 = cell ? cell->act.nan : 0, inf0 = cell ? cell->act.inf : 0;
+  // This event's statistics, appended to the unit's log at the end.
+  LayerCell* cell = out ? &o_.event_ : nullptr;
+  if (cell) cell->clear();
   const auto& channel_clip = om.channel_clip_amax[idx];
   const bool per_channel =
       out && !channel_clip.empty() && out->rank() > 0 && out->shape().back() == std::int64_t(channel_clip.size());
@@ -545,12 +607,13 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
       else if (local)
         cap.keep(e.node.outputs[k], *e.outputs[k]);
     }
-    if (layer >= 0) cap.mark_ran(std::size_t(layer));
+    if (layer >= 0) cap.mark_ran(std::size_t(layer), out != nullptr);
   }
   if (!out) return;
   if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, *out);
   if (per_channel) cell->act.add_clipped(out->data<float>(), out->numel(), std::span<const float>(channel_clip));
-  const std::uint64_t nan = cell->act.nan - nan0, inf = cell->act.inf - inf0;
+  o_.unit_.calls[o_.variant_].add(std::size_t(layer), call_.step, *cell);
+  const std::uint64_t nan = cell->act.nan, inf = cell->act.inf;
   // A NaN is always reported; an infinity only when the reference's same output has fewer (an
   // attention mask's -inf is by design).
   if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) {
@@ -684,9 +747,7 @@ void run_local_errors(const RunObservation& run, std::size_t variant, const Capt
     const Tensor* ref_out = capture.output(std::size_t(layer)).tensor;
     // Only layers the reference ran (folded constants have no error) with a float output.
     if (!ref_out || ref_out->dtype() != DType::kFloat32) continue;
-    if (!unit.cells[run.reference].has(std::size_t(layer))) continue;
-    const LayerCell* ref_cell = unit.cells[run.reference].find(std::size_t(layer), capture.step);
-    if (!ref_cell || ref_cell->act.calls == 0) continue;
+    if (!capture.measured(std::size_t(layer))) continue;
     bool have_inputs = true;
     std::map<std::string, const Tensor*> in;  // the reference's values themselves, not copies
     for (const auto& [var_value, ref_value] : om.local[i].inputs) {
@@ -699,8 +760,10 @@ void run_local_errors(const RunObservation& run, std::size_t variant, const Capt
     }
     if (!have_inputs) continue;
     LocalSessions::Entry& e = sessions.get(run, variant, std::size_t(m), i, capture);
-    LocalCompare cmp(om.graph->nodes[i].name, *ref_out, unit.cells[variant].at(std::size_t(layer), capture.step));
+    LayerCell cell;
+    LocalCompare cmp(om.graph->nodes[i].name, *ref_out, cell);
     e.session->run(in, &cmp);
+    unit.calls[variant].add(std::size_t(layer), capture.step, cell);
   }
 }
 

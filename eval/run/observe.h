@@ -81,10 +81,10 @@ struct LayerCell {
   std::unique_ptr<metrics::ErrorStats> local_;
 };
 
-// One variant's cells over a LayerSpace, each made on first use. Cells lie in the order they were
-// first used: a unit fills them in execution order and merges pool them in that same order, so
-// both walk memory front to back (a layer-major layout put the cells of consecutive nodes ~11 KB
-// apart: a cache miss per node and cell, ~10% of an observed tiny-sd run).
+// One variant's cells over a LayerSpace (the run's pooled statistics), each made on first use.
+// Cells lie in the order they were first used: units' logs (CallLog) are pooled in execution
+// order, so each merge walks the cells front to back (a layer-major layout put the cells of
+// consecutive nodes ~11 KB apart: a cache miss per node and cell).
 class LayerCells {
  public:
   // Shares the space: cells stay valid when the observation that made them moves.
@@ -102,8 +102,6 @@ class LayerCells {
   const LayerSpace* space() const { return space_.get(); }
   // Adds other's cells (the pooled statistics are exact sums: any order gives the same bits).
   void merge(const LayerCells& other);
-  // No cells, keeping their storage for the next unit (no allocation, no fresh pages).
-  void clear();
   bool operator==(const LayerCells& other) const;
 
  private:
@@ -113,10 +111,45 @@ class LayerCells {
   std::size_t key(std::size_t layer, int step) const;  // into index_ (step-major)
 
   std::shared_ptr<const LayerSpace> space_;
-  std::vector<std::unique_ptr<LayerCell[]>> chunks_;  // kept by clear()
+  std::vector<std::unique_ptr<LayerCell[]>> chunks_;
   std::vector<std::uint32_t> keys_;                   // per cell in use: its index_ key
   std::vector<std::int32_t> index_;                   // per (step, layer): its cell, -1 for none
   std::vector<char> touched_;                         // per layer: has cells now
+};
+
+// One variant's statistics of one unit as a log of what each node event added, written and read
+// front to back, pooled into LayerCells when the unit is merged. A unit adds each (layer, step)
+// about once, so cells of its own (a LayerCell and a heap histogram each, ~950 B, ~100 MB per
+// worker on tiny-sd) only spread the same numbers over memory that clear() and merge() walked
+// again; an entry is ~200 B and its histogram bins go to one arena.
+class CallLog {
+ public:
+  // Appends what `cell` holds: the statistics of one node event (each sum a single term).
+  void add(std::size_t layer, int step, const LayerCell& cell);
+  // Adds every entry to `cells` (exact sums: the same bits as adding the events there directly).
+  void merge_into(LayerCells& cells) const;
+  void clear();  // no entries, keeping the storage
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  struct Error {  // an ErrorStats whose sums hold one term each
+    std::uint64_t count = 0, nonfinite = 0, calls = 0, cosine_calls = 0;
+    double ref_sq = 0, err_sq = 0, cosine_sum = 0, max_abs = 0;
+  };
+  struct Entry {
+    std::uint32_t layer = 0;
+    std::int32_t step = 0;
+    std::uint64_t count = 0, nan = 0, inf = 0, clipped = 0, calls = 0;
+    double sum = 0, sum_sq = 0;
+    float absmax = 0;
+    std::int32_t hist_first = 0;
+    std::uint32_t hist_bins = 0, hist_at = 0;  // bins and where they start in hist_
+    Error acc, local;
+  };
+  static Error error_of(const metrics::ErrorStats& e);
+  static void add_error(metrics::ErrorStats& to, const Error& e);
+  std::vector<Entry> entries_;
+  std::vector<std::uint32_t> hist_;  // every entry's histogram counts
 };
 
 // Where a variant first produced a NaN, or more infinities than the reference's same output has
@@ -204,9 +237,11 @@ class Capture {
   };
   Value value(const std::string& name) const;  // {} when this call did not produce it
   Value output(std::size_t layer) const;       // the layer's first output ({} when not produced)
-  // The layers whose reference node has run in this call.
-  void mark_ran(std::size_t layer);
+  // The layers whose reference node has run in this call; `measured`: with statistics of its
+  // output (a float output the node computed, not a folded constant).
+  void mark_ran(std::size_t layer, bool measured);
   bool ran(std::size_t layer) const { return layer < ran_.size() && ran_[layer] == generation_; }
+  bool measured(std::size_t layer) const { return ran(layer) && measured_[layer]; }
 
  private:
   struct Slot {
@@ -225,15 +260,16 @@ class Capture {
   std::unordered_map<std::string, Slot> slots_;  // values that are no layer's first output
   std::vector<Slot> outputs_;                    // per layer
   std::vector<std::uint64_t> ran_;  // per layer: the generation in which its reference node ran
+  std::vector<char> measured_;      // per layer: with statistics, when it ran
   std::vector<std::size_t> waiting_;  // layers whose borrowed output may have readers to come
   std::uint64_t generation_ = 0;
 };
 
 // What one unit (one prompt and seed) contributed, per variant (RunObservation::variants order).
 struct UnitObservation {
-  std::vector<LayerCells> cells;
+  std::vector<CallLog> calls;
   std::vector<std::optional<NonFiniteHit>> first_nonfinite;
-  void clear();  // for the next unit, keeping the cells' storage
+  void clear();  // for the next unit, keeping the logs' storage
 };
 
 // Where full tensors go when asked (variant, call, node, tensor); called on the unit's thread.
@@ -311,6 +347,7 @@ class LockstepObserver : public ModelCallObserver {
   std::array<Recent, 4> recent_;
   std::size_t recent_next_ = 0;
   metrics::ActivationStats scratch_;  // one call's statistics
+  LayerCell event_;                   // one node event's statistics, then appended to the log
   const RunObservation& run_;
   std::size_t variant_;
   UnitObservation& unit_;

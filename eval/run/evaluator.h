@@ -3,8 +3,9 @@
 // graph (the reference with Q/DQ inserted), an export variant is another file. The unit of parallel
 // work is one (prompt, seed) or one image, inside which every variant runs in lockstep with the
 // reference (step by step for diffusion) so that per-layer error compares the same call. Units
-// run in parallel (TBB, one set of sessions per worker) and are merged in unit order: the result
-// is identical for any thread count.
+// run in parallel (TBB, one set of sessions per worker) and are merged as they finish: every pooled
+// statistic is an exact sum, a maximum or a histogram count, so the result is identical for any
+// thread count and order.
 #pragma once
 
 #include <cstdint>

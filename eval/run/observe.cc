@@ -158,10 +158,13 @@ void UnitObservation::clear() {
 }
 
 namespace {
-// The one term of a sum from one event (a second term would be lost: never happens, checked).
+// The one term of a sum from one event (a second term would be lost: never happens, checked). A
+// non-finite term is the sum's special part (NaN != 0 too).
 double single_term(const metrics::ExactSum& s) {
-  if (s.partials().size() > 1) throw std::logic_error("CallLog: a sum of more than one term");
-  return s.special() != 0.0 || std::isnan(s.special()) ? s.special() : s.partials().empty() ? 0.0 : s.partials()[0];
+  const auto partials = s.partials();
+  const bool special = s.special() != 0.0;
+  if (partials.size() + special > 1) throw std::logic_error("CallLog: a sum of more than one term");
+  return special ? s.special() : partials.empty() ? 0.0 : partials[0];
 }
 }  // namespace
 

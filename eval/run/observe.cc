@@ -166,11 +166,22 @@ double single_term(const metrics::ExactSum& s) {
   if (partials.size() + special > 1) throw std::logic_error("CallLog: a sum of more than one term");
   return special ? s.special() : partials.empty() ? 0.0 : partials[0];
 }
+
+std::uint32_t count32(std::uint64_t n) {
+  if (n > 0xffffffffu) throw std::logic_error("CallLog: a count of one event beyond 32 bits");
+  return std::uint32_t(n);
+}
 }  // namespace
 
 CallLog::Error CallLog::error_of(const metrics::ErrorStats& e) {
-  return {e.count, e.nonfinite, e.calls, e.cosine_calls, single_term(e.ref_sq), single_term(e.err_sq),
+  return {count32(e.count),      count32(e.nonfinite),    count32(e.calls),
+          count32(e.cosine_calls), single_term(e.ref_sq), single_term(e.err_sq),
           single_term(e.cosine_sum), e.max_abs};
+}
+
+void CallLog::reserve(std::size_t events) {
+  entries_.reserve(events);
+  hist_.reserve(events * 48);  // tiny-sd: ~40 occupied bins per event
 }
 
 void CallLog::add_error(metrics::ErrorStats& to, const Error& e) {
@@ -189,7 +200,8 @@ void CallLog::add(std::size_t layer, int step, const LayerCell& cell) {
   e.layer = std::uint32_t(layer);
   e.step = step;
   const metrics::ActivationStats& a = cell.act;
-  e.count = a.count, e.nan = a.nan, e.inf = a.inf, e.clipped = a.clipped, e.calls = a.calls;
+  e.count = count32(a.count), e.nan = count32(a.nan), e.inf = count32(a.inf), e.clipped = count32(a.clipped);
+  e.calls = count32(a.calls);
   e.sum = single_term(a.sum);
   e.sum_sq = single_term(a.sum_sq);
   e.absmax = a.absmax;
@@ -198,12 +210,14 @@ void CallLog::add(std::size_t layer, int step, const LayerCell& cell) {
   e.hist_at = std::uint32_t(hist_.size());
   for (std::uint64_t c : a.abs_hist.counts()) hist_.push_back(std::uint32_t(c));  // one call: < 2^32
   if (cell.acc.calls) e.acc = error_of(cell.acc);
-  if (cell.local().calls) e.local = error_of(cell.local());
+  if (cell.local().calls) local_.emplace_back(entries_.size() - 1, error_of(cell.local()));
 }
 
 void CallLog::merge_into(LayerCells& cells) const {
   std::array<std::uint64_t, metrics::LogAbsHistogram::kBins> bins;
-  for (const Entry& e : entries_) {
+  auto local = local_.begin();
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
     LayerCell& c = cells.at(e.layer, e.step);
     if (e.calls || e.clipped) {
       metrics::ActivationStats& a = c.act;
@@ -221,13 +235,14 @@ void CallLog::merge_into(LayerCells& cells) const {
       a.abs_hist.add_counts(e.hist_first, std::span<const std::uint64_t>(bins.data(), e.hist_bins));
     }
     if (e.acc.calls) add_error(c.acc, e.acc);
-    if (e.local.calls) add_error(c.local_mut(), e.local);
+    for (; local != local_.end() && local->first == i; ++local) add_error(c.local_mut(), local->second);
   }
 }
 
 void CallLog::clear() {
   entries_.clear();
   hist_.clear();
+  local_.clear();
 }
 
 void LayerCells::merge(const LayerCells& o) {
@@ -448,6 +463,10 @@ Capture::Value Capture::output(std::size_t layer) const {
 UnitObservation RunObservation::make_unit() const {
   UnitObservation u;
   u.calls.resize(variants.size());
+  // A unit's events: about one per layer and step.
+  std::size_t events = 0;
+  for (std::size_t l = 0; l < space->layers(); ++l) events += std::size_t(space->cells_of(l));
+  for (CallLog& log : u.calls) log.reserve(events);
   u.first_nonfinite.resize(variants.size());
   return u;
 }

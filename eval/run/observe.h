@@ -121,9 +121,12 @@ class LayerCells {
 // front to back, pooled into LayerCells when the unit is merged. A unit adds each (layer, step)
 // about once, so cells of its own (a LayerCell and a heap histogram each, ~950 B, ~100 MB per
 // worker on tiny-sd) only spread the same numbers over memory that clear() and merge() walked
-// again; an entry is ~200 B and its histogram bins go to one arena.
+// again; an entry is 112 B (local error apart) and its histogram bins go to one arena.
 class CallLog {
  public:
+  // Room for `events` entries without regrowing (a grown vector is fresh memory, and fresh pages
+  // cost several microseconds each on this VM).
+  void reserve(std::size_t events);
   // Appends what `cell` holds: the statistics of one node event (each sum a single term).
   void add(std::size_t layer, int step, const LayerCell& cell);
   // Adds every entry to `cells` (exact sums: the same bits as adding the events there directly).
@@ -132,24 +135,26 @@ class CallLog {
   std::size_t size() const { return entries_.size(); }
 
  private:
+  // Counts of one event fit 32 bits (a tensor of 2^32 floats is 16 GiB; checked).
   struct Error {  // an ErrorStats whose sums hold one term each
-    std::uint64_t count = 0, nonfinite = 0, calls = 0, cosine_calls = 0;
+    std::uint32_t count = 0, nonfinite = 0, calls = 0, cosine_calls = 0;
     double ref_sq = 0, err_sq = 0, cosine_sum = 0, max_abs = 0;
   };
   struct Entry {
     std::uint32_t layer = 0;
     std::int32_t step = 0;
-    std::uint64_t count = 0, nan = 0, inf = 0, clipped = 0, calls = 0;
-    double sum = 0, sum_sq = 0;
+    std::uint32_t count = 0, nan = 0, inf = 0, clipped = 0, calls = 0;
     float absmax = 0;
+    double sum = 0, sum_sq = 0;
     std::int32_t hist_first = 0;
     std::uint32_t hist_bins = 0, hist_at = 0;  // bins and where they start in hist_
-    Error acc, local;
+    Error acc;
   };
   static Error error_of(const metrics::ErrorStats& e);
   static void add_error(metrics::ErrorStats& to, const Error& e);
   std::vector<Entry> entries_;
-  std::vector<std::uint32_t> hist_;  // every entry's histogram counts
+  std::vector<std::uint32_t> hist_;                   // every entry's histogram counts
+  std::vector<std::pair<std::size_t, Error>> local_;  // (entry, its local error), when measured
 };
 
 // Where a variant first produced a NaN, or more infinities than the reference's same output has

@@ -3,7 +3,7 @@
 # cold (empty calibration cache) and warm, what each kind of observation costs, peak memory, and
 # 1 against 2 threads. Wall time, CPU time (user + sys) and peak resident memory per case, from
 # /usr/bin/time. On a shared machine compare CPU seconds; wall seconds only mean something idle.
-# Usage: bench/run_qeval_run.sh [build-dir] [count=8]
+# Usage: [PAIRS=5] bench/run_qeval_run.sh [build-dir] [count=8]
 #   count < 8 shortens every case; the 1- and 2-thread cases use 4 prompts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,27 +49,29 @@ measure "warm: layer statistics only" run --config "$WORK/stats.json" --out "$WO
 measure "warm: layer statistics + local error" run --config "$WORK/local.json" --out "$WORK/o5"
 measure "warm: the default again (result cache)" run --config "$WORK/full.json" --out "$WORK/o2"
 # What per-layer observation costs: runs without and with the layer observers (drift statistics and
-# accumulated error), alternated three times (the machine is noisy), both without teacher forcing
-# and with it (as the default run has it); median ratios of CPU and wall time. Local error is a
+# accumulated error), alternated PAIRS times (the machine is noisy), both without teacher forcing
+# and with it (as the default run has it). Local error is a
 # re-execution of every node, not an observer: its cost is the "statistics + local error" case.
-for i in 1 2 3; do
+PAIRS=${PAIRS:-5}  # alternations: the host's noise needs more than three
+for i in $(seq 1 "$PAIRS"); do
   measure "overhead $i: no observation" run --config "$WORK/none.json" --out "$WORK/p$i-none"
   measure "overhead $i: layer statistics only" run --config "$WORK/stats.json" --out "$WORK/p$i-stats"
   measure "overhead $i: teacher forcing, no observation" run --config "$WORK/none-tf.json" --out "$WORK/p$i-none-tf"
   measure "overhead $i: teacher forcing, layer statistics" run --config "$WORK/stats-tf.json" --out "$WORK/p$i-stats-tf"
 done | tee "$WORK/pairs"
-awk 'function median3(a, b, c) { return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b)) }
-     /: no observation/ { n[++i] = $(NF-1); nw[i] = $(NF-2) } /: layer statistics only/ { s[++j] = $(NF-1); sw[j] = $(NF-2) }
-     /teacher forcing, no observation/ { tn[++k] = $(NF-1); tnw[k] = $(NF-2) }
-     /teacher forcing, layer statistics/ { ts[++l] = $(NF-1); tsw[l] = $(NF-2) }
-     function min3(a, b, c) { return a < b ? (a < c ? a : c) : (b < c ? b : c) }
-     END { printf "layer statistics over none, no teacher forcing (median of 3 pairs): CPU %.2fx, wall %.2fx\n",
-                  median3(s[1] / n[1], s[2] / n[2], s[3] / n[3]), median3(sw[1] / nw[1], sw[2] / nw[2], sw[3] / nw[3])
-           printf "layer statistics over none, teacher forcing on (median of 3 pairs): CPU %.2fx, wall %.2fx\n",
-                  median3(ts[1] / tn[1], ts[2] / tn[2], ts[3] / tn[3]), median3(tsw[1] / tnw[1], tsw[2] / tnw[2], tsw[3] / tnw[3])
-           # Noise only adds time: the ratio of the fastest runs is the steadier figure on a shared host.
-           printf "the same, fastest of 3 each: CPU %.2fx without, %.2fx with teacher forcing\n",
-                  min3(s[1], s[2], s[3]) / min3(n[1], n[2], n[3]), min3(ts[1], ts[2], ts[3]) / min3(tn[1], tn[2], tn[3]) }' "$WORK/pairs"
+# Per kind: the median of the pairs' CPU ratios, and the ratio of the fastest runs (noise only adds
+# time, so the fastest runs are the steadier figure on a shared host).
+awk 'function median(a, n,   i, j, t, b) { for (i = 1; i <= n; ++i) b[i] = a[i]
+                                           for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (b[j] < b[i]) { t = b[i]; b[i] = b[j]; b[j] = t }
+                                           return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2 }
+     function minimum(a, n,   i, m) { m = a[1]; for (i = 2; i <= n; ++i) if (a[i] < m) m = a[i]; return m }
+     /: no observation/ { n[++i] = $(NF-1) } /: layer statistics only/ { s[++j] = $(NF-1) }
+     /teacher forcing, no observation/ { tn[++k] = $(NF-1) } /teacher forcing, layer statistics/ { ts[++l] = $(NF-1) }
+     END { for (p = 1; p <= i; ++p) { r[p] = s[p] / n[p]; tr[p] = ts[p] / tn[p] }
+           printf "layer statistics over none, CPU, %d pairs: without teacher forcing median %.2fx, fastest runs %.2fx\n",
+                  i, median(r, i), minimum(s, j) / minimum(n, i)
+           printf "                                          with teacher forcing (the default) median %.2fx, fastest runs %.2fx\n",
+                  median(tr, k), minimum(ts, l) / minimum(tn, k) }' "$WORK/pairs"
 T=4
 measure "warm, $T prompts, 1 thread" --threads 1 run --config "$WORK/full.json" --count "$T" --out "$WORK/t1"
 measure "warm, $T prompts, 2 threads" --threads 2 run --config "$WORK/full.json" --count "$T" --out "$WORK/t2"

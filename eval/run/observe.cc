@@ -103,6 +103,12 @@ const metrics::ErrorStats& LayerCell::local() const {
   return local_ ? *local_ : kNone;
 }
 
+void LayerCell::merge(const LayerCell& o) {
+  if (o.act.calls || o.act.clipped) act.merge(o.act);
+  if (o.acc.calls) acc.merge(o.acc);
+  if (o.local().calls) local_mut().merge(o.local());
+}
+
 metrics::ErrorStats& LayerCell::local_mut() {
   if (!local_) local_ = std::make_unique<metrics::ErrorStats>();
   return *local_;
@@ -248,12 +254,7 @@ void CallLog::clear() {
 void LayerCells::merge(const LayerCells& o) {
   const std::size_t layers = o.touched_.size();
   for (std::size_t i = 0; i < o.keys_.size(); ++i) {
-    const LayerCell& src = o.cell(i);
-    LayerCell& dst = at(o.keys_[i] % layers, int(o.keys_[i] / layers));
-    // Nothing added: nothing to merge (the reference's errors, local error when it is off).
-    if (src.act.calls || src.act.clipped) dst.act.merge(src.act);
-    if (src.acc.calls) dst.acc.merge(src.acc);
-    if (src.local().calls) dst.local_mut().merge(src.local());
+    at(o.keys_[i] % layers, int(o.keys_[i] / layers)).merge(o.cell(i));
   }
 }
 

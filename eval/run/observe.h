@@ -62,7 +62,8 @@ struct LayerCell {
   metrics::ErrorStats acc;       // against the reference's output, variants run end to end
 
   LayerCell() = default;
-  LayerCell(const LayerCell& o) : act(o.act), acc(o.acc) { *this = o; }
+  LayerCell(const LayerCell& o)
+      : act(o.act), acc(o.acc), local_(o.local_ ? std::make_unique<metrics::ErrorStats>(*o.local_) : nullptr) {}
   LayerCell& operator=(const LayerCell& o);
   LayerCell(LayerCell&&) noexcept = default;
   LayerCell& operator=(LayerCell&&) noexcept = default;
@@ -71,6 +72,8 @@ struct LayerCell {
   const metrics::ErrorStats& local() const;
   metrics::ErrorStats& local_mut();
   bool operator==(const LayerCell& o) const { return act == o.act && acc == o.acc && local() == o.local(); }
+  // Adds `o` (parts nothing was added to are skipped: the reference's errors, local error when off).
+  void merge(const LayerCell& o);
   void clear() {  // only what was added to (a cleared part is not written again)
     if (act.calls || act.clipped) act.clear();
     if (acc.calls) acc.clear();

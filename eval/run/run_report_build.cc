@@ -284,9 +284,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
         LayerCell pooled;
         for (int s = 0; s < space.cells_of(l); ++s)
           if (const LayerCell* c = res.layers[v].find(l, s)) {
-            pooled.act.merge(c->act);
-            pooled.acc.merge(c->acc);
-            if (c->local().calls) pooled.local_mut().merge(c->local());
+            pooled.merge(*c);
             if (std::isfinite(clip[k]) && c->act.clipped > 0)
               table.out_of_range_steps[k] = std::isnan(table.out_of_range_steps[k]) ? 1 : table.out_of_range_steps[k] + 1;
           }

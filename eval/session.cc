@@ -727,6 +727,8 @@ class Session::Execution::State {
     const Plan& p = *p_;
     const Plan::Step& step = (*steps_)[next_++];
     BufferPool& pool = *s_.pool_;
+    if (observer_)
+      for (Tensor t = observer_->spare(); t.capacity() > 0; t = observer_->spare()) pool.give(std::move(t));
     ins_.clear();
     for (int id : step.in) ins_.push_back(value(id));
     // A view whose input dies here takes the input's buffer (the bytes are already the output's):

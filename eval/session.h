@@ -62,6 +62,9 @@ class Observer {
   // A non-retaining execution is about to give `value`'s buffer back to its pool (the value's last
   // reader has run): an observer that still needs the value may take the buffer (move from it).
   virtual void on_release(Tensor& value) { (void)value; }
+  // A buffer the observer took on release and no longer needs (empty: none): the execution puts
+  // it back in its pool before each step, so that taking values costs no memory in the long run.
+  virtual Tensor spare() { return {}; }
   // Whether the observer still reads `value` after its last reader in the graph (it would take it
   // on release): a view whose input dies then copies it instead of taking its buffer over.
   virtual bool holds(const Tensor& value) const {

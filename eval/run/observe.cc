@@ -187,7 +187,7 @@ CallLog::Error CallLog::error_of(const metrics::ErrorStats& e) {
 
 void CallLog::reserve(std::size_t events) {
   entries_.reserve(events);
-  hist_.reserve(events * 48);  // tiny-sd: ~40 occupied bins per event
+  hist_.reserve(events * 128);  // tiny-sd: ~116 bins per event, most of them one byte
 }
 
 void CallLog::add_error(metrics::ErrorStats& to, const Error& e) {
@@ -213,8 +213,17 @@ void CallLog::add(std::size_t layer, int step, const LayerCell& cell) {
   e.absmax = a.absmax;
   e.hist_first = a.abs_hist.first();
   e.hist_bins = std::uint32_t(a.abs_hist.counts().size());
+  if (hist_.size() > 0xffffffffu) throw std::logic_error("CallLog: histogram bytes beyond 32 bits");
   e.hist_at = std::uint32_t(hist_.size());
-  for (std::uint64_t c : a.abs_hist.counts()) hist_.push_back(std::uint32_t(c));  // one call: < 2^32
+  // LEB128: 7 bits a byte, low bits first, the top bit set on all bytes but the last (a bin of
+  // one tensor seldom counts 128 or more: ~1.2 bytes a bin on tiny-sd, 4 as uint32).
+  std::array<std::uint8_t, metrics::LogAbsHistogram::kBins * 10> bytes;
+  std::uint8_t* p = bytes.data();
+  for (std::uint64_t c : a.abs_hist.counts()) {
+    for (; c >= 0x80; c >>= 7) *p++ = std::uint8_t(c | 0x80);
+    *p++ = std::uint8_t(c);
+  }
+  hist_.insert(hist_.end(), bytes.data(), p);
   if (cell.acc.calls) e.acc = error_of(cell.acc);
   if (cell.local().calls) local_.emplace_back(entries_.size() - 1, error_of(cell.local()));
 }
@@ -237,7 +246,12 @@ void CallLog::merge_into(LayerCells& cells) const {
         a.sum_sq += e.sum_sq;
       }
       a.absmax = std::max(a.absmax, e.absmax);
-      std::copy(hist_.begin() + e.hist_at, hist_.begin() + e.hist_at + e.hist_bins, bins.begin());
+      const std::uint8_t* p = hist_.data() + e.hist_at;
+      for (std::uint32_t b = 0; b < e.hist_bins; ++b) {
+        std::uint64_t c = *p & 0x7f;
+        for (int shift = 7; *p++ & 0x80; shift += 7) c |= std::uint64_t(*p & 0x7f) << shift;
+        bins[b] = c;
+      }
       a.abs_hist.add_counts(e.hist_first, std::span<const std::uint64_t>(bins.data(), e.hist_bins));
     }
     if (e.acc.calls) add_error(c.acc, e.acc);
@@ -430,7 +444,20 @@ void Capture::keep_output(std::size_t layer, const Tensor& value, std::optional<
 void Capture::consumed(std::size_t layer) {
   if (layer >= outputs_.size()) return;
   Slot& s = outputs_[layer];
-  if (s.generation == generation_ && s.pending > 0) --s.pending;
+  if (s.generation != generation_ || s.pending == 0 || --s.pending > 0 || s.borrowed) return;
+  // A value taken over on release, read for the last time: its buffer goes back to the
+  // reference's execution (kept here, the capture would hold a buffer per such layer: ~58 MB per
+  // worker on tiny-sd, fresh pages all).
+  spares_.push_back(std::move(s.tensor));
+  s.tensor = Tensor();
+  s.generation = 0;  // no longer readable
+}
+
+Tensor Capture::spare() {
+  if (spares_.empty()) return {};
+  Tensor t = std::move(spares_.back());
+  spares_.pop_back();
+  return t;
 }
 
 int Capture::waiting_for(const Tensor& value) const {
@@ -489,6 +516,7 @@ class LockstepObserver::NodeObserver : public Observer {
   void on_release(Tensor& value) override {
     if (capture_) o_.capture_.on_release(value);
   }
+  Tensor spare() override { return capture_ ? o_.capture_.spare() : Tensor(); }
   bool holds(const Tensor& value) const override { return capture_ && o_.capture_.holds(value); }
 
  private:

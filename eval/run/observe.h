@@ -124,7 +124,7 @@ class LayerCells {
 // front to back, pooled into LayerCells when the unit is merged. A unit adds each (layer, step)
 // about once, so cells of its own (a LayerCell and a heap histogram each, ~950 B, ~100 MB per
 // worker on tiny-sd) only spread the same numbers over memory that clear() and merge() walked
-// again; an entry is 112 B (local error apart) and its histogram bins go to one arena.
+// again; an entry is 112 B (local error apart) and its histogram bins go to one byte arena.
 class CallLog {
  public:
   // Room for `events` entries without regrowing (a grown vector is fresh memory, and fresh pages
@@ -150,13 +150,13 @@ class CallLog {
     float absmax = 0;
     double sum = 0, sum_sq = 0;
     std::int32_t hist_first = 0;
-    std::uint32_t hist_bins = 0, hist_at = 0;  // bins and where they start in hist_
+    std::uint32_t hist_bins = 0, hist_at = 0;  // bins and where their bytes start in hist_
     Error acc;
   };
   static Error error_of(const metrics::ErrorStats& e);
   static void add_error(metrics::ErrorStats& to, const Error& e);
   std::vector<Entry> entries_;
-  std::vector<std::uint32_t> hist_;                   // every entry's histogram counts
+  std::vector<std::uint8_t> hist_;                    // every entry's histogram counts (LEB128)
   std::vector<std::pair<std::size_t, Error>> local_;  // (entry, its local error), when measured
 };
 
@@ -235,8 +235,10 @@ class Capture {
   // A reader of the layer's output is done with it.
   void consumed(std::size_t layer);
   // The reference's execution releases `value`: a borrowed layer output that readers still wait
-  // for is taken over (moved into the capture).
+  // for is taken over (moved into the capture) until its last reader is done; it then waits in
+  // spare() for the execution to take it back.
   void on_release(Tensor& value);
+  Tensor spare();  // a taken-over buffer no reader needs any more (empty: none)
   bool holds(const Tensor& value) const;  // a borrowed layer output that readers still wait for
   bool borrowing = false;
   struct Value {
@@ -270,6 +272,7 @@ class Capture {
   std::vector<std::uint64_t> ran_;  // per layer: the generation in which its reference node ran
   std::vector<char> measured_;      // per layer: with statistics, when it ran
   std::vector<std::size_t> waiting_;  // layers whose borrowed output may have readers to come
+  std::vector<Tensor> spares_;        // taken-over buffers whose readers are all done
   std::uint64_t generation_ = 0;
 };
 

@@ -1,8 +1,10 @@
 // A unit's CallLog pooled into LayerCells gives the cells that adding each event's statistics there
 // directly gives, to the bit: moments, histograms, clipping, non-finite counts, accumulated and
-// local error, an event with only clipping, a layer touched with nothing added, several units.
+// local error, an event with only clipping, a layer touched with nothing added, bins of many sizes,
+// several units.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -62,7 +64,17 @@ TEST(CallLog, PoolsIntoTheCellsTheEventsWouldHaveFilled) {
     log.add(0, 0, clipped_only);
     direct.at(2, 3);
     log.add(2, 3, LayerCell{});
-    EXPECT_EQ(log.size(), 14u);
+    // Bins of every size the log stores them in (1 to 3 bytes): 1/8 of 400000 values in a bin of
+    // zeros, a few hundred in the ramp's bins, a handful at its tails.
+    LayerCell wide;
+    std::vector<float> z(400000, 0.0f);
+    const auto r = ramp(20000, 1.0f, 0.0f);
+    std::copy(r.begin(), r.end(), z.begin() + 1000);
+    wide.act.add(z.data(), std::int64_t(z.size()));
+    direct.at(1, 3).act.add(z.data(), std::int64_t(z.size()));
+    ASSERT_GE(wide.act.abs_hist.count(0), 1u << 14);
+    log.add(1, 3, wide);
+    EXPECT_EQ(log.size(), 15u);
     log.merge_into(pooled);
   }
   EXPECT_TRUE(pooled == direct);

@@ -1,6 +1,7 @@
 // Capture in a lockstep call whose reference execution does not retain its values: a borrowed layer
 // output that readers still wait for is held (a view must not take it over) and taken over when the
-// execution releases it; once every reader is done, the execution's buffer goes back untouched.
+// execution releases it, and handed back as a spare once its last reader is done; when every
+// reader is done before the release, the execution's buffer goes back untouched.
 #include <gtest/gtest.h>
 
 #include "eval/run/observe.h"
@@ -39,9 +40,18 @@ TEST(Capture, HoldsABorrowedOutputUntilItsReadersAreDone) {
   ASSERT_TRUE(cap.output(0).tensor);
   EXPECT_EQ(cap.output(0).tensor->span<float>()[7], 2.0f);
   EXPECT_EQ(*cap.output(0).energy, 32.0);
+  const void* taken = cap.output(0).tensor->raw();
   cap.consumed(0);
+  EXPECT_EQ(cap.spare().capacity(), 0u);  // a reader to come: still held
+  EXPECT_EQ(cap.output(0).tensor->span<float>()[0], 2.0f);
   cap.consumed(0);
+  // The last reader is done: the buffer is spare (for the execution's pool), the value gone.
+  EXPECT_FALSE(cap.output(0).tensor);
+  Tensor back = cap.spare();
+  EXPECT_EQ(back.raw(), taken);
+  EXPECT_EQ(cap.spare().capacity(), 0u);
   cap.consumed(0);  // more than its readers: no harm
+  EXPECT_EQ(cap.spare().capacity(), 0u);
 
   // Layer 1: one reader, done before the release: the buffer stays with the execution.
   Tensor z = filled(-1.0f);

@@ -52,51 +52,87 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
   while (lo <= hi && counts[std::size_t(lo - first)] == 0) ++lo;
   while (hi >= lo && counts[std::size_t(hi - first)] == 0) --hi;
   if (hi < lo) return;
-  if (counts_.empty()) {
+  if (low_.empty()) {
     first_ = lo;
-    counts_.assign(std::size_t(hi - lo + 1), 0);
-  } else if (const int last = first_ + int(counts_.size()) - 1; lo < first_ || hi > last) {
+    low_.assign(std::size_t(hi - lo + 1), 0);
+    high_.clear();
+  } else if (const int last = first_ + int(low_.size()) - 1; lo < first_ || hi > last) {
     // Grown to the new span plus an octave of room, not to double the capacity: pooled cells
     // (thousands per run) widen a few bins at a time.
     const int new_first = std::min(lo, first_), new_last = std::max(hi, last);
-    if (new_first == first_ && std::size_t(new_last - new_first + 1) <= counts_.capacity()) {
-      counts_.resize(std::size_t(new_last - new_first + 1), 0);
-    } else {
-      std::vector<std::uint64_t> grown;
-      grown.reserve(std::size_t(new_last - new_first + 1 + kSubBins));
-      grown.assign(std::size_t(new_last - new_first + 1), 0);
-      std::copy(counts_.begin(), counts_.end(), grown.begin() + (first_ - new_first));
-      counts_ = std::move(grown);
-      first_ = new_first;
-    }
+    const std::size_t n = std::size_t(new_last - new_first + 1);
+    auto regrow = [&](std::vector<std::uint32_t>& v) {
+      if (v.empty()) return;
+      if (new_first == first_ && n <= v.capacity()) {
+        v.resize(n, 0);
+        return;
+      }
+      std::vector<std::uint32_t> grown;
+      grown.reserve(n + kSubBins);
+      grown.assign(n, 0);
+      std::copy(v.begin(), v.end(), grown.begin() + (first_ - new_first));
+      v = std::move(grown);
+    };
+    regrow(low_);
+    regrow(high_);
+    first_ = new_first;
   }
   for (int b = lo; b <= hi; ++b) {
     const std::uint64_t c = counts[std::size_t(b - first)];
-    counts_[std::size_t(b - first_)] += c;
+    const std::size_t i = std::size_t(b - first_);
+    const std::uint64_t low = std::uint64_t(low_[i]) + c;  // the carry: what passes 32 bits
+    low_[i] = std::uint32_t(low);
+    if (low >> 32 && high_.empty()) high_.assign(low_.size(), 0);
+    if (!high_.empty()) high_[i] += std::uint32_t(low >> 32);
     total_ += c;
   }
 }
 
-void LogAbsHistogram::merge(const LogAbsHistogram& other) { add_counts(other.first_, other.counts_); }
+void LogAbsHistogram::merge(const LogAbsHistogram& other) {
+  if (other.low_.empty()) return;
+  std::array<std::uint64_t, kBins> c;
+  for (std::size_t i = 0; i < other.bins(); ++i) c[i] = other.at(i);
+  add_counts(other.first_, std::span<const std::uint64_t>(c.data(), other.bins()));
+}
 
 void LogAbsHistogram::clear() {
-  counts_.clear();
+  low_.clear();
+  high_.clear();
   first_ = 0;
   total_ = 0;
 }
 
 std::uint64_t LogAbsHistogram::count(int bin) const {
-  if (bin < first_ || bin >= first_ + int(counts_.size())) return 0;
-  return counts_[std::size_t(bin - first_)];
+  if (bin < first_ || bin >= first_ + int(low_.size())) return 0;
+  return at(std::size_t(bin - first_));
 }
 
-LogAbsHistogram LogAbsHistogram::from_counts(int first, std::vector<std::uint64_t> counts) {
+std::vector<std::uint64_t> LogAbsHistogram::counts() const {
+  std::vector<std::uint64_t> c(bins());
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = at(i);
+  return c;
+}
+
+bool LogAbsHistogram::operator==(const LogAbsHistogram& o) const {
+  if (first_ != o.first_ || bins() != o.bins() || total_ != o.total_) return false;
+  for (std::size_t i = 0; i < bins(); ++i)
+    if (at(i) != o.at(i)) return false;
+  return true;
+}
+
+LogAbsHistogram LogAbsHistogram::from_counts(int first, const std::vector<std::uint64_t>& counts) {
   LogAbsHistogram h;
   if (first < 0 || first + int(counts.size()) > kBins) throw std::invalid_argument("LogAbsHistogram: bins out of range");
   h.first_ = first;
-  h.counts_ = std::move(counts);
-  for (auto c : h.counts_) h.total_ += c;
-  if (h.total_ == 0) h.counts_.clear(), h.first_ = 0;
+  h.low_.reserve(counts.size());
+  for (std::uint64_t c : counts) {
+    h.low_.push_back(std::uint32_t(c));
+    if (c >> 32 && h.high_.empty()) h.high_.assign(counts.size(), 0);
+    h.total_ += c;
+  }
+  if (!h.high_.empty())
+    for (std::size_t i = 0; i < counts.size(); ++i) h.high_[i] = std::uint32_t(counts[i] >> 32);
+  if (h.total_ == 0) h.clear();
   return h;
 }
 
@@ -105,10 +141,10 @@ std::optional<double> LogAbsHistogram::quantile(double q, double absmax) const {
   q = std::clamp(q, 0.0, 1.0);
   const double target = q * double(total_);
   double below = 0;
-  for (std::size_t i = 0; i < counts_.size(); ++i) {
-    const auto c = double(counts_[i]);
+  for (std::size_t i = 0; i < low_.size(); ++i) {
+    const auto c = double(at(i));
     if (c == 0) continue;
-    if (below + c >= target || i + 1 == counts_.size()) {
+    if (below + c >= target || i + 1 == low_.size()) {
       const int bin = first_ + int(i);
       const double lo = bin_lower(bin);
       const double hi = std::max(lo, std::min(bin_upper(bin), absmax));

@@ -38,17 +38,22 @@ class LogAbsHistogram {
   // linear inside the bin that holds it; `absmax` (the true maximum) bounds the last occupied bin.
   // nullopt when empty.
   std::optional<double> quantile(double q, double absmax) const;
-  // Occupied bins only: counts()[i] is bin first() + i.
+  // Occupied bins only: at(i) is the count of bin first() + i, i < bins().
   int first() const { return first_; }
-  const std::vector<std::uint64_t>& counts() const { return counts_; }
+  std::size_t bins() const { return low_.size(); }
+  std::uint64_t at(std::size_t i) const { return low_[i] | (high_.empty() ? 0 : std::uint64_t(high_[i]) << 32); }
+  std::vector<std::uint64_t> counts() const;  // at(0), at(1), ...
   void clear();  // empty, keeping the storage
   // Rebuilds from first()/counts() (e.g. when read back from a cache).
-  static LogAbsHistogram from_counts(int first, std::vector<std::uint64_t> counts);
-  bool operator==(const LogAbsHistogram&) const = default;
+  static LogAbsHistogram from_counts(int first, const std::vector<std::uint64_t>& counts);
+  bool operator==(const LogAbsHistogram& o) const;
 
  private:
+  // Counts in two halves: a run pools ~50k histograms (per layer, step and variant) whose bins
+  // seldom pass 2^32, so the high halves exist only once one does (~0.5 KB a histogram, not 1).
   int first_ = 0;
-  std::vector<std::uint64_t> counts_;
+  std::vector<std::uint32_t> low_;
+  std::vector<std::uint32_t> high_;  // empty, or one per bin
   std::uint64_t total_ = 0;
 };
 

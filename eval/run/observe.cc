@@ -212,14 +212,15 @@ void CallLog::add(std::size_t layer, int step, const LayerCell& cell) {
   e.sum_sq = single_term(a.sum_sq);
   e.absmax = a.absmax;
   e.hist_first = a.abs_hist.first();
-  e.hist_bins = std::uint32_t(a.abs_hist.counts().size());
+  e.hist_bins = std::uint32_t(a.abs_hist.bins());
   if (hist_.size() > 0xffffffffu) throw std::logic_error("CallLog: histogram bytes beyond 32 bits");
   e.hist_at = std::uint32_t(hist_.size());
   // LEB128: 7 bits a byte, low bits first, the top bit set on all bytes but the last (a bin of
   // one tensor seldom counts 128 or more: ~1.2 bytes a bin on tiny-sd, 4 as uint32).
   std::array<std::uint8_t, metrics::LogAbsHistogram::kBins * 10> bytes;
   std::uint8_t* p = bytes.data();
-  for (std::uint64_t c : a.abs_hist.counts()) {
+  for (std::size_t i = 0; i < a.abs_hist.bins(); ++i) {
+    std::uint64_t c = a.abs_hist.at(i);
     for (; c >= 0x80; c >>= 7) *p++ = std::uint8_t(c | 0x80);
     *p++ = std::uint8_t(c);
   }

@@ -85,8 +85,8 @@ reports::Histogram linear_histogram(const metrics::ActivationStats& s, double hi
   h.counts.assign(std::size_t(bins), 0);
   const auto& lh = s.abs_hist;
   const double width = hi / bins;
-  for (std::size_t k = 0; k < lh.counts().size(); ++k) {
-    const std::uint64_t c = lh.counts()[k];
+  for (std::size_t k = 0; k < lh.bins(); ++k) {
+    const std::uint64_t c = lh.at(k);
     if (!c) continue;
     const int bin = lh.first() + int(k);
     const double a = metrics::LogAbsHistogram::bin_lower(bin);

@@ -242,8 +242,8 @@ class MsgPack {
     sum(a.sum), sum(a.sum_sq);
     real(a.absmax);
     uint(std::uint64_t(a.abs_hist.first()));
-    array(a.abs_hist.counts().size());
-    for (std::uint64_t c : a.abs_hist.counts()) uint(c);
+    array(a.abs_hist.bins());
+    for (std::size_t i = 0; i < a.abs_hist.bins(); ++i) uint(a.abs_hist.at(i));
   }
   void err(const metrics::ErrorStats& e) {  // read by err_from
     array(8);

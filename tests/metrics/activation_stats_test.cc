@@ -100,6 +100,40 @@ TEST(ActivationStats, MergeOfPartsEqualsWholeAndHistogramsAddExactly) {
   EXPECT_EQ(H::from_counts(whole.abs_hist.first(), whole.abs_hist.counts()), whole.abs_hist);
 }
 
+// Counts are kept in 32-bit halves: a bin that passes 2^32 - 1 (by adding, merging or reading back)
+// keeps its exact count, in either order, and the others theirs.
+TEST(LogAbsHistogram, CountsPastThirtyTwoBits) {
+  const std::uint64_t big = 0xffffffffull;
+  H a, b;
+  const std::vector<std::uint64_t> near_full = {big, 7}, more = {3, 1, 5};
+  a.add_counts(100, near_full);
+  EXPECT_EQ(a.count(100), big);
+  a.add_counts(99, more);  // widens the span to the left as it carries
+  EXPECT_EQ(a.first(), 99);
+  ASSERT_EQ(a.bins(), 3u);
+  EXPECT_EQ(a.count(99), 3u);
+  EXPECT_EQ(a.count(100), big + 1);
+  EXPECT_EQ(a.count(101), 12u);
+  EXPECT_EQ(a.total(), big + 7 + 9);
+  b.add_counts(99, more);
+  b.add_counts(100, near_full);
+  EXPECT_EQ(a, b);
+  const std::vector<std::uint64_t> huge = {std::uint64_t(5) << 40};
+  H c;
+  c.add_counts(101, huge);
+  c.merge(a);
+  a.merge(c);  // a twice plus huge, c once plus huge: not equal, but each exact
+  EXPECT_EQ(c.count(101), (std::uint64_t(5) << 40) + 12);
+  EXPECT_EQ(a.count(100), 2 * (big + 1));
+  EXPECT_EQ(a.count(101), (std::uint64_t(5) << 40) + 24);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(H::from_counts(a.first(), a.counts()), a);
+  EXPECT_EQ(H::from_counts(99, {3, big + 1, 12}), b);
+  // The median of b lies in bin 100, which holds nearly all of it.
+  EXPECT_GE(*b.quantile(0.5, 1e9), H::bin_lower(100));
+  EXPECT_LT(*b.quantile(0.5, 1e9), H::bin_upper(100));
+}
+
 // A large tensor puts one 16-element chunk per 128 elements in its histogram; everything else sees
 // every element. Laid out [tokens, 512 channels] with one outlier channel (as SmoothQuant's
 // targets are): the sampled p99.9 stays within a bin of the exact one, since the hashed choice of

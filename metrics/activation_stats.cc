@@ -77,15 +77,31 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
     regrow(high_);
     first_ = new_first;
   }
-  for (int b = lo; b <= hi; ++b) {
-    const std::uint64_t c = counts[std::size_t(b - first)];
-    const std::size_t i = std::size_t(b - first_);
-    const std::uint64_t low = std::uint64_t(low_[i]) + c;  // the carry: what passes 32 bits
-    low_[i] = std::uint32_t(low);
-    if (low >> 32 && high_.empty()) high_.assign(low_.size(), 0);
-    if (!high_.empty()) high_[i] += std::uint32_t(low >> 32);
-    total_ += c;
+  // In locals (members written through pointers would be re-read every bin: a uint32 store may
+  // alias first_, a uint64 count total_).
+  const std::uint64_t* in = counts.data() + (lo - first);
+  const std::size_t at = std::size_t(lo - first_), n = std::size_t(hi - lo + 1);
+  std::uint64_t added = 0;
+  std::size_t k = 0;
+  if (high_.empty()) {
+    std::uint32_t* low = low_.data() + at;
+    for (; k < n; ++k) {
+      const std::uint64_t sum = std::uint64_t(low[k]) + in[k];
+      if (sum >> 32) break;  // the first count past 32 bits: high halves from here on
+      low[k] = std::uint32_t(sum);
+      added += in[k];
+    }
+    if (k < n) high_.assign(low_.size(), 0);
   }
+  std::uint32_t* low = low_.data() + at;
+  std::uint32_t* high = high_.data() + at;
+  for (; k < n; ++k) {
+    const std::uint64_t sum = std::uint64_t(low[k]) + in[k];  // the carry: what passes 32 bits
+    low[k] = std::uint32_t(sum);
+    high[k] += std::uint32_t(sum >> 32);
+    added += in[k];
+  }
+  total_ += added;
 }
 
 void LogAbsHistogram::merge(const LogAbsHistogram& other) {
@@ -111,6 +127,11 @@ std::vector<std::uint64_t> LogAbsHistogram::counts() const {
   std::vector<std::uint64_t> c(bins());
   for (std::size_t i = 0; i < c.size(); ++i) c[i] = at(i);
   return c;
+}
+
+void LogAbsHistogram::prefetch() const {
+  const char* p = reinterpret_cast<const char*>(low_.data());
+  for (std::size_t off = 0; off < low_.size() * sizeof(std::uint32_t); off += 64) __builtin_prefetch(p + off, 1);
 }
 
 bool LogAbsHistogram::operator==(const LogAbsHistogram& o) const {

@@ -43,6 +43,7 @@ class LogAbsHistogram {
   std::size_t bins() const { return low_.size(); }
   std::uint64_t at(std::size_t i) const { return low_[i] | (high_.empty() ? 0 : std::uint64_t(high_[i]) << 32); }
   std::vector<std::uint64_t> counts() const;  // at(0), at(1), ...
+  void prefetch() const;  // asks for the counts' cache lines, to be added to soon
   void clear();  // empty, keeping the storage
   // Rebuilds from first()/counts() (e.g. when read back from a cache).
   static LogAbsHistogram from_counts(int first, const std::vector<std::uint64_t>& counts);

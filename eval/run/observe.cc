@@ -232,7 +232,16 @@ void CallLog::add(std::size_t layer, int step, const LayerCell& cell) {
 void CallLog::merge_into(LayerCells& cells) const {
   std::array<std::uint64_t, metrics::LogAbsHistogram::kBins> bins;
   auto local = local_.begin();
+  // The pooled cells (~50k on tiny-sd, their histograms apart) are out of cache by the next merge,
+  // each a few lines the hardware prefetcher does not foresee: their misses were most of the
+  // merge. Asked for ahead: a cell kFar entries on, its histogram's counts kNear on (by then the
+  // cell that points to them is in cache).
+  constexpr std::size_t kFar = 8, kNear = 4;
+  auto ahead = [&](std::size_t j) { return j < entries_.size() ? cells.find(entries_[j].layer, entries_[j].step) : nullptr; };
   for (std::size_t i = 0; i < entries_.size(); ++i) {
+    if (const LayerCell* f = ahead(i + kFar))
+      for (std::size_t off = 0; off < sizeof(LayerCell); off += 64) __builtin_prefetch(reinterpret_cast<const char*>(f) + off, 1);
+    if (const LayerCell* f = ahead(i + kNear)) f->act.abs_hist.prefetch();
     const Entry& e = entries_[i];
     LayerCell& c = cells.at(e.layer, e.step);
     if (e.calls || e.clipped) {

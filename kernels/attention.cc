@@ -38,29 +38,35 @@ void round_values(float* v, std::size_t n, RoundTo r) {
   else if (r == RoundTo::kBf16) round_to_bfloat16(v, n);
 }
 
-// What the unfused ops do between the two products, on `rows` rows of scores in place; `offset`:
-// where those rows start in the intermediates (elements).
-void scale_and_softmax(const AttentionShape& s, float* scores, std::int64_t rows, const AttentionIntermediates& keep,
-                       std::int64_t offset) {
+// Where the product of Q and K^T goes for `rows` rows starting `offset` elements into the
+// intermediates: the kept scores themselves, else the task's scratch.
+float* scores_at(const AttentionIntermediates& keep, std::int64_t offset, float* scratch) {
+  return keep.scores ? keep.scores + offset : scratch;
+}
+
+// What the unfused ops do between the two products, on `rows` rows of `scores` (scores_at()):
+// each stage writes its kept intermediate directly (no copies), else the scratch in place.
+// Returns where the probabilities are.
+float* scale_and_softmax(const AttentionShape& s, float* scores, float* scratch, std::int64_t rows,
+                         const AttentionIntermediates& keep, std::int64_t offset) {
   const std::size_t n = std::size_t(rows * s.kv_len);
-  auto save = [&](float* to) {
-    if (to) std::copy(scores, scores + n, to + offset);
-  };
   round_values(scores, n, s.round_scores);
-  save(keep.scores);
+  float* x = scores;
   if (s.scale_kind != ScoreScale::kNone) {
+    float* y = keep.scaled ? keep.scaled + offset : scratch;
     const float c = s.scale;
     // One operation per element, as the elementwise Mul / Div computes it.
     if (s.scale_kind == ScoreScale::kMul)
-      for (std::size_t i = 0; i < n; ++i) scores[i] = scores[i] * c;
+      for (std::size_t i = 0; i < n; ++i) y[i] = x[i] * c;
     else
-      for (std::size_t i = 0; i < n; ++i) scores[i] = scores[i] / c;
-    round_values(scores, n, s.round_scaled);
-    save(keep.scaled);
+      for (std::size_t i = 0; i < n; ++i) y[i] = x[i] / c;
+    round_values(y, n, s.round_scaled);
+    x = y;
   }
-  softmax_rows(scores, scores, rows, s.kv_len, false);
-  round_values(scores, n, s.round_probs);
-  save(keep.probs);
+  float* p = keep.probs ? keep.probs + offset : scratch;
+  softmax_rows(x, p, rows, s.kv_len, false);
+  round_values(p, n, s.round_probs);
+  return p;
 }
 
 }  // namespace
@@ -83,10 +89,11 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
     // Small products take sgemm's unpacked paths: per entry, through sgemm itself (the scores of
     // one entry are small here: sgemm packs whenever L * Lk * d or L * Lk * dv is large).
     tbb::parallel_for(std::int64_t(0), s.batch, [&](std::int64_t e) {
-      std::vector<float> scores(std::size_t(std::max<std::int64_t>(1, L * Lk)));
-      sgemm(qk, 1.0f, q + e * L * d, kt + e * d * Lk, 0.0f, scores.data());
-      scale_and_softmax(s, scores.data(), L, keep, e * L * Lk);
-      sgemm(pv, 1.0f, scores.data(), v + e * Lk * dv, 0.0f, out + e * L * dv);
+      std::vector<float> scratch(std::size_t(std::max<std::int64_t>(1, L * Lk)));
+      float* scores = scores_at(keep, e * L * Lk, scratch.data());
+      sgemm(qk, 1.0f, q + e * L * d, kt + e * d * Lk, 0.0f, scores);
+      const float* probs = scale_and_softmax(s, scores, scratch.data(), L, keep, e * L * Lk);
+      sgemm(pv, 1.0f, probs, v + e * Lk * dv, 0.0f, out + e * L * dv);
     });
     return;
   }
@@ -102,10 +109,11 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
   const std::int64_t blocks = (L + rows - 1) / rows;
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, s.batch * blocks), [&](const auto& range) {
     ThreadBuffers& buf = st.buffers.local();
-    float* scores = buf.get_scores(std::size_t(rows * Lk));
+    float* scratch = buf.get_scores(std::size_t(rows * Lk));
     float* a_panels = buf.get_a_panels(std::size_t(round_up(rows, kGemmMR) * kGemmKC));
     for (std::int64_t t = range.begin(); t < range.end(); ++t) {
       const std::int64_t e = t / blocks, i0 = (t % blocks) * rows, mb = std::min(rows, L - i0);
+      float* scores = scores_at(keep, (e * L + i0) * Lk, scratch);
       const PackedB& kp = st.k_packed[std::size_t(e)];
       const PackedB& vp = st.v_packed[std::size_t(e)];
       // Scores = Q rows x K^T, k blocked as sgemm blocks it.
@@ -114,11 +122,11 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
         pack_a_panels(false, q + e * L * d, d, i0, mb, k0, kc, a_panels);
         gemm_packed_block(mb, Lk, kc, a_panels, kp.block(0, k0), 1.0f, k0 == 0 ? 0.0f : 1.0f, scores, Lk);
       }
-      scale_and_softmax(s, scores, mb, keep, (e * L + i0) * Lk);
+      const float* probs = scale_and_softmax(s, scores, scratch, mb, keep, (e * L + i0) * Lk);
       float* o = out + (e * L + i0) * dv;
       for (std::int64_t k0 = 0; k0 < Lk; k0 += kGemmKC) {
         const std::int64_t kc = std::min<std::int64_t>(kGemmKC, Lk - k0);
-        pack_a_panels(false, scores, Lk, 0, mb, k0, kc, a_panels);
+        pack_a_panels(false, probs, Lk, 0, mb, k0, kc, a_panels);
         gemm_packed_block(mb, dv, kc, a_panels, vp.block(0, k0), 1.0f, k0 == 0 ? 0.0f : 1.0f, o, dv);
       }
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs `qeval run` configs (or builds) alternately and prints each one's fastest and median CPU
-# time: on a shared host noise only adds time, so the fastest of several alternated runs is the
+# time (and the median run's system time and page faults): on a shared host noise only adds time, so the fastest of several alternated runs is the
 # steadier figure (medians of three moved +-15% here). Every run gets a fresh --out (no result
 # cache); the calibration cache is the caller's (XDG_CACHE_HOME), so warm it first.
 # Usage: bench/alternate.sh [-n rounds=5] [-t threads=1] CASE...
@@ -28,14 +28,17 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     config=$c
     if [[ $c == *:* ]]; then bin=${c%%:*}; config=${c#*:}; fi
     rm -rf "$WORK/out"
-    /usr/bin/time -f "%U %S" -o "$WORK/time" "$bin" --threads "$THREADS" run --config "$config" --out "$WORK/out" \
+    /usr/bin/time -f "%U %S %R" -o "$WORK/time" "$bin" --threads "$THREADS" run --config "$config" --out "$WORK/out" \
       > "$WORK/stdout" 2> "$WORK/stderr" || true
     grep -q "qeval run:" "$WORK/stdout" || { echo "$c: qeval failed:" >&2; cat "$WORK/stderr" >&2; exit 1; }
-    echo "$i $(tail -n 1 "$WORK/time" | awk '{print $1 + $2}')" >> "$WORK/all"
+    echo "$i $(tail -n 1 "$WORK/time" | awk '{print $1 + $2, $2, $3}')" >> "$WORK/all"
   done
 done
-printf "%-60s %8s %8s  (%d rounds, %s thread(s), CPU s)\n" "case" "fastest" "median" "$ROUNDS" "$THREADS"
+# System time tracks what fresh memory costs on this VM (page faults vary in price); faults: the
+# median run's.
+printf "%-50s %8s %8s %8s %8s  (%d rounds, %s thread(s), CPU s)\n" "case" "fastest" "median" "sys" "faults" "$ROUNDS" "$THREADS"
 for i in $(seq 1 $#); do
-  awk -v k="$i" '$1 == k { print $2 }' "$WORK/all" | sort -n |
-    awk -v c="${!i}" '{ a[NR] = $1 } END { printf "%-60s %8.2f %8.2f\n", c, a[1], a[int((NR + 1) / 2)] }'
+  awk -v k="$i" '$1 == k { print $2, $3, $4 }' "$WORK/all" | sort -n |
+    awk -v c="${!i}" '{ a[NR] = $1; s[NR] = $2; f[NR] = $3 } END { m = int((NR + 1) / 2)
+      printf "%-50s %8.2f %8.2f %8.2f %8d\n", c, a[1], a[m], s[m], f[m] }'
 done

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs `qeval run` configs (or builds) alternately and prints each one's fastest and median CPU
-# time (and the median run's system time and page faults): on a shared host noise only adds time, so the fastest of several alternated runs is the
-# steadier figure (medians of three moved +-15% here). Every run gets a fresh --out (no result
-# cache); the calibration cache is the caller's (XDG_CACHE_HOME), so warm it first.
+# time (and the median run's system time and page faults): on a shared host noise only adds
+# time, so the fastest of several alternated runs is the steadier figure (medians of three moved
+# +-15% here). Every run gets a fresh --out (no result cache); the calibration cache is the
+# caller's (XDG_CACHE_HOME), so warm it first.
 # Usage: bench/alternate.sh [-n rounds=5] [-t threads=1] CASE...
 #   CASE is CONFIG.json (run with build/qeval) or QEVAL_BINARY:CONFIG.json (A/B of two builds).
 set -euo pipefail
@@ -12,11 +13,11 @@ while getopts "n:t:" opt; do
   case $opt in
     n) ROUNDS=$OPTARG ;;
     t) THREADS=$OPTARG ;;
-    *) sed -n '2,7p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,8p' "$0" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,7p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,8p' "$0" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 WORK=$(mktemp -d /tmp/qeval-alternate.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

@@ -458,9 +458,8 @@ void Capture::consumed(std::size_t layer) {
   // A value taken over on release, read for the last time: its buffer goes back to the
   // reference's execution (kept here, the capture would hold a buffer per such layer: ~58 MB per
   // worker on tiny-sd, fresh pages all).
-  spares_.push_back(std::move(s.tensor));
-  s.tensor = Tensor();
-  s.generation = 0;  // no longer readable
+  spares_.push_back(std::move(s.tensor));  // leaves the slot's tensor empty
+  s.generation = 0;                        // no longer readable
 }
 
 Tensor Capture::spare() {

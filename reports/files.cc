@@ -12,37 +12,59 @@
 
 namespace qeval::reports {
 
-void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path path) : path_(std::move(path)) {
   std::string tmp_name = ".";
-  tmp_name += path.filename().string();
+  tmp_name += path_.filename().string();
   tmp_name += ".tmp.";
   tmp_name += std::to_string(::getpid());
-  const std::filesystem::path tmp = path.parent_path() / tmp_name;
-  auto fail = [&](const std::string& what) {
-    std::string msg = path.string() + ": " + what + ": " + std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw InputError(msg);
-  };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create temporary file");
-  const char* p = content.data();
-  std::size_t left = content.size();
+  tmp_ = path_.parent_path() / tmp_name;
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot create temporary file");
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::fail(const std::string& what) {
+  std::string msg = path_.string() + ": " + what + ": " + std::strerror(errno);
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  tmp_.clear();
+  throw InputError(msg);
+}
+
+void AtomicFileWriter::write(std::string_view bytes) {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter: write after commit");
+  const char* p = bytes.data();
+  std::size_t left = bytes.size();
   while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
+    ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      ::close(fd);
       fail("write failed");
     }
     p += n;
     left -= static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail("fsync failed");
-  }
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter: committed twice");
+  if (::fsync(fd_) != 0) fail("fsync failed");
+  const int fd = fd_;
+  fd_ = -1;
   if (::close(fd) != 0) fail("close failed");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename failed");
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("rename failed");
+  tmp_.clear();
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
+  AtomicFileWriter out(path);
+  out.write(content);
+  out.commit();
 }
 
 std::string base64(std::string_view bytes) {

@@ -39,9 +39,10 @@ namespace {
 json cell_json(float v) {
   if (!std::isfinite(v)) return special_number(double(v));
   char buf[32];
-  auto res = std::to_chars(buf, buf + sizeof(buf), v);
-  *res.ptr = '\0';
-  return std::strtod(buf, nullptr);
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  double d = 0;
+  std::from_chars(buf, res.ptr, d);
+  return d;
 }
 
 json cells_json(const std::vector<float>& column) {

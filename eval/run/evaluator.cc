@@ -214,12 +214,14 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
     std::unique_ptr<DriverThread> thread = driver.make_thread(result.variants);
     LocalSessions local;
     Capture capture;
+    ObservedNodes nodes;
     UnitContext ctx;
     ctx.variants = &result.variants;
     ctx.reference = result.reference;
     ctx.observation = spec.observe.layers ? &result.observation : nullptr;
     ctx.local = &local;
     ctx.capture = &capture;
+    ctx.nodes = &nodes;
     ctx.teacher_forced = spec.observe.teacher_forced;
     ctx.interleave = options.interleave;
     ctx.lockstep_window = options.lockstep_window;

@@ -82,6 +82,7 @@ struct UnitContext {
   const RunObservation* observation = nullptr;  // null when layers are not observed
   LocalSessions* local = nullptr;
   Capture* capture = nullptr;
+  ObservedNodes* nodes = nullptr;  // the worker's: kept across its units
   bool teacher_forced = false;
   // Observed model calls of the variants run together, node by node (run_lockstep), where the
   // driver can; false: one after the other, the reference's values copied (the same results).

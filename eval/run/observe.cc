@@ -535,35 +535,36 @@ class LockstepObserver::NodeObserver : public Observer {
   bool capture_ = false, compare_ = false;
 };
 
-const LockstepObserver::NodeInfo* LockstepObserver::node_info(const Node& node, std::size_t index) {
-  const int m = node_observer_->model();
-  if (node_info_.size() <= std::size_t(m)) node_info_.resize(std::size_t(m) + 1);
-  auto& infos = node_info_[std::size_t(m)];
-  if (infos.size() <= index) infos.resize(index + 1);
-  std::optional<NodeInfo>& slot = infos[index];
-  if (!slot) {
-    const ObservedModel& om = run_.variants[variant_].models[std::size_t(m)];
-    const auto found = om.index_of.find(node.name);
-    NodeInfo& info = slot.emplace();
-    info.known = found != om.index_of.end();
-    if (info.known) {
-      info.index = found->second;
-      info.layer = om.layer_of_node[info.index];
-    }
-    // Inputs the node reads from outside every node (graph inputs): the reference captures them as
-    // inputs; anything else it captures as the output of the node that made it.
-    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
-      const std::string& v = node.inputs[i];
-      if (!v.empty() && std::any_of(om.graph->inputs.begin(), om.graph->inputs.end(),
-                                    [&](const ValueInfo& in) { return in.name == v; }))
-        info.graph_inputs.push_back(i);
-    }
+const ObservedNodes::Info* ObservedNodes::add(const RunObservation& run, std::size_t variant, int model,
+                                              const Node& node, std::size_t index) {
+  if (infos_.size() <= variant) infos_.resize(variant + 1);
+  auto& of_variant = infos_[variant];
+  if (of_variant.size() <= std::size_t(model)) of_variant.resize(std::size_t(model) + 1);
+  auto& of_model = of_variant[std::size_t(model)];
+  if (of_model.size() <= index) of_model.resize(index + 1);
+  const ObservedModel& om = run.variants[variant].models[std::size_t(model)];
+  const auto found = om.index_of.find(node.name);
+  Info& info = of_model[index].emplace();
+  info.known = found != om.index_of.end();
+  if (info.known) {
+    info.index = found->second;
+    info.layer = om.layer_of_node[info.index];
   }
-  return slot->known ? &*slot : nullptr;
+  // Inputs the node reads from outside every node (graph inputs): the reference captures them as
+  // inputs; anything else it captures as the output of the node that made it.
+  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+    const std::string& v = node.inputs[i];
+    if (!v.empty() && std::any_of(om.graph->inputs.begin(), om.graph->inputs.end(),
+                                  [&](const ValueInfo& in) { return in.name == v; }))
+      info.graph_inputs.push_back(i);
+  }
+  return info.known ? &info : nullptr;
 }
 
+int LockstepObserver::node_observer_model() const { return node_observer_->model(); }
+
 void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
-  const NodeInfo* info = o_.node_info(e.node, e.index);
+  const ObservedNodes::Info* info = o_.node_info(e.node, e.index);
   if (!info) return;
   const RunObservation& run = o_.run_;
   const ObservedVariant& variant = run.variants[o_.variant_];
@@ -693,11 +694,13 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
 }
 
 LockstepObserver::LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit,
-                                   Capture& capture, std::string sample, std::size_t unit_index)
+                                   Capture& capture, ObservedNodes& nodes, std::string sample,
+                                   std::size_t unit_index)
     : run_(run),
       variant_(variant),
       unit_(unit),
       capture_(capture),
+      nodes_(nodes),
       sample_(std::move(sample)),
       unit_index_(unit_index),
       node_observer_(std::make_unique<NodeObserver>(*this)) {}
@@ -722,7 +725,7 @@ void LockstepObserver::end(const ModelCall&, const std::map<std::string, Tensor>
 bool LockstepObserver::ready(const Session::Execution& next) {
   if (variant_ == run_.reference || node_observer_->model() < 0) return true;
   for (std::size_t index : next.next_indices()) {
-    const NodeInfo* info = node_info(next.nodes()[index], index);
+    const ObservedNodes::Info* info = node_info(next.nodes()[index], index);
     if (info && info->layer >= 0 && !capture_.ran(std::size_t(info->layer))) return false;
   }
   return true;
@@ -730,23 +733,32 @@ bool LockstepObserver::ready(const Session::Execution& next) {
 
 void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
                   std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window) {
+  // One clock read between segments (a node of the reference, a variant's catch-up): each
+  // segment's time is the difference to the previous read.
   using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  Clock::time_point last = Clock::now();
+  auto charge = [&](std::size_t v) {
+    const Clock::time_point now = Clock::now();
+    ms[v] += std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+  };
   Session::Execution& ref = *executions[reference];
   auto catch_up = [&](bool all) {
     for (std::size_t v = 0; v < executions.size(); ++v) {
       Session::Execution* x = executions[v];
       if (v == reference || !x || x->done()) continue;
-      const auto t0 = Clock::now();
-      while (!x->done() && (all || !observers[v] || observers[v]->ready(*x))) x->step();
-      ms[v] += since(t0);
+      bool ran = false;
+      while (!x->done() && (all || !observers[v] || observers[v]->ready(*x))) {
+        x->step();
+        ran = true;
+      }
+      if (ran) charge(v);
     }
   };
   window = std::max<std::size_t>(window, 1);
   for (std::size_t n = 1; !ref.done(); ++n) {
-    const auto t0 = Clock::now();
     ref.step();
-    ms[reference] += since(t0);
+    charge(reference);
     if (n % window == 0) catch_up(false);
   }
   catch_up(true);  // nodes matched to reference nodes that never ran as such

@@ -319,12 +319,36 @@ class LocalSessions {
   std::shared_ptr<BufferPool> pool_;  // shared by the sessions (they run one at a time)
 };
 
+// Per worker: what the observation needs of a node a variant's session runs, found once per node
+// (by its index in the session's nodes()) and kept across units (a worker's sessions stay).
+class ObservedNodes {
+ public:
+  struct Info {
+    bool known = false;          // a node of the variant's graph (by name)
+    std::size_t index = 0;       // in the variant's graph
+    int layer = -1;              // -1: no reference counterpart
+    std::vector<std::size_t> graph_inputs;  // inputs that are graph inputs
+  };
+  // nullptr for a node the variant's graph does not have.
+  const Info* find(const RunObservation& run, std::size_t variant, int model, const Node& node, std::size_t index) {
+    if (variant < infos_.size() && std::size_t(model) < infos_[variant].size()) {
+      const auto& of_model = infos_[variant][std::size_t(model)];
+      if (index < of_model.size() && of_model[index]) return of_model[index]->known ? &*of_model[index] : nullptr;
+    }
+    return add(run, variant, model, node, index);
+  }
+
+ private:
+  const Info* add(const RunObservation& run, std::size_t variant, int model, const Node& node, std::size_t index);
+  std::vector<std::vector<std::vector<std::optional<Info>>>> infos_;  // per variant, model, session node
+};
+
 // The ModelCallObserver a pipeline gets for one variant inside one unit. The reference's observer
 // fills `capture`; the others compare against it when it holds the same call.
 class LockstepObserver : public ModelCallObserver {
  public:
   LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit, Capture& capture,
-                   std::string sample, std::size_t unit_index = 0);
+                   ObservedNodes& nodes, std::string sample, std::size_t unit_index = 0);
   ~LockstepObserver() override;
   Observer* begin(const ModelCall& call) override;
   void end(const ModelCall& call, const std::map<std::string, Tensor>& outputs) override;
@@ -335,17 +359,10 @@ class LockstepObserver : public ModelCallObserver {
 
  private:
   class NodeObserver;
-  // What the observation needs of a node the session runs, found once per node (by its index in
-  // the session's nodes()).
-  struct NodeInfo {
-    bool known = false;          // a node of the variant's graph (by name)
-    std::size_t index = 0;       // in the variant's graph
-    int layer = -1;              // -1: no reference counterpart
-    std::vector<std::size_t> graph_inputs;  // inputs that are graph inputs
-  };
-  // nullptr for a node the graph does not have; `index` of the node in its session's nodes()
-  const NodeInfo* node_info(const Node& node, std::size_t index);
-  std::vector<std::vector<std::optional<NodeInfo>>> node_info_;  // per model, per session node
+  const ObservedNodes::Info* node_info(const Node& node, std::size_t index) {
+    return nodes_.find(run_, variant_, node_observer_model(), node, index);
+  }
+  int node_observer_model() const;
   // This call's statistics of the last outputs views read (by value address, unique per value in
   // a call), for the views to take instead of computing them again.
   struct Recent {
@@ -363,6 +380,7 @@ class LockstepObserver : public ModelCallObserver {
   std::size_t variant_;
   UnitObservation& unit_;
   Capture& capture_;
+  ObservedNodes& nodes_;
   std::string sample_;
   std::size_t unit_index_;
   std::unique_ptr<NodeObserver> node_observer_;

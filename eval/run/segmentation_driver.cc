@@ -136,7 +136,7 @@ class SegmentationDriver : public RunDriver {
     if (ctx.observation)
       for (std::size_t v = 0; v < nv; ++v)
         observers[v] =
-            std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, set_.prompts[u.prompts[0]].id,
+            std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, set_.prompts[u.prompts[0]].id,
                                                index);
     auto local_errors = [&] {
       if (!ctx.observation) return;

@@ -104,7 +104,7 @@ class SingleModelDriver : public RunDriver {
     std::vector<std::map<std::string, Tensor>> outputs(nv);
     for (std::size_t v : order) {
       std::unique_ptr<LockstepObserver> obs;
-      if (ctx.observation) obs = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, id, index);
+      if (ctx.observation) obs = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, id, index);
       const ModelCall call{"model", id, 0, -1};
       const auto t0 = std::chrono::steady_clock::now();
       outputs[v] = th.sessions[v]->run(inputs, obs ? obs->begin(call) : nullptr);

@@ -186,7 +186,7 @@ class Txt2ImgDriver : public RunDriver {
     std::vector<std::unique_ptr<LockstepObserver>> observers(nv);
     if (ctx.observation)
       for (std::size_t v = 0; v < nv; ++v)
-        observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, info.id, index);
+        observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, info.id, index);
     auto observer = [&](std::size_t v) -> ModelCallObserver* { return observers[v].get(); };
     auto local_errors = [&] {
       if (!ctx.observation) return;

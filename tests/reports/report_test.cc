@@ -107,6 +107,37 @@ TEST(Files, AtomicWriteReplacesAndLeavesNoTemporary) {
   EXPECT_THROW(write_file_atomic(dir / "no/such/dir/r.json", "x"), InputError);
 }
 
+TEST(Files, AtomicWriterInPiecesCommitsOrLeavesTheTargetAlone) {
+  testing::ScratchDir dir("atomic_pieces");
+  auto target = dir / "state.bin";
+  write_file_atomic(target, "old");
+  auto files = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) n += e.is_regular_file();
+    return n;
+  };
+  {
+    AtomicFileWriter out(target);
+    out.write("new ");
+    EXPECT_EQ(files(), 2);  // the temporary beside the target
+  }  // not committed (an error on the way): the target keeps its bytes, the temporary is gone
+  auto bytes = testing::read_bytes(target);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "old");
+  EXPECT_EQ(files(), 1);
+  {
+    AtomicFileWriter out(target);
+    out.write("new ");
+    out.write(std::string(100000, 'x'));
+    out.commit();
+    EXPECT_THROW(out.write("late"), std::logic_error);
+  }
+  bytes = testing::read_bytes(target);
+  EXPECT_EQ(bytes.size(), 100004u);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "new ");
+  EXPECT_EQ(files(), 1);
+  EXPECT_THROW(AtomicFileWriter(dir / "no/such/dir/r.json"), InputError);
+}
+
 TEST(Files, WriteReportCreatesTheThreeFiles) {
   testing::ScratchDir dir("report");
   write_compare_images_report(sample_report(), dir / "out");

@@ -212,10 +212,11 @@ Txt2ImgRequest default_request(const Txt2ImgConfig& config, std::string prompt, 
   return r;
 }
 
-Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::vector<std::string>& texts,
-                    ModelCallObserver* observer, std::string_view context) {
+namespace {
+
+std::map<std::string, Tensor> encoder_inputs_of(const Txt2ImgModels& models, const Graph& g,
+                                                const std::vector<std::string>& texts) {
   const Txt2ImgConfig& c = models.config;
-  const Graph& g = session.graph();
   const auto batch = static_cast<std::int64_t>(texts.size());
   const std::int64_t len = models.tokenizer.max_length();
   const DType id_type = input_type(g, c.text_encoder.input);
@@ -231,12 +232,27 @@ Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::ve
   }
   std::map<std::string, Tensor> in;
   in.emplace(c.text_encoder.input, std::move(ids));
-  auto out = run_call(session, in, observer, ModelCall{"text_encoder", context, 0, -1});
+  return in;
+}
+
+Tensor embeddings_of(const Txt2ImgModels& models, const Graph& g, std::map<std::string, Tensor>& out,
+                     std::int64_t batch) {
+  const Txt2ImgConfig& c = models.config;
+  const std::int64_t len = models.tokenizer.max_length();
   Tensor h = take_output(out, g, c.text_encoder.output);
   if (h.rank() != 3 || h.dim(0) != batch || h.dim(1) != len)
     throw InputError(g.source + ": output '" + c.text_encoder.output + "' has shape " + shape_text(h.shape()) +
                      ", expected [" + std::to_string(batch) + ", " + std::to_string(len) + ", width]");
   return h;
+}
+
+}  // namespace
+
+Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::vector<std::string>& texts,
+                    ModelCallObserver* observer, std::string_view context) {
+  const Graph& g = session.graph();
+  auto out = run_call(session, encoder_inputs_of(models, g, texts), observer, Txt2ImgRun::text_encoder_call(context));
+  return embeddings_of(models, g, out, std::int64_t(texts.size()));
 }
 
 namespace {
@@ -328,6 +344,14 @@ std::vector<std::string> Txt2ImgRun::texts() const {
 
 void Txt2ImgRun::encode(Session& text_encoder, ModelCallObserver* observer, std::string_view context) {
   text_embeddings_ = encode_texts(models_, text_encoder, texts(), observer, context);
+}
+
+std::map<std::string, Tensor> Txt2ImgRun::encoder_inputs(const Graph& text_encoder) const {
+  return encoder_inputs_of(models_, text_encoder, texts());
+}
+
+void Txt2ImgRun::set_text_embeddings(const Graph& text_encoder, std::map<std::string, Tensor>& outputs) {
+  text_embeddings_ = embeddings_of(models_, text_encoder, outputs, std::int64_t(texts().size()));
 }
 
 void Txt2ImgRun::set_text_embeddings(Tensor embeddings) {

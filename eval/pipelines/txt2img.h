@@ -118,6 +118,11 @@ class Txt2ImgRun {
   std::vector<std::string> texts() const;
   // Runs the text encoder (model call "text_encoder").
   void encode(Session& text_encoder, ModelCallObserver* observer = nullptr, std::string_view context = {});
+  // encode() in two parts, as unet_inputs()/prediction() below: the encoder's inputs (model call
+  // text_encoder_call()), then the embeddings from its outputs.
+  std::map<std::string, Tensor> encoder_inputs(const Graph& text_encoder) const;
+  static ModelCall text_encoder_call(std::string_view context) { return ModelCall{"text_encoder", context, 0, -1}; }
+  void set_text_embeddings(const Graph& text_encoder, std::map<std::string, Tensor>& outputs);
   // Uses another run's embeddings (same texts; e.g. a variant whose text encoder is the reference's).
   void set_text_embeddings(Tensor embeddings);
   const Tensor& text_embeddings() const { return text_embeddings_; }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -201,18 +202,72 @@ class Txt2ImgDriver : public RunDriver {
       ms[v] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     };
 
+    // Observed: one model call of every variant runs together, node by node (run_lockstep), and
+    // the capture borrows the reference's values for the comparisons. For local error (after the
+    // call) the reference's execution retains every buffer; without it a value goes back to the
+    // pool once its readers have compared, as in an unobserved run. `model`: which of a
+    // variant's sessions runs; inputs_of(v, graph) the inputs of variant v's call; `who`: the
+    // variants that run it, the reference first (outputs of the others stay empty).
+    auto lockstep_call = [&](const ModelCall& call, std::shared_ptr<Session> Txt2ImgSessions::*model,
+                             auto&& inputs_of, const std::vector<std::size_t>& who) {
+      std::vector<std::map<std::string, Tensor>> inputs(nv);
+      std::vector<std::unique_ptr<Session::Execution>> runs_of(nv);
+      std::vector<Session::Execution*> executions(nv);
+      std::vector<LockstepObserver*> lockstep(nv);
+      for (std::size_t v : who) {
+        timed(v, [&] {
+          Session& session = *(th.sessions[v].*model);
+          inputs[v] = inputs_of(v, session.graph());
+          runs_of[v] = std::make_unique<Session::Execution>(session, inputs[v], observers[v]->begin(call),
+                                                            v == r && ctx.observation->local_error);
+        });
+        executions[v] = runs_of[v].get();
+        lockstep[v] = observers[v].get();
+      }
+      {
+        struct Borrowing {
+          Capture& c;
+          explicit Borrowing(Capture& capture) : c(capture) { c.borrowing = true; }
+          ~Borrowing() {
+            c.borrowing = false;
+            c.forget();
+          }
+        } borrowing(*ctx.capture);
+        run_lockstep(r, executions, lockstep, ms, ctx.lockstep_window);
+        local_errors();
+      }
+      std::vector<std::map<std::string, Tensor>> outputs(nv);
+      for (std::size_t v : who)
+        timed(v, [&] {
+          outputs[v] = runs_of[v]->finish();
+          observers[v]->end(call, outputs[v]);
+        });
+      return outputs;
+    };
     // Text encoder. A variant whose text encoder is the reference's (same graph, same options)
-    // reuses its embeddings.
-    for (std::size_t v : order) {
-      const bool shares = v != r && variants[v].graphs.at("text_encoder") == variants[r].graphs.at("text_encoder") &&
-                          variants[v].options.precision == variants[r].options.precision;
-      timed(v, [&] {
-        if (shares)
-          runs[v].set_text_embeddings(runs[r].text_embeddings());
-        else
-          runs[v].encode(*th.sessions[v].text_encoder, observer(v), info.id);
-      });
-      if (v == r) local_errors();
+    // reuses its embeddings; the others run it, observed: in lockstep, as the UNet's calls.
+    {
+      std::vector<std::size_t> encoding;
+      for (std::size_t v : order) {
+        const bool shares = v != r && variants[v].graphs.at("text_encoder") == variants[r].graphs.at("text_encoder") &&
+                            variants[v].options.precision == variants[r].options.precision;
+        if (!shares) encoding.push_back(v);
+      }
+      if (ctx.observation && ctx.interleave) {
+        auto outputs = lockstep_call(Txt2ImgRun::text_encoder_call(info.id), &Txt2ImgSessions::text_encoder,
+                                     [&](std::size_t v, const Graph& g) { return runs[v].encoder_inputs(g); }, encoding);
+        th.sessions[r].text_encoder->drop_retained();  // to the pool, for the UNet
+        for (std::size_t v : encoding)
+          timed(v, [&] { runs[v].set_text_embeddings(th.sessions[v].text_encoder->graph(), outputs[v]); });
+      } else {
+        for (std::size_t v : encoding) {
+          timed(v, [&] { runs[v].encode(*th.sessions[v].text_encoder, observer(v), info.id); });
+          if (v == r) local_errors();
+        }
+      }
+      for (std::size_t v : order)
+        if (std::find(encoding.begin(), encoding.end(), v) == encoding.end())
+          timed(v, [&] { runs[v].set_text_embeddings(runs[r].text_embeddings()); });
     }
     if (ctx.tick) ctx.tick();
 
@@ -236,50 +291,10 @@ class Txt2ImgDriver : public RunDriver {
       });
       return prediction;
     };
-    // Observed: one model call of every variant runs together, node by node (run_lockstep), and
-    // the capture borrows the reference's values for the comparisons. For local error (after the
-    // call) the reference's execution retains every buffer; without it a value goes back to the
-    // pool once its readers have compared, as in an unobserved run. `model`: which of a
-    // variant's sessions runs; inputs_of(v, graph) the inputs of variant v's call.
-    auto lockstep_call = [&](const ModelCall& call, std::shared_ptr<Session> Txt2ImgSessions::*model,
-                             auto&& inputs_of) {
-      std::vector<std::map<std::string, Tensor>> inputs(nv);
-      std::vector<std::unique_ptr<Session::Execution>> runs_of(nv);
-      std::vector<Session::Execution*> executions(nv);
-      std::vector<LockstepObserver*> lockstep(nv);
-      for (std::size_t v : order) {
-        timed(v, [&] {
-          Session& session = *(th.sessions[v].*model);
-          inputs[v] = inputs_of(v, session.graph());
-          runs_of[v] = std::make_unique<Session::Execution>(session, inputs[v], observers[v]->begin(call),
-                                                            v == r && ctx.observation->local_error);
-        });
-        executions[v] = runs_of[v].get();
-        lockstep[v] = observers[v].get();
-      }
-      {
-        struct Borrowing {
-          Capture& c;
-          explicit Borrowing(Capture& capture) : c(capture) { c.borrowing = true; }
-          ~Borrowing() {
-            c.borrowing = false;
-            c.forget();
-          }
-        } borrowing(*ctx.capture);
-        run_lockstep(r, executions, lockstep, ms, ctx.lockstep_window);
-        local_errors();
-      }
-      std::vector<std::map<std::string, Tensor>> outputs(nv);
-      for (std::size_t v : order)
-        timed(v, [&] {
-          outputs[v] = runs_of[v]->finish();
-          observers[v]->end(call, outputs[v]);
-        });
-      return outputs;
-    };
     auto observed_steps = [&](int t) {
       auto outputs = lockstep_call(Txt2ImgRun::unet_call(t, info.id), &Txt2ImgSessions::unet,
-                                   [&](std::size_t v, const Graph& g) { return runs[v].unet_inputs(g, runs[v].latent(), t); });
+                                   [&](std::size_t v, const Graph& g) { return runs[v].unet_inputs(g, runs[v].latent(), t); },
+                                   order);
       std::vector<Txt2ImgRun::Prediction> predictions(nv);
       for (std::size_t v : order) {
         timed(v, [&] {
@@ -333,7 +348,7 @@ class Txt2ImgDriver : public RunDriver {
     std::vector<datasets::Rgb8> images(nv);
     if (ctx.observation && ctx.interleave) {
       auto outputs = lockstep_call(Txt2ImgRun::vae_call(info.id), &Txt2ImgSessions::vae_decoder,
-                                   [&](std::size_t v, const Graph& g) { return runs[v].decoder_inputs(g); });
+                                   [&](std::size_t v, const Graph& g) { return runs[v].decoder_inputs(g); }, order);
       th.sessions[r].vae_decoder->drop_retained();
       for (std::size_t v : order)
         timed(v, [&] { images[v] = image_to_rgb8(runs[v].image(th.sessions[v].vae_decoder->graph(), outputs[v])); });

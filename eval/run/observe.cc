@@ -549,6 +549,10 @@ const ObservedNodes::Info* ObservedNodes::add(const RunObservation& run, std::si
   if (info.known) {
     info.index = found->second;
     info.layer = om.layer_of_node[info.index];
+    info.view = om.view[info.index];
+    info.feeds_view = om.feeds_view[info.index];
+    info.clip_amax = om.clip_amax[info.index];
+    if (!om.channel_clip_amax[info.index].empty()) info.channel_clip_amax = &om.channel_clip_amax[info.index];
   }
   // Inputs the node reads from outside every node (graph inputs): the reference captures them as
   // inputs; anything else it captures as the output of the node that made it.
@@ -568,8 +572,6 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   if (!info) return;
   const RunObservation& run = o_.run_;
   const ObservedVariant& variant = run.variants[o_.variant_];
-  const ObservedModel& om = variant.models[std::size_t(model_)];
-  const std::size_t idx = info->index;
   const int layer = info->layer;
   if (run.node_hook) run.node_hook(variant.name, call_, e);
   Capture& cap = o_.capture_;
@@ -589,22 +591,22 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   // This event's statistics, appended to the unit's log at the end.
   LayerCell* cell = out ? &o_.event_ : nullptr;
   if (cell) cell->clear();
-  const auto& channel_clip = om.channel_clip_amax[idx];
+  const std::vector<float>* channel_clip = info->channel_clip_amax;
   const bool per_channel =
-      out && !channel_clip.empty() && out->rank() > 0 && out->shape().back() == std::int64_t(channel_clip.size());
-  const float clip = per_channel ? std::numeric_limits<float>::infinity() : om.clip_amax[idx];
+      out && channel_clip && out->rank() > 0 && out->shape().back() == std::int64_t(channel_clip->size());
+  const float clip = per_channel ? std::numeric_limits<float>::infinity() : info->clip_amax;
   const Node* ref_node = layer >= 0 ? &run.space->node_of(std::size_t(layer)) : nullptr;
   // A view of a value whose statistics this call has: the same values, so the same statistics
   // (and, against the reference's view of the reference's same value, the same error).
   Recent* from = nullptr;
-  if (out && om.view[idx] && !e.inputs.empty() && e.inputs[0])
+  if (out && info->view && !e.inputs.empty() && e.inputs[0])
     for (Recent& r : o_.recent_)
       if (r.value == e.inputs[0] && r.act.count + r.act.nan + r.act.inf == std::uint64_t(out->numel())) from = &r;
   if (from && !capture_ &&
       !(from->err && ref_node->inputs[0] ==
                          run.space->node_of(from->layer).outputs[0]))
     from = nullptr;  // no error to take: compute
-  const bool keep_recent = out && om.feeds_view[idx];
+  const bool keep_recent = out && info->feeds_view;
   std::optional<double> energy;
   std::optional<metrics::TensorError> error;
   if (from) {
@@ -672,7 +674,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   }
   if (!out) return;
   if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, *out);
-  if (per_channel) cell->act.add_clipped(out->data<float>(), out->numel(), std::span<const float>(channel_clip));
+  if (per_channel) cell->act.add_clipped(out->data<float>(), out->numel(), std::span<const float>(*channel_clip));
   o_.unit_.calls[o_.variant_].add(std::size_t(layer), call_.step, *cell);
   const std::uint64_t nan = cell->act.nan, inf = cell->act.inf;
   // A NaN is always reported; an infinity only when the reference's same output has fewer (an

@@ -323,10 +323,15 @@ class LocalSessions {
 // (by its index in the session's nodes()) and kept across units (a worker's sessions stay).
 class ObservedNodes {
  public:
+  // The node's entries of its ObservedModel in one place: on_node reads them for every node of
+  // four interleaved executions, and each array of its own missed cache.
   struct Info {
     bool known = false;          // a node of the variant's graph (by name)
-    std::size_t index = 0;       // in the variant's graph
+    bool view = false, feeds_view = false;
     int layer = -1;              // -1: no reference counterpart
+    std::size_t index = 0;       // in the variant's graph
+    float clip_amax = 0;
+    const std::vector<float>* channel_clip_amax = nullptr;  // null when there are none
     std::vector<std::size_t> graph_inputs;  // inputs that are graph inputs
   };
   // nullptr for a node the variant's graph does not have.

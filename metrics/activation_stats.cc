@@ -318,7 +318,7 @@ Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t cli
   const bool sample = n >= ActivationStats::kHistogramSampleFrom;
   D8 s0 = {}, s1 = {}, sq0 = {}, sq1 = {}, ee0 = {}, ee1 = {};
   U16 maxv = {}, clipv = {};
-  F16 fmx = {};
+  U16 fmx = {};  // max |d| as bits: finite non-negative floats order as their bit patterns
   I16 bmin = LogAbsHistogram::kBins + I16{}, bmax = -1 + I16{};
   std::uint64_t clean = 0;
   const std::int64_t chunks = n / kVec;
@@ -329,8 +329,8 @@ Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t cli
     const float* rb = kError ? r + c0 * kVec : nullptr;
     // Two interleaved sets of accumulators (even and odd chunks): a chain of dependent adds per
     // set is half as long, and the sets meet (in float) before the block goes to double.
-    F16 fs[2] = {}, fsq[2] = {}, fee[2] = {}, bmx[2] = {};
-    U16 top[2] = {}, bclip[2] = {};
+    F16 fs[2] = {}, fsq[2] = {}, fee[2] = {};
+    U16 top[2] = {}, bclip[2] = {}, bmx[2] = {};
     auto chunk = [&](int j, int a) {
       F16 v;
       std::memcpy(&v, xb + j * kVec, sizeof v);
@@ -344,14 +344,13 @@ Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t cli
         std::memcpy(&w, rb + j * kVec, sizeof w);  // finite and below 2^60: add_with_error's condition
         const F16 d = v - w;
         fee[a] += d * d;
-        // |d| by clearing the sign bit (one op; a compare and blend otherwise): -0 becomes +0,
-        // which no maximum tells apart.
+        // |d| by clearing the sign bit, its maximum as an unsigned integer (d is finite: both
+        // sides are below 2^60), which gives the float maximum's value in two ops; a float
+        // maximum compiled to a compare and a masked select.
         U16 du;
         std::memcpy(&du, &d, sizeof du);
         du &= kAbs;
-        F16 ad;
-        std::memcpy(&ad, &du, sizeof ad);
-        bmx[a] = bmx[a] > ad ? bmx[a] : ad;
+        bmx[a] = bmx[a] > du ? bmx[a] : du;
       }
     };
     int j = 0;
@@ -392,7 +391,7 @@ Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t cli
   for (int l = 0; l < kVec; ++l) {
     s.max_bits = std::max(s.max_bits, maxv[l]);
     s.clipped += clipv[l];
-    s.err_max = std::max(s.err_max, double(fmx[l]));
+    s.err_max = std::max(s.err_max, double(std::bit_cast<float>(fmx[l])));
     s.lo = std::min(s.lo, int(bmin[l]));
     s.hi = std::max(s.hi, int(bmax[l]));
   }

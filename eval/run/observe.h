@@ -336,6 +336,7 @@ class ObservedNodes {
   };
   // nullptr for a node the variant's graph does not have.
   const Info* find(const RunObservation& run, std::size_t variant, int model, const Node& node, std::size_t index) {
+    if (model < 0) return nullptr;  // a model the observation does not cover
     if (variant < infos_.size() && std::size_t(model) < infos_[variant].size()) {
       const auto& of_model = infos_[variant][std::size_t(model)];
       if (index < of_model.size() && of_model[index]) return of_model[index]->known ? &*of_model[index] : nullptr;

@@ -82,6 +82,16 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
   const std::uint64_t* in = counts.data() + (lo - first);
   const std::size_t at = std::size_t(lo - first_), n = std::size_t(hi - lo + 1);
   std::uint64_t added = 0;
+  for (std::size_t k = 0; k < n; ++k) added += in[k];
+  if (high_.empty() && added <= 0xffffffffu && total_ + added <= 0xffffffffu) {
+    // No bin can pass 32 bits (none holds more than the total): a plain add the compiler
+    // vectorises (pooling ~50k histograms a run goes through here).
+    std::uint32_t* low = low_.data() + at;
+    for (std::size_t k = 0; k < n; ++k) low[k] += std::uint32_t(in[k]);
+    total_ += added;
+    return;
+  }
+  added = 0;
   std::size_t k = 0;
   if (high_.empty()) {
     std::uint32_t* low = low_.data() + at;

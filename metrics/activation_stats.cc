@@ -428,14 +428,11 @@ void commit(ActivationStats& a, const Scan& s) {
   a.absmax = std::max(a.absmax, std::bit_cast<float>(s.max_bits));
   if (s.hi < s.lo) return;
   std::array<std::uint64_t, LogAbsHistogram::kBins> dense;
-  for (int b = s.lo; b <= s.hi; ++b) {
-    std::uint64_t t = 0;
-    for (auto& copy : t_hist) {
-      t += copy[b];
-      copy[b] = 0;
-    }
-    dense[std::size_t(b - s.lo)] = t;
-  }
+  static_assert(kCopies == 4);
+  for (int b = s.lo; b <= s.hi; ++b)  // vectorised: the copies apart, then cleared
+    dense[std::size_t(b - s.lo)] =
+        std::uint64_t(t_hist[0][b]) + t_hist[1][b] + std::uint64_t(t_hist[2][b]) + t_hist[3][b];
+  for (auto& copy : t_hist) std::fill(copy + s.lo, copy + s.hi + 1, 0u);
   a.abs_hist.add_counts(s.lo, std::span<const std::uint64_t>(dense.data(), std::size_t(s.hi - s.lo + 1)));
 }
 

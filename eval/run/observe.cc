@@ -219,8 +219,19 @@ void CallLog::add(std::size_t layer, int step, const LayerCell& cell) {
   // one tensor seldom counts 128 or more: ~1.2 bytes a bin on tiny-sd, 4 as uint32).
   std::array<std::uint8_t, metrics::LogAbsHistogram::kBins * 10> bytes;
   std::uint8_t* p = bytes.data();
-  for (std::size_t i = 0; i < a.abs_hist.bins(); ++i) {
-    std::uint64_t c = a.abs_hist.at(i);
+  const std::size_t bins = a.abs_hist.bins();
+  for (std::size_t i = 0; i < bins;) {
+    if (i + 8 <= bins) {  // most bins are below 128: one byte each, eight at a time
+      std::uint64_t c8[8], any = 0;
+      for (int k = 0; k < 8; ++k) any |= c8[k] = a.abs_hist.at(i + std::size_t(k));
+      if (any < 0x80) {
+        for (int k = 0; k < 8; ++k) p[k] = std::uint8_t(c8[k]);
+        p += 8;
+        i += 8;
+        continue;
+      }
+    }
+    std::uint64_t c = a.abs_hist.at(i++);
     for (; c >= 0x80; c >>= 7) *p++ = std::uint8_t(c | 0x80);
     *p++ = std::uint8_t(c);
   }

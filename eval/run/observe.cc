@@ -670,7 +670,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     Recent& r = o_.recent_[o_.recent_next_++ % o_.recent_.size()];
     r.value = out;
     r.layer = std::size_t(layer);
-    r.act = o_.scratch_;
+    std::swap(r.act, o_.scratch_);  // no copy: the scratch is cleared or assigned before each use
     if (from) r.act.clipped = 0;  // a view's own clipping is not the next view's
     r.err = error;
     r.energy = energy;

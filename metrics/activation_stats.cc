@@ -91,7 +91,6 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
     total_ += added;
     return;
   }
-  added = 0;
   std::size_t k = 0;
   if (high_.empty()) {
     std::uint32_t* low = low_.data() + at;
@@ -99,7 +98,6 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
       const std::uint64_t sum = std::uint64_t(low[k]) + in[k];
       if (sum >> 32) break;  // the first count past 32 bits: high halves from here on
       low[k] = std::uint32_t(sum);
-      added += in[k];
     }
     if (k < n) high_.assign(low_.size(), 0);
   }
@@ -109,7 +107,6 @@ void LogAbsHistogram::add_counts(int first, std::span<const std::uint64_t> count
     const std::uint64_t sum = std::uint64_t(low[k]) + in[k];  // the carry: what passes 32 bits
     low[k] = std::uint32_t(sum);
     high[k] += std::uint32_t(sum >> 32);
-    added += in[k];
   }
   total_ += added;
 }

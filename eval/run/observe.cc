@@ -567,12 +567,12 @@ const ObservedNodes::Info* ObservedNodes::add(const RunObservation& run, std::si
   Info& info = of_model[index].emplace();
   info.known = found != om.index_of.end();
   if (info.known) {
-    info.index = found->second;
-    info.layer = om.layer_of_node[info.index];
-    info.view = om.view[info.index];
-    info.feeds_view = om.feeds_view[info.index];
-    info.clip_amax = om.clip_amax[info.index];
-    if (!om.channel_clip_amax[info.index].empty()) info.channel_clip_amax = &om.channel_clip_amax[info.index];
+    const std::size_t i = found->second;  // in the variant's graph
+    info.layer = om.layer_of_node[i];
+    info.view = om.view[i];
+    info.feeds_view = om.feeds_view[i];
+    info.clip_amax = om.clip_amax[i];
+    if (!om.channel_clip_amax[i].empty()) info.channel_clip_amax = &om.channel_clip_amax[i];
   }
   // Inputs the node reads from outside every node (graph inputs): the reference captures them as
   // inputs; anything else it captures as the output of the node that made it.

@@ -329,7 +329,6 @@ class ObservedNodes {
     bool known = false;          // a node of the variant's graph (by name)
     bool view = false, feeds_view = false;
     int layer = -1;              // -1: no reference counterpart
-    std::size_t index = 0;       // in the variant's graph
     float clip_amax = 0;
     const std::vector<float>* channel_clip_amax = nullptr;  // null when there are none
     std::vector<std::size_t> graph_inputs;  // inputs that are graph inputs

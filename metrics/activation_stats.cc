@@ -168,20 +168,38 @@ std::optional<double> LogAbsHistogram::quantile(double q, double absmax) const {
   if (total_ == 0) return std::nullopt;
   q = std::clamp(q, 0.0, 1.0);
   const double target = q * double(total_);
-  double below = 0;
-  for (std::size_t i = 0; i < low_.size(); ++i) {
-    const auto c = double(at(i));
-    if (c == 0) continue;
-    if (below + c >= target || i + 1 == low_.size()) {
-      const int bin = first_ + int(i);
-      const double lo = bin_lower(bin);
-      const double hi = std::max(lo, std::min(bin_upper(bin), absmax));
-      const double frac = std::clamp((target - below) / c, 0.0, 1.0);
-      return std::min(lo + (hi - lo) * frac, std::max(absmax, lo));
+  // The lowest non-empty bin whose count with everything below reaches the target (the counts are
+  // integers: the sums are exact either way). High quantiles (the report's p99.9) lie in the top
+  // few bins: walked down from the total there, up from zero otherwise.
+  std::size_t pick = low_.size();
+  std::uint64_t upto = 0;  // count of the bins up to and including `pick`
+  if (q > 0.5) {
+    std::uint64_t cum = total_;
+    for (std::size_t i = low_.size(); i-- > 0 && double(cum) >= target;) {
+      const std::uint64_t c = at(i);
+      if (c == 0) continue;
+      pick = i, upto = cum;
+      cum -= c;
     }
-    below += c;
+  } else {
+    for (std::size_t i = 0; i < low_.size(); ++i) {
+      const std::uint64_t c = at(i);
+      if (c == 0) continue;
+      upto += c;
+      if (double(upto) >= target) {
+        pick = i;
+        break;
+      }
+    }
   }
-  return absmax;
+  if (pick == low_.size()) return absmax;
+  const auto c = double(at(pick));
+  const double below = double(upto) - c;
+  const int bin = first_ + int(pick);
+  const double lo = bin_lower(bin);
+  const double hi = std::max(lo, std::min(bin_upper(bin), absmax));
+  const double frac = std::clamp((target - below) / c, 0.0, 1.0);
+  return std::min(lo + (hi - lo) * frac, std::max(absmax, lo));
 }
 
 // The pass over one tensor: 16 float lanes (GCC vector extensions: AVX-512 or AVX2 here, scalar code

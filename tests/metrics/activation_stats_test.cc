@@ -134,6 +134,39 @@ TEST(LogAbsHistogram, CountsPastThirtyTwoBits) {
   EXPECT_LT(*b.quantile(0.5, 1e9), H::bin_upper(100));
 }
 
+// Quantiles above the median are found walking down from the top, the rest walking up: both give
+// the bin and the interpolation of one cumulative walk from zero (written out here), empty bins at
+// the ends and inside included.
+TEST(LogAbsHistogram, QuantileFromEitherEndMatchesAWalkFromZero) {
+  using H = metrics::LogAbsHistogram;
+  const std::vector<std::uint64_t> counts = {0, 7, 0, 0, 1, 300, 2, 0, 0, 1, 0};
+  const H h = H::from_counts(90, counts);
+  const double absmax = H::bin_lower(99) * 1.01;
+  auto walk = [&](double q) {
+    double total = 0;
+    for (auto c : counts) total += double(c);
+    const double target = q * total;
+    double below = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      const auto c = double(counts[i]);
+      if (c == 0) continue;
+      if (below + c >= target) {
+        const int bin = 90 + int(i);
+        const double lo = H::bin_lower(bin), hi = std::max(lo, std::min(H::bin_upper(bin), absmax));
+        return std::min(lo + (hi - lo) * std::clamp((target - below) / c, 0.0, 1.0), std::max(absmax, lo));
+      }
+      below += c;
+    }
+    return absmax;
+  };
+  for (double q : {0.0, 0.01, 0.02, 0.3, 0.5, 0.5000001, 0.9, 0.97, 0.9967, 0.99677, 0.999, 0.99999, 1.0})
+    EXPECT_EQ(*h.quantile(q, absmax), walk(q)) << q;
+  for (double k : {7.0, 8.0, 9.0, 308.0, 309.0, 310.0})  // targets on a bin's upper edge
+    EXPECT_EQ(*h.quantile(k / 311, absmax), walk(k / 311)) << k;
+  EXPECT_GE(*h.quantile(0.999, absmax), H::bin_lower(99));  // the top bin's single count
+  EXPECT_LT(*h.quantile(0.99, absmax), H::bin_lower(96));
+}
+
 // A large tensor puts one 16-element chunk per 128 elements in its histogram; everything else sees
 // every element. Laid out [tokens, 512 channels] with one outlier channel (as SmoothQuant's
 // targets are): the sampled p99.9 stays within a bin of the exact one, since the hashed choice of

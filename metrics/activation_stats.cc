@@ -308,7 +308,7 @@ inline void histogram_chunk(const U16& u, I16& bmin, I16& bmax) {
   b = b > LogAbsHistogram::kBins - 1 ? LogAbsHistogram::kBins - 1 : b;
   bmin = b < bmin ? b : bmin;
   bmax = b > bmax ? b : bmax;
-  std::int32_t k[kVec];
+  std::uint32_t k[kVec];  // unsigned (b >= 0 here): an index needs no sign extension
   std::memcpy(k, &b, sizeof k);
   for (int l = 0; l < kVec; ++l) ++t_hist[l % kCopies][k[l]];
 }

@@ -1,6 +1,7 @@
 // The executor: planning (inference, folding, liveness) and running with buffer reuse.
 #include "eval/session.h"
 
+#include <functional>
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
@@ -147,6 +148,14 @@ class FusedKernel {
   // executor rounds them): `outputs` holds one per member in order, the last being run()'s
   // output (which the executor rounds). Observed executions run this: they see every node.
   virtual void run_all(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) = 0;
+  // run(), handing each member's output but the last to `piece(member, offset, values, count)` in
+  // consecutive pieces (multiples of Observer::kStreamPiece but the last), never written whole.
+  // Only where can_stream().
+  using PieceSink = std::function<void(std::size_t, std::int64_t, const float*, std::int64_t)>;
+  virtual bool can_stream() const { return false; }
+  virtual void run_streamed(std::span<const Tensor* const> inputs, Tensor& output, const PieceSink& piece) {
+    (void)inputs, (void)output, (void)piece;
+  }
 };
 
 namespace {
@@ -197,44 +206,73 @@ class ElementwiseChainKernel final : public FusedKernel {
     Rounding rounding = Rounding::kNone;  // of the stage's output (the last one: the executor's)
   };
   explicit ElementwiseChainKernel(std::vector<Stage> stages) : stages_(std::move(stages)) {}
-  void run(std::span<const Tensor* const> in, Tensor& out) override { chain(in, {}, out); }
+  void run(std::span<const Tensor* const> in, Tensor& out) override {
+    float* y = out.data<float>();
+    kernels::for_each_chunk(out.numel(), [&](std::int64_t c0, std::int64_t c1) {
+      blocks(in, c0, c1, y, [](std::size_t, std::int64_t) -> float* { return nullptr; });
+    });
+  }
   void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
-    chain(in, outputs, *outputs.back());
+    float* y = outputs.back()->data<float>();
+    kernels::for_each_chunk(outputs.back()->numel(), [&](std::int64_t c0, std::int64_t c1) {
+      blocks(in, c0, c1, y, [&](std::size_t k, std::int64_t i0) { return outputs[k]->data<float>() + i0; });
+    });
+  }
+  // Segments in order on this thread (the pieces' order is the observer's): each segment's
+  // intermediates in a scratch while in L2, handed over after the segment.
+  bool can_stream() const override { return true; }
+  void run_streamed(std::span<const Tensor* const> in, Tensor& out, const PieceSink& piece) override {
+    constexpr std::int64_t kSegment = 16384;
+    static_assert(kSegment % Observer::kStreamPiece == 0 && kSegment % kBlock == 0);
+    const std::int64_t n = out.numel();
+    const std::size_t members = stages_.size() - 1;
+    scratch_.resize(members * std::size_t(kSegment));
+    float* y = out.data<float>();
+    for (std::int64_t s0 = 0; s0 < n; s0 += kSegment) {
+      const std::int64_t len = std::min(kSegment, n - s0);
+      blocks(in, s0, s0 + len, y,
+             [&](std::size_t k, std::int64_t i0) { return scratch_.data() + k * kSegment + (i0 - s0); });
+      for (std::size_t k = 0; k < members; ++k) piece(k, s0, scratch_.data() + k * kSegment, len);
+    }
   }
 
  private:
-  // Intermediates go to `keep` (one tensor per stage) or, when it is empty, to a block buffer.
-  void chain(std::span<const Tensor* const> in, std::span<Tensor* const> keep, Tensor& out) {
-    const std::int64_t n = out.numel();
-    float* y = out.data<float>();
-    kernels::for_each_chunk(n, [&](std::int64_t c0, std::int64_t c1) {
-      constexpr std::int64_t kBlock = 1024;
-      alignas(64) float buf[2][kBlock];
-      for (std::int64_t i0 = c0; i0 < c1; i0 += kBlock) {
-        const std::int64_t len = std::min(kBlock, c1 - i0);
-        const float* cur = in[0]->data<float>() + i0;
-        for (std::size_t k = 0; k < stages_.size(); ++k) {
-          const Stage& st = stages_[k];
-          float* dst = k + 1 == stages_.size() ? y + i0 : keep.empty() ? buf[k % 2] : keep[k]->data<float>() + i0;
-          if (st.arity == 1) {
-            st.op->run_elementwise(cur, 1, nullptr, 0, dst, len);
-          } else {
-            const float* other = in[std::size_t(st.other)]->data<float>() + (st.other_scalar ? 0 : i0);
-            const std::int64_t step = st.other_scalar ? 0 : 1;
-            if (st.chain_operand == 0) st.op->run_elementwise(cur, 1, other, step, dst, len);
-            else st.op->run_elementwise(other, step, cur, 1, dst, len);
-          }
-          if (k + 1 < stages_.size()) {
-            if (st.rounding == Rounding::kFp16) round_to_float16(dst, std::size_t(len));
-            else if (st.rounding == Rounding::kBf16) round_to_bfloat16(dst, std::size_t(len));
-          }
-          cur = dst;
+  static constexpr std::int64_t kBlock = 1024;
+
+  // Elements [c0, c1) through every stage, a block at a time while in L1: stage k's output for the
+  // block at i0 goes to inter(k, i0) (not for the last stage: y), or to a block buffer when null.
+  template <class Inter>
+  void blocks(std::span<const Tensor* const> in, std::int64_t c0, std::int64_t c1, float* y, const Inter& inter) {
+    alignas(64) float buf[2][kBlock];
+    for (std::int64_t i0 = c0; i0 < c1; i0 += kBlock) {
+      const std::int64_t len = std::min(kBlock, c1 - i0);
+      const float* cur = in[0]->data<float>() + i0;
+      for (std::size_t k = 0; k < stages_.size(); ++k) {
+        const Stage& st = stages_[k];
+        float* dst = y + i0;
+        if (k + 1 < stages_.size()) {
+          dst = inter(k, i0);
+          if (!dst) dst = buf[k % 2];
         }
+        if (st.arity == 1) {
+          st.op->run_elementwise(cur, 1, nullptr, 0, dst, len);
+        } else {
+          const float* other = in[std::size_t(st.other)]->data<float>() + (st.other_scalar ? 0 : i0);
+          const std::int64_t step = st.other_scalar ? 0 : 1;
+          if (st.chain_operand == 0) st.op->run_elementwise(cur, 1, other, step, dst, len);
+          else st.op->run_elementwise(other, step, cur, 1, dst, len);
+        }
+        if (k + 1 < stages_.size()) {
+          if (st.rounding == Rounding::kFp16) round_to_float16(dst, std::size_t(len));
+          else if (st.rounding == Rounding::kBf16) round_to_bfloat16(dst, std::size_t(len));
+        }
+        cur = dst;
       }
-    });
+    }
   }
 
   std::vector<Stage> stages_;
+  std::vector<float> scratch_;  // run_streamed's segment of each intermediate
 };
 
 }  // namespace
@@ -731,6 +769,7 @@ class Session::Execution::State {
       for (Tensor t = observer_->spare(); t.capacity() > 0; t = observer_->spare()) pool.give(std::move(t));
     ins_.clear();
     for (int id : step.in) ins_.push_back(value(id));
+    bool streamed = false;  // a chain whose intermediates went to the observer in pieces
     // A view whose input dies here takes the input's buffer (the bytes are already the output's):
     // no copy, no new buffer. Not for an observer that reads the input afterwards, nor when a
     // retaining execution keeps the input readable.
@@ -748,27 +787,41 @@ class Session::Execution::State {
       slots_[std::size_t(id)].reuse_as(m.dtype, m.shape);
       apply_rounding(slots_[std::size_t(id)], p.rounding[std::size_t(id)]);
     } else if (!step.folded) {
+      // A chain the observer takes streamed: only its last member's output is written.
+      if (!step.members.empty() && step.fused->can_stream() && !retain_) {
+        const std::size_t last = step.out.size() - 1;
+        const ValueMeta& m = p.metas[std::size_t(step.out[last])];
+        streamed = m.dtype == DType::kFloat32 &&
+                   observer_->begin_stream(s_.nodes_, std::span<const std::size_t>(step.member_nodes.data(), last),
+                                           m.shape);
+      }
       outs_.clear();
-      for (int id : step.out) {
-        if (id < 0) {
+      for (std::size_t o = 0; o < step.out.size(); ++o) {
+        const int id = step.out[o];
+        if (id < 0 || (streamed && o + 1 < step.out.size())) {
           outs_.push_back(nullptr);
           continue;
         }
-        const ValueMeta& m = p.metas[std::size_t(id)];
-        if (!retain_ || !slots_[std::size_t(id)].reuse_as(m.dtype, m.shape))
-          slots_[std::size_t(id)] = pool.take(m.dtype, m.shape);
-        live_ += slots_[std::size_t(id)].capacity();
-        live_exact_ += slots_[std::size_t(id)].nbytes();
-        outs_.push_back(&slots_[std::size_t(id)]);
+        outs_.push_back(output_slot(id));
       }
-      s_.peak_bytes_ = std::max(s_.peak_bytes_, live_);
-      s_.live_peak_bytes_ = std::max(s_.live_peak_bytes_, live_exact_);
-      if (!step.members.empty())
+      if (streamed) {
+        step.fused->run_streamed(ins_, *outs_.back(), [&](std::size_t member, std::int64_t offset,
+                                                          const float* values, std::int64_t count) {
+          observer_->on_piece(member, offset, values, count);
+        });
+        if (!observer_->end_stream()) {  // again, writing every member
+          streamed = false;
+          for (std::size_t o = 0; o + 1 < step.out.size(); ++o) outs_[o] = output_slot(step.out[o]);
+        }
+      }
+      if (streamed) {
+      } else if (!step.members.empty()) {
         step.fused->run_all(ins_, outs_);  // the members' outputs but the last come rounded
-      else if (step.fused)
+      } else if (step.fused) {
         step.fused->run(ins_, *outs_[0]);
-      else
+      } else {
         s_.ops_[step.node]->run(ins_, outs_);
+      }
       for (std::size_t o = step.members.empty() ? 0 : step.out.size() - 1; o < step.out.size(); ++o)
         if (step.out[o] >= 0) apply_rounding(*outs_[o], p.rounding[std::size_t(step.out[o])]);
     }
@@ -779,8 +832,9 @@ class Session::Execution::State {
         observer_->on_node(NodeEvent{s_.nodes_[st.node], ins, out_views_, st.folded, st.node});
       };
       if (step.members.empty()) notify(step, ins_);
-      for (std::size_t m : step.members) {  // each node of the group, as if it had run alone
-        const Plan::Step& st = p.steps[m];
+      for (std::size_t k = streamed ? step.members.size() - 1 : 0; k < step.members.size(); ++k) {
+        // each node of the group, as if it had run alone (the streamed ones had their pieces)
+        const Plan::Step& st = p.steps[step.members[k]];
         member_ins_.clear();
         for (int id : st.in) member_ins_.push_back(value(id));
         notify(st, member_ins_);
@@ -822,6 +876,18 @@ class Session::Execution::State {
   }
 
  private:
+  // The slot of runtime value `id`, holding a buffer of its shape (from the pool).
+  Tensor* output_slot(int id) {
+    const ValueMeta& m = p_->metas[std::size_t(id)];
+    Tensor& t = slots_[std::size_t(id)];
+    if (!retain_ || !t.reuse_as(m.dtype, m.shape)) t = s_.pool_->take(m.dtype, m.shape);
+    live_ += t.capacity();
+    live_exact_ += t.nbytes();
+    s_.peak_bytes_ = std::max(s_.peak_bytes_, live_);
+    s_.live_peak_bytes_ = std::max(s_.live_peak_bytes_, live_exact_);
+    return &t;
+  }
+
   const Tensor* value(int id) const {
     if (id < 0) return nullptr;
     if (const auto& c = p_->constants[std::size_t(id)]) return c.get();

@@ -71,6 +71,24 @@ class Observer {
     (void)value;
     return false;
   }
+  // A fused elementwise chain's intermediates, streamed instead of written (observed executions).
+  // Before such a chain runs, begin_stream names its members but the last (`members`: node indices,
+  // in order; every member's output is float32 of `shape`). When the observer returns true, those
+  // outputs are never written: each member's values come through on_piece(member, offset, values,
+  // count) (member: position in `members`) in consecutive pieces, in order, each but the last a
+  // multiple of kStreamPiece elements, and no on_node follows for them (the last member's does, as
+  // usual). end_stream() then returns false to have the step run again writing every member's
+  // output (on_node follows for each, as usual): e.g. when a piece held a NaN.
+  static constexpr std::int64_t kStreamPiece = 128;
+  virtual bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members,
+                            const Shape& shape) {
+    (void)nodes, (void)members, (void)shape;
+    return false;
+  }
+  virtual void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) {
+    (void)member, (void)offset, (void)values, (void)count;
+  }
+  virtual bool end_stream() { return true; }
 };
 
 

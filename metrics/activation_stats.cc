@@ -332,103 +332,15 @@ inline bool any_at_least(const U16& v, std::uint32_t t) {
 #endif
 }
 
-// Blocks of kBlock chunks: moments, absmax and clipping over every chunk, then the histogram over
-// every chunk or, in a sampled tensor, over one chunk per block at a hashed position. A block is
-// first summed as if all its values were finite and below 2^60; when one is not (its maximum bits
-// say so), the block is done again on the scalar path. The reference `r` (kError) is plain: its own
-// pass found every value finite and below 2^60.
-template <bool kError, bool kClip>
-Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t clip_bits) {
-  Scan s;
-  const bool sample = n >= ActivationStats::kHistogramSampleFrom;
-  D8 s0 = {}, s1 = {}, sq0 = {}, sq1 = {}, ee0 = {}, ee1 = {};
-  U16 maxv = {}, clipv = {};
-  U16 fmx = {};  // max |d| as bits: finite non-negative floats order as their bit patterns
-  I16 bmin = LogAbsHistogram::kBins + I16{}, bmax = -1 + I16{};
-  std::uint64_t clean = 0;
-  const std::int64_t chunks = n / kVec;
-  for (std::int64_t c0 = 0; c0 < chunks; c0 += kBlock) {
-    const int m = int(std::min<std::int64_t>(kBlock, chunks - c0));
-    const int pick = sample ? int(sampled_position(c0 / kBlock)) : -1;
-    const float* xb = x + c0 * kVec;
-    const float* rb = kError ? r + c0 * kVec : nullptr;
-    // Two interleaved sets of accumulators (even and odd chunks): a chain of dependent adds per
-    // set is half as long, and the sets meet (in float) before the block goes to double.
-    F16 fs[2] = {}, fsq[2] = {}, fee[2] = {};
-    U16 top[2] = {}, bclip[2] = {}, bmx[2] = {};
-    auto chunk = [&](int j, int a) {
-      F16 v;
-      std::memcpy(&v, xb + j * kVec, sizeof v);
-      const U16 u = abs_bits(xb + j * kVec);
-      top[a] = top[a] > u ? top[a] : u;
-      if constexpr (kClip) bclip[a] -= (U16)(u > clip_bits);
-      fs[a] += v;
-      fsq[a] += v * v;
-      if constexpr (kError) {
-        F16 w;
-        std::memcpy(&w, rb + j * kVec, sizeof w);  // finite and below 2^60: add_with_error's condition
-        const F16 d = v - w;
-        fee[a] += d * d;
-        // |d| by clearing the sign bit, its maximum as an unsigned integer (d is finite: both
-        // sides are below 2^60), which gives the float maximum's value in two ops; a float
-        // maximum compiled to a compare and a masked select.
-        U16 du;
-        std::memcpy(&du, &d, sizeof du);
-        du &= kAbs;
-        bmx[a] = bmx[a] > du ? bmx[a] : du;
-      }
-    };
-    int j = 0;
-    for (; j + 1 < m; j += 2) {
-      chunk(j, 0);
-      chunk(j + 1, 1);
-    }
-    if (j < m) chunk(j, 0);
-    const U16 block_top = top[0] > top[1] ? top[0] : top[1];
-    if (any_at_least(block_top, kBigBits)) [[unlikely]] {
-      for (int j = 0; j < m; ++j)
-        scan_scalar(x, rb ? r : nullptr, (c0 + j) * kVec, kVec, !sample || j == pick, clip_bits, s);
-      continue;
-    }
-    maxv = maxv > block_top ? maxv : block_top;
-    clipv += bclip[0] + bclip[1];
-    fmx = fmx > bmx[0] ? fmx : bmx[0];
-    fmx = fmx > bmx[1] ? fmx : bmx[1];
-    widen_add(s0, s1, fs[0] + fs[1]);
-    widen_add(sq0, sq1, fsq[0] + fsq[1]);
-    if constexpr (kError) widen_add(ee0, ee1, fee[0] + fee[1]);
-    clean += std::uint64_t(m) * kVec;
-    if (sample) {
-      if (pick < m) histogram_chunk(abs_bits(xb + pick * kVec), bmin, bmax);
-    } else {
-      for (int j = 0; j < m; ++j) histogram_chunk(abs_bits(xb + j * kVec), bmin, bmax);
-    }
-  }
-  // The tail: a partial chunk at its place in its block.
-  if (chunks * kVec < n) {
-    const bool hist = !sample || sampled_position(chunks / kBlock) == std::uint32_t(chunks % kBlock);
-    scan_scalar(x, kError ? r : nullptr, chunks * kVec, int(n - chunks * kVec), hist, clip_bits, s);
-  }
-  s.finite += clean;
-  s.sum += lane_sum(s0, s1);
-  s.sum_sq += lane_sum(sq0, sq1);
-  s.err_sq += lane_sum(ee0, ee1);
-  for (int l = 0; l < kVec; ++l) {
-    s.max_bits = std::max(s.max_bits, maxv[l]);
-    s.clipped += clipv[l];
-    s.err_max = std::max(s.err_max, double(std::bit_cast<float>(fmx[l])));
-    s.lo = std::min(s.lo, int(bmin[l]));
-    s.hi = std::max(s.hi, int(bmax[l]));
-  }
-  return s;
-}
-
-// scan_with for a clip threshold or none (+inf: no compare per element; finite values never pass
-// it, and the scalar path still counts them right).
-template <bool kError>
-Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
-  const std::uint32_t clip_bits = clip_bits_of(clip_amax);
-  return clip_bits >= kInfBits ? scan_with<kError, false>(x, r, n, clip_bits) : scan_with<kError, true>(x, r, n, clip_bits);
+// Moves the histogram scratch's bins [lo, hi] to h (and clears them).
+void move_counts(int lo, int hi, LogAbsHistogram& h) {
+  if (hi < lo) return;
+  std::array<std::uint64_t, LogAbsHistogram::kBins> dense;
+  static_assert(kCopies == 4);
+  for (int b = lo; b <= hi; ++b)  // vectorised: the copies apart, then cleared
+    dense[std::size_t(b - lo)] = std::uint64_t(t_hist[0][b]) + t_hist[1][b] + std::uint64_t(t_hist[2][b]) + t_hist[3][b];
+  for (auto& copy : t_hist) std::fill(copy + lo, copy + hi + 1, 0u);
+  h.add_counts(lo, std::span<const std::uint64_t>(dense.data(), std::size_t(hi - lo + 1)));
 }
 
 // Adds a pass to the statistics and clears the histogram scratch it used.
@@ -441,14 +353,151 @@ void commit(ActivationStats& a, const Scan& s) {
   a.sum += s.sum;
   a.sum_sq += s.sum_sq;
   a.absmax = std::max(a.absmax, std::bit_cast<float>(s.max_bits));
-  if (s.hi < s.lo) return;
-  std::array<std::uint64_t, LogAbsHistogram::kBins> dense;
-  static_assert(kCopies == 4);
-  for (int b = s.lo; b <= s.hi; ++b)  // vectorised: the copies apart, then cleared
-    dense[std::size_t(b - s.lo)] =
-        std::uint64_t(t_hist[0][b]) + t_hist[1][b] + std::uint64_t(t_hist[2][b]) + t_hist[3][b];
-  for (auto& copy : t_hist) std::fill(copy + s.lo, copy + s.hi + 1, 0u);
-  a.abs_hist.add_counts(s.lo, std::span<const std::uint64_t>(dense.data(), std::size_t(s.hi - s.lo + 1)));
+  move_counts(s.lo, s.hi, a.abs_hist);
+}
+
+// Blocks of kBlock chunks: moments, absmax and clipping over every chunk, then the histogram over
+// every chunk or, in a sampled tensor, over one chunk per block at a hashed position. A block is
+// first summed as if all its values were finite and below 2^60; when one is not (its maximum bits
+// say so), the block is done again on the scalar path. The reference `r` (kError) is plain: its own
+// pass found every value finite and below 2^60.
+//
+// A pass takes the tensor in consecutive pieces (feed), each but the last a multiple of kBlock
+// chunks long: blocks and the sampled positions are counted from the tensor's start and the lanes
+// carry over, so any such split gives the same bits as one piece. The histogram counts gather in
+// the thread's scratch until the Scan is committed.
+template <bool kError, bool kClip>
+struct Pass {
+  Scan s;
+  bool sample = false;
+  std::uint32_t clip_bits = kInfBits;
+  std::int64_t done = 0;  // elements fed so far
+  D8 s0 = {}, s1 = {}, sq0 = {}, sq1 = {}, ee0 = {}, ee1 = {};
+  U16 maxv = {}, clipv = {};
+  U16 fmx = {};  // max |d| as bits: finite non-negative floats order as their bit patterns
+  I16 bmin = LogAbsHistogram::kBins + I16{}, bmax = -1 + I16{};
+  std::uint64_t clean = 0;
+
+  Pass(std::int64_t n, std::uint32_t clip) : sample(n >= ActivationStats::kHistogramSampleFrom), clip_bits(clip) {}
+
+  void feed(const float* x, const float* r, std::int64_t n) {
+    // The lanes in locals for the loop (members would be stored every block).
+    D8 l_s0 = s0, l_s1 = s1, l_sq0 = sq0, l_sq1 = sq1, l_ee0 = ee0, l_ee1 = ee1;
+    U16 l_maxv = maxv, l_clipv = clipv, l_fmx = fmx;
+    I16 l_bmin = bmin, l_bmax = bmax;
+    const std::int64_t base = done / kVec;  // chunks before this piece (a multiple of kBlock)
+    const std::int64_t chunks = n / kVec;
+    for (std::int64_t c0 = 0; c0 < chunks; c0 += kBlock) {
+      const int m = int(std::min<std::int64_t>(kBlock, chunks - c0));
+      const int pick = sample ? int(sampled_position((base + c0) / kBlock)) : -1;
+      const float* xb = x + c0 * kVec;
+      const float* rb = kError ? r + c0 * kVec : nullptr;
+      // Two interleaved sets of accumulators (even and odd chunks): a chain of dependent adds per
+      // set is half as long, and the sets meet (in float) before the block goes to double.
+      F16 fs[2] = {}, fsq[2] = {}, fee[2] = {};
+      U16 top[2] = {}, bclip[2] = {}, bmx[2] = {};
+      auto chunk = [&](int j, int a) {
+        F16 v;
+        std::memcpy(&v, xb + j * kVec, sizeof v);
+        const U16 u = abs_bits(xb + j * kVec);
+        top[a] = top[a] > u ? top[a] : u;
+        if constexpr (kClip) bclip[a] -= (U16)(u > clip_bits);
+        fs[a] += v;
+        fsq[a] += v * v;
+        if constexpr (kError) {
+          F16 w;
+          std::memcpy(&w, rb + j * kVec, sizeof w);  // finite and below 2^60: add_with_error's condition
+          const F16 d = v - w;
+          fee[a] += d * d;
+          // |d| by clearing the sign bit, its maximum as an unsigned integer (d is finite: both
+          // sides are below 2^60), which gives the float maximum's value in two ops; a float
+          // maximum compiled to a compare and a masked select.
+          U16 du;
+          std::memcpy(&du, &d, sizeof du);
+          du &= kAbs;
+          bmx[a] = bmx[a] > du ? bmx[a] : du;
+        }
+      };
+      int j = 0;
+      for (; j + 1 < m; j += 2) {
+        chunk(j, 0);
+        chunk(j + 1, 1);
+      }
+      if (j < m) chunk(j, 0);
+      const U16 block_top = top[0] > top[1] ? top[0] : top[1];
+      if (any_at_least(block_top, kBigBits)) [[unlikely]] {
+        for (int j = 0; j < m; ++j)
+          scan_scalar(x, rb ? r : nullptr, (c0 + j) * kVec, kVec, !sample || j == pick, clip_bits, s);
+        continue;
+      }
+      l_maxv = l_maxv > block_top ? l_maxv : block_top;
+      l_clipv += bclip[0] + bclip[1];
+      l_fmx = l_fmx > bmx[0] ? l_fmx : bmx[0];
+      l_fmx = l_fmx > bmx[1] ? l_fmx : bmx[1];
+      widen_add(l_s0, l_s1, fs[0] + fs[1]);
+      widen_add(l_sq0, l_sq1, fsq[0] + fsq[1]);
+      if constexpr (kError) widen_add(l_ee0, l_ee1, fee[0] + fee[1]);
+      clean += std::uint64_t(m) * kVec;
+      if (sample) {
+        if (pick < m) histogram_chunk(abs_bits(xb + pick * kVec), l_bmin, l_bmax);
+      } else {
+        for (int j = 0; j < m; ++j) histogram_chunk(abs_bits(xb + j * kVec), l_bmin, l_bmax);
+      }
+    }
+    // The tail (the tensor's last piece only): a partial chunk at its place in its block.
+    if (chunks * kVec < n) {
+      const std::int64_t c = base + chunks;
+      const bool hist = !sample || sampled_position(c / kBlock) == std::uint32_t(c % kBlock);
+      scan_scalar(x, kError ? r : nullptr, chunks * kVec, int(n - chunks * kVec), hist, clip_bits, s);
+    }
+    s0 = l_s0, s1 = l_s1, sq0 = l_sq0, sq1 = l_sq1, ee0 = l_ee0, ee1 = l_ee1;
+    maxv = l_maxv, clipv = l_clipv, fmx = l_fmx;
+    bmin = l_bmin, bmax = l_bmax;
+    done += n;
+  }
+
+  // Moves the histogram counts gathered so far to h: the scratch is free for another pass.
+  void flush_histogram(LogAbsHistogram& h) {
+    for (int l = 0; l < kVec; ++l) {
+      s.lo = std::min(s.lo, int(bmin[l]));
+      s.hi = std::max(s.hi, int(bmax[l]));
+    }
+    move_counts(s.lo, s.hi, h);
+    bmin = LogAbsHistogram::kBins + I16{};
+    bmax = -1 + I16{};
+    s.lo = LogAbsHistogram::kBins;
+    s.hi = -1;
+  }
+
+  Scan finish() {
+    s.finite += clean;
+    s.sum += lane_sum(s0, s1);
+    s.sum_sq += lane_sum(sq0, sq1);
+    s.err_sq += lane_sum(ee0, ee1);
+    for (int l = 0; l < kVec; ++l) {
+      s.max_bits = std::max(s.max_bits, maxv[l]);
+      s.clipped += clipv[l];
+      s.err_max = std::max(s.err_max, double(std::bit_cast<float>(fmx[l])));
+      s.lo = std::min(s.lo, int(bmin[l]));
+      s.hi = std::max(s.hi, int(bmax[l]));
+    }
+    return s;
+  }
+};
+
+template <bool kError, bool kClip>
+Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t clip_bits) {
+  Pass<kError, kClip> p(n, clip_bits);
+  p.feed(x, r, n);
+  return p.finish();
+}
+
+// scan_with for a clip threshold or none (+inf: no compare per element; finite values never pass
+// it, and the scalar path still counts them right).
+template <bool kError>
+Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
+  const std::uint32_t clip_bits = clip_bits_of(clip_amax);
+  return clip_bits >= kInfBits ? scan_with<kError, false>(x, r, n, clip_bits) : scan_with<kError, true>(x, r, n, clip_bits);
 }
 
 }  // namespace
@@ -466,6 +515,54 @@ TensorError add_with_error(ActivationStats& act, ErrorStats& err, const float* t
   const TensorError e = s.nan || s.inf ? tensor_error(ref, test, n)
                                        : error_from_energies(n, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max);
   err.add(e, n);
+  return e;
+}
+
+struct StreamedError::State {
+  Pass<true, false> plain;
+  Pass<true, true> clip;
+  bool clipping;
+  LogAbsHistogram hist;
+  State(std::int64_t n, std::uint32_t clip_bits)
+      : plain(n, clip_bits), clip(n, clip_bits), clipping(clip_bits < kInfBits) {}
+};
+
+StreamedError::StreamedError() = default;
+StreamedError::~StreamedError() = default;
+StreamedError::StreamedError(StreamedError&&) noexcept = default;
+StreamedError& StreamedError::operator=(StreamedError&&) noexcept = default;
+
+void StreamedError::start(std::int64_t n, float clip_amax) {
+  n_ = n;
+  if (!state_) {
+    state_ = std::make_unique<State>(n, clip_bits_of(clip_amax));
+    return;
+  }
+  LogAbsHistogram kept = std::move(state_->hist);  // its storage, for the next pass
+  kept.clear();
+  *state_ = State(n, clip_bits_of(clip_amax));
+  state_->hist = std::move(kept);
+}
+
+void StreamedError::feed(const float* test, const float* ref, std::int64_t count) {
+  State& st = *state_;
+  if (st.clipping) {
+    st.clip.feed(test, ref, count);
+    st.clip.flush_histogram(st.hist);
+  } else {
+    st.plain.feed(test, ref, count);
+    st.plain.flush_histogram(st.hist);
+  }
+}
+
+std::optional<TensorError> StreamedError::finish(ActivationStats& act, ErrorStats& err, double ref_sum_sq) {
+  State& st = *state_;
+  const Scan s = st.clipping ? st.clip.finish() : st.plain.finish();
+  if (s.nan || s.inf) return std::nullopt;
+  commit(act, s);  // its histogram scratch is empty: the counts are in st.hist
+  act.abs_hist.merge(st.hist);
+  const TensorError e = error_from_energies(n_, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max);
+  err.add(e, n_);
   return e;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -141,5 +142,31 @@ struct ErrorStats {
 TensorError add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref,
                            double ref_sum_sq, std::int64_t n,
                            float clip_amax = std::numeric_limits<float>::infinity());
+
+// add_with_error over a test tensor that comes in consecutive pieces (a fused kernel's
+// intermediate, never written whole), against the reference's whole tensor: the same statistics, to
+// the bit, when every piece but the last holds a multiple of kPiece elements.
+class StreamedError {
+ public:
+  static constexpr std::int64_t kPiece = 128;
+  StreamedError();
+  ~StreamedError();
+  StreamedError(StreamedError&&) noexcept;
+  StreamedError& operator=(StreamedError&&) noexcept;
+  // A pass over `n` elements; the clip threshold as add_with_error's.
+  void start(std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
+  // The next `count` elements: test[0..count) against ref[0..count) (ref points at the same offset
+  // of the reference's tensor, which holds finite values below 2^60 as add_with_error's).
+  void feed(const float* test, const float* ref, std::int64_t count);
+  // Once all n have come: adds to `act` and `err` what add_with_error would have and returns the
+  // error; nullopt, adding nothing, when the test tensor held a NaN or an infinity (tensor_error
+  // then needs the whole tensors).
+  std::optional<TensorError> finish(ActivationStats& act, ErrorStats& err, double ref_sum_sq);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  std::int64_t n_ = 0;
+};
 
 }  // namespace qeval::metrics

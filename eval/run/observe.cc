@@ -547,13 +547,69 @@ class LockstepObserver::NodeObserver : public Observer {
   }
   Tensor spare() override { return capture_ ? o_.capture_.spare() : Tensor(); }
   bool holds(const Tensor& value) const override { return capture_ && o_.capture_.holds(value); }
+  bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members, const Shape& shape) override;
+  void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) override {
+    Streamed& m = streamed_[member];
+    m.pass.feed(values, m.ref + offset, count);
+  }
+  bool end_stream() override;
 
  private:
   LockstepObserver& o_;
   ModelCall call_;
   int model_ = -1;
   bool capture_ = false, compare_ = false;
+  // A chain's members whose outputs come in pieces: each one's error pass against the reference's
+  // same output (kept whole by the capture).
+  struct Streamed {
+    std::size_t layer = 0;
+    const float* ref = nullptr;
+    double ref_energy = 0;
+    metrics::StreamedError pass;
+    LayerCell cell;
+  };
+  std::vector<Streamed> streamed_;  // the first streaming_ are this chain's
+  std::size_t streaming_ = 0;
 };
+
+// A variant's chain members are streamed when all that their events would do is the one-pass error
+// against the reference's output: no node hook, no full tensors, no per-channel clipping (it reads
+// the output by rows), no view reading the statistics back.
+bool LockstepObserver::NodeObserver::begin_stream(const std::vector<Node>& nodes,
+                                                   std::span<const std::size_t> members, const Shape& shape) {
+  const RunObservation& run = o_.run_;
+  if (capture_ || !compare_ || run.node_hook || run.full_tensors) return false;
+  if (streamed_.size() < members.size()) streamed_.resize(members.size());
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    const ObservedNodes::Info* info = o_.node_info(nodes[members[k]], members[k]);
+    if (!info || info->layer < 0 || info->feeds_view || info->view || info->channel_clip_amax) return false;
+    const Capture::Value ref = o_.capture_.output(std::size_t(info->layer));
+    if (!ref.tensor || !ref.energy || ref.tensor->dtype() != DType::kFloat32 || ref.tensor->shape() != shape)
+      return false;
+    Streamed& m = streamed_[k];
+    m.layer = std::size_t(info->layer);
+    m.ref = ref.tensor->data<float>();
+    m.ref_energy = *ref.energy;
+    m.pass.start(shape_numel(shape), info->clip_amax);
+  }
+  streaming_ = members.size();
+  return true;
+}
+
+// Each member's statistics, then (all finite) appended to the log in order as their events would
+// have; a non-finite value has the step written whole and its events run as usual.
+bool LockstepObserver::NodeObserver::end_stream() {
+  for (std::size_t k = 0; k < streaming_; ++k) {
+    Streamed& m = streamed_[k];
+    m.cell.clear();
+    if (!m.pass.finish(m.cell.act, m.cell.acc, m.ref_energy)) return false;
+  }
+  for (std::size_t k = 0; k < streaming_; ++k) {
+    o_.unit_.calls[o_.variant_].add(streamed_[k].layer, call_.step, streamed_[k].cell);
+    o_.capture_.consumed(streamed_[k].layer);
+  }
+  return true;
+}
 
 const ObservedNodes::Info* ObservedNodes::add(const RunObservation& run, std::size_t variant, int model,
                                               const Node& node, std::size_t index) {

@@ -278,6 +278,84 @@ TEST(Session, ElementwiseChainsAreFusedWithTheSameBytes) {
   }
 }
 
+// Takes fused chains' intermediates as pieces: each member's values, checked to come in order,
+// in pieces of multiples of kStreamPiece but the last; `accept`: what end_stream answers.
+class Streamer final : public Observer {
+ public:
+  explicit Streamer(bool accept) : accept_(accept) {}
+  void on_node(const NodeEvent& e) override { events.push_back(e.node.name); }
+  bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members, const Shape& shape) override {
+    EXPECT_TRUE(current_.empty());
+    for (std::size_t m : members) current_.push_back(nodes[m].outputs[0]);
+    for (const std::string& v : current_) pieces[v].clear();
+    numel_ = shape_numel(shape);
+    return true;
+  }
+  void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) override {
+    std::vector<float>& got = pieces[current_.at(member)];
+    EXPECT_EQ(offset, std::int64_t(got.size()));
+    EXPECT_TRUE(count % kStreamPiece == 0 || offset + count == numel_) << offset << " " << count;
+    got.insert(got.end(), values, values + count);
+  }
+  bool end_stream() override {
+    for (const std::string& v : current_) EXPECT_EQ(std::int64_t(pieces[v].size()), numel_) << v;
+    current_.clear();
+    ++streams;
+    return accept_;
+  }
+  std::vector<std::string> events;
+  std::map<std::string, std::vector<float>> pieces;  // by value name
+  int streams = 0;
+
+ private:
+  bool accept_;
+  std::vector<std::string> current_;
+  std::int64_t numel_ = 0;
+};
+
+// The GELU + SiLU chains of the test above, observed by a streaming observer: the intermediates
+// come in pieces with the bytes the nodes give and no event; declined, the step runs again and
+// every node has its event as usual.
+TEST(Session, StreamedChainIntermediatesAreTheNodesBytesInPieces) {
+  OnnxBuilder b;
+  b.input("in", onnx::TensorProto::FLOAT, {4, 300, 70}).output("y", onnx::TensorProto::FLOAT);
+  b.initializer("sqrt2", {1.4142135f}, {}).initializer("one", {1.0f}, {}).initializer("half", {0.5f}, {1});
+  b.node("Neg", {"in"}, {"x"}, "neg");
+  b.node("Div", {"x", "sqrt2"}, {"d"}, "div");
+  b.node("Erf", {"d"}, {"e"}, "erf");
+  b.node("Add", {"one", "e"}, {"a"}, "add");
+  b.node("Mul", {"x", "a"}, {"m"}, "mul");
+  b.node("Mul", {"m", "half"}, {"g"}, "mul_half");
+  b.node("Sigmoid", {"g"}, {"s"}, "sigmoid");
+  b.node("Mul", {"g", "s"}, {"y"}, "silu");
+  const Graph g = b.graph();
+  std::vector<float> v(4 * 300 * 70);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 4.0f * std::sin(float(i) * 0.013f);
+  const std::map<std::string, Tensor> in = {{"in", floats({4, 300, 70}, v)}};
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    Session plain(g, SessionOptions{precision}), streamed(g, SessionOptions{precision}),
+        declined(g, SessionOptions{precision});
+    Copier all;
+    const Tensor want = plain.run(in, &all).at("y");
+    Streamer taking(true), refusing(false);
+    const Tensor got = streamed.run(in, &taking).at("y");
+    EXPECT_EQ(0, std::memcmp(want.raw(), got.raw(), want.nbytes())) << precision_name(precision);
+    EXPECT_EQ(taking.streams, 2);
+    EXPECT_EQ(taking.events, (std::vector<std::string>{"neg", "mul_half", "silu"}));
+    ASSERT_EQ(taking.pieces.size(), 5u);  // d, e, a, m; s
+    for (const auto& [name, values] : taking.pieces) {
+      const Tensor& w = all.values.at(name);
+      ASSERT_EQ(std::int64_t(values.size()), w.numel()) << name;
+      EXPECT_EQ(0, std::memcmp(values.data(), w.raw(), w.nbytes())) << name << " " << precision_name(precision);
+    }
+    const Tensor again = declined.run(in, &refusing).at("y");
+    EXPECT_EQ(0, std::memcmp(want.raw(), again.raw(), want.nbytes()));
+    EXPECT_EQ(refusing.streams, 2);
+    EXPECT_EQ(refusing.events,
+              (std::vector<std::string>{"neg", "div", "erf", "add", "mul", "mul_half", "sigmoid", "silu"}));
+  }
+}
+
 TEST(Session, ViewOpsTakeOverTheBufferOfAnInputThatDiesThere) {
   // n = Neg(x) and k = Abs(x) both live while n goes through Reshape -> Unsqueeze -> Reshape; then
   // two small products. Node by node (observed) each view copies, so n, its copy and k are live

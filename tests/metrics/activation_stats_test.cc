@@ -257,6 +257,53 @@ TEST(ActivationStats, AddWithErrorAgreesWithAddAndTensorError) {
 
 // Thresholds per channel of the last axis (a quantizer behind SmoothQuant's per-channel scale):
 // an element counts as clipped beyond its own channel's threshold; non-finite values never do.
+// A streamed pass (pieces of multiples of kPiece, as a fused kernel hands its intermediates over)
+// gives add_with_error's bits whatever the split; a NaN makes it give up and add nothing.
+TEST(StreamedError, SameBitsAsOnePassWhateverThePieces) {
+  std::mt19937 rng(11);
+  for (const std::int64_t n : {std::int64_t(1000), std::int64_t(8192 + 37), std::int64_t(70000)}) {
+    const auto ref = gaussian(std::size_t(n), 2.0, 3);
+    auto test = ref;
+    for (auto& x : test) x += 0.01f * std::normal_distribution<float>(0, 1)(rng);
+    test[std::size_t(n / 2)] = 3e18f;  // a block on the scalar path (beyond 2^60)
+    ActivationStats reference_act;
+    const double ref_sq = *reference_act.add(ref.data(), n);
+    for (const float clip : {std::numeric_limits<float>::infinity(), 1.5f}) {
+      ActivationStats want_act;
+      ErrorStats want_err;
+      const TensorError want = add_with_error(want_act, want_err, test.data(), ref.data(), ref_sq, n, clip);
+      StreamedError streamed;
+      for (int split = 0; split < 3; ++split) {  // one object, several passes: start() resets it
+        streamed.start(n, clip);
+        std::int64_t at = 0;
+        while (at < n) {
+          const std::int64_t pieces = std::uniform_int_distribution<std::int64_t>(1, split == 0 ? 1 : 40)(rng);
+          const std::int64_t count = std::min(n - at, pieces * StreamedError::kPiece);
+          streamed.feed(test.data() + at, ref.data() + at, count);
+          at += count;
+        }
+        ActivationStats act;
+        ErrorStats err;
+        const auto got = streamed.finish(act, err, ref_sq);
+        ASSERT_TRUE(got.has_value());
+        EXPECT_TRUE(act == want_act) << "n " << n << " clip " << clip << " split " << split;
+        EXPECT_TRUE(err == want_err) << "n " << n << " clip " << clip << " split " << split;
+        EXPECT_EQ(got->sum_err_sq, want.sum_err_sq);
+        EXPECT_EQ(act.abs_hist.total(), want_act.abs_hist.total());
+      }
+    }
+    test[std::size_t(n / 3)] = std::numeric_limits<float>::quiet_NaN();
+    StreamedError streamed;
+    streamed.start(n);
+    streamed.feed(test.data(), ref.data(), n);
+    ActivationStats act;
+    ErrorStats err;
+    EXPECT_FALSE(streamed.finish(act, err, ref_sq).has_value());
+    EXPECT_EQ(act.calls, 0u);
+    EXPECT_EQ(err.calls, 0u);
+  }
+}
+
 TEST(ActivationStats, PerChannelClippingCountsEachElementAgainstItsChannel) {
   const std::size_t channels = 37, rows = 101;
   auto v = gaussian(channels * rows, 2.0, 7);

@@ -215,6 +215,33 @@ TEST(Evaluator, InterleavedModelCallsGiveTheSameResultsAsOneAfterTheOther) {
   }
 }
 
+// A variant's elementwise chains stream their intermediates' statistics (never written whole):
+// the same cells as a run with a node hook, which sees every node's output and so streams nothing.
+TEST(Evaluator, StreamedChainStatisticsEqualThoseOfWrittenOutputs) {
+  testing::ScratchDir cache("run-stream-cache");
+  VariantSpec int8;  // a recipe: quantized nodes between the chains
+  int8.name = "int8";
+  int8.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  RunSpec spec = tiny_sd_spec(1, 2, {precision("fp32", Precision::kFp32), precision("fp16", Precision::kFp16), int8});
+  spec.calibration.count = 2;
+  spec.calibration.cache = cache.path();
+  spec.observe.local_error = false;
+  const auto driver = make_run_driver(spec);
+  EvaluatorOptions o;
+  o.workers = 1;
+  RunResult streamed = start_run(spec, *driver, build_variants(spec, *driver), o);
+  RunResult written = start_run(spec, *driver, build_variants(spec, *driver), o);
+  std::size_t events = 0;
+  written.observation.node_hook = [&](const std::string&, const ModelCall&, const NodeEvent&) { ++events; };
+  tbb::task_arena arena(1);
+  arena.execute([&] {
+    run_units(spec, *driver, streamed, o);
+    run_units(spec, *driver, written, o);
+  });
+  EXPECT_GT(events, 1000u);
+  for (std::size_t v = 0; v < 3; ++v) EXPECT_TRUE(streamed.layers[v] == written.layers[v]) << v;
+}
+
 // Views (Reshape, Transpose, ...) take their input's statistics instead of computing them: they
 // must be what computing them on the view's own output gives.
 TEST(Evaluator, ViewStatisticsEqualThoseOfTheirOwnOutput) {

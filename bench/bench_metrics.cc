@@ -138,7 +138,7 @@ void BM_ActivationStats(benchmark::State& state) {
   }
   state.SetItemsProcessed(std::int64_t(state.iterations()) * state.range(0));
 }
-BENCHMARK(BM_ActivationStats)->ArgsProduct({{4096, 65536, 262144}, {0, 1}});
+BENCHMARK(BM_ActivationStats)->ArgsProduct({{4096, 16384, 65536, 262144}, {0, 1}});
 
 void BM_ActivationStatsWithError(benchmark::State& state) {
   const auto& p = activation_pair(state.range(0));
@@ -152,7 +152,7 @@ void BM_ActivationStatsWithError(benchmark::State& state) {
   }
   state.SetItemsProcessed(std::int64_t(state.iterations()) * state.range(0));
 }
-BENCHMARK(BM_ActivationStatsWithError)->ArgsProduct({{4096, 65536, 262144}, {0, 1}});
+BENCHMARK(BM_ActivationStatsWithError)->ArgsProduct({{4096, 16384, 65536, 262144}, {0, 1}});
 
 void BM_ReadActivationPair(benchmark::State& state) {
   const auto& p = activation_pair(state.range(0));

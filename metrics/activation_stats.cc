@@ -319,6 +319,26 @@ inline U16 abs_bits(const float* p) {
   return u & kAbs;
 }
 
+// max(m, |v|) per lane as the bits of non-negative floats (m holds such bits). A NaN in v may be
+// skipped (AVX-512's range op returns m then): callers find NaNs another way.
+inline U16 max_abs_bits(const U16& m, const F16& v) {
+#ifdef __AVX512DQ__
+  // One op (the larger magnitude, its sign cleared) for an and and an unsigned max.
+  __m512 a, b;
+  std::memcpy(&a, &m, sizeof a);
+  std::memcpy(&b, &v, sizeof b);
+  const __m512 r = _mm512_range_ps(a, b, 0x0B);
+  U16 out;
+  std::memcpy(&out, &r, sizeof out);
+  return out;
+#else
+  U16 u;
+  std::memcpy(&u, &v, sizeof u);
+  u &= kAbs;
+  return m > u ? m : u;
+#endif
+}
+
 // Whether a lane of v is >= t (one compare into a mask register with AVX-512).
 inline bool any_at_least(const U16& v, std::uint32_t t) {
 #ifdef __AVX512F__
@@ -359,7 +379,8 @@ void commit(ActivationStats& a, const Scan& s) {
 // Blocks of kBlock chunks: moments, absmax and clipping over every chunk, then the histogram over
 // every chunk or, in a sampled tensor, over one chunk per block at a hashed position. A block is
 // first summed as if all its values were finite and below 2^60; when one is not (its maximum bits
-// say so), the block is done again on the scalar path. The reference `r` (kError) is plain: its own
+// say so, or its sum of squares is not finite: a NaN or an infinity reaches it), the block is done
+// again on the scalar path. The reference `r` (kError) is plain: its own
 // pass found every value finite and below 2^60.
 //
 // A pass takes the tensor in consecutive pieces (feed), each but the last a multiple of kBlock
@@ -399,9 +420,13 @@ struct Pass {
       auto chunk = [&](int j, int a) {
         F16 v;
         std::memcpy(&v, xb + j * kVec, sizeof v);
-        const U16 u = abs_bits(xb + j * kVec);
-        top[a] = top[a] > u ? top[a] : u;
-        if constexpr (kClip) bclip[a] -= (U16)(u > clip_bits);
+        if constexpr (kClip) {
+          const U16 u = abs_bits(xb + j * kVec);
+          top[a] = top[a] > u ? top[a] : u;
+          bclip[a] -= (U16)(u > clip_bits);
+        } else {
+          top[a] = max_abs_bits(top[a], v);  // may skip a NaN: the squares' sum catches it
+        }
         fs[a] += v;
         fsq[a] += v * v;
         if constexpr (kError) {
@@ -425,7 +450,10 @@ struct Pass {
       }
       if (j < m) chunk(j, 0);
       const U16 block_top = top[0] > top[1] ? top[0] : top[1];
-      if (any_at_least(block_top, kBigBits)) [[unlikely]] {
+      const F16 block_sq = fsq[0] + fsq[1];
+      U16 sq_bits;  // not finite when the block holds a NaN or an infinity (they propagate there)
+      std::memcpy(&sq_bits, &block_sq, sizeof sq_bits);
+      if (any_at_least(block_top, kBigBits) || any_at_least(sq_bits, kInfBits)) [[unlikely]] {
         for (int j = 0; j < m; ++j)
           scan_scalar(x, rb ? r : nullptr, (c0 + j) * kVec, kVec, !sample || j == pick, clip_bits, s);
         continue;
@@ -435,7 +463,7 @@ struct Pass {
       l_fmx = l_fmx > bmx[0] ? l_fmx : bmx[0];
       l_fmx = l_fmx > bmx[1] ? l_fmx : bmx[1];
       widen_add(l_s0, l_s1, fs[0] + fs[1]);
-      widen_add(l_sq0, l_sq1, fsq[0] + fsq[1]);
+      widen_add(l_sq0, l_sq1, block_sq);
       if constexpr (kError) widen_add(l_ee0, l_ee1, fee[0] + fee[1]);
       clean += std::uint64_t(m) * kVec;
       if (sample) {

@@ -226,13 +226,15 @@ class ElementwiseChainKernel final : public FusedKernel {
     static_assert(kSegment % Observer::kStreamPiece == 0 && kSegment % kBlock == 0);
     const std::int64_t n = out.numel();
     const std::size_t members = stages_.size() - 1;
-    scratch_.resize(members * std::size_t(kSegment));
+    // One scratch per thread, not per chain: a UNet has hundreds of chains in each variant's plans.
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < members * std::size_t(kSegment)) scratch.resize(members * std::size_t(kSegment));
     float* y = out.data<float>();
     for (std::int64_t s0 = 0; s0 < n; s0 += kSegment) {
       const std::int64_t len = std::min(kSegment, n - s0);
       blocks(in, s0, s0 + len, y,
-             [&](std::size_t k, std::int64_t i0) { return scratch_.data() + k * kSegment + (i0 - s0); });
-      for (std::size_t k = 0; k < members; ++k) piece(k, s0, scratch_.data() + k * kSegment, len);
+             [&](std::size_t k, std::int64_t i0) { return scratch.data() + k * kSegment + (i0 - s0); });
+      for (std::size_t k = 0; k < members; ++k) piece(k, s0, scratch.data() + k * kSegment, len);
     }
   }
 
@@ -272,7 +274,6 @@ class ElementwiseChainKernel final : public FusedKernel {
   }
 
   std::vector<Stage> stages_;
-  std::vector<float> scratch_;  // run_streamed's segment of each intermediate
 };
 
 }  // namespace

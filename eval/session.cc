@@ -1,9 +1,9 @@
 // The executor: planning (inference, folding, liveness) and running with buffer reuse.
 #include "eval/session.h"
 
-#include <functional>
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 
 #include "kernels/attention.h"

@@ -245,13 +245,13 @@ TEST(Session, AttentionIsFusedWithoutObserversWithTheSameBytes) {
 }
 
 // GELU as torch exports it (Div, Erf, Add, Mul by the input, Mul) then SiLU (Sigmoid, Mul): two
-// elementwise chains, each one pass without an observer, with the observed run's bytes, at fp32
-// and with fp16 rounding between the ops.
-TEST(Session, ElementwiseChainsAreFusedWithTheSameBytes) {
+// elementwise chains (g feeds two ops, so they meet there). x comes from a node, so it is in the
+// pool and counted in the live set.
+Graph gelu_silu_graph() {
   OnnxBuilder b;
   b.input("in", onnx::TensorProto::FLOAT, {4, 300, 70}).output("y", onnx::TensorProto::FLOAT);
   b.initializer("sqrt2", {1.4142135f}, {}).initializer("one", {1.0f}, {}).initializer("half", {0.5f}, {1});
-  b.node("Neg", {"in"}, {"x"}, "neg");  // x in the pool: counted in the live set
+  b.node("Neg", {"in"}, {"x"}, "neg");
   b.node("Div", {"x", "sqrt2"}, {"d"}, "div");
   b.node("Erf", {"d"}, {"e"}, "erf");
   b.node("Add", {"one", "e"}, {"a"}, "add");
@@ -259,10 +259,20 @@ TEST(Session, ElementwiseChainsAreFusedWithTheSameBytes) {
   b.node("Mul", {"m", "half"}, {"g"}, "mul_half");
   b.node("Sigmoid", {"g"}, {"s"}, "sigmoid");
   b.node("Mul", {"g", "s"}, {"y"}, "silu");
-  Graph g = b.graph();
+  return b.graph();
+}
+
+std::map<std::string, Tensor> gelu_silu_input() {
   std::vector<float> v(4 * 300 * 70);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = 4.0f * std::sin(float(i) * 0.013f);
-  const std::map<std::string, Tensor> in = {{"in", floats({4, 300, 70}, v)}};
+  return {{"in", floats({4, 300, 70}, v)}};
+}
+
+// The GELU + SiLU chains: each one pass without an observer, with the observed run's bytes, at
+// fp32 and with fp16 rounding between the ops.
+TEST(Session, ElementwiseChainsAreFusedWithTheSameBytes) {
+  const Graph g = gelu_silu_graph();
+  const std::map<std::string, Tensor> in = gelu_silu_input();
   for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
     Session fused(g, SessionOptions{precision}), observed(g, SessionOptions{precision});
     Recorder rec;
@@ -313,25 +323,12 @@ class Streamer final : public Observer {
   std::int64_t numel_ = 0;
 };
 
-// The GELU + SiLU chains of the test above, observed by a streaming observer: the intermediates
+// The GELU + SiLU chains observed by a streaming observer: the intermediates
 // come in pieces with the bytes the nodes give and no event; declined, the step runs again and
 // every node has its event as usual.
 TEST(Session, StreamedChainIntermediatesAreTheNodesBytesInPieces) {
-  OnnxBuilder b;
-  b.input("in", onnx::TensorProto::FLOAT, {4, 300, 70}).output("y", onnx::TensorProto::FLOAT);
-  b.initializer("sqrt2", {1.4142135f}, {}).initializer("one", {1.0f}, {}).initializer("half", {0.5f}, {1});
-  b.node("Neg", {"in"}, {"x"}, "neg");
-  b.node("Div", {"x", "sqrt2"}, {"d"}, "div");
-  b.node("Erf", {"d"}, {"e"}, "erf");
-  b.node("Add", {"one", "e"}, {"a"}, "add");
-  b.node("Mul", {"x", "a"}, {"m"}, "mul");
-  b.node("Mul", {"m", "half"}, {"g"}, "mul_half");
-  b.node("Sigmoid", {"g"}, {"s"}, "sigmoid");
-  b.node("Mul", {"g", "s"}, {"y"}, "silu");
-  const Graph g = b.graph();
-  std::vector<float> v(4 * 300 * 70);
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 4.0f * std::sin(float(i) * 0.013f);
-  const std::map<std::string, Tensor> in = {{"in", floats({4, 300, 70}, v)}};
+  const Graph g = gelu_silu_graph();
+  const std::map<std::string, Tensor> in = gelu_silu_input();
   for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
     Session plain(g, SessionOptions{precision}), streamed(g, SessionOptions{precision}),
         declined(g, SessionOptions{precision});

@@ -115,7 +115,9 @@ Tensor to_declared(const Tensor& t, DType declared) {
 }  // namespace
 
 // Reuses dead activation buffers, within a run and across runs: best fit by capacity, at most
-// twice the request.
+// twice the request; among equal capacities the most recently given (still in cache). Oldest-first
+// made the teacher-forced UNet calls after each observed step ~30% slower than in an unobserved
+// run (the observed step leaves many same-size buffers behind; the oldest is cold).
 class BufferPool {
  public:
   Tensor take(DType dtype, const Shape& shape) {
@@ -130,7 +132,8 @@ class BufferPool {
     return Tensor(dtype, shape);
   }
   void give(Tensor&& t) {
-    if (t.capacity() > 0) free_.emplace(t.capacity(), std::move(t));
+    // Inserted before its equals, so that take()'s lower_bound finds it first (LIFO).
+    if (t.capacity() > 0) free_.emplace_hint(free_.lower_bound(t.capacity()), t.capacity(), std::move(t));
   }
   void clear() { free_.clear(); }
 

@@ -89,10 +89,10 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
     // Small products take sgemm's unpacked paths: per entry, through sgemm itself (the scores of
     // one entry are small here: sgemm packs whenever L * Lk * d or L * Lk * dv is large).
     tbb::parallel_for(std::int64_t(0), s.batch, [&](std::int64_t e) {
-      std::vector<float> scratch(std::size_t(std::max<std::int64_t>(1, L * Lk)));
-      float* scores = scores_at(keep, e * L * Lk, scratch.data());
+      std::vector<float> entry(std::size_t(std::max<std::int64_t>(1, L * Lk)));
+      float* scores = scores_at(keep, e * L * Lk, entry.data());
       sgemm(qk, 1.0f, q + e * L * d, kt + e * d * Lk, 0.0f, scores);
-      const float* probs = scale_and_softmax(s, scores, scratch.data(), L, keep, e * L * Lk);
+      const float* probs = scale_and_softmax(s, scores, entry.data(), L, keep, e * L * Lk);
       sgemm(pv, 1.0f, probs, v + e * Lk * dv, 0.0f, out + e * L * dv);
     });
     return;
@@ -109,11 +109,11 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
   const std::int64_t blocks = (L + rows - 1) / rows;
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, s.batch * blocks), [&](const auto& range) {
     ThreadBuffers& buf = st.buffers.local();
-    float* scratch = buf.get_scores(std::size_t(rows * Lk));
+    float* block_scores = buf.get_scores(std::size_t(rows * Lk));
     float* a_panels = buf.get_a_panels(std::size_t(round_up(rows, kGemmMR) * kGemmKC));
     for (std::int64_t t = range.begin(); t < range.end(); ++t) {
       const std::int64_t e = t / blocks, i0 = (t % blocks) * rows, mb = std::min(rows, L - i0);
-      float* scores = scores_at(keep, (e * L + i0) * Lk, scratch);
+      float* scores = scores_at(keep, (e * L + i0) * Lk, block_scores);
       const PackedB& kp = st.k_packed[std::size_t(e)];
       const PackedB& vp = st.v_packed[std::size_t(e)];
       // Scores = Q rows x K^T, k blocked as sgemm blocks it.
@@ -122,7 +122,7 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
         pack_a_panels(false, q + e * L * d, d, i0, mb, k0, kc, a_panels);
         gemm_packed_block(mb, Lk, kc, a_panels, kp.block(0, k0), 1.0f, k0 == 0 ? 0.0f : 1.0f, scores, Lk);
       }
-      const float* probs = scale_and_softmax(s, scores, scratch, mb, keep, (e * L + i0) * Lk);
+      const float* probs = scale_and_softmax(s, scores, block_scores, mb, keep, (e * L + i0) * Lk);
       float* o = out + (e * L + i0) * dv;
       for (std::int64_t k0 = 0; k0 < Lk; k0 += kGemmKC) {
         const std::int64_t kc = std::min<std::int64_t>(kGemmKC, Lk - k0);

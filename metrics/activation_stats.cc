@@ -454,8 +454,8 @@ struct Pass {
       U16 sq_bits;  // not finite when the block holds a NaN or an infinity (they propagate there)
       std::memcpy(&sq_bits, &block_sq, sizeof sq_bits);
       if (any_at_least(block_top, kBigBits) || any_at_least(sq_bits, kInfBits)) [[unlikely]] {
-        for (int j = 0; j < m; ++j)
-          scan_scalar(x, rb ? r : nullptr, (c0 + j) * kVec, kVec, !sample || j == pick, clip_bits, s);
+        for (int k = 0; k < m; ++k)
+          scan_scalar(x, rb ? r : nullptr, (c0 + k) * kVec, kVec, !sample || k == pick, clip_bits, s);
         continue;
       }
       l_maxv = l_maxv > block_top ? l_maxv : block_top;
@@ -469,7 +469,7 @@ struct Pass {
       if (sample) {
         if (pick < m) histogram_chunk(abs_bits(xb + pick * kVec), l_bmin, l_bmax);
       } else {
-        for (int j = 0; j < m; ++j) histogram_chunk(abs_bits(xb + j * kVec), l_bmin, l_bmax);
+        for (int k = 0; k < m; ++k) histogram_chunk(abs_bits(xb + k * kVec), l_bmin, l_bmax);
       }
     }
     // The tail (the tensor's last piece only): a partial chunk at its place in its block.

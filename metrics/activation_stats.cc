@@ -434,13 +434,8 @@ struct Pass {
           std::memcpy(&w, rb + j * kVec, sizeof w);  // finite and below 2^60: add_with_error's condition
           const F16 d = v - w;
           fee[a] += d * d;
-          // |d| by clearing the sign bit, its maximum as an unsigned integer (d is finite: both
-          // sides are below 2^60), which gives the float maximum's value in two ops; a float
-          // maximum compiled to a compare and a masked select.
-          U16 du;
-          std::memcpy(&du, &d, sizeof du);
-          du &= kAbs;
-          bmx[a] = bmx[a] > du ? bmx[a] : du;
+          // max(|d|) as bits (d is finite: both sides are below 2^60), one range op with AVX-512.
+          bmx[a] = max_abs_bits(bmx[a], d);
         }
       };
       int j = 0;

@@ -278,9 +278,9 @@ void CallLog::merge_into(LayerCells& cells) const {
           b += 8;
           continue;
         }
-        std::uint64_t c = *p & 0x7f;
-        for (int shift = 7; *p++ & 0x80; shift += 7) c |= std::uint64_t(*p & 0x7f) << shift;
-        bins[b++] = c;
+        std::uint64_t count = *p & 0x7f;
+        for (int shift = 7; *p++ & 0x80; shift += 7) count |= std::uint64_t(*p & 0x7f) << shift;
+        bins[b++] = count;
       }
       a.abs_hist.add_counts(e.hist_first, std::span<const std::uint64_t>(bins.data(), e.hist_bins));
     }

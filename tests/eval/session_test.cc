@@ -198,8 +198,11 @@ void expect_observed_values_of_the_unfused_nodes(const Graph& g, SessionOptions 
   Graph every = g;
   for (const Node& n : g.nodes)
     for (const std::string& out : n.outputs)
-      if (std::none_of(every.outputs.begin(), every.outputs.end(), [&](const ValueInfo& o) { return o.name == out; }))
-        every.outputs.push_back(ValueInfo{out});
+      if (std::none_of(every.outputs.begin(), every.outputs.end(), [&](const ValueInfo& o) { return o.name == out; })) {
+        ValueInfo o;
+        o.name = out;
+        every.outputs.push_back(o);
+      }
   Session unfused(every, options), observed(g, options);
   const std::map<std::string, Tensor> want = unfused.run(in);
   Copier seen;

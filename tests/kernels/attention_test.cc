@@ -113,7 +113,9 @@ TEST(Attention, SameBitsAsTheUnfusedOps) {
     };
     EXPECT_TRUE(same(out, want)) << "kept, L " << s.q_len;
     EXPECT_TRUE(same(scores, u.scores)) << "scores, L " << s.q_len;
-    if (!u.scaled.empty()) EXPECT_TRUE(same(scaled, u.scaled)) << "scaled, L " << s.q_len;
+    if (!u.scaled.empty()) {
+      EXPECT_TRUE(same(scaled, u.scaled)) << "scaled, L " << s.q_len;
+    }
     EXPECT_TRUE(same(probs, u.probs)) << "probs, L " << s.q_len;
     std::vector<float> one(want.size());
     {

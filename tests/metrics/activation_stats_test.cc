@@ -138,7 +138,6 @@ TEST(LogAbsHistogram, CountsPastThirtyTwoBits) {
 // the bin and the interpolation of one cumulative walk from zero (written out here), empty bins at
 // the ends and inside included.
 TEST(LogAbsHistogram, QuantileFromEitherEndMatchesAWalkFromZero) {
-  using H = metrics::LogAbsHistogram;
   const std::vector<std::uint64_t> counts = {0, 7, 0, 0, 1, 300, 2, 0, 0, 1, 0};
   const H h = H::from_counts(90, counts);
   const double absmax = H::bin_lower(99) * 1.01;

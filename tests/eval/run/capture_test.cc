@@ -18,10 +18,10 @@ Tensor filled(float v) {
 TEST(Capture, HoldsABorrowedOutputUntilItsReadersAreDone) {
   Graph g;
   g.nodes.resize(2);
-  g.nodes[0].name = "a";
+  g.nodes[0].name = std::string("a");  // GCC 12 warns (-Wrestrict) of assigning a 1-char literal
   g.nodes[0].op_type = "Relu";
   g.nodes[0].outputs = {"y"};
-  g.nodes[1].name = "b";
+  g.nodes[1].name = std::string("b");
   g.nodes[1].op_type = "Neg";
   g.nodes[1].outputs = {"z"};
   const LayerSpace space({{"m", &g, false, 0}}, 1);

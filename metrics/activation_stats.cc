@@ -238,21 +238,18 @@ inline std::uint32_t sampled_position(std::int64_t b) { return (std::uint32_t(b)
 inline void widen_add(D8& lo, D8& hi, const F16& v) {
 #ifdef __AVX512F__
   // One conversion per half (GCC's generic form takes an extract, a conversion and an insert per
-  // quarter): the same values. The zero-masked forms with full masks compile to the plain
-  // instructions; the unmasked ones made GCC 12 warn of their undefined pass-through operand.
-  __m512 w;
-  std::memcpy(&w, &v, sizeof w);
-  const F8 low = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
-  __m256 w0;
-  std::memcpy(&w0, &low, sizeof w0);
-  const __m512d a = _mm512_maskz_cvtps_pd(__mmask8(0xff), w0);
-  const __m512d b =
-      _mm512_maskz_cvtps_pd(__mmask8(0xff), _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(__mmask8(0xf), _mm512_castps_pd(w), 1)));
-  D8 da, db;
-  std::memcpy(&da, &a, sizeof da);
-  std::memcpy(&db, &b, sizeof db);
-  lo += da;
-  hi += db;
+  // quarter): the same values. The zero-masked form with a full mask compiles to the plain
+  // instruction; the unmasked one made GCC 12 warn of its undefined pass-through operand.
+  auto widen = [](const F8& half) {
+    __m256 h;
+    std::memcpy(&h, &half, sizeof h);
+    const __m512d w = _mm512_maskz_cvtps_pd(__mmask8(0xff), h);
+    D8 d;
+    std::memcpy(&d, &w, sizeof d);
+    return d;
+  };
+  lo += widen(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7));
+  hi += widen(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
 #else
   lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D8);
   hi += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D8);

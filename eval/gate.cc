@@ -22,7 +22,8 @@ const std::vector<std::string>& gate_metric_keys() {
   static const std::vector<std::string> keys = {"psnr_db",  "psnr_y_db",  "mse",           "ssim",
                                                 "ms_ssim",  "max_abs_diff", "mask_iou",    "boundary_f",
                                                 "logit_sqnr_db", "flipped_fraction", "output_sqnr_db",
-                                                "output_cosine", "output_rel_l2", "output_max_abs"};
+                                                "output_cosine", "output_rel_l2", "output_max_abs",
+                                                "output_nonfinite"};
   return keys;
 }
 
@@ -109,7 +110,7 @@ Gate parse_gate(const std::string& text, const std::string& source) {
   }
   if (!j.is_object()) bad(source, "the gate must be a JSON object");
   check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors", "layers", "steps",
-                 "max_nonfinite"},
+                 "max_nonfinite", "allow_nonfinite"},
              source, "top level");
   Gate g;
   g.source = source;
@@ -197,6 +198,10 @@ Gate parse_gate(const std::string& text, const std::string& source) {
     if (!v.is_number_integer() || v.get<long long>() < 0) bad(source, "'max_nonfinite' must be a non-negative integer");
     g.max_nonfinite = v.get<std::uint64_t>();
   }
+  if (j.contains("allow_nonfinite")) {
+    if (!j["allow_nonfinite"].is_boolean()) bad(source, "'allow_nonfinite' must be true or false");
+    g.allow_nonfinite = j["allow_nonfinite"].get<bool>();
+  }
   if (j.contains("max_failed_pair_share")) {
     const json& v = j["max_failed_pair_share"];
     if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1)
@@ -220,10 +225,21 @@ Gate load_gate(const std::filesystem::path& path) {
   return parse_gate(ss.str(), path.string());
 }
 
+static std::string nonfinite_detail(std::size_t samples, std::uint64_t values, const char* what) {
+  return fmt::format("{} {} NaN/Inf where the reference is finite ({} value(s)); the gate does not set "
+                     "'allow_nonfinite'", samples, what, values);
+}
+
 GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& samples) {
   GateOutcome out;
   out.section.source = gate.source;
   out.failed_checks.resize(samples.size());
+  // Samples whose outputs went non-finite where the reference's did not: they fail every check.
+  std::size_t diverged = 0;
+  std::uint64_t diverged_values = 0;
+  for (const auto& s : samples)
+    if (!s.error && s.nonfinite) ++diverged, diverged_values += s.nonfinite;
+  const bool fail_diverged = diverged && !gate.allow_nonfinite;
 
   for (const auto& check : gate.checks) {
     std::vector<double> values;
@@ -254,6 +270,7 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
       if (unbounded) detail += fmt::format("; {} identical (unbounded)", unbounded);
       if (missing) detail += fmt::format("; {} not applicable", missing);
     }
+    if (fail_diverged) detail += "; " + nonfinite_detail(diverged, diverged_values, "pair(s) hold");
     for (int side = 0; side < 2; ++side) {
       const std::optional<double>& bound = side == 0 ? check.bound.min : check.bound.max;
       if (!bound) continue;
@@ -264,7 +281,7 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
       row.threshold = *bound;
       row.value = value;
       row.name = fmt::format("{} {} {} {}", check.metric, check.stat, row.op, fmt_num(*bound));
-      row.passed = value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
+      row.passed = !fail_diverged && value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
       row.detail = detail;
       out.section.checks.push_back(std::move(row));
     }
@@ -280,6 +297,8 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
       continue;
     }
     ++compared;
+    if (s.nonfinite && !gate.allow_nonfinite)
+      out.failed_checks[i].push_back(fmt::format("{} output value(s) NaN/Inf where the reference is finite", s.nonfinite));
     for (const auto& [metric, bound] : gate.per_pair) {
       auto it = s.values.find(metric);
       if (it == s.values.end() || !it->second) continue;  // not applicable: not checked
@@ -302,7 +321,7 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
     if (items.size() > 5) s += fmt::format("; and {} more", items.size() - 5);
     return s;
   };
-  if (!gate.per_pair.empty()) {
+  if (!gate.per_pair.empty() || fail_diverged) {
     reports::GateCheckRow row;
     row.metric = "failed_pair_share";
     row.stat = "share";

@@ -59,6 +59,10 @@ struct Gate {
   std::vector<LayerGateCheck> layer_checks;
   std::vector<StepGateCheck> step_checks;
   std::optional<std::uint64_t> max_nonfinite;  // NaN/Inf node outputs allowed per variant
+  // Where the reference is finite and a variant is not (GateSample::nonfinite, a layer's NaN/Inf
+  // beyond the reference's), every check over it fails unless this is set: a score computed over
+  // the values that happened to stay finite must never pass a release.
+  bool allow_nonfinite = false;
 };
 
 // Layer columns a layer check may name (reports::kLayerColumns' keys).
@@ -80,6 +84,9 @@ struct GateSample {
   bool error = false;
   std::string error_text;
   std::map<std::string, std::optional<double>> values;
+  // Output values that are NaN/Inf where the reference's are finite (0 for image pairs, which
+  // cannot hold them).
+  std::uint64_t nonfinite = 0;
 };
 
 struct GateOutcome {

@@ -687,6 +687,7 @@ void ErrorStats::clear() {
 }
 
 std::optional<double> ErrorStats::sqnr_db() const {
+  if (diverged()) return -std::numeric_limits<double>::infinity();
   if (count == 0) return std::nullopt;
   const double e = err_sq.value(), r = ref_sq.value();
   if (e == 0) return std::numeric_limits<double>::infinity();
@@ -695,13 +696,14 @@ std::optional<double> ErrorStats::sqnr_db() const {
 }
 
 std::optional<double> ErrorStats::rel_l2() const {
+  if (diverged()) return std::numeric_limits<double>::infinity();
   const double r = ref_sq.value();
   if (count == 0 || r == 0) return std::nullopt;
   return std::sqrt(err_sq.value() / r);
 }
 
 std::optional<double> ErrorStats::cosine() const {
-  if (cosine_calls == 0) return std::nullopt;
+  if (cosine_calls == 0 || diverged()) return std::nullopt;
   return cosine_sum.value() / double(cosine_calls);
 }
 

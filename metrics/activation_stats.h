@@ -116,18 +116,23 @@ struct ErrorStats {
   ExactSum ref_sq, err_sq;
   ExactSum cosine_sum;
   std::uint64_t cosine_calls = 0;  // calls with a defined cosine
-  double max_abs = 0;
+  double max_abs = 0;  // +inf once a call diverged (the reference finite, the test not)
 
   // `e` = tensor_error(ref, test) over `elements` values.
   void add(const TensorError& e, std::int64_t elements);
   void merge(const ErrorStats& other);
   void clear();  // nothing compared, keeping the storage
 
-  // 10 log10(ref_sq / err_sq); +inf when the error is zero; nullopt when nothing was compared or
-  // the reference is all zeros with a non-zero error.
+  // A call's test tensor was non-finite where the reference was finite: the error is unbounded.
+  // (Kept as max_abs = +inf, which finite pairs of floats never give, so logs and the run state
+  // carry it with no field of their own.)
+  bool diverged() const { return max_abs == std::numeric_limits<double>::infinity(); }
+  // 10 log10(ref_sq / err_sq); +inf when the error is zero; -inf when diverged; nullopt when
+  // nothing was compared or the reference is all zeros with a non-zero error.
   std::optional<double> sqnr_db() const;
-  std::optional<double> rel_l2() const;  // sqrt(err_sq / ref_sq); nullopt when ref_sq is 0
-  std::optional<double> cosine() const;  // mean per-call cosine
+  // sqrt(err_sq / ref_sq); +inf when diverged; nullopt when ref_sq is 0
+  std::optional<double> rel_l2() const;
+  std::optional<double> cosine() const;  // mean per-call cosine; nullopt when diverged
   bool operator==(const ErrorStats&) const = default;
 };
 

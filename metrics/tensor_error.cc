@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -61,6 +62,7 @@ void add_checked(const float* ref, const float* test, std::int64_t i0, int m, Mo
     }
     e.nonfinite_ref += !rf;
     e.nonfinite_test += !tf;
+    e.diverged += rf && !tf;
     if (e.first_nonfinite < 0) e.first_nonfinite = i;
   }
 }
@@ -140,7 +142,17 @@ TensorError tensor_error(const float* ref, const float* test, std::int64_t n) {
   r.nonfinite_test = e.nonfinite_test;
   r.first_nonfinite = e.first_nonfinite;
   if (r.count > 0 && sum_rr > 0 && sum_tt > 0) r.cosine = sum_rt / (std::sqrt(sum_rr) * std::sqrt(sum_tt));
+  if (e.diverged) set_diverged(r, e.diverged);
   return r;
+}
+
+void set_diverged(TensorError& e, std::int64_t elements) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  e.diverged = elements;
+  e.mse = e.max_abs = kInf;
+  e.sqnr_db = -kInf;
+  e.rel_l2 = kInf;
+  e.cosine.reset();
 }
 
 TensorError error_from_energies(std::int64_t count, double ref_sq, double test_sq, double err_sq, double max_abs) {

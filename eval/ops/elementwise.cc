@@ -473,6 +473,9 @@ class ClipOp final : public Op {
   Node node_;
 };
 
+// min(1, max(0, v)) with NaN kept (std::min/std::max return their first argument for a NaN).
+inline float clamp01_keeping_nan(float v) { return v != v ? v : std::max(0.0f, std::min(1.0f, v)); }
+
 #define QEVAL_UNARY(NAME, SINCE, EXPR, PARAMS, INTS)                                          \
   OpSchema{NAME, "", SINCE, kLatest, [](const Node& n) -> std::unique_ptr<Op> {               \
              return make_unary(                                                                \
@@ -545,7 +548,9 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
                        n, [](float x, const float*) { return kernels::sigmoid_vectorisable(x); },
                        [](kernels::simd::F16 x) { return kernels::simd::sigmoid(x); });
                  }});
-  out.push_back(QEVAL_UNARY("Relu", 6, x > 0 ? x : 0.0f, {}, true));
+  // NaN propagates through every activation (ONNX Runtime and PyTorch keep it): a comparison-based
+  // form such as x > 0 ? x : 0 would turn NaN into 0 and hide it from the non-finite tracking.
+  out.push_back(QEVAL_UNARY("Relu", 6, x > 0 ? x : (x == x ? 0.0f : x), {}, true));
   out.push_back(QEVAL_UNARY("Reciprocal", 6, 1.0f / x, {}, false));
   out.push_back(QEVAL_UNARY("Floor", 6, std::floor(x), {}, false));
   out.push_back(QEVAL_UNARY("Ceil", 6, std::ceil(x), {}, false));
@@ -564,10 +569,10 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
                                                     std::vector<float>{n.get_float("alpha", 1.0f)});
                  }});
   out.push_back({"HardSigmoid", "", 6, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
-                   return make_unary(n, [](float x, const float* p) { return std::max(0.0f, std::min(1.0f, p[0] * x + p[1])); },
+                   return make_unary(n, [](float x, const float* p) { return clamp01_keeping_nan(p[0] * x + p[1]); },
                                                     std::vector<float>{n.get_float("alpha", 0.2f), n.get_float("beta", 0.5f)});
                  }});
-  out.push_back(QEVAL_UNARY("HardSwish", 14, x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f)), {}, false));
+  out.push_back(QEVAL_UNARY("HardSwish", 14, x * clamp01_keeping_nan(x / 6.0f + 0.5f), {}, false));
   out.push_back({"Gelu", "", 20, kLatest, [](const Node& n) -> std::unique_ptr<Op> {
                    const std::string approx = n.get_string("approximate", "none");
                    if (approx == "tanh")

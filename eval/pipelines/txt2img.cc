@@ -298,10 +298,12 @@ datasets::Rgb8 image_to_rgb8(const Tensor& image01) {
   datasets::Rgb8 out{w, h, 3, std::vector<std::uint8_t>(std::size_t(w) * h * 3)};
   const float* p = image01.data<float>();
   const std::size_t plane = std::size_t(w) * h;
+  // NaN pixels (a diverged variant; its report counts them) are black instead of an undefined cast.
   for (std::size_t i = 0; i < plane; ++i)
-    for (std::size_t ch = 0; ch < 3; ++ch)
-      out.pixels[i * 3 + ch] =
-          static_cast<std::uint8_t>(std::nearbyint(std::clamp(p[ch * plane + i], 0.0f, 1.0f) * 255.0f));
+    for (std::size_t ch = 0; ch < 3; ++ch) {
+      const float x = p[ch * plane + i];
+      out.pixels[i * 3 + ch] = static_cast<std::uint8_t>(std::nearbyint((x == x ? std::clamp(x, 0.0f, 1.0f) : 0.0f) * 255.0f));
+    }
   return out;
 }
 

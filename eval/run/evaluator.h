@@ -41,6 +41,11 @@ struct BuiltVariant {
   double calibration_s = 0;
 };
 
+// The per-sample metric every driver reports beside its own: output values that are NaN/Inf where
+// the reference's are finite (the gate fails a sample that has any, unless it allows them).
+inline constexpr const char* kOutputNonfiniteMetric = "output_nonfinite";
+inline reports::MetricInfo output_nonfinite_info() { return {kOutputNonfiniteMetric, "output NaN/Inf", false}; }
+
 // One variant's result on one unit.
 struct VariantOutcome {
   std::string error;  // empty when it ran

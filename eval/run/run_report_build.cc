@@ -183,6 +183,8 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
         const ObservedModel& om = models[m];
         if (om.graph == res.observation.space->models()[m].graph) continue;
         out.matched_by_name += om.match.by_name;
+        out.matched_by_output += om.match.by_output;
+        out.matched_by_structure += om.match.by_structure;
         for (const auto& u : om.match.unmatched) out.unmatched.push_back({u.side, u.name, u.op, u.reason});
       }
     }
@@ -371,6 +373,15 @@ std::string fmt_num(double v) {
   return fmt::format("{:.6g}", v);
 }
 
+// NaN/Inf values of layer k in `table` beyond the reference's own (its attention masks' -inf are by
+// design); 0 when not measured.
+double nonfinite_beyond_reference(const reports::RunReport& rep, const reports::LayerTable& table, std::size_t k) {
+  const reports::LayerTable* ref_table = rep.reference() ? rep.layer_table(rep.reference()->name) : nullptr;
+  const float x = reports::cell(table.stats.nonfinite, k);
+  const float base = ref_table ? reports::cell(ref_table->stats.nonfinite, k) : 0.0f;
+  return std::isnan(x) ? 0.0 : std::max(0.0, double(x) - (std::isnan(base) ? 0.0 : double(base)));
+}
+
 }  // namespace
 
 void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
@@ -414,6 +425,7 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
           else if (m && sr.identical) g.values[info.key] = std::numeric_limits<double>::infinity();
           else g.values[info.key] = std::nullopt;
         }
+        if (const auto* m = sr.metric(kOutputNonfiniteMetric); m && m->value) g.nonfinite = std::uint64_t(*m->value);
         samples.push_back(std::move(g));
         results.push_back(&sr);
       }
@@ -437,6 +449,15 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
       }();
       const std::optional<std::regex>& nodes = node_patterns[check];
       std::size_t matched = 0;
+      // Layers whose values went NaN/Inf beyond the reference's own: their error columns are
+      // unbounded or undefined, and the check fails on them unless the gate allows it.
+      std::size_t diverged = 0;
+      std::string first_diverged;
+      if (table)
+        for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k) {
+          if (nodes && !std::regex_search(rep.layers[k].name, *nodes)) continue;
+          if (nonfinite_beyond_reference(rep, *table, k) > 0 && diverged++ == 0) first_diverged = rep.layers[k].name;
+        }
       if (table)
         for (const auto& c : reports::kLayerColumns)
           if (lc.column == c.key) {
@@ -451,13 +472,17 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
           }
       const auto value = metrics::compute_stat(lc.spec, values);
       const std::string scope = nodes ? fmt::format(" matching '{}'", lc.nodes) : std::string();
-      const std::string detail =
+      const bool fail_diverged = diverged && !gate.allow_nonfinite;
+      std::string detail =
           nodes && matched == 0 && table
               ? fmt::format("no layer name matches '{}'", lc.nodes)
           : values.empty()
               ? "no layer has a value (were layers observed? is this column measured for this variant?)"
               : fmt::format("{} = {} over {} layers{}; worst {} ({})", lc.stat, value ? fmt_num(*value) : "n/a",
                             values.size(), scope, fmt_num(worst->first), rep.layers[worst->second].name);
+      if (fail_diverged)
+        detail += fmt::format("; {} layer(s) NaN/Inf where the reference is finite (first '{}'); the gate does not "
+                              "set 'allow_nonfinite'", diverged, first_diverged);
       for (int side = 0; side < 2; ++side) {
         const auto& bound = side == 0 ? lc.bound.min : lc.bound.max;
         if (!bound) continue;
@@ -469,7 +494,7 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         row.value = value;
         row.name = fmt::format("layer {} {} {} {}{}", lc.column, lc.stat, row.op, fmt_num(*bound),
                                nodes ? fmt::format(" (nodes ~ {})", lc.nodes) : std::string());
-        row.passed = value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
+        row.passed = !fail_diverged && value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
         row.detail = detail;
         row.variant = variant.name;
         rep.gate.checks.push_back(std::move(row));
@@ -518,13 +543,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
     if (gate.max_nonfinite) {
       // Values the reference does not have (its attention masks' -inf are by design).
       double total = 0;
-      const reports::LayerTable* ref_table = rep.reference() ? rep.layer_table(rep.reference()->name) : nullptr;
       if (table)
-        for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k) {
-          const float x = table->stats.nonfinite[k];
-          const float base = ref_table ? reports::cell(ref_table->stats.nonfinite, k) : 0.0f;
-          if (!std::isnan(x)) total += std::max(0.0, double(x) - (std::isnan(base) ? 0.0 : double(base)));
-        }
+        for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k) total += nonfinite_beyond_reference(rep, *table, k);
       reports::GateCheckRow row;
       row.metric = "nonfinite";
       row.stat = "count";

@@ -103,7 +103,8 @@ class SegmentationDriver : public RunDriver {
     return {{"mask_iou", "mask IoU", true},
             {"boundary_f", "boundary F", true},
             {"logit_sqnr_db", "logit SQNR dB", true},
-            {"flipped_fraction", "flipped pixels", false}};
+            {"flipped_fraction", "flipped pixels", false},
+            output_nonfinite_info()};
   }
   reports::Artifact inputs_artifact() const override { return {"point prompts", prompts_path_.string(), ""}; }
   std::vector<std::pair<std::string, std::string>> settings() const override {
@@ -180,6 +181,7 @@ class SegmentationDriver : public RunDriver {
         o.metrics.push_back({"boundary_f", cmp.boundary.f, {}, ""});
         o.metrics.push_back({"logit_sqnr_db", cmp.logits.sqnr_db, {}, cmp.logits.sqnr_db ? "" : "identical logits"});
         o.metrics.push_back({"flipped_fraction", cmp.flipped_fraction, {}, ""});
+        o.metrics.push_back({kOutputNonfiniteMetric, double(cmp.logits.diverged), {}, ""});
         // The flipped pixels as a heatmap (bright = flipped).
         const Tensor a = segmentation_planes(datasets::mask_image(res[r].mask), 1, "reference");
         const Tensor b = segmentation_planes(datasets::mask_image(res[v].mask), 1, variants[v].spec.name);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <limits>
 
 #include "eval/onnx_import.h"
 #include "eval/quant/apply.h"
@@ -75,7 +76,8 @@ class SingleModelDriver : public RunDriver {
     return {{"output_sqnr_db", "output SQNR dB", true},
             {"output_cosine", "output cosine", true},
             {"output_rel_l2", "output rel L2", false},
-            {"output_max_abs", "output max |err|", false}};
+            {"output_max_abs", "output max |err|", false},
+            output_nonfinite_info()};
   }
   reports::Artifact inputs_artifact() const override { return {"samples", inputs_.string(), ""}; }
   std::vector<std::pair<std::string, std::string>> settings() const override {
@@ -119,6 +121,7 @@ class SingleModelDriver : public RunDriver {
       if (v == r) continue;
       metrics::ErrorStats e;
       bool identical = true;
+      std::uint64_t diverged = 0;
       for (const auto& [name, ref_out] : outputs[r]) {
         auto it = outputs[v].find(name);
         if (it == outputs[v].end() || it->second.shape() != ref_out.shape()) {
@@ -129,16 +132,21 @@ class SingleModelDriver : public RunDriver {
         if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32) continue;  // integer outputs
         const auto te = metrics::tensor_error(a, b);
         identical = identical && te.identical();
+        diverged += std::uint64_t(te.diverged);
         e.add(te, a.numel());
       }
       VariantOutcome& o = sample.variants[v];
       if (!o.error.empty()) continue;
       o.identical = identical;
-      o.metrics.push_back({"output_sqnr_db", e.sqnr_db() && std::isfinite(*e.sqnr_db()) ? e.sqnr_db() : std::nullopt, {},
-                           identical ? "identical" : ""});
-      o.metrics.push_back({"output_cosine", e.cosine(), {}, ""});
+      // +inf SQNR (identical) is carried by `identical`; -inf (diverged) is a value.
+      const auto sqnr = e.sqnr_db();
+      const char* note = identical ? "identical" : diverged ? "NaN/Inf where the reference is finite" : "";
+      o.metrics.push_back({"output_sqnr_db", sqnr && *sqnr != std::numeric_limits<double>::infinity() ? sqnr : std::nullopt,
+                           {}, note});
+      o.metrics.push_back({"output_cosine", e.cosine(), {}, note});
       o.metrics.push_back({"output_rel_l2", e.rel_l2(), {}, ""});
-      o.metrics.push_back({"output_max_abs", e.count ? std::optional<double>(e.max_abs) : std::nullopt, {}, ""});
+      o.metrics.push_back({"output_max_abs", e.count || diverged ? std::optional<double>(e.max_abs) : std::nullopt, {}, ""});
+      o.metrics.push_back({kOutputNonfiniteMetric, double(diverged), {}, ""});
     }
     if (ctx.tick) ctx.tick();
   }

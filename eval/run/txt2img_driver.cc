@@ -130,7 +130,11 @@ class Txt2ImgDriver : public RunDriver {
     return {fmt::format("{}-s{}", prompts_[u.prompt].id, u.seed)};
   }
   int ticks_per_unit() const override { return base_.steps + 2; }
-  std::vector<reports::MetricInfo> metrics() const override { return image_metric_infos(); }
+  std::vector<reports::MetricInfo> metrics() const override {
+    auto infos = image_metric_infos();
+    infos.push_back(output_nonfinite_info());
+    return infos;
+  }
   reports::Artifact inputs_artifact() const override { return {"prompts", prompts_path_.string(), ""}; }
   std::string scheduler_name() const override { return std::string(scheduler_type_name(base_.scheduler.type)); }
   int steps() const override { return base_.steps; }
@@ -345,22 +349,28 @@ class Txt2ImgDriver : public RunDriver {
     th.sessions[r].unet->drop_retained();  // to the pool: the VAE decoder's buffers come from them
 
     // VAE decoder and the images (observed: in lockstep, as the UNet's calls).
-    std::vector<datasets::Rgb8> images(nv);
+    std::vector<Tensor> decoded(nv);  // [3, H, W] on [0, 1], before 8-bit rounding
     if (ctx.observation && ctx.interleave) {
       auto outputs = lockstep_call(Txt2ImgRun::vae_call(info.id), &Txt2ImgSessions::vae_decoder,
                                    [&](std::size_t v, const Graph& g) { return runs[v].decoder_inputs(g); }, order);
       th.sessions[r].vae_decoder->drop_retained();
       for (std::size_t v : order)
-        timed(v, [&] { images[v] = image_to_rgb8(runs[v].image(th.sessions[v].vae_decoder->graph(), outputs[v])); });
+        timed(v, [&] { decoded[v] = runs[v].image(th.sessions[v].vae_decoder->graph(), outputs[v]); });
     } else {
       for (std::size_t v : order) {
-        timed(v, [&] { images[v] = image_to_rgb8(runs[v].decode(*th.sessions[v].vae_decoder, observer(v), info.id)); });
+        timed(v, [&] { decoded[v] = runs[v].decode(*th.sessions[v].vae_decoder, observer(v), info.id); });
         if (v == r) local_errors();
       }
     }
+    const datasets::Rgb8 ref_image = image_to_rgb8(decoded[r]);
     for (std::size_t v = 0; v < nv; ++v) {
       sample.variants[v].elapsed_ms = ms[v];
-      image_outcome(images[r], images[v], v == r, ctx.out_dir, info.id, variants[v].spec.name, sample.variants[v]);
+      image_outcome(ref_image, v == r ? ref_image : image_to_rgb8(decoded[v]), v == r, ctx.out_dir, info.id,
+                    variants[v].spec.name, sample.variants[v]);
+      // A NaN/Inf pixel becomes some 8-bit value: the image metrics alone would not show it.
+      if (v != r)
+        sample.variants[v].metrics.push_back(
+            {kOutputNonfiniteMetric, double(metrics::tensor_error(decoded[r], decoded[v]).diverged), {}, ""});
     }
     if (ctx.tick) ctx.tick();
   }

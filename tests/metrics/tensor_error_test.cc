@@ -52,9 +52,21 @@ TEST(TensorError, NonFiniteValuesAreLocatedNotAveraged) {
   EXPECT_EQ(e.nonfinite_test, 2);
   EXPECT_EQ(e.nonfinite_ref, 1);
   EXPECT_EQ(e.count, 97);
-  EXPECT_DOUBLE_EQ(e.max_abs, 0.5);
-  EXPECT_DOUBLE_EQ(e.mse, 0.25 / 97);
+  // The test is NaN/Inf where the reference is finite (37, 80): diverged, so the error is
+  // unbounded rather than the 0.25 / 97 of the values that stayed finite.
+  EXPECT_EQ(e.diverged, 2);
+  EXPECT_EQ(e.max_abs, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(e.mse, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(e.sqnr_db, -std::numeric_limits<double>::infinity());
   EXPECT_FALSE(e.identical());
+  // Non-finite values of the reference alone (an attention mask's -inf) are located and left out.
+  test[37] = test[80] = 1.0f;
+  e = tensor_error(ref.data(), test.data(), 100);
+  EXPECT_EQ(e.first_nonfinite, 90);
+  EXPECT_EQ(e.diverged, 0);
+  EXPECT_EQ(e.count, 99);
+  EXPECT_DOUBLE_EQ(e.max_abs, 0.5);
+  EXPECT_DOUBLE_EQ(e.mse, 0.25 / 99);
 }
 
 TEST(TensorError, ZeroReferenceHasNoRelativeMetrics) {

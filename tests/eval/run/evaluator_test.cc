@@ -328,8 +328,10 @@ TEST(Evaluator, SegmentationComparesMasksPerPrompt) {
   EXPECT_EQ(samples, 5u);
   EXPECT_LT(r.units.size(), 5u);  // prompts on the same image share one unit (one encoding)
   const auto& m = r.units[0].samples[0].variants[1].metrics;
-  ASSERT_EQ(m.size(), 4u);
+  ASSERT_EQ(m.size(), 5u);
   EXPECT_EQ(m[0].key, "mask_iou");
+  EXPECT_EQ(m[4].key, "output_nonfinite");
+  EXPECT_EQ(*m[4].value, 0.0);
   EXPECT_GT(*m[0].value, 0.95);
   EXPECT_GT(*m[2].value, 20.0);  // logit SQNR dB
   EXPECT_GE(r.observation.space->model_index("image_encoder"), 0);

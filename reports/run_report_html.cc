@@ -623,14 +623,14 @@ std::string render_nonfinite(const RunReport& r) {
 
 std::string render_unmatched(const RunReport& r) {
   std::string h = section("unmatched", "Node matching of separate ONNX variants",
-                          "nodes are matched by name, then by structure once Q/DQ nodes are set "
-                          "aside; unmatched nodes have no per-layer error");
+                          "nodes are matched by name, then by output tensor name, then by structure, "
+                          "once Q/DQ nodes are set aside; unmatched nodes have no per-layer error");
   bool any = false;
   for (const auto& v : r.variants) {
     if (v.kind != VariantKind::kOnnx) continue;
     any = true;
-    h += fmt::format("<p><b>{}</b>: {} matched by name, {} by structure, {} unmatched</p>", esc(v.name),
-                     v.matched_by_name, v.matched_by_structure, v.unmatched.size());
+    h += fmt::format("<p><b>{}</b>: {} matched by name, {} by output tensor, {} by structure, {} unmatched</p>",
+                     esc(v.name), v.matched_by_name, v.matched_by_output, v.matched_by_structure, v.unmatched.size());
     if (v.unmatched.empty()) continue;
     h += "<table class=\"sortable\"><thead><tr><th>graph</th><th>node</th><th>op</th><th>why</th></tr>"
          "</thead><tbody>";

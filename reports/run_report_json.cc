@@ -81,6 +81,7 @@ json variant_json(const Variant& v) {
           {"quantized_nodes", v.quantized_nodes},
           {"quantized_share", special_number(v.quantized_share())},
           {"matched_by_name", v.matched_by_name},
+          {"matched_by_output", v.matched_by_output},
           {"matched_by_structure", v.matched_by_structure},
           {"unmatched", unmatched},
           {"summary",
@@ -372,6 +373,7 @@ Variant read_variant(const In& in) {
   v.total_nodes = in["total_nodes"].count();
   v.quantized_nodes = in["quantized_nodes"].count();
   v.matched_by_name = in["matched_by_name"].count();
+  v.matched_by_output = in["matched_by_output"].count();
   v.matched_by_structure = in["matched_by_structure"].count();
   In unmatched = in["unmatched"];
   for (std::size_t i = 0; i < unmatched.size(); ++i) {

@@ -85,7 +85,7 @@ struct Variant {
   std::size_t total_nodes = 0;      // compute nodes of the graph(s) run
   std::size_t quantized_nodes = 0;  // of which run in a quantized format
   // kind == kOnnx: how the variant's nodes were matched to the reference's, and what was not.
-  std::size_t matched_by_name = 0, matched_by_structure = 0;
+  std::size_t matched_by_name = 0, matched_by_output = 0, matched_by_structure = 0;
   std::vector<UnmatchedNode> unmatched;
   VariantSummary summary;
   std::optional<double> quantized_share() const {

@@ -14,10 +14,12 @@
 namespace qeval::eval {
 
 // QuantizeLinear / DequantizeLinear (ONNX or ModelOpt's trt FP8 forms) and the pre-scale Mul of
-// SmoothQuant that a recipe inserts ("<node>/input_quantizer/Mul").
+// SmoothQuant that a recipe inserts ("<node>/input_quantizer/Mul"), and ONNX Runtime's
+// DynamicQuantizeLinear (its dynamic INT8 form: it feeds ConvInteger / MatMulInteger).
 bool is_quantization_plumbing(const Node& node);
 
-// Nodes that run on quantized values: not plumbing themselves, reading a DequantizeLinear output.
+// Nodes that run on quantized values: not plumbing themselves, reading a DequantizeLinear (or
+// DynamicQuantizeLinear) output.
 std::size_t count_quantized_nodes(const Graph& graph);
 
 struct UnmatchedNodeInfo {
@@ -29,14 +31,18 @@ struct UnmatchedNodeInfo {
 struct NodeMatch {
   std::vector<int> ref_of_variant;  // per variant node: the reference node's index, -1 for none
   std::vector<int> variant_of_ref;  // per reference node: the variant node's index, -1 for none
-  std::size_t by_name = 0;
+  std::size_t by_name = 0, by_output = 0, by_structure = 0;  // nodes matched by each method
   std::size_t plumbing = 0;  // variant nodes set aside as quantization plumbing
   std::vector<UnmatchedNodeInfo> unmatched;
 };
 
-// The same graph object matches itself node for node. Otherwise a non-plumbing variant node
-// matches the reference node of the same name and op type; everything else is listed unmatched
-// (Constant nodes excepted: they are values, not layers).
+// The same graph object matches itself node for node. Otherwise each non-plumbing variant node is
+// matched, in this order, to the reference node (1) of the same name and op type, (2) that produces
+// the tensor of the same name as its first output (ONNX Runtime's dynamic INT8 form keeps a Conv's
+// output name on the node that ends its rewrite), (3) of the same structure: op type, attributes,
+// weight shapes and the structure of everything upstream, with quantization plumbing and float
+// Casts looked through (a second export of the network with other node and tensor names).
+// Everything else is listed unmatched with the reason (Constant nodes excepted: they are values).
 NodeMatch match_nodes(const Graph& reference, const Graph& variant);
 
 // What to re-run for the local error of variant node `node`: the node and the plumbing that feeds

@@ -66,15 +66,117 @@ TEST(NodeMatch, ByNameWithQuantizationPlumbingSetAside) {
   EXPECT_EQ(m.plumbing, 3u);  // Q, DQ, weight DQ
   EXPECT_EQ(m.ref_of_variant[index_of(var, "mm")], int(index_of(ref, "mm")));
   EXPECT_EQ(m.variant_of_ref[index_of(ref, "relu")], int(index_of(var, "relu")));
-  ASSERT_EQ(m.unmatched.size(), 2u);
-  EXPECT_EQ(m.unmatched[0].side, "variant");
-  EXPECT_EQ(m.unmatched[0].name, "add_renamed");
-  EXPECT_EQ(m.unmatched[1].side, "reference");
-  EXPECT_EQ(m.unmatched[1].name, "add");
+  // The renamed Add produces the same tensor "y": matched by its output tensor's name.
+  EXPECT_EQ(m.by_output, 1u);
+  EXPECT_EQ(m.ref_of_variant[index_of(var, "add_renamed")], int(index_of(ref, "add")));
+  EXPECT_TRUE(m.unmatched.empty());
   // The same graph object: node for node.
   const NodeMatch self = match_nodes(ref, ref);
   EXPECT_EQ(self.by_name, ref.nodes.size());
   EXPECT_TRUE(self.unmatched.empty());
+}
+
+// The reference graph as another exporter writes it: every node and tensor named differently.
+Graph renamed_graph(bool quantized, bool swap_parallel = false) {
+  OnnxBuilder b(17);
+  b.input("x", kF32, {1, 4}).output("out", kF32, {1, 3});
+  b.initializer("onnx::MatMul_7", kW, {4, 3}).initializer("bias_9", {0.1f, 0.2f, 0.3f}, {3});
+  b.initializer("k", {2.0f}, {});
+  b.node("Relu", {"x"}, {"t0"}, "/block/Relu");
+  std::string mm_in = "t0";
+  if (quantized) {
+    b.initializer("xs", {0.02f}, {});
+    b.initializer_raw("zp", kI8, std::vector<std::int8_t>{0}, {});
+    b.node("QuantizeLinear", {"t0", "xs", "zp"}, {"t0q"}, "q_17");
+    b.node("DequantizeLinear", {"t0q", "xs", "zp"}, {"t0d"}, "dq_18");
+    mm_in = "t0d";
+  }
+  // Two parallel branches of one structure but for a scalar attribute-free Mul vs Div: the order of
+  // the exporter's nodes must not matter where structures differ.
+  auto mul = [&] { b.node("Mul", {"t0", "k"}, {"t3"}, "/block/Mul"); };
+  auto mm = [&] { b.node("MatMul", {mm_in, "onnx::MatMul_7"}, {"t1"}, "/block/MatMul"); };
+  if (swap_parallel) mul(), mm();
+  else mm(), mul();
+  b.node("Add", {"t1", "bias_9"}, {"out"}, "/block/Add");
+  return b.graph("renamed.onnx");
+}
+
+Graph reference_with_branch() {
+  OnnxBuilder b(17);
+  b.input("x", kF32, {1, 4}).output("y", kF32, {1, 3});
+  b.initializer("W", kW, {4, 3}).initializer("b", {0.1f, 0.2f, 0.3f}, {3}).initializer("two", {2.0f}, {});
+  b.node("Relu", {"x"}, {"r"}, "relu");
+  b.node("MatMul", {"r", "W"}, {"m"}, "mm");
+  b.node("Mul", {"r", "two"}, {"side"}, "side_mul");
+  b.node("Add", {"m", "b"}, {"y"}, "add");
+  return b.graph("ref.onnx");
+}
+
+TEST(NodeMatch, ByStructureAcrossAnExportWithOtherNodeAndTensorNames) {
+  const Graph ref = reference_with_branch();
+  for (bool quantized : {false, true})
+    for (bool swap : {false, true}) {
+      const Graph var = renamed_graph(quantized, swap);
+      const NodeMatch m = match_nodes(ref, var);
+      EXPECT_EQ(m.by_name, 0u);
+      EXPECT_EQ(m.by_structure, 4u) << quantized << swap;
+      EXPECT_TRUE(m.unmatched.empty()) << m.unmatched.size();
+      EXPECT_EQ(m.ref_of_variant[index_of(var, "/block/MatMul")], int(index_of(ref, "mm")));
+      EXPECT_EQ(m.ref_of_variant[index_of(var, "/block/Mul")], int(index_of(ref, "side_mul")));
+      EXPECT_EQ(m.ref_of_variant[index_of(var, "/block/Add")], int(index_of(ref, "add")));
+      EXPECT_EQ(m.plumbing, quantized ? 2u : 0u);
+    }
+  // Structure means structure: a weight of another shape is another layer.
+  OnnxBuilder b(17);
+  b.input("x", kF32, {1, 4}).output("out", kF32, {1, 2});
+  b.initializer("w2", std::vector<float>(8, 1.0f), {4, 2});
+  b.node("Relu", {"x"}, {"t0"}, "r0");
+  b.node("MatMul", {"t0", "w2"}, {"out"}, "m0");
+  const NodeMatch other = match_nodes(ref, b.graph("other.onnx"));
+  EXPECT_EQ(other.by_structure, 1u);  // the Relu only
+  EXPECT_EQ(other.unmatched.size(), 1u + 3u);
+  EXPECT_NE(other.unmatched[0].reason.find("structure"), std::string::npos) << other.unmatched[0].reason;
+}
+
+// ONNX Runtime's dynamic INT8 export (quantize_dynamic): the Conv becomes DynamicQuantizeLinear ->
+// ConvInteger -> Cast -> Mul by the scales, and the Mul produces the Conv's output tensor.
+TEST(NodeMatch, OnnxRuntimesDynamicInt8FormMatchesByOutputTensorAndCountsAsQuantized) {
+  OnnxBuilder r(11);
+  r.input("x", kF32, {1, 1, 4, 4}).output("y", kF32, {1, 1, 4, 4});
+  r.initializer("w", {0.5f}, {1, 1, 1, 1});
+  r.node("Conv", {"x", "w"}, {"conv_out"}, "Conv_0");
+  r.node("Relu", {"conv_out"}, {"y"}, "Relu_1");
+  const Graph ref = r.graph("ref.onnx");
+  OnnxBuilder v(11);
+  v.input("x", kF32, {1, 1, 4, 4}).output("y", kF32, {1, 1, 4, 4});
+  v.initializer_raw("w_quantized", onnx::TensorProto::INT8, std::vector<std::int8_t>{127}, {1, 1, 1, 1});
+  v.initializer_raw("w_zero_point", onnx::TensorProto::INT8, std::vector<std::int8_t>{0}, {});
+  v.initializer("w_scale", {0.5f / 127}, {});
+  v.node("DynamicQuantizeLinear", {"x"}, {"x_q", "x_scale", "x_zp"}, "x_QuantizeLinear");
+  v.node("ConvInteger", {"x_q", "w_quantized", "x_zp", "w_zero_point"}, {"conv_int"}, "Conv_0_quant");
+  v.node("Cast", {"conv_int"}, {"conv_f"}, "Conv_0_quant_cast").add_attribute()->CopyFrom([] {
+    onnx::AttributeProto a;
+    a.set_name("to");
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(1);
+    return a;
+  }());
+  v.node("Mul", {"x_scale", "w_scale"}, {"scales"}, "Conv_0_quant_scales_mul");
+  v.node("Mul", {"conv_f", "scales"}, {"conv_out"}, "Conv_0_quant_output_scale_mul");
+  v.node("Relu", {"conv_out"}, {"y"}, "Relu_1");
+  const Graph var = v.graph("dyn.onnx");
+  const NodeMatch m = match_nodes(ref, var);
+  EXPECT_EQ(m.by_name, 1u);    // the Relu
+  EXPECT_EQ(m.by_output, 1u);  // the Conv, at the Mul that writes its tensor
+  EXPECT_EQ(m.ref_of_variant[index_of(var, "Conv_0_quant_output_scale_mul")], int(index_of(ref, "Conv_0")));
+  EXPECT_EQ(m.plumbing, 1u);   // DynamicQuantizeLinear
+  EXPECT_EQ(count_quantized_nodes(var), 1u);  // the ConvInteger
+  // What is left unmatched is listed with the reason.
+  ASSERT_EQ(m.unmatched.size(), 3u);
+  for (const auto& u : m.unmatched) {
+    EXPECT_EQ(u.side, "variant");
+    EXPECT_FALSE(u.reason.empty());
+  }
 }
 
 TEST(NodeMatch, LocalPlanTakesThePlumbingAndMapsInputsToReferenceValues) {
@@ -86,7 +188,10 @@ TEST(NodeMatch, LocalPlanTakesThePlumbingAndMapsInputsToReferenceValues) {
   EXPECT_EQ(var.nodes[mm.nodes.back()].name, "mm");
   ASSERT_EQ(mm.inputs.size(), 1u);
   EXPECT_EQ(mm.inputs[0], (std::pair<std::string, std::string>{"r", "r"}));
-  EXPECT_FALSE(plans[index_of(var, "add_renamed")].ok());
+  // Matched by its output tensor: re-run on the reference's MatMul output.
+  const LocalPlan& add = plans[index_of(var, "add_renamed")];
+  ASSERT_TRUE(add.ok()) << add.error;
+  EXPECT_EQ(add.inputs[0], (std::pair<std::string, std::string>{"m", "m"}));
   EXPECT_FALSE(plans[index_of(var, "mm/input_quantizer/QuantizeLinear")].ok());
   const LocalPlan& relu = plans[index_of(var, "relu")];
   ASSERT_TRUE(relu.ok());
@@ -102,7 +207,7 @@ TEST(NodeMatch, QuantizerRangesAndFormatsComeFromTheGraph) {
   EXPECT_EQ(om.format[index_of(var, "mm")], "int8");
   EXPECT_EQ(om.format[index_of(var, "relu")], "");
   EXPECT_EQ(om.layer_of_node[index_of(var, "mm")], int(index_of(ref, "mm")));
-  EXPECT_EQ(om.layer_of_node[index_of(var, "add_renamed")], -1);
+  EXPECT_EQ(om.layer_of_node[index_of(var, "add_renamed")], int(index_of(ref, "add")));  // by output tensor
 }
 
 TEST(ExtractSubgraph, RunsTheQuantizedNodeAloneOnGivenInputs) {

@@ -492,6 +492,7 @@ class Linter {
     const FloatView view = float_view(ix_);
     const std::vector<QuantTarget> classes = classify_nodes(view.graph);
     const std::regex defaults(kDefaultExclusionPattern);
+    const bool diffusers_unet = is_diffusers_unet(view.graph);  // where the defaults apply
     for (std::size_t j = 0; j < view.graph.nodes.size(); ++j) {
       const std::size_t i = view.original[j];
       const Node& n = node(i);
@@ -527,7 +528,7 @@ class Linter {
       const bool has_weight = std::any_of(ops.begin(), ops.end(), [](const Operand& o) { return o.weight; });
 
       if (quantized.empty()) {
-        const bool excluded = category_level(ln.category) > 0 &&
+        const bool excluded = category_level(ln.category) > 0 && diffusers_unet &&
                               (std::regex_search(n.name, defaults) ||
                                (!weight_name.empty() && std::regex_search(weight_name, defaults)));
         ln.reason = excluded ? HighPrecisionReason::kExcluded : HighPrecisionReason::kNotSelected;

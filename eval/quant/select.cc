@@ -1,6 +1,7 @@
 // Structural node classification and recipe-driven selection.
 #include "eval/quant/select.h"
 
+#include <algorithm>
 #include <functional>
 #include <regex>
 #include <set>
@@ -196,6 +197,19 @@ std::vector<QuantTarget> classify_nodes(const Graph& g) {
   return out;
 }
 
+bool is_diffusers_unet(const Graph& g) {
+  auto input = [&](const char* name) {
+    return std::any_of(g.inputs.begin(), g.inputs.end(), [&](const ValueInfo& v) { return v.name == name; });
+  };
+  if (input("sample")) return true;
+  auto named = [&](const char* part) {
+    return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.name.find(part) != std::string::npos; }) ||
+           std::any_of(g.initializers.begin(), g.initializers.end(),
+                       [&](const auto& w) { return w.first.find(part) != std::string::npos; });
+  };
+  return named("down_blocks") && named("up_blocks");
+}
+
 Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
   const auto classes = classify_nodes(g);
   auto compile = [&](const std::vector<std::string>& patterns) {
@@ -216,6 +230,7 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
   };
 
   const std::set<std::string> keep(recipe.exclude_nodes.begin(), recipe.exclude_nodes.end());
+  const bool default_exclusions = recipe.default_exclusions && is_diffusers_unet(g);
   Selection s;
   for (const auto& t : classes) {
     const double level = category_level(t.category);
@@ -223,7 +238,7 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
     if (level == 0 && !other) continue;
     s.candidates[static_cast<std::size_t>(t.category)]++;
     bool on = other || recipe.level >= level;
-    if (on && recipe.default_exclusions && matches(defaults, t)) {
+    if (on && default_exclusions && matches(defaults, t)) {
       on = false;
       s.excluded_by_default++;
     }

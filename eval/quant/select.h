@@ -72,4 +72,10 @@ struct Selection {
 // their models alone).
 Selection select_nodes(const Graph& graph, const Recipe& recipe, bool allow_empty = false);
 
+// A diffusers UNet (UNet2DConditionModel as diffusers, Optimum and the TensorRT demo export it): a
+// graph input `sample` (the UNet's first argument), or `down_blocks` and `up_blocks` in its names. The default
+// exclusions name layers of such UNets and apply to them only: `conv_in` of another network is
+// just its first conv.
+bool is_diffusers_unet(const Graph& graph);
+
 }  // namespace qeval::eval::quant

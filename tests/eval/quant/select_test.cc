@@ -96,6 +96,29 @@ TEST(SelectNodes, LevelsAddCategoriesAndPatternsOverride) {
             (std::vector<std::string>{"/block/conv1/Conv", "/attn/attn1/to_v/MatMul"}));
 }
 
+// The default exclusions name diffusers UNet layers: another network's `conv_in` is quantized.
+TEST(SelectNodes, DefaultExclusionsApplyToDiffusersUnetsOnly) {
+  const Graph unet = testing::mini_unet_block().graph();  // input `sample`
+  EXPECT_TRUE(is_diffusers_unet(unet));
+  Graph other = unet;
+  for (auto& in : other.inputs)
+    if (in.name == "sample") in.name = "image";
+  for (auto& n : other.nodes)
+    for (auto& i : n.inputs)
+      if (i == "sample") i = "image";
+  EXPECT_FALSE(is_diffusers_unet(other));
+  EXPECT_EQ(select_nodes(unet, recipe(1)).excluded_by_default, 2);  // conv_in, conv_out
+  const Selection s = select_nodes(other, recipe(1));
+  EXPECT_EQ(s.excluded_by_default, 0);
+  EXPECT_EQ(names(s), (std::vector<std::string>{"/conv_in/Conv", "/block/conv1/Conv", "/conv_out/Conv"}));
+  // Names alone make a UNet too (an export whose input is called otherwise).
+  for (auto& n : other.nodes)
+    if (n.name == "/block/conv1/Conv") n.name = "/down_blocks.0/resnets.0/conv1/Conv";
+  EXPECT_FALSE(is_diffusers_unet(other));
+  other.nodes.back().name = "/up_blocks.0/conv/Conv";
+  EXPECT_TRUE(is_diffusers_unet(other));
+}
+
 TEST(SelectNodes, SelectingNothingIsAnInputError) {
   const Graph g = testing::mini_unet_block().graph();
   try {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "eval/deploy_fold.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/error.h"
@@ -18,12 +19,15 @@ std::string_view precision_name(Precision p) {
     case Precision::kFp32: return "fp32";
     case Precision::kFp16: return "fp16";
     case Precision::kBf16: return "bf16";
+    case Precision::kFp16Strict: return "fp16-strict";
+    case Precision::kBf16Strict: return "bf16-strict";
   }
   return "?";
 }
 
 namespace {
-constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kFp16, Precision::kBf16};
+constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kFp16, Precision::kBf16, Precision::kFp16Strict,
+                                     Precision::kBf16Strict};
 }  // namespace
 
 const std::vector<std::string>& precision_names() {
@@ -49,8 +53,8 @@ Rounding rounding_for(DType storage, DType declared, Precision precision) {
   if (declared == DType::kFloat16) return Rounding::kFp16;
   if (declared == DType::kBFloat16) return Rounding::kBf16;
   if (storage != DType::kFloat32) return Rounding::kNone;
-  if (precision == Precision::kFp16) return Rounding::kFp16;
-  if (precision == Precision::kBf16) return Rounding::kBf16;
+  if (precision == Precision::kFp16 || precision == Precision::kFp16Strict) return Rounding::kFp16;
+  if (precision == Precision::kBf16 || precision == Precision::kBf16Strict) return Rounding::kBf16;
   return Rounding::kNone;
 }
 
@@ -58,6 +62,11 @@ void apply_rounding(Tensor& t, Rounding r) {
   if (r == Rounding::kNone || t.dtype() != DType::kFloat32) return;
   if (r == Rounding::kFp16) round_to_float16(t.data<float>(), static_cast<std::size_t>(t.numel()));
   else round_to_bfloat16(t.data<float>(), static_cast<std::size_t>(t.numel()));
+}
+
+Tensor rounded(Tensor t, Rounding r) {
+  apply_rounding(t, r);
+  return t;
 }
 
 // A tensor in its declared ONNX type -> storage type (narrow floats widen to float32).
@@ -318,6 +327,11 @@ Session::Session(const Graph& graph, SessionOptions options)
   } else {
     nodes_ = graph.nodes;
   }
+  if (options_.precision == Precision::kFp16 || options_.precision == Precision::kBf16) {
+    DeploymentFold fold = fold_for_deployment(graph, nodes_);
+    nodes_ = std::move(fold.nodes);
+    folded_weights_ = std::move(fold.weights);
+  }
   ops_.reserve(nodes_.size());
   for (const auto& node : nodes_) {
     const OpSchema* schema = find_op(node.domain, node.op_type, node.opset);
@@ -328,6 +342,9 @@ Session::Session(const Graph& graph, SessionOptions options)
     for (std::size_t i : ops_.back()->constant_inputs())
       if (node.has_input(i)) constant_graph_inputs_.insert(node.inputs[i]);
   }
+  for (const auto& [name, t] : folded_weights_)
+    weights_.emplace(name, std::make_shared<const Tensor>(rounded(t, rounding_for(DType::kFloat32, DType::kFloat32,
+                                                                                    options_.precision))));
   for (const auto& [name, t] : graph.initializers) {
     const Rounding r = rounding_for(storage_type(t.dtype()), t.dtype(), options_.precision);
     if (storage_type(t.dtype()) == t.dtype() && (r == Rounding::kNone || t.dtype() != DType::kFloat32)) {
@@ -374,6 +391,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
   };
 
   for (const auto& [name, t] : graph_.initializers) set_constant(new_value(name), weights_.at(name), t.dtype());
+  for (const auto& [name, t] : folded_weights_) set_constant(new_value(name), weights_.at(name), t.dtype());
   for (std::size_t i = 0; i < graph_.inputs.size(); ++i) {
     const auto& in = graph_.inputs[i];
     if (p.ids.count(in.name)) continue;

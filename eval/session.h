@@ -17,7 +17,10 @@
 
 namespace qeval::eval {
 
-enum class Precision { kFp32, kFp16, kBf16 };
+// fp16 / bf16 model a deployment (TensorRT, ONNX Runtime): BatchNormalization folded in FP32 first
+// (eval/deploy_fold.h), then weights and every op's float outputs rounded. fp16-strict /
+// bf16-strict round every value of the graph as written (ONNX's per-op semantics), folding nothing.
+enum class Precision { kFp32, kFp16, kBf16, kFp16Strict, kBf16Strict };
 std::string_view precision_name(Precision p);
 // The precision a name ("fp32", "fp16", "bf16") stands for; nullopt for any other name.
 std::optional<Precision> precision_from_name(std::string_view name);
@@ -182,6 +185,8 @@ class Session {
   // Initializers in storage form, converted and rounded once per session; those needing neither
   // alias the graph's own tensors (no copy of the weights).
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> weights_;
+  // Weights the deployment fold computed (float32, before rounding); in weights_ too, rounded.
+  std::map<std::string, Tensor> folded_weights_;
   // Value names some op needs at plan time (Op::constant_inputs); graph inputs among them are
   // planned as constants.
   std::set<std::string> constant_graph_inputs_;

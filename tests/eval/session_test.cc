@@ -621,7 +621,7 @@ TEST(Session, PrecisionNamesRoundTrip) {
     ASSERT_TRUE(p) << name;
     EXPECT_EQ(precision_name(*p), name);
   }
-  EXPECT_EQ(precision_names().size(), 3u);
+  EXPECT_EQ(precision_names().size(), 5u);  // fp32, fp16, bf16, fp16-strict, bf16-strict
   EXPECT_FALSE(precision_from_name("fp8"));
   EXPECT_FALSE(precision_from_name("FP16"));
 }

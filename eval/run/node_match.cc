@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -205,6 +206,10 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
   for (std::size_t i = 0; i < var.nodes.size(); ++i) {
     const Node& n = var.nodes[i];
     if (m.ref_of_variant[i] >= 0 || is_quantization_plumbing(n) || !is_layer(n)) continue;
+    if (is_float_cast(n)) {  // an FP16 export's precision change: set aside as plumbing
+      ++m.plumbing;
+      continue;
+    }
     m.unmatched.push_back({"variant", n.name, n.op_type,
                            (name_miss[i].empty() ? std::string("a second node of this name") : name_miss[i]) +
                                "; no reference node with its output tensor or its structure"});
@@ -231,7 +236,10 @@ LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
     for (const std::string& v : var.nodes[i].inputs) {
       if (v.empty() || var.initializers.count(v) || seen_inputs.count(v)) continue;
       auto p = var_producers.find(v);
-      if (p != var_producers.end() && is_quantization_plumbing(var.nodes[p->second.node])) {
+      // Plumbing and an FP16 export's float Casts run with the node: the reference value enters
+      // where the variant's own data enters.
+      if (p != var_producers.end() && (is_quantization_plumbing(var.nodes[p->second.node]) ||
+                                       (is_float_cast(var.nodes[p->second.node]) && match.ref_of_variant[p->second.node] < 0))) {
         todo.push_back(p->second.node);
         continue;
       }
@@ -258,6 +266,28 @@ LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
 }
 
 }  // namespace
+
+std::unordered_map<std::string, DType> narrow_float_values(const Graph& g) {
+  std::unordered_map<std::string, DType> out;
+  auto narrow = [](DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; };
+  for (const auto& [name, t] : g.initializers)
+    if (narrow(t.dtype())) out[name] = t.dtype();
+  for (const Node& n : g.nodes) {
+    std::optional<DType> type;
+    if (n.op_type == "Cast") {
+      const std::int64_t to = n.get_int("to", 0);
+      if (to == 10) type = DType::kFloat16;
+      else if (to == 16) type = DType::kBFloat16;
+    } else if (!is_quantization_plumbing(n)) {
+      for (const auto& in : n.inputs)
+        if (auto it = out.find(in); it != out.end()) type = it->second;
+    }
+    if (type)
+      for (const auto& o : n.outputs)
+        if (!o.empty()) out[o] = *type;
+  }
+  return out;
+}
 
 std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const NodeMatch& match) {
   const auto var_producers = producers(var);

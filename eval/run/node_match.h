@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "eval/graph.h"
@@ -32,7 +33,7 @@ struct NodeMatch {
   std::vector<int> ref_of_variant;  // per variant node: the reference node's index, -1 for none
   std::vector<int> variant_of_ref;  // per reference node: the variant node's index, -1 for none
   std::size_t by_name = 0, by_output = 0, by_structure = 0;  // nodes matched by each method
-  std::size_t plumbing = 0;  // variant nodes set aside as quantization plumbing
+  std::size_t plumbing = 0;  // variant nodes set aside: quantization plumbing, unmatched float Casts
   std::vector<UnmatchedNodeInfo> unmatched;
 };
 
@@ -55,6 +56,13 @@ struct LocalPlan {
   std::string error;  // why there is no plan (e.g. an input whose producer has no match); "" if ok
   bool ok() const { return error.empty(); }
 };
+// Values of `graph` held in float16 or bfloat16 (an FP16 export: float16 weights, Cast to float16 at
+// its inputs), by static propagation: a Cast's `to`, a narrow initializer, or a node with a narrow
+// float input (ONNX type constraints tie a node's float inputs and outputs to one type). Local error
+// feeds such a value its declared type, so that the reference's FP32 value is rounded on the way in
+// as the export itself would hold it. Values not listed are float32 or not float.
+std::unordered_map<std::string, DType> narrow_float_values(const Graph& graph);
+
 // One plan per variant node (plumbing and unmatched nodes get an error).
 std::vector<LocalPlan> plan_local_runs(const Graph& reference, const Graph& variant, const NodeMatch& match);
 

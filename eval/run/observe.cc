@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/numeric.h"
 #include "metrics/tensor_error.h"
 
 namespace qeval::eval {
@@ -850,9 +851,18 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
   const ObservedVariant& v = run.variants[variant];
   const ObservedModel& om = v.models[model];
   const LocalPlan& plan = om.local[node];
-  std::map<std::string, DType> types;
-  for (const auto& [var_value, ref_value] : plan.inputs) types[var_value] = capture.find(ref_value)->dtype();
+  auto narrow = narrow_.find({variant, model});
+  if (narrow == narrow_.end()) narrow = narrow_.emplace(std::make_pair(variant, model), narrow_float_values(*om.graph)).first;
   Entry e;
+  std::map<std::string, DType> types;
+  for (const auto& [var_value, ref_value] : plan.inputs) {
+    const DType ref_type = capture.find(ref_value)->dtype();
+    auto n = narrow->second.find(var_value);
+    // The variant holds this value in float16/bfloat16 (an FP16 export): the reference's FP32
+    // value enters rounded to it, as the export's own value would be.
+    types[var_value] = ref_type == DType::kFloat32 && n != narrow->second.end() ? n->second : ref_type;
+    if (types[var_value] != ref_type) e.narrow_inputs.emplace_back(var_value, types[var_value]);
+  }
   e.graph = std::make_unique<Graph>(extract_subgraph(*om.graph, plan.nodes, types));
   SessionOptions options = v.options;
   // Thousands of these per worker, run one at a time: one pool for all (no buffers held per
@@ -910,6 +920,16 @@ void run_local_errors(const RunObservation& run, std::size_t variant, const Capt
     }
     if (!have_inputs) continue;
     LocalSessions::Entry& e = sessions.get(run, variant, std::size_t(m), i, capture);
+    std::vector<Tensor> narrowed;  // an FP16 export's inputs: the reference's values in its type
+    narrowed.reserve(e.narrow_inputs.size());
+    for (const auto& [name, type] : e.narrow_inputs) {
+      const Tensor& f = *in.at(name);
+      Tensor& t = narrowed.emplace_back(type, f.shape());
+      auto* bits = reinterpret_cast<std::uint16_t*>(t.raw());  // float16/bfloat16 codes
+      for (std::int64_t k = 0; k < f.numel(); ++k)
+        bits[k] = type == DType::kFloat16 ? to_float16(f.data<float>()[k]).bits : to_bfloat16(f.data<float>()[k]).bits;
+      in[name] = &t;
+    }
     LayerCell cell;
     LocalCompare cmp(om.graph->nodes[i].name, *ref_out, cell);
     e.session->run(in, &cmp);

@@ -310,12 +310,17 @@ class LocalSessions {
   struct Entry {
     std::unique_ptr<Graph> graph;
     std::unique_ptr<Session> session;
+    // Inputs the variant holds in float16/bfloat16 (an FP16 export): the reference's float32
+    // value is converted to that type before the run.
+    std::vector<std::pair<std::string, DType>> narrow_inputs;
   };
   Entry& get(const RunObservation& run, std::size_t variant, std::size_t model, std::size_t node,
              const Capture& capture);
 
  private:
   std::map<std::tuple<std::size_t, std::size_t, std::size_t>, Entry> entries_;
+  // Per (variant, model): its values held in float16/bfloat16 (narrow_float_values).
+  std::map<std::pair<std::size_t, std::size_t>, std::unordered_map<std::string, DType>> narrow_;
   std::shared_ptr<BufferPool> pool_;  // shared by the sessions (they run one at a time)
 };
 

@@ -1,4 +1,5 @@
-// int8 convolution: im2col + int8 GEMM per group, direct depthwise loops, the naive definition.
+// int8 convolution: im2col + int8 GEMM per group, the depthwise path (kernels/int8_depthwise), the
+// naive definition.
 #include "kernels/int8_conv.h"
 
 #include <tbb/blocked_range.h>
@@ -8,6 +9,8 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+
+#include "kernels/int8_depthwise.h"
 
 namespace qeval::kernels {
 namespace {
@@ -101,7 +104,7 @@ PackedInt8ConvWeights::PackedInt8ConvWeights(const ConvParams& p, const std::int
   std::int64_t kprod = 1;
   for (auto k : p.kernel) kprod *= k;
   const std::int64_t k = cg * kprod;
-  depthwise_ = cg == 1 && og == 1 && p.groups > 1;
+  depthwise_ = int8_conv_is_depthwise(p);
   sums_.resize(std::size_t(p.out_channels));
   for (std::int64_t oc = 0; oc < p.out_channels; ++oc) {
     std::int32_t s = 0;
@@ -123,39 +126,9 @@ void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
   const std::int64_t kprod = g.k_size(), in_size = g.in_size(), out_size = g.out_size();
   const std::int64_t k = cg * kprod;
 
-  if (w.depthwise()) {
-    const std::int8_t* wr = w.raw();
-    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, p.batch * p.in_channels), [&](const auto& r) {
-      for (std::int64_t bc = r.begin(); bc < r.end(); ++bc) {
-        const std::int64_t c = bc % p.in_channels;
-        const std::int8_t* xc = x + bc * in_size;
-        const std::int8_t* wc = wr + c * kprod;
-        std::int32_t* yc = y + bc * out_size;
-        std::int32_t* sc = window_sums ? window_sums + bc * out_size : nullptr;
-        for (std::int64_t od = 0; od < g.out[0]; ++od)
-          for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
-            for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
-              std::int32_t acc = 0, sum = 0;
-              std::int64_t q = 0;
-              for (std::int64_t kd = 0; kd < g.k[0]; ++kd)
-                for (std::int64_t kh = 0; kh < g.k[1]; ++kh)
-                  for (std::int64_t kw = 0; kw < g.k[2]; ++kw, ++q) {
-                    const std::int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-                    const std::int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-                    const std::int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-                    const bool in = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1] && iw >= 0 && iw < g.in[2];
-                    const std::int32_t v = in ? xc[(id * g.in[1] + ih) * g.in[2] + iw] : pad_value;
-                    acc += v * wc[q];
-                    sum += v;
-                  }
-              const std::int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
-              yc[o] = acc;
-              if (sc) sc[o] = sum;
-            }
-      }
-    });
-    return;
-  }
+  if (w.depthwise())
+    return int8_depthwise_conv(p, x, pad_value, w.raw(), w.channel_sums(), y, window_sums,
+                               path == Int8GemmPath::kAvx512Vnni);
 
   // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is: B is
   // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B.

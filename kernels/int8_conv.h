@@ -20,6 +20,8 @@ class PackedInt8ConvWeights {
   const PackedInt8A& group(std::int64_t g) const { return groups_[std::size_t(g)]; }
   // Sum of output channel oc's weights.
   std::int32_t channel_sum(std::int64_t oc) const { return sums_[std::size_t(oc)]; }
+  const std::int32_t* channel_sums() const { return sums_.data(); }
+  // One input channel per group and fewer than 16 filters on it: int8_depthwise_conv.
   bool depthwise() const { return depthwise_; }
   const std::int8_t* raw() const { return raw_.data(); }  // kept for the depthwise path
 

@@ -188,7 +188,7 @@ PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, s
 
 PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n) : k_(0), n_(0), k_groups_(0) { reset(k, n); }
 
-void PackedInt8B::reset(std::int64_t k, std::int64_t n) {
+void PackedInt8B::reset(std::int64_t k, std::int64_t n, bool clear) {
   if (k < 0 || n < 0) throw std::invalid_argument("PackedInt8B: bad shape");
   k_ = k;
   n_ = n;
@@ -203,6 +203,7 @@ void PackedInt8B::reset(std::int64_t k, std::int64_t n) {
     col_sums_.reset(new std::int32_t[std::max<std::size_t>(sums, 1)]);
     sums_ = sums;
   }
+  if (!clear) return;
   std::memset(data_.get(), 0, bytes);
   std::fill_n(col_sums_.get(), sums, 0);
 }

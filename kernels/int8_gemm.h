@@ -51,8 +51,9 @@ class PackedInt8B {
   // and every column's sum into mutable_col_sums() (columns past n stay 0).
   PackedInt8B(std::int64_t k, std::int64_t n);
   // The same, reusing this one's storage when it is large enough (a caller's scratch, kept across
-  // calls: no allocation and no fresh pages per call).
-  void reset(std::int64_t k, std::int64_t n);
+  // calls: no allocation and no fresh pages per call). clear = false leaves the bytes and sums
+  // undefined, for a producer that writes every one of them (padding columns and k included).
+  void reset(std::int64_t k, std::int64_t n, bool clear = true);
   std::int8_t* mutable_panel(std::int64_t j0) {
     return reinterpret_cast<std::int8_t*>(data_.get()) + (j0 / kInt8NR) * k_groups_ * kInt8NR * 4;
   }

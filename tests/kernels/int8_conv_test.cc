@@ -126,6 +126,38 @@ TEST(Int8Conv, DepthwiseMatchesTheDefinitionOnRandomGeometries) {
   EXPECT_GT(vector_shapes, 100);  // most shapes exercise the vector kernel where it exists
 }
 
+// Grouped and dense convolutions (im2col + int8 GEMM) over random geometries: runs split by the
+// input's edges at every stride, widths past the 32-column panels, k not a multiple of 4, and one
+// shape wide enough for several parallel packing tasks.
+TEST(Int8Conv, GroupedMatchesTheDefinitionOnRandomGeometries) {
+  std::mt19937 rng(77);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::int64_t groups = uniform(1, 4), cg = uniform(2, 5), og = uniform(1, 6);
+    ConvParams p;
+    p.batch = uniform(1, 2);
+    p.groups = groups;
+    p.in_channels = groups * cg;
+    p.out_channels = groups * og;
+    const int rank = trial % 8 == 7 ? 1 : 2;
+    for (int d = 0; d < rank; ++d) {
+      p.kernel.push_back(uniform(1, 5));
+      p.strides.push_back(uniform(1, 3));
+      p.dilations.push_back(uniform(0, 3) == 0 ? 2 : 1);
+      p.pads_begin.push_back(uniform(0, 3));
+      p.pads_end.push_back(uniform(0, 3));
+      p.in_spatial.push_back(uniform(1, 45));
+    }
+    if (trial == 0) p.in_spatial = {75, 70};  // > 4096 columns: several packing tasks
+    p.out_spatial = conv_output_spatial(p);
+    if (conv_output_size(p) == 0) continue;
+    ASSERT_FALSE(int8_conv_is_depthwise(p));
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    check(p, 5000 + unsigned(trial), std::int8_t(uniform(-128, 127)));
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The extremes of both operands (and of the +128 code the vector kernel multiplies) with padding.
 TEST(Int8Conv, DepthwiseExtremesAreExact) {
   for (std::int8_t v : {std::int8_t(-128), std::int8_t(127)})

@@ -69,15 +69,17 @@ void im2col_runs(const Geometry3& g, std::int64_t j0, std::int64_t j1, std::vect
   }
 }
 
-// Row q of the im2col matrix of one channel group over a task's runs, into dst: the inputs the
+// Row (c, kd, kh, kw) of the im2col matrix of one channel group over a task's runs, into dst: the inputs the
 // columns read, or pad_value. Each run splits into the taps before the input row, inside it and
 // after it.
-void im2col_row(const Geometry3& g, const std::int8_t* xg, std::int64_t q, const std::vector<Im2colRun>& runs,
+struct Im2colTap {
+  std::int64_t c, kd, kh, kw;
+};
+
+void im2col_row(const Geometry3& g, const std::int8_t* xg, const Im2colTap& tap, const std::vector<Im2colRun>& runs,
                 std::int8_t pad_value, std::int8_t* dst) {
-  const std::int64_t kprod = g.k_size();
-  const std::int64_t c = q / kprod, kk = q % kprod;
-  const std::int64_t kd = kk / (g.k[1] * g.k[2]), kh = (kk / g.k[2]) % g.k[1], kw = kk % g.k[2];
-  const std::int8_t* xc = xg + c * g.in_size();
+  const std::int64_t kd = tap.kd, kh = tap.kh, kw = tap.kw;
+  const std::int8_t* xc = xg + tap.c * g.in_size();
   const std::int64_t s = g.s[2], w = g.in[2];
   const unsigned char pad = static_cast<unsigned char>(pad_value);
   for (const Im2colRun& run : runs) {
@@ -130,10 +132,25 @@ void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std
     std::int32_t* sums = sums_buffer.data();
     thread_local std::vector<Im2colRun> runs;
     im2col_runs(g, j0, j1, runs);
+    Im2colTap tap{0, 0, 0, 0};  // row q's tap, advanced row by row (no divisions per row)
     for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
       for (int r = 0; r < 4; ++r) {
-        if (q0 + r < k) im2col_row(g, xg, q0 + r, runs, pad_value, rows[r]);
-        else std::memset(rows[r], 0, std::size_t(width));  // k past the end: zero rows
+        if (q0 + r < k) {
+          im2col_row(g, xg, tap, runs, pad_value, rows[r]);
+          if (++tap.kw == g.k[2]) {
+            tap.kw = 0;
+            if (++tap.kh == g.k[1]) {
+              tap.kh = 0;
+              if (++tap.kd == g.k[0]) {
+                tap.kd = 0;
+                ++tap.c;
+              }
+            }
+          }
+        }
+        else {
+          std::memset(rows[r], 0, std::size_t(width));  // k past the end: zero rows
+        }
       }
       for (std::int64_t pi = p0; pi < p1; ++pi) {
         std::uint32_t* __restrict d = reinterpret_cast<std::uint32_t*>(out.mutable_panel(pi * kInt8NR)) + (q0 / 4) * kInt8NR;

@@ -46,20 +46,62 @@ inline void copy_bytes(std::int8_t* dst, const std::int8_t* src, std::int64_t n)
   }
 }
 
-// A run of im2col columns (output positions) along one output row: they read one input row at
-// stride s. Where it starts in a task's rows, its length, and the input coordinates of its first
-// column's (0, 0, 0) tap.
+// A channel group's input with its padding materialised (pad_value around each plane, as far as
+// any tap reaches), so that im2col copies every run without clipping it. Without padding it is the
+// input itself.
+struct PaddedGroup {
+  const std::int8_t* data = nullptr;
+  std::int64_t dims[3] = {1, 1, 1};
+  std::int64_t plane() const { return dims[0] * dims[1] * dims[2]; }
+};
+
+PaddedGroup pad_group(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std::int8_t pad_value,
+                      std::vector<std::int8_t>& storage) {
+  PaddedGroup pg;
+  bool any = false;
+  for (int i = 0; i < 3; ++i) {
+    pg.dims[i] = std::max(g.pb[i] + g.in[i], (g.out[i] - 1) * g.s[i] + (g.k[i] - 1) * g.d[i] + 1);
+    any |= g.pb[i] != 0 || pg.dims[i] != g.in[i];
+  }
+  if (!any) {
+    pg.data = xg;
+    return pg;
+  }
+  const std::int64_t wp = pg.dims[2], left = g.pb[2], right = wp - left - g.in[2];
+  storage.resize(std::size_t(cg * pg.plane()));
+  std::int8_t* dst = storage.data();
+  const unsigned char pad = static_cast<unsigned char>(pad_value);
+  for (std::int64_t c = 0; c < cg; ++c)
+    for (std::int64_t z = 0; z < pg.dims[0]; ++z)
+      for (std::int64_t y = 0; y < pg.dims[1]; ++y, dst += wp) {
+        const std::int64_t id = z - g.pb[0], ih = y - g.pb[1];
+        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+          std::memset(dst, pad, std::size_t(wp));
+          continue;
+        }
+        std::memset(dst, pad, std::size_t(left));
+        std::memcpy(dst + left, xg + ((c * g.in[0] + id) * g.in[1] + ih) * g.in[2], std::size_t(g.in[2]));
+        std::memset(dst + left + g.in[2], pad, std::size_t(right));
+      }
+  pg.data = storage.data();
+  return pg;
+}
+
+// A run of im2col columns (output positions) along one output row: they read one padded input row
+// at stride s. Where it starts in a task's rows, its length, and where its first column's (0, 0, 0)
+// tap sits in the padded plane.
 struct Im2colRun {
-  std::int64_t offset, len, id, ih, iw;
+  std::int64_t offset, len, src;
 };
 
 // The runs of columns [j0, j1), the same for every im2col row.
-void im2col_runs(const Geometry3& g, std::int64_t j0, std::int64_t j1, std::vector<Im2colRun>& runs) {
+void im2col_runs(const Geometry3& g, const PaddedGroup& pg, std::int64_t j0, std::int64_t j1,
+                 std::vector<Im2colRun>& runs) {
   runs.clear();
   std::int64_t ow = j0 % g.out[2], oh = (j0 / g.out[2]) % g.out[1], od = j0 / (g.out[1] * g.out[2]);
   for (std::int64_t j = j0; j < j1;) {
     const std::int64_t len = std::min(j1 - j, g.out[2] - ow);
-    runs.push_back({j - j0, len, od * g.s[0] - g.pb[0], oh * g.s[1] - g.pb[1], ow * g.s[2] - g.pb[2]});
+    runs.push_back({j - j0, len, ((od * g.s[0]) * pg.dims[1] + oh * g.s[1]) * pg.dims[2] + ow * g.s[2]});
     j += len;
     ow = 0;
     if (++oh == g.out[1]) {
@@ -69,58 +111,45 @@ void im2col_runs(const Geometry3& g, std::int64_t j0, std::int64_t j1, std::vect
   }
 }
 
-// Row (c, kd, kh, kw) of the im2col matrix of one channel group over a task's runs, into dst: the inputs the
-// columns read, or pad_value. Each run splits into the taps before the input row, inside it and
-// after it.
 struct Im2colTap {
   std::int64_t c, kd, kh, kw;
 };
 
-void im2col_row(const Geometry3& g, const std::int8_t* xg, const Im2colTap& tap, const std::vector<Im2colRun>& runs,
-                std::int8_t pad_value, std::int8_t* dst) {
-  const std::int64_t kd = tap.kd, kh = tap.kh, kw = tap.kw;
-  const std::int8_t* xc = xg + tap.c * g.in_size();
-  const std::int64_t s = g.s[2], w = g.in[2];
-  const unsigned char pad = static_cast<unsigned char>(pad_value);
-  for (const Im2colRun& run : runs) {
-    const std::int64_t len = run.len;
-    std::int8_t* d = dst + run.offset;
-    const std::int64_t id = run.id + kd * g.d[0], ih = run.ih + kh * g.d[1];
-    if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
-      std::memset(d, pad, std::size_t(len));
-      continue;
+// Row (c, kd, kh, kw) of the im2col matrix of one channel group over a task's runs, into dst.
+void im2col_row(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap, const std::vector<Im2colRun>& runs,
+                std::int8_t* dst) {
+  const std::int8_t* base = pg.data + tap.c * pg.plane() + (tap.kd * g.d[0] * pg.dims[1] + tap.kh * g.d[1]) * pg.dims[2] +
+                            tap.kw * g.d[2];
+  const std::int64_t s = g.s[2];
+  if (s == 1) {
+    for (const Im2colRun& run : runs) copy_bytes(dst + run.offset, base + run.src, run.len);
+  } else {
+    for (const Im2colRun& run : runs) {
+      const std::int8_t* src = base + run.src;
+      std::int8_t* d = dst + run.offset;
+      for (std::int64_t u = 0; u < run.len; ++u) d[u] = src[u * s];
     }
-    const std::int8_t* row = xc + (id * g.in[1] + ih) * w;
-    const std::int64_t base = run.iw + kw * g.d[2];  // input column of the run's first tap
-    // Taps u in [ua, ub) land inside the row.
-    std::int64_t ua, ub;
-    if (s == 1) {
-      ua = std::clamp<std::int64_t>(-base, 0, len);
-      ub = std::clamp<std::int64_t>(w - base, ua, len);
-    } else {
-      ua = base >= 0 ? 0 : std::min(len, (-base + s - 1) / s);
-      ub = base >= w ? ua : std::clamp((w - base + s - 1) / s, ua, len);
-    }
-    if (ua > 0) std::memset(d, pad, std::size_t(ua));
-    if (s == 1) {
-      copy_bytes(d + ua, row + base + ua, ub - ua);
-    } else {
-      for (std::int64_t u = ua; u < ub; ++u) d[u] = row[base + u * s];
-    }
-    if (ub < len) std::memset(d + ub, pad, std::size_t(len - ub));
   }
 }
 
 // The im2col matrix of one channel group ([cg * kernel, out positions]) written straight into the
 // int8 GEMM's packed B layout with its column sums, every byte of it (out was reset without
-// clearing): per k group, four im2col rows over a task's columns, then interleaved into the 4-byte
-// lanes of each panel (a fixed-length loop GCC vectorises). Tasks are ranges of panels.
+// clearing): the group's input padded once, then per k group four im2col rows over a task's
+// columns (plain copies of runs), interleaved into the 4-byte lanes of each panel (a fixed-length
+// loop GCC vectorises). Tasks are ranges of panels.
 void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std::int8_t pad_value,
                  PackedInt8B& out) {
   const std::int64_t n = g.out_size(), k = cg * g.k_size();
   const std::int64_t panels = (n + kInt8NR - 1) / kInt8NR;
   // ~16 KB of rows per task (4 rows of 4096 columns at most).
   const std::int64_t panels_per_task = std::max<std::int64_t>(1, 4096 / kInt8NR);
+  const std::int64_t tasks = (panels + panels_per_task - 1) / panels_per_task;
+  const bool parallel = tasks > 1 && k * n >= (std::int64_t(1) << 16);
+  // The padded input: a per-thread buffer when this thread packs alone; per call when tasks run in
+  // parallel (a waiting thread could start another conv's packing and overwrite its own buffer).
+  thread_local std::vector<std::int8_t> serial_storage;
+  std::vector<std::int8_t> parallel_storage;
+  const PaddedGroup padded = pad_group(g, xg, cg, pad_value, parallel ? parallel_storage : serial_storage);
   auto task = [&](std::int64_t p0, std::int64_t p1) {
     const std::int64_t j0 = p0 * kInt8NR, j1 = std::min(n, p1 * kInt8NR), width = (p1 - p0) * kInt8NR;
     thread_local std::vector<std::int8_t> rows_buffer;
@@ -131,12 +160,12 @@ void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std
                             rows_buffer.data() + 3 * width};
     std::int32_t* sums = sums_buffer.data();
     thread_local std::vector<Im2colRun> runs;
-    im2col_runs(g, j0, j1, runs);
+    im2col_runs(g, padded, j0, j1, runs);
     Im2colTap tap{0, 0, 0, 0};  // row q's tap, advanced row by row (no divisions per row)
     for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
       for (int r = 0; r < 4; ++r) {
         if (q0 + r < k) {
-          im2col_row(g, xg, tap, runs, pad_value, rows[r]);
+          im2col_row(g, padded, tap, runs, rows[r]);
           if (++tap.kw == g.k[2]) {
             tap.kw = 0;
             if (++tap.kh == g.k[1]) {
@@ -169,9 +198,8 @@ void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std
     }
     std::copy_n(sums, width, out.mutable_col_sums() + j0);
   };
-  const std::int64_t tasks = (panels + panels_per_task - 1) / panels_per_task;
   auto run = [&](std::int64_t t) { task(t * panels_per_task, std::min(panels, (t + 1) * panels_per_task)); };
-  if (tasks == 1 || k * n < (std::int64_t(1) << 16)) {
+  if (!parallel) {
     for (std::int64_t t = 0; t < tasks; ++t) run(t);
   } else {
     tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, tasks), [&](const auto& r) {

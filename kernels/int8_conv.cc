@@ -251,8 +251,8 @@ void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
       std::unique_ptr<PackedInt8B> own;
       PackedInt8B* pb = scratch;
       if (direct) {
-        own = std::make_unique<PackedInt8B>(k, out_size, xg, out_size);
-        pb = own.get();
+        if (!pb) pb = (own = std::make_unique<PackedInt8B>(0, 0)).get();
+        pb->pack(k, out_size, xg, out_size);
       } else {
         if (!pb) pb = (own = std::make_unique<PackedInt8B>(0, 0)).get();
         pb->reset(k, out_size, false);  // pack_im2col writes every byte

@@ -5,6 +5,8 @@
 #include <tbb/task_arena.h>
 
 #include <ctime>
+#include <iterator>
+#include <string>
 #include <random>
 #include <thread>
 #include <vector>
@@ -286,6 +288,64 @@ void BM_ConvTranspose4x4s2_256x32x32(benchmark::State& state) {
   run_conv(state, conv_params(256, 128, 1, 32, 4, 2, 1, true), 0, false, true);
 }
 BENCHMARK(BM_ConvTranspose4x4s2_256x32x32)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- INT8 against FP32 per conv shape (issue 20: INT8 never slower than FP32 on any conv shape),
+// 1 thread: depthwise 3x3 / 5x5 at stride 1 and 2 and a channel multiplier of 2 (PP-OCRv4,
+// MobileNetV3 sizes), grouped convs (ResNeXt / ShuffleNet-like). Each shape runs as FP32 (`conv`
+// with bias, weights prepacked as the executor does), int8 (`int8_conv`, best path, int32 out,
+// weights packed once) and int8 with the portable kernels. Compare cpu_ms within one run.
+
+struct ConvShape {
+  const char* name;
+  std::int64_t cin, cout, groups, size, kernel, stride;
+};
+constexpr ConvShape kConvShapes[] = {
+    {"dw3x3s1 16x160x160", 16, 16, 16, 160, 3, 1},   {"dw3x3s1 96x80x80", 96, 96, 96, 80, 3, 1},
+    {"dw3x3s1 256x64x64", 256, 256, 256, 64, 3, 1},  {"dw3x3s2 32x160x160", 32, 32, 32, 160, 3, 2},
+    {"dw3x3s2 96x80x80", 96, 96, 96, 80, 3, 2},      {"dw5x5s1 192x40x40", 192, 192, 192, 40, 5, 1},
+    {"dw5x5s1 480x40x40", 480, 480, 480, 40, 5, 1},  {"dw5x5s2 192x80x80", 192, 192, 192, 80, 5, 2},
+    {"dw3x3s1 x2 16->32x160x160", 16, 32, 16, 160, 3, 1},
+    {"g2 1x1 96x80x80", 96, 96, 2, 80, 1, 1},        {"g4 3x3s1 64x80x80", 64, 64, 4, 80, 3, 1},
+    {"g8 3x3s1 128x40x40", 128, 128, 8, 40, 3, 1},  {"g32 3x3s1 256x40x40", 256, 256, 32, 40, 3, 1},
+    {"g16 3x3s2 256x40x40", 256, 256, 16, 40, 3, 2},
+};
+
+void BM_ConvShape(benchmark::State& state) {
+  const ConvShape& c = kConvShapes[state.range(0)];
+  const int precision = int(state.range(1));  // 0 FP32, 1 int8 (best path), 2 int8 portable
+  const ConvParams p = conv_params(c.cin, c.cout, c.groups, c.size, c.kernel, c.stride, c.kernel / 2);
+  std::vector<float> y(std::size_t(conv_output_size(p)));
+  std::vector<std::int32_t> yi(y.size());
+  const auto xf = random_floats(std::size_t(conv_input_size(p)), 1);
+  const auto wf = random_floats(std::size_t(conv_weight_size(p)), 2);
+  const auto bias = random_floats(std::size_t(p.out_channels), 3);
+  const auto xi = random_int8s(xf.size(), 1), wi = random_int8s(wf.size(), 2);
+  const PackedConvWeights packed_f = pack_conv_weights(p, wf.data());
+  const PackedInt8ConvWeights packed_i(p, wi.data());
+  ConvScratch scratch_f;
+  PackedInt8B scratch_i(0, 0);
+  const Int8GemmPath path = precision == 2 ? Int8GemmPath::kPortable : int8_gemm_best_path();
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    in_arena(1, [&] {
+      if (precision == 0)
+        conv(p, xf.data(), wf.data(), bias.data(), y.data(), &packed_f, &scratch_f);
+      else
+        int8_conv(p, xi.data(), 0, packed_i, yi.data(), nullptr, path, &scratch_i);
+    });
+    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(yi.data());
+  }
+  const double cpu = process_cpu_seconds() - cpu0;
+  set_flops(state, conv_flops(p), cpu);
+  state.counters["cpu_ms"] = 1e3 * cpu / double(state.iterations());
+  state.SetLabel(std::string(c.name) + (precision == 0 ? " fp32" : precision == 1 ? " int8" : " int8-portable"));
+}
+void conv_shape_args(benchmark::internal::Benchmark* b) {
+  for (int i = 0; i < int(std::size(kConvShapes)); ++i)
+    for (int precision : {0, 1, 2}) b->Args({i, precision});
+}
+BENCHMARK(BM_ConvShape)->ArgNames({"shape", "precision"})->Apply(conv_shape_args)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

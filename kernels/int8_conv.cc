@@ -1,4 +1,5 @@
-// int8 convolution: im2col + int8 GEMM per group, direct depthwise loops, the naive definition.
+// int8 convolution: im2col + int8 GEMM per group, the depthwise path (kernels/int8_depthwise), the
+// naive definition.
 #include "kernels/int8_conv.h"
 
 #include <tbb/blocked_range.h>
@@ -8,6 +9,9 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <vector>
+
+#include "kernels/int8_depthwise.h"
 
 namespace qeval::kernels {
 namespace {
@@ -21,34 +25,84 @@ Geometry3 geometry(const ConvParams& p) {
   return conv_geometry3(p);
 }
 
-// Row q of the im2col matrix of one channel group, for the nr output positions starting at
-// (od, oh, ow): the inputs they read, or pad_value. Runs along an output row share an input row;
-// an in-bounds run with stride 1 is a memcpy.
-void im2col_row_segment(const Geometry3& g, const std::int8_t* xg, std::int64_t q, std::int64_t od,
-                        std::int64_t oh, std::int64_t ow, std::int64_t nr, std::int8_t pad_value, std::int8_t* dst) {
-  const std::int64_t kprod = g.k_size();
-  const std::int64_t c = q / kprod, kk = q % kprod;
-  const std::int64_t kd = kk / (g.k[1] * g.k[2]), kh = (kk / g.k[2]) % g.k[1], kw = kk % g.k[2];
-  const std::int8_t* xc = xg + c * g.in_size();
-  for (std::int64_t t = 0; t < nr;) {
-    const std::int64_t run = std::min(nr - t, g.out[2] - ow);
-    const std::int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-    const std::int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-    if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
-      std::memset(dst + t, static_cast<unsigned char>(pad_value), std::size_t(run));
-    } else {
-      const std::int8_t* row = xc + (id * g.in[1] + ih) * g.in[2];
-      const std::int64_t base = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-      if (g.s[2] == 1 && base >= 0 && base + run <= g.in[2]) {
-        std::memcpy(dst + t, row + base, std::size_t(run));
-      } else {
-        for (std::int64_t u = 0; u < run; ++u) {
-          const std::int64_t iw = base + u * g.s[2];
-          dst[t + u] = iw >= 0 && iw < g.in[2] ? row[iw] : pad_value;
+// Copies n bytes with fixed-size moves, the last one overlapping the one before: im2col copies
+// many short runs (an output row's worth), and a libc call or a byte loop per run cost more than
+// the copy.
+inline void copy_bytes(std::int8_t* dst, const std::int8_t* src, std::int64_t n) {
+  if (n >= 32) {
+    for (std::int64_t i = 0; i + 32 < n; i += 32) std::memcpy(dst + i, src + i, 32);
+    std::memcpy(dst + n - 32, src + n - 32, 32);
+  } else if (n >= 16) {
+    std::memcpy(dst, src, 16);
+    std::memcpy(dst + n - 16, src + n - 16, 16);
+  } else if (n >= 8) {
+    std::memcpy(dst, src, 8);
+    std::memcpy(dst + n - 8, src + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + n - 4, src + n - 4, 4);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
+// A channel group's input with its padding materialised (pad_value around each plane, as far as
+// any tap reaches), so that im2col copies every run without clipping it. Without padding it is the
+// input itself.
+struct PaddedGroup {
+  const std::int8_t* data = nullptr;
+  std::int64_t dims[3] = {1, 1, 1};
+  std::int64_t plane() const { return dims[0] * dims[1] * dims[2]; }
+};
+
+PaddedGroup pad_group(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std::int8_t pad_value,
+                      std::vector<std::int8_t>& storage) {
+  PaddedGroup pg;
+  bool any = false;
+  for (int i = 0; i < 3; ++i) {
+    pg.dims[i] = std::max(g.pb[i] + g.in[i], (g.out[i] - 1) * g.s[i] + (g.k[i] - 1) * g.d[i] + 1);
+    any |= g.pb[i] != 0 || pg.dims[i] != g.in[i];
+  }
+  if (!any) {
+    pg.data = xg;
+    return pg;
+  }
+  const std::int64_t wp = pg.dims[2], left = g.pb[2], right = wp - left - g.in[2];
+  storage.resize(std::size_t(cg * pg.plane()));
+  std::int8_t* dst = storage.data();
+  const unsigned char pad = static_cast<unsigned char>(pad_value);
+  for (std::int64_t c = 0; c < cg; ++c)
+    for (std::int64_t z = 0; z < pg.dims[0]; ++z)
+      for (std::int64_t y = 0; y < pg.dims[1]; ++y, dst += wp) {
+        const std::int64_t id = z - g.pb[0], ih = y - g.pb[1];
+        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+          std::memset(dst, pad, std::size_t(wp));
+          continue;
         }
+        std::memset(dst, pad, std::size_t(left));
+        std::memcpy(dst + left, xg + ((c * g.in[0] + id) * g.in[1] + ih) * g.in[2], std::size_t(g.in[2]));
+        std::memset(dst + left + g.in[2], pad, std::size_t(right));
       }
-    }
-    t += run;
+  pg.data = storage.data();
+  return pg;
+}
+
+// A run of im2col columns (output positions) along one output row: they read one padded input row
+// at stride s. Where it starts in a task's rows, its length, and where its first column's (0, 0, 0)
+// tap sits in the padded plane.
+struct Im2colRun {
+  std::int64_t offset, len, src;
+};
+
+// The runs of columns [j0, j1), the same for every im2col row.
+void im2col_runs(const Geometry3& g, const PaddedGroup& pg, std::int64_t j0, std::int64_t j1,
+                 std::vector<Im2colRun>& runs) {
+  runs.clear();
+  std::int64_t ow = j0 % g.out[2], oh = (j0 / g.out[2]) % g.out[1], od = j0 / (g.out[1] * g.out[2]);
+  for (std::int64_t j = j0; j < j1;) {
+    const std::int64_t len = std::min(j1 - j, g.out[2] - ow);
+    runs.push_back({j - j0, len, ((od * g.s[0]) * pg.dims[1] + oh * g.s[1]) * pg.dims[2] + ow * g.s[2]});
+    j += len;
     ow = 0;
     if (++oh == g.out[1]) {
       oh = 0;
@@ -57,39 +111,99 @@ void im2col_row_segment(const Geometry3& g, const std::int8_t* xg, std::int64_t 
   }
 }
 
+struct Im2colTap {
+  std::int64_t c, kd, kh, kw;
+};
+
+// Row (c, kd, kh, kw) of the im2col matrix of one channel group over a task's runs, into dst.
+void im2col_row(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap, const std::vector<Im2colRun>& runs,
+                std::int8_t* dst) {
+  const std::int8_t* base = pg.data + tap.c * pg.plane() + (tap.kd * g.d[0] * pg.dims[1] + tap.kh * g.d[1]) * pg.dims[2] +
+                            tap.kw * g.d[2];
+  const std::int64_t s = g.s[2];
+  if (s == 1) {
+    for (const Im2colRun& run : runs) copy_bytes(dst + run.offset, base + run.src, run.len);
+  } else {
+    for (const Im2colRun& run : runs) {
+      const std::int8_t* src = base + run.src;
+      std::int8_t* d = dst + run.offset;
+      for (std::int64_t u = 0; u < run.len; ++u) d[u] = src[u * s];
+    }
+  }
+}
+
 // The im2col matrix of one channel group ([cg * kernel, out positions]) written straight into the
-// int8 GEMM's packed B layout with its column sums: per panel, four im2col rows (one k group) are
-// extracted and interleaved into 4-byte lanes.
+// int8 GEMM's packed B layout with its column sums, every byte of it (out was reset without
+// clearing): the group's input padded once, then per k group four im2col rows over a task's
+// columns (plain copies of runs), interleaved into the 4-byte lanes of each panel (a fixed-length
+// loop GCC vectorises). Tasks are ranges of panels.
 void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std::int8_t pad_value,
                  PackedInt8B& out) {
   const std::int64_t n = g.out_size(), k = cg * g.k_size();
   const std::int64_t panels = (n + kInt8NR - 1) / kInt8NR;
-  auto panel = [&](std::int64_t pi) {
-    const std::int64_t j0 = pi * kInt8NR, nr = std::min<std::int64_t>(kInt8NR, n - j0);
-    const std::int64_t od = j0 / (g.out[1] * g.out[2]), oh = (j0 / g.out[2]) % g.out[1], ow = j0 % g.out[2];
-    std::uint32_t* dst = reinterpret_cast<std::uint32_t*>(out.mutable_panel(j0));
-    std::int32_t sums[kInt8NR] = {};
-    alignas(64) std::int8_t rows[4][kInt8NR];
+  // ~16 KB of rows per task (4 rows of 4096 columns at most).
+  const std::int64_t panels_per_task = std::max<std::int64_t>(1, 4096 / kInt8NR);
+  const std::int64_t tasks = (panels + panels_per_task - 1) / panels_per_task;
+  const bool parallel = tasks > 1 && k * n >= (std::int64_t(1) << 16);
+  // The padded input: a per-thread buffer when this thread packs alone; per call when tasks run in
+  // parallel (a waiting thread could start another conv's packing and overwrite its own buffer).
+  thread_local std::vector<std::int8_t> serial_storage;
+  std::vector<std::int8_t> parallel_storage;
+  const PaddedGroup padded = pad_group(g, xg, cg, pad_value, parallel ? parallel_storage : serial_storage);
+  auto task = [&](std::int64_t p0, std::int64_t p1) {
+    const std::int64_t j0 = p0 * kInt8NR, j1 = std::min(n, p1 * kInt8NR), width = (p1 - p0) * kInt8NR;
+    thread_local std::vector<std::int8_t> rows_buffer;
+    thread_local std::vector<std::int32_t> sums_buffer;
+    rows_buffer.assign(std::size_t(4 * width), 0);  // columns past n stay 0
+    sums_buffer.assign(std::size_t(width), 0);
+    std::int8_t* rows[4] = {rows_buffer.data(), rows_buffer.data() + width, rows_buffer.data() + 2 * width,
+                            rows_buffer.data() + 3 * width};
+    std::int32_t* sums = sums_buffer.data();
+    thread_local std::vector<Im2colRun> runs;
+    im2col_runs(g, padded, j0, j1, runs);
+    Im2colTap tap{0, 0, 0, 0};  // row q's tap, advanced row by row (no divisions per row)
     for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
       for (int r = 0; r < 4; ++r) {
-        if (q0 + r < k) im2col_row_segment(g, xg, q0 + r, od, oh, ow, nr, pad_value, rows[r]);
-        else std::memset(rows[r], 0, sizeof rows[r]);
-        if (nr < kInt8NR) std::memset(rows[r] + nr, 0, std::size_t(kInt8NR - nr));
+        if (q0 + r < k) {
+          im2col_row(g, padded, tap, runs, rows[r]);
+          if (++tap.kw == g.k[2]) {
+            tap.kw = 0;
+            if (++tap.kh == g.k[1]) {
+              tap.kh = 0;
+              if (++tap.kd == g.k[0]) {
+                tap.kd = 0;
+                ++tap.c;
+              }
+            }
+          }
+        }
+        else {
+          std::memset(rows[r], 0, std::size_t(width));  // k past the end: zero rows
+        }
       }
-      std::uint32_t* d = dst + (q0 / 4) * kInt8NR;
-      for (int t = 0; t < kInt8NR; ++t) {
-        d[t] = std::uint32_t(std::uint8_t(rows[0][t])) | std::uint32_t(std::uint8_t(rows[1][t])) << 8 |
-               std::uint32_t(std::uint8_t(rows[2][t])) << 16 | std::uint32_t(std::uint8_t(rows[3][t])) << 24;
-        sums[t] += std::int32_t(rows[0][t]) + rows[1][t] + rows[2][t] + rows[3][t];
+      for (std::int64_t pi = p0; pi < p1; ++pi) {
+        std::uint32_t* __restrict d = reinterpret_cast<std::uint32_t*>(out.mutable_panel(pi * kInt8NR)) + (q0 / 4) * kInt8NR;
+        const std::int64_t o = (pi - p0) * kInt8NR;
+        const std::int8_t* __restrict r0 = rows[0] + o;
+        const std::int8_t* __restrict r1 = rows[1] + o;
+        const std::int8_t* __restrict r2 = rows[2] + o;
+        const std::int8_t* __restrict r3 = rows[3] + o;
+        std::int32_t* __restrict sm = sums + o;
+        for (int t = 0; t < kInt8NR; ++t) {
+          d[t] = std::uint32_t(std::uint8_t(r0[t])) | std::uint32_t(std::uint8_t(r1[t])) << 8 |
+                 std::uint32_t(std::uint8_t(r2[t])) << 16 | std::uint32_t(std::uint8_t(r3[t])) << 24;
+          sm[t] += std::int32_t(r0[t]) + std::int32_t(r1[t]) + std::int32_t(r2[t]) + std::int32_t(r3[t]);
+        }
       }
     }
-    std::copy_n(sums, kInt8NR, out.mutable_col_sums() + j0);
+    std::copy_n(sums, width, out.mutable_col_sums() + j0);
   };
-  if (k * n < (std::int64_t(1) << 16)) {
-    for (std::int64_t pi = 0; pi < panels; ++pi) panel(pi);
+  auto run = [&](std::int64_t t) { task(t * panels_per_task, std::min(panels, (t + 1) * panels_per_task)); };
+  if (!parallel) {
+    for (std::int64_t t = 0; t < tasks; ++t) run(t);
   } else {
-    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, panels), [&](const auto& r) {
-      for (std::int64_t pi = r.begin(); pi < r.end(); ++pi) panel(pi);
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, tasks), [&](const auto& r) {
+      for (std::int64_t t = r.begin(); t < r.end(); ++t) run(t);
     });
   }
 }
@@ -101,7 +215,7 @@ PackedInt8ConvWeights::PackedInt8ConvWeights(const ConvParams& p, const std::int
   std::int64_t kprod = 1;
   for (auto k : p.kernel) kprod *= k;
   const std::int64_t k = cg * kprod;
-  depthwise_ = cg == 1 && og == 1 && p.groups > 1;
+  depthwise_ = int8_conv_is_depthwise(p);
   sums_.resize(std::size_t(p.out_channels));
   for (std::int64_t oc = 0; oc < p.out_channels; ++oc) {
     std::int32_t s = 0;
@@ -123,39 +237,9 @@ void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
   const std::int64_t kprod = g.k_size(), in_size = g.in_size(), out_size = g.out_size();
   const std::int64_t k = cg * kprod;
 
-  if (w.depthwise()) {
-    const std::int8_t* wr = w.raw();
-    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, p.batch * p.in_channels), [&](const auto& r) {
-      for (std::int64_t bc = r.begin(); bc < r.end(); ++bc) {
-        const std::int64_t c = bc % p.in_channels;
-        const std::int8_t* xc = x + bc * in_size;
-        const std::int8_t* wc = wr + c * kprod;
-        std::int32_t* yc = y + bc * out_size;
-        std::int32_t* sc = window_sums ? window_sums + bc * out_size : nullptr;
-        for (std::int64_t od = 0; od < g.out[0]; ++od)
-          for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
-            for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
-              std::int32_t acc = 0, sum = 0;
-              std::int64_t q = 0;
-              for (std::int64_t kd = 0; kd < g.k[0]; ++kd)
-                for (std::int64_t kh = 0; kh < g.k[1]; ++kh)
-                  for (std::int64_t kw = 0; kw < g.k[2]; ++kw, ++q) {
-                    const std::int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-                    const std::int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-                    const std::int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-                    const bool in = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1] && iw >= 0 && iw < g.in[2];
-                    const std::int32_t v = in ? xc[(id * g.in[1] + ih) * g.in[2] + iw] : pad_value;
-                    acc += v * wc[q];
-                    sum += v;
-                  }
-              const std::int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
-              yc[o] = acc;
-              if (sc) sc[o] = sum;
-            }
-      }
-    });
-    return;
-  }
+  if (w.depthwise())
+    return int8_depthwise_conv(p, x, pad_value, w.raw(), w.channel_sums(), y, window_sums,
+                               path == Int8GemmPath::kAvx512Vnni);
 
   // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is: B is
   // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B.
@@ -167,13 +251,11 @@ void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
       std::unique_ptr<PackedInt8B> own;
       PackedInt8B* pb = scratch;
       if (direct) {
-        own = std::make_unique<PackedInt8B>(k, out_size, xg, out_size);
-        pb = own.get();
+        if (!pb) pb = (own = std::make_unique<PackedInt8B>(0, 0)).get();
+        pb->pack(k, out_size, xg, out_size);
       } else {
-        if (pb)
-          pb->reset(k, out_size);
-        else
-          pb = (own = std::make_unique<PackedInt8B>(k, out_size)).get();
+        if (!pb) pb = (own = std::make_unique<PackedInt8B>(0, 0)).get();
+        pb->reset(k, out_size, false);  // pack_im2col writes every byte
         pack_im2col(g, xg, cg, pad_value, *pb);
       }
       int8_gemm(w.group(gi), *pb, y + (b * p.out_channels + gi * og) * out_size, out_size, path);

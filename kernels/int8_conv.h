@@ -20,6 +20,8 @@ class PackedInt8ConvWeights {
   const PackedInt8A& group(std::int64_t g) const { return groups_[std::size_t(g)]; }
   // Sum of output channel oc's weights.
   std::int32_t channel_sum(std::int64_t oc) const { return sums_[std::size_t(oc)]; }
+  const std::int32_t* channel_sums() const { return sums_.data(); }
+  // One input channel per group and fewer than 16 filters on it: int8_depthwise_conv.
   bool depthwise() const { return depthwise_; }
   const std::int8_t* raw() const { return raw_.data(); }  // kept for the depthwise path
 
@@ -34,7 +36,8 @@ class PackedInt8ConvWeights {
 // padding read `pad_value` (a quantized tensor's zero point, so that padding means real 0).
 // window_sums, when not null, receives [batch, groups, out positions]: the sum of the x values
 // (padding included) each output position reads, for weight zero-point corrections.
-// scratch, when not null, holds the im2col matrix (reused across calls; one caller at a time).
+// scratch, when not null, holds the im2col matrix or packed x (reused across calls; one caller at a
+// time).
 void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
                std::int32_t* y, std::int32_t* window_sums = nullptr, Int8GemmPath path = int8_gemm_best_path(),
                PackedInt8B* scratch = nullptr);

@@ -120,13 +120,25 @@ void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::
 
 void AlignedBytesFree::operator()(std::uint8_t* p) const { std::free(p); }
 
-PackedInt8A::PackedInt8A(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda)
-    : m_(m), k_(k), k_groups_((k + 3) / 4) {
+PackedInt8A::PackedInt8A(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda) {
+  pack(m, k, a, lda);
+}
+
+void PackedInt8A::pack(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda) {
   if (m < 0 || k < 0 || lda < k) throw std::invalid_argument("PackedInt8A: bad shape");
+  m_ = m;
+  k_ = k;
+  k_groups_ = (k + 3) / 4;
   const std::int64_t panels = (m + MR - 1) / MR;
   const std::int64_t panel_bytes = k_groups_ * MR * 4;
-  data_ = alloc_bytes(std::size_t(panels * panel_bytes));
-  row_sums_.reset(new std::int32_t[std::size_t(std::max<std::int64_t>(1, m))]);
+  if (!data_ || std::size_t(panels * panel_bytes) > bytes_) {
+    data_ = alloc_bytes(std::size_t(panels * panel_bytes));
+    bytes_ = std::size_t(panels * panel_bytes);
+  }
+  if (!row_sums_ || std::size_t(std::max<std::int64_t>(1, m)) > sums_) {
+    sums_ = std::size_t(std::max<std::int64_t>(1, m));
+    row_sums_.reset(new std::int32_t[sums_]);
+  }
   parallel_panels(panels, panel_bytes, [&](std::int64_t p) {
     std::uint8_t* dst = data_.get() + p * panel_bytes;
     std::memset(dst, 0x80, std::size_t(panel_bytes));  // the +128 code of 0
@@ -150,12 +162,15 @@ PackedInt8A::PackedInt8A(std::int64_t m, std::int64_t k, const std::int8_t* a, s
 }
 
 PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, std::int64_t ldb, bool trans)
-    : k_(k), n_(n), k_groups_((k + 3) / 4) {
+    : k_(0), n_(0), k_groups_(0) {
+  pack(k, n, b, ldb, trans);
+}
+
+void PackedInt8B::pack(std::int64_t k, std::int64_t n, const std::int8_t* b, std::int64_t ldb, bool trans) {
   if (k < 0 || n < 0 || ldb < (trans ? k : n)) throw std::invalid_argument("PackedInt8B: bad shape");
+  reset(k, n, false);  // every panel byte and sum is written below
   const std::int64_t panels = (n + NR - 1) / NR;
   const std::int64_t panel_bytes = k_groups_ * NR * 4;
-  data_ = alloc_bytes(std::size_t(panels * panel_bytes));
-  col_sums_.reset(new std::int32_t[std::size_t(panels * NR)]);
   parallel_panels(panels, panel_bytes, [&](std::int64_t p) {
     std::int8_t* dst = reinterpret_cast<std::int8_t*>(data_.get()) + p * panel_bytes;
     std::memset(dst, 0, std::size_t(panel_bytes));
@@ -188,7 +203,7 @@ PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, s
 
 PackedInt8B::PackedInt8B(std::int64_t k, std::int64_t n) : k_(0), n_(0), k_groups_(0) { reset(k, n); }
 
-void PackedInt8B::reset(std::int64_t k, std::int64_t n) {
+void PackedInt8B::reset(std::int64_t k, std::int64_t n, bool clear) {
   if (k < 0 || n < 0) throw std::invalid_argument("PackedInt8B: bad shape");
   k_ = k;
   n_ = n;
@@ -203,6 +218,7 @@ void PackedInt8B::reset(std::int64_t k, std::int64_t n) {
     col_sums_.reset(new std::int32_t[std::max<std::size_t>(sums, 1)]);
     sums_ = sums;
   }
+  if (!clear) return;
   std::memset(data_.get(), 0, bytes);
   std::fill_n(col_sums_.get(), sums, 0);
 }

@@ -27,6 +27,9 @@ using AlignedBytes = std::unique_ptr<std::uint8_t[], AlignedBytesFree>;
 class PackedInt8A {
  public:
   PackedInt8A(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda);
+  // Packs another A into this one's storage, reallocated only when too small (a caller's scratch,
+  // kept across calls: no allocation and no fresh pages per call). Same bytes as constructing.
+  void pack(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda);
   std::int64_t m() const { return m_; }
   std::int64_t k() const { return k_; }
   std::int64_t k_groups() const { return k_groups_; }
@@ -34,9 +37,10 @@ class PackedInt8A {
   const std::int32_t* row_sums() const { return row_sums_.get(); }
 
  private:
-  std::int64_t m_, k_, k_groups_;
+  std::int64_t m_ = 0, k_ = 0, k_groups_ = 0;
   AlignedBytes data_;
   std::unique_ptr<std::int32_t[]> row_sums_;
+  std::size_t bytes_ = 0, sums_ = 0;  // allocated sizes (pack reuses them)
 };
 
 // B (k x n, int8) packed into panels of kInt8NR columns: for each group g of 4 k values, the panel
@@ -46,13 +50,16 @@ class PackedInt8A {
 class PackedInt8B {
  public:
   PackedInt8B(std::int64_t k, std::int64_t n, const std::int8_t* b, std::int64_t ldb, bool trans = false);
+  // Packs another B into this one's storage (as reset, then the constructor's packing).
+  void pack(std::int64_t k, std::int64_t n, const std::int8_t* b, std::int64_t ldb, bool trans = false);
   // Zero-filled storage that a producer writes in the layout above (im2col packs straight into it):
   // element (p, col) at mutable_panel(col)[(p / 4) * kInt8NR * 4 + (col % kInt8NR) * 4 + p % 4],
   // and every column's sum into mutable_col_sums() (columns past n stay 0).
   PackedInt8B(std::int64_t k, std::int64_t n);
   // The same, reusing this one's storage when it is large enough (a caller's scratch, kept across
-  // calls: no allocation and no fresh pages per call).
-  void reset(std::int64_t k, std::int64_t n);
+  // calls: no allocation and no fresh pages per call). clear = false leaves the bytes and sums
+  // undefined, for a producer that writes every one of them (padding columns and k included).
+  void reset(std::int64_t k, std::int64_t n, bool clear = true);
   std::int8_t* mutable_panel(std::int64_t j0) {
     return reinterpret_cast<std::int8_t*>(data_.get()) + (j0 / kInt8NR) * k_groups_ * kInt8NR * 4;
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include "eval/ops/families.h"
 #include "eval/ops/geometry.h"
@@ -109,7 +110,8 @@ void correct_zero_points(const kernels::PackedInt8A& a, const kernels::PackedInt
 // y[batch..., m, n] = sum_k (a - za)(b - zb), numpy matmul broadcasting; za has 1 or m values,
 // zb 1 or n (already in int8 form). `cache` packs B once when B has no batch dimensions.
 void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::int32_t>& za, const Tensor& b,
-                    const std::vector<std::int32_t>& zb, std::int32_t* y, PackedBCache* cache) {
+                    const std::vector<std::int32_t>& zb, std::int32_t* y, PackedBCache* cache,
+                    kernels::PackedInt8A* a_scratch = nullptr) {
   const MatMulPlan p = plan_matmul(node, a.shape(), b.shape());
   std::vector<std::int8_t> abuf, bbuf;
   const std::int8_t* pa = as_int8(a, abuf);
@@ -127,7 +129,10 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
   // rows of one product.
   if (b_shared && za.size() == 1 && shape_numel(p.batch) == shape_numel(Shape(p.a.begin(), p.a.begin() + long(ra)))) {
     const std::int64_t rows = shape_numel(p.batch) * p.m;
-    const kernels::PackedInt8A packed_a(rows, p.k, pa, p.k);
+    std::optional<kernels::PackedInt8A> own_a;
+    if (a_scratch) a_scratch->pack(rows, p.k, pa, p.k);
+    else own_a.emplace(rows, p.k, pa, p.k);
+    const kernels::PackedInt8A& packed_a = a_scratch ? *a_scratch : *own_a;
     const kernels::PackedInt8B* packed_b = packed_b_for(0, own_b);
     kernels::int8_gemm(packed_a, *packed_b, y, p.n);
     correct_zero_points(packed_a, *packed_b, za, zb, y);
@@ -501,7 +506,7 @@ class FusedMatMulOp final : public FusedQdqOp {
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const MatMulPlan p = plan_matmul(node_, in[0]->shape(), in[3]->shape());
     acc_.resize(std::size_t(out[0]->numel()));
-    integer_matmul(node_, *in[0], za(in), *in[3], zb(in), acc_.data(), &cache_);
+    integer_matmul(node_, *in[0], za(in), *in[3], zb(in), acc_.data(), &cache_, &a_scratch_);
     std::vector<float> m = multipliers(in);
     if (m.size() == 1) m.assign(std::size_t(p.n), m[0]);
     float* y = out[0]->data<float>();
@@ -515,6 +520,7 @@ class FusedMatMulOp final : public FusedQdqOp {
 
  private:
   mutable PackedBCache cache_;
+  mutable kernels::PackedInt8A a_scratch_{0, 0, nullptr, 0};  // the activations' packing, kept across runs
 };
 
 class FusedGemmOp final : public FusedQdqOp {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/int8_conv.h"
+#include "kernels/int8_depthwise.h"
 
 namespace qeval::kernels {
 namespace {
@@ -86,6 +87,89 @@ TEST(Int8Conv, MatchesTheDefinitionOverGeometries) {
   check(params(1, 3, 4, 1, {4, 5, 6}, {2, 3, 3}, 1, 1, 1), seed++, 0);  // 3-D
   check(params(1, 64, 40, 1, {16, 16}, {3, 3}, 1, 1, 1), seed++, 0);  // k = 576, several GEMM blocks
   check(params(2, 6, 10, 1, {9, 11}, {3, 3}, 1, 1, 1), seed++, -7);   // the scratch smaller again
+}
+
+// Depthwise (and channel-multiplier) convolutions over random geometries: both kernels against the
+// definition, bit for bit, with window sums. Widths run past several 16-output vectors with odd
+// tails; strides and dilations include ones the vector kernel cannot take (it then runs the
+// portable one), and the kernel widths include 4-tap groups with 1 to 3 taps left over.
+TEST(Int8Conv, DepthwiseMatchesTheDefinitionOnRandomGeometries) {
+  std::mt19937 rng(2024);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int vector_shapes = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    ConvParams p;
+    p.batch = uniform(1, 2);
+    p.groups = p.in_channels = uniform(1, 5);
+    p.out_channels = p.groups * (trial % 4 == 3 ? uniform(2, 3) : 1);
+    const int rank = trial % 10 == 9 ? 3 : trial % 10 == 8 ? 1 : 2;
+    for (int d = 0; d < rank; ++d) {
+      const bool wide = d == rank - 1;
+      const std::int64_t kernel = trial % 3 == 0 ? 3 : trial % 3 == 1 ? 5 : uniform(1, 7);
+      p.kernel.push_back(rank == 3 && !wide ? uniform(1, 3) : kernel);
+      p.strides.push_back(uniform(0, 3) == 0 ? uniform(3, 5) : uniform(1, 2));
+      p.dilations.push_back(uniform(0, 4) == 0 ? uniform(2, 3) : 1);
+      p.pads_begin.push_back(uniform(0, 3));
+      p.pads_end.push_back(uniform(0, 3));
+      p.in_spatial.push_back(wide ? uniform(1, 90) : uniform(1, rank == 3 ? 6 : 20));
+    }
+    p.out_spatial = conv_output_spatial(p);
+    if (conv_output_size(p) == 0) continue;
+    ASSERT_TRUE(int8_conv_is_depthwise(p));
+    ASSERT_TRUE(PackedInt8ConvWeights(p, random_int8(std::size_t(conv_weight_size(p)), 1).data()).depthwise());
+    const std::int64_t s = p.strides.back(), d = p.dilations.back(), taps = std::min<std::int64_t>(p.kernel.back(), 4);
+    vector_shapes += 15 * s + (taps - 1) * d < 64;
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    check(p, 1000 + unsigned(trial), std::int8_t(uniform(-128, 127)));
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(vector_shapes, 100);  // most shapes exercise the vector kernel where it exists
+}
+
+// Grouped and dense convolutions (im2col + int8 GEMM) over random geometries: runs split by the
+// input's edges at every stride, widths past the 32-column panels, k not a multiple of 4, and one
+// shape wide enough for several parallel packing tasks.
+TEST(Int8Conv, GroupedMatchesTheDefinitionOnRandomGeometries) {
+  std::mt19937 rng(77);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::int64_t groups = uniform(1, 4), cg = uniform(2, 5), og = uniform(1, 6);
+    ConvParams p;
+    p.batch = uniform(1, 2);
+    p.groups = groups;
+    p.in_channels = groups * cg;
+    p.out_channels = groups * og;
+    const int rank = trial % 8 == 7 ? 1 : 2;
+    for (int d = 0; d < rank; ++d) {
+      p.kernel.push_back(uniform(1, 5));
+      p.strides.push_back(uniform(1, 3));
+      p.dilations.push_back(uniform(0, 3) == 0 ? 2 : 1);
+      p.pads_begin.push_back(uniform(0, 3));
+      p.pads_end.push_back(uniform(0, 3));
+      p.in_spatial.push_back(uniform(1, 45));
+    }
+    if (trial == 0) p.in_spatial = {75, 70};  // > 4096 columns: several packing tasks
+    p.out_spatial = conv_output_spatial(p);
+    if (conv_output_size(p) == 0) continue;
+    ASSERT_FALSE(int8_conv_is_depthwise(p));
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    check(p, 5000 + unsigned(trial), std::int8_t(uniform(-128, 127)));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The extremes of both operands (and of the +128 code the vector kernel multiplies) with padding.
+TEST(Int8Conv, DepthwiseExtremesAreExact) {
+  for (std::int8_t v : {std::int8_t(-128), std::int8_t(127)})
+    for (std::int8_t wv : {std::int8_t(-128), std::int8_t(127)}) {
+      ConvParams p = params(1, 4, 4, 4, {7, 37}, {5, 5}, 1, 1, 2);
+      std::vector<std::int8_t> x(std::size_t(conv_input_size(p)), v), w(std::size_t(conv_weight_size(p)), wv);
+      std::vector<std::int32_t> want(std::size_t(conv_output_size(p))), got(want.size());
+      int8_conv_reference(p, x.data(), v, w.data(), want.data());
+      int8_conv(p, x.data(), v, PackedInt8ConvWeights(p, w.data()), got.data());
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(got[0], 25 * std::int32_t(v) * wv);
+    }
 }
 
 TEST(Int8Conv, ExtremeValuesStayExactInInt32) {

@@ -53,8 +53,10 @@ int run_calibrate(const CalibrateArgs& a) {
     else
       fmt::print("{}calibration: {} over {} ({} model runs, {} steps) in {:.2f} s\n", indent, m.calibration.method,
                  m.data_description, m.calibration.calls, m.calibration.total_steps, m.calibration.elapsed_s);
-    fmt::print("{}quantized {} activations and {} weights; {} layers smoothed; opset {} -> {}\n", indent,
+    fmt::print("{}quantized {} activations and {} weights; {} layers smoothed; opset {} -> {}", indent,
                m.quantized_activations, m.quantized_weights, m.smoothed_layers, m.opset_from, m.opset_to);
+    if (m.opset_rewritten_nodes) fmt::print(" ({} nodes rewritten for the new opset)", m.opset_rewritten_nodes);
+    fmt::print("\n");
     fmt::print("{}wrote {} and {}\n", indent, (m.out / "scales.json").string(), (m.out / "quantized.onnx").string());
   }
   for (const std::string& name : s.left_fp32)

@@ -1,0 +1,365 @@
+// The opset upgrade (eval/opset_upgrade.h): each rewrite checked for its form and by running the old
+// graph (the executor runs old opsets as written) against the upgraded one on the same inputs.
+#include "eval/opset_upgrade.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "eval/ops/op.h"
+#include "eval/session.h"
+#include "kernels/error.h"
+
+namespace qeval::eval {
+namespace {
+
+Attribute ints(std::vector<std::int64_t> v) { return Attribute::of_ints(std::move(v)); }
+Attribute floats(std::vector<float> v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kFloats;
+  a.floats = std::move(v);
+  return a;
+}
+
+Tensor random_tensor(const Shape& shape, unsigned seed) {
+  Tensor t(DType::kFloat32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+Tensor f32(const Shape& shape, std::vector<float> v) {
+  Tensor t(DType::kFloat32, shape);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// A small graph at an old opset: one float input "x" of a fixed shape, nodes added in order.
+struct OldGraph {
+  Graph g;
+  OldGraph(int opset, const Shape& x_shape) {
+    g.source = "old.onnx";
+    g.opsets[""] = opset;
+    ValueInfo x;
+    x.name = "x";
+    x.dims.assign(x_shape.begin(), x_shape.end());
+    x.dim_params.assign(x_shape.size(), "");
+    x.has_shape = true;
+    g.inputs.push_back(x);
+  }
+  Node& node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
+             std::map<std::string, Attribute> attrs = {}) {
+    Node n;
+    n.name = op + "_" + std::to_string(g.nodes.size());
+    n.op_type = op;
+    n.opset = g.opsets.at("");
+    n.inputs = std::move(inputs);
+    n.outputs = std::move(outputs);
+    n.attributes = std::move(attrs);
+    g.nodes.push_back(std::move(n));
+    return g.nodes.back();
+  }
+  OldGraph& output(const std::string& name, DType t = DType::kFloat32) {
+    ValueInfo v;
+    v.name = name;
+    v.dtype = t;
+    g.outputs.push_back(v);
+    return *this;
+  }
+};
+
+std::map<std::string, Tensor> run(const Graph& g, const Tensor& x) {
+  Session s(g);
+  return s.run(std::map<std::string, Tensor>{{"x", x}});
+}
+
+// Upgrades a copy of `g` to `target`, checks every ai.onnx node is registered at the target, and
+// expects the same outputs as the original on `x` (bit for bit unless `tolerance` > 0).
+OpsetUpgrade expect_same_outputs(const Graph& g, int target, const Tensor& x, double tolerance = 0) {
+  Graph up = g;
+  OpsetUpgrade report = upgrade_opset(up, target);
+  EXPECT_EQ(up.opsets.at(""), target);
+  EXPECT_EQ(report.from, g.opsets.at(""));
+  EXPECT_EQ(report.to, target);
+  for (const Node& n : up.nodes) {
+    EXPECT_EQ(n.opset, target) << n.describe();
+    EXPECT_NE(find_op(n.domain, n.op_type, target), nullptr) << n.describe();
+  }
+  const auto want = run(g, x);
+  const auto got = run(up, x);
+  EXPECT_EQ(want.size(), got.size());
+  for (const auto& [name, w] : want) {
+    const Tensor& o = got.at(name);
+    EXPECT_EQ(o.shape(), w.shape()) << name;
+    EXPECT_EQ(o.dtype(), w.dtype()) << name;
+    if (o.shape() != w.shape() || o.dtype() != w.dtype()) continue;
+    if (w.dtype() != DType::kFloat32) {
+      EXPECT_EQ(std::memcmp(o.raw(), w.raw(), w.nbytes()), 0) << name;
+      continue;
+    }
+    std::int64_t differing = 0, first = -1;
+    for (std::int64_t i = 0; i < w.numel(); ++i) {
+      const float a = w.data<float>()[i], b = o.data<float>()[i];
+      const bool same = tolerance == 0 ? std::memcmp(&a, &b, 4) == 0
+                                       : std::fabs(a - b) <= tolerance * std::max(1.0f, std::fabs(a));
+      if (!same && differing++ == 0) first = i;
+    }
+    EXPECT_EQ(differing, 0) << name << ": first at " << first << ": "
+                            << (first >= 0 ? w.data<float>()[first] : 0.0f) << " vs "
+                            << (first >= 0 ? o.data<float>()[first] : 0.0f);
+  }
+  return report;
+}
+
+const Node& only(const Graph& g, const std::string& op) {
+  const Node* found = nullptr;
+  for (const Node& n : g.nodes)
+    if (n.op_type == op) {
+      EXPECT_EQ(found, nullptr) << "two " << op << " nodes";
+      found = &n;
+    }
+  if (!found) throw std::runtime_error("no " + op + " node");
+  return *found;
+}
+
+std::string error_of(Graph g, int target) {
+  try {
+    upgrade_opset(g, target, "for INT8 Q/DQ nodes, which need opset 13");
+  } catch (const UnsupportedError& e) {
+    return std::string("unsupported: ") + e.what();
+  } catch (const InputError& e) {
+    return std::string("input: ") + e.what();
+  }
+  return "no error";
+}
+
+TEST(OpsetUpgrade, Upsample7NearestAndLinearBecomeAsymmetricResize) {
+  for (const char* mode : {"nearest", "linear"}) {
+    OldGraph o(7, {1, 2, 3, 4});
+    o.node("Upsample", {"x"}, {"y"}, {{"mode", Attribute::of_string(mode)}, {"scales", floats({1, 1, 2, 2.5f})}});
+    o.output("y");
+    Graph up = o.g;
+    const OpsetUpgrade r = upgrade_opset(up, 13);
+    const Node& n = only(up, "Resize");
+    EXPECT_EQ(n.name, "Upsample_0");  // names survive: calibration ranges are keyed by them
+    ASSERT_EQ(n.inputs.size(), 3u);
+    EXPECT_EQ(n.inputs[1], "");
+    EXPECT_EQ(n.get_string("coordinate_transformation_mode", ""), "asymmetric");
+    EXPECT_EQ(n.get_string("nearest_mode", "-"), std::string(mode) == "nearest" ? "floor" : "-");
+    EXPECT_FALSE(n.has("scales"));
+    EXPECT_EQ(r.rewritten_nodes, 1);
+    ASSERT_EQ(r.notes.size(), 1u);
+    EXPECT_NE(r.notes[0].find("Upsample-7 -> Resize"), std::string::npos) << r.notes[0];
+    expect_same_outputs(o.g, 13, random_tensor({1, 2, 3, 4}, 1));
+    expect_same_outputs(o.g, 19, random_tensor({1, 2, 3, 4}, 2));
+  }
+}
+
+TEST(OpsetUpgrade, Upsample9AndResize10KeepTheirRoundingWhenEnlargingAndShrinking) {
+  for (const char* mode : {"nearest", "linear"}) {
+    OldGraph o(9, {1, 1, 3, 5});
+    o.g.initializers.emplace("scales", f32({4}, {1, 1, 3, 1.5f}));
+    o.node("Upsample", {"x", "scales"}, {"y"}, {{"mode", Attribute::of_string(mode)}});
+    o.output("y");
+    expect_same_outputs(o.g, 13, random_tensor({1, 1, 3, 5}, 3));
+  }
+  // Resize-10 shrinking by 0.6 (the node test test_resize_downsample_scales_nearest at opset 10
+  // expects the ceiling of x / scale).
+  for (const char* mode : {"nearest", "linear"}) {
+    OldGraph o(10, {1, 2, 5, 7});
+    o.g.initializers.emplace("scales", f32({4}, {1, 1, 0.6f, 0.45f}));
+    o.node("Resize", {"x", "scales"}, {"y"}, {{"mode", Attribute::of_string(mode)}});
+    o.output("y");
+    Graph up = o.g;
+    upgrade_opset(up, 13);
+    if (std::string(mode) == "nearest") {
+      EXPECT_EQ(only(up, "Resize").get_string("nearest_mode", ""), "ceil");
+    }
+    expect_same_outputs(o.g, 13, random_tensor({1, 2, 5, 7}, 4));
+  }
+  // Scales computed in the graph (folded at plan time) are read through the planned metas.
+  OldGraph o(9, {1, 1, 2, 3});
+  o.g.initializers.emplace("half", f32({4}, {1, 1, 1, 1.5f}));
+  o.g.initializers.emplace("two", f32({}, {2}));
+  o.node("Mul", {"half", "two"}, {"scales"});
+  o.node("Upsample", {"x", "scales"}, {"y"});
+  o.output("y");
+  expect_same_outputs(o.g, 13, random_tensor({1, 1, 2, 3}, 5));
+}
+
+TEST(OpsetUpgrade, MixedNearestScalesAreUnsupported) {
+  OldGraph o(10, {1, 1, 4, 4});
+  o.g.initializers.emplace("scales", f32({4}, {1, 1, 2, 0.5f}));
+  o.node("Resize", {"x", "scales"}, {"y"});
+  o.output("y");
+  const std::string e = error_of(o.g, 13);
+  EXPECT_NE(e.find("unsupported: old.onnx: node 'Resize_0' (Resize) at opset 10: nearest resizing that enlarges "
+                   "some axes and shrinks others"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("cannot be upgraded to opset 13 (for INT8 Q/DQ nodes, which need opset 13)"), std::string::npos) << e;
+}
+
+TEST(OpsetUpgrade, Resize11TfHalfPixelForNnBecomesHalfPixel) {
+  for (const char* nearest : {"floor", "round_prefer_floor"}) {
+    for (float s : {0.6f, 1.7f, 3.0f}) {
+      OldGraph o(11, {1, 1, 5, 6});
+      o.g.initializers.emplace("roi", f32({0}, {}));
+      o.g.initializers.emplace("scales", f32({4}, {1, 1, s, s}));
+      o.node("Resize", {"x", "roi", "scales"}, {"y"},
+             {{"coordinate_transformation_mode", Attribute::of_string("tf_half_pixel_for_nn")},
+              {"nearest_mode", Attribute::of_string(nearest)}});
+      o.output("y");
+      Graph up = o.g;
+      upgrade_opset(up, 13);
+      EXPECT_EQ(only(up, "Resize").get_string("coordinate_transformation_mode", ""), "half_pixel");
+      expect_same_outputs(o.g, 13, random_tensor({1, 1, 5, 6}, 6));
+    }
+  }
+  OldGraph o(11, {1, 1, 5, 6});
+  o.g.initializers.emplace("roi", f32({0}, {}));
+  o.g.initializers.emplace("scales", f32({4}, {1, 1, 2, 2}));
+  o.node("Resize", {"x", "roi", "scales"}, {"y"},
+         {{"coordinate_transformation_mode", Attribute::of_string("tf_half_pixel_for_nn")},
+          {"nearest_mode", Attribute::of_string("ceil")}});
+  o.output("y");
+  EXPECT_NE(error_of(o.g, 13).find("tf_half_pixel_for_nn with nearest_mode 'ceil'"), std::string::npos);
+}
+
+TEST(OpsetUpgrade, ClipBoundsBecomeInputs) {
+  OldGraph o(9, {2, 5});
+  o.node("Clip", {"x"}, {"a"}, {{"min", Attribute::of_float(0)}, {"max", Attribute::of_float(6)}});
+  o.node("Clip", {"a"}, {"b"}, {{"max", Attribute::of_float(1.5f)}});
+  o.node("Clip", {"x"}, {"c"}, {{"min", Attribute::of_float(-0.25f)}});
+  o.output("b").output("c");
+  Graph up = o.g;
+  upgrade_opset(up, 13);
+  const Node& first = up.nodes[0];
+  ASSERT_EQ(first.inputs.size(), 3u);
+  EXPECT_EQ(up.initializers.at(first.inputs[1]).data<float>()[0], 0.0f);
+  EXPECT_EQ(up.initializers.at(first.inputs[2]).data<float>()[0], 6.0f);
+  EXPECT_FALSE(first.has("min") || first.has("max"));
+  EXPECT_EQ(up.nodes[1].inputs[1], "");  // no min: the type's lowest
+  expect_same_outputs(o.g, 13, random_tensor({2, 5}, 7));
+}
+
+TEST(OpsetUpgrade, PadAttributesBecomeInputs) {
+  for (const char* mode : {"constant", "reflect", "edge"}) {
+    OldGraph o(9, {1, 2, 3, 4});
+    o.node("Pad", {"x"}, {"y"},
+           {{"mode", Attribute::of_string(mode)}, {"pads", ints({0, 0, 1, 2, 0, 0, 2, 1})}, {"value", Attribute::of_float(1.25f)}});
+    o.output("y");
+    expect_same_outputs(o.g, 13, random_tensor({1, 2, 3, 4}, 8));
+    expect_same_outputs(o.g, 19, random_tensor({1, 2, 3, 4}, 8));
+  }
+}
+
+TEST(OpsetUpgrade, SliceTopKSqueezeUnsqueezeReduceSumSplitAttributesBecomeInputs) {
+  OldGraph o(9, {2, 3, 8});
+  o.node("Slice", {"x"}, {"s"}, {{"starts", ints({1, -6})}, {"ends", ints({1000, -1})}, {"axes", ints({0, 2})}});
+  o.node("Squeeze", {"s"}, {"q"}, {{"axes", ints({0})}});
+  o.node("Unsqueeze", {"q"}, {"u"}, {{"axes", ints({0, 3})}});
+  o.node("ReduceSum", {"u"}, {"r"}, {{"axes", ints({2})}, {"keepdims", Attribute::of_int(0)}});
+  o.node("ReduceMean", {"x"}, {"m"}, {{"axes", ints({-1})}});
+  o.node("TopK", {"x"}, {"tv", "ti"}, {{"k", Attribute::of_int(3)}, {"axis", Attribute::of_int(2)}});
+  o.node("Split", {"x"}, {"p0", "p1"}, {{"axis", Attribute::of_int(2)}, {"split", ints({3, 5})}});
+  o.node("Split", {"x"}, {"e0", "e1"}, {{"axis", Attribute::of_int(2)}});
+  o.output("r").output("m").output("tv").output("ti", DType::kInt64).output("p0").output("p1").output("e0").output("e1");
+  Graph up = o.g;
+  const OpsetUpgrade r13 = upgrade_opset(up, 13);
+  EXPECT_EQ(r13.rewritten_nodes, 6);  // all but the ReduceMean (input from 18) and the equal Split
+  for (const Node& n : up.nodes)
+    for (const char* attr : {"starts", "ends", "k", "split"}) EXPECT_FALSE(n.has(attr)) << n.describe();
+  EXPECT_TRUE(up.nodes[4].has("axes"));  // ReduceMean keeps its attribute until 18
+  Graph up19 = o.g;
+  upgrade_opset(up19, 19);
+  EXPECT_FALSE(up19.nodes[4].has("axes"));
+  EXPECT_EQ(up19.nodes[7].get_int("num_outputs", 0), 2);
+  const Tensor x = random_tensor({2, 3, 8}, 9);
+  expect_same_outputs(o.g, 13, x);
+  expect_same_outputs(o.g, 19, x);
+}
+
+TEST(OpsetUpgrade, BatchNormSpatialAndDropoutRatio) {
+  OldGraph o(7, {2, 3, 4});
+  o.g.initializers.emplace("scale", f32({3}, {1.5f, -0.5f, 2}));
+  o.g.initializers.emplace("bias", f32({3}, {0.1f, 0.2f, -0.3f}));
+  o.g.initializers.emplace("mean", f32({3}, {0.5f, -1, 0}));
+  o.g.initializers.emplace("var", f32({3}, {1, 0.25f, 4}));
+  o.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"b", "", ""},
+         {{"spatial", Attribute::of_int(1)}, {"epsilon", Attribute::of_float(1e-3f)}});
+  o.node("Dropout", {"b"}, {"y"}, {{"ratio", Attribute::of_float(0.3f)}});
+  o.output("y");
+  Graph up = o.g;
+  upgrade_opset(up, 13);
+  EXPECT_FALSE(up.nodes[0].has("spatial"));
+  EXPECT_EQ(up.nodes[0].outputs.size(), 3u);  // trailing omitted outputs stay until 14
+  ASSERT_EQ(up.nodes[1].inputs.size(), 2u);
+  EXPECT_FLOAT_EQ(up.initializers.at(up.nodes[1].inputs[1]).data<float>()[0], 0.3f);
+  expect_same_outputs(o.g, 13, random_tensor({2, 3, 4}, 10));
+  const OpsetUpgrade r19 = expect_same_outputs(o.g, 19, random_tensor({2, 3, 4}, 10));
+  EXPECT_EQ(r19.rewritten_nodes, 2);
+
+  OldGraph s0(7, {2, 3, 4});
+  for (const char* n : {"scale", "bias", "mean", "var"}) s0.g.initializers.emplace(n, f32({3, 4}, std::vector<float>(12, 1)));
+  s0.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"}, {{"spatial", Attribute::of_int(0)}});
+  s0.output("y");
+  EXPECT_NE(error_of(s0.g, 13).find("unsupported: old.onnx: node 'BatchNormalization_0' (BatchNormalization) at "
+                                    "opset 7: spatial=0"),
+            std::string::npos);
+}
+
+TEST(OpsetUpgrade, SoftmaxKeepsItsTwoDimensionalMeaning) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    for (std::int64_t axis : {0, 1, 2, 3, -1}) {
+      OldGraph o(11, {2, 3, 4});
+      o.node(op, {"x"}, {"y"}, {{"axis", Attribute::of_int(axis)}});
+      o.output("y");
+      Graph up = o.g;
+      upgrade_opset(up, 13);
+      // The last axis stays one node; any other is Flatten -> op(-1) -> Reshape.
+      EXPECT_EQ(up.nodes.size(), axis == 2 || axis == -1 ? 1u : 4u) << op << " axis " << axis;
+      EXPECT_EQ(only(up, op).get_int("axis", 0), -1);
+      expect_same_outputs(o.g, 13, random_tensor({2, 3, 4}, 11));
+    }
+    // The default axis before 13 is 1: the last of a rank-2 input.
+    OldGraph o(9, {3, 5});
+    o.node(op, {"x"}, {"y"});
+    o.output("y");
+    Graph up = o.g;
+    upgrade_opset(up, 13);
+    EXPECT_EQ(up.nodes.size(), 1u);
+    expect_same_outputs(o.g, 13, random_tensor({3, 5}, 12));
+  }
+}
+
+TEST(OpsetUpgrade, OpsBelowSevenAndNewerGraphs) {
+  OldGraph o(6, {2});
+  o.node("Relu", {"x"}, {"y"});
+  o.output("y");
+  EXPECT_EQ(error_of(o.g, 13),
+            "input: old.onnx: ai.onnx opset 6 is too old for INT8 Q/DQ nodes, which need opset 13: qeval upgrades "
+            "opset 7 or later to 13; re-export the model at opset 7 or later");
+  // At or above the target nothing changes.
+  OldGraph n(17, {2});
+  n.node("Relu", {"x"}, {"y"});
+  n.output("y");
+  Graph same = n.g;
+  const OpsetUpgrade r = upgrade_opset(same, 13);
+  EXPECT_EQ(r.from, 17);
+  EXPECT_EQ(r.to, 17);
+  EXPECT_EQ(same.opsets.at(""), 17);
+  // Other domains keep their opsets.
+  OldGraph d(9, {2});
+  d.g.opsets["com.example"] = 1;
+  d.node("Relu", {"x"}, {"y"});
+  upgrade_opset(d.g, 13);
+  EXPECT_EQ(d.g.opsets.at("com.example"), 1);
+  EXPECT_EQ(d.g.nodes[0].opset, 13);
+}
+
+}  // namespace
+}  // namespace qeval::eval

@@ -289,19 +289,28 @@ TEST(OpsetUpgrade, BatchNormSpatialAndDropoutRatio) {
   o.g.initializers.emplace("bias", f32({3}, {0.1f, 0.2f, -0.3f}));
   o.g.initializers.emplace("mean", f32({3}, {0.5f, -1, 0}));
   o.g.initializers.emplace("var", f32({3}, {1, 0.25f, 4}));
-  o.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"b", "", ""},
+  o.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"b"},
          {{"spatial", Attribute::of_int(1)}, {"epsilon", Attribute::of_float(1e-3f)}});
   o.node("Dropout", {"b"}, {"y"}, {{"ratio", Attribute::of_float(0.3f)}});
   o.output("y");
   Graph up = o.g;
   upgrade_opset(up, 13);
   EXPECT_FALSE(up.nodes[0].has("spatial"));
-  EXPECT_EQ(up.nodes[0].outputs.size(), 3u);  // trailing omitted outputs stay until 14
   ASSERT_EQ(up.nodes[1].inputs.size(), 2u);
   EXPECT_FLOAT_EQ(up.initializers.at(up.nodes[1].inputs[1]).data<float>()[0], 0.3f);
   expect_same_outputs(o.g, 13, random_tensor({2, 3, 4}, 10));
   const OpsetUpgrade r19 = expect_same_outputs(o.g, 19, random_tensor({2, 3, 4}, 10));
   EXPECT_EQ(r19.rewritten_nodes, 2);
+  // Omitted training outputs are dropped at 14; named ones ask for training, which 14 spells
+  // training_mode=1 and qeval does not run.
+  Graph omitted = o.g;
+  omitted.nodes[0].outputs = {"b", "", ""};
+  upgrade_opset(omitted, 14);
+  EXPECT_EQ(omitted.nodes[0].outputs, std::vector<std::string>{"b"});
+  Graph training = o.g;
+  training.nodes[0].outputs = {"b", "running_mean"};
+  EXPECT_NE(error_of(training, 14).find("output 1 ('running_mean') asks for training-mode statistics"),
+            std::string::npos);
 
   OldGraph s0(7, {2, 3, 4});
   for (const char* n : {"scale", "bias", "mean", "var"}) s0.g.initializers.emplace(n, f32({3, 4}, std::vector<float>(12, 1)));

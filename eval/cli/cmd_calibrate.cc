@@ -71,7 +71,8 @@ Runner add_calibrate(CLI::App& app) {
       "Calibrate a quantization recipe (docs/recipes.md) on a calibration set and export the\n"
       "quantized model: scales.json (amax per quantized tensor, per step where collected; weight\n"
       "amax per channel; SmoothQuant scales) and quantized.onnx (Q/DQ in TensorRT's convention,\n"
-      "FP8 at opset 19). Results are cached by recipe + model + data fingerprints.\n"
+      "INT8 at opset 13 or later, FP8 at 19; models at opset 7-12 are upgraded to that first).\n"
+      "Results are cached by recipe + model + data fingerprints.\n"
       "A segmentation pipeline's image encoder and mask decoder are calibrated on point prompts as\n"
       "the pipeline runs them (encoder per image, decoder per prompt); each goes to OUT/<model>/.\n"
       "Exit: 0 written, 2 bad recipe, model, data or a recipe that selects nothing.");

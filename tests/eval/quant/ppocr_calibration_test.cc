@@ -8,6 +8,7 @@
 
 #include "datasets/npy.h"
 #include "eval/onnx_import.h"
+#include "eval/opset_upgrade.h"
 #include "eval/ops/op.h"
 #include "eval/quant/calibrate_run.h"
 #include "eval/session.h"
@@ -167,6 +168,76 @@ TEST(PpOcrCalibration, CalibrateAndRunCommandsOnTheDetector) {
     EXPECT_GT(sqnr, 12.0) << v;
   }
   EXPECT_GT(j.at("variants").at(1).at("quantized_nodes").get<int>(), 60);
+}
+
+// The opset-9 recognizer and direction classifier: Clip bounds, Slice/Squeeze attributes and
+// Softmax's 2-D coercion are rewritten on the way to 13 and 19 (ReduceMean axes too at 19); the
+// upgraded graphs give the original's outputs, and INT8 calibration works on them.
+TEST(PpOcrCalibration, Opset9RecognizerAndClassifierUpgradeAndQuantize) {
+  QEVAL_REAL_MODEL(rec, "ppocr/ch_PP-OCRv4_rec_infer.onnx");
+  QEVAL_REAL_MODEL(cls, "ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+  struct Case {
+    fs::path model;
+    Shape input;
+    int min_rewritten;  // at 13
+  };
+  // rec: 28 Clip, 10 Slice, 7 Squeeze, 3 Softmax; cls: 18 Clip, 1 Slice, 1 Softmax.
+  for (const Case& c : {Case{rec, {1, 3, 48, 160}, 48}, Case{cls, {1, 3, 48, 192}, 20}}) {
+    SCOPED_TRACE(c.model.filename().string());
+    const Graph g = load_onnx(c.model);
+    ASSERT_EQ(g.opsets.at(""), 9);
+    Tensor x(DType::kFloat32, c.input);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+    const Tensor want = run_det(g, x);
+    for (int target : {13, 19}) {
+      Graph up = g;
+      const OpsetUpgrade r = upgrade_opset(up, target);
+      EXPECT_GE(r.rewritten_nodes, c.min_rewritten) << target;
+      const Tensor got = run_det(up, x);
+      ASSERT_EQ(got.shape(), want.shape());
+      double max_diff = 0;
+      for (std::int64_t i = 0; i < want.numel(); ++i)
+        max_diff = std::max(max_diff, double(std::fabs(got.data<float>()[i] - want.data<float>()[i])));
+      EXPECT_LE(max_diff, 1e-6) << "opset " << target;
+    }
+  }
+  // INT8 on the classifier (opset 9 -> 13 inside calibrate): the export runs and its 0/180 degree
+  // probabilities stay near FP32's (on noise input both are near 0.5, so only their distance is
+  // asserted, not a decision).
+  testing::ScratchDir dir("ppocr-cls");
+  for (int i = 0; i < 2; ++i) {
+    fs::create_directories(dir / "calib" / std::to_string(i));
+    Tensor x(DType::kFloat32, {1, 3, 48, 192});
+    std::mt19937 rng(10 + i);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (std::int64_t k = 0; k < x.numel(); ++k) x.data<float>()[k] = u(rng);
+    datasets::write_npy(dir / "calib" / std::to_string(i) / "x.npy", x);
+  }
+  CalibrateOptions o;
+  o.recipe = testing::source_dir() / "recipes/int8-level3.json";
+  o.model = cls;
+  o.data = dir / "calib";
+  o.out = dir / "int8";
+  const CalibrateSummary s = run_calibrate(o);
+  ASSERT_EQ(s.models.size(), 1u);
+  EXPECT_EQ(s.models[0].opset_from, 9);
+  EXPECT_EQ(s.models[0].opset_to, 13);
+  EXPECT_GE(s.models[0].opset_rewritten_nodes, 20);
+  EXPECT_GT(s.models[0].quantized_weights, 40);
+  const Graph q = load_onnx(o.out / "quantized.onnx");
+  EXPECT_EQ(q.opsets.at(""), 13);
+  Tensor x(DType::kFloat32, {1, 3, 48, 192});
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (std::int64_t k = 0; k < x.numel(); ++k) x.data<float>()[k] = u(rng);
+  const Tensor p32 = run_det(load_onnx(cls), x), p8 = run_det(q, x);
+  ASSERT_EQ(p32.shape(), (Shape{1, 2}));
+  std::printf("  cls: FP32 [%.4f %.4f], INT8 [%.4f %.4f]\n", p32.data<float>()[0], p32.data<float>()[1],
+              p8.data<float>()[0], p8.data<float>()[1]);
+  EXPECT_NEAR(p8.data<float>()[0] + p8.data<float>()[1], 1.0f, 1e-5f);  // still a softmax
+  EXPECT_NEAR(p8.data<float>()[0], p32.data<float>()[0], 0.05);
 }
 
 }  // namespace

@@ -3,17 +3,24 @@
 #include "eval/opset_upgrade.h"
 
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "datasets/npy.h"
+#include "eval/onnx_builder.h"
+#include "eval/onnx_import.h"
 #include "eval/ops/op.h"
 #include "eval/session.h"
 #include "kernels/error.h"
+#include "test_util.h"
 
 namespace qeval::eval {
 namespace {
+
+namespace fs = std::filesystem;
 
 Attribute ints(std::vector<std::int64_t> v) { return Attribute::of_ints(std::move(v)); }
 Attribute floats(std::vector<float> v) {
@@ -368,6 +375,56 @@ TEST(OpsetUpgrade, OpsBelowSevenAndNewerGraphs) {
   upgrade_opset(d.g, 13);
   EXPECT_EQ(d.g.opsets.at("com.example"), 1);
   EXPECT_EQ(d.g.nodes[0].opset, 13);
+}
+
+// `qeval calibrate` on a Conv -> Clip model at opset 9 (upgraded, exit 0) and at opset 6 (exit 2,
+// the same message for INT8 and FP8 but for what they need).
+TEST(OpsetUpgrade, CalibrateCommandUpgradesOrSaysWhatItNeeds) {
+  testing::ScratchDir dir("opset-cli");
+  auto model = [&](int opset) {
+    testing::OnnxBuilder b(opset);
+    b.input("x", onnx::TensorProto::FLOAT, {1, 2, 6, 6});
+    b.output("y", onnx::TensorProto::FLOAT);
+    std::vector<float> w(3 * 2 * 3 * 3);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.1f * float(int(i % 7) - 3);
+    b.initializer("w", w, {3, 2, 3, 3});
+    b.node("Conv", {"x", "w"}, {"c"}, "conv");
+    auto& clip = b.node("Clip", {"c"}, {"y"}, "clip");
+    auto* a = clip.add_attribute();
+    a->set_name("max");
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(6.0f);
+    const fs::path path = dir / ("m" + std::to_string(opset) + ".onnx");
+    testing::write_bytes(path, b.bytes());
+    return path;
+  };
+  fs::create_directories(dir / "calib/0");
+  datasets::write_npy(dir / "calib/0/x.npy", random_tensor({1, 2, 6, 6}, 20));
+  auto calibrate = [&](const fs::path& m, const char* recipe) {
+    return testing::run_qeval("calibrate --recipe " + (testing::source_dir() / "recipes" / recipe).string() +
+                              " --model " + m.string() + " --data " + (dir / "calib").string() + " --out " +
+                              (dir / "out").string() + " --no-cache");
+  };
+  const auto ok = calibrate(model(9), "int8-level1.json");
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("opset 9 -> 13 (1 nodes rewritten for the new opset)"), std::string::npos) << ok.out;
+  const Graph q = load_onnx(dir / "out/quantized.onnx");
+  EXPECT_EQ(q.opsets.at(""), 13);
+  EXPECT_EQ(testing::read_json(dir / "out/scales.json").at("opset").at("rewritten_nodes"), 1);
+
+  const fs::path old = model(6);
+  const auto int8 = calibrate(old, "int8-level1.json");
+  EXPECT_EQ(int8.code, 2) << int8.out;
+  EXPECT_NE(int8.out.find("m6.onnx: ai.onnx opset 6 is too old for INT8 Q/DQ nodes, which need opset 13: qeval "
+                          "upgrades opset 7 or later to 13; re-export the model at opset 7 or later"),
+            std::string::npos)
+      << int8.out;
+  const auto fp8 = calibrate(old, "fp8-level3.json");
+  EXPECT_EQ(fp8.code, 2) << fp8.out;
+  EXPECT_NE(fp8.out.find("opset 6 is too old for FP8 Q/DQ nodes, which need opset 19: qeval upgrades opset 7 or "
+                         "later to 19"),
+            std::string::npos)
+      << fp8.out;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The ai.onnx opset upgrade: per-op rewrites between opsets 7 and the target (see opset_upgrade.h).
 #include "eval/opset_upgrade.h"
 
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <map>
@@ -231,6 +232,8 @@ class Upgrader {
         changed = true;
         note_ = "ratio attribute -> input";
       }
+    } else if (op == "BatchNormalization" && crosses(9) && n.has("spatial") && n.get_int("spatial", 1) == 0) {
+      return batch_norm_per_activation(n, out);
     } else if (op == "BatchNormalization") {
       changed = batch_norm(n);
     } else if ((op == "Softmax" || op == "LogSoftmax") && crosses(13)) {
@@ -347,11 +350,62 @@ class Upgrader {
     return true;
   }
 
+  // spatial=0 (BatchNormalization-7/8): statistics per activation, shaped like X without its batch
+  // dimension; opset 9 has no such form, so it becomes (X - mean) * (scale / sqrt(var + epsilon))
+  // + B with the factor folded in double, as the executor's kernel folds it.
+  bool batch_norm_per_activation(Node& n, std::vector<Node>& out) {
+    std::array<const Tensor*, 4> p{};  // scale, B, mean, var
+    for (std::size_t i = 0; i < 4; ++i) {
+      p[i] = n.has_input(i + 1) ? constant(n.inputs[i + 1]) : nullptr;
+      if (!p[i] || (p[i]->dtype() != DType::kFloat32 && p[i]->dtype() != DType::kFloat64))
+        unsupported(n, "spatial=0 with input " + std::to_string(i + 1) +
+                           " that is not a float or double constant (it is folded into the graph)");
+      if (p[i]->shape() != p[0]->shape())
+        throw InputError(where(n) + "inputs 1-4 must have one shape, got " + shape_to_string(p[0]->shape()) + " and " +
+                         shape_to_string(p[i]->shape()));
+    }
+    if (const ValueMeta* m = meta(n.inputs[0]); m && m->shape.size() != p[0]->shape().size() + 1)
+      unsupported(n, "spatial=0 with statistics of shape " + shape_to_string(p[0]->shape()) + " for a rank-" +
+                         std::to_string(m->shape.size()) + " X (they broadcast only when shaped like X[1:])");
+    if (n.outputs.size() > 1 && !n.outputs[1].empty())
+      unsupported(n, "output 1 ('" + n.outputs[1] + "') asks for training-mode statistics");
+    const double epsilon = n.get_float("epsilon", 1e-5f);
+    auto values = [](const Tensor& t) {
+      std::vector<double> v(static_cast<std::size_t>(t.numel()));
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = t.dtype() == DType::kFloat32 ? t.data<float>()[i] : t.data<double>()[i];
+      return v;
+    };
+    const std::vector<double> scale = values(*p[0]), var = values(*p[3]);
+    Tensor factor(p[0]->dtype(), p[0]->shape());
+    for (std::size_t i = 0; i < scale.size(); ++i) {
+      const double a = scale[i] / std::sqrt(var[i] + epsilon);
+      if (factor.dtype() == DType::kFloat32) factor.data<float>()[i] = static_cast<float>(a);
+      else factor.data<double>()[i] = a;
+    }
+    const std::string factor_name = fresh(n.name + "/factor");
+    g_.initializers.emplace(factor_name, std::move(factor));
+    auto make = [&](const char* op, std::vector<std::string> inputs, std::string output) {
+      Node m;
+      m.op_type = op;
+      m.name = fresh(n.name + "/" + op);
+      m.inputs = std::move(inputs);
+      m.outputs = {output.empty() ? fresh(m.name + "_output_0") : output};
+      return m;
+    };
+    Node sub = make("Sub", {n.inputs[0], n.inputs[3]}, "");
+    Node mul = make("Mul", {sub.outputs[0], factor_name}, "");
+    Node add = make("Add", {mul.outputs[0], n.inputs[2]}, n.outputs.at(0));
+    note_ = "spatial=0 -> Sub, Mul, Add with the statistics per activation";
+    out.push_back(std::move(sub));
+    out.push_back(std::move(mul));
+    out.push_back(std::move(add));
+    return true;
+  }
+
   bool batch_norm(Node& n) {
     bool changed = false;
     if (crosses(9) && n.has("spatial")) {
-      if (n.get_int("spatial", 1) == 0)
-        unsupported(n, "spatial=0 (statistics per activation, not per channel) has no equivalent from opset 9");
       n.attributes.erase("spatial");
       changed = true;
       note_ = "spatial attribute dropped";

@@ -28,7 +28,8 @@ struct OpsetUpgrade {
 //     (12), Split split, Squeeze/Unsqueeze axes, ReduceSum axes (13), other Reduce* axes (18):
 //     attribute -> initializer input;
 //   Split without sizes -> num_outputs (18);
-//   BatchNormalization: spatial dropped (9; spatial=0 is unsupported), training outputs rejected (14);
+//   BatchNormalization: spatial dropped (9; spatial=0 becomes Sub/Mul/Add with the per-activation
+//     statistics, which must be constants), training outputs rejected (14);
 //   Softmax/LogSoftmax (13): the 2-D coercion kept as Flatten -> Softmax(-1) -> Reshape unless the
 //     axis is the last one.
 // Throws InputError for a graph below opset 7 ("opset 7 or later"), UnsupportedError (naming the

@@ -319,13 +319,36 @@ TEST(OpsetUpgrade, BatchNormSpatialAndDropoutRatio) {
   EXPECT_NE(error_of(training, 14).find("output 1 ('running_mean') asks for training-mode statistics"),
             std::string::npos);
 
+  // spatial=0: statistics per activation ([C, D] for X [N, C, D]) -> Sub, Mul, Add.
   OldGraph s0(7, {2, 3, 4});
-  for (const char* n : {"scale", "bias", "mean", "var"}) s0.g.initializers.emplace(n, f32({3, 4}, std::vector<float>(12, 1)));
-  s0.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"}, {{"spatial", Attribute::of_int(0)}});
+  int seed = 30;
+  for (const char* n : {"scale", "bias", "mean"}) s0.g.initializers.emplace(n, random_tensor({3, 4}, seed++));
+  Tensor var = random_tensor({3, 4}, seed);
+  for (std::int64_t i = 0; i < var.numel(); ++i) var.data<float>()[i] = std::fabs(var.data<float>()[i]) + 0.1f;
+  s0.g.initializers.emplace("var", var);
+  s0.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"},
+          {{"spatial", Attribute::of_int(0)}, {"epsilon", Attribute::of_float(1e-2f)}});
   s0.output("y");
-  EXPECT_NE(error_of(s0.g, 13).find("unsupported: old.onnx: node 'BatchNormalization_0' (BatchNormalization) at "
-                                    "opset 7: spatial=0"),
-            std::string::npos);
+  Graph s0_up = s0.g;
+  upgrade_opset(s0_up, 13);
+  ASSERT_EQ(s0_up.nodes.size(), 3u);
+  EXPECT_EQ(s0_up.nodes[0].op_type, "Sub");
+  EXPECT_EQ(s0_up.nodes[2].outputs[0], "y");
+  expect_same_outputs(s0.g, 13, random_tensor({2, 3, 4}, 40), 1e-6);
+  // Statistics that are not constants cannot be folded.
+  OldGraph s1 = s0;
+  s1.g.initializers.erase("var");
+  s1.g.nodes[0].inputs[4] = "x_var";
+  s1.g.nodes.insert(s1.g.nodes.begin(), Node{});
+  s1.g.nodes[0].name = "abs";
+  s1.g.nodes[0].op_type = "Abs";
+  s1.g.nodes[0].opset = 7;
+  s1.g.nodes[0].inputs = {"mean"};
+  s1.g.nodes[0].outputs = {"x_var"};
+  EXPECT_NE(error_of(s1.g, 13).find("unsupported: old.onnx: node 'BatchNormalization_0' (BatchNormalization) at "
+                                    "opset 7: spatial=0 with input 4 that is not a float or double constant"),
+            std::string::npos)
+      << error_of(s1.g, 13);
 }
 
 TEST(OpsetUpgrade, SoftmaxKeepsItsTwoDimensionalMeaning) {

@@ -100,6 +100,7 @@ AppliedRecipe apply_recipe(const Graph& graph, const Selection& selection, const
                                              : "for FP8 Q/DQ nodes, which need opset 19");
   out.opset_to = g.opsets.at("");
   out.opset_rewritten_nodes = up.rewritten_nodes;
+  out.opset_rewrites = up.notes;
 
   const float fmax = format_max(recipe.format);
   Rewriter rw(g, recipe);

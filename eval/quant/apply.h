@@ -29,6 +29,7 @@ struct AppliedRecipe {
   int smoothed_layers = 0;
   int opset_from = 0, opset_to = 0;  // default-domain opset before and after
   int opset_rewritten_nodes = 0;     // nodes the opset upgrade rewrote (eval/opset_upgrade.h)
+  std::vector<std::string> opset_rewrites;  // one line per rewritten node (OpsetUpgrade::notes)
 };
 
 // Throws InputError when the calibration result lacks a selected activation or its amax is not

@@ -45,7 +45,8 @@ json scales_document(const Recipe& recipe, const CalibratedModel& m, const Appli
   for (const auto& w : applied.weights)
     j["weights"].push_back({{"node", w.node}, {"weight", w.weight}, {"axis", w.axis}, {"amax", w.amax}});
   j["opset"] = {{"from", applied.opset_from}, {"to", applied.opset_to},
-                {"rewritten_nodes", applied.opset_rewritten_nodes}};
+                {"rewritten_nodes", applied.opset_rewritten_nodes},
+                {"rewrites", applied.opset_rewrites}};
   return j;
 }
 

@@ -433,7 +433,10 @@ TEST(OpsetUpgrade, CalibrateCommandUpgradesOrSaysWhatItNeeds) {
   EXPECT_NE(ok.out.find("opset 9 -> 13 (1 nodes rewritten for the new opset)"), std::string::npos) << ok.out;
   const Graph q = load_onnx(dir / "out/quantized.onnx");
   EXPECT_EQ(q.opsets.at(""), 13);
-  EXPECT_EQ(testing::read_json(dir / "out/scales.json").at("opset").at("rewritten_nodes"), 1);
+  const auto opset = testing::read_json(dir / "out/scales.json").at("opset");
+  EXPECT_EQ(opset.at("rewritten_nodes"), 1);
+  ASSERT_EQ(opset.at("rewrites").size(), 1u);
+  EXPECT_EQ(opset.at("rewrites")[0], "node 'clip' (Clip): min/max attributes -> inputs (float32)");
 
   const fs::path old = model(6);
   const auto int8 = calibrate(old, "int8-level1.json");

@@ -53,8 +53,10 @@ int run_calibrate(const CalibrateArgs& a) {
     else
       fmt::print("{}calibration: {} over {} ({} model runs, {} steps) in {:.2f} s\n", indent, m.calibration.method,
                  m.data_description, m.calibration.calls, m.calibration.total_steps, m.calibration.elapsed_s);
-    fmt::print("{}quantized {} activations and {} weights; {} layers smoothed; opset {} -> {}\n", indent,
+    fmt::print("{}quantized {} activations and {} weights; {} layers smoothed; opset {} -> {}", indent,
                m.quantized_activations, m.quantized_weights, m.smoothed_layers, m.opset_from, m.opset_to);
+    if (m.opset_rewritten_nodes) fmt::print(" ({} nodes rewritten for the new opset)", m.opset_rewritten_nodes);
+    fmt::print("\n");
     fmt::print("{}wrote {} and {}\n", indent, (m.out / "scales.json").string(), (m.out / "quantized.onnx").string());
   }
   for (const std::string& name : s.left_fp32)
@@ -69,7 +71,8 @@ Runner add_calibrate(CLI::App& app) {
       "Calibrate a quantization recipe (docs/recipes.md) on a calibration set and export the\n"
       "quantized model: scales.json (amax per quantized tensor, per step where collected; weight\n"
       "amax per channel; SmoothQuant scales) and quantized.onnx (Q/DQ in TensorRT's convention,\n"
-      "FP8 at opset 19). Results are cached by recipe + model + data fingerprints.\n"
+      "INT8 at opset 13 or later, FP8 at 19; models at opset 7-12 are upgraded to that first).\n"
+      "Results are cached by recipe + model + data fingerprints.\n"
       "A segmentation pipeline's image encoder and mask decoder are calibrated on point prompts as\n"
       "the pipeline runs them (encoder per image, decoder per prompt); each goes to OUT/<model>/.\n"
       "Exit: 0 written, 2 bad recipe, model, data or a recipe that selects nothing.");

@@ -1,6 +1,8 @@
 // The Q/DQ graph rewrite of a calibrated recipe.
 #include "eval/quant/apply.h"
 
+#include "eval/opset_upgrade.h"
+
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -13,35 +15,6 @@ namespace qeval::eval::quant {
 
 std::string quantizer_prefix(const std::string& node, const std::string& role) {
   return node + "/" + role + "_quantizer";
-}
-
-void upgrade_opset(Graph& g, int target) {
-  auto it = g.opsets.find("");
-  const int from = it == g.opsets.end() ? target : it->second;
-  if (from >= target) return;
-  if (from < 13)
-    throw UnsupportedError(g.source + ": opset " + std::to_string(from) +
-                           " is too old to insert Q/DQ nodes (needs " + std::to_string(target) +
-                           "); re-export the model at opset 13 or later");
-  static const std::set<std::string> reduce_axes_input_at_18{
-      "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
-      "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
-  for (Node& n : g.nodes) {
-    if (!n.domain.empty()) continue;
-    if (from < 18 && target >= 18 && reduce_axes_input_at_18.count(n.op_type) && n.has("axes")) {
-      const auto axes = n.get_ints("axes");
-      Tensor t(DType::kInt64, {static_cast<std::int64_t>(axes.size())});
-      std::copy(axes.begin(), axes.end(), t.data<std::int64_t>());
-      const std::string name = n.name + "/axes";
-      if (g.initializers.count(name)) throw InputError(g.source + ": initializer '" + name + "' already exists");
-      g.initializers.emplace(name, std::move(t));
-      n.inputs.resize(1);
-      n.inputs.push_back(name);
-      n.attributes.erase("axes");
-    }
-    n.opset = target;
-  }
-  g.opsets[""] = target;
 }
 
 namespace {
@@ -121,8 +94,13 @@ AppliedRecipe apply_recipe(const Graph& graph, const Selection& selection, const
   out.graph = graph;
   Graph& g = out.graph;
   out.opset_from = g.opsets.count("") ? g.opsets.at("") : 0;
-  upgrade_opset(g, recipe.format == QuantFormat::kInt8 ? 13 : 19);
+  const bool int8 = recipe.format == QuantFormat::kInt8;
+  const OpsetUpgrade up = upgrade_opset(g, int8 ? 13 : 19,
+                                        int8 ? "for INT8 Q/DQ nodes, which need opset 13"
+                                             : "for FP8 Q/DQ nodes, which need opset 19");
   out.opset_to = g.opsets.at("");
+  out.opset_rewritten_nodes = up.rewritten_nodes;
+  out.opset_rewrites = up.notes;
 
   const float fmax = format_max(recipe.format);
   Rewriter rw(g, recipe);

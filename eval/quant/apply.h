@@ -28,18 +28,17 @@ struct AppliedRecipe {
   int quantized_activations = 0;
   int smoothed_layers = 0;
   int opset_from = 0, opset_to = 0;  // default-domain opset before and after
+  int opset_rewritten_nodes = 0;     // nodes the opset upgrade rewrote (eval/opset_upgrade.h)
+  std::vector<std::string> opset_rewrites;  // one line per rewritten node (OpsetUpgrade::notes)
 };
 
 // Throws InputError when the calibration result lacks a selected activation or its amax is not
 // finite and positive (naming node and input), or disagrees with the graph (SmoothQuant channel
-// count); UnsupportedError when the graph's opset cannot be raised to what the format needs
-// (int8 per-channel: 13; FP8: 19).
+// count). The graph's ai.onnx opset is raised to what the format needs (int8 per-channel: 13;
+// FP8: 19) by eval::upgrade_opset: InputError below opset 7, UnsupportedError for a node whose old
+// form has no equivalent at the target.
 AppliedRecipe apply_recipe(const Graph& graph, const Selection& selection, const Recipe& recipe,
                            const CalibrationResult& calibration);
-
-// Raises the default-domain opset to `target` (>= 13), rewriting what changed on the way (Reduce*
-// `axes` attribute -> input at 18). Throws UnsupportedError for graphs below opset 13.
-void upgrade_opset(Graph& graph, int target);
 
 // Names of the nodes apply_recipe inserts for node `node` and quantizer role ("input", "q_bmm",
 // "weight", ...): "<node>/<role>_quantizer/QuantizeLinear" etc. (ModelOpt's export names).

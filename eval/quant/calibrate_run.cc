@@ -44,7 +44,9 @@ json scales_document(const Recipe& recipe, const CalibratedModel& m, const Appli
   j["weights"] = json::array();
   for (const auto& w : applied.weights)
     j["weights"].push_back({{"node", w.node}, {"weight", w.weight}, {"axis", w.axis}, {"amax", w.amax}});
-  j["opset"] = {{"from", applied.opset_from}, {"to", applied.opset_to}};
+  j["opset"] = {{"from", applied.opset_from}, {"to", applied.opset_to},
+                {"rewritten_nodes", applied.opset_rewritten_nodes},
+                {"rewrites", applied.opset_rewrites}};
   return j;
 }
 
@@ -57,6 +59,7 @@ void write_model(const Recipe& recipe, CalibratedModel& m, const AppliedRecipe& 
   m.smoothed_layers = applied.smoothed_layers;
   m.opset_from = applied.opset_from;
   m.opset_to = applied.opset_to;
+  m.opset_rewritten_nodes = applied.opset_rewritten_nodes;
   std::error_code ec;
   fs::create_directories(m.out, ec);
   if (!fs::is_directory(m.out, ec)) throw InputError(m.out.string() + ": cannot create the output folder");

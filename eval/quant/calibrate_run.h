@@ -37,6 +37,7 @@ struct CalibratedModel {
   std::string data_description;
   int quantized_activations = 0, quantized_weights = 0, smoothed_layers = 0;
   int opset_from = 0, opset_to = 0;
+  int opset_rewritten_nodes = 0;  // nodes the opset upgrade rewrote
 };
 
 struct CalibrateSummary {

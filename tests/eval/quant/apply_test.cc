@@ -1,4 +1,5 @@
 #include "eval/quant/apply.h"
+#include "eval/opset_upgrade.h"
 
 #include <gtest/gtest.h>
 
@@ -168,13 +169,20 @@ TEST(ApplyRecipe, BadCalibrationAndOldOpsetsAreInputErrors) {
               std::string::npos)
         << e.what();
   }
+  // Below opset 7 nothing is upgraded: a plain input error (exit 2) saying what is needed.
   Graph old = g;
-  old.opsets[""] = 11;
+  old.opsets[""] = 6;
+  const Selection old_sel = select_nodes(old, r);
   try {
-    upgrade_opset(old, 13);
+    apply_recipe(old, old_sel, r, empty);
     FAIL() << "no error";
   } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("opset 11 is too old"), std::string::npos);
+    FAIL() << "an UnsupportedError: " << e.what();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("opset 6 is too old for INT8 Q/DQ nodes, which need opset 13: qeval "
+                                         "upgrades opset 7 or later to 13"),
+              std::string::npos)
+        << e.what();
   }
 }
 

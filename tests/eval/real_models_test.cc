@@ -150,5 +150,35 @@ TEST(RealModels, PpOcrLayersMatchAcrossAnExportWithOtherNames) {
   }
 }
 
+// IMG.LY's ISNet matting network as two real exports: FP16 (float16 weights, Casts at its input
+// and outputs) and ONNX Runtime's dynamic INT8 quantization of it (quint8: every Conv rewritten
+// to DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul, the Mul keeping the Conv's output
+// tensor). Nodes matched by name only, none of the 119 convs matched and "quantized 0%".
+TEST(RealModels, IsnetDynamicInt8ExportMatchesTheFp16ExportConvForConv) {
+  QEVAL_REAL_MODEL(fp16_path, "isnet/isnet_fp16.onnx");
+  QEVAL_REAL_MODEL(int8_path, "isnet/isnet_quint8.onnx");
+  const Graph fp16 = load_onnx(fp16_path), int8 = load_onnx(int8_path);
+  const NodeMatch m = match_nodes(fp16, int8);
+  std::size_t convs = 0, matched_convs = 0, conv_integers = 0;
+  for (std::size_t i = 0; i < fp16.nodes.size(); ++i)
+    if (fp16.nodes[i].op_type == "Conv") convs += 1, matched_convs += m.variant_of_ref[i] >= 0;
+  for (const Node& n : int8.nodes) conv_integers += n.op_type == "ConvInteger";
+  EXPECT_EQ(convs, 119u);
+  EXPECT_EQ(conv_integers, 119u);
+  EXPECT_EQ(matched_convs, convs);
+  EXPECT_GE(m.by_output, 119u);
+  EXPECT_EQ(count_quantized_nodes(int8), 119u);  // every conv runs quantized
+  EXPECT_EQ(count_quantized_nodes(fp16), 0u);
+  std::printf("  ISNet quint8 vs fp16: %zu by name, %zu by output tensor, %zu by structure, %zu set aside, %zu unmatched\n",
+              m.by_name, m.by_output, m.by_structure, m.plumbing, m.unmatched.size());
+  // The quantized side is accounted for node by node; what the FP16 export has and the INT8 one
+  // does not (its Casts, the Resize size computations ORT folded) is listed with what it is.
+  for (const auto& u : m.unmatched) {
+    EXPECT_EQ(u.side, "reference") << u.name;
+    EXPECT_TRUE(u.reason.find("Cast") != std::string::npos || u.reason.find("shape computation") != std::string::npos)
+        << u.name << " (" << u.op << "): " << u.reason;
+  }
+}
+
 }  // namespace
 }  // namespace qeval::eval

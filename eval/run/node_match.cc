@@ -134,6 +134,7 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
   NodeMatch m;
   m.ref_of_variant.assign(var.nodes.size(), -1);
   m.variant_of_ref.assign(ref.nodes.size(), -1);
+  m.set_aside.assign(var.nodes.size(), 0);
   if (&ref == &var) {
     for (std::size_t i = 0; i < ref.nodes.size(); ++i) m.ref_of_variant[i] = m.variant_of_ref[i] = int(i);
     m.by_name = ref.nodes.size();
@@ -154,6 +155,7 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
     const Node& n = var.nodes[i];
     if (is_quantization_plumbing(n)) {
       ++m.plumbing;
+      m.set_aside[i] = 1;
       continue;
     }
     auto it = n.name.empty() ? ref_by_name.end() : ref_by_name.find(n.name);
@@ -236,6 +238,7 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
     // An FP16 export's precision change, or the rest of a matched layer's form: set aside.
     if (is_float_cast(n) || part_of_layer[i]) {
       ++m.plumbing;
+      m.set_aside[i] = 1;
       continue;
     }
     m.unmatched.push_back({"variant", n.name, n.op_type,
@@ -283,10 +286,10 @@ LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
     for (const std::string& v : var.nodes[i].inputs) {
       if (v.empty() || var.initializers.count(v) || seen_inputs.count(v)) continue;
       auto p = var_producers.find(v);
-      // Plumbing and an FP16 export's float Casts run with the node: the reference value enters
-      // where the variant's own data enters.
-      if (p != var_producers.end() && (is_quantization_plumbing(var.nodes[p->second.node]) ||
-                                       (is_float_cast(var.nodes[p->second.node]) && match.ref_of_variant[p->second.node] < 0))) {
+      // What was set aside (plumbing, an FP16 export's float Casts, the rest of the layer's
+      // rewritten form) runs with the node: the reference value enters where the variant's own
+      // data enters.
+      if (p != var_producers.end() && match.set_aside[p->second.node]) {
         todo.push_back(p->second.node);
         continue;
       }
@@ -341,7 +344,8 @@ std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const
   std::vector<LocalPlan> plans(var.nodes.size());
   for (std::size_t i = 0; i < var.nodes.size(); ++i) {
     if (match.ref_of_variant[i] < 0) {
-      plans[i].error = is_quantization_plumbing(var.nodes[i]) ? "quantization plumbing" : "no reference counterpart";
+      plans[i].error = match.set_aside[i] ? "set aside (quantization plumbing, a float Cast, part of a layer's form)"
+                                          : "no reference counterpart";
       continue;
     }
     plans[i] = plan_one(ref, var, match, var_producers, i);

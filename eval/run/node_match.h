@@ -33,7 +33,9 @@ struct NodeMatch {
   std::vector<int> ref_of_variant;  // per variant node: the reference node's index, -1 for none
   std::vector<int> variant_of_ref;  // per reference node: the variant node's index, -1 for none
   std::size_t by_name = 0, by_output = 0, by_structure = 0;  // nodes matched by each method
-  std::size_t plumbing = 0;  // variant nodes set aside: quantization plumbing, unmatched float Casts
+  std::size_t plumbing = 0;  // variant nodes set aside: quantization plumbing, unmatched float Casts,
+                             // the rest of a layer's rewritten form (ConvInteger behind a matched Mul)
+  std::vector<char> set_aside;  // per variant node: one of those (local runs include them)
   std::vector<UnmatchedNodeInfo> unmatched;
 };
 

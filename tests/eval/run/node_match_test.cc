@@ -174,6 +174,13 @@ TEST(NodeMatch, OnnxRuntimesDynamicInt8FormMatchesByOutputTensorAndCountsAsQuant
   EXPECT_EQ(m.plumbing, 4u);
   EXPECT_TRUE(m.unmatched.empty());
   EXPECT_EQ(count_quantized_nodes(var), 1u);  // the ConvInteger
+  // Local error re-runs the whole form on the reference's Conv input.
+  const auto plans = plan_local_runs(ref, var, m);
+  const LocalPlan& conv = plans[index_of(var, "Conv_0_quant_output_scale_mul")];
+  ASSERT_TRUE(conv.ok()) << conv.error;
+  EXPECT_EQ(conv.nodes.size(), 5u);  // DynamicQuantizeLinear, ConvInteger, Cast, both Muls
+  ASSERT_EQ(conv.inputs.size(), 1u);
+  EXPECT_EQ(conv.inputs[0], (std::pair<std::string, std::string>{"x", "x"}));
 }
 
 TEST(NodeMatch, LocalPlanTakesThePlumbingAndMapsInputsToReferenceValues) {

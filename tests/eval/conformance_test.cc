@@ -118,12 +118,18 @@ std::string run_node_test(const Graph& graph, const fs::path& dir) {
   return "";
 }
 
-TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
-  if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " missing: install libonnx-testdata";
+// Every node test folder, sorted.
+std::vector<fs::path> node_test_dirs() {
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(kNodeTests))
     if (e.is_directory()) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
+  if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " missing: install libonnx-testdata";
+  const std::vector<fs::path> dirs = node_test_dirs();
 
   int passed = 0, failed = 0, skipped = 0;
   std::ofstream log(fs::path(QEVAL_BINARY).parent_path() / "onnx_conformance.txt");
@@ -178,10 +184,7 @@ TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
 // skipped with the reason; build/onnx_conformance_upgraded.txt lists each.
 TEST(OnnxConformance, OldOpsetNodeTestsPassAfterTheOpsetUpgrade) {
   if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " missing: install libonnx-testdata";
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(kNodeTests))
-    if (e.is_directory()) dirs.push_back(e.path());
-  std::sort(dirs.begin(), dirs.end());
+  const std::vector<fs::path> dirs = node_test_dirs();
 
   const fs::path log_path = fs::path(QEVAL_BINARY).parent_path() / "onnx_conformance_upgraded.txt";
   std::ofstream log(log_path);

@@ -86,7 +86,15 @@ class SingleModelDriver : public RunDriver {
 
   std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const override {
     auto t = std::make_unique<SingleModelThread>();
-    for (const auto& v : variants) t->sessions.push_back(std::make_unique<Session>(*v.graphs.at("model"), v.options));
+    // One buffer pool for every variant's session of this thread (they run interleaved): a buffer
+    // one variant's execution gives back serves the next, instead of each session keeping a
+    // whole run's worth (a 1024x1024 model's peak is ~2 GB a session).
+    const std::shared_ptr<BufferPool> pool = Session::make_pool();
+    for (const auto& v : variants) {
+      SessionOptions options = v.options;
+      options.pool = pool;
+      t->sessions.push_back(std::make_unique<Session>(*v.graphs.at("model"), options));
+    }
     return t;
   }
 
@@ -104,18 +112,62 @@ class SingleModelDriver : public RunDriver {
     sample.prompt = samples_[index].string();
     sample.variants.resize(nv);
     std::vector<std::map<std::string, Tensor>> outputs(nv);
-    for (std::size_t v : order) {
-      std::unique_ptr<LockstepObserver> obs;
-      if (ctx.observation) obs = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, id, index);
-      const ModelCall call{"model", id, 0, -1};
+    const ModelCall call{"model", id, 0, -1};
+    std::vector<double> ms(nv, 0.0);
+    auto timed = [&](std::size_t v, auto&& f) {
       const auto t0 = std::chrono::steady_clock::now();
-      outputs[v] = th.sessions[v]->run(inputs, obs ? obs->begin(call) : nullptr);
-      sample.variants[v].elapsed_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (v == r && ctx.observation)
-        for (std::size_t w : order)
-          if (w != r) run_local_errors(*ctx.observation, w, *ctx.capture, *ctx.local, out.layers);
+      f();
+      ms[v] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    auto local_errors = [&] {
+      for (std::size_t w : order)
+        if (w != r) run_local_errors(*ctx.observation, w, *ctx.capture, *ctx.local, out.layers);
+    };
+    std::vector<std::unique_ptr<LockstepObserver>> observers(nv);
+    if (ctx.observation)
+      for (std::size_t v : order)
+        observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, id, index);
+    if (ctx.observation && ctx.interleave) {
+      // Every variant's call in lockstep with the reference's, node by node (as txt2img's model
+      // calls): the capture borrows the reference's values instead of copying them, and without
+      // local error each goes back to the pool once its readers have compared. A 1024x1024 model
+      // no longer holds a copy of every reference activation.
+      std::vector<std::unique_ptr<Session::Execution>> runs(nv);
+      std::vector<Session::Execution*> executions(nv);
+      std::vector<LockstepObserver*> lockstep(nv);
+      for (std::size_t v : order) {
+        timed(v, [&] {
+          runs[v] = std::make_unique<Session::Execution>(*th.sessions[v], inputs, observers[v]->begin(call),
+                                                         v == r && ctx.observation->local_error);
+        });
+        executions[v] = runs[v].get();
+        lockstep[v] = observers[v].get();
+      }
+      {
+        struct Borrowing {
+          Capture& c;
+          explicit Borrowing(Capture& capture) : c(capture) { c.borrowing = true; }
+          ~Borrowing() {
+            c.borrowing = false;
+            c.forget();
+          }
+        } borrowing(*ctx.capture);
+        run_lockstep(r, executions, lockstep, ms, ctx.lockstep_window);
+        local_errors();
+      }
+      for (std::size_t v : order)
+        timed(v, [&] {
+          outputs[v] = runs[v]->finish();
+          observers[v]->end(call, outputs[v]);
+        });
+      th.sessions[r]->drop_retained();
+    } else {
+      for (std::size_t v : order) {
+        timed(v, [&] { outputs[v] = th.sessions[v]->run(inputs, observers[v] ? observers[v]->begin(call) : nullptr); });
+        if (v == r && ctx.observation) local_errors();
+      }
     }
+    for (std::size_t v = 0; v < nv; ++v) sample.variants[v].elapsed_ms = ms[v];
     // Every float output, pooled: energies add over outputs.
     for (std::size_t v = 0; v < nv; ++v) {
       if (v == r) continue;

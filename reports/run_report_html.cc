@@ -643,6 +643,27 @@ std::string render_unmatched(const RunReport& r) {
   return h + "</section>";
 }
 
+std::string render_unquantized(const RunReport& r) {
+  std::string h = section("unquantized", "Nodes each recipe left in float",
+                          "quantizable nodes (by structure: convs, linears, attention matmuls) that a recipe "
+                          "variant did not quantize, and why");
+  bool any = false;
+  for (const auto& v : r.variants) {
+    if (v.kind != VariantKind::kRecipe) continue;
+    any = true;
+    h += fmt::format("<p><b>{}</b>: {} node(s) left in float</p>", esc(v.name), v.unquantized.size());
+    if (v.unquantized.empty()) continue;
+    h += "<table class=\"sortable\"><thead><tr><th>model</th><th>node</th><th>op</th><th>why</th></tr>"
+         "</thead><tbody>";
+    for (const auto& u : v.unquantized)
+      h += "<tr><td>" + esc(u.model) + "</td><td>" + esc(u.name) + "</td><td>" + esc(u.op) + "</td><td>" +
+           esc(u.reason) + "</td></tr>";
+    h += "</tbody></table>";
+  }
+  if (!any) h += "<p>No variant is a recipe.</p>";
+  return h + "</section>";
+}
+
 std::string render_config(const RunReport& r) {
   std::string h = section("config", "Configuration and fingerprints");
   const RunConfig& c = r.config;
@@ -768,6 +789,7 @@ std::string render_html(const RunReport& r) {
   h += render_histograms(r);
   h += render_nonfinite(r);
   h += render_unmatched(r);
+  h += render_unquantized(r);
   h += render_config(r);
   std::string js(kRunJs);
   auto replace = [&](std::string_view what, const std::string& with) {

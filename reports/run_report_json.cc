@@ -66,6 +66,9 @@ json variant_json(const Variant& v) {
   json unmatched = json::array();
   for (const auto& u : v.unmatched)
     unmatched.push_back({{"side", u.side}, {"name", u.name}, {"op", u.op}, {"reason", u.reason}});
+  json unquantized = json::array();
+  for (const auto& u : v.unquantized)
+    unquantized.push_back({{"model", u.model}, {"name", u.name}, {"op", u.op}, {"reason", u.reason}});
   json metrics = json::array();
   for (const auto& s : v.summary.metrics) metrics.push_back(summary_row_json(s));
   json timings = json::array();
@@ -84,6 +87,7 @@ json variant_json(const Variant& v) {
           {"matched_by_output", v.matched_by_output},
           {"matched_by_structure", v.matched_by_structure},
           {"unmatched", unmatched},
+          {"unquantized", unquantized},
           {"summary",
            {{"samples", v.summary.samples},
             {"errors", v.summary.errors},
@@ -379,6 +383,11 @@ Variant read_variant(const In& in) {
   for (std::size_t i = 0; i < unmatched.size(); ++i) {
     In u = unmatched[i];
     v.unmatched.push_back({u["side"].str(), u["name"].str(), u["op"].str(), u["reason"].str()});
+  }
+  In unquantized = in["unquantized"];
+  for (std::size_t i = 0; i < unquantized.size(); ++i) {
+    In u = unquantized[i];
+    v.unquantized.push_back({u["model"].str(), u["name"].str(), u["op"].str(), u["reason"].str()});
   }
   In sum = in["summary"];
   v.summary.samples = sum["samples"].count();

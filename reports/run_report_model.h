@@ -60,6 +60,13 @@ std::string_view variant_kind_name(VariantKind k);                 // "precision
 std::optional<VariantKind> parse_variant_kind(std::string_view s);
 
 // A node of either graph that could not be matched across a reference and a separate ONNX variant.
+// A node a recipe variant could have quantized and left in float, and why.
+struct UnquantizedNode {
+  std::string model, name, op;
+  std::string reason;  // e.g. "recipe level 3 < 4 (attention QK^T)", "default exclusion (...)"
+  bool operator==(const UnquantizedNode&) const = default;
+};
+
 struct UnmatchedNode {
   std::string side;  // "reference" | "variant": the graph the node belongs to
   std::string name, op;
@@ -88,6 +95,8 @@ struct Variant {
   std::size_t matched_by_name = 0, matched_by_output = 0, matched_by_structure = 0;
   std::vector<UnmatchedNode> unmatched;
   VariantSummary summary;
+  // kind == kRecipe: every quantizable node the recipe left in float, with the reason.
+  std::vector<UnquantizedNode> unquantized;
   std::optional<double> quantized_share() const {
     if (total_nodes == 0) return std::nullopt;
     return double(quantized_nodes) / double(total_nodes);

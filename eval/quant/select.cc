@@ -238,9 +238,12 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
     if (level == 0 && !other) continue;
     s.candidates[static_cast<std::size_t>(t.category)]++;
     bool on = other || recipe.level >= level;
+    std::string why = on ? "" : "recipe level " + level_string(recipe.level) + " < " + level_string(level) + " (" +
+                                    category_name(t.category) + ")";
     if (on && default_exclusions && matches(defaults, t)) {
       on = false;
       s.excluded_by_default++;
+      why = "default exclusion (TensorRT demo's list of diffusers UNet layers)";
     }
     if (!on && any(include, t)) {
       on = true;
@@ -249,12 +252,17 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
     if (on && any(exclude, t)) {
       on = false;
       s.excluded_by_pattern++;
+      why = "the recipe's 'exclude' pattern";
     }
     if (on && keep.count(t.node)) {
       on = false;
       s.excluded_by_name++;
+      why = "the recipe's 'exclude_nodes'";
     }
-    if (!on) continue;
+    if (!on) {
+      s.left_out.push_back({t.node, t.op_type, t.category, why});
+      continue;
+    }
     s.selected[static_cast<std::size_t>(t.category)]++;
     s.targets.push_back(t);
   }

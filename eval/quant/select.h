@@ -57,8 +57,16 @@ struct QuantTarget {
 // Every node's structural category (indexed like graph.nodes) with its quantization target shape.
 std::vector<QuantTarget> classify_nodes(const Graph& graph);
 
+// A candidate the recipe leaves in float, and why.
+struct LeftOut {
+  std::string node, op_type;
+  NodeCategory category = NodeCategory::kNone;
+  std::string reason;  // "level 2 < 3 (other linear)", "default exclusion", "'exclude' pattern", ...
+};
+
 struct Selection {
   std::vector<QuantTarget> targets;  // in graph order
+  std::vector<LeftOut> left_out;     // every other candidate, in graph order
   std::array<int, kNodeCategoryCount> candidates{};  // by category, before level and patterns
   std::array<int, kNodeCategoryCount> selected{};
   int excluded_by_default = 0;  // level-selected nodes the demo's default exclusions removed

@@ -46,6 +46,8 @@ BuiltVariant recipe_variant(const VariantSpec& v, RunDriver::RecipeGraphs r) {
   b.calibration = r.calibration;
   b.calibration_cache_hit = r.cache_hit;
   b.calibration_s = r.calibration_s;
+  for (const auto& q : r.quantized)
+    for (const auto& l : q.selection.left_out) b.unquantized.push_back({q.model, l.node, l.op_type, l.reason});
   return b;
 }
 

@@ -39,6 +39,7 @@ struct BuiltVariant {
   std::optional<reports::Artifact> calibration;  // recipe variants: the calibration set
   bool calibration_cache_hit = false;
   double calibration_s = 0;
+  std::vector<reports::UnquantizedNode> unquantized;  // recipe variants: what the recipe left in float
 };
 
 // The per-sample metric every driver reports beside its own: output values that are NaN/Inf where

@@ -170,6 +170,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
       out.onnx->fingerprint = graphs_fingerprint(gs);
     }
     out.reference = v == r;
+    out.unquantized = b.unquantized;
     for (const auto& m : driver.models()) {
       const Graph& g = *b.graphs.at(m);
       for (const Node& n : g.nodes)

@@ -45,14 +45,14 @@ inline reports::RunReport synthetic_run_report(const SyntheticRunShape& shape = 
   r.config.settings = {{"guidance_scale", "5.0"}, {"observe", "layers,timesteps"}};
   r.metrics = {{"psnr_db", "PSNR dB", true}, {"ssim", "SSIM", true}, {"ms_ssim", "MS-SSIM", true}};
 
-  Variant ref{"fp32", VariantKind::kPrecision, "fp32", {}, {}, true, 412, 0, 0, 0, 0, {}, {}};
-  Variant fp16{"fp16", VariantKind::kPrecision, "fp16", {}, {}, false, 412, 0, 0, 0, 0, {}, {}};
+  Variant ref{"fp32", VariantKind::kPrecision, "fp32", {}, {}, true, 412, 0, 0, 0, 0, {}, {}, {}};
+  Variant fp16{"fp16", VariantKind::kPrecision, "fp16", {}, {}, false, 412, 0, 0, 0, 0, {}, {}, {}};
   Variant int8{"int8-l3", VariantKind::kRecipe, "fp16",
                Artifact{"int8-level3", "recipes/int8_level3.json", "sha256:5e6f7a8b"}, {}, false,
-               412, 261, 0, 0, 0, {}, {}};
+               412, 261, 0, 0, 0, {}, {}, {{"unet", "/conv_in/Conv", "Conv", "default exclusion"}}};
   Variant fp8{"fp8-qdq", VariantKind::kOnnx, "fp16", {},
               Artifact{"unet_fp8_qdq", "exports/unet_fp8_qdq.onnx", "sha256:9c0d1e2f"}, false,
-              412, 240, 380, 0, 28, {}, {}};
+              412, 240, 380, 0, 28, {}, {}, {}};
   fp8.unmatched = {{"variant", "/up_blocks.1/attn/QuantizeLinear_7", "QuantizeLinear",
                     "Q/DQ pair around a node with no reference counterpart"},
                    {"reference", "up_blocks.1.attn.to_out.1", "Dropout",

@@ -27,7 +27,7 @@ using testing::run_chromium;
 
 const char* const kSections[] = {"verdict",   "gate",       "variants",   "samples",
                                  "layers",    "timestep-heatmap", "step-curves", "histograms",
-                                 "nonfinite", "unmatched",  "config"};
+                                 "nonfinite", "unmatched",  "unquantized", "config"};
 
 TEST(RunReportHtml, IsSelfContainedWithEverySection) {
   const std::string h = render_html(testing::synthetic_run_report());

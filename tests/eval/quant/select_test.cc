@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <numeric>
+
 #include "eval/json_config.h"
 #include "eval/onnx_import.h"
 #include "eval/quant/mini_block.h"
@@ -107,7 +110,16 @@ TEST(SelectNodes, DefaultExclusionsApplyToDiffusersUnetsOnly) {
     for (auto& i : n.inputs)
       if (i == "sample") i = "image";
   EXPECT_FALSE(is_diffusers_unet(other));
-  EXPECT_EQ(select_nodes(unet, recipe(1)).excluded_by_default, 2);  // conv_in, conv_out
+  const Selection in_unet = select_nodes(unet, recipe(1));
+  EXPECT_EQ(in_unet.excluded_by_default, 2);  // conv_in, conv_out
+  // Every candidate left in float is listed with the reason.
+  std::map<std::string, std::string> why;
+  for (const auto& l : in_unet.left_out) why[l.node] = l.reason;
+  EXPECT_EQ(why.size() + in_unet.targets.size(), std::size_t(std::accumulate(in_unet.candidates.begin(), in_unet.candidates.end(), 0)));
+  EXPECT_NE(why["/conv_in/Conv"].find("default exclusion"), std::string::npos) << why["/conv_in/Conv"];
+  EXPECT_NE(why["/attn/attn1/to_q/MatMul"].find("recipe level 1 < 2.5"), std::string::npos) << why["/attn/attn1/to_q/MatMul"];
+  for (const auto& l : select_nodes(unet, recipe(1, R"(, "exclude": ["conv1"])"), true).left_out)
+    if (l.node == "/block/conv1/Conv") EXPECT_NE(l.reason.find("'exclude'"), std::string::npos) << l.reason;
   const Selection s = select_nodes(other, recipe(1));
   EXPECT_EQ(s.excluded_by_default, 0);
   EXPECT_EQ(names(s), (std::vector<std::string>{"/conv_in/Conv", "/block/conv1/Conv", "/conv_out/Conv"}));

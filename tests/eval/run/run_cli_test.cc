@@ -106,6 +106,10 @@ TEST(RunCli, SingleModelWithARecipeVariantCalibratesOnceThenReadsTheCache) {
     const auto& int8 = j["variants"][2];
     EXPECT_EQ(int8["kind"], "recipe");
     EXPECT_GT(int8["quantized_nodes"].get<int>(), 0);
+    // What level 3 leaves in float (vit_block's attention matmuls, level 4) is listed with why.
+    ASSERT_FALSE(int8["unquantized"].empty());
+    EXPECT_NE(int8["unquantized"][0]["reason"].get<std::string>().find("recipe level 3 < 4"), std::string::npos)
+        << int8["unquantized"].dump();
     EXPECT_EQ(int8["summary"]["timings"][1]["name"], run == 0 ? "calibration_s" : "calibration_s_cached");
     const auto& sqnr = j["samples"][0]["results"][2]["metrics"]["output_sqnr_db"];
     EXPECT_GT(sqnr.get<double>(), 20.0);

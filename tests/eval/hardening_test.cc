@@ -164,5 +164,211 @@ TEST(IntegerDivision, ModByZeroIsAnInputErrorNamingTheNode) {
   EXPECT_TRUE(contains(e, "node 'mod_by_zero' (Mod): integer modulo by zero")) << e;
 }
 
+// ---- 2. external data stays inside the model's folder --------------------------------------------
+
+// A model whose initializer 'w' (float32 [4]) is external data with these keys; written as
+// dir/model/m.onnx. Returns the model's path.
+fs::path write_external_model(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& keys,
+                              std::vector<std::int64_t> dims = {4}) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {4}).output("y", onnx::TensorProto::FLOAT, {4});
+  b.node("Mul", {"x", "w"}, {"y"}, "mul");
+  auto* t = b.proto().mutable_graph()->add_initializer();
+  t->set_name("w");
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (auto d : dims) t->add_dims(d);
+  t->set_data_location(onnx::TensorProto::EXTERNAL);
+  for (const auto& [k, v] : keys) {
+    auto* kv = t->add_external_data();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
+  testing::write_bytes(dir / "model" / "m.onnx", b.bytes());
+  return dir / "model" / "m.onnx";
+}
+
+void write_weights(const fs::path& path, const std::vector<float>& w) {
+  std::vector<std::uint8_t> bytes(w.size() * sizeof(float));
+  std::memcpy(bytes.data(), w.data(), bytes.size());
+  testing::write_bytes(path, bytes);
+}
+
+std::string load_error(const fs::path& model) {
+  return input_error([&] { load_onnx(model); });
+}
+
+TEST(ExternalData, LocationsOutsideTheModelsFolderAreRejected) {
+  testing::ScratchDir dir("ext-outside");
+  write_weights(dir / "outside.bin", {1, 2, 3, 4});
+  write_weights(dir / "model" / "inside.bin", {1, 2, 3, 4});
+  // The legitimate case still loads.
+  EXPECT_NO_THROW(load_onnx(write_external_model(dir.path(), {{"location", "inside.bin"}})));
+
+  const std::string up = load_error(write_external_model(dir.path(), {{"location", "../outside.bin"}}));
+  EXPECT_TRUE(contains(up, "initializer 'w'")) << up;
+  EXPECT_TRUE(contains(up, "'../outside.bin'")) << up;
+  EXPECT_TRUE(contains(up, "outside the model's folder")) << up;
+
+  const std::string deep = load_error(write_external_model(dir.path(), {{"location", "../../../../../../../etc/passwd"}}));
+  EXPECT_TRUE(contains(deep, "outside the model's folder")) << deep;
+
+  for (const char* absolute : {"/etc/passwd", "/dev/zero"}) {
+    const std::string e = load_error(write_external_model(dir.path(), {{"location", absolute}}));
+    EXPECT_TRUE(contains(e, "initializer 'w'") && contains(e, absolute) && contains(e, "absolute path")) << e;
+  }
+  // A folder whose name starts like the model's folder is not inside it (component-wise prefix).
+  write_weights(dir / "model2" / "w.bin", {1, 2, 3, 4});
+  const std::string sibling = load_error(write_external_model(dir.path(), {{"location", "../model2/w.bin"}}));
+  EXPECT_TRUE(contains(sibling, "outside the model's folder")) << sibling;
+}
+
+TEST(ExternalData, SymlinksAreResolvedBeforeTheCheck) {
+  testing::ScratchDir dir("ext-symlink");
+  write_weights(dir / "outside.bin", {1, 2, 3, 4});
+  write_weights(dir / "model" / "real.bin", {5, 6, 7, 8});
+  fs::create_symlink(dir / "outside.bin", dir / "model" / "escape.bin");
+  fs::create_symlink("/dev/zero", dir / "model" / "zero.bin");
+  fs::create_symlink("real.bin", dir / "model" / "alias.bin");
+
+  const std::string escape = load_error(write_external_model(dir.path(), {{"location", "escape.bin"}}));
+  EXPECT_TRUE(contains(escape, "'escape.bin'") && contains(escape, "outside the model's folder")) << escape;
+  const std::string zero = load_error(write_external_model(dir.path(), {{"location", "zero.bin"}}));
+  EXPECT_TRUE(contains(zero, "'zero.bin'") && contains(zero, "outside the model's folder")) << zero;
+
+  // A link that stays inside the folder is fine.
+  Graph g = load_onnx(write_external_model(dir.path(), {{"location", "alias.bin"}}));
+  EXPECT_EQ(g.initializers.at("w").data<float>()[3], 8.0f);
+}
+
+TEST(ExternalData, AFifoIsRejectedWithoutBlocking) {
+  testing::ScratchDir dir("ext-fifo");
+  const fs::path model = write_external_model(dir.path(), {{"location", "weights.fifo"}});
+  const fs::path fifo = dir / "model" / "weights.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Should the loader block in open() (the old behaviour), a writer comes after 5 s and closes at
+  // once, so that the test fails instead of hanging.
+  std::atomic<bool> done{false};
+  std::thread unblock([&] {
+    for (int i = 0; i < 100 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (done) return;
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    if (fd >= 0) ::close(fd);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e = load_error(model);
+  done = true;
+  unblock.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(contains(e, "'weights.fifo'") && contains(e, "not a regular file")) << e;
+
+  fs::create_directories(dir / "model" / "folder.bin");
+  const std::string folder = load_error(write_external_model(dir.path(), {{"location", "folder.bin"}}));
+  EXPECT_TRUE(contains(folder, "not a regular file")) << folder;
+}
+
+TEST(ExternalData, OffsetsAndLengthsAreCheckedBeforeReading) {
+  testing::ScratchDir dir("ext-offsets");
+  write_weights(dir / "model" / "w.bin", {1, 2, 3, 4, 5});  // 20 bytes
+  Graph ok = load_onnx(write_external_model(dir.path(), {{"location", "w.bin"}, {"offset", "4"}, {"length", "16"}}));
+  EXPECT_EQ(ok.initializers.at("w").data<float>()[0], 2.0f);
+
+  // Not numbers: std::stoll threw std::invalid_argument / out_of_range (exit 3) or read "12abc" as 12.
+  for (const char* bad : {"abc", "12abc", "-4", "", "99999999999999999999999"}) {
+    const std::string off = load_error(write_external_model(dir.path(), {{"location", "w.bin"}, {"offset", bad}}));
+    EXPECT_TRUE(contains(off, "initializer 'w'") && contains(off, "offset '" + std::string(bad) + "'") &&
+                contains(off, "not a non-negative integer"))
+        << bad << ": " << off;
+    const std::string len = load_error(write_external_model(dir.path(), {{"location", "w.bin"}, {"length", bad}}));
+    EXPECT_TRUE(contains(len, "length '" + std::string(bad) + "'")) << bad << ": " << len;
+  }
+  const std::string past = load_error(write_external_model(dir.path(), {{"location", "w.bin"}, {"offset", "8"}}));
+  EXPECT_TRUE(contains(past, "too short") && contains(past, "the file has 20")) << past;
+  const std::string beyond =
+      load_error(write_external_model(dir.path(), {{"location", "w.bin"}, {"offset", "9223372036854775807"}}));
+  EXPECT_TRUE(contains(beyond, "too short")) << beyond;
+  const std::string length = load_error(write_external_model(dir.path(), {{"location", "w.bin"}, {"length", "20"}}));
+  EXPECT_TRUE(contains(length, "length 20 does not match shape [4]")) << length;
+}
+
+// The CLI: exit 2 naming the tensor and the location; the bytes of the outside file never come out.
+TEST(ExternalData, QevalInferExitsTwoForWeightsOutsideTheFolder) {
+  testing::ScratchDir dir("ext-cli");
+  write_weights(dir / "secret.bin", {11, 22, 33, 44});
+  const fs::path model = write_external_model(dir.path(), {{"location", "../secret.bin"}});
+  fs::create_directories(dir / "in");
+  datasets::write_npy(dir / "in" / "x.npy", floats({4}, {1, 1, 1, 1}));
+  const auto r = testing::run_qeval("infer --model " + model.string() + " --inputs " + (dir / "in").string() +
+                                    " --outputs " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "initializer 'w'") && contains(r.out, "../secret.bin")) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out" / "y.npy"));
+}
+
+// ---- 3. sizes are checked before allocation; element counts that overflow ------------------------
+
+TEST(TensorSizes, AHugeShapeOverLittleDataIsRejectedBeforeAllocating) {
+  const std::vector<std::int64_t> huge = {std::int64_t(1) << 40};
+  // raw_data
+  OnnxBuilder raw;
+  raw.input("x", onnx::TensorProto::FLOAT, {1}).output("y", onnx::TensorProto::FLOAT);
+  raw.node("Mul", {"x", "w"}, {"y"}, "mul");
+  raw.initializer_raw<float>("w", onnx::TensorProto::FLOAT, {1, 2, 3, 4}, huge);
+  const std::string r = input_error([&] { raw.graph(); });
+  EXPECT_TRUE(contains(r, "initializer 'w'") && contains(r, "raw_data has 16 bytes") && contains(r, "[1099511627776]"))
+      << r;
+  // typed field
+  OnnxBuilder typed;
+  typed.input("x", onnx::TensorProto::FLOAT, {1}).output("y", onnx::TensorProto::FLOAT);
+  typed.node("Mul", {"x", "w"}, {"y"}, "mul");
+  typed.initializer("w", {1, 2, 3, 4}, huge);
+  const std::string t = input_error([&] { typed.graph(); });
+  EXPECT_TRUE(contains(t, "initializer 'w'") && contains(t, "has 4 values for shape [1099511627776]")) << t;
+  // external data: the file is 16 bytes
+  testing::ScratchDir dir("huge-ext");
+  write_weights(dir / "model" / "w.bin", {1, 2, 3, 4});
+  const std::string e = load_error(write_external_model(dir.path(), {{"location", "w.bin"}}, huge));
+  EXPECT_TRUE(contains(e, "initializer 'w'") && contains(e, "'w.bin'") && contains(e, "too short")) << e;
+}
+
+TEST(TensorSizes, ElementCountsThatOverflowAreInputErrors) {
+  const std::int64_t big = std::int64_t(1) << 32;
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1}).output("y", onnx::TensorProto::FLOAT);
+  b.node("Mul", {"x", "w"}, {"y"}, "mul");
+  b.initializer_raw<float>("w", onnx::TensorProto::FLOAT, {1, 2, 3, 4}, {big, big, big});
+  const std::string e = input_error([&] { b.graph(); });
+  EXPECT_TRUE(contains(e, "initializer 'w'") && contains(e, "more elements than fit in 64 bits")) << e;
+
+  // A Constant node's tensor attribute goes the same way.
+  OnnxBuilder c;
+  c.input("x", onnx::TensorProto::FLOAT, {1}).output("y", onnx::TensorProto::FLOAT);
+  auto& node = c.node("Constant", {}, {"k"}, "const");
+  auto* a = node.add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  for (int i = 0; i < 3; ++i) a->mutable_t()->add_dims(big);
+  c.node("Mul", {"x", "k"}, {"y"}, "mul");
+  const std::string ce = input_error([&] { c.graph(); });
+  EXPECT_TRUE(contains(ce, "node 'const'") && contains(ce, "more elements than fit in 64 bits")) << ce;
+}
+
+TEST(TensorSizes, InferShapeOptionsThatOverflowExitTwo) {
+  const std::string e = input_error([] { parse_shape_option("x=4294967296,4294967296,4294967296"); });
+  EXPECT_TRUE(contains(e, "--shape 'x=4294967296,4294967296,4294967296'") && contains(e, "more elements")) << e;
+
+  testing::ScratchDir dir("shape-cli");
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {-1}).output("y", onnx::TensorProto::FLOAT);
+  b.node("Relu", {"x"}, {"y"}, "relu");
+  testing::write_bytes(dir / "m.onnx", b.bytes());
+  fs::create_directories(dir / "in");
+  datasets::write_npy(dir / "in" / "x.npy", floats({4}, {1, 2, 3, 4}));
+  const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
+                                    " --outputs " + (dir / "out").string() + " --shape x=4294967296,4294967296,4294967296");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "more elements than fit in 64 bits")) << r.out;
+}
+
 }  // namespace
 }  // namespace qeval::eval

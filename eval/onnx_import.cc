@@ -356,8 +356,9 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
 
   std::unordered_set<std::string> init_names;
   for (const auto& init : graph.initializer()) {
+    if (!init_names.insert(init.name()).second)
+      throw InputError(name + ": two initializers are named '" + init.name() + "'");
     g.initializers.emplace(init.name(), tensor_from_proto(init, external_dir, name + ": initializer '" + init.name() + "'"));
-    init_names.insert(init.name());
   }
   for (const auto& in : graph.input())
     if (!init_names.count(in.name())) g.inputs.push_back(value_info(in, name));
@@ -386,10 +387,26 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
     nodes.push_back(std::move(n));
   }
 
+  // A value has one producer (ONNX graphs are in SSA form). Otherwise the last writer won
+  // silently, and a node output named like a graph input or initializer hid it from some readers.
+  std::unordered_set<std::string> graph_input_names;
+  for (const auto& in : graph.input()) graph_input_names.insert(in.name());
   std::unordered_map<std::string, std::size_t> producer;
   for (std::size_t i = 0; i < nodes.size(); ++i)
-    for (const auto& o : nodes[i].outputs)
-      if (!o.empty()) producer[o] = i;
+    for (const auto& o : nodes[i].outputs) {
+      if (o.empty()) continue;
+      if (init_names.count(o))
+        throw InputError(name + ": " + nodes[i].describe() + " writes '" + o +
+                         "', which is an initializer's name (a value has one producer)");
+      if (graph_input_names.count(o))
+        throw InputError(name + ": " + nodes[i].describe() + " writes '" + o +
+                         "', which is a graph input's name (a value has one producer)");
+      auto [it, fresh] = producer.emplace(o, i);
+      if (!fresh)
+        throw InputError(name + ": " + (it->second == i ? nodes[i].describe() + " lists output '" + o + "' twice"
+                                                         : nodes[it->second].describe() + " and " + nodes[i].describe() +
+                                                               " both produce '" + o + "' (a value has one producer)"));
+    }
   std::vector<int> state(nodes.size(), 0);  // 0 new, 1 on stack, 2 done
   std::vector<std::size_t> order;
   order.reserve(nodes.size());

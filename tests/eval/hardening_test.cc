@@ -370,5 +370,54 @@ TEST(TensorSizes, InferShapeOptionsThatOverflowExitTwo) {
   EXPECT_TRUE(contains(r.out, "more elements than fit in 64 bits")) << r.out;
 }
 
+// ---- 4. a value has one producer --------------------------------------------------------------
+
+TEST(SingleProducer, TwoNodesWritingOneValueAreRejectedNamingBoth) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT);
+  b.node("Relu", {"x"}, {"y"}, "first");
+  b.node("Neg", {"x"}, {"y"}, "second");
+  const std::string e = input_error([&] { b.graph(); });
+  EXPECT_TRUE(contains(e, "node 'first' (Relu)") && contains(e, "node 'second' (Neg)") && contains(e, "'y'")) << e;
+}
+
+TEST(SingleProducer, NodeOutputsMayNotShadowGraphInputsOrInitializers) {
+  OnnxBuilder in;
+  in.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT);
+  in.node("Relu", {"x"}, {"x"}, "overwrite_input");
+  in.node("Neg", {"x"}, {"y"}, "neg");
+  const std::string e = input_error([&] { in.graph(); });
+  EXPECT_TRUE(contains(e, "node 'overwrite_input' (Relu)") && contains(e, "graph input")) << e;
+
+  OnnxBuilder init;
+  init.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT);
+  init.initializer("w", {1, 2}, {2});
+  init.node("Relu", {"x"}, {"w"}, "overwrite_weight");
+  init.node("Mul", {"x", "w"}, {"y"}, "mul");
+  const std::string ie = input_error([&] { init.graph(); });
+  EXPECT_TRUE(contains(ie, "node 'overwrite_weight' (Relu)") && contains(ie, "initializer")) << ie;
+
+  // A Constant node is a producer too (it became an initializer silently ignored by emplace).
+  OnnxBuilder k;
+  k.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT);
+  k.initializer("w", {1, 2}, {2});
+  auto& c = k.node("Constant", {}, {"w"}, "const_w");
+  auto* a = c.add_attribute();
+  a->set_name("value_float");
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(3);
+  k.node("Mul", {"x", "w"}, {"y"}, "mul");
+  const std::string ke = input_error([&] { k.graph(); });
+  EXPECT_TRUE(contains(ke, "node 'const_w' (Constant)") && contains(ke, "initializer")) << ke;
+
+  OnnxBuilder twice;
+  twice.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT);
+  twice.initializer("w", {1, 2}, {2});
+  twice.initializer("w", {3, 4}, {2});
+  twice.node("Mul", {"x", "w"}, {"y"}, "mul");
+  const std::string te = input_error([&] { twice.graph(); });
+  EXPECT_TRUE(contains(te, "two initializers are named 'w'")) << te;
+}
+
 }  // namespace
 }  // namespace qeval::eval

@@ -419,5 +419,70 @@ TEST(SingleProducer, NodeOutputsMayNotShadowGraphInputsOrInitializers) {
   EXPECT_TRUE(contains(te, "two initializers are named 'w'")) << te;
 }
 
+// ---- 5. allocations the graph cannot afford ----------------------------------------------------
+
+// 2^20 x 2^25 float32 = 2^47 bytes, more than any machine this runs on.
+const std::vector<std::int64_t> kHugeShape = {std::int64_t(1) << 20, std::int64_t(1) << 25};
+
+TEST(OutOfMemory, AConstantOfShapeTooLargeForTheMachineNamesTheNodeShapeAndBytes) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1}).output("y", onnx::TensorProto::FLOAT);
+  b.initializer_i64("shape", kHugeShape);
+  b.node("ConstantOfShape", {"shape"}, {"big"}, "fill");
+  b.node("Add", {"x", "big"}, {"y"}, "add");
+  Graph g = b.graph();
+  const std::string e = input_error([&] {
+    Session s(g);
+    s.run({{"x", floats({1}, {0})}});
+  });
+  EXPECT_TRUE(contains(e, "node 'fill' (ConstantOfShape)") && contains(e, "[1048576, 33554432]") &&
+              contains(e, "140737488355328 bytes") && contains(e, "more than this machine's memory"))
+      << e;
+}
+
+TEST(OutOfMemory, AnExpandOfARuntimeInputTooLargeForTheMachineExitsTwo) {
+  testing::ScratchDir dir("oom-cli");
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1}).output("y", onnx::TensorProto::FLOAT);
+  b.initializer_i64("shape", kHugeShape);
+  b.node("Expand", {"x", "shape"}, {"y"}, "expand");
+  testing::write_bytes(dir / "m.onnx", b.bytes());
+  fs::create_directories(dir / "in");
+  datasets::write_npy(dir / "in" / "x.npy", floats({1}, {1}));
+  const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
+                                    " --outputs " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "node 'expand' (Expand)") && contains(r.out, "[1048576, 33554432]") &&
+              contains(r.out, "140737488355328 bytes"))
+      << r.out;
+}
+
+// An allocation that passes the plan's check but that the process cannot get (here: an address
+// space limit of 1 GiB against a 2 GiB output) fails at the allocation site, naming the node.
+TEST(OutOfMemory, AFailedAllocationWhileRunningNamesTheNode) {
+  testing::ScratchDir dir("oom-run");
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1}).output("y", onnx::TensorProto::FLOAT);
+  b.initializer_i64("shape", {std::int64_t(1) << 29});
+  b.node("Expand", {"x", "shape"}, {"y"}, "expand");
+  testing::write_bytes(dir / "m.onnx", b.bytes());
+  fs::create_directories(dir / "in");
+  datasets::write_npy(dir / "in" / "x.npy", floats({1}, {1}));
+  const std::string args = "infer --threads 1 --model " + (dir / "m.onnx").string() + " --inputs " +
+                           (dir / "in").string() + " --outputs " + (dir / "out").string();
+  FILE* p = popen(("ulimit -v 1048576 && exec " + std::string(QEVAL_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_TRUE(contains(out, "node 'expand' (Expand): out of memory") && contains(out, "[536870912]") &&
+              contains(out, "2147483648 bytes"))
+      << out;
+}
+
 }  // namespace
 }  // namespace qeval::eval

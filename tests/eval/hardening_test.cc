@@ -484,5 +484,27 @@ TEST(OutOfMemory, AFailedAllocationWhileRunningNamesTheNode) {
       << out;
 }
 
+// ---- 6. numbers out of double's range in JSON ---------------------------------------------------
+
+TEST(JsonNumbers, OutOfRangeNumbersAreInputErrorsNamingTheFileAndKey) {
+  const std::string top = input_error([] { JsonConfig::parse(R"({"count": 1e999})", "cfg.json"); });
+  EXPECT_TRUE(contains(top, "cfg.json: count: a number is out of range") && contains(top, "1e999")) << top;
+  const std::string nested = input_error(
+      [] { JsonConfig::parse(R"({"variants": [{"name": "a"}, {"name": "b", "alpha": [1, -1e999]}]})", "cfg.json"); });
+  EXPECT_TRUE(contains(nested, "cfg.json: variants[1].alpha[1]: a number is out of range")) << nested;
+  const std::string gate =
+      input_error([] { parse_gate(R"({"checks": [{"metric": "psnr_db", "min": 1e999}]})", "gate.json"); });
+  EXPECT_TRUE(contains(gate, "gate.json: checks[0].min: a number is out of range") && contains(gate, "docs/gate.md"))
+      << gate;
+}
+
+TEST(JsonNumbers, QevalRunExitsTwoForAnOutOfRangeNumberInItsConfig) {
+  testing::ScratchDir dir("json-cli");
+  const fs::path config = testing::write_text(dir, "run.json", R"({"count": 1e999})");
+  const auto r = testing::run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "run.json: count: a number is out of range")) << r.out;
+}
+
 }  // namespace
 }  // namespace qeval::eval

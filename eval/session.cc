@@ -439,6 +439,9 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       out_metas = ops_[n]->infer(in_metas);  // may compute a value (Shape, Range)
     } catch (const std::bad_alloc&) {
       throw InputError(graph_.source + ": " + node.describe() + ": out of memory while inferring its outputs");
+    } catch (const std::invalid_argument& e) {
+      // shape_numel's overflow (a Reshape to [2^32, 2^32, 2^32]): the model's shapes, not a fault.
+      throw InputError(graph_.source + ": " + node.describe() + ": " + e.what());
     }
     if (out_metas.size() < node.outputs.size())
       throw std::logic_error(node.describe() + ": op inferred fewer outputs than the node has");
@@ -449,7 +452,10 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       const ValueMeta& m = out_metas[o];
       const auto numel = try_shape_numel(m.shape);
       const auto bytes = numel ? try_nbytes(m.dtype, *numel) : std::nullopt;
-      if (!bytes || *bytes > max_bytes)
+      if (!bytes)
+        throw InputError(graph_.source + ": " + node.describe() + ": output '" + node.outputs[o] + "' " +
+                         shape_to_string(m.shape) + " has more elements than fit in 64 bits");
+      if (*bytes > max_bytes)
         throw InputError(graph_.source + ": " + node.describe() + ": " + describe_output(node.outputs[o], m) +
                          " is more than this machine's memory (" + std::to_string(max_bytes) + " bytes)");
     }

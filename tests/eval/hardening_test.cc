@@ -370,6 +370,28 @@ TEST(TensorSizes, InferShapeOptionsThatOverflowExitTwo) {
   EXPECT_TRUE(contains(r.out, "more elements than fit in 64 bits")) << r.out;
 }
 
+// Shapes the ops infer from constant inputs: an element count past int64 names the node (Reshape's
+// infer threw std::invalid_argument from shape_numel: exit 3).
+TEST(TensorSizes, InferredShapesThatOverflowNameTheNode) {
+  const std::int64_t b32 = std::int64_t(1) << 32;
+  for (const char* op : {"Reshape", "Expand", "Tile"}) {
+    const std::vector<std::int64_t> in_dims(std::string(op) == "Tile" ? 3 : 1, 1);
+    OnnxBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, in_dims).output("y", onnx::TensorProto::FLOAT);
+    b.initializer_i64("s", {b32, b32, b32});
+    b.node(op, {"x", "s"}, {"y"}, "grow");
+    Graph g = b.graph();
+    const std::string e = input_error([&] {
+      Session s(g);
+      s.run({{"x", Tensor(DType::kFloat32, in_dims)}});
+    });
+    EXPECT_TRUE(contains(e, "node 'grow' (" + std::string(op) + ")") &&
+                contains(e, "[4294967296, 4294967296, 4294967296]") &&
+                (contains(e, "more elements than fit in 64 bits") || contains(e, "too many elements")))
+        << op << ": " << e;
+  }
+}
+
 // ---- 4. a value has one producer --------------------------------------------------------------
 
 TEST(SingleProducer, TwoNodesWritingOneValueAreRejectedNamingBoth) {

@@ -21,6 +21,7 @@
 #include "eval/session.h"
 #include "kernels/error.h"
 #include "onnx_builder.h"
+#include "reports/run_report.h"
 #include "test_util.h"
 
 namespace qeval::eval {
@@ -518,6 +519,14 @@ TEST(JsonNumbers, OutOfRangeNumbersAreInputErrorsNamingTheFileAndKey) {
       input_error([] { parse_gate(R"({"checks": [{"metric": "psnr_db", "min": 1e999}]})", "gate.json"); });
   EXPECT_TRUE(contains(gate, "gate.json: checks[0].min: a number is out of range") && contains(gate, "docs/gate.md"))
       << gate;
+}
+
+// `qeval merge` reads shards' report.json files: the same rule there.
+TEST(JsonNumbers, AReportWithAnOutOfRangeNumberIsAnInputError) {
+  testing::ScratchDir dir("json-report");
+  const fs::path report = testing::write_text(dir, "report.json", R"({"schema_version": 1e999})");
+  const std::string e = input_error([&] { reports::read_run_report(report); });
+  EXPECT_TRUE(contains(e, "report.json: a number is out of range")) << e;
 }
 
 TEST(JsonNumbers, QevalRunExitsTwoForAnOutOfRangeNumberInItsConfig) {

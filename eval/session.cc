@@ -132,6 +132,12 @@ std::string describe_output(const std::string& name, const ValueMeta& m) {
   return s + (bytes ? " (" + std::to_string(*bytes) + " bytes)" : " (more elements than fit in 64 bits)");
 }
 
+[[noreturn]] void fail_over_memory(const std::string& source, const Node& node, const std::string& output,
+                                   const ValueMeta& m, std::uint64_t max_bytes) {
+  throw InputError(source + ": " + node.describe() + ": " + describe_output(output, m) +
+                   " is more than this machine's memory (" + std::to_string(max_bytes) + " bytes)");
+}
+
 // A bad_alloc while running or folding a node: the graph asks for more memory than this machine
 // has, which is the model's (or its input shapes') doing, so it is an InputError naming the node
 // and what its outputs ask for (`outputs`: name and meta of each).
@@ -416,7 +422,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       set_constant(id, std::make_shared<const Tensor>(*v->second), in.dtype);
   }
 
-  const std::uint64_t max_bytes = max_tensor_bytes();
+  const std::uint64_t max_bytes = options_.max_tensor_bytes ? options_.max_tensor_bytes : max_tensor_bytes();
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     const Node& node = nodes_[n];
     Plan::Step step;
@@ -445,8 +451,14 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
     }
     if (out_metas.size() < node.outputs.size())
       throw std::logic_error(node.describe() + ": op inferred fewer outputs than the node has");
+    bool op_gave_values = true;
+    for (std::size_t o = 0; o < node.outputs.size(); ++o)
+      op_gave_values &= node.outputs[o].empty() || out_metas[o].value != nullptr;
     // Sizes are checked before anything is allocated: an Expand or ConstantOfShape to [2^45]
-    // must name the node, not end in a bad_alloc.
+    // must name the node, not end in a bad_alloc. An element count past int64 is always an
+    // error; the memory limit applies here to values folded now, and after fusion to the values
+    // a run allocates (attention scores inside a fused step never exist as a tensor).
+    const bool folds_now = !op_gave_values && all_constant;
     for (std::size_t o = 0; o < node.outputs.size(); ++o) {
       if (node.outputs[o].empty()) continue;
       const ValueMeta& m = out_metas[o];
@@ -455,13 +467,8 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       if (!bytes)
         throw InputError(graph_.source + ": " + node.describe() + ": output '" + node.outputs[o] + "' " +
                          shape_to_string(m.shape) + " has more elements than fit in 64 bits");
-      if (*bytes > max_bytes)
-        throw InputError(graph_.source + ": " + node.describe() + ": " + describe_output(node.outputs[o], m) +
-                         " is more than this machine's memory (" + std::to_string(max_bytes) + " bytes)");
+      if (folds_now && *bytes > max_bytes) fail_over_memory(graph_.source, node, node.outputs[o], m, max_bytes);
     }
-    bool op_gave_values = true;
-    for (std::size_t o = 0; o < node.outputs.size(); ++o)
-      op_gave_values &= node.outputs[o].empty() || out_metas[o].value != nullptr;
     for (std::size_t o = 0; o < node.outputs.size(); ++o) {
       if (node.outputs[o].empty()) {
         step.out.push_back(-1);
@@ -474,7 +481,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       p.rounding[std::size_t(id)] = rounding_for(m.dtype, m.declared, options_.precision);
       if (m.value) p.constants[std::size_t(id)] = m.value;
     }
-    if (!op_gave_values && all_constant) {
+    if (folds_now) {
       // Constant sub-graph: compute it once now.
       std::vector<const Tensor*> ins;
       for (int id : step.in) ins.push_back(id < 0 ? nullptr : p.constants[std::size_t(id)].get());
@@ -519,6 +526,18 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
 
   for (const auto& out : graph_.outputs) p.output_ids.push_back(p.ids.at(out.name));
   fuse(p);
+  // The values an unobserved run allocates, against the machine's memory (an observed run also
+  // writes fused steps' intermediates; a failed allocation there is caught in Execution::step).
+  for (const Plan::Step& st : p.fused_steps.empty() ? p.steps : p.fused_steps) {
+    if (st.folded) continue;
+    for (int id : st.out) {
+      if (id < 0 || p.constants[std::size_t(id)]) continue;
+      const ValueMeta& m = p.metas[std::size_t(id)];
+      if (*try_nbytes(m.dtype, *try_shape_numel(m.shape)) <= max_bytes) continue;  // both checked above
+      for (const auto& [name, value_id] : p.ids)
+        if (value_id == id) fail_over_memory(graph_.source, nodes_[st.node], name, m, max_bytes);
+    }
+  }
   // Liveness: a runtime value dies after its last reader (graph outputs never die).
   auto assign_releases = [&](std::vector<Plan::Step>& steps) {
     std::vector<int> last_use(p.metas.size(), -1);

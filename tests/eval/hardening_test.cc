@@ -480,6 +480,42 @@ TEST(OutOfMemory, AnExpandOfARuntimeInputTooLargeForTheMachineExitsTwo) {
       << r.out;
 }
 
+// The limit applies to what a run allocates: fused attention's scores never exist as a tensor in
+// an unobserved run, so a model whose scores alone exceed the limit still runs; an unfused node
+// output over it is rejected naming the node and the limit.
+TEST(OutOfMemory, TheLimitCountsOnlyTensorsARunAllocates) {
+  auto model = [](bool fusable) {
+    OnnxBuilder b;
+    b.input("q", onnx::TensorProto::FLOAT, {1, 256, 16})
+        .input("kt", onnx::TensorProto::FLOAT, {1, 16, 256})
+        .input("v", onnx::TensorProto::FLOAT, {1, 256, 16})
+        .output("y", onnx::TensorProto::FLOAT);
+    b.initializer("scale", {0.25f}, {});
+    b.node("MatMul", {"q", "kt"}, {"s"}, "qk");
+    b.node("Mul", {"s", "scale"}, {"scaled"}, "scale");
+    b.node("Softmax", {"scaled"}, {"p"}, "softmax");
+    b.node("MatMul", {"p", "v"}, {"y"}, "pv");
+    if (!fusable) b.output("p", onnx::TensorProto::FLOAT);  // a graph output is not fused away
+    return b.graph();
+  };
+  const std::map<std::string, Tensor> in = {{"q", Tensor(DType::kFloat32, {1, 256, 16})},
+                                            {"kt", Tensor(DType::kFloat32, {1, 16, 256})},
+                                            {"v", Tensor(DType::kFloat32, {1, 256, 16})}};
+  SessionOptions limited;
+  limited.max_tensor_bytes = 100000;  // scores: 256 x 256 floats = 262144 bytes
+  const Graph fused_graph = model(true);
+  Session fused(fused_graph, limited);
+  EXPECT_EQ(fused.run(in).at("y").shape(), (Shape{1, 256, 16}));
+  const Graph unfused_graph = model(false);
+  const std::string e = input_error([&] {
+    Session unfused(unfused_graph, limited);
+    unfused.run(in);
+  });
+  EXPECT_TRUE(contains(e, "node 'qk' (MatMul): output 's' [1, 256, 256] float32 (262144 bytes)") &&
+              contains(e, "(100000 bytes)"))
+      << e;
+}
+
 // An allocation that passes the plan's check but that the process cannot get (here: an address
 // space limit of 1 GiB against a 2 GiB output) fails at the allocation site, naming the node.
 TEST(OutOfMemory, AFailedAllocationWhileRunningNamesTheNode) {

@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "eval/json_config.h"
 #include "kernels/error.h"
 #include "reports/run_report_model.h"
 
@@ -102,12 +103,7 @@ void parse_summary(const json& c, const char* default_stat, const std::string& s
 }  // namespace
 
 Gate parse_gate(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    bad(source, std::string("not valid JSON: ") + e.what());
-  }
+  json j = parse_json_text(text, source, "docs/gate.md");
   if (!j.is_object()) bad(source, "the gate must be a JSON object");
   check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors", "layers", "steps",
                  "max_nonfinite", "allow_nonfinite"},

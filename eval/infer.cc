@@ -49,6 +49,9 @@ std::pair<std::string, Shape> parse_shape_option(const std::string& text) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
+  // Checked here: shape_numel's overflow is an std::invalid_argument (exit 3) further on.
+  if (!try_shape_numel(shape))
+    throw InputError("--shape '" + text + "': " + shape_to_string(shape) + " has more elements than fit in 64 bits");
   return {text.substr(0, eq), shape};
 }
 

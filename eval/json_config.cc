@@ -15,7 +15,85 @@ std::string join(const std::vector<std::string>& v) {
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
 }
+// Follows the key path while parsing, to say where a parse error is ("checks[2].max"):
+// nlohmann's error for `1e999` names only the token.
+class KeyPathSax final : public json::json_sax_t {
+ public:
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(json::number_integer_t) override { return value(); }
+  bool number_unsigned(json::number_unsigned_t) override { return value(); }
+  bool number_float(json::number_float_t, const json::string_t&) override { return value(); }
+  bool string(json::string_t&) override { return value(); }
+  bool binary(json::binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    frames_.push_back({false, 0, {}});
+    return true;
+  }
+  bool key(json::string_t& k) override {
+    frames_.back().key = k;
+    return true;
+  }
+  bool end_object() override {
+    frames_.pop_back();
+    return value();
+  }
+  bool start_array(std::size_t) override {
+    frames_.push_back({true, 0, {}});
+    return true;
+  }
+  bool end_array() override {
+    frames_.pop_back();
+    return value();
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+  // Where the value being parsed sits: "a.b[3]", "" at the top.
+  std::string path() const {
+    std::string p;
+    for (const auto& f : frames_) {
+      if (f.array) {
+        p += '[';  // appended piece by piece: "[" + to_string(...) trips GCC 12's -Wrestrict
+        p += std::to_string(f.index);
+        p += ']';
+      } else {
+        if (!p.empty()) p += '.';
+        p += f.key;
+      }
+    }
+    return p;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::size_t index;
+    std::string key;
+  };
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  std::vector<Frame> frames_;
+};
+
 }  // namespace
+
+json parse_json_text(const std::string& text, const std::string& source, const std::string& doc) {
+  const std::string see = doc.empty() ? "" : " (see " + doc + ")";
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InputError(source + ": not valid JSON: " + e.what() + see);
+  } catch (const json::out_of_range& e) {
+    // Number overflow (406): parsed again, following keys, to name the key.
+    KeyPathSax sax;
+    json::sax_parse(text, &sax);
+    const std::string path = sax.path();
+    throw InputError(source + (path.empty() ? "" : ": " + path) + ": a number is out of range (" + e.what() +
+                     "; a double holds at most ~1.8e308)" + see);
+  }
+}
 
 JsonConfig JsonConfig::load(const std::filesystem::path& path, std::string doc) {
   std::ifstream in(path);
@@ -26,12 +104,7 @@ JsonConfig JsonConfig::load(const std::filesystem::path& path, std::string doc) 
 }
 
 JsonConfig JsonConfig::parse(const std::string& text, std::string source, std::string doc) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw InputError(source + ": not valid JSON: " + e.what() + (doc.empty() ? "" : " (see " + doc + ")"));
-  }
+  json j = parse_json_text(text, source, doc);
   JsonConfig c(j, std::move(source), "", std::move(doc));
   if (!j.is_object()) c.fail("the file must hold a JSON object");
   return c;

@@ -18,6 +18,10 @@
 
 namespace qeval::eval {
 
+// Parses JSON text from `source` (a file name): InputError (exit 2) for text that is not JSON and
+// for a number out of double's range (`1e999`), naming the key path of that number.
+nlohmann::json parse_json_text(const std::string& text, const std::string& source, const std::string& doc = {});
+
 class JsonConfig {
  public:
   // Reads and parses a file; `doc` (e.g. "docs/pipelines.md") is quoted in every error.

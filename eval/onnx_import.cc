@@ -3,8 +3,15 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -27,11 +34,114 @@ std::vector<std::uint8_t> read_file(const fs::path& path, const char* what) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-template <class T>
-void copy_field(const google::protobuf::RepeatedField<T>& field, Tensor& t, const std::string& context) {
-  if (static_cast<std::int64_t>(field.size()) != t.numel())
-    throw InputError(context + ": has " + std::to_string(field.size()) + " values for shape " +
-                     shape_to_string(t.shape()));
+// A tensor whose size was checked against its data; a size the machine cannot give is still bad
+// input (a model too large for this machine), not an internal error.
+Tensor allocate_checked(DType dtype, const Shape& shape, std::size_t nbytes, const std::string& context) {
+  try {
+    return Tensor(dtype, shape);
+  } catch (const std::bad_alloc&) {
+    throw InputError(context + ": cannot allocate " + std::to_string(nbytes) + " bytes for shape " +
+                     shape_to_string(shape) + " (not enough memory)");
+  }
+}
+
+// An external-data offset or length: a plain non-negative decimal. std::stoll accepted "12abc"
+// and threw std::invalid_argument (exit 3) on "abc".
+std::int64_t parse_external_number(const std::string& text, const char* key, const std::string& where) {
+  std::int64_t v = -1;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || v < 0)
+    throw InputError(where + ": " + key + " '" + text + "' is not a non-negative integer");
+  return v;
+}
+
+// Closes a file descriptor on every path out.
+struct FileDescriptor {
+  int fd = -1;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Whether `inner` lies strictly inside `folder`, both canonical: a prefix check on whole path
+// components (a string prefix would let /models/a match /models/ab).
+bool inside_folder(const fs::path& folder, const fs::path& inner) {
+  auto f = folder.begin(), i = inner.begin();
+  for (; f != folder.end(); ++f, ++i) {
+    if (f->empty()) continue;  // a trailing separator's empty component
+    if (i == inner.end() || *f != *i) return false;
+  }
+  return i != inner.end();
+}
+
+// Reads external data into a tensor of `dtype` and `shape` (`nbytes` bytes). The file must be a
+// regular file inside the model's folder after resolving symlinks: a location is a path from a
+// file nobody checked (`../../etc/passwd`, `/dev/zero`, a FIFO that blocks forever), and weights
+// come back out in output tensors. Offset and length are checked against the file's size before
+// the tensor is allocated.
+Tensor read_external_data(const onnx::TensorProto& p, const fs::path& external_dir, DType dtype,
+                          const Shape& shape, std::size_t nbytes, const std::string& context) {
+  std::string location, offset_text, length_text;
+  bool has_offset = false, has_length = false;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset_text = kv.value(), has_offset = true;
+    else if (kv.key() == "length") length_text = kv.value(), has_length = true;
+  }
+  if (location.empty()) throw InputError(context + ": external data without a location");
+  const std::string where = context + ": external data '" + location + "'";
+  if (location.find('\0') != std::string::npos)  // open() would read only up to it
+    throw InputError(where + ": the location holds a NUL character");
+  const std::int64_t offset = has_offset ? parse_external_number(offset_text, "offset", where) : 0;
+  const std::int64_t length = has_length ? parse_external_number(length_text, "length", where) : -1;
+  if (length >= 0 && static_cast<std::uint64_t>(length) != nbytes)
+    throw InputError(where + ": length " + std::to_string(length) + " does not match shape " +
+                     shape_to_string(shape) + " (" + std::to_string(nbytes) + " bytes of " +
+                     std::string(dtype_name(dtype)) + ")");
+
+  const fs::path rel(location);
+  if (rel.has_root_name() || rel.has_root_directory())
+    throw InputError(where + ": an absolute path; external data must be a file inside the model's folder");
+  const fs::path dir = external_dir.empty() ? fs::path(".") : external_dir;
+  std::error_code ec;
+  const fs::path folder = fs::canonical(dir, ec);
+  if (ec) throw InputError(where + ": the model's folder " + dir.string() + " cannot be resolved: " + ec.message());
+  const fs::path file = fs::weakly_canonical(folder / rel, ec);
+  if (ec) throw InputError(where + ": cannot resolve " + (folder / rel).string() + ": " + ec.message());
+  if (!inside_folder(folder, file))
+    throw InputError(where + ": resolves to " + file.string() + ", outside the model's folder " + folder.string() +
+                     " (external data must be a file inside it)");
+  // O_NONBLOCK: opening a FIFO for reading must not wait for a writer (fstat then rejects it).
+  // O_NOFOLLOW: the path is canonical, so a symlink here was put there since it was resolved.
+  FileDescriptor fd{::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)};
+  if (fd.fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) throw InputError(where + ": external data file " + file.string() + " not found");
+    throw InputError(where + ": cannot open " + file.string() + ": " + std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd.fd, &st) != 0) throw InputError(where + ": cannot stat " + file.string() + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw InputError(where + ": " + file.string() + " is not a regular file (a folder, device, FIFO or socket)");
+  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  if (static_cast<std::uint64_t>(offset) > size || nbytes > size - static_cast<std::uint64_t>(offset))
+    throw InputError(where + ": external data file " + file.string() + " is too short (needs " +
+                     std::to_string(nbytes) + " bytes from offset " + std::to_string(offset) + ", the file has " +
+                     std::to_string(size) + ")");
+
+  Tensor t = allocate_checked(dtype, shape, nbytes, context);
+  std::size_t done = 0;
+  while (done < nbytes) {
+    const ssize_t n = ::pread(fd.fd, t.raw() + done, nbytes - done, static_cast<off_t>(offset) + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(where + ": cannot read " + file.string() + ": " + std::strerror(errno));
+    if (n == 0)
+      throw InputError(where + ": external data file " + file.string() + " ended after " +
+                       std::to_string(offset + static_cast<std::int64_t>(done)) + " bytes (it shrank while read)");
+    done += static_cast<std::size_t>(n);
+  }
+  return t;
 }
 
 }  // namespace
@@ -91,67 +201,53 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_di
   Shape shape(p.dims().begin(), p.dims().end());
   for (auto d : shape)
     if (d < 0) throw InputError(context + ": negative dimension in " + shape_to_string(shape));
-  Tensor t(dtype, shape);
-  const std::size_t nbytes = t.nbytes();
+  // Sizes are checked against the data before anything is allocated: a shape of [2^40] over 16
+  // bytes of data must be an InputError, not a bad_alloc.
+  const std::optional<std::int64_t> numel = try_shape_numel(shape);
+  const std::optional<std::size_t> bytes = numel ? try_nbytes(dtype, *numel) : std::nullopt;
+  if (!bytes)
+    throw InputError(context + ": shape " + shape_to_string(shape) + " has more elements than fit in 64 bits");
+  const std::size_t nbytes = *bytes;
   const std::size_t esize = dtype_size(dtype);
 
-  if (p.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    std::int64_t offset = 0, length = -1;
-    for (const auto& kv : p.external_data()) {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
-    }
-    if (location.empty()) throw InputError(context + ": external data without a location");
-    const fs::path file = external_dir / location;
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw InputError(context + ": external data file " + file.string() + " not found");
-    if (length >= 0 && static_cast<std::size_t>(length) != nbytes)
-      throw InputError(context + ": external data length " + std::to_string(length) +
-                       " does not match shape " + shape_to_string(shape) + " (" +
-                       std::to_string(nbytes) + " bytes)");
-    in.seekg(offset);
-    in.read(reinterpret_cast<char*>(t.raw()), static_cast<std::streamsize>(nbytes));
-    if (static_cast<std::size_t>(in.gcount()) != nbytes)
-      throw InputError(context + ": external data file " + file.string() + " is too short (needs " +
-                       std::to_string(nbytes) + " bytes from offset " + std::to_string(offset) + ")");
-    return t;
-  }
+  if (p.data_location() == onnx::TensorProto::EXTERNAL)
+    return read_external_data(p, external_dir, dtype, shape, nbytes, context);
   if (p.has_raw_data()) {
     if (p.raw_data().size() != nbytes)
       throw InputError(context + ": raw_data has " + std::to_string(p.raw_data().size()) +
                        " bytes, shape " + shape_to_string(shape) + " needs " + std::to_string(nbytes));
+    Tensor t = allocate_checked(dtype, shape, nbytes, context);
     if (nbytes) std::memcpy(t.raw(), p.raw_data().data(), nbytes);  // little-endian host
     return t;
   }
   // Typed fields: small types (int8..uint16, bool, float16, bfloat16, fp8) live in int32_data.
+  int count = 0;
   switch (dtype) {
-    case DType::kFloat32:
-      copy_field(p.float_data(), t, context);
-      std::copy(p.float_data().begin(), p.float_data().end(), t.data<float>());
-      break;
-    case DType::kFloat64:
-      copy_field(p.double_data(), t, context);
-      std::copy(p.double_data().begin(), p.double_data().end(), t.data<double>());
-      break;
-    case DType::kInt64:
-      copy_field(p.int64_data(), t, context);
-      std::copy(p.int64_data().begin(), p.int64_data().end(), t.data<std::int64_t>());
-      break;
+    case DType::kFloat32: count = p.float_data_size(); break;
+    case DType::kFloat64: count = p.double_data_size(); break;
+    case DType::kInt64: count = p.int64_data_size(); break;
+    case DType::kUInt32:
+    case DType::kUInt64: count = p.uint64_data_size(); break;
+    default: count = p.int32_data_size();
+  }
+  if (count != *numel)
+    throw InputError(context + ": has " + std::to_string(count) + " values for shape " + shape_to_string(shape));
+  Tensor t = allocate_checked(dtype, shape, nbytes, context);
+  switch (dtype) {
+    case DType::kFloat32: std::copy(p.float_data().begin(), p.float_data().end(), t.data<float>()); break;
+    case DType::kFloat64: std::copy(p.double_data().begin(), p.double_data().end(), t.data<double>()); break;
+    case DType::kInt64: std::copy(p.int64_data().begin(), p.int64_data().end(), t.data<std::int64_t>()); break;
     case DType::kUInt32:
     case DType::kUInt64:
-      copy_field(p.uint64_data(), t, context);
-      for (int i = 0; i < p.uint64_data().size(); ++i) {
+      for (int i = 0; i < p.uint64_data_size(); ++i) {
         std::uint64_t v = p.uint64_data(i);
-        std::memcpy(t.raw() + i * esize, &v, esize);  // little-endian: low bytes first
+        std::memcpy(t.raw() + std::size_t(i) * esize, &v, esize);  // little-endian: low bytes first
       }
       break;
     default:
-      copy_field(p.int32_data(), t, context);
-      for (int i = 0; i < p.int32_data().size(); ++i) {
+      for (int i = 0; i < p.int32_data_size(); ++i) {
         std::int32_t v = p.int32_data(i);
-        std::memcpy(t.raw() + i * esize, &v, esize);
+        std::memcpy(t.raw() + std::size_t(i) * esize, &v, esize);
       }
   }
   return t;
@@ -260,8 +356,9 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
 
   std::unordered_set<std::string> init_names;
   for (const auto& init : graph.initializer()) {
+    if (!init_names.insert(init.name()).second)
+      throw InputError(name + ": two initializers are named '" + init.name() + "'");
     g.initializers.emplace(init.name(), tensor_from_proto(init, external_dir, name + ": initializer '" + init.name() + "'"));
-    init_names.insert(init.name());
   }
   for (const auto& in : graph.input())
     if (!init_names.count(in.name())) g.inputs.push_back(value_info(in, name));
@@ -290,10 +387,26 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
     nodes.push_back(std::move(n));
   }
 
+  // A value has one producer (ONNX graphs are in SSA form). Otherwise the last writer won
+  // silently, and a node output named like a graph input or initializer hid it from some readers.
+  std::unordered_set<std::string> graph_input_names;
+  for (const auto& in : graph.input()) graph_input_names.insert(in.name());
   std::unordered_map<std::string, std::size_t> producer;
   for (std::size_t i = 0; i < nodes.size(); ++i)
-    for (const auto& o : nodes[i].outputs)
-      if (!o.empty()) producer[o] = i;
+    for (const auto& o : nodes[i].outputs) {
+      if (o.empty()) continue;
+      if (init_names.count(o))
+        throw InputError(name + ": " + nodes[i].describe() + " writes '" + o +
+                         "', which is an initializer's name (a value has one producer)");
+      if (graph_input_names.count(o))
+        throw InputError(name + ": " + nodes[i].describe() + " writes '" + o +
+                         "', which is a graph input's name (a value has one producer)");
+      auto [it, fresh] = producer.emplace(o, i);
+      if (!fresh)
+        throw InputError(name + ": " + (it->second == i ? nodes[i].describe() + " lists output '" + o + "' twice"
+                                                         : nodes[it->second].describe() + " and " + nodes[i].describe() +
+                                                               " both produce '" + o + "' (a value has one producer)"));
+    }
   std::vector<int> state(nodes.size(), 0);  // 0 new, 1 on stack, 2 done
   std::vector<std::size_t> order;
   order.reserve(nodes.size());

@@ -1,8 +1,11 @@
 // The executor: planning (inference, folding, liveness) and running with buffer reuse.
 #include "eval/session.h"
 
+#include <sys/sysinfo.h>
+
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <functional>
 #include <unordered_map>
 
@@ -119,6 +122,40 @@ Tensor to_declared(const Tensor& t, DType declared) {
     }
   }
   return out;
+}
+
+// The most one tensor may take: the machine's memory and swap. A larger one cannot be allocated
+// (or would be killed by the OOM killer half-way), so the plan rejects it up front, naming the node,
+// instead of a std::bad_alloc from somewhere in the run (exit 3, no node named).
+std::uint64_t max_tensor_bytes() {
+  struct sysinfo info {};
+  if (::sysinfo(&info) != 0) return std::numeric_limits<std::uint64_t>::max();
+  return (std::uint64_t(info.totalram) + std::uint64_t(info.totalswap)) * info.mem_unit;
+}
+
+// "output 'y' [2, 3] float32 (24 bytes)", for errors about a node's outputs.
+std::string describe_output(const std::string& name, const ValueMeta& m) {
+  std::string s = "output '" + name + "' " + shape_to_string(m.shape) + " " + std::string(dtype_name(m.dtype));
+  const auto n = try_shape_numel(m.shape);
+  const auto bytes = n ? try_nbytes(m.dtype, *n) : std::nullopt;
+  return s + (bytes ? " (" + std::to_string(*bytes) + " bytes)" : " (more elements than fit in 64 bits)");
+}
+
+[[noreturn]] void fail_over_memory(const std::string& source, const Node& node, const std::string& output,
+                                   const ValueMeta& m, std::uint64_t max_bytes) {
+  throw InputError(source + ": " + node.describe() + ": " + describe_output(output, m) +
+                   " is more than this machine's memory (" + std::to_string(max_bytes) + " bytes)");
+}
+
+// A bad_alloc while running or folding a node: the graph asks for more memory than this machine
+// has, which is the model's (or its input shapes') doing, so it is an InputError naming the node
+// and what its outputs ask for (`outputs`: name and meta of each).
+[[noreturn]] void fail_out_of_memory(const std::string& source, const Node& node,
+                                     const std::vector<std::pair<std::string, const ValueMeta*>>& outputs) {
+  std::string list;
+  for (const auto& [name, meta] : outputs) list += (list.empty() ? "" : ", ") + describe_output(name, *meta);
+  throw InputError(source + ": " + node.describe() + ": out of memory" +
+                   (list.empty() ? std::string() : " (its " + list + ")"));
 }
 
 }  // namespace
@@ -403,6 +440,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       set_constant(id, std::make_shared<const Tensor>(*v->second), in.dtype);
   }
 
+  const std::uint64_t max_bytes = options_.max_tensor_bytes ? options_.max_tensor_bytes : max_tensor_bytes();
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     const Node& node = nodes_[n];
     Plan::Step step;
@@ -420,12 +458,35 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       in_metas.push_back(&p.metas[std::size_t(id)]);
       all_constant &= p.constants[std::size_t(id)] != nullptr;
     }
-    std::vector<ValueMeta> out_metas = ops_[n]->infer(in_metas);
+    std::vector<ValueMeta> out_metas;
+    try {
+      out_metas = ops_[n]->infer(in_metas);  // may compute a value (Shape, Range)
+    } catch (const std::bad_alloc&) {
+      throw InputError(graph_.source + ": " + node.describe() + ": out of memory while inferring its outputs");
+    } catch (const std::invalid_argument& e) {
+      // shape_numel's overflow (a Reshape to [2^32, 2^32, 2^32]): the model's shapes, not a fault.
+      throw InputError(graph_.source + ": " + node.describe() + ": " + e.what());
+    }
     if (out_metas.size() < node.outputs.size())
       throw std::logic_error(node.describe() + ": op inferred fewer outputs than the node has");
     bool op_gave_values = true;
     for (std::size_t o = 0; o < node.outputs.size(); ++o)
       op_gave_values &= node.outputs[o].empty() || out_metas[o].value != nullptr;
+    // Sizes are checked before anything is allocated: an Expand or ConstantOfShape to [2^45]
+    // must name the node, not end in a bad_alloc. An element count past int64 is always an
+    // error; the memory limit applies here to values folded now, and after fusion to the values
+    // a run allocates (attention scores inside a fused step never exist as a tensor).
+    const bool folds_now = !op_gave_values && all_constant;
+    for (std::size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.outputs[o].empty()) continue;
+      const ValueMeta& m = out_metas[o];
+      const auto numel = try_shape_numel(m.shape);
+      const auto bytes = numel ? try_nbytes(m.dtype, *numel) : std::nullopt;
+      if (!bytes)
+        throw InputError(graph_.source + ": " + node.describe() + ": output '" + node.outputs[o] + "' " +
+                         shape_to_string(m.shape) + " has more elements than fit in 64 bits");
+      if (folds_now && *bytes > max_bytes) fail_over_memory(graph_.source, node, node.outputs[o], m, max_bytes);
+    }
     for (std::size_t o = 0; o < node.outputs.size(); ++o) {
       if (node.outputs[o].empty()) {
         step.out.push_back(-1);
@@ -438,16 +499,23 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       p.rounding[std::size_t(id)] = rounding_for(m.dtype, m.declared, options_.precision);
       if (m.value) p.constants[std::size_t(id)] = m.value;
     }
-    if (!op_gave_values && all_constant) {
+    if (folds_now) {
       // Constant sub-graph: compute it once now.
       std::vector<const Tensor*> ins;
       for (int id : step.in) ins.push_back(id < 0 ? nullptr : p.constants[std::size_t(id)].get());
       std::vector<Tensor> outs;
-      for (int id : step.out)
-        outs.emplace_back(id < 0 ? Tensor() : Tensor(p.metas[std::size_t(id)].dtype, p.metas[std::size_t(id)].shape));
-      std::vector<Tensor*> out_ptrs;
-      for (std::size_t o = 0; o < outs.size(); ++o) out_ptrs.push_back(step.out[o] < 0 ? nullptr : &outs[o]);
-      ops_[n]->run(ins, out_ptrs);
+      try {
+        for (int id : step.out)
+          outs.emplace_back(id < 0 ? Tensor() : Tensor(p.metas[std::size_t(id)].dtype, p.metas[std::size_t(id)].shape));
+        std::vector<Tensor*> out_ptrs;
+        for (std::size_t o = 0; o < outs.size(); ++o) out_ptrs.push_back(step.out[o] < 0 ? nullptr : &outs[o]);
+        ops_[n]->run(ins, out_ptrs);
+      } catch (const std::bad_alloc&) {
+        std::vector<std::pair<std::string, const ValueMeta*>> outputs;
+        for (std::size_t o = 0; o < step.out.size(); ++o)
+          if (step.out[o] >= 0) outputs.emplace_back(node.outputs[o], &p.metas[std::size_t(step.out[o])]);
+        fail_out_of_memory(graph_.source, node, outputs);
+      }
       for (std::size_t o = 0; o < outs.size(); ++o) {
         int id = step.out[o];
         if (id < 0) continue;
@@ -476,6 +544,18 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
 
   for (const auto& out : graph_.outputs) p.output_ids.push_back(p.ids.at(out.name));
   fuse(p);
+  // The values an unobserved run allocates, against the machine's memory (an observed run also
+  // writes fused steps' intermediates; a failed allocation there is caught in Execution::step).
+  for (const Plan::Step& st : p.fused_steps.empty() ? p.steps : p.fused_steps) {
+    if (st.folded) continue;
+    for (int id : st.out) {
+      if (id < 0 || p.constants[std::size_t(id)]) continue;
+      const ValueMeta& m = p.metas[std::size_t(id)];
+      if (*try_nbytes(m.dtype, *try_shape_numel(m.shape)) <= max_bytes) continue;  // both checked above
+      for (const auto& [name, value_id] : p.ids)
+        if (value_id == id) fail_over_memory(graph_.source, nodes_[st.node], name, m, max_bytes);
+    }
+  }
   // Liveness: a runtime value dies after its last reader (graph outputs never die).
   auto assign_releases = [&](std::vector<Plan::Step>& steps) {
     std::vector<int> last_use(p.metas.size(), -1);
@@ -817,35 +897,44 @@ class Session::Execution::State {
                    observer_->begin_stream(s_.nodes_, std::span<const std::size_t>(step.member_nodes.data(), last),
                                            m.shape);
       }
-      outs_.clear();
-      for (std::size_t o = 0; o < step.out.size(); ++o) {
-        const int id = step.out[o];
-        if (id < 0 || (streamed && o + 1 < step.out.size())) {
-          outs_.push_back(nullptr);
-          continue;
+      try {
+        outs_.clear();
+        for (std::size_t o = 0; o < step.out.size(); ++o) {
+          const int id = step.out[o];
+          if (id < 0 || (streamed && o + 1 < step.out.size())) {
+            outs_.push_back(nullptr);
+            continue;
+          }
+          outs_.push_back(output_slot(id));
         }
-        outs_.push_back(output_slot(id));
-      }
-      if (streamed) {
-        step.fused->run_streamed(ins_, *outs_.back(), [&](std::size_t member, std::int64_t offset,
-                                                          const float* values, std::int64_t count) {
-          observer_->on_piece(member, offset, values, count);
-        });
-        if (!observer_->end_stream()) {  // again, writing every member
-          streamed = false;
-          for (std::size_t o = 0; o + 1 < step.out.size(); ++o) outs_[o] = output_slot(step.out[o]);
+        if (streamed) {
+          step.fused->run_streamed(ins_, *outs_.back(), [&](std::size_t member, std::int64_t offset,
+                                                            const float* values, std::int64_t count) {
+            observer_->on_piece(member, offset, values, count);
+          });
+          if (!observer_->end_stream()) {  // again, writing every member
+            streamed = false;
+            for (std::size_t o = 0; o + 1 < step.out.size(); ++o) outs_[o] = output_slot(step.out[o]);
+          }
         }
+        if (streamed) {
+        } else if (!step.members.empty()) {
+          step.fused->run_all(ins_, outs_);  // the members' outputs but the last come rounded
+        } else if (step.fused) {
+          step.fused->run(ins_, *outs_[0]);
+        } else {
+          s_.ops_[step.node]->run(ins_, outs_);
+        }
+        for (std::size_t o = step.members.empty() ? 0 : step.out.size() - 1; o < step.out.size(); ++o)
+          if (step.out[o] >= 0) apply_rounding(*outs_[o], p.rounding[std::size_t(step.out[o])]);
+      } catch (const std::bad_alloc&) {
+        // Its output buffers or an op's scratch: the graph asks for more than the machine has.
+        std::vector<std::pair<std::string, const ValueMeta*>> outputs;  // a fused step's: every member's
+        for (int id : step.out)
+          for (const auto& [name, value_id] : p.ids)
+            if (id >= 0 && value_id == id) outputs.emplace_back(name, &p.metas[std::size_t(id)]);
+        fail_out_of_memory(s_.graph_.source, s_.nodes_[step.node], outputs);
       }
-      if (streamed) {
-      } else if (!step.members.empty()) {
-        step.fused->run_all(ins_, outs_);  // the members' outputs but the last come rounded
-      } else if (step.fused) {
-        step.fused->run(ins_, *outs_[0]);
-      } else {
-        s_.ops_[step.node]->run(ins_, outs_);
-      }
-      for (std::size_t o = step.members.empty() ? 0 : step.out.size() - 1; o < step.out.size(); ++o)
-        if (step.out[o] >= 0) apply_rounding(*outs_[o], p.rounding[std::size_t(step.out[o])]);
     }
     if (observer_) {
       auto notify = [&](const Plan::Step& st, std::span<const Tensor* const> ins) {

@@ -42,6 +42,9 @@ struct SessionOptions {
   // after the other or interleaved (an evaluator worker's model sessions, its many small
   // local-error sessions: Session::make_pool); null: the session's own.
   std::shared_ptr<class BufferPool> pool = nullptr;
+  // The most one tensor a run allocates may take, in bytes; 0: the machine's memory and swap. A
+  // larger node output is an InputError naming the node when the plan is made.
+  std::uint64_t max_tensor_bytes = 0;
 };
 
 // What an observer sees after each node. Tensors hold storage values (float16 as rounded float32).

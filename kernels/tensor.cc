@@ -79,15 +79,28 @@ std::string shape_to_string(const Shape& shape) {
   return s + "]";
 }
 
-std::int64_t shape_numel(const Shape& shape) {
+std::optional<std::int64_t> try_shape_numel(const Shape& shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
-    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_to_string(shape));
-    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d)
-      throw std::invalid_argument("shape " + shape_to_string(shape) + " has too many elements");
+    if (d < 0) return std::nullopt;
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return std::nullopt;
     n *= d;
   }
   return n;
+}
+
+std::optional<std::size_t> try_nbytes(DType dtype, std::int64_t numel) {
+  const std::size_t es = dtype_size(dtype);
+  if (numel < 0 || static_cast<std::uint64_t>(numel) > std::numeric_limits<std::size_t>::max() / es)
+    return std::nullopt;
+  return static_cast<std::size_t>(numel) * es;
+}
+
+std::int64_t shape_numel(const Shape& shape) {
+  if (auto n = try_shape_numel(shape)) return *n;
+  for (std::int64_t d : shape)
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_to_string(shape));
+  throw std::invalid_argument("shape " + shape_to_string(shape) + " has too many elements");
 }
 
 void Tensor::FreeAligned::operator()(std::byte* p) const { std::free(p); }

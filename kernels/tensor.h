@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -54,6 +55,11 @@ using Shape = std::vector<std::int64_t>;
 std::string shape_to_string(const Shape& shape);
 // Product of the dimensions; throws std::invalid_argument on a negative dimension or overflow.
 std::int64_t shape_numel(const Shape& shape);
+// The same without throwing: nullopt on a negative dimension or when the product overflows int64
+// (callers checking user input turn that into an InputError that names the tensor).
+std::optional<std::int64_t> try_shape_numel(const Shape& shape);
+// Bytes of `numel` elements of `dtype`, or nullopt when that overflows size_t.
+std::optional<std::size_t> try_nbytes(DType dtype, std::int64_t numel);
 
 class Tensor {
  public:

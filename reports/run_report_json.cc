@@ -618,6 +618,8 @@ RunReport read_run_report(const std::filesystem::path& path) {
     j = json::parse(in);
   } catch (const json::parse_error& e) {
     throw InputError(path.string() + ": not valid JSON: " + e.what());
+  } catch (const json::out_of_range& e) {  // a number beyond double's range (1e999)
+    throw InputError(path.string() + ": a number is out of range: " + e.what());
   }
   return run_report_from_json(j, path.string());
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "eval/ops/families.h"
 #include "kernels/broadcast.h"
@@ -14,6 +15,19 @@ namespace qeval::eval {
 namespace {
 
 constexpr int kLatest = 22;
+
+// Integer division truncating toward zero, as ONNX Runtime. ONNX leaves two cases undefined; qeval
+// defines them (docs/infer.md): a zero divisor is an InputError naming the node, and the minimum
+// value divided by -1 wraps as two's complement hardware would (INT_MIN / -1 = INT_MIN), where the
+// C++ division traps with SIGFPE on x86 (for int32/int64; narrower types are promoted to int).
+template <class T>
+T integer_divide(const Node& node, T x, T y) {
+  if (y == 0) fail(node, "integer division by zero");
+  if constexpr (std::is_signed_v<T>) {
+    if (y == -1) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(x));  // -x, wrapping
+  }
+  return T(x / y);
+}
 
 template <class T, class F>
 void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
@@ -76,10 +90,7 @@ class ArithOp final : public Op {
       case Arith::kMul: return binary_loop<T>(a, b, o, [](T x, T y) { return T(x * y); });
       case Arith::kDiv:
         if constexpr (std::is_integral_v<T>) {
-          return binary_loop<T>(a, b, o, [this](T x, T y) {
-            if (y == 0) fail(node_, "integer division by zero");
-            return T(x / y);  // truncation toward zero, as ONNX Runtime
-          });
+          return binary_loop<T>(a, b, o, [this](T x, T y) { return integer_divide(node_, x, y); });
         } else {
           return binary_loop<T>(a, b, o, [](T x, T y) { return T(x / y); });
         }
@@ -112,6 +123,51 @@ class ArithOp final : public Op {
   }
   Node node_;
   Arith kind_;
+};
+
+// ---- Mod -------------------------------------------------------------------------------------
+
+// fmod=0: the remainder takes the divisor's sign (Python's %, integers only); fmod=1: the dividend's
+// (C's fmod and %). x mod -1 is 0 for every x, the minimum value included, where C++'s % traps
+// (SIGFPE on x86, as division); a zero divisor is an InputError naming the node (docs/infer.md).
+class ModOp final : public Op {
+ public:
+  explicit ModOp(const Node& node) : node_(node), fmod_(node.get_int("fmod", 0) != 0) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs two inputs");
+    if (in[0]->declared != in[1]->declared)
+      fail(node_, "input types differ: " + type_name(in[0]->declared) + " and " + type_name(in[1]->declared));
+    const DType t = in[0]->dtype;
+    if (t == DType::kBool) fail(node_, "bool inputs are not numbers");
+    if ((t == DType::kFloat32 || t == DType::kFloat64) && !fmod_)
+      fail(node_, "floating-point inputs need fmod=1 (the ONNX definition)");
+    return {meta_like(*in[0], broadcast_shapes(node_, in[0]->shape, in[1]->shape))};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    visit_storage(in[0]->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_floating_point_v<T>) {
+        binary_loop<T>(*in[0], *in[1], *out[0], [](T x, T y) { return T(std::fmod(x, y)); });
+      } else if constexpr (!std::is_same_v<T, bool>) {
+        binary_loop<T>(*in[0], *in[1], *out[0], [this](T x, T y) { return remainder(x, y); });
+      }
+    });
+  }
+
+ private:
+  template <class T>
+  T remainder(T x, T y) const {
+    if (y == 0) fail(node_, "integer modulo by zero");
+    if constexpr (std::is_signed_v<T>) {
+      if (y == -1) return T(0);
+      const T r = T(x % y);
+      return !fmod_ && r != 0 && ((r < 0) != (y < 0)) ? T(r + y) : r;
+    } else {
+      return T(x % y);
+    }
+  }
+  Node node_;
+  bool fmod_;
 };
 
 // ---- variadic Min, Max, Sum, Mean (numpy broadcasting across all inputs) ----------------------
@@ -501,6 +557,7 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back({"Mul", "", 7, kLatest, arith(Arith::kMul)});
   out.push_back({"Div", "", 7, kLatest, arith(Arith::kDiv)});
   out.push_back({"Pow", "", 7, kLatest, arith(Arith::kPow)});
+  out.push_back({"Mod", "", 10, kLatest, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ModOp>(n); }});
 
   auto variadic = [](Variadic k) -> OpFactory {
     switch (k) {

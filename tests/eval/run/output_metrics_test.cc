@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "datasets/npy.h"
 #include "eval/onnx_builder.h"
@@ -48,9 +49,9 @@ fs::path write_model(const testing::ScratchDir& dir, const std::string& file, fl
 struct Fixture {
   testing::ScratchDir dir{"output-metrics"};
   fs::path ref, shifted;
-  Fixture() {
+  Fixture(float shift = 0.3f) {
     ref = write_model(dir, "model.onnx", 0.0f);
-    shifted = write_model(dir, "shifted.onnx", 0.3f);
+    shifted = write_model(dir, "shifted.onnx", shift);
     fs::create_directories(dir / "inputs" / "s0");
     datasets::write_npy(dir / "inputs" / "s0" / "x.npy", testing::floats({1, 1, kSide, kSide}, input_values()));
   }
@@ -214,6 +215,51 @@ TEST(OutputMetrics, WithoutOutputsEveryFloatOutputIsPooledAsBefore) {
   const auto m = variant_metrics(testing::read_json(f.dir / "out/report.json"));
   EXPECT_TRUE(m.contains("output_sqnr_db") && m.contains("output_nonfinite")) << m.dump();
   EXPECT_FALSE(m.contains(kLogits + ".sqnr_db")) << m.dump();
+}
+
+TEST(OutputMetrics, ADivergedOutputIsUnboundedAndFailsTheGateUnlessAllowedOrNotJudged) {
+  // logits + inf: the logits (and Neg) are all infinite where the reference's are finite; the
+  // Sigmoid map is 1 everywhere, finite.
+  Fixture f(std::numeric_limits<float>::infinity());
+  const std::string key = kProb + ".mask_iou";
+  const auto run_with = [&](const std::string& outputs, const std::string& gate) {
+    const auto g = testing::write_text(f.dir, "gate.json", gate);
+    return run_qeval("run --config " + f.config("c.json", outputs).string() + " --gate " + g.string() + " --out " +
+                     (f.dir / "out").string());
+  };
+  const std::string both = R"({")" + kLogits + R"(": {"kind": "tensor"}, ")" + kProb +
+                           R"(": {"kind": "mask", "threshold": 0.5}})";
+  const std::string check = R"("checks": [{"metric": ")" + key + R"(", "stat": "min", "min": 0}])";
+  auto r = run_with(both, "{" + check + "}");
+  EXPECT_EQ(r.code, 1) << r.out;
+  auto m = variant_metrics(testing::read_json(f.dir / "out/report.json"));
+  const double n = kSide * kSide;
+  EXPECT_EQ(m.at(kLogits + ".sqnr_db"), "-inf");
+  EXPECT_EQ(m.at(kLogits + ".max_abs"), "inf");
+  EXPECT_TRUE(m.at(kLogits + ".cosine").is_null());
+  EXPECT_EQ(m.at(kLogits + ".nonfinite").get<double>(), n);
+  EXPECT_EQ(m.at(kProb + ".nonfinite").get<double>(), 0.0);
+  EXPECT_EQ(m.at("output_nonfinite").get<double>(), n);  // over the judged outputs
+  r = run_with(both, "{" + check + R"(, "allow_nonfinite": true})");
+  EXPECT_EQ(r.code, 0) << r.out;
+  // The logits not judged: their infinities do not count.
+  r = run_with(R"({")" + kProb + R"(": {"kind": "mask", "threshold": 0.5}})", "{" + check + "}");
+  EXPECT_EQ(r.code, 0) << r.out;
+  m = variant_metrics(testing::read_json(f.dir / "out/report.json"));
+  EXPECT_EQ(m.at("output_nonfinite").get<double>(), 0.0);
+}
+
+TEST(OutputMetrics, AMergedShardGivesThePerOutputMetricsOfTheRun) {
+  Fixture f;
+  const auto cfg = f.config("c.json", R"({")" + kProb + R"(": {"kind": "matte"}, ")" + kLogits +
+                                          R"(": {"kind": "image", "range": [-2, 2]}})");
+  auto r = run_qeval("run --config " + cfg.string() + " --shard 1/1 --out " + (f.dir / "shard").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_qeval("merge " + (f.dir / "shard").string() + " --out " + (f.dir / "merged").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto a = variant_metrics(testing::read_json(f.dir / "shard/report.json"));
+  EXPECT_TRUE(a.contains(kProb + ".mask_iou") && a.contains(kLogits + ".psnr_db")) << a.dump();
+  EXPECT_EQ(a, variant_metrics(testing::read_json(f.dir / "merged/report.json")));
 }
 
 // PP-OCRv4's detector judged on its probability map at DB's 0.3 box threshold: fp16 (BatchNorm

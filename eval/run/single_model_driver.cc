@@ -177,6 +177,21 @@ class SingleModelDriver : public RunDriver {
       if (!is_float)
         throw InputError(fmt::format("{}: output '{}' is {}, not a float tensor: it cannot be judged as '{}' (see {})",
                                      where, o.name, dtype_name(it->dtype), output_kind_name(o.kind), kRunConfigDoc));
+      // Shapes the kind cannot take, where the model declares them (-1: unknown, checked per sample).
+      if (it->has_shape) {
+        const auto& d = it->dims;
+        auto ones = [](auto b, auto e) { return std::all_of(b, e, [](std::int64_t x) { return x == 1 || x < 0; }); };
+        const bool fits = o.kind == OutputKind::kTensor ? true
+                          : o.kind == OutputKind::kImage
+                              ? d.size() == 3 || (d.size() == 4 && (d[0] == 1 || d[0] < 0))
+                              : d.size() >= 2 && ones(d.begin(), d.end() - 2);
+        if (!fits)
+          throw InputError(fmt::format("{}: output '{}' is declared {}: kind '{}' needs {} (see {})", where, o.name,
+                                       shape_text(d), output_kind_name(o.kind),
+                                       o.kind == OutputKind::kImage ? "[C, H, W] or [1, C, H, W]"
+                                                                    : "one [H, W] plane (leading dimensions of 1)",
+                                       kRunConfigDoc));
+      }
     }
   }
 

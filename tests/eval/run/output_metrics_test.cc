@@ -23,7 +23,8 @@ using testing::run_qeval;
 constexpr int kF32 = onnx::TensorProto::FLOAT;
 constexpr int kSide = 16;
 // Names with '/', ':' and '.', as exporters write them.
-const std::string kLogits = "head/logits:0", kProb = "prob.map", kExtra = "extra";
+const std::string kLogits = "head/logits:0", kProb = "prob.map", kExtra = "extra", kRows = "rows",
+                  kRowsAny = "rows_any";
 
 std::vector<float> input_values() {
   std::vector<float> x(kSide * kSide);
@@ -31,17 +32,23 @@ std::vector<float> input_values() {
   return x;
 }
 
-// logits = x + bias, prob = Sigmoid(logits), extra = -logits.
+// logits = x + bias, prob = Sigmoid(logits), extra = -logits, rows = logits as [2, 8, 16] (and
+// rows_any: the same, declared with symbolic dimensions).
 fs::path write_model(const testing::ScratchDir& dir, const std::string& file, float bias) {
   testing::OnnxBuilder b;
   b.input("x", kF32, {1, 1, kSide, kSide})
       .output(kLogits, kF32, {1, 1, kSide, kSide})
       .output(kProb, kF32, {1, 1, kSide, kSide})
-      .output(kExtra, kF32, {1, 1, kSide, kSide});
+      .output(kExtra, kF32, {1, 1, kSide, kSide})
+      .output(kRows, kF32, {2, kSide / 2, kSide})
+      .output(kRowsAny, kF32, {-1, -1, -1});
   b.initializer("bias", {bias}, {});
   b.node("Add", {"x", "bias"}, {kLogits}, "/head/Add");
   b.node("Sigmoid", {kLogits}, {kProb}, "/prob/Sigmoid");
   b.node("Neg", {kLogits}, {kExtra}, "/extra/Neg");
+  b.initializer_i64("rows_shape", {2, kSide / 2, kSide});
+  b.node("Reshape", {kLogits, "rows_shape"}, {kRows}, "/rows/Reshape");
+  b.node("Identity", {kRows}, {kRowsAny}, "/rows/Identity");
   const auto bytes = b.bytes();
   return testing::write_text(dir, file, std::string(bytes.begin(), bytes.end()));
 }
@@ -192,6 +199,7 @@ TEST(OutputMetrics, BadOutputsConfigsExitTwoNamingTheFileAndKey) {
       {R"({")" + kLogits + R"(": {"kind": "image"}})", "needs 'range'"},
       {R"({")" + kLogits + R"(": {"kind": "tensor", "thresh": 1}})", "unknown key"},
       {R"({})", "non-empty object"},
+      {R"({")" + kRows + R"(": {"kind": "matte"}})", "declared [2, 8, 16]: kind 'matte' needs one [H, W] plane"},
       {R"([")" + kLogits + R"("])", "must be an object"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -205,7 +213,26 @@ TEST(OutputMetrics, BadOutputsConfigsExitTwoNamingTheFileAndKey) {
   // An unknown output's message lists the model's outputs.
   const auto r = run_qeval("run --config " + f.config("bad-list.json", R"({"nope": {"kind": "tensor"}})").string() +
                            " --out " + (f.dir / "out").string());
-  for (const auto& name : {kLogits, kProb, kExtra}) EXPECT_NE(r.out.find(name), std::string::npos) << r.out;
+  for (const auto& name : {kLogits, kProb, kExtra, kRows}) EXPECT_NE(r.out.find(name), std::string::npos) << r.out;
+}
+
+TEST(OutputMetrics, AnOutputWhoseShapeDoesNotFitItsKindIsAnErrorOfTheSample) {
+  // Declared with unknown dimensions, so only the run sees that it holds two planes.
+  Fixture f;
+  const auto cfg = f.config("c.json", R"({")" + kRowsAny + R"(": {"kind": "matte"}})");
+  const auto r = run_qeval("run --config " + cfg.string() + " --out " + (f.dir / "out").string());
+  EXPECT_EQ(r.code, 1) << r.out;  // the gate's error budget (max_errors 0)
+  const auto report = testing::read_json(f.dir / "out/report.json");
+  bool found = false;
+  for (const auto& res : report.at("samples").at(0).at("results"))
+    if (res.at("variant") == "shifted") {
+      found = true;
+      EXPECT_EQ(res.at("status"), "error");
+      EXPECT_NE(res.at("error").get<std::string>().find("has shape [2, 8, 16]: kind 'matte' needs one [H, W] plane"),
+                std::string::npos)
+          << res.dump();
+    }
+  EXPECT_TRUE(found);
 }
 
 TEST(OutputMetrics, WithoutOutputsEveryFloatOutputIsPooledAsBefore) {

@@ -55,15 +55,19 @@ void check_keys(const json& obj, std::initializer_list<const char*> allowed,
   }
 }
 
-std::string check_metric(const json& v, const std::string& source, const std::string& where) {
-  if (!v.is_string()) bad(source, where + ": 'metric' must be a string");
-  std::string m = v.get<std::string>();
-  const auto& keys = gate_metric_keys();
+void check_known_metric(const std::string& m, const std::vector<std::string>& keys, const std::string& source,
+                        const std::string& where, const char* known) {
   if (std::find(keys.begin(), keys.end(), m) == keys.end()) {
     std::string list;
     for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
-    bad(source, where + ": unknown metric '" + m + "' (known: " + list + ")");
+    bad(source, where + ": unknown metric '" + m + "' (" + known + ": " + list + ")");
   }
+}
+
+std::string check_metric(const json& v, const std::string& source, const std::string& where, GateMetrics metrics) {
+  if (!v.is_string() || v.get<std::string>().empty()) bad(source, where + ": 'metric' must be a metric's name");
+  std::string m = v.get<std::string>();
+  if (metrics == GateMetrics::kKnown) check_known_metric(m, gate_metric_keys(), source, where, "known");
   return m;
 }
 
@@ -102,7 +106,7 @@ void parse_summary(const json& c, const char* default_stat, const std::string& s
 
 }  // namespace
 
-Gate parse_gate(const std::string& text, const std::string& source) {
+Gate parse_gate(const std::string& text, const std::string& source, GateMetrics metrics) {
   json j = parse_json_text(text, source, "docs/gate.md");
   if (!j.is_object()) bad(source, "the gate must be a JSON object");
   check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors", "layers", "steps",
@@ -119,7 +123,7 @@ Gate parse_gate(const std::string& text, const std::string& source) {
       check_keys(c, {"metric", "stat", "min", "max", "variant"}, source, where);
       if (!c.contains("metric")) bad(source, where + ": missing 'metric'");
       GateCheck check;
-      check.metric = check_metric(c["metric"], source, where);
+      check.metric = check_metric(c["metric"], source, where, metrics);
       parse_summary(c, "mean", source, where, check);
       g.checks.push_back(std::move(check));
     }
@@ -128,7 +132,7 @@ Gate parse_gate(const std::string& text, const std::string& source) {
     if (!j["per_pair"].is_object()) bad(source, "'per_pair' must be an object of metric -> bound");
     for (const auto& [metric, bound] : j["per_pair"].items()) {
       const std::string where = "per_pair." + metric;
-      check_metric(json(metric), source, where);
+      check_metric(json(metric), source, where, metrics);
       if (!bound.is_object()) bad(source, where + ": must be an object with min/max");
       check_keys(bound, {"min", "max"}, source, where);
       g.per_pair[metric] = parse_bound(bound, source, where);
@@ -213,12 +217,20 @@ Gate parse_gate(const std::string& text, const std::string& source) {
   return g;
 }
 
-Gate load_gate(const std::filesystem::path& path) {
+Gate load_gate(const std::filesystem::path& path, GateMetrics metrics) {
   std::ifstream in(path);
   if (!in) throw InputError(path.string() + ": cannot open gate file");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_gate(ss.str(), path.string());
+  return parse_gate(ss.str(), path.string(), metrics);
+}
+
+void check_gate_metrics(const Gate& gate, const std::vector<std::string>& known) {
+  for (std::size_t i = 0; i < gate.checks.size(); ++i)
+    check_known_metric(gate.checks[i].metric, known, gate.source, "checks[" + std::to_string(i) + "]",
+                       "this run's metrics");
+  for (const auto& [metric, bound] : gate.per_pair)
+    check_known_metric(metric, known, gate.source, "per_pair." + metric, "this run's metrics");
 }
 
 static std::string nonfinite_detail(std::size_t samples, std::uint64_t values, const char* what) {

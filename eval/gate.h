@@ -71,11 +71,22 @@ const std::vector<std::string>& gate_layer_columns();
 // Metric keys a gate may name.
 const std::vector<std::string>& gate_metric_keys();
 
+// Which metric names a gate file may use where it is parsed.
+enum class GateMetrics {
+  kKnown,  // gate_metric_keys() (compare-images)
+  kRun,    // any name: `qeval run` checks them against the run's own metrics (apply_run_gate), which
+           // include per-output keys such as "logits.sqnr_db" that no fixed list can hold
+};
+
 // Parses a gate file (documented in docs/gate.md). Unknown keys, unknown metrics or statistics and
 // missing bounds are errors (a typo must not turn a check off). Throws InputError naming the file
 // and the offending field.
-Gate load_gate(const std::filesystem::path& path);
-Gate parse_gate(const std::string& json_text, const std::string& source);
+Gate load_gate(const std::filesystem::path& path, GateMetrics metrics = GateMetrics::kKnown);
+Gate parse_gate(const std::string& json_text, const std::string& source, GateMetrics metrics = GateMetrics::kKnown);
+
+// Throws InputError (naming the gate file and the check) when a check or per-pair bound names a
+// metric not in `known`, listing them.
+void check_gate_metrics(const Gate& gate, const std::vector<std::string>& known);
 
 // One sample (image pair) as the gate sees it: +inf for an unbounded value (PSNR of identical
 // images), nullopt for not applicable.

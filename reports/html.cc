@@ -100,6 +100,8 @@ std::string page_end(std::string_view extra_js) {
 
 std::string fmt_value(std::string_view metric, std::optional<double> v) {
   if (!v || std::isnan(*v)) return "&ndash;";
+  // A per-output key "<output>.<metric>": the output's name (any characters) says nothing of the format.
+  if (auto dot = metric.rfind('.'); dot != std::string_view::npos) metric = metric.substr(dot + 1);
   if (std::isinf(*v)) return *v > 0 ? "&infin;" : "&minus;&infin;";
   if (metric.find("psnr") != std::string_view::npos || metric.find("sqnr") != std::string_view::npos)
     return fmt::format("{:.2f}", *v);

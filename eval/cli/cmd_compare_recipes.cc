@@ -36,7 +36,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   eval::RunSpec spec = eval::recipe_run_spec(std::move(base), recipes, precision);
   spec.observe.layers = true;  // worst layers and the shapes behind the MAC counts
   if (!a.gate.empty()) spec.gate = a.gate;
-  const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate);
+  const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate, eval::GateMetrics::kRun);
 
   const fs::path out = a.out, run_dir = out / "run";
   prepare_out_dir(out, {"report.json", "report.html", "run/report.json"});

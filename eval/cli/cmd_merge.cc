@@ -50,7 +50,7 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
   eval::RunSpec spec = eval::parse_run_config(infos.front().spec_json, states.front());
   spec.source = infos.front().source;  // the shards' config, as their reports name it
   if (!a.gate.empty()) spec.gate = a.gate;
-  const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate);
+  const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate, eval::GateMetrics::kRun);
   const auto driver = eval::make_run_driver(spec);
   auto variants = eval::build_variants(spec, *driver, eval::stderr_is_terminal());
   const std::string key = eval::run_key(spec, *driver, variants);

@@ -30,7 +30,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   if (a.count > 0) spec.count = a.count;
   if (a.no_layers) spec.observe.layers = false;
   if (!a.gate.empty()) spec.gate = a.gate;
-  const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate);
+  const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate, eval::GateMetrics::kRun);
   std::optional<std::pair<int, int>> shard;
   if (!a.shard.empty()) shard = eval::parse_shard(a.shard);
   const fs::path out = a.out;
@@ -38,6 +38,11 @@ int run_run(const RunArgs& a, const Context& ctx) {
 
   const bool tty = eval::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);
+  {  // a gate metric this run does not measure is an error before anything runs, not after
+    std::vector<std::string> keys;
+    for (const auto& m : driver->metrics()) keys.push_back(m.key);
+    eval::check_gate_metrics(gate, keys);
+  }
   auto variants = eval::build_variants(spec, *driver, tty);
   const std::string key = eval::run_key(spec, *driver, variants);
   const std::string spec_json = eval::run_spec_json(spec);

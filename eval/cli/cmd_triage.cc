@@ -34,7 +34,7 @@ int run_triage(const TriageArgs& a, const Context& ctx) {
   if (spec.gate.empty())
     throw InputError(a.config + ": triage needs a gate to search for: --gate G.json or \"gate\" in the config "
                                 "(docs/gate.md)");
-  const eval::Gate gate = eval::load_gate(spec.gate);
+  const eval::Gate gate = eval::load_gate(spec.gate, eval::GateMetrics::kRun);
   const fs::path out = a.out;
   prepare_out_dir(out, {"triage.json", "triage.html"});
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -24,6 +25,20 @@ std::string_view run_pipeline_kind_name(RunPipelineKind k) {
     case RunPipelineKind::kSingleModel: return "single-model";
   }
   return "?";
+}
+
+std::string_view output_kind_name(OutputKind k) {
+  switch (k) {
+    case OutputKind::kTensor: return "tensor";
+    case OutputKind::kMask: return "mask";
+    case OutputKind::kMatte: return "matte";
+    case OutputKind::kImage: return "image";
+  }
+  return "?";
+}
+
+std::string output_metric_key(const std::string& output, std::string_view metric) {
+  return output + "." + std::string(metric);
 }
 
 const VariantSpec& RunSpec::reference_variant() const { return variants.at(reference_index()); }
@@ -104,6 +119,39 @@ RunPipelineKind detect_kind(const JsonConfig& root, const fs::path& pipeline) {
                                                                 : RunPipelineKind::kSegmentation;
 }
 
+OutputSpec parse_output(const JsonConfig& o, const std::string& name) {
+  o.allow_keys({"kind", "threshold", "range"});
+  OutputSpec s;
+  s.name = name;
+  if (!o.has("kind")) o.fail("missing 'kind' (tensor, mask, matte or image)");
+  const std::string kind = o.get_choice("kind", {"tensor", "mask", "matte", "image"});
+  s.kind = kind == "tensor" ? OutputKind::kTensor
+           : kind == "mask" ? OutputKind::kMask
+           : kind == "matte" ? OutputKind::kMatte
+                             : OutputKind::kImage;
+  const bool masklike = s.kind == OutputKind::kMask || s.kind == OutputKind::kMatte;
+  if (o.has("threshold")) {
+    if (!masklike) child_of(o, "threshold").fail("only applies to kind 'mask' or 'matte', not '" + kind + "'");
+    const double t = o.get_number("threshold");
+    if (!std::isfinite(t)) child_of(o, "threshold").fail("must be a finite number");
+    s.threshold = float(t);
+  } else if (s.kind == OutputKind::kMask) {
+    // Logits (threshold 0) and probabilities (0.5) both occur: no default can be right for both.
+    o.fail("kind 'mask' needs 'threshold' (foreground where value > threshold: 0 for logits, 0.5 for "
+           "probabilities)");
+  }
+  if (o.has("range")) {
+    if (s.kind != OutputKind::kImage) child_of(o, "range").fail("only applies to kind 'image', not '" + kind + "'");
+    const auto r = o.get_numbers("range");
+    if (r.size() != 2 || !std::isfinite(r[0]) || !std::isfinite(r[1]) || !(r[0] < r[1]))
+      child_of(o, "range").fail("must be [lo, hi] with finite lo < hi (the image's value range)");
+    s.range_lo = r[0], s.range_hi = r[1];
+  } else if (s.kind == OutputKind::kImage) {
+    o.fail("kind 'image' needs 'range': [lo, hi], the value range PSNR and SSIM are taken on (e.g. [0, 1], [0, 255])");
+  }
+  return s;
+}
+
 void check_variants(RunSpec& s, const JsonConfig& root) {
   if (s.variants.size() < 2) root.fail("'variants' needs at least two variants: a reference and one to compare");
   std::set<std::string> names;
@@ -123,7 +171,7 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
   const JsonConfig root = JsonConfig::parse(text, source.string(), kRunConfigDoc);
   root.allow_keys({"description", "pipeline", "inputs", "prompts", "first", "count", "seeds", "steps",
                    "guidance_scale", "scheduler", "negative_prompt", "variants", "reference", "observe",
-                   "calibration", "gate", "save_images"});
+                   "calibration", "gate", "save_images", "outputs"});
   RunSpec s;
   s.source = source;
   s.pipeline = root.get_path("pipeline");
@@ -197,6 +245,18 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
     require_exists(root, "gate", s.gate);
   }
   s.save_images = root.get_bool("save_images", true);
+  if (root.has("outputs")) {
+    if (s.kind != RunPipelineKind::kSingleModel)
+      child_of(root, "outputs").fail(std::string("only applies to a single ONNX model; this pipeline is ") +
+                                     std::string(run_pipeline_kind_name(s.kind)));
+    const auto o = root.optional_object("outputs");
+    if (!o || o->value().empty())
+      child_of(root, "outputs").fail("must be a non-empty object {output name: {\"kind\": ...}}");
+    for (const auto& item : o->value().items()) {
+      const std::string name = item.key();
+      s.outputs.push_back(parse_output(o->object(name), name));
+    }
+  }
   return s;
 }
 

@@ -35,6 +35,26 @@ struct VariantSpec {
   std::string pipeline_variant;  // a name under pipeline.json's "variants"; empty when none
 };
 
+// How a single model's output is judged (docs/run-config.md, "outputs").
+enum class OutputKind {
+  kTensor,  // SQNR dB, cosine, relative L2, max-abs of the values
+  kMask,    // a mask map (logits or probabilities): mask IoU, boundary F, flipped share at a threshold
+  kMatte,   // an alpha matte on [0, 1]: as kMask, threshold 0.5 unless given
+  kImage,   // an image [C, H, W] or [1, C, H, W] on a value range: PSNR, SSIM
+};
+std::string_view output_kind_name(OutputKind k);  // "tensor" | "mask" | "matte" | "image"
+
+struct OutputSpec {
+  std::string name;  // the graph output
+  OutputKind kind = OutputKind::kTensor;
+  float threshold = 0.5f;                // mask / matte: foreground where value > threshold
+  double range_lo = 0.0, range_hi = 1.0;  // image: values are clamped to [lo, hi], peak = hi - lo
+};
+
+// A per-output metric key: "<output>.<metric>" ("sigmoid_0.tmp_0.mask_iou"). The output's name is
+// kept as written (it may hold '/', ':' and '.'): keys are matched whole, never split.
+std::string output_metric_key(const std::string& output, std::string_view metric);
+
 struct ObserveSpec {
   bool layers = true;               // per-layer statistics and error
   std::vector<std::string> models;  // which models' layers; empty = all
@@ -75,6 +95,9 @@ struct RunSpec {
   CalibrationSpec calibration;
   std::filesystem::path gate;  // empty: no gate file (only errors fail)
   bool save_images = true;     // outputs written under <out>/images
+  // Single model: the outputs judged, each with its metrics (sorted by name); empty = every float
+  // output pooled into one set of output_* metrics.
+  std::vector<OutputSpec> outputs;
 
   const VariantSpec& reference_variant() const;
   std::size_t reference_index() const;

@@ -397,6 +397,11 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
     check_variant(gate.layer_checks[i].variant, fmt::format("layers[{}]", i));
   for (std::size_t i = 0; i < gate.step_checks.size(); ++i)
     check_variant(gate.step_checks[i].variant, fmt::format("steps[{}]", i));
+  // Metric names are checked here, against what this run measured (per-output keys of a single
+  // model included), rather than against a fixed list when the gate file is read.
+  std::vector<std::string> metric_keys;
+  for (const auto& m : rep.metrics) metric_keys.push_back(m.key);
+  check_gate_metrics(gate, metric_keys);
 
   rep.gate = {};
   rep.gate.source = gate.source;

@@ -180,6 +180,16 @@ std::string run_spec_json(const RunSpec& s) {
   j["calibration"] = c;
   if (!s.gate.empty()) j["gate"] = fs::absolute(s.gate).string();
   j["save_images"] = s.save_images;
+  if (!s.outputs.empty()) {  // only when set: configs without it keep their run keys
+    json outs = json::object();
+    for (const auto& out : s.outputs) {
+      json oj = {{"kind", std::string(output_kind_name(out.kind))}};
+      if (out.kind == OutputKind::kMask || out.kind == OutputKind::kMatte) oj["threshold"] = out.threshold;
+      if (out.kind == OutputKind::kImage) oj["range"] = {out.range_lo, out.range_hi};
+      outs[out.name] = oj;
+    }
+    j["outputs"] = outs;
+  }
   return j.dump(1);
 }
 

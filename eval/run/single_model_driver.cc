@@ -2,6 +2,7 @@
 // layout); one unit = one sample, every variant's run in lockstep with the reference's.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 
@@ -12,6 +13,10 @@
 #include "eval/run/drivers.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
+#include "metrics/activation_stats.h"
+#include "metrics/psnr.h"
+#include "metrics/segmentation.h"
+#include "metrics/ssim.h"
 #include "metrics/tensor_error.h"
 
 namespace qeval::eval {
@@ -19,6 +24,128 @@ namespace qeval::eval {
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr const char* kDivergedNote = "NaN/Inf where the reference is finite";
+
+std::string shape_text(const Shape& s) {
+  std::string t;
+  for (auto d : s) t += (t.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + t + "]";
+}
+
+// The metrics of one judged output (or, pooled, of all outputs: prefix "output_"), in report order.
+std::vector<reports::MetricInfo> output_metric_infos(const std::string& name, OutputKind kind) {
+  auto k = [&](const char* m) { return output_metric_key(name, m); };
+  std::vector<reports::MetricInfo> out;
+  switch (kind) {
+    case OutputKind::kTensor:
+      out = {{k("sqnr_db"), name + " SQNR dB", true},
+             {k("cosine"), name + " cosine", true},
+             {k("rel_l2"), name + " rel L2", false},
+             {k("max_abs"), name + " max |err|", false}};
+      break;
+    case OutputKind::kMask:
+    case OutputKind::kMatte:
+      out = {{k("mask_iou"), name + " mask IoU", true},
+             {k("boundary_f"), name + " boundary F", true},
+             {k("flipped_fraction"), name + " flipped pixels", false},
+             {k("sqnr_db"), name + " SQNR dB", true}};
+      break;
+    case OutputKind::kImage:
+      out = {{k("psnr_db"), name + " PSNR dB", true}, {k("ssim"), name + " SSIM", true}};
+      break;
+  }
+  out.push_back({k("nonfinite"), name + " NaN/Inf", false});
+  return out;
+}
+
+// SQNR, cosine, relative L2 and max-abs of `e` as metrics `key("sqnr_db")`, ... An identical
+// comparison's unbounded SQNR is +inf where `inf_when_identical` (one output among others), else
+// no value with the note "identical" (the sample as a whole is identical: the report carries it).
+template <class Key>
+void push_error_metrics(const metrics::ErrorStats& e, bool identical, std::uint64_t diverged, bool inf_when_identical,
+                        Key key, std::vector<metrics::MetricValue>& out) {
+  const auto sqnr = e.sqnr_db();
+  const char* note = identical ? "identical" : diverged ? kDivergedNote : "";
+  std::optional<double> sqnr_value = sqnr;
+  if (sqnr && *sqnr == kInf && !inf_when_identical) sqnr_value.reset();
+  out.push_back({key("sqnr_db"), sqnr_value, {}, note});
+  out.push_back({key("cosine"), e.cosine(), {}, note});
+  out.push_back({key("rel_l2"), e.rel_l2(), {}, ""});
+  out.push_back({key("max_abs"), e.count || diverged ? std::optional<double>(e.max_abs) : std::nullopt, {}, ""});
+}
+
+// One judged output of a variant against the reference's: appends its metrics to `out`; returns
+// its values that are NaN/Inf where the reference's are finite, or an error text (shapes that do
+// not fit the kind) in `error`.
+std::uint64_t compare_output(const OutputSpec& spec, const Tensor& ref, const Tensor& test, bool& identical,
+                             std::string& error, std::vector<metrics::MetricValue>& out) {
+  auto key = [&](const char* m) { return output_metric_key(spec.name, m); };
+  const Tensor a = widened_to_float32(ref), b = widened_to_float32(test);
+  const auto te = metrics::tensor_error(a, b);
+  identical = te.identical();
+  const std::uint64_t diverged = std::uint64_t(te.diverged);
+  const Shape& shape = a.shape();
+  switch (spec.kind) {
+    case OutputKind::kTensor: {
+      metrics::ErrorStats e;
+      e.add(te, a.numel());
+      push_error_metrics(e, identical, diverged, true, key, out);
+      break;
+    }
+    case OutputKind::kMask:
+    case OutputKind::kMatte: {
+      // One [H, W] plane: every dimension before the last two must be 1.
+      const bool plane = shape.size() >= 2 && std::all_of(shape.begin(), shape.end() - 2, [](auto d) { return d == 1; });
+      if (!plane) {
+        error = fmt::format("output '{}' has shape {}: kind '{}' needs one [H, W] plane (leading dimensions of 1)",
+                            spec.name, shape_text(shape), output_kind_name(spec.kind));
+        return 0;
+      }
+      const Shape hw = {shape[shape.size() - 2], shape.back()};
+      const auto cmp = metrics::compare_mask_logits(a.reshaped(hw), b.reshaped(hw), spec.threshold);
+      out.push_back({key("mask_iou"), cmp.iou.iou, {}, ""});
+      out.push_back({key("boundary_f"), cmp.boundary.f, {}, ""});
+      out.push_back({key("flipped_fraction"), cmp.flipped_fraction, {}, ""});
+      metrics::ErrorStats e;
+      e.add(cmp.logits, a.numel());
+      out.push_back({key("sqnr_db"), e.sqnr_db(), {}, identical ? "identical" : diverged ? kDivergedNote : ""});
+      break;
+    }
+    case OutputKind::kImage: {
+      const bool image = shape.size() == 3 || (shape.size() == 4 && shape[0] == 1);
+      if (!image) {
+        error = fmt::format("output '{}' has shape {}: kind 'image' needs [C, H, W] or [1, C, H, W]", spec.name,
+                            shape_text(shape));
+        return 0;
+      }
+      if (diverged || te.nonfinite_ref || te.nonfinite_test) {
+        // Unbounded error where the test diverged (as SQNR's -inf); undefined otherwise.
+        out.push_back({key("psnr_db"), diverged ? std::optional<double>(-kInf) : std::nullopt, {}, kDivergedNote});
+        out.push_back({key("ssim"), std::nullopt, {}, diverged ? kDivergedNote : "NaN/Inf in the reference"});
+        break;
+      }
+      // The metrics take [C, H, W] on [0, peak]: clamp to the range, then shift it to start at 0.
+      const Shape chw(shape.end() - 3, shape.end());
+      auto on_range = [&](const Tensor& t) {
+        Tensor x = t.reshaped(chw);
+        for (float& v : x.span<float>())
+          v = float(std::clamp(double(v), spec.range_lo, spec.range_hi) - spec.range_lo);
+        return x;
+      };
+      const Tensor x = on_range(a), y = on_range(b);
+      const double peak = spec.range_hi - spec.range_lo;
+      const auto p = metrics::psnr(x, y, peak);
+      out.push_back({key("psnr_db"), p.psnr_db ? p.psnr_db : std::optional<double>(kInf), {}, p.psnr_db ? "" : "identical"});
+      const auto ss = metrics::ssim(x, y, metrics::SsimConvention::kWang, peak);
+      out.push_back({key("ssim"), ss.ssim, {}, ss.note});
+      break;
+    }
+  }
+  out.push_back({key("nonfinite"), double(diverged), {}, ""});
+  return diverged;
+}
 
 struct SingleModelThread : DriverThread {
   std::vector<std::unique_ptr<Session>> sessions;  // per variant
@@ -35,6 +162,37 @@ class SingleModelDriver : public RunDriver {
     if (spec.count > 0) last = std::min(last, first + std::size_t(spec.count));
     if (first >= last) throw InputError(fmt::format("{}: 'first' {} skips every sample", spec.source.string(), spec.first));
     samples_.assign(folders.begin() + std::ptrdiff_t(first), folders.begin() + std::ptrdiff_t(last));
+    outputs_ = spec.outputs;
+    for (const auto& o : outputs_) {
+      const auto& outs = graph_->outputs;
+      auto it = std::find_if(outs.begin(), outs.end(), [&](const ValueInfo& v) { return v.name == o.name; });
+      std::string list;
+      for (const auto& v : outs) list += (list.empty() ? "" : ", ") + v.name;
+      const std::string where = fmt::format("{}: outputs.{}", spec.source.string(), o.name);
+      if (it == outs.end())
+        throw InputError(fmt::format("{}: the model {} has no output '{}' (its outputs: {}; see {})", where,
+                                     model_path_.string(), o.name, list, kRunConfigDoc));
+      const bool is_float =
+          it->dtype == DType::kFloat32 || it->dtype == DType::kFloat16 || it->dtype == DType::kBFloat16;
+      if (!is_float)
+        throw InputError(fmt::format("{}: output '{}' is {}, not a float tensor: it cannot be judged as '{}' (see {})",
+                                     where, o.name, dtype_name(it->dtype), output_kind_name(o.kind), kRunConfigDoc));
+      // Shapes the kind cannot take, where the model declares them (-1: unknown, checked per sample).
+      if (it->has_shape) {
+        const auto& d = it->dims;
+        auto ones = [](auto b, auto e) { return std::all_of(b, e, [](std::int64_t x) { return x == 1 || x < 0; }); };
+        const bool fits = o.kind == OutputKind::kTensor ? true
+                          : o.kind == OutputKind::kImage
+                              ? d.size() == 3 || (d.size() == 4 && (d[0] == 1 || d[0] < 0))
+                              : d.size() >= 2 && ones(d.begin(), d.end() - 2);
+        if (!fits)
+          throw InputError(fmt::format("{}: output '{}' is declared {}: kind '{}' needs {} (see {})", where, o.name,
+                                       shape_text(d), output_kind_name(o.kind),
+                                       o.kind == OutputKind::kImage ? "[C, H, W] or [1, C, H, W]"
+                                                                    : "one [H, W] plane (leading dimensions of 1)",
+                                       kRunConfigDoc));
+      }
+    }
   }
 
   RunPipelineKind kind() const override { return RunPipelineKind::kSingleModel; }
@@ -73,6 +231,13 @@ class SingleModelDriver : public RunDriver {
   std::size_t units() const override { return samples_.size(); }
   UnitInfo unit(std::size_t i) const override { return {samples_[i].filename().string()}; }
   std::vector<reports::MetricInfo> metrics() const override {
+    if (!outputs_.empty()) {
+      std::vector<reports::MetricInfo> infos;
+      for (const auto& o : outputs_)
+        for (auto& m : output_metric_infos(o.name, o.kind)) infos.push_back(std::move(m));
+      infos.push_back(output_nonfinite_info());  // over the judged outputs: what the gate's NaN/Inf rule reads
+      return infos;
+    }
     return {{"output_sqnr_db", "output SQNR dB", true},
             {"output_cosine", "output cosine", true},
             {"output_rel_l2", "output rel L2", false},
@@ -168,43 +333,67 @@ class SingleModelDriver : public RunDriver {
       }
     }
     for (std::size_t v = 0; v < nv; ++v) sample.variants[v].elapsed_ms = ms[v];
-    // Every float output, pooled: energies add over outputs.
     for (std::size_t v = 0; v < nv; ++v) {
       if (v == r) continue;
-      metrics::ErrorStats e;
-      bool identical = true;
-      std::uint64_t diverged = 0;
-      for (const auto& [name, ref_out] : outputs[r]) {
-        auto it = outputs[v].find(name);
-        if (it == outputs[v].end() || it->second.shape() != ref_out.shape()) {
-          sample.variants[v].error = "output '" + name + "' is missing or has another shape";
-          break;
-        }
-        const Tensor a = widened_to_float32(ref_out), b = widened_to_float32(it->second);
-        if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32) continue;  // integer outputs
-        const auto te = metrics::tensor_error(a, b);
-        identical = identical && te.identical();
-        diverged += std::uint64_t(te.diverged);
-        e.add(te, a.numel());
-      }
-      VariantOutcome& o = sample.variants[v];
-      if (!o.error.empty()) continue;
-      o.identical = identical;
-      // +inf SQNR (identical) is carried by `identical`; -inf (diverged) is a value.
-      const auto sqnr = e.sqnr_db();
-      const char* note = identical ? "identical" : diverged ? "NaN/Inf where the reference is finite" : "";
-      o.metrics.push_back({"output_sqnr_db", sqnr && *sqnr != std::numeric_limits<double>::infinity() ? sqnr : std::nullopt,
-                           {}, note});
-      o.metrics.push_back({"output_cosine", e.cosine(), {}, note});
-      o.metrics.push_back({"output_rel_l2", e.rel_l2(), {}, ""});
-      o.metrics.push_back({"output_max_abs", e.count || diverged ? std::optional<double>(e.max_abs) : std::nullopt, {}, ""});
-      o.metrics.push_back({kOutputNonfiniteMetric, double(diverged), {}, ""});
+      if (outputs_.empty()) pooled_metrics(outputs[r], outputs[v], sample.variants[v]);
+      else judged_metrics(outputs[r], outputs[v], sample.variants[v]);
     }
     if (ctx.tick) ctx.tick();
   }
 
  private:
+  // Every float output, pooled: energies add over outputs.
+  static void pooled_metrics(const std::map<std::string, Tensor>& ref, const std::map<std::string, Tensor>& test,
+                             VariantOutcome& o) {
+    metrics::ErrorStats e;
+    bool identical = true;
+    std::uint64_t diverged = 0;
+    for (const auto& [name, ref_out] : ref) {
+      auto it = test.find(name);
+      if (it == test.end() || it->second.shape() != ref_out.shape()) {
+        o.error = "output '" + name + "' is missing or has another shape";
+        return;
+      }
+      const Tensor a = widened_to_float32(ref_out), b = widened_to_float32(it->second);
+      if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32) continue;  // integer outputs
+      const auto te = metrics::tensor_error(a, b);
+      identical = identical && te.identical();
+      diverged += std::uint64_t(te.diverged);
+      e.add(te, a.numel());
+    }
+    o.identical = identical;
+    // +inf SQNR (identical) is carried by `identical`; -inf (diverged) is a value.
+    push_error_metrics(e, identical, diverged, false, [](const char* m) { return std::string("output_") + m; },
+                       o.metrics);
+    o.metrics.push_back({kOutputNonfiniteMetric, double(diverged), {}, ""});
+  }
+
+  // The outputs the config names, each by its kind; the others are not judged.
+  void judged_metrics(const std::map<std::string, Tensor>& ref, const std::map<std::string, Tensor>& test,
+                      VariantOutcome& o) const {
+    bool identical = true;
+    std::uint64_t diverged = 0;
+    for (const auto& spec : outputs_) {
+      auto a = ref.find(spec.name), b = test.find(spec.name);
+      if (a == ref.end() || b == test.end() || a->second.shape() != b->second.shape()) {
+        o.error = "output '" + spec.name + "' is missing or has another shape";
+        break;
+      }
+      bool same = false;
+      diverged += compare_output(spec, a->second, b->second, same, o.error, o.metrics);
+      if (!o.error.empty()) break;
+      identical = identical && same;
+    }
+    if (!o.error.empty()) {
+      o.metrics.clear();
+      return;
+    }
+    o.identical = identical;
+    o.metrics.push_back({kOutputNonfiniteMetric, double(diverged), {}, ""});
+  }
+
   fs::path model_path_;
+  std::vector<OutputSpec> outputs_;
   std::shared_ptr<const Graph> graph_;
   fs::path inputs_;
   std::vector<fs::path> samples_;

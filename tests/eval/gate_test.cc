@@ -51,6 +51,26 @@ TEST(Gate, TyposAreErrorsNotSilentPasses) {
   EXPECT_THROW(load_gate("/nonexistent/gate.json"), InputError);
 }
 
+TEST(Gate, RunGatesTakeAnyMetricNameAndCheckItAgainstTheRunsMetrics) {
+  const std::string text = R"({"checks": [{"metric": "sigmoid_0.tmp_0.mask_iou", "min": 0.99}],
+                               "per_pair": {"head/logits:0.sqnr_db": {"min": 30}}})";
+  // compare-images knows its metrics when it reads the gate.
+  EXPECT_NE(parse_error(text).find("unknown metric 'sigmoid_0.tmp_0.mask_iou'"), std::string::npos);
+  const Gate g = parse_gate(text, "g.json", GateMetrics::kRun);
+  ASSERT_EQ(g.checks.size(), 1u);
+  EXPECT_EQ(g.checks[0].metric, "sigmoid_0.tmp_0.mask_iou");
+  EXPECT_NO_THROW(check_gate_metrics(g, {"sigmoid_0.tmp_0.mask_iou", "head/logits:0.sqnr_db"}));
+  try {
+    check_gate_metrics(g, {"sigmoid_0.tmp_0.mask_iou", "output_nonfinite"});
+    ADD_FAILURE() << "a per-pair bound on a metric the run does not have passed";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("g.json: per_pair.head/logits:0.sqnr_db: unknown metric"), std::string::npos) << what;
+    EXPECT_NE(what.find("output_nonfinite"), std::string::npos) << what;  // lists the run's metrics
+  }
+  EXPECT_THROW(parse_gate(R"({"checks": [{"metric": "", "min": 0}]})", "g.json", GateMetrics::kRun), InputError);
+}
+
 std::vector<GateSample> samples() {
   const double inf = std::numeric_limits<double>::infinity();
   return {

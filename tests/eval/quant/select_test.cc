@@ -119,7 +119,9 @@ TEST(SelectNodes, DefaultExclusionsApplyToDiffusersUnetsOnly) {
   EXPECT_NE(why["/conv_in/Conv"].find("default exclusion"), std::string::npos) << why["/conv_in/Conv"];
   EXPECT_NE(why["/attn/attn1/to_q/MatMul"].find("recipe level 1 < 2.5"), std::string::npos) << why["/attn/attn1/to_q/MatMul"];
   for (const auto& l : select_nodes(unet, recipe(1, R"(, "exclude": ["conv1"])"), true).left_out)
-    if (l.node == "/block/conv1/Conv") EXPECT_NE(l.reason.find("'exclude'"), std::string::npos) << l.reason;
+    if (l.node == "/block/conv1/Conv") {
+      EXPECT_NE(l.reason.find("'exclude'"), std::string::npos) << l.reason;
+    }
   const Selection s = select_nodes(other, recipe(1));
   EXPECT_EQ(s.excluded_by_default, 0);
   EXPECT_EQ(names(s), (std::vector<std::string>{"/conv_in/Conv", "/block/conv1/Conv", "/conv_out/Conv"}));

@@ -98,6 +98,9 @@ TEST(RunConfig, ErrorsNameTheKeyAndWhatWasExpected) {
   EXPECT_NE(error_of(R"({"pipeline": ")" + tiny_sam() + "\", " + two + R"(, "steps": 4})")
                 .find("only applies to a txt2img pipeline"),
             std::string::npos);
+  EXPECT_NE(error_of(R"({"pipeline": ")" + tiny_sam() + "\", " + two + R"(, "outputs": {"masks": {"kind": "tensor"}}})")
+                .find("outputs: only applies to a single ONNX model"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"pipeline": "/nonexistent", )" + two + "}").find("no such file"), std::string::npos);
   EXPECT_NE(error_of("{" + two + "}").find("'pipeline'"), std::string::npos);
   EXPECT_NE(error_of("not json").find("not valid JSON"), std::string::npos);

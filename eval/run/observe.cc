@@ -810,6 +810,46 @@ bool LockstepObserver::ready(const Session::Execution& next) {
   return true;
 }
 
+std::vector<std::map<std::string, Tensor>> run_call_in_lockstep(
+    const ModelCall& call, const std::vector<std::size_t>& who, std::size_t reference,
+    std::span<const std::unique_ptr<LockstepObserver>> observers, Capture& capture,
+    const std::function<std::unique_ptr<Session::Execution>(std::size_t, Observer*)>& start,
+    const std::function<void()>& local_errors, std::vector<double>& ms, std::size_t window) {
+  const std::size_t nv = observers.size();
+  auto timed = [&](std::size_t v, auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms[v] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<std::unique_ptr<Session::Execution>> runs(nv);
+  std::vector<Session::Execution*> executions(nv);
+  std::vector<LockstepObserver*> lockstep(nv);
+  for (std::size_t v : who) {
+    timed(v, [&] { runs[v] = start(v, observers[v]->begin(call)); });
+    executions[v] = runs[v].get();
+    lockstep[v] = observers[v].get();
+  }
+  {
+    struct Borrowing {
+      Capture& c;
+      explicit Borrowing(Capture& cap) : c(cap) { c.borrowing = true; }
+      ~Borrowing() {
+        c.borrowing = false;
+        c.forget();
+      }
+    } borrowing(capture);
+    run_lockstep(reference, executions, lockstep, ms, window);
+    local_errors();
+  }
+  std::vector<std::map<std::string, Tensor>> outputs(nv);
+  for (std::size_t v : who)
+    timed(v, [&] {
+      outputs[v] = runs[v]->finish();
+      observers[v]->end(call, outputs[v]);
+    });
+  return outputs;
+}
+
 void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
                   std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window) {
   // One clock read between segments (a node of the reference, a variant's catch-up): each

@@ -405,6 +405,19 @@ class LockstepObserver : public ModelCallObserver {
 void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
                   std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window = 1);
 
+// One observed model call of the variants in `who` (the reference first), run together node by
+// node (run_lockstep) while the capture borrows the reference's values: without local error each
+// value goes back to the pool once its readers have compared, as in an unobserved run; with it the
+// reference's execution retains every buffer (start() decides) and `local_errors` runs after the
+// nodes, before the executions finish. start(v, observer) builds variant v's execution (keeping
+// its inputs alive); starting and finishing are charged to ms[v]. Returns the outputs (empty for
+// variants not in `who`).
+std::vector<std::map<std::string, Tensor>> run_call_in_lockstep(
+    const ModelCall& call, const std::vector<std::size_t>& who, std::size_t reference,
+    std::span<const std::unique_ptr<LockstepObserver>> observers, Capture& capture,
+    const std::function<std::unique_ptr<Session::Execution>(std::size_t, Observer*)>& start,
+    const std::function<void()>& local_errors, std::vector<double>& ms, std::size_t window = 1);
+
 // Local error of every observed node of `capture`'s model for variant `variant`: each node (with
 // its quantization plumbing) re-run alone on the reference's captured inputs in the variant's
 // precision, its output compared with the reference's.

@@ -294,37 +294,15 @@ class SingleModelDriver : public RunDriver {
         observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, id, index);
     if (ctx.observation && ctx.interleave) {
       // Every variant's call in lockstep with the reference's, node by node (as txt2img's model
-      // calls): the capture borrows the reference's values instead of copying them, and without
-      // local error each goes back to the pool once its readers have compared. A 1024x1024 model
-      // no longer holds a copy of every reference activation.
-      std::vector<std::unique_ptr<Session::Execution>> runs(nv);
-      std::vector<Session::Execution*> executions(nv);
-      std::vector<LockstepObserver*> lockstep(nv);
-      for (std::size_t v : order) {
-        timed(v, [&] {
-          runs[v] = std::make_unique<Session::Execution>(*th.sessions[v], inputs, observers[v]->begin(call),
-                                                         v == r && ctx.observation->local_error);
-        });
-        executions[v] = runs[v].get();
-        lockstep[v] = observers[v].get();
-      }
-      {
-        struct Borrowing {
-          Capture& c;
-          explicit Borrowing(Capture& capture) : c(capture) { c.borrowing = true; }
-          ~Borrowing() {
-            c.borrowing = false;
-            c.forget();
-          }
-        } borrowing(*ctx.capture);
-        run_lockstep(r, executions, lockstep, ms, ctx.lockstep_window);
-        local_errors();
-      }
-      for (std::size_t v : order)
-        timed(v, [&] {
-          outputs[v] = runs[v]->finish();
-          observers[v]->end(call, outputs[v]);
-        });
+      // calls): the capture borrows the reference's values instead of copying every one (a
+      // 1024x1024 model held a copy of every reference activation).
+      outputs = run_call_in_lockstep(
+          call, order, r, observers, *ctx.capture,
+          [&](std::size_t v, Observer* observer) {
+            return std::make_unique<Session::Execution>(*th.sessions[v], inputs, observer,
+                                                        v == r && ctx.observation->local_error);
+          },
+          local_errors, ms, ctx.lockstep_window);
       th.sessions[r]->drop_retained();
     } else {
       for (std::size_t v : order) {

@@ -214,39 +214,15 @@ class Txt2ImgDriver : public RunDriver {
     // variants that run it, the reference first (outputs of the others stay empty).
     auto lockstep_call = [&](const ModelCall& call, std::shared_ptr<Session> Txt2ImgSessions::*model,
                              auto&& inputs_of, const std::vector<std::size_t>& who) {
-      std::vector<std::map<std::string, Tensor>> inputs(nv);
-      std::vector<std::unique_ptr<Session::Execution>> runs_of(nv);
-      std::vector<Session::Execution*> executions(nv);
-      std::vector<LockstepObserver*> lockstep(nv);
-      for (std::size_t v : who) {
-        timed(v, [&] {
-          Session& session = *(th.sessions[v].*model);
-          inputs[v] = inputs_of(v, session.graph());
-          runs_of[v] = std::make_unique<Session::Execution>(session, inputs[v], observers[v]->begin(call),
-                                                            v == r && ctx.observation->local_error);
-        });
-        executions[v] = runs_of[v].get();
-        lockstep[v] = observers[v].get();
-      }
-      {
-        struct Borrowing {
-          Capture& c;
-          explicit Borrowing(Capture& capture) : c(capture) { c.borrowing = true; }
-          ~Borrowing() {
-            c.borrowing = false;
-            c.forget();
-          }
-        } borrowing(*ctx.capture);
-        run_lockstep(r, executions, lockstep, ms, ctx.lockstep_window);
-        local_errors();
-      }
-      std::vector<std::map<std::string, Tensor>> outputs(nv);
-      for (std::size_t v : who)
-        timed(v, [&] {
-          outputs[v] = runs_of[v]->finish();
-          observers[v]->end(call, outputs[v]);
-        });
-      return outputs;
+      std::vector<std::map<std::string, Tensor>> inputs(nv);  // alive until the executions finish
+      return run_call_in_lockstep(
+          call, who, r, observers, *ctx.capture,
+          [&](std::size_t v, Observer* observer) {
+            Session& session = *(th.sessions[v].*model);
+            inputs[v] = inputs_of(v, session.graph());
+            return std::make_unique<Session::Execution>(session, inputs[v], observer, v == r && ctx.observation->local_error);
+          },
+          local_errors, ms, ctx.lockstep_window);
     };
     // Text encoder. A variant whose text encoder is the reference's (same graph, same options)
     // reuses its embeddings; the others run it, observed: in lockstep, as the UNet's calls.

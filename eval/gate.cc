@@ -336,7 +336,10 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
     row.op = "<=";
     row.threshold = gate.max_failed_pair_share;
     row.value = compared ? double(failed) / double(compared) : 0.0;
-    row.name = fmt::format("share of pairs below per-pair thresholds <= {}", fmt_num(row.threshold));
+    row.name = fmt::format("share of pairs {} <= {}",
+                           gate.per_pair.empty() ? "with NaN/Inf where the reference is finite"
+                                                 : "below per-pair thresholds",
+                           fmt_num(row.threshold));
     row.passed = *row.value <= gate.max_failed_pair_share;
     row.detail = fmt::format("{} of {} compared pairs failed", failed, compared) +
                  (failed ? ": " + list(failed_names) : "");

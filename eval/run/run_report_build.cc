@@ -374,10 +374,9 @@ std::string fmt_num(double v) {
   return fmt::format("{:.6g}", v);
 }
 
-// NaN/Inf values of layer k in `table` beyond the reference's own (its attention masks' -inf are by
-// design); 0 when not measured.
-double nonfinite_beyond_reference(const reports::RunReport& rep, const reports::LayerTable& table, std::size_t k) {
-  const reports::LayerTable* ref_table = rep.reference() ? rep.layer_table(rep.reference()->name) : nullptr;
+// NaN/Inf values of layer k in `table` beyond the reference's own (`ref_table`, null when the
+// reference was not observed; its attention masks' -inf are by design); 0 when not measured.
+double nonfinite_beyond_reference(const reports::LayerTable& table, const reports::LayerTable* ref_table, std::size_t k) {
   const float x = reports::cell(table.stats.nonfinite, k);
   const float base = ref_table ? reports::cell(ref_table->stats.nonfinite, k) : 0.0f;
   return std::isnan(x) ? 0.0 : std::max(0.0, double(x) - (std::isnan(base) ? 0.0 : double(base)));
@@ -443,6 +442,7 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
     }
     // Layer checks.
     const reports::LayerTable* table = rep.layer_table(variant.name);
+    const reports::LayerTable* ref_table = rep.reference() ? rep.layer_table(rep.reference()->name) : nullptr;
     for (std::size_t check = 0; check < gate.layer_checks.size(); ++check) {
       const auto& lc = gate.layer_checks[check];
       if (!lc.variant.empty() && lc.variant != variant.name) continue;
@@ -462,7 +462,7 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
       if (table)
         for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k) {
           if (nodes && !std::regex_search(rep.layers[k].name, *nodes)) continue;
-          if (nonfinite_beyond_reference(rep, *table, k) > 0 && diverged++ == 0) first_diverged = rep.layers[k].name;
+          if (nonfinite_beyond_reference(*table, ref_table, k) > 0 && diverged++ == 0) first_diverged = rep.layers[k].name;
         }
       if (table)
         for (const auto& c : reports::kLayerColumns)
@@ -550,7 +550,7 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
       // Values the reference does not have (its attention masks' -inf are by design).
       double total = 0;
       if (table)
-        for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k) total += nonfinite_beyond_reference(rep, *table, k);
+        for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k) total += nonfinite_beyond_reference(*table, ref_table, k);
       reports::GateCheckRow row;
       row.metric = "nonfinite";
       row.stat = "count";

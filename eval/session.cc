@@ -4,6 +4,7 @@
 #include <sys/sysinfo.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <functional>
@@ -243,7 +244,9 @@ class AttentionKernel final : public FusedKernel {
 };
 
 // A chain of elementwise float ops, each feeding only the next, in one pass over memory: blocks of
-// elements go through every op's run_elementwise (the loop its run() uses) while in L1.
+// elements go through every op's run_elementwise (the loop its run() uses) while in L1. The chain
+// may end in a per-tensor 8-bit QuantizeLinear (the activation quantizer before a Q/DQ Conv or
+// MatMul), whose int8/uint8 output is then the chain's: the floats before it never reach memory.
 class ElementwiseChainKernel final : public FusedKernel {
  public:
   struct Stage {
@@ -252,17 +255,25 @@ class ElementwiseChainKernel final : public FusedKernel {
     int chain_operand;  // binary ops: which operand (0 or 1) is the chain's running value
     int other = -1;     // binary ops: index of the other operand among the kernel's inputs
     bool other_scalar = false;
+    // The other operand broadcast over the chain's shape (a per-channel scale or bias): element i
+    // reads other[(i / repeat) % period]. period 0: the other operand has the chain's shape.
+    std::int64_t period = 0, repeat = 1;
     Rounding rounding = Rounding::kNone;  // of the stage's output (the last one: the executor's)
+    // The terminal QuantizeLinear (op null): y = quantize_to<int8 | uint8>(x, scale, zero point),
+    // the loop QuantizeLinear's run() uses for one scale.
+    DType quantize = DType::kFloat32;
+    float scale = 1.0f;
+    std::int32_t zero_point = 0;
   };
   explicit ElementwiseChainKernel(std::vector<Stage> stages) : stages_(std::move(stages)) {}
   void run(std::span<const Tensor* const> in, Tensor& out) override {
-    float* y = out.data<float>();
+    std::byte* y = static_cast<std::byte*>(out.raw());
     kernels::for_each_chunk(out.numel(), [&](std::int64_t c0, std::int64_t c1) {
       blocks(in, c0, c1, y, [](std::size_t, std::int64_t) -> float* { return nullptr; });
     });
   }
   void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
-    float* y = outputs.back()->data<float>();
+    std::byte* y = static_cast<std::byte*>(outputs.back()->raw());
     kernels::for_each_chunk(outputs.back()->numel(), [&](std::int64_t c0, std::int64_t c1) {
       blocks(in, c0, c1, y, [&](std::size_t k, std::int64_t i0) { return outputs[k]->data<float>() + i0; });
     });
@@ -278,7 +289,7 @@ class ElementwiseChainKernel final : public FusedKernel {
     // One scratch per thread, not per chain: a UNet has hundreds of chains in each variant's plans.
     thread_local std::vector<float> scratch;
     if (scratch.size() < members * std::size_t(kSegment)) scratch.resize(members * std::size_t(kSegment));
-    float* y = out.data<float>();
+    std::byte* y = static_cast<std::byte*>(out.raw());
     for (std::int64_t s0 = 0; s0 < n; s0 += kSegment) {
       const std::int64_t len = std::min(kSegment, n - s0);
       blocks(in, s0, s0 + len, y,
@@ -290,17 +301,42 @@ class ElementwiseChainKernel final : public FusedKernel {
  private:
   static constexpr std::int64_t kBlock = 1024;
 
+  // other[(i / repeat) % period] for i in [i0, i0 + len), into out.
+  static void broadcast_block(const float* other, std::int64_t period, std::int64_t repeat, std::int64_t i0,
+                              std::int64_t len, float* out) {
+    std::int64_t i = i0;
+    while (i < i0 + len) {
+      const std::int64_t q = i / repeat, run = std::min(repeat - i % repeat, i0 + len - i);
+      const float v = other[q % period];
+      if (repeat == 1) {  // consecutive elements read consecutive values: copy up to the wrap
+        const std::int64_t n = std::min(period - q % period, i0 + len - i);
+        std::memcpy(out + (i - i0), other + q % period, std::size_t(n) * sizeof(float));
+        i += n;
+        continue;
+      }
+      std::fill_n(out + (i - i0), run, v);
+      i += run;
+    }
+  }
+
   // Elements [c0, c1) through every stage, a block at a time while in L1: stage k's output for the
-  // block at i0 goes to inter(k, i0) (not for the last stage: y), or to a block buffer when null.
+  // block at i0 goes to inter(k, i0) (not for the last stage: the output y), or to a block buffer
+  // when null.
   template <class Inter>
-  void blocks(std::span<const Tensor* const> in, std::int64_t c0, std::int64_t c1, float* y, const Inter& inter) {
+  void blocks(std::span<const Tensor* const> in, std::int64_t c0, std::int64_t c1, std::byte* y, const Inter& inter) {
     alignas(64) float buf[2][kBlock];
+    alignas(64) float bcast[kBlock];
     for (std::int64_t i0 = c0; i0 < c1; i0 += kBlock) {
       const std::int64_t len = std::min(kBlock, c1 - i0);
       const float* cur = in[0]->data<float>() + i0;
       for (std::size_t k = 0; k < stages_.size(); ++k) {
         const Stage& st = stages_[k];
-        float* dst = y + i0;
+        if (st.quantize != DType::kFloat32) {  // the terminal QuantizeLinear
+          if (st.quantize == DType::kInt8) quantize_block(cur, reinterpret_cast<std::int8_t*>(y) + i0, len, st);
+          else quantize_block(cur, reinterpret_cast<std::uint8_t*>(y) + i0, len, st);
+          break;
+        }
+        float* dst = reinterpret_cast<float*>(y) + i0;
         if (k + 1 < stages_.size()) {
           dst = inter(k, i0);
           if (!dst) dst = buf[k % 2];
@@ -309,7 +345,12 @@ class ElementwiseChainKernel final : public FusedKernel {
           st.op->run_elementwise(cur, 1, nullptr, 0, dst, len);
         } else {
           const float* other = in[std::size_t(st.other)]->data<float>() + (st.other_scalar ? 0 : i0);
-          const std::int64_t step = st.other_scalar ? 0 : 1;
+          std::int64_t step = st.other_scalar ? 0 : 1;
+          if (st.period > 0) {
+            broadcast_block(in[std::size_t(st.other)]->data<float>(), st.period, st.repeat, i0, len, bcast);
+            other = bcast;
+            step = 1;
+          }
           if (st.chain_operand == 0) st.op->run_elementwise(cur, 1, other, step, dst, len);
           else st.op->run_elementwise(other, step, cur, 1, dst, len);
         }
@@ -320,6 +361,13 @@ class ElementwiseChainKernel final : public FusedKernel {
         cur = dst;
       }
     }
+  }
+
+  template <class T>
+  static void quantize_block(const float* __restrict x, T* __restrict y, std::int64_t n, const Stage& st) {
+    const float scale = st.scale;
+    const std::int32_t zero_point = st.zero_point;
+    for (std::int64_t i = 0; i < n; ++i) y[i] = quantize_to<T>(x[i], scale, zero_point);
   }
 
   std::vector<Stage> stages_;
@@ -674,8 +722,49 @@ void Session::fuse(Plan& p) const {
     fused_at[std::size_t(mm2)] = {std::make_shared<AttentionKernel>(a), {q, kt, v}, std::move(members)};
   }
   // Chains of elementwise float ops with the same output shape, each intermediate read only by the
-  // next op; the other operand of a binary op is a constant scalar or a tensor of that shape made
-  // outside the chain.
+  // next op; the other operand of a binary op is made outside the chain and is a scalar, a tensor of
+  // that shape, or one that broadcasts a block of its consecutive dimensions (a per-channel scale
+  // or bias). A per-tensor 8-bit QuantizeLinear with constant scale and zero point may end it.
+  using ChainStage = ElementwiseChainKernel::Stage;
+  auto broadcast_over = [&](const Shape& o, const Shape& shape, ChainStage& st) {
+    if (o.size() > shape.size()) return false;
+    const std::size_t r = shape.size(), lead = r - o.size();
+    std::size_t a = r, b = r;  // the dimensions [a, b) where o is not 1
+    for (std::size_t d = 0; d < o.size(); ++d) {
+      if (o[d] == 1) continue;
+      if (o[d] != shape[lead + d] || (b != r && b != lead + d)) return false;
+      if (a == r) a = lead + d;
+      b = lead + d + 1;
+    }
+    st.other_scalar = a == r;
+    if (st.other_scalar || (a == 0 && b == r)) return true;
+    st.period = 1;
+    for (std::size_t d = a; d < b; ++d) st.period *= shape[d];
+    for (std::size_t d = b; d < r; ++d) st.repeat *= shape[d];
+    return true;
+  };
+  auto scalar_constant = [&](int id) -> const Tensor* {
+    const Tensor* t = id >= 0 ? p.constants[std::size_t(id)].get() : nullptr;
+    return t && t->numel() == 1 ? t : nullptr;
+  };
+  // The stage for step t if it is a per-tensor QuantizeLinear of `value` to int8/uint8 whose scale
+  // (float) and zero point are constants.
+  auto quantize_stage = [&](std::size_t t, int value, ChainStage& st) {
+    const Plan::Step& q = p.steps[t];
+    if (!op_is(t, "QuantizeLinear") || q.folded || absorbed[t] || fused_at[t].kernel || q.in.size() < 2 ||
+        q.in[0] != value || q.out.size() != 1 || q.out[0] < 0)
+      return false;
+    const DType out = meta(q.out[0]).dtype;
+    const Tensor* scale = scalar_constant(q.in[1]);
+    const Tensor* zp = q.in.size() > 2 && q.in[2] >= 0 ? scalar_constant(q.in[2]) : nullptr;
+    if ((out != DType::kInt8 && out != DType::kUInt8) || !scale || scale->dtype() != DType::kFloat32 ||
+        (q.in.size() > 2 && q.in[2] >= 0 && (!zp || zp->dtype() != out)))
+      return false;
+    st.quantize = out;
+    st.scale = scale->data<float>()[0];
+    if (zp) st.zero_point = out == DType::kInt8 ? zp->data<std::int8_t>()[0] : zp->data<std::uint8_t>()[0];
+    return std::isfinite(st.scale) && st.scale > 0.0f;
+  };
   for (std::size_t s = 0; s < p.steps.size(); ++s) {
     if (absorbed[s] || fused_at[s].kernel) continue;
     auto elementwise = [&](std::size_t t) {
@@ -703,8 +792,7 @@ void Session::fuse(Plan& p) const {
       if (first.arity == 2) {
         const int other = st.in[std::size_t(1 - chain)];
         first.chain_operand = chain;
-        first.other_scalar = meta(other).shape != shape;
-        if (first.other_scalar && shape_numel(meta(other).shape) != 1) continue;
+        if (!broadcast_over(meta(other).shape, shape, first)) continue;
         first.other = int(inputs.size());
         inputs.push_back(other);
       }
@@ -715,15 +803,19 @@ void Session::fuse(Plan& p) const {
     for (std::ptrdiff_t next = sole_reader(s); next >= 0; next = sole_reader(members.back())) {
       const std::size_t t = std::size_t(next);
       const Plan::Step& st = p.steps[t];
+      const int value = p.steps[members.back()].out[0];
+      ChainStage quantizer{nullptr, 1, 0};
+      if (quantize_stage(t, value, quantizer)) {
+        stages.push_back(quantizer);
+        members.push_back(t);
+        break;
+      }
       const int arity = elementwise(t);
       if (!arity || meta(st.out[0]).shape != shape) break;
-      const int value = p.steps[members.back()].out[0];
       ElementwiseChainKernel::Stage stage{ops_[st.node].get(), arity, st.in[0] == value ? 0 : 1};
       if (arity == 2) {
         const int other = st.in[std::size_t(1 - stage.chain_operand)];
-        if (other == value) break;
-        stage.other_scalar = meta(other).shape != shape;
-        if (stage.other_scalar && shape_numel(meta(other).shape) != 1) break;
+        if (other == value || !broadcast_over(meta(other).shape, shape, stage)) break;
         stage.other = int(inputs.size());
         inputs.push_back(other);
       } else if (st.in[0] != value) {

@@ -230,16 +230,24 @@ PackedInt8ConvWeights::PackedInt8ConvWeights(const ConvParams& p, const std::int
   for (std::int64_t gi = 0; gi < p.groups; ++gi) groups_.emplace_back(og, k, w + gi * og * k, k);
 }
 
-void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
-               std::int32_t* y, std::int32_t* window_sums, Int8GemmPath path, PackedInt8B* scratch) {
+namespace {
+
+// int8_conv with or without the epilogue e (then y holds int32 sums until they become floats).
+void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
+               std::int32_t* y, std::int32_t* window_sums, Int8GemmPath path, PackedInt8B* scratch,
+               const Int8Epilogue* e) {
   const Geometry3 g = geometry(p);
   const std::int64_t cg = p.in_channels / p.groups, og = p.out_channels / p.groups;
   const std::int64_t kprod = g.k_size(), in_size = g.in_size(), out_size = g.out_size();
   const std::int64_t k = cg * kprod;
 
-  if (w.depthwise())
-    return int8_depthwise_conv(p, x, pad_value, w.raw(), w.channel_sums(), y, window_sums,
-                               path == Int8GemmPath::kAvx512Vnni);
+  if (w.depthwise()) {
+    int8_depthwise_conv(p, x, pad_value, w.raw(), w.channel_sums(), y, window_sums, path == Int8GemmPath::kAvx512Vnni);
+    if (e)
+      for (std::int64_t b = 0; b < p.batch; ++b)
+        int8_epilogue(y + b * p.out_channels * out_size, p.out_channels, out_size, out_size, *e);
+    return;
+  }
 
   // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is: B is
   // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B.
@@ -258,9 +266,23 @@ void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
         pb->reset(k, out_size, false);  // pack_im2col writes every byte
         pack_im2col(g, xg, cg, pad_value, *pb);
       }
-      int8_gemm(w.group(gi), *pb, y + (b * p.out_channels + gi * og) * out_size, out_size, path);
+      std::int32_t* yg = y + (b * p.out_channels + gi * og) * out_size;
+      if (e) int8_gemm(w.group(gi), *pb, reinterpret_cast<float*>(yg), out_size, e->rows_from(gi * og), path);
+      else int8_gemm(w.group(gi), *pb, yg, out_size, path);
       if (window_sums) std::copy_n(pb->col_sums(), out_size, window_sums + (b * p.groups + gi) * out_size);
     }
+}
+
+}  // namespace
+
+void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
+               std::int32_t* y, std::int32_t* window_sums, Int8GemmPath path, PackedInt8B* scratch) {
+  conv_impl(p, x, pad_value, w, y, window_sums, path, scratch, nullptr);
+}
+
+void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
+               float* y, const Int8Epilogue& e, Int8GemmPath path, PackedInt8B* scratch) {
+  conv_impl(p, x, pad_value, w, reinterpret_cast<std::int32_t*>(y), nullptr, path, scratch, &e);
 }
 
 void int8_conv_reference(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const std::int8_t* w,

@@ -41,6 +41,11 @@ class PackedInt8ConvWeights {
 void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
                std::int32_t* y, std::int32_t* window_sums = nullptr, Int8GemmPath path = int8_gemm_best_path(),
                PackedInt8B* scratch = nullptr);
+// The same convolution with the int8 GEMM's dequantizing epilogue (kernels/int8_gemm.h) applied to
+// every sum; its row terms are indexed by output channel. y holds int32 sums until they are final.
+void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
+               float* y, const Int8Epilogue& e, Int8GemmPath path = int8_gemm_best_path(),
+               PackedInt8B* scratch = nullptr);
 // The definition, single-threaded (w unpacked).
 void int8_conv_reference(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const std::int8_t* w,
                          std::int32_t* y);

@@ -69,8 +69,22 @@ void kernel_portable(std::int64_t gn, const std::uint8_t* __restrict pa, const s
 // vpdpbusd multiplies unsigned bytes of A (a + 128) by signed bytes of B, 4 per int32 lane:
 // sum (a + 128) b = sum a b + 128 colsum(B), so the accumulators start at -128 colsum(B) (first k
 // block) and end exactly at sum a b. No intermediate saturates (vpdpbusd, not vpdpbusds).
+// The epilogue's float for 16 sums s of row i, columns j0.. (lanes past the mask unused).
+inline __m512 epilogue16(__m512i s, std::int64_t i, std::int64_t j0, __mmask16 mask, const Int8Epilogue& e) {
+  if (e.row_add) s = _mm512_add_epi32(s, _mm512_set1_epi32(e.row_add[i]));
+  if (e.col_add) s = _mm512_add_epi32(s, _mm512_maskz_loadu_epi32(mask, e.col_add + j0));
+  __m512 v = _mm512_cvtepi32_ps(s);
+  if (e.row_scale) v = _mm512_mul_ps(v, _mm512_set1_ps(e.row_scale[i]));
+  if (e.col_scale) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, e.col_scale + j0));
+  if (e.row_bias) v = _mm512_add_ps(v, _mm512_set1_ps(e.row_bias[i]));
+  if (e.col_bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, e.col_bias + j0));
+  return v;
+}
+
+// e (the last k block only): the tile at (i0, j0) of C is finished into floats from the registers.
 void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::int8_t* __restrict pb,
-                 std::int32_t* c, std::int64_t ldc, int mr, int nr, bool first, const std::int32_t* col_sums) {
+                 std::int32_t* c, std::int64_t ldc, int mr, int nr, bool first, const std::int32_t* col_sums,
+                 const Int8Epilogue* e = nullptr, std::int64_t i0 = 0, std::int64_t j0 = 0) {
   const __mmask16 m0 = nr >= 16 ? __mmask16(0xffff) : __mmask16((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? __mmask16(0xffff) : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : __mmask16(0);
   __m512i acc[MR][2];
@@ -107,6 +121,16 @@ void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::
   }
   // Unrolled with a test per row (not a loop to mr): a runtime trip count would index acc
   // dynamically and make GCC keep the accumulators in memory.
+  if (e) {
+    float* y = reinterpret_cast<float*>(c);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      if (r >= mr) break;
+      _mm512_mask_storeu_ps(y + r * ldc, m0, epilogue16(acc[r][0], i0 + r, j0, m0, *e));
+      if (nr > 16) _mm512_mask_storeu_ps(y + r * ldc + 16, m1, epilogue16(acc[r][1], i0 + r, j0 + 16, m1, *e));
+    }
+    return;
+  }
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     if (r >= mr) break;
@@ -244,7 +268,37 @@ Int8GemmPath int8_gemm_best_path() {
 #endif
 }
 
-void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std::int64_t ldc, Int8GemmPath path) {
+namespace {
+
+// The epilogue over rows [0, mr) and columns [0, nr) of a tile whose top-left element is (i0, j0)
+// of C: c holds int32 sums and receives the floats in place.
+void finish_tile(std::int32_t* c, std::int64_t ldc, std::int64_t mr, std::int64_t nr, std::int64_t i0,
+                 std::int64_t j0, const Int8Epilogue& e) {
+  for (std::int64_t r = 0; r < mr; ++r) {
+    const std::int64_t i = i0 + r;
+    const std::int32_t ra = e.row_add ? e.row_add[i] : 0;
+    std::int32_t* cr = c + r * ldc;
+    std::int64_t j = 0;
+#if QEVAL_HAVE_AVX512_VNNI
+    for (; j < nr; j += 16) {
+      const __mmask16 mask = nr - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (nr - j)) - 1);
+      const __m512 v = epilogue16(_mm512_maskz_loadu_epi32(mask, cr + j), i, j0 + j, mask, e);
+      _mm512_mask_storeu_ps(reinterpret_cast<float*>(cr + j), mask, v);
+    }
+#endif
+    for (; j < nr; ++j) {
+      float v = float(cr[j] + ra + (e.col_add ? e.col_add[j0 + j] : 0));
+      if (e.row_scale) v = v * e.row_scale[i];
+      if (e.col_scale) v = v * e.col_scale[j0 + j];
+      if (e.row_bias) v = v + e.row_bias[i];
+      if (e.col_bias) v = v + e.col_bias[j0 + j];
+      std::memcpy(cr + j, &v, sizeof v);
+    }
+  }
+}
+
+void gemm_impl(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std::int64_t ldc, Int8GemmPath path,
+               const Int8Epilogue* e) {
   if (a.k() != b.k()) throw std::invalid_argument("int8_gemm: A has k = " + std::to_string(a.k()) + ", B has " +
                                                   std::to_string(b.k()));
   if (!int8_gemm_path_available(path)) throw std::invalid_argument("int8_gemm: path not available in this build");
@@ -252,6 +306,7 @@ void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std:
   if (m == 0 || n == 0) return;
   if (groups == 0) {
     for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0);
+    if (e) finish_tile(c, ldc, m, n, 0, 0, *e);
     return;
   }
   const std::int64_t mb = (m + kMcRows - 1) / kMcRows, nb = (n + kNcCols - 1) / kNcCols;
@@ -268,12 +323,14 @@ void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std:
           const int mr = int(std::min<std::int64_t>(MR, i_end - i));
           std::int32_t* ct = c + i * ldc + j;
 #if QEVAL_HAVE_AVX512_VNNI
+          const bool last = g0 + gn == groups;
           if (path == Int8GemmPath::kAvx512Vnni) {
-            kernel_vnni(gn, pa, pb, ct, ldc, mr, nr, g0 == 0, b.col_sums() + j);
+            kernel_vnni(gn, pa, pb, ct, ldc, mr, nr, g0 == 0, b.col_sums() + j, last ? e : nullptr, i, j);
             continue;
           }
 #endif
           kernel_portable(gn, pa, pb, ct, ldc, mr, nr, g0 == 0);
+          if (e && last) finish_tile(ct, ldc, mr, nr, i, j, *e);
         }
       }
     }
@@ -286,6 +343,29 @@ void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std:
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, tasks, 1), [&](const tbb::blocked_range<std::int64_t>& r) {
     for (std::int64_t t = r.begin(); t < r.end(); ++t) task(t);
   });
+}
+
+}  // namespace
+
+void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std::int64_t ldc, Int8GemmPath path) {
+  gemm_impl(a, b, c, ldc, path, nullptr);
+}
+
+void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, float* out, std::int64_t ldo, const Int8Epilogue& e,
+               Int8GemmPath path) {
+  gemm_impl(a, b, reinterpret_cast<std::int32_t*>(out), ldo, path, &e);
+}
+
+void int8_epilogue(std::int32_t* c, std::int64_t m, std::int64_t n, std::int64_t ld, const Int8Epilogue& e) {
+  finish_tile(c, ld, m, n, 0, 0, e);
+}
+
+Int8Epilogue Int8Epilogue::rows_from(std::int64_t r0) const {
+  Int8Epilogue e = *this;
+  if (e.row_add) e.row_add += r0;
+  if (e.row_scale) e.row_scale += r0;
+  if (e.row_bias) e.row_bias += r0;
+  return e;
 }
 
 void int8_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,

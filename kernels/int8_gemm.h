@@ -90,6 +90,31 @@ bool int8_gemm_path_available(Int8GemmPath p);
 // integer sums make the result independent of the split.
 void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std::int64_t ldc,
                Int8GemmPath path = int8_gemm_best_path());
+// What int8_gemm can do with each finished sum s = (A B)[i][j] instead of storing it as int32 (the
+// dequantizing epilogue of a fused Q/DQ Conv or MatMul, applied while the tile is in L1):
+//   v = float(s + row_add[i] + col_add[j]); v = v * row_scale[i]; v = v * col_scale[j];
+//   v = v + row_bias[i]; v = v + col_bias[j]
+// in that order, each a separately rounded float operation (no fused multiply-add), so the result
+// equals the same steps run as a second pass over the int32 sums. A null pointer leaves its term
+// out. Row terms are indexed by A's rows, column terms by B's columns.
+struct Int8Epilogue {
+  const std::int32_t* row_add = nullptr;
+  const std::int32_t* col_add = nullptr;
+  const float* row_scale = nullptr;
+  const float* col_scale = nullptr;
+  const float* row_bias = nullptr;
+  const float* col_bias = nullptr;
+  // The same epilogue for rows [r0, ...) of a larger A (row pointers advanced by r0).
+  Int8Epilogue rows_from(std::int64_t r0) const;
+};
+// out (m x n, float, leading dimension ldo) = the epilogue applied to A B. While k blocks are
+// summed, out holds the partial int32 sums (its storage is reused; nothing else is allocated).
+void int8_gemm(const PackedInt8A& a, const PackedInt8B& b, float* out, std::int64_t ldo, const Int8Epilogue& e,
+               Int8GemmPath path = int8_gemm_best_path());
+// The epilogue as a separate pass over int32 sums c (m x n, leading dimension ld), written as
+// floats into the same storage (the depthwise conv's path, and the reference for tests).
+void int8_epilogue(std::int32_t* c, std::int64_t m, std::int64_t n, std::int64_t ld, const Int8Epilogue& e);
+
 // Packs both operands and multiplies (convenience for one-off products and tests).
 void int8_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
                const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc,

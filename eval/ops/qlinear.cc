@@ -148,6 +148,36 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
   }
 }
 
+// y[rows, n] (float) = scale[j] * sum (a - za)(b) for the common fused case, a weight B without
+// batch dimensions, per-tensor za and zb = 0: the GEMM dequantizes each tile while it is in L1
+// (kernels::Int8Epilogue), the same floats as integer_matmul and a pass of float(sum) * scale[j].
+// Returns false (nothing written) for any other case.
+bool integer_matmul(const Node& node, const Tensor& a, const std::vector<std::int32_t>& za, const Tensor& b,
+                    const std::vector<std::int32_t>& zb, float* y, const std::vector<float>& scale,
+                    PackedBCache* cache, kernels::PackedInt8A* a_scratch) {
+  const MatMulPlan p = plan_matmul(node, a.shape(), b.shape());
+  const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
+  const bool b_shared = shape_numel(Shape(p.b.begin(), p.b.begin() + long(rb))) == 1;
+  if (!b_shared || za.size() != 1 || !cache || !cache->cacheable(b) || !a_scratch ||
+      std::any_of(zb.begin(), zb.end(), [](std::int32_t z) { return z != 0; }) ||
+      shape_numel(p.batch) != shape_numel(Shape(p.a.begin(), p.a.begin() + long(ra))))
+    return false;
+  std::vector<std::int8_t> abuf, bbuf;
+  const std::int64_t rows = shape_numel(p.batch) * p.m;
+  a_scratch->pack(rows, p.k, as_int8(a, abuf), p.k);
+  const kernels::PackedInt8B& packed_b = cache->get(b, p.k, p.n, [&] { return as_int8(b, bbuf); }, p.n, false);
+  std::vector<std::int32_t> col_add;
+  if (za[0] != 0) {
+    col_add.resize(std::size_t(p.n));
+    for (std::int64_t j = 0; j < p.n; ++j) col_add[std::size_t(j)] = -za[0] * packed_b.col_sums()[j];
+  }
+  kernels::Int8Epilogue e;
+  e.col_add = col_add.empty() ? nullptr : col_add.data();
+  e.col_scale = scale.data();
+  kernels::int8_gemm(*a_scratch, packed_b, y, p.n, e);
+  return true;
+}
+
 // Conv weights packed once when they are a plan-time constant (see PackedBCache).
 class PackedConvCache {
  public:
@@ -473,11 +503,32 @@ class FusedConvOp final : public FusedQdqOp {
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[3]->shape());
-    acc_.resize(std::size_t(out[0]->numel()));
-    integer_conv(p, *in[0], za(in)[0], *in[3], zb(in), acc_.data(), cache_);
-    const std::vector<float> m = multipliers(in);
+    const std::int32_t zx = za(in)[0];
+    const std::vector<std::int32_t> zw = zb(in);
+    std::vector<float> m = multipliers(in);
     const float* bias = in.size() > 6 && in[6] ? in[6]->data<float>() : nullptr;
     float* y = out[0]->data<float>();
+    if (std::all_of(zw.begin(), zw.end(), [](std::int32_t z) { return z == 0; })) {
+      // Symmetric weights (the usual case): the zero-point correction is one constant per output
+      // channel, so the GEMM finishes each tile into floats while it is in L1 (kernels::Int8Epilogue).
+      std::vector<std::int8_t> xbuf;
+      const kernels::PackedInt8ConvWeights& packed = cache_.get(*in[3], p);
+      std::vector<std::int32_t> row_add;
+      if (zx != 0) {
+        row_add.resize(std::size_t(p.out_channels));
+        for (std::int64_t oc = 0; oc < p.out_channels; ++oc) row_add[std::size_t(oc)] = -zx * packed.channel_sum(oc);
+      }
+      if (m.size() == 1) m.assign(std::size_t(p.out_channels), m[0]);
+      kernels::Int8Epilogue e;
+      e.row_add = row_add.empty() ? nullptr : row_add.data();
+      e.row_scale = m.data();
+      e.row_bias = bias;
+      kernels::int8_conv(p, as_int8(*in[0], xbuf), std::int8_t(zx), packed, y, e, kernels::int8_gemm_best_path(),
+                         &cache_.scratch());
+      return;
+    }
+    acc_.resize(std::size_t(out[0]->numel()));
+    integer_conv(p, *in[0], zx, *in[3], zw, acc_.data(), cache_);
     const std::int64_t per_channel = out[0]->numel() / std::max<std::int64_t>(1, p.batch * p.out_channels);
     for (std::int64_t bc = 0; bc < p.batch * p.out_channels; ++bc) {
       const std::int64_t oc = bc % p.out_channels;
@@ -505,11 +556,15 @@ class FusedMatMulOp final : public FusedQdqOp {
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const MatMulPlan p = plan_matmul(node_, in[0]->shape(), in[3]->shape());
-    acc_.resize(std::size_t(out[0]->numel()));
-    integer_matmul(node_, *in[0], za(in), *in[3], zb(in), acc_.data(), &cache_, &a_scratch_);
     std::vector<float> m = multipliers(in);
     if (m.size() == 1) m.assign(std::size_t(p.n), m[0]);
     float* y = out[0]->data<float>();
+    const std::vector<std::int32_t> a_zero = za(in), b_zero = zb(in);
+    if (std::all_of(b_zero.begin(), b_zero.end(), [](std::int32_t z) { return z == 0; }) &&
+        integer_matmul(node_, *in[0], a_zero, *in[3], b_zero, y, m, &cache_, &a_scratch_))
+      return;
+    acc_.resize(std::size_t(out[0]->numel()));
+    integer_matmul(node_, *in[0], a_zero, *in[3], b_zero, acc_.data(), &cache_, &a_scratch_);
     const std::size_t n = std::size_t(p.n), rows = acc_.size() / std::max<std::size_t>(1, n);
     for (std::size_t r = 0; r < rows; ++r) {
       const std::int32_t* a = acc_.data() + r * n;

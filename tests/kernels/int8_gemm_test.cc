@@ -2,7 +2,9 @@
 // (-128 everywhere, +-127 mixtures), odd shapes and tails, and transposed B packing.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/int8_gemm.h"
@@ -102,6 +104,79 @@ TEST(Int8Gemm, EmptyKGivesZeros) {
   std::vector<std::int32_t> c(6, 5);
   int8_gemm(2, 3, 0, nullptr, 0, nullptr, 3, c.data(), 3);
   EXPECT_EQ(c, std::vector<std::int32_t>(6, 0));
+}
+
+// The dequantizing epilogue: each term in its documented order, every step rounded on its own
+// (volatile keeps the compiler from fusing a multiply and an add).
+float epilogue_value(std::int32_t s, std::int64_t i, std::int64_t j, const Int8Epilogue& e) {
+  volatile float v = float(s + (e.row_add ? e.row_add[i] : 0) + (e.col_add ? e.col_add[j] : 0));
+  if (e.row_scale) v = v * e.row_scale[i];
+  if (e.col_scale) v = v * e.col_scale[j];
+  if (e.row_bias) v = v + e.row_bias[i];
+  if (e.col_bias) v = v + e.col_bias[j];
+  return v;
+}
+
+TEST(Int8Gemm, EpilogueGivesTheSameFloatsAsASecondPassOverTheSums) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> scale(1e-4f, 3e-2f), bias(-2.0f, 2.0f);
+  std::uniform_int_distribution<std::int32_t> add(-40000, 40000);
+  // k = 1100 spans three k blocks (the partial sums live in the output between them); tails in m
+  // and n; ldo wider than n.
+  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {15, 33, 7}, {29, 70, 1100}, {170, 300, 64}}) {
+    const auto a = random_int8(std::size_t(m * k), 5 + unsigned(m));
+    const auto b = random_int8(std::size_t(k * n), 9 + unsigned(n));
+    std::vector<std::int32_t> row_add(static_cast<std::size_t>(m)), col_add(static_cast<std::size_t>(n));
+    std::vector<float> row_scale(static_cast<std::size_t>(m)), col_scale(static_cast<std::size_t>(n)),
+        row_bias(static_cast<std::size_t>(m)),
+        col_bias(static_cast<std::size_t>(n));
+    for (auto& v : row_add) v = add(rng);
+    for (auto& v : col_add) v = add(rng);
+    for (auto& v : row_scale) v = scale(rng);
+    for (auto& v : col_scale) v = scale(rng);
+    for (auto& v : row_bias) v = bias(rng);
+    for (auto& v : col_bias) v = bias(rng);
+    const std::int64_t ldo = n + 5;
+    std::vector<std::int32_t> sums(std::size_t(m * ldo));
+    int8_gemm_reference(m, n, k, a.data(), k, b.data(), n, sums.data(), ldo);
+    // Every subset of terms that the fused ops use, and all of them.
+    for (int mask : {0x3f, 0x14, 0x0a, 0x09, 0x02, 0x00}) {
+      Int8Epilogue e;
+      if (mask & 0x01) e.row_add = row_add.data();
+      if (mask & 0x02) e.col_add = col_add.data();
+      if (mask & 0x04) e.row_scale = row_scale.data();
+      if (mask & 0x08) e.col_scale = col_scale.data();
+      if (mask & 0x10) e.row_bias = row_bias.data();
+      if (mask & 0x20) e.col_bias = col_bias.data();
+      std::vector<float> want(std::size_t(m * ldo), -3.0f);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) want[std::size_t(i * ldo + j)] = epilogue_value(sums[std::size_t(i * ldo + j)], i, j, e);
+      std::vector<std::int32_t> pass(sums);
+      int8_epilogue(pass.data(), m, n, ldo, e);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          float v;
+          std::memcpy(&v, &pass[std::size_t(i * ldo + j)], sizeof v);
+          ASSERT_EQ(v, want[std::size_t(i * ldo + j)]) << "second pass, mask " << mask << " at " << i << "," << j;
+        }
+      const PackedInt8A pa(m, k, a.data(), k);
+      const PackedInt8B pb(k, n, b.data(), n);
+      for (auto path : paths()) {
+        SCOPED_TRACE(std::string(int8_gemm_path_name(path)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                     " k=" + std::to_string(k) + " mask=" + std::to_string(mask));
+        std::vector<float> got(std::size_t(m * ldo), -3.0f);
+        int8_gemm(pa, pb, got.data(), ldo, e, path);
+        ASSERT_EQ(got, want);  // the columns past n untouched too
+      }
+      // Rows from an offset: the row terms of a larger A.
+      if (m > 1 && (mask & 0x15)) {
+        const PackedInt8A tail(m - 1, k, a.data() + k, k);
+        std::vector<float> got(std::size_t((m - 1) * ldo), -3.0f);
+        int8_gemm(tail, pb, got.data(), ldo, e.rows_from(1));
+        ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin() + ldo));
+      }
+    }
+  }
 }
 
 }  // namespace

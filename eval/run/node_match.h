@@ -2,7 +2,7 @@
 // works across a precision variant (the same graph), a recipe (the reference plus Q/DQ nodes) and a
 // separate export (a Q/DQ ONNX file next to the FP16 one). Quantization plumbing (Quantize/
 // DequantizeLinear in any form, SmoothQuant pre-scale Muls) is set aside; the remaining nodes are
-// matched by name. Also: the nodes to re-run for a node's local error.
+// matched by name, output tensor or structure. Also: the nodes to re-run for a node's local error.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +20,7 @@ namespace qeval::eval {
 bool is_quantization_plumbing(const Node& node);
 
 // Nodes that run on quantized values: not plumbing themselves, reading a DequantizeLinear (or
-// DynamicQuantizeLinear) output.
+// DynamicQuantizeLinear) output, and ONNX Runtime's QLinear* ops.
 std::size_t count_quantized_nodes(const Graph& graph);
 
 struct UnmatchedNodeInfo {
@@ -34,7 +34,9 @@ struct NodeMatch {
   std::vector<int> variant_of_ref;  // per reference node: the variant node's index, -1 for none
   std::size_t by_name = 0, by_output = 0, by_structure = 0;  // nodes matched by each method
   std::size_t plumbing = 0;  // variant nodes set aside: quantization plumbing, unmatched float Casts,
-                             // the rest of a layer's rewritten form (ConvInteger behind a matched Mul)
+                             // the rest of a layer's rewritten form (ConvInteger behind a matched Mul,
+                             // a Conv before the BatchNormalization matched to a folded Conv, the
+                             // chain of a decomposed LayerNormalization)
   std::vector<char> set_aside;  // per variant node: one of those (local runs include them)
   std::vector<UnmatchedNodeInfo> unmatched;
 };
@@ -45,6 +47,13 @@ struct NodeMatch {
 // output name on the node that ends its rewrite), (3) of the same structure: op type, attributes,
 // weight shapes and the structure of everything upstream, with quantization plumbing and float
 // Casts looked through (a second export of the network with other node and tensor names).
+// The forms exporters and runtimes give one layer count as that layer: Conv + BatchNormalization
+// and the folded Conv, MatMul + Add and Gemm (transB or a transposed constant), a decomposed
+// LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) and the one op,
+// QLinearConv / QLinearMatMul and the float op. The node computing the whole layer matches the
+// node that ends the other export's form (the folded Conv the BatchNormalization); the other
+// nodes of a form are set aside on the variant's side (local runs include them) and listed on the
+// reference's ("folded into <node>", "part of decomposed LayerNormalization <node>").
 // Everything else is listed unmatched with the reason (Constant nodes excepted: they are values).
 NodeMatch match_nodes(const Graph& reference, const Graph& variant);
 

@@ -591,6 +591,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
   }
 
   for (const auto& out : graph_.outputs) p.output_ids.push_back(p.ids.at(out.name));
+  if (options_.precision == Precision::kFp16 || options_.precision == Precision::kBf16) keep_fused_intermediates(p);
   fuse(p);
   // The values an unobserved run allocates, against the machine's memory (an observed run also
   // writes fused steps' intermediates; a failed allocation there is caught in Execution::step).
@@ -625,6 +626,39 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
   Plan& ref = *plan;
   plans_.emplace(std::move(key), std::move(plan));
   return ref;
+}
+
+// What TensorRT and ONNX Runtime's fused kernels keep in FP32 registers, never storing it in the
+// reduced format (docs/precision.md): a Conv/ConvTranspose/MatMul/Gemm output read only by one
+// elementwise op (the kernel's epilogue: bias, activation, residual), an elementwise op's output
+// read only by the next one (pointwise fusion), and a Softmax's input (attention scores: flash
+// attention keeps them in FP32 and stores only the probabilities' format). Values the model itself
+// declares as float16/bfloat16 stay rounded, as do graph outputs and values read more than once.
+void Session::keep_fused_intermediates(Plan& p) const {
+  std::vector<std::vector<std::size_t>> readers(p.metas.size());
+  for (std::size_t s = 0; s < p.steps.size(); ++s)
+    if (!p.steps[s].folded)
+      for (int id : p.steps[s].in)
+        if (id >= 0) readers[std::size_t(id)].push_back(s);
+  for (int id : p.output_ids) readers[std::size_t(id)].push_back(p.steps.size());  // never a sole reader
+  auto is = [&](std::size_t s, std::initializer_list<const char*> types) {
+    const Node& n = nodes_[p.steps[s].node];
+    if (!n.domain.empty() && n.domain != quant::kFusedDomain) return false;
+    return std::any_of(types.begin(), types.end(), [&](const char* t) { return n.op_type == t; });
+  };
+  for (std::size_t s = 0; s < p.steps.size(); ++s) {
+    const Plan::Step& st = p.steps[s];
+    if (st.folded || st.out.size() != 1 || st.out[0] < 0) continue;
+    const std::size_t v = std::size_t(st.out[0]);
+    const ValueMeta& m = p.metas[v];
+    if (m.dtype != DType::kFloat32 || m.declared != DType::kFloat32 || p.constants[v] || readers[v].size() != 1 ||
+        readers[v][0] >= p.steps.size())
+      continue;
+    const std::size_t t = readers[v][0];
+    const bool producer = is(s, {"Conv", "ConvTranspose", "MatMul", "Gemm"}) || ops_[st.node]->elementwise_arity() > 0;
+    const bool epilogue = ops_[p.steps[t].node]->elementwise_arity() > 0;
+    if ((producer && epilogue) || is(t, {"Softmax"})) p.rounding[v] = Rounding::kNone;
+  }
 }
 
 void Session::fuse(Plan& p) const {

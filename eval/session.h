@@ -179,6 +179,8 @@ class Session {
   // Softmax -> MatMul attention, chains of elementwise ops. Fills plan.fused_steps, and
   // plan.observed_steps where the kernels also write each member's output for an observer.
   void fuse(Plan& plan) const;
+  // fp16/bf16 deployments: the values a deployment keeps in FP32 inside one kernel are not rounded.
+  void keep_fused_intermediates(Plan& plan) const;
 
   const Graph& graph_;
   SessionOptions options_;

@@ -80,7 +80,7 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--prompt", a->prompt, "the text")->required();
   cmd->add_option("--out", a->out, "the PNG to write")->required();
   cmd->add_option("--seed", a->seed, "initial noise seed (default 0; docs/pipelines.md 'Initial noise')");
-  cmd->add_option("--precision", a->precision, "fp32 (default), fp16 or bf16 (emulated: values rounded after every op)")
+  cmd->add_option("--precision", a->precision, "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
       ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--steps", a->steps, "denoising steps (default: pipeline.json defaults.steps)");
   cmd->add_option("--guidance", a->guidance, "classifier-free guidance scale (default: pipeline.json; <= 1: no guidance)");

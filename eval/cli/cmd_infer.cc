@@ -49,7 +49,7 @@ Runner add_infer(CLI::App& app) {
   cmd->add_option("--inputs", a->inputs, "folder of <input name>.npy")->required();
   cmd->add_option("--outputs", a->outputs, "folder for <output name>.npy")->required();
   cmd->add_option("--precision", a->precision,
-                  "fp32 (default), fp16 or bf16: values rounded to the format after every op, FP32 accumulation")
+                  "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
       ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--shape", a->shapes, "NAME=D0,D1,...: reshape that input's array (repeatable)");
   cmd->add_option("--dump-all", a->dump, "folder for every intermediate tensor (.npy)");

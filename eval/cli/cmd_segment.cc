@@ -131,7 +131,7 @@ Runner add_segment(CLI::App& app) {
       ->required();
   cmd->add_option("--out", a->out, "the mask PNG to write")->required();
   cmd->add_option("--precision", a->precision,
-                  "fp32 (default), fp16 or bf16: values rounded to the format after every op, FP32 accumulation")
+                  "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
       ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--ref-mask", a->ref_mask, "a reference mask (gray PNG, non-zero = object) to score against");
   cmd->add_option("--logits", a->logits, "also write the mask logits (float32 [H, W] .npy)");

@@ -243,8 +243,13 @@ TEST(Session, AttentionIsFusedWithoutObserversWithTheSameBytes) {
   const std::size_t scores_bytes = 2 * 64 * 64 * sizeof(float);
   EXPECT_LT(fused.last_live_activation_bytes(), scores_bytes);
   EXPECT_GE(observed.last_live_activation_bytes(), 3 * scores_bytes);  // scores, scaled, probabilities
-  for (Precision precision : {Precision::kFp32, Precision::kFp16})
+  // (fp16-strict: rounding after every op, as a graph whose every value is an output gets it.)
+  for (Precision precision : {Precision::kFp32, Precision::kFp16Strict})
     expect_observed_values_of_the_unfused_nodes(g, SessionOptions{precision}, in);
+  Session fused16(g, SessionOptions{Precision::kFp16}), observed16(g, SessionOptions{Precision::kFp16});
+  const Tensor a16 = fused16.run(in).at("y");
+  const Tensor c16 = observed16.run(in, &rec).at("y");
+  EXPECT_EQ(0, std::memcmp(a16.raw(), c16.raw(), a16.nbytes()));
 }
 
 // GELU as torch exports it (Div, Erf, Add, Mul by the input, Mul) then SiLU (Sigmoid, Mul): two
@@ -276,7 +281,7 @@ std::map<std::string, Tensor> gelu_silu_input() {
 TEST(Session, ElementwiseChainsAreFusedWithTheSameBytes) {
   const Graph g = gelu_silu_graph();
   const std::map<std::string, Tensor> in = gelu_silu_input();
-  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+  for (Precision precision : {Precision::kFp32, Precision::kFp16Strict, Precision::kFp16}) {
     Session fused(g, SessionOptions{precision}), observed(g, SessionOptions{precision});
     Recorder rec;
     const Tensor a = fused.run(in).at("y");
@@ -287,7 +292,7 @@ TEST(Session, ElementwiseChainsAreFusedWithTheSameBytes) {
     // node x, d and e are live together.
     EXPECT_LE(fused.last_live_activation_bytes(), 2 * a.nbytes()) << precision_name(precision);
     EXPECT_GE(observed.last_live_activation_bytes(), 3 * a.nbytes()) << precision_name(precision);
-    expect_observed_values_of_the_unfused_nodes(g, SessionOptions{precision}, in);
+    if (precision != Precision::kFp16) expect_observed_values_of_the_unfused_nodes(g, SessionOptions{precision}, in);
   }
 }
 
@@ -316,7 +321,7 @@ TEST(Session, ElementwiseChainsTakeBroadcastOperandsAndEndInAQuantizer) {
     std::vector<float> v(2 * 6 * 20 * 30);
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = 3.0f * std::sin(float(i) * 0.011f);
     const std::map<std::string, Tensor> in{{"in", floats({2, 6, 20, 30}, v)}};
-    for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    for (Precision precision : {Precision::kFp32, Precision::kFp16Strict, Precision::kFp16}) {
       Session fused(g, SessionOptions{precision}), observed(g, SessionOptions{precision});
       Recorder rec;
       const Tensor a = fused.run(in).at("y");
@@ -326,11 +331,60 @@ TEST(Session, ElementwiseChainsTakeBroadcastOperandsAndEndInAQuantizer) {
       EXPECT_EQ(0, std::memcmp(a.raw(), o.raw(), a.nbytes())) << precision_name(precision);
       // Fused, no float intermediate exists: only the int8 output is made (and, at fp16, the
       // input's rounded copy).
-      const std::size_t rounded_input = precision == Precision::kFp16 ? v.size() * sizeof(float) : 0;
+      const std::size_t rounded_input = precision != Precision::kFp32 ? v.size() * sizeof(float) : 0;
       EXPECT_LE(fused.last_live_activation_bytes(), a.nbytes() + rounded_input) << precision_name(precision);
       EXPECT_GE(observed.last_live_activation_bytes(), 4 * a.nbytes()) << precision_name(precision);
-      expect_observed_values_of_the_unfused_nodes(g, SessionOptions{precision}, in);
+      if (precision != Precision::kFp16) expect_observed_values_of_the_unfused_nodes(g, SessionOptions{precision}, in);
     }
+  }
+}
+
+// fp16 as a deployment stores values: a Conv's output read only by its epilogue (Add, Sigmoid),
+// the epilogue's intermediates and attention scores stay FP32; what leaves a fused kernel (the
+// Sigmoid's output, a value read twice, the probabilities, graph outputs) is rounded. fp16-strict
+// rounds every op's output. Observed and unobserved runs agree in both modes.
+TEST(Session, Fp16DeploymentRoundsOnlyWhereAFusedKernelStoresItsOutput) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 2, 8, 8}).output("y", onnx::TensorProto::FLOAT)
+      .output("o", onnx::TensorProto::FLOAT);
+  std::vector<float> w(2 * 2 * 3 * 3);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.1f * std::sin(float(i) * 1.3f + 0.2f);
+  b.initializer("w", w, {2, 2, 3, 3}).initializer("bias", {0.01f, -0.02f}, {2});
+  b.initializer("c", {0.3f, -0.4f}, {2, 1, 1}).initializer("scale", {0.37f}, {});
+  auto* pads = b.node("Conv", {"x", "w", "bias"}, {"conv"}, "conv").add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  b.node("Add", {"conv", "c"}, {"shifted"}, "shift");
+  b.node("Sigmoid", {"shifted"}, {"act"}, "act");
+  b.node("Mul", {"act", "act"}, {"y"}, "square");  // act is read twice: stored
+  b.node("Reshape", {"act", "shape"}, {"rows"}, "rows");
+  b.initializer_i64("shape", {16, 8});
+  b.node("Transpose", {"rows"}, {"cols"}, "cols");
+  b.node("MatMul", {"rows", "cols"}, {"scores"}, "qk");
+  b.node("Mul", {"scores", "scale"}, {"scaled"}, "scale");
+  b.node("Softmax", {"scaled"}, {"probs"}, "softmax");
+  b.node("MatMul", {"probs", "rows"}, {"o"}, "pv");
+  const Graph g = b.graph();
+  std::vector<float> xv(2 * 64);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = 2.0f * std::cos(float(i) * 0.37f);
+  const std::map<std::string, Tensor> in{{"x", floats({1, 2, 8, 8}, xv)}};
+  auto fp16_exact = [](const Tensor& t) {
+    for (std::int64_t i = 0; i < t.numel(); ++i)
+      if (round_to_float16(t.data<float>()[i]) != t.data<float>()[i]) return false;
+    return true;
+  };
+  for (Precision precision : {Precision::kFp16, Precision::kFp16Strict}) {
+    SCOPED_TRACE(precision_name(precision));
+    const bool strict = precision == Precision::kFp16Strict;
+    Session observed(g, SessionOptions{precision}), plain(g, SessionOptions{precision});
+    Copier seen;
+    const auto out = observed.run(in, &seen);
+    for (const char* v : {"conv", "shifted", "scores", "scaled"}) EXPECT_EQ(fp16_exact(seen.values.at(v)), strict) << v;
+    for (const char* v : {"act", "y", "probs", "o"}) EXPECT_TRUE(fp16_exact(seen.values.at(v))) << v;
+    const auto unobserved = plain.run(in);
+    for (const char* v : {"y", "o"})
+      EXPECT_EQ(0, std::memcmp(out.at(v).raw(), unobserved.at(v).raw(), out.at(v).nbytes())) << v;
   }
 }
 
@@ -616,7 +670,7 @@ TEST(Session, PreparedWeightsGiveTheSameBitsAsUnpreparedOps) {
   }
 }
 
-TEST(Session, Fp16PrecisionRoundsEveryOpOutput) {
+TEST(Session, Fp16PrecisionRoundsWeightsAndOutputs) {
   OnnxBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT);
   b.node("Add", {"x", "w"}, {"y"}, "add");

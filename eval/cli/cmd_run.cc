@@ -108,9 +108,10 @@ int run_run(const RunArgs& a, const Context& ctx) {
     const StopOnSignals signals;
     options.stop = [&signals] { return signals.received() != 0; };
     eval::run_units(spec, *driver, result, options);
-    if (const int sig = signals.received()) {
-      std::size_t done = 0, wanted = options.units.empty() ? result.done.size() : options.units.size();
-      for (char d : result.done) done += d != 0;
+    std::size_t done = 0;
+    const std::size_t wanted = options.units.empty() ? result.done.size() : options.units.size();
+    for (char d : result.done) done += d != 0;
+    if (const int sig = signals.received(); sig && done < wanted) {  // all done anyway: the report follows
       fmt::print(stderr,
                  "qeval run: {} received: stopped with {} of {} units finished, saved in {} (no report written).\n"
                  "Resume with:\n  {}\n",

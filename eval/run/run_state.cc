@@ -380,14 +380,14 @@ RunStateInfo read_run_state_info(const fs::path& file) {
   const json j = read_state_json(file);
   RunStateInfo info;
   try {
-  info.key = j.at("key").get<std::string>();
-  info.spec_json = j.at("spec").get<std::string>();
-  info.tool_version = j.at("tool").get<std::string>();
-  info.source = j.at("source").get<std::string>();
-  info.total_units = j.at("total").get<std::size_t>();
-  info.done = j.at("done").get<std::vector<std::size_t>>();
-  if (j.contains("uids")) info.done_uids = j.at("uids").get<std::vector<std::string>>();
-  if (j.contains("elapsed_s")) info.elapsed_s = j.at("elapsed_s").get<double>();
+    info.key = j.at("key").get<std::string>();
+    info.spec_json = j.at("spec").get<std::string>();
+    info.tool_version = j.at("tool").get<std::string>();
+    info.source = j.at("source").get<std::string>();
+    info.total_units = j.at("total").get<std::size_t>();
+    info.done = j.at("done").get<std::vector<std::size_t>>();
+    if (j.contains("uids")) info.done_uids = j.at("uids").get<std::vector<std::string>>();
+    if (j.contains("elapsed_s")) info.elapsed_s = j.at("elapsed_s").get<double>();
   } catch (const json::exception& e) {
     throw InputError(file.string() + ": malformed run state (" + e.what() + ")");
   }
@@ -410,10 +410,10 @@ std::string run_state_fits(const RunStateInfo& info, const RunDriver& driver) {
 void merge_run_state(const fs::path& file, const std::string& key, const RunDriver& driver, RunResult& into) {
   const json j = read_state_json(file);
   const std::string where = file.string();
-  if (j.at("key").get<std::string>() != key)
-    throw InputError(where + ": the state is of another run (config, models, prompts or qeval version differ: key " +
-                     j.at("key").get<std::string>() + ", this run's " + key + ")");
   try {
+    if (j.at("key").get<std::string>() != key)
+      throw InputError(where + ": the state is of another run (config, models, prompts or qeval version differ: key " +
+                       j.at("key").get<std::string>() + ", this run's " + key + ")");
     {
       RunStateInfo info;
       info.done = j.at("done").get<std::vector<std::size_t>>();

@@ -1,4 +1,5 @@
-// flock on <out>/qeval.lock: released by the kernel when the holder exits or is killed.
+// flock on <out>/qeval.lock: released by the kernel when the holder exits or is killed. On a
+// filesystem without locks (ENOLCK, EOPNOTSUPP) it warns on stderr and holds nothing.
 #include "eval/run/out_lock.h"
 
 #include <fcntl.h>
@@ -6,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <system_error>
@@ -51,6 +53,13 @@ OutFolderLock::OutFolderLock(const fs::path& folder, const std::string& command_
                      std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
+      // A filesystem without locks (some network and FUSE mounts): running unguarded beats not
+      // running at all, but say so.
+      std::fprintf(stderr, "qeval: warning: --out %s: the filesystem does not lock %s (%s): another qeval "
+                   "writing into this folder would not be noticed\n", folder.c_str(), file.c_str(), std::strerror(err));
+      return;  // fd_ stays open (closed by the destructor); nothing is held
+    }
     std::string holder = err == EWOULDBLOCK ? read_all(fd_) : std::string();
     ::close(fd_);
     fd_ = -1;

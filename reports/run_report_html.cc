@@ -689,7 +689,11 @@ std::string render_config(const RunReport& r) {
   row("qeval", esc(r.tool_version));
   row("command line", "<code>" + esc(r.command_line) + "</code>");
   row("created", esc(r.created_utc));
-  row("elapsed", fmt::format("{:.1f} s", r.elapsed_s));
+  row("elapsed", fmt::format("{:.1f} s", r.elapsed_s) +
+                     (r.reused_units ? fmt::format(" (resumed: {} unit(s) read back from a saved state, {:.1f} s of that "
+                                                   "before)",
+                                                   r.reused_units, r.elapsed_before_s)
+                                     : std::string()));
   return h + "</tbody></table></section>";
 }
 

@@ -147,6 +147,7 @@ json to_json(const RunReport& r) {
   j["created_utc"] = r.created_utc;
   j["command_line"] = r.command_line;
   j["elapsed_s"] = special_number(r.elapsed_s);
+  j["resume"] = {{"reused_units", r.reused_units}, {"elapsed_s_before", special_number(r.elapsed_before_s)}};
 
   const RunConfig& c = r.config;
   json settings = json::array();
@@ -465,6 +466,10 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
   r.created_utc = root["created_utc"].str();
   r.command_line = root["command_line"].str();
   r.elapsed_s = root["elapsed_s"].special();
+  if (root.has("resume")) {  // schema 1.1
+    r.reused_units = std::size_t(root["resume"]["reused_units"].count());
+    r.elapsed_before_s = root["resume"]["elapsed_s_before"].special();
+  }
 
   In c = root["config"];
   r.config.pipeline = c["pipeline"].str();

@@ -25,7 +25,7 @@
 
 namespace qeval::reports {
 
-inline constexpr const char* kRunReportSchemaVersion = "1.0";
+inline constexpr const char* kRunReportSchemaVersion = "1.1";
 
 inline constexpr float kNotMeasured = std::numeric_limits<float>::quiet_NaN();
 
@@ -263,7 +263,11 @@ struct RunReport {
   std::string tool_version;
   std::string created_utc;  // ISO 8601
   std::string command_line;
-  double elapsed_s = 0;
+  double elapsed_s = 0;  // the whole run: a resumed run's earlier parts included
+  // Units read back from saved states (a resumed run; qeval merge: every unit) and the time the
+  // runs that saved them took (part of elapsed_s).
+  std::size_t reused_units = 0;
+  double elapsed_before_s = 0;
   RunConfig config;
   std::vector<MetricInfo> metrics;  // the sample metrics, in display order
   std::vector<Variant> variants;    // the reference among them (Variant::reference)

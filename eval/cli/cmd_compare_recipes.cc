@@ -12,6 +12,7 @@
 #include "eval/quant/lint.h"
 #include "eval/run/compare_recipes.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/out_lock.h"
 #include "eval/run/run_report_build.h"
 #include "kernels/error.h"
 #include "reports/run_report.h"
@@ -39,7 +40,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate, eval::GateMetrics::kRun);
 
   const fs::path out = a.out, run_dir = out / "run";
-  prepare_out_dir(out, {"report.json", "report.html", "run/report.json"});
+  const eval::OutFolderLock lock(out, ctx.command_line);  // the previous report stays until replaced
 
   const bool tty = eval::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);

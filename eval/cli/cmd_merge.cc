@@ -9,6 +9,7 @@
 #include "eval/gate.h"
 #include "eval/progress.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/out_lock.h"
 #include "eval/run/run_report_build.h"
 #include "eval/run/run_state.h"
 #include "kernels/error.h"
@@ -36,6 +37,8 @@ void copy_images(const fs::path& from, const fs::path& to, const eval::UnitOutco
 }
 
 int run_merge(const MergeArgs& a, const Context& ctx) {
+  const fs::path out = a.out;
+  const eval::OutFolderLock lock(out, ctx.command_line);  // the previous report stays until replaced
   std::vector<fs::path> states;
   std::vector<eval::RunStateInfo> infos;
   for (const auto& d : a.dirs) {
@@ -59,11 +62,9 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
                      infos.front().key + ", now " + key + "); rerun them or restore the files");
   eval::EvaluatorOptions options;
   eval::RunResult result = eval::start_run(spec, *driver, std::move(variants), options);
-  const fs::path out = a.out;
-  prepare_out_dir(out, {"report.json", "report.html", "junit.xml"});
   for (std::size_t k = 0; k < states.size(); ++k) {
     std::vector<char> before = result.done;
-    eval::merge_run_state(states[k], key, result);
+    eval::merge_run_state(states[k], key, *driver, result);
     for (std::size_t i = 0; i < result.done.size(); ++i)
       if (result.done[i] && !before[i]) copy_images(states[k].parent_path(), out, result.units[i]);
   }
@@ -78,7 +79,7 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
     throw InputError(fmt::format("{} of {} units are in none of the given folders (the first: {}); merge every "
                                  "shard's --out",
                                  missing, result.done.size(), first_missing));
-  eval::save_run_state(out / eval::kRunStateFile, result, key, infos.front().spec_json, spec.source);
+  eval::save_run_state(out / eval::kRunStateFile, result, *driver, key, infos.front().spec_json, spec.source);
   eval::ReportContext rc = report_context(ctx);
   return eval::write_run_outputs(spec, *driver, result, gate, rc, out);
 }

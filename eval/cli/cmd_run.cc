@@ -2,14 +2,17 @@
 #include <fmt/format.h>
 #include <tbb/task_arena.h>
 
+#include <csignal>
 #include <filesystem>
 
 #include "eval/cli/command.h"
+#include "eval/cli/interrupt.h"
 #include "eval/cli/report_context.h"
 #include "eval/exit_codes.h"
 #include "eval/gate.h"
 #include "eval/progress.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/out_lock.h"
 #include "eval/run/run_report_build.h"
 #include "eval/run/run_state.h"
 #include "kernels/error.h"
@@ -25,6 +28,13 @@ struct RunArgs {
   bool no_layers = false, fresh = false;
 };
 
+// The command that resumes an interrupted run: this one without --fresh (which would start over).
+std::string resume_command(const std::string& command_line) {
+  std::string s = " " + command_line + " ";
+  for (std::size_t at; (at = s.find(" --fresh ")) != std::string::npos;) s.erase(at, 8);
+  return s.substr(1, s.size() - 2);
+}
+
 int run_run(const RunArgs& a, const Context& ctx) {
   eval::RunSpec spec = a.config.empty() ? eval::default_run_config() : eval::read_run_config(a.config);
   if (a.count > 0) spec.count = a.count;
@@ -34,7 +44,9 @@ int run_run(const RunArgs& a, const Context& ctx) {
   std::optional<std::pair<int, int>> shard;
   if (!a.shard.empty()) shard = eval::parse_shard(a.shard);
   const fs::path out = a.out;
-  prepare_out_dir(out, {"report.json", "report.html", "junit.xml"});
+  // Held until the process ends: a second qeval writing here would overwrite this run's images.
+  // Nothing is removed: the previous report stays until the new one replaces it (atomically).
+  const eval::OutFolderLock lock(out, ctx.command_line);
 
   const bool tty = eval::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);
@@ -55,20 +67,35 @@ int run_run(const RunArgs& a, const Context& ctx) {
   // The result cache: a state of the same run in --out holds units that need not run again.
   const fs::path state = out / eval::kRunStateFile;
   if (!a.fresh && fs::exists(state)) {
-    const eval::RunStateInfo info = eval::read_run_state_info(state);
-    if (info.key == key) {
-      eval::merge_run_state(state, key, result);
+    eval::RunStateInfo info;
+    try {
+      info = eval::read_run_state_info(state);
+    } catch (const InputError& e) {
+      throw InputError(std::string(e.what()) + ": the saved state of an earlier run is unreadable (truncated or "
+                       "damaged); rerun with --fresh to start over (it replaces the state), or remove the file");
+    }
+    const std::string misfit = info.key == key ? eval::run_state_fits(info, *driver) : std::string();
+    if (info.key == key && misfit.empty()) {
+      try {
+        eval::merge_run_state(state, key, *driver, result);
+      } catch (const InputError& e) {
+        throw InputError(std::string(e.what()) + "; rerun with --fresh to start over (it replaces the state)");
+      }
       if (shard)  // keep only this shard's units: the state may hold others (a whole run's)
         for (std::size_t i = 0; i < result.done.size(); ++i)
           if (result.done[i] && std::find(options.units.begin(), options.units.end(), i) == options.units.end())
             throw InputError(state.string() + " holds units outside shard " + a.shard + "; use another --out or --fresh");
+    } else if (info.key == key) {
+      fmt::print(stderr, "qeval run: {} cannot be reused ({}): starting afresh\n", state.string(), misfit);
     } else {
       fmt::print(stderr, "qeval run: {} is of another run (config or models changed): starting afresh\n", state.string());
     }
   }
   if (result.reused)
     fmt::print(stderr, "qeval run: reusing {} finished unit(s) from {}\n", result.reused, state.string());
-  options.checkpoint = [&](const eval::RunResult& r) { eval::save_run_state(state, r, key, spec_json, spec.source); };
+  options.checkpoint = [&](const eval::RunResult& r) {
+    eval::save_run_state(state, r, *driver, key, spec_json, spec.source);
+  };
   if (tty) {
     std::string names;
     for (const auto& v : result.variants) names += (names.empty() ? "" : ", ") + v.spec.name;
@@ -77,7 +104,22 @@ int run_run(const RunArgs& a, const Context& ctx) {
                shard ? fmt::format(", shard {} ({} units)", a.shard, options.units.size()) : "", "", names,
                spec.reference);
   }
-  eval::run_units(spec, *driver, result, options);
+  {
+    const StopOnSignals signals;
+    options.stop = [&signals] { return signals.received() != 0; };
+    eval::run_units(spec, *driver, result, options);
+    std::size_t done = 0;
+    const std::size_t wanted = options.units.empty() ? result.done.size() : options.units.size();
+    for (char d : result.done) done += d != 0;
+    if (const int sig = signals.received(); sig && done < wanted) {  // all done anyway: the report follows
+      fmt::print(stderr,
+                 "qeval run: {} received: stopped with {} of {} units finished, saved in {} (no report written).\n"
+                 "Resume with:\n  {}\n",
+                 sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", done, wanted, state.string(),
+                 resume_command(ctx.command_line));
+      return 128 + sig;
+    }
+  }
 
   eval::ReportContext rc = report_context(ctx);
   rc.threads = tbb::this_task_arena::max_concurrency();
@@ -96,8 +138,11 @@ Runner add_run(CLI::App& app) {
       "timestep, teacher-forced UNet error, the first NaN/Inf. With no --config: the shipped tiny-sd,\n"
       "fp32 reference vs fp16, int8 level 3 and fp8 level 4 on 8 prompts, gated by\n"
       "models/tiny-sd/gate.json. Config format: docs/run-config.md; gates: docs/gate.md. Results are\n"
-      "identical for any --threads and any --shard split (qeval merge); a rerun into the same --out\n"
-      "reuses finished units. Exit: 0 gate passed, 1 gate failed, 2 bad input.");
+      "identical for any --threads and any --shard split (qeval merge); the finished units are saved\n"
+      "after each one and a rerun into the same --out (or one with a larger --count) reuses them.\n"
+      "SIGINT/SIGTERM: the units in progress finish and are saved, the resume command is printed.\n"
+      "One qeval at a time writes into an --out folder (qeval.lock). Exit: 0 gate passed, 1 gate\n"
+      "failed, 2 bad input or --out in use, 130/143 stopped by SIGINT/SIGTERM.");
   cmd->add_option("--config", a->config, "the run config (JSON, docs/run-config.md)");
   cmd->add_option("--out", a->out, "output folder (default qeval-run)");
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"");

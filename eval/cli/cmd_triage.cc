@@ -8,6 +8,7 @@
 #include "eval/gate.h"
 #include "eval/progress.h"
 #include "eval/quant/recipe.h"
+#include "eval/run/out_lock.h"
 #include "eval/run/outputs.h"
 #include "eval/run/triage.h"
 #include "kernels/error.h"
@@ -36,7 +37,7 @@ int run_triage(const TriageArgs& a, const Context& ctx) {
                                 "(docs/gate.md)");
   const eval::Gate gate = eval::load_gate(spec.gate, eval::GateMetrics::kRun);
   const fs::path out = a.out;
-  prepare_out_dir(out, {"triage.json", "triage.html"});
+  const eval::OutFolderLock lock(out, ctx.command_line);  // the previous report stays until replaced
 
   eval::TriageOptions options;
   options.variant = a.variant;

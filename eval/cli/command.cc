@@ -35,11 +35,4 @@ std::string utc_now() {
   return buf;
 }
 
-void prepare_out_dir(const std::filesystem::path& out, std::initializer_list<const char*> stale) {
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec) throw InputError("--out " + out.string() + ": cannot create the folder: " + ec.message());
-  for (const char* f : stale) std::filesystem::remove(out / f, ec);
-}
-
 }  // namespace qeval::cli

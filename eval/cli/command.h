@@ -33,9 +33,4 @@ const std::vector<RegisteredCommand>& registered_commands();  // sorted by order
 
 std::string utc_now();  // ISO 8601, seconds, 'Z'
 
-// Creates the --out folder (InputError naming it when that fails) and removes the files of a
-// previous complete report from it (`stale`, relative to it): a report there always means a
-// finished one, never one left from an earlier run while this one was interrupted.
-void prepare_out_dir(const std::filesystem::path& out, std::initializer_list<const char*> stale);
-
 }  // namespace qeval::cli

@@ -210,7 +210,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
   Progress progress("qeval run", n * std::size_t(driver.ticks_per_unit()), options.progress);
   std::atomic<std::size_t> next{0};
   std::mutex merge_mu;
-  auto last_checkpoint = std::chrono::steady_clock::now();
+  const double elapsed_at_start = result.elapsed_s;
   std::atomic<bool> failed{false};
   auto work = [&](std::size_t) {
     std::unique_ptr<DriverThread> thread = driver.make_thread(result.variants);
@@ -232,7 +232,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
     // This worker's layer cells, cleared and reused unit after unit.
     UnitObservation layers;
     if (ctx.observation) layers = result.observation.make_unit();
-    for (std::size_t k = next++; k < n && !failed; k = next++) {
+    for (std::size_t k = next++; k < n && !failed && !(options.stop && options.stop()); k = next++) {
       const std::size_t i = todo[k];
       UnitOutcome u;
       u.layers = std::move(layers);
@@ -248,17 +248,17 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
       // were faulted in (and cleared) again: 7% of an observed 2-thread run's CPU, for ~1% of
       // peak memory.
       merge_unit(result, i, std::move(u), &layers);
-      const auto now = std::chrono::steady_clock::now();
-      if (options.checkpoint && std::chrono::duration<double>(now - last_checkpoint).count() >= options.checkpoint_every_s) {
+      // Saved after every unit, so a run killed at any point loses at most the units in flight.
+      if (options.checkpoint) {
+        result.elapsed_s = elapsed_at_start + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         options.checkpoint(result);
-        last_checkpoint = now;
       }
     }
   };
   tbb::parallel_for(std::size_t(0), workers, work, tbb::simple_partitioner());
   progress.finish();
+  result.elapsed_s = elapsed_at_start + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (options.checkpoint) options.checkpoint(result);
-  result.elapsed_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 RunResult evaluate(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,

@@ -79,6 +79,10 @@ struct UnitOutcome {
 
 struct UnitInfo {
   std::string id;  // txt2img: the sample's id; segmentation: the image
+  // What the unit computes where `id` alone does not say it (segmentation: the indices of its
+  // image's prompts, which a larger count may add to); "" otherwise. A saved unit is reused only
+  // when id and contents are those of the unit at its index now.
+  std::string contents;
 };
 
 // What a unit's driver gets from the evaluator.
@@ -170,10 +174,12 @@ struct EvaluatorOptions {
   bool progress = false;          // a progress bar on stderr
   int workers = 0;                // parallel units (0: TBB's concurrency)
   std::vector<std::size_t> units;  // the units to run (a shard); empty: all
-  // Called (under the merge lock) after a unit is merged, at most every `checkpoint_every_s`, and
-  // once at the end: where the run state is saved so that a rerun skips finished units.
+  // Called (under the merge lock) after every unit is merged, and once at the end: where the run
+  // state is saved so that a rerun skips finished units. RunResult::elapsed_s is current then.
   std::function<void(const struct RunResult&)> checkpoint;
-  double checkpoint_every_s = 20;
+  // Polled before each unit: true makes every worker stop once its current unit is merged
+  // (SIGINT/SIGTERM); run_units then returns with the rest not done.
+  std::function<bool()> stop;
   bool interleave = true;  // UnitContext::interleave
   std::size_t lockstep_window = 1;  // UnitContext::lockstep_window
 };
@@ -185,11 +191,12 @@ struct RunResult {
   std::vector<UnitOutcome> units;  // unit order; layer cells moved out into `layers`
   std::vector<char> done;          // per unit: finished (run now or read back from a saved state)
   std::size_t reused = 0;          // units read back from a saved state
+  double elapsed_before_s = 0;     // the time of the runs that saved those states
   RunObservation observation;      // layers (may be empty)
   std::vector<LayerCells> layers;  // per variant, pooled over units
   std::vector<std::optional<NonFiniteHit>> first_nonfinite;  // per variant, of the lowest unit
   std::vector<std::vector<StepSeries>> series;  // per variant, pooled over units
-  double elapsed_s = 0;
+  double elapsed_s = 0;  // this process's part (run_units); the whole run's is elapsed_before_s + this
 };
 
 // A recipe variant from what RunDriver::recipe_graphs returned.

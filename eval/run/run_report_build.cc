@@ -125,7 +125,9 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   rep.tool_version = ctx.tool_version;
   rep.created_utc = ctx.created_utc;
   rep.command_line = ctx.command_line;
-  rep.elapsed_s = res.elapsed_s;
+  rep.elapsed_s = res.elapsed_before_s + res.elapsed_s;
+  rep.reused_units = res.reused;
+  rep.elapsed_before_s = res.elapsed_before_s;
   const std::size_t nv = res.variants.size(), r = res.reference;
 
   // Configuration.

@@ -197,8 +197,9 @@ std::string run_key(const RunSpec& spec, const RunDriver& driver, const std::vec
   RunSpec keyed = spec;
   keyed.gate.clear();               // judges the numbers, does not change them
   keyed.calibration.cache.clear();  // where scales are kept
+  keyed.count = 0;                  // how many units: checked unit by unit (run_state_fits)
   std::string all = std::string("qeval ") + QEVAL_VERSION + " statistics " + std::to_string(kStatisticsVersion) +
-                    "\n" + run_spec_json(keyed) + "\n";
+                    " units by id\n" + run_spec_json(keyed) + "\n";
   // The prompt or input set's content (a folder of samples: its listing).
   const fs::path inputs = driver.inputs_artifact().path;
   if (fs::is_regular_file(inputs)) {
@@ -302,12 +303,18 @@ class MsgPack {
 
 }  // namespace
 
-void save_run_state(const fs::path& file, const RunResult& r, const std::string& key, const std::string& spec_json,
-                    const fs::path& source) {
-  json done = json::array(), units = json::array();
+std::string unit_uid(const RunDriver& driver, std::size_t index) {
+  const UnitInfo u = driver.unit(index);
+  return u.contents.empty() ? u.id : u.id + " [" + u.contents + "]";
+}
+
+void save_run_state(const fs::path& file, const RunResult& r, const RunDriver& driver, const std::string& key,
+                    const std::string& spec_json, const fs::path& source) {
+  json done = json::array(), uids = json::array(), units = json::array();
   for (std::size_t i = 0; i < r.units.size(); ++i) {
     if (!r.done[i]) continue;
     done.push_back(i);
+    uids.push_back(unit_uid(driver, i));
     json samples = json::array();
     for (const auto& s : r.units[i].samples) samples.push_back(sample_json(s));
     units.push_back(samples);
@@ -321,7 +328,7 @@ void save_run_state(const fs::path& file, const RunResult& r, const std::string&
   }
   reports::AtomicFileWriter file_out(file);
   MsgPack m(file_out);
-  m.map(12);
+  m.map(14);
   m.str("format"), m.str(kFormat);
   m.str("version"), m.uint(kVersion);
   m.str("tool"), m.str(QEVAL_VERSION);
@@ -329,7 +336,9 @@ void save_run_state(const fs::path& file, const RunResult& r, const std::string&
   m.str("spec"), m.str(spec_json);
   m.str("source"), m.str(source.string());
   m.str("total"), m.uint(r.units.size());
+  m.str("elapsed_s"), m.real(r.elapsed_before_s + r.elapsed_s);
   m.str("done"), m.value(done);
+  m.str("uids"), m.value(uids);
   m.str("units"), m.value(units);
   // layers: per variant, [layer, [[act, acc, local] per step]] for each layer with cells.
   m.str("layers");
@@ -370,25 +379,49 @@ void save_run_state(const fs::path& file, const RunResult& r, const std::string&
 RunStateInfo read_run_state_info(const fs::path& file) {
   const json j = read_state_json(file);
   RunStateInfo info;
-  info.key = j.at("key").get<std::string>();
-  info.spec_json = j.at("spec").get<std::string>();
-  info.tool_version = j.at("tool").get<std::string>();
-  info.source = j.at("source").get<std::string>();
-  info.total_units = j.at("total").get<std::size_t>();
-  info.done = j.at("done").get<std::vector<std::size_t>>();
+  try {
+    info.key = j.at("key").get<std::string>();
+    info.spec_json = j.at("spec").get<std::string>();
+    info.tool_version = j.at("tool").get<std::string>();
+    info.source = j.at("source").get<std::string>();
+    info.total_units = j.at("total").get<std::size_t>();
+    info.done = j.at("done").get<std::vector<std::size_t>>();
+    if (j.contains("uids")) info.done_uids = j.at("uids").get<std::vector<std::string>>();
+    if (j.contains("elapsed_s")) info.elapsed_s = j.at("elapsed_s").get<double>();
+  } catch (const json::exception& e) {
+    throw InputError(file.string() + ": malformed run state (" + e.what() + ")");
+  }
   return info;
 }
 
-void merge_run_state(const fs::path& file, const std::string& key, RunResult& into) {
+std::string run_state_fits(const RunStateInfo& info, const RunDriver& driver) {
+  if (info.done_uids.size() != info.done.size()) return "it does not record its units' ids";
+  for (std::size_t k = 0; k < info.done.size(); ++k) {
+    const std::size_t i = info.done[k];
+    if (i >= driver.units())
+      return fmt::format("it holds unit {} ({}) and this run has {} units (a smaller count?)", i, info.done_uids[k],
+                         driver.units());
+    if (const std::string now = unit_uid(driver, i); now != info.done_uids[k])
+      return fmt::format("its unit {} is {}, this run's is {}", i, info.done_uids[k], now);
+  }
+  return {};
+}
+
+void merge_run_state(const fs::path& file, const std::string& key, const RunDriver& driver, RunResult& into) {
   const json j = read_state_json(file);
   const std::string where = file.string();
-  if (j.at("key").get<std::string>() != key)
-    throw InputError(where + ": the state is of another run (config, models, prompts or qeval version differ: key " +
-                     j.at("key").get<std::string>() + ", this run's " + key + ")");
   try {
-    if (j.at("total").get<std::size_t>() != into.units.size())
-      throw InputError(where + ": " + std::to_string(j.at("total").get<std::size_t>()) + " units, this run has " +
-                       std::to_string(into.units.size()));
+    if (j.at("key").get<std::string>() != key)
+      throw InputError(where + ": the state is of another run (config, models, prompts or qeval version differ: key " +
+                       j.at("key").get<std::string>() + ", this run's " + key + ")");
+    {
+      RunStateInfo info;
+      info.done = j.at("done").get<std::vector<std::size_t>>();
+      if (j.contains("uids")) info.done_uids = j.at("uids").get<std::vector<std::string>>();
+      if (const std::string why = run_state_fits(info, driver); !why.empty())
+        throw InputError(where + ": the state's units are not this run's: " + why);
+    }
+    if (j.contains("elapsed_s")) into.elapsed_before_s += j.at("elapsed_s").get<double>();
     const auto done = j.at("done").get<std::vector<std::size_t>>();
     const json& units = j.at("units");
     for (std::size_t k = 0; k < done.size(); ++k) {

@@ -97,7 +97,11 @@ class SegmentationDriver : public RunDriver {
   }
 
   std::size_t units() const override { return units_.size(); }
-  UnitInfo unit(std::size_t i) const override { return {units_[i].key}; }
+  UnitInfo unit(std::size_t i) const override {
+    std::string prompts;
+    for (std::size_t p : units_[i].prompts) prompts += (prompts.empty() ? "" : ",") + std::to_string(p);
+    return {units_[i].key, prompts};
+  }
   int ticks_per_unit() const override { return 1; }
   std::vector<reports::MetricInfo> metrics() const override {
     return {{"mask_iou", "mask IoU", true},

@@ -229,7 +229,7 @@ class SingleModelDriver : public RunDriver {
   }
 
   std::size_t units() const override { return samples_.size(); }
-  UnitInfo unit(std::size_t i) const override { return {samples_[i].filename().string()}; }
+  UnitInfo unit(std::size_t i) const override { return {samples_[i].filename().string(), {}}; }
   std::vector<reports::MetricInfo> metrics() const override {
     if (!outputs_.empty()) {
       std::vector<reports::MetricInfo> infos;

@@ -127,7 +127,7 @@ class Txt2ImgDriver : public RunDriver {
   std::size_t units() const override { return units_.size(); }
   UnitInfo unit(std::size_t i) const override {
     const auto& u = units_[i];
-    return {fmt::format("{}-s{}", prompts_[u.prompt].id, u.seed)};
+    return {fmt::format("{}-s{}", prompts_[u.prompt].id, u.seed), {}};
   }
   int ticks_per_unit() const override { return base_.steps + 2; }
   std::vector<reports::MetricInfo> metrics() const override {

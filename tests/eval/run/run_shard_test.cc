@@ -18,7 +18,7 @@ using testing::run_qeval;
 // The report without what legitimately differs between runs: times, command line, threads, shard.
 json comparable(const fs::path& report) {
   json r = testing::read_json(report);
-  for (const char* k : {"created_utc", "elapsed_s", "command_line"}) r.erase(k);
+  for (const char* k : {"created_utc", "elapsed_s", "command_line", "resume"}) r.erase(k);
   r["config"].erase("threads");
   r["config"].erase("shard");
   for (auto& v : r["variants"]) v["summary"]["timings"] = json::array();

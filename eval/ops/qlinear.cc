@@ -15,6 +15,7 @@
 #include "kernels/int8_conv.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/numeric.h"
+#include "kernels/scratch.h"
 
 namespace qeval::eval {
 
@@ -163,15 +164,12 @@ class PackedConvCache {
     }
     return *packed_;
   }
-  // The im2col matrix of the op's runs (one session = one thread).
-  kernels::PackedInt8B& scratch() { return scratch_; }
 
  private:
   const Tensor* source_ = nullptr;
   const Tensor* constant_ = nullptr;
   std::int64_t in_ = 0, groups_ = 0;
   std::unique_ptr<kernels::PackedInt8ConvWeights> packed_;
-  kernels::PackedInt8B scratch_{0, 0};
 };
 
 // y[b, oc, ...] = sum over the window of (x - zx)(w - zw[oc]), padding reading zx (real 0).
@@ -187,7 +185,7 @@ void integer_conv(const kernels::ConvParams& p, const Tensor& x, std::int32_t zx
   const bool any_zw = std::any_of(zw.begin(), zw.end(), [](std::int32_t z) { return z != 0; });
   std::vector<std::int32_t> window_sums(any_zw ? std::size_t(p.batch * p.groups * out_size) : 0);
   kernels::int8_conv(p, px, std::int8_t(zx), packed, y, any_zw ? window_sums.data() : nullptr,
-                     kernels::int8_gemm_best_path(), &cache.scratch());
+                     kernels::int8_gemm_best_path());  // the im2col matrix: this thread's lent one
   if (zx == 0 && !any_zw) return;
   const std::int64_t og = p.out_channels / p.groups;
   for (std::int64_t b = 0; b < p.batch; ++b)
@@ -453,8 +451,11 @@ class FusedQdqOp : public Op {
   }
 
   Node node_;
-  mutable std::vector<std::int32_t> acc_;  // scratch, kept across runs (one session = one thread)
 };
+
+// The int32 accumulators of one run, lent by the thread (kept per op across runs, they held an
+// int32 output's worth for every layer).
+using LentAccumulators = kernels::Lent<kernels::Int32Scratch>;
 
 class FusedConvOp final : public FusedQdqOp {
  public:
@@ -473,8 +474,10 @@ class FusedConvOp final : public FusedQdqOp {
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[3]->shape());
-    acc_.resize(std::size_t(out[0]->numel()));
-    integer_conv(p, *in[0], za(in)[0], *in[3], zb(in), acc_.data(), cache_);
+    const LentAccumulators lent;
+    std::vector<std::int32_t>& acc = lent->values;
+    acc.resize(std::size_t(out[0]->numel()));
+    integer_conv(p, *in[0], za(in)[0], *in[3], zb(in), acc.data(), cache_);
     const std::vector<float> m = multipliers(in);
     const float* bias = in.size() > 6 && in[6] ? in[6]->data<float>() : nullptr;
     float* y = out[0]->data<float>();
@@ -482,7 +485,7 @@ class FusedConvOp final : public FusedQdqOp {
     for (std::int64_t bc = 0; bc < p.batch * p.out_channels; ++bc) {
       const std::int64_t oc = bc % p.out_channels;
       const float mc = m[m.size() == 1 ? 0 : std::size_t(oc)], b = bias ? bias[oc] : 0.0f;
-      const std::int32_t* a = acc_.data() + bc * per_channel;
+      const std::int32_t* a = acc.data() + bc * per_channel;
       float* yc = y + bc * per_channel;
       for (std::int64_t j = 0; j < per_channel; ++j) yc[j] = float(a[j]) * mc + b;
     }
@@ -505,14 +508,16 @@ class FusedMatMulOp final : public FusedQdqOp {
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const MatMulPlan p = plan_matmul(node_, in[0]->shape(), in[3]->shape());
-    acc_.resize(std::size_t(out[0]->numel()));
-    integer_matmul(node_, *in[0], za(in), *in[3], zb(in), acc_.data(), &cache_, &a_scratch_);
+    const LentAccumulators lent;
+    std::vector<std::int32_t>& acc = lent->values;
+    acc.resize(std::size_t(out[0]->numel()));
+    integer_matmul(node_, *in[0], za(in), *in[3], zb(in), acc.data(), &cache_, &a_scratch_);
     std::vector<float> m = multipliers(in);
     if (m.size() == 1) m.assign(std::size_t(p.n), m[0]);
     float* y = out[0]->data<float>();
-    const std::size_t n = std::size_t(p.n), rows = acc_.size() / std::max<std::size_t>(1, n);
+    const std::size_t n = std::size_t(p.n), rows = acc.size() / std::max<std::size_t>(1, n);
     for (std::size_t r = 0; r < rows; ++r) {
-      const std::int32_t* a = acc_.data() + r * n;
+      const std::int32_t* a = acc.data() + r * n;
       float* yr = y + r * n;
       for (std::size_t j = 0; j < n; ++j) yr[j] = float(a[j]) * m[j];
     }
@@ -570,15 +575,17 @@ class FusedGemmOp final : public FusedQdqOp {
       own = std::make_unique<kernels::PackedInt8B>(k, n, b_data(), trans_b_ ? k : n, trans_b_);
       packed_b = own.get();
     }
-    acc_.resize(std::size_t(m_rows * n));
-    kernels::int8_gemm(packed_a, *packed_b, acc_.data(), n);
-    correct_zero_points(packed_a, *packed_b, za(in), zb(in), acc_.data());
+    const LentAccumulators lent;
+    std::vector<std::int32_t>& acc = lent->values;
+    acc.resize(std::size_t(m_rows * n));
+    kernels::int8_gemm(packed_a, *packed_b, acc.data(), n);
+    correct_zero_points(packed_a, *packed_b, za(in), zb(in), acc.data());
     const std::vector<float> mult = multipliers(in);
     const Tensor* c = in.size() > 6 ? in[6] : nullptr;
     float* y = out[0]->data<float>();
     for (std::int64_t i = 0; i < m_rows; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
-        float v = alpha_ * (float(acc_[std::size_t(i * n + j)]) * mult[mult.size() == 1 ? 0 : std::size_t(j)]);
+        float v = alpha_ * (float(acc[std::size_t(i * n + j)]) * mult[mult.size() == 1 ? 0 : std::size_t(j)]);
         if (c && beta_ != 0.0f) {
           const Shape& cs = c->shape();
           std::int64_t ci = 0;

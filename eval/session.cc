@@ -176,8 +176,11 @@ class BufferPool {
       t.reuse_as(dtype, shape);
       return t;
     }
-    return Tensor(dtype, shape);
+    Tensor t(dtype, shape);
+    allocated_ += t.capacity();
+    return t;
   }
+  std::size_t allocated_bytes() const { return allocated_; }
   void give(Tensor&& t) {
     // Inserted before its equals, so that take()'s lower_bound finds it first (LIFO).
     if (t.capacity() > 0) free_.emplace_hint(free_.lower_bound(t.capacity()), t.capacity(), std::move(t));
@@ -186,6 +189,7 @@ class BufferPool {
 
  private:
   std::multimap<std::size_t, Tensor> free_;
+  std::size_t allocated_ = 0;
 };
 
 // Consecutive-in-effect nodes run as one kernel. A fused kernel gives the same bits as its nodes
@@ -1169,6 +1173,8 @@ void Session::Execution::step() { state_->step(); }
 std::map<std::string, Tensor> Session::Execution::finish() { return state_->finish(); }
 
 std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
+
+std::size_t Session::pool_allocated_bytes(const BufferPool& pool) { return pool.allocated_bytes(); }
 
 void Session::drop_retained() {
   for (auto& [key, plan] : plans_) {

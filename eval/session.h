@@ -147,6 +147,9 @@ class Session {
 
   // A buffer pool for SessionOptions::pool.
   static std::shared_ptr<BufferPool> make_pool();
+  // Bytes of every buffer `pool` has made (lent to executions, taken over by observers, or free in
+  // it): the activation memory of the runs it served.
+  static std::size_t pool_allocated_bytes(const BufferPool& pool);
 
   // Gives the buffers a retaining execution left for the next one back to the pool (e.g. when
   // this model will not run for a while: the evaluator drops the UNet's after the last denoising

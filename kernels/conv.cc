@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -409,8 +410,9 @@ void conv(const ConvParams& p, const float* x, const float* w, const float* bias
   const Geom g = geom3(p);
   if (p.batch == 0 || g.out_size() == 0) return;
   if (uses_depthwise(p)) return conv_depthwise(p, g, x, w, bias, y);
-  ConvScratch own;
-  conv_gemm(p, g, x, w, bias, y, packed && !packed->groups.empty() ? packed : nullptr, scratch ? *scratch : own);
+  if (scratch) return conv_gemm(p, g, x, w, bias, y, packed && !packed->groups.empty() ? packed : nullptr, *scratch);
+  const Lent<ConvScratch> lent;
+  conv_gemm(p, g, x, w, bias, y, packed && !packed->groups.empty() ? packed : nullptr, *lent);
 }
 
 void conv_reference(const ConvParams& p, const float* x, const float* w, const float* bias, float* y) {
@@ -462,8 +464,9 @@ void conv_transpose(const ConvParams& p, const float* x, const float* w, const f
   // cols[(oc, k), input position] = sum over input channels of w * x: one GEMM per (image, group),
   // then each output channel gathers its kprod rows (col2im), one channel per task.
   const std::int64_t rows = cout_g * kprod;
-  ConvScratch own;
-  float* cols = (scratch ? *scratch : own).get(std::size_t(rows * in_size));
+  std::optional<Lent<ConvScratch>> lent;
+  if (!scratch) scratch = lent.emplace().get();
+  float* cols = scratch->get(std::size_t(rows * in_size));
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t grp = 0; grp < p.groups; ++grp) {
       const GemmShape shape{true, false, rows, in_size, cin_g, rows, in_size, in_size};

@@ -55,17 +55,18 @@ struct PackedConvWeights {
 PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w);
 PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w);
 
-// Buffers a caller keeps between conv / conv_transpose calls (the padded input, ConvTranspose's
-// columns), so that repeated calls reuse pages instead of faulting in fresh ones. One call at a time.
+// Temporaries of conv / conv_transpose calls (the padded input, ConvTranspose's columns), reused
+// between calls so that they fault in no fresh pages. One call at a time.
 struct ConvScratch {
   AlignedFloats data;
   std::size_t size = 0;
   float* get(std::size_t n);
+  std::size_t capacity_bytes() const { return size * sizeof(float); }
 };
 
 // y = conv(x, w) + bias (bias may be null). x, w, y dense NC... row-major; y is fully written.
 // `packed` (from pack_conv_weights for these weights, or null) saves the packing; same results.
-// `scratch` (or null: allocate per call) holds temporaries.
+// `scratch` (or null: one lent by this thread, kernels/scratch.h) holds temporaries.
 // Throws std::invalid_argument on inconsistent parameters. Results do not depend on the thread count.
 void conv(const ConvParams& p, const float* x, const float* w, const float* bias, float* y,
           const PackedConvWeights* packed = nullptr, ConvScratch* scratch = nullptr);

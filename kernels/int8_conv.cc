@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/int8_depthwise.h"
+#include "kernels/scratch.h"
 
 namespace qeval::kernels {
 namespace {
@@ -253,16 +255,15 @@ void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
   // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B.
   const bool direct = kprod == 1 && g.pb[0] == 0 && g.pb[1] == 0 && g.pb[2] == 0 && g.s[0] == 1 &&
                       g.s[1] == 1 && g.s[2] == 1 && out_size == in_size;
+  std::optional<Lent<PackedInt8B>> lent;
+  if (!scratch) scratch = lent.emplace(0, 0).get();
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t gi = 0; gi < p.groups; ++gi) {
       const std::int8_t* xg = x + (b * p.in_channels + gi * cg) * in_size;
-      std::unique_ptr<PackedInt8B> own;
       PackedInt8B* pb = scratch;
       if (direct) {
-        if (!pb) pb = (own = std::make_unique<PackedInt8B>(0, 0)).get();
         pb->pack(k, out_size, xg, out_size);
       } else {
-        if (!pb) pb = (own = std::make_unique<PackedInt8B>(0, 0)).get();
         pb->reset(k, out_size, false);  // pack_im2col writes every byte
         pack_im2col(g, xg, cg, pad_value, *pb);
       }

@@ -37,7 +37,7 @@ class PackedInt8ConvWeights {
 // window_sums, when not null, receives [batch, groups, out positions]: the sum of the x values
 // (padding included) each output position reads, for weight zero-point corrections.
 // scratch, when not null, holds the im2col matrix or packed x (reused across calls; one caller at a
-// time).
+// time); null: one lent by this thread (kernels/scratch.h).
 void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
                std::int32_t* y, std::int32_t* window_sums = nullptr, Int8GemmPath path = int8_gemm_best_path(),
                PackedInt8B* scratch = nullptr);

@@ -71,6 +71,7 @@ class PackedInt8B {
     return reinterpret_cast<const std::int8_t*>(data_.get()) + (j0 / kInt8NR) * k_groups_ * kInt8NR * 4;
   }
   const std::int32_t* col_sums() const { return col_sums_.get(); }
+  std::size_t capacity_bytes() const { return bytes_ + sums_ * sizeof(std::int32_t); }
 
  private:
   std::int64_t k_, n_, k_groups_;

@@ -21,4 +21,13 @@ float* thread_scratch(ScratchSlot slot, std::size_t n) {
   return b.data.get();
 }
 
+namespace detail {
+std::size_t& thread_lent_bytes_counter() {
+  thread_local std::size_t bytes = 0;
+  return bytes;
+}
+}  // namespace detail
+
+std::size_t thread_lent_bytes() { return detail::thread_lent_bytes_counter(); }
+
 }  // namespace qeval::kernels

@@ -117,15 +117,13 @@ class ConvOp final : public Op {
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[1]->shape());
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     kernels::conv(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr, out[0]->data<float>(),
-                  packed_.find(in[1]), &scratch_);
+                  packed_.find(in[1]));  // temporaries: lent by this thread
   }
 
  private:
   Node node_;
   ConvAttributes attrs_;
   ConstantCache<kernels::PackedConvWeights> packed_;
-  // Temporaries kept between runs (a session runs one op at a time).
-  mutable kernels::ConvScratch scratch_;
 };
 
 // ---- ConvTranspose --------------------------------------------------------------------------
@@ -210,7 +208,7 @@ class ConvTransposeOp final : public Op {
     const kernels::ConvParams p = params(meta_of(in[0]->dtype(), in[0]->shape()), meta_of(in[1]->dtype(), in[1]->shape()));
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     kernels::conv_transpose(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr,
-                            out[0]->data<float>(), packed_.find(in[1]), &scratch_);
+                            out[0]->data<float>(), packed_.find(in[1]));  // temporaries: lent by this thread
   }
 
  private:
@@ -222,8 +220,6 @@ class ConvTransposeOp final : public Op {
   ConvAttributes attrs_;
   std::vector<std::int64_t> output_padding_, output_shape_;
   ConstantCache<kernels::PackedConvWeights> packed_;
-  // Temporaries kept between runs (a session runs one op at a time).
-  mutable kernels::ConvScratch scratch_;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "kernels/int8_conv.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/numeric.h"
+#include "kernels/scratch.h"
 
 namespace qeval::eval {
 
@@ -193,15 +194,12 @@ class PackedConvCache {
     }
     return *packed_;
   }
-  // The im2col matrix of the op's runs (one session = one thread).
-  kernels::PackedInt8B& scratch() { return scratch_; }
 
  private:
   const Tensor* source_ = nullptr;
   const Tensor* constant_ = nullptr;
   std::int64_t in_ = 0, groups_ = 0;
   std::unique_ptr<kernels::PackedInt8ConvWeights> packed_;
-  kernels::PackedInt8B scratch_{0, 0};
 };
 
 // y[b, oc, ...] = sum over the window of (x - zx)(w - zw[oc]), padding reading zx (real 0).
@@ -217,7 +215,7 @@ void integer_conv(const kernels::ConvParams& p, const Tensor& x, std::int32_t zx
   const bool any_zw = std::any_of(zw.begin(), zw.end(), [](std::int32_t z) { return z != 0; });
   std::vector<std::int32_t> window_sums(any_zw ? std::size_t(p.batch * p.groups * out_size) : 0);
   kernels::int8_conv(p, px, std::int8_t(zx), packed, y, any_zw ? window_sums.data() : nullptr,
-                     kernels::int8_gemm_best_path(), &cache.scratch());
+                     kernels::int8_gemm_best_path());  // the im2col matrix: this thread's lent one
   if (zx == 0 && !any_zw) return;
   const std::int64_t og = p.out_channels / p.groups;
   for (std::int64_t b = 0; b < p.batch; ++b)
@@ -483,8 +481,11 @@ class FusedQdqOp : public Op {
   }
 
   Node node_;
-  mutable std::vector<std::int32_t> acc_;  // scratch, kept across runs (one session = one thread)
 };
+
+// The int32 accumulators of one run, lent by the thread (kept per op across runs, they held an
+// int32 output's worth for every layer).
+using LentAccumulators = kernels::Lent<kernels::Int32Scratch>;
 
 class FusedConvOp final : public FusedQdqOp {
  public:
@@ -523,17 +524,19 @@ class FusedConvOp final : public FusedQdqOp {
       e.row_add = row_add.empty() ? nullptr : row_add.data();
       e.row_scale = m.data();
       e.row_bias = bias;
-      kernels::int8_conv(p, as_int8(*in[0], xbuf), std::int8_t(zx), packed, y, e, kernels::int8_gemm_best_path(),
-                         &cache_.scratch());
+      // the im2col matrix: this thread's lent one
+      kernels::int8_conv(p, as_int8(*in[0], xbuf), std::int8_t(zx), packed, y, e);
       return;
     }
-    acc_.resize(std::size_t(out[0]->numel()));
-    integer_conv(p, *in[0], zx, *in[3], zw, acc_.data(), cache_);
+    const LentAccumulators lent;
+    std::vector<std::int32_t>& acc = lent->values;
+    acc.resize(std::size_t(out[0]->numel()));
+    integer_conv(p, *in[0], zx, *in[3], zw, acc.data(), cache_);
     const std::int64_t per_channel = out[0]->numel() / std::max<std::int64_t>(1, p.batch * p.out_channels);
     for (std::int64_t bc = 0; bc < p.batch * p.out_channels; ++bc) {
       const std::int64_t oc = bc % p.out_channels;
       const float mc = m[m.size() == 1 ? 0 : std::size_t(oc)], b = bias ? bias[oc] : 0.0f;
-      const std::int32_t* a = acc_.data() + bc * per_channel;
+      const std::int32_t* a = acc.data() + bc * per_channel;
       float* yc = y + bc * per_channel;
       for (std::int64_t j = 0; j < per_channel; ++j) yc[j] = float(a[j]) * mc + b;
     }
@@ -563,11 +566,13 @@ class FusedMatMulOp final : public FusedQdqOp {
     if (std::all_of(b_zero.begin(), b_zero.end(), [](std::int32_t z) { return z == 0; }) &&
         integer_matmul(node_, *in[0], a_zero, *in[3], b_zero, y, m, &cache_, &a_scratch_))
       return;
-    acc_.resize(std::size_t(out[0]->numel()));
-    integer_matmul(node_, *in[0], a_zero, *in[3], b_zero, acc_.data(), &cache_, &a_scratch_);
-    const std::size_t n = std::size_t(p.n), rows = acc_.size() / std::max<std::size_t>(1, n);
+    const LentAccumulators lent;
+    std::vector<std::int32_t>& acc = lent->values;
+    acc.resize(std::size_t(out[0]->numel()));
+    integer_matmul(node_, *in[0], a_zero, *in[3], b_zero, acc.data(), &cache_, &a_scratch_);
+    const std::size_t n = std::size_t(p.n), rows = acc.size() / std::max<std::size_t>(1, n);
     for (std::size_t r = 0; r < rows; ++r) {
-      const std::int32_t* a = acc_.data() + r * n;
+      const std::int32_t* a = acc.data() + r * n;
       float* yr = y + r * n;
       for (std::size_t j = 0; j < n; ++j) yr[j] = float(a[j]) * m[j];
     }
@@ -625,15 +630,17 @@ class FusedGemmOp final : public FusedQdqOp {
       own = std::make_unique<kernels::PackedInt8B>(k, n, b_data(), trans_b_ ? k : n, trans_b_);
       packed_b = own.get();
     }
-    acc_.resize(std::size_t(m_rows * n));
-    kernels::int8_gemm(packed_a, *packed_b, acc_.data(), n);
-    correct_zero_points(packed_a, *packed_b, za(in), zb(in), acc_.data());
+    const LentAccumulators lent;
+    std::vector<std::int32_t>& acc = lent->values;
+    acc.resize(std::size_t(m_rows * n));
+    kernels::int8_gemm(packed_a, *packed_b, acc.data(), n);
+    correct_zero_points(packed_a, *packed_b, za(in), zb(in), acc.data());
     const std::vector<float> mult = multipliers(in);
     const Tensor* c = in.size() > 6 ? in[6] : nullptr;
     float* y = out[0]->data<float>();
     for (std::int64_t i = 0; i < m_rows; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
-        float v = alpha_ * (float(acc_[std::size_t(i * n + j)]) * mult[mult.size() == 1 ? 0 : std::size_t(j)]);
+        float v = alpha_ * (float(acc[std::size_t(i * n + j)]) * mult[mult.size() == 1 ? 0 : std::size_t(j)]);
         if (c && beta_ != 0.0f) {
           const Shape& cs = c->shape();
           std::int64_t ci = 0;

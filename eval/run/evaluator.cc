@@ -123,12 +123,7 @@ RunObservation make_observation(const RunSpec& spec, const RunDriver& driver, co
                                         obs.local_error && v != reference));
     obs.variants.push_back(std::move(ov));
   }
-  obs.readers.assign(obs.space->layers(), 0);
-  for (std::size_t v = 0; v < obs.variants.size(); ++v)
-    if (v != reference)
-      for (const ObservedModel& om : obs.variants[v].models)
-        for (int layer : om.layer_of_node)
-          if (layer >= 0) ++obs.readers[std::size_t(layer)];
+  obs.count_readers();
   return obs;
 }
 

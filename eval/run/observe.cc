@@ -397,7 +397,40 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
       else if (!f.empty() && om.format[i] != f) om.format[i] += "+" + f;
     }
   }
-  if (local_error) om.local = plan_local_runs(rg, vg, om.match);
+  if (local_error) {
+    om.local = plan_local_runs(rg, vg, om.match);
+    // What each local run waits for in a lockstep call: the reference nodes making its inputs (a
+    // graph input: its first reader, which captures it) and its counterpart.
+    std::unordered_map<std::string, std::size_t> ref_producer, first_reader;
+    for (std::size_t i = 0; i < rg.nodes.size(); ++i) {
+      for (const auto& o : rg.nodes[i].outputs)
+        if (!o.empty()) ref_producer.emplace(o, i);
+      for (const auto& in : rg.nodes[i].inputs)
+        if (!in.empty()) first_reader.emplace(in, i);
+    }
+    om.local_after.assign(rg.nodes.size(), {});
+    om.local_waits.assign(vg.nodes.size(), 0);
+    for (std::size_t i = 0; i < vg.nodes.size(); ++i) {
+      if (om.match.ref_of_variant[i] < 0 || !om.local[i].ok()) continue;
+      std::vector<std::size_t> after = {std::size_t(om.match.ref_of_variant[i])};
+      bool known = true;
+      for (const auto& [var_value, ref_value] : om.local[i].inputs) {
+        if (auto p = ref_producer.find(ref_value); p != ref_producer.end()) {
+          after.push_back(p->second);
+        } else if (auto r = first_reader.find(ref_value); r != first_reader.end()) {
+          after.push_back(r->second);
+        } else {
+          known = false;  // read by no reference node: never captured
+          break;
+        }
+      }
+      if (!known) continue;
+      std::sort(after.begin(), after.end());
+      after.erase(std::unique(after.begin(), after.end()), after.end());
+      for (std::size_t r : after) om.local_after[r].push_back(i);
+      om.local_waits[i] = unsigned(after.size());
+    }
+  }
   om.view.assign(vg.nodes.size(), 0);
   om.feeds_view.assign(vg.nodes.size(), 0);
   for (std::size_t i = 0; i < vg.nodes.size(); ++i) {
@@ -427,6 +460,22 @@ void Capture::start(const ModelCall& c, const LayerSpace& space, int model_index
   valid = true;
   ++generation_;
   waiting_.clear();
+  waiting_named_.clear();
+  ran_now_.clear();
+}
+
+void Capture::forget() {
+  auto leftover = [&](Slot& s) {
+    if (s.pending == 0 || s.borrowed || s.generation != generation_ || s.tensor.capacity() == 0) return;
+    spares_.push_back(std::move(s.tensor));
+    s.generation = 0;
+    s.pending = 0;
+  };
+  for (std::size_t layer : waiting_) leftover(outputs_[layer]);
+  for (Slot* s : waiting_named_) leftover(*s);
+  waiting_.clear();
+  waiting_named_.clear();
+  valid = false;
 }
 
 const Tensor* Capture::find(const std::string& name) const {
@@ -439,6 +488,7 @@ void Capture::mark_ran(std::size_t layer, bool measured) {
   if (ran_.size() <= layer) ran_.resize(layer + 1, 0), measured_.resize(layer + 1, 0);
   ran_[layer] = generation_;
   measured_[layer] = measured;
+  ran_now_.push_back(layer);
 }
 
 void Capture::fill(Slot& s, const Tensor& value, std::optional<double> energy) {
@@ -461,8 +511,11 @@ Capture::Value Capture::read(const Slot& s) const {
   return {s.borrowed ? s.borrowed : &s.tensor, s.energy};
 }
 
-void Capture::keep(const std::string& name, const Tensor& value, std::optional<double> energy) {
-  fill(slots_[name], value, energy);
+void Capture::keep(const std::string& name, const Tensor& value, std::optional<double> energy, unsigned readers) {
+  Slot& s = slots_[name];
+  fill(s, value, energy);
+  s.pending = borrowing ? readers : 0;
+  if (s.pending) waiting_named_.push_back(&s);
 }
 
 void Capture::keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy, unsigned readers) {
@@ -473,8 +526,14 @@ void Capture::keep_output(std::size_t layer, const Tensor& value, std::optional<
 }
 
 void Capture::consumed(std::size_t layer) {
-  if (layer >= outputs_.size()) return;
-  Slot& s = outputs_[layer];
+  if (layer < outputs_.size()) consumed(outputs_[layer]);
+}
+
+void Capture::consumed(const std::string& name) {
+  if (auto it = slots_.find(name); it != slots_.end()) consumed(it->second);
+}
+
+void Capture::consumed(Slot& s) {
   if (s.generation != generation_ || s.pending == 0 || --s.pending > 0 || s.borrowed) return;
   // A value taken over on release, read for the last time: its buffer goes back to the
   // reference's execution (kept here, the capture would hold a buffer per such layer: ~58 MB per
@@ -490,22 +549,24 @@ Tensor Capture::spare() {
   return t;
 }
 
-int Capture::waiting_for(const Tensor& value) const {
+Capture::Slot* Capture::waiting_for(const Tensor& value) const {
   for (std::size_t layer : waiting_)
-    if (outputs_[layer].pending > 0 && outputs_[layer].borrowed == &value) return int(layer);
-  return -1;
+    if (outputs_[layer].pending > 0 && outputs_[layer].borrowed == &value) return const_cast<Slot*>(&outputs_[layer]);
+  for (Slot* s : waiting_named_)
+    if (s->pending > 0 && s->borrowed == &value) return s;
+  return nullptr;
 }
 
-bool Capture::holds(const Tensor& value) const { return waiting_for(value) >= 0; }
+bool Capture::holds(const Tensor& value) const { return waiting_for(value) != nullptr; }
 
 void Capture::on_release(Tensor& value) {
   // Readers usually compare right after the reference's node (run_lockstep), long before the
   // value's last use in the reference: the list holds the last node's output or nothing.
   std::erase_if(waiting_, [&](std::size_t layer) { return outputs_[layer].pending == 0; });
-  if (const int layer = waiting_for(value); layer >= 0) {
-    Slot& s = outputs_[std::size_t(layer)];
-    std::swap(s.tensor, value);  // the storage it held goes to the pool in its place
-    s.borrowed = nullptr;
+  std::erase_if(waiting_named_, [&](const Slot* s) { return s->pending == 0; });
+  if (Slot* s = waiting_for(value)) {
+    std::swap(s->tensor, value);  // the storage it held goes to the pool in its place
+    s->borrowed = nullptr;
   }
 }
 
@@ -516,6 +577,36 @@ Capture::Value Capture::value(const std::string& name) const {
 
 Capture::Value Capture::output(std::size_t layer) const {
   return layer < outputs_.size() ? read(outputs_[layer]) : Value{};
+}
+
+unsigned RunObservation::named_readers_of(int model, const std::string& name) const {
+  if (model < 0 || std::size_t(model) >= named_readers.size()) return 0;
+  const auto& of_model = named_readers[std::size_t(model)];
+  const auto it = of_model.find(name);
+  return it == of_model.end() ? 0 : it->second;
+}
+
+void RunObservation::count_readers() {
+  readers.assign(space->layers(), 0);
+  named_readers.assign(space->models().size(), {});
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    if (v == reference) continue;
+    for (std::size_t m = 0; m < variants[v].models.size(); ++m) {
+      const ObservedModel& om = variants[v].models[m];
+      for (int layer : om.layer_of_node)
+        if (layer >= 0) ++readers[std::size_t(layer)];
+      // Local runs in lockstep read their counterpart's output and their inputs (LockstepLocalErrors).
+      for (std::size_t i = 0; i < om.local_waits.size(); ++i) {
+        if (!om.local_waits[i]) continue;
+        ++readers[std::size_t(om.layer_of_node[i])];
+        for (const auto& [var_value, ref_value] : om.local[i].inputs) {
+          const int l = space->layer_of_output(m, ref_value);
+          if (l >= 0) ++readers[std::size_t(l)];
+          else ++named_readers[m][ref_value];
+        }
+      }
+    }
+  }
 }
 
 UnitObservation RunObservation::make_unit() const {
@@ -738,14 +829,14 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     const bool local = run.local_error;
     for (std::size_t i : info->graph_inputs)
       if (local && i < e.inputs.size() && e.inputs[i] && !cap.has(e.node.inputs[i]))
-        cap.keep(e.node.inputs[i], *e.inputs[i]);
+        cap.keep(e.node.inputs[i], *e.inputs[i], std::nullopt, run.named_readers_of(model_, e.node.inputs[i]));
     for (std::size_t k = 0; k < e.outputs.size(); ++k) {
       if (!e.outputs[k]) continue;
       if (k == 0 && layer >= 0)
         cap.keep_output(std::size_t(layer), *e.outputs[0], energy,
                         std::size_t(layer) < run.readers.size() ? run.readers[std::size_t(layer)] : 0);
       else if (local)
-        cap.keep(e.node.outputs[k], *e.outputs[k]);
+        cap.keep(e.node.outputs[k], *e.outputs[k], std::nullopt, run.named_readers_of(model_, e.node.outputs[k]));
     }
     if (layer >= 0) cap.mark_ran(std::size_t(layer), out != nullptr);
   }
@@ -814,7 +905,8 @@ std::vector<std::map<std::string, Tensor>> run_call_in_lockstep(
     const ModelCall& call, const std::vector<std::size_t>& who, std::size_t reference,
     std::span<const std::unique_ptr<LockstepObserver>> observers, Capture& capture,
     const std::function<std::unique_ptr<Session::Execution>(std::size_t, Observer*)>& start,
-    const std::function<void()>& local_errors, std::vector<double>& ms, std::size_t window) {
+    const std::function<void()>& local_errors, std::vector<double>& ms, std::size_t window,
+    LockstepLocalErrors* lockstep_local) {
   const std::size_t nv = observers.size();
   auto timed = [&](std::size_t v, auto&& f) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -838,8 +930,13 @@ std::vector<std::map<std::string, Tensor>> run_call_in_lockstep(
         c.forget();
       }
     } borrowing(capture);
-    run_lockstep(reference, executions, lockstep, ms, window);
-    local_errors();
+    std::function<void()> hook;
+    if (lockstep_local) {
+      lockstep_local->start(call.model, who);
+      hook = [lockstep_local] { lockstep_local->after_reference_step(); };
+    }
+    run_lockstep(reference, executions, lockstep, ms, window, hook);
+    if (local_errors) local_errors();
   }
   std::vector<std::map<std::string, Tensor>> outputs(nv);
   for (std::size_t v : who)
@@ -851,7 +948,8 @@ std::vector<std::map<std::string, Tensor>> run_call_in_lockstep(
 }
 
 void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
-                  std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window) {
+                  std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window,
+                  const std::function<void()>& after_reference_step) {
   // One clock read between segments (a node of the reference, a variant's catch-up): each
   // segment's time is the difference to the previous read.
   using Clock = std::chrono::steady_clock;
@@ -878,6 +976,10 @@ void run_lockstep(std::size_t reference, std::span<Session::Execution* const> ex
   for (std::size_t n = 1; !ref.done(); ++n) {
     ref.step();
     charge(reference);
+    if (after_reference_step) {
+      after_reference_step();
+      last = Clock::now();  // untimed, as local error after the call
+    }
     if (n % window == 0) catch_up(false);
   }
   catch_up(true);  // nodes matched to reference nodes that never ran as such
@@ -934,6 +1036,44 @@ class LocalCompare : public Observer {
 
 }  // namespace
 
+namespace {
+
+// The local error of variant node `i` of model `m` (see run_local_errors), when the reference ran
+// its counterpart with a float output and the capture holds every input it reads.
+void run_local_error(const RunObservation& run, std::size_t variant, std::size_t m, std::size_t i,
+                     const Capture& capture, LocalSessions& sessions, UnitObservation& unit) {
+  const ObservedModel& om = run.variants[variant].models[m];
+  const int layer = om.layer_of_node[i];
+  if (layer < 0 || !om.local[i].ok()) return;
+  const Tensor* ref_out = capture.output(std::size_t(layer)).tensor;
+  // Only layers the reference ran (folded constants have no error) with a float output.
+  if (!ref_out || ref_out->dtype() != DType::kFloat32) return;
+  if (!capture.measured(std::size_t(layer))) return;
+  std::map<std::string, const Tensor*> in;  // the reference's values themselves, not copies
+  for (const auto& [var_value, ref_value] : om.local[i].inputs) {
+    const Tensor* t = capture.find(ref_value);
+    if (!t) return;
+    in.emplace(var_value, t);
+  }
+  LocalSessions::Entry& e = sessions.get(run, variant, m, i, capture);
+  std::vector<Tensor> narrowed;  // an FP16 export's inputs: the reference's values in its type
+  narrowed.reserve(e.narrow_inputs.size());
+  for (const auto& [name, type] : e.narrow_inputs) {
+    const Tensor& f = *in.at(name);
+    Tensor& t = narrowed.emplace_back(type, f.shape());
+    auto* bits = reinterpret_cast<std::uint16_t*>(t.raw());  // float16/bfloat16 codes
+    for (std::int64_t k = 0; k < f.numel(); ++k)
+      bits[k] = type == DType::kFloat16 ? to_float16(f.data<float>()[k]).bits : to_bfloat16(f.data<float>()[k]).bits;
+    in[name] = &t;
+  }
+  LayerCell cell;
+  LocalCompare cmp(om.graph->nodes[i].name, *ref_out, cell);
+  e.session->run(in, &cmp);
+  unit.calls[variant].add(std::size_t(layer), capture.step, cell);
+}
+
+}  // namespace
+
 void run_local_errors(const RunObservation& run, std::size_t variant, const Capture& capture, LocalSessions& sessions,
                       UnitObservation& unit) {
   if (!capture.valid || !run.local_error) return;
@@ -941,39 +1081,42 @@ void run_local_errors(const RunObservation& run, std::size_t variant, const Capt
   if (m < 0) return;
   const ObservedModel& om = run.variants[variant].models[std::size_t(m)];
   if (om.local.empty()) return;
-  for (std::size_t i = 0; i < om.graph->nodes.size(); ++i) {
-    const int layer = om.layer_of_node[i];
-    if (layer < 0 || !om.local[i].ok()) continue;
-    const Tensor* ref_out = capture.output(std::size_t(layer)).tensor;
-    // Only layers the reference ran (folded constants have no error) with a float output.
-    if (!ref_out || ref_out->dtype() != DType::kFloat32) continue;
-    if (!capture.measured(std::size_t(layer))) continue;
-    bool have_inputs = true;
-    std::map<std::string, const Tensor*> in;  // the reference's values themselves, not copies
-    for (const auto& [var_value, ref_value] : om.local[i].inputs) {
-      const Tensor* t = capture.find(ref_value);
-      if (!t) {
-        have_inputs = false;
-        break;
+  for (std::size_t i = 0; i < om.graph->nodes.size(); ++i)
+    run_local_error(run, variant, std::size_t(m), i, capture, sessions, unit);
+}
+
+void LockstepLocalErrors::start(std::string_view model, const std::vector<std::size_t>& variants) {
+  model_ = run_.local_error ? run_.space->model_index(model) : -1;
+  variants_.clear();
+  if (model_ < 0) return;
+  for (std::size_t v : variants)
+    if (v != run_.reference && !run_.variants[v].models[std::size_t(model_)].local_waits.empty()) variants_.push_back(v);
+  waits_.resize(variants_.size());
+  for (std::size_t k = 0; k < variants_.size(); ++k)
+    waits_[k] = run_.variants[variants_[k]].models[std::size_t(model_)].local_waits;
+}
+
+void LockstepLocalErrors::after_reference_step() {
+  capture_.take_ran(ran_);
+  if (model_ < 0 || !capture_.valid) return;
+  const std::size_t m = std::size_t(model_), first = run_.space->models()[m].first_layer;
+  for (std::size_t layer : ran_) {
+    const std::size_t ref_node = layer - first;
+    for (std::size_t k = 0; k < variants_.size(); ++k) {
+      const ObservedModel& om = run_.variants[variants_[k]].models[m];
+      if (ref_node >= om.local_after.size()) continue;
+      for (std::size_t i : om.local_after[ref_node]) {
+        if (waits_[k][i] == 0 || --waits_[k][i] > 0) continue;
+        run_local_error(run_, variants_[k], m, i, capture_, sessions_, unit_);
+        // Its reads of the reference's values are done (RunObservation::readers counted them).
+        capture_.consumed(std::size_t(om.layer_of_node[i]));
+        for (const auto& [var_value, ref_value] : om.local[i].inputs) {
+          const int l = run_.space->layer_of_output(m, ref_value);
+          if (l >= 0) capture_.consumed(std::size_t(l));
+          else capture_.consumed(ref_value);
+        }
       }
-      in.emplace(var_value, t);
     }
-    if (!have_inputs) continue;
-    LocalSessions::Entry& e = sessions.get(run, variant, std::size_t(m), i, capture);
-    std::vector<Tensor> narrowed;  // an FP16 export's inputs: the reference's values in its type
-    narrowed.reserve(e.narrow_inputs.size());
-    for (const auto& [name, type] : e.narrow_inputs) {
-      const Tensor& f = *in.at(name);
-      Tensor& t = narrowed.emplace_back(type, f.shape());
-      auto* bits = reinterpret_cast<std::uint16_t*>(t.raw());  // float16/bfloat16 codes
-      for (std::int64_t k = 0; k < f.numel(); ++k)
-        bits[k] = type == DType::kFloat16 ? to_float16(f.data<float>()[k]).bits : to_bfloat16(f.data<float>()[k]).bits;
-      in[name] = &t;
-    }
-    LayerCell cell;
-    LocalCompare cmp(om.graph->nodes[i].name, *ref_out, cell);
-    e.session->run(in, &cmp);
-    unit.calls[variant].add(std::size_t(layer), capture.step, cell);
   }
 }
 

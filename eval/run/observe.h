@@ -185,6 +185,12 @@ struct ObservedModel {
   // node reads a DequantizeLinear output.
   std::vector<std::string> format;
   std::vector<LocalPlan> local;     // per variant node; empty when local error is off
+  // Local error in lockstep (LocalErrorsInLockstep): per reference node of the model, the variant
+  // nodes whose local run waits for it to have run (their counterpart and their inputs' producers;
+  // for a graph input, its first reader); per variant node, how many reference nodes it waits for
+  // (0: no local run). Empty when local error is off.
+  std::vector<std::vector<std::size_t>> local_after;
+  std::vector<unsigned> local_waits;
   // Per variant node: a view (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Transpose: its output
   // holds its first input's values, so its statistics are that input's); and the nodes whose first
   // output such a view reads.
@@ -220,7 +226,9 @@ class Capture {
   // Forgets the previous call's values. `space`: the layers the call's values are kept by;
   // `model_index`: the call's model in it (LayerSpace::model_index).
   void start(const ModelCall& c, const LayerSpace& space, int model_index);
-  void forget() { valid = false; }  // holds no call (borrowed values are about to go)
+  // Holds no call (borrowed values are about to go); buffers taken over for readers that never
+  // came (a local run whose reference nodes did not all run) become spares.
+  void forget();
   bool matches(const ModelCall& c) const { return valid && model == c.model && step == c.step && call == c.call; }
   bool has(const std::string& name) const { return find(name) != nullptr; }
   // nullptr when this call did not produce it (or the capture holds no call)
@@ -228,12 +236,15 @@ class Capture {
   // A value of this call: a copy, or while `borrowing` is set the tensor itself (valid while the
   // reference's execution retains its buffers: a lockstep call, run_lockstep). `energy`: its sum of
   // squares when known (what ActivationStats::add returned for it), for the variants' one-pass error.
-  void keep(const std::string& name, const Tensor& value, std::optional<double> energy = std::nullopt);
+  // `readers`: as keep_output's (consumed(name)).
+  void keep(const std::string& name, const Tensor& value, std::optional<double> energy = std::nullopt,
+            unsigned readers = 0);
   // The same for the first output of a layer's node (kept by layer: the observers' hot path).
   // `readers`: how many variant nodes will compare against it in this call (consumed()).
   void keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy, unsigned readers = 0);
-  // A reader of the layer's output is done with it.
+  // A reader of the layer's output (of the value kept by name) is done with it.
   void consumed(std::size_t layer);
+  void consumed(const std::string& name);
   // The reference's execution releases `value`: a borrowed layer output that readers still wait
   // for is taken over (moved into the capture) until its last reader is done; it then waits in
   // spare() for the execution to take it back.
@@ -252,6 +263,11 @@ class Capture {
   void mark_ran(std::size_t layer, bool measured);
   bool ran(std::size_t layer) const { return layer < ran_.size() && ran_[layer] == generation_; }
   bool measured(std::size_t layer) const { return ran(layer) && measured_[layer]; }
+  // The layers marked ran since the last call of this (in order), into `out` (replaced).
+  void take_ran(std::vector<std::size_t>& out) {
+    out.swap(ran_now_);
+    ran_now_.clear();
+  }
 
  private:
   struct Slot {
@@ -262,8 +278,9 @@ class Capture {
     unsigned pending = 0;  // readers yet to come (borrowed values only)
   };
   void fill(Slot& s, const Tensor& value, std::optional<double> energy);
-  // The layer whose borrowed output is `value` with readers still to come; -1 for none.
-  int waiting_for(const Tensor& value) const;
+  // The slot whose borrowed value is `value` with readers still to come; null for none.
+  Slot* waiting_for(const Tensor& value) const;
+  void consumed(Slot& s);
   Value read(const Slot& s) const;
   const LayerSpace* space_ = nullptr;
   int model_index_ = -1;
@@ -272,6 +289,8 @@ class Capture {
   std::vector<std::uint64_t> ran_;  // per layer: the generation in which its reference node ran
   std::vector<char> measured_;      // per layer: with statistics, when it ran
   std::vector<std::size_t> waiting_;  // layers whose borrowed output may have readers to come
+  std::vector<Slot*> waiting_named_;  // the same for values kept by name (in slots_: stable)
+  std::vector<std::size_t> ran_now_;  // layers marked ran since take_ran()
   std::vector<Tensor> spares_;        // taken-over buffers whose readers are all done
   std::uint64_t generation_ = 0;
 };
@@ -296,8 +315,16 @@ struct RunObservation {
   std::vector<ObservedVariant> variants;
   std::size_t reference = 0;
   bool local_error = false;
-  // Per layer: how many nodes of the other variants are matched to it (read its reference value).
+  // Per layer: how many nodes of the other variants are matched to it (read its reference value),
+  // and, with local error, how many local runs read it (as an input or the output they compare
+  // with): a lockstep capture holds the value until they are done.
   std::vector<unsigned> readers;
+  // The same for values captured by name (graph inputs, second outputs) that local runs read, per
+  // LayerSpace model.
+  std::vector<std::unordered_map<std::string, unsigned>> named_readers;
+  unsigned named_readers_of(int model, const std::string& name) const;
+  // Fills readers and named_readers from the variants' ObservedModels.
+  void count_readers();
   TensorSink full_tensors;  // empty: not kept
   NodeHook node_hook;       // empty: none
 
@@ -402,26 +429,55 @@ class LockstepObserver : public ModelCallObserver {
 // are still in cache. Each execution's observer is observers[v] (begun for this call, the
 // reference's first); the capture is borrowing. ms[v] += the time spent running variant v's
 // nodes. Leaves every execution done, not finished.
+// `after_reference_step` (when set) runs after each reference step, untimed (local error in lockstep).
 void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
-                  std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window = 1);
+                  std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window = 1,
+                  const std::function<void()>& after_reference_step = {});
 
 // One observed model call of the variants in `who` (the reference first), run together node by
-// node (run_lockstep) while the capture borrows the reference's values: without local error each
-// value goes back to the pool once its readers have compared, as in an unobserved run; with it the
-// reference's execution retains every buffer (start() decides) and `local_errors` runs after the
-// nodes, before the executions finish. start(v, observer) builds variant v's execution (keeping
-// its inputs alive); starting and finishing are charged to ms[v]. Returns the outputs (empty for
-// variants not in `who`).
+// node (run_lockstep) while the capture borrows the reference's values: each value goes back to the
+// pool once its readers have compared, as in an unobserved run. Local error either runs node by
+// node during the call (`lockstep_local`, LockstepLocalErrors: the values it reads are held until
+// it is done), or after the nodes, before the executions finish (`local_errors`; the reference's
+// execution must then retain every buffer: start() decides). start(v, observer) builds variant v's
+// execution (keeping its inputs alive); starting and finishing are charged to ms[v]. Returns the
+// outputs (empty for variants not in `who`).
 std::vector<std::map<std::string, Tensor>> run_call_in_lockstep(
     const ModelCall& call, const std::vector<std::size_t>& who, std::size_t reference,
     std::span<const std::unique_ptr<LockstepObserver>> observers, Capture& capture,
     const std::function<std::unique_ptr<Session::Execution>(std::size_t, Observer*)>& start,
-    const std::function<void()>& local_errors, std::vector<double>& ms, std::size_t window = 1);
+    const std::function<void()>& local_errors, std::vector<double>& ms, std::size_t window = 1,
+    class LockstepLocalErrors* lockstep_local = nullptr);
 
 // Local error of every observed node of `capture`'s model for variant `variant`: each node (with
 // its quantization plumbing) re-run alone on the reference's captured inputs in the variant's
 // precision, its output compared with the reference's.
 void run_local_errors(const RunObservation& run, std::size_t variant, const Capture& capture, LocalSessions& sessions,
                       UnitObservation& unit);
+
+// Local error during a lockstep call: each variant node's local run as soon as the reference nodes
+// it waits for (ObservedModel::local_after) have run, on the reference's values as the capture
+// holds them (RunObservation::readers counts these reads), which it then lets go. The reference's
+// execution need not retain its buffers: a 1024x1024 model kept every activation until the call
+// ended. Same statistics as run_local_errors after the call (the pooled sums are exact).
+class LockstepLocalErrors {
+ public:
+  LockstepLocalErrors(const RunObservation& run, Capture& capture, LocalSessions& sessions, UnitObservation& unit)
+      : run_(run), capture_(capture), sessions_(sessions), unit_(unit) {}
+  // A call of `model` (its name) by `variants` (the reference's is skipped), before it starts.
+  void start(std::string_view model, const std::vector<std::size_t>& variants);
+  // Runs every local run whose reference nodes have all run by now (run_lockstep's hook).
+  void after_reference_step();
+
+ private:
+  const RunObservation& run_;
+  Capture& capture_;
+  LocalSessions& sessions_;
+  UnitObservation& unit_;
+  int model_ = -1;
+  std::vector<std::size_t> variants_;
+  std::vector<std::vector<unsigned>> waits_;  // per variants_ entry, per variant node: still to run
+  std::vector<std::size_t> ran_;              // reference layers just run
+};
 
 }  // namespace qeval::eval

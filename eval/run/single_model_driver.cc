@@ -295,15 +295,15 @@ class SingleModelDriver : public RunDriver {
     if (ctx.observation && ctx.interleave) {
       // Every variant's call in lockstep with the reference's, node by node (as txt2img's model
       // calls): the capture borrows the reference's values instead of copying every one (a
-      // 1024x1024 model held a copy of every reference activation).
+      // 1024x1024 model held a copy of every reference activation). Local error runs node by node
+      // too, so that the reference's execution keeps only what the comparisons still wait for.
+      LockstepLocalErrors lockstep_local(*ctx.observation, *ctx.capture, *ctx.local, out.layers);
       outputs = run_call_in_lockstep(
           call, order, r, observers, *ctx.capture,
           [&](std::size_t v, Observer* observer) {
-            return std::make_unique<Session::Execution>(*th.sessions[v], inputs, observer,
-                                                        v == r && ctx.observation->local_error);
+            return std::make_unique<Session::Execution>(*th.sessions[v], inputs, observer);
           },
-          local_errors, ms, ctx.lockstep_window);
-      th.sessions[r]->drop_retained();
+          {}, ms, ctx.lockstep_window, &lockstep_local);
     } else {
       for (std::size_t v : order) {
         timed(v, [&] { outputs[v] = th.sessions[v]->run(inputs, observers[v] ? observers[v]->begin(call) : nullptr); });

@@ -1,15 +1,19 @@
 // ONNX import and the executor: precise load errors, folding, observers, buffer reuse, precisions.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <fstream>
+#include <thread>
 
 #include "eval/onnx_import.h"
 #include "eval/session.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
+#include "kernels/scratch.h"
 #include "onnx_builder.h"
 #include "test_util.h"
 
@@ -558,6 +562,46 @@ TEST(Session, DeadBuffersAreReused) {
   Session s(g);
   s.run({{"x", Tensor(DType::kFloat32, {256, 1024})}});
   EXPECT_LE(s.last_peak_activation_bytes(), 2u * 1024 * 1024 + 8192);
+}
+
+// Ops keep no temporaries of their own between runs (each Conv kept its padded input: ~1 GB on a
+// 1024x1024 model, int8 convolutions their im2col matrix): after a run the heap holds the pool's
+// activation buffers and this thread's one lent padded input, not one per Conv.
+TEST(Session, ConvTemporariesAreLentByTheThreadNotKeptPerOp) {
+  std::thread([] {  // a thread of its own: no lent buffers from earlier tests
+    constexpr int kConvs = 8;
+    OnnxBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {1, 4, 256, 256});
+    b.output(std::string("y").append(std::to_string(kConvs - 1)), onnx::TensorProto::FLOAT);
+    std::string prev = "x";
+    for (int i = 0; i < kConvs; ++i) {
+      const std::string w = std::string("w").append(std::to_string(i)), y = std::string("y").append(std::to_string(i));
+      b.initializer(w, std::vector<float>(4 * 4 * 9, 0.05f), {4, 4, 3, 3});
+      auto& n = b.node("Conv", {prev, w}, {y}, std::string("conv").append(std::to_string(i)));
+      auto* a = n.add_attribute();
+      a->set_name("pads");
+      a->set_type(onnx::AttributeProto::INTS);
+      for (int k = 0; k < 4; ++k) a->add_ints(1);
+      prev = y;
+    }
+    const Graph g = b.graph();
+    const std::map<std::string, Tensor> inputs = {{"x", floats({1, 4, 256, 256}, std::vector<float>(4 * 256 * 256, 1.0f))}};
+    auto heap = [] {
+      const struct mallinfo2 m = mallinfo2();
+      return m.uordblks + m.hblkhd;  // in use: heap chunks and mmapped blocks
+    };
+    const std::size_t before = heap();
+    SessionOptions options;
+    options.pool = Session::make_pool();
+    Session s(g, options);
+    auto out = s.run(inputs);
+    const std::size_t held = heap() - before, padded = 4 * 258 * 258 * sizeof(float);
+    EXPECT_EQ(kernels::thread_lent_bytes(), padded);
+    // The pool's buffers (the output among them), the lent padded input, weights, plans and the
+    // GEMM's per-thread panels (thread_scratch); one padded input per Conv would be 8.5 MB more.
+    EXPECT_LE(held, Session::pool_allocated_bytes(*options.pool) + padded + 1024 * 1024);
+    EXPECT_GT(held, Session::pool_allocated_bytes(*options.pool));
+  }).join();
 }
 
 // Stepping an execution by hand gives run()'s outputs; with `retain` every value an observer saw

@@ -3,10 +3,13 @@
 // names that sanitise alike, the pixel limit of the decoders, and plain-word CLI messages.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <cstdlib>
 
 #include "datasets/image_io.h"
@@ -16,6 +19,7 @@
 #include "datasets/npy.h"
 #include "eval/file_names.h"
 #include "eval/gate.h"
+#include "eval/json_config.h"
 #include "eval/prompt_set.h"
 #include "kernels/error.h"
 #include "onnx_builder.h"
@@ -130,6 +134,31 @@ TEST(NonRegularFiles, EachIsNamedForWhatItIsAndAFifoNeverBlocks) {
   EXPECT_EQ(datasets::describe_non_regular(dir / "test/ok.png"), "");
   EXPECT_EQ(datasets::describe_non_regular(dir / "nothing.png"), "no such file");
   EXPECT_TRUE(contains(input_error([&] { datasets::read_npy(dir / "test/fifo.png"); }), "is a FIFO"));
+
+  // Configs, gates, prompt sets: a FIFO or a folder given as the file fails at once, saying so.
+  // Should a reader block in open(), a writer comes after 5 s and closes, so the test fails
+  // instead of hanging.
+  const fs::path fifo = dir / "test/fifo.png";
+  std::atomic<bool> done{false};
+  std::thread unblock([&] {
+    for (int i = 0; !done; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (i < 100) continue;
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // succeeds only with a reader waiting
+      if (fd >= 0) ::close(fd);
+    }
+  });
+  for (const std::string& command : {std::string("run --config "), "compare-images --ref " + (dir / "ref").string() + " --test " +
+                                                          (dir / "test").string() + " --out " + (dir / "o2").string() +
+                                                          " --gate "}) {
+    const auto cli = testing::run_qeval(command + fifo.string());
+    EXPECT_EQ(cli.code, 2) << command << cli.out;
+    EXPECT_TRUE(contains(cli.out, fifo.string() + ": is a FIFO (named pipe), not a regular file")) << cli.out;
+  }
+  done = true;
+  unblock.join();
+  EXPECT_TRUE(contains(input_error([&] { read_text_prompts(dir / "test/dir.png"); }), "is a directory"));
+  EXPECT_TRUE(contains(input_error([&] { JsonConfig::load(dir / "test/dir.png"); }), "is a directory"));
 }
 
 // ---- 3. text that is not UTF-8 -----------------------------------------------------------------

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     eval::Graph graph = eval::load_onnx(argv[1]);
     std::map<std::string, Tensor> inputs;
     for (const auto& in : graph.inputs)
-      inputs.emplace(in.name, datasets::read_npy(std::filesystem::path(argv[2]) / (eval::tensor_file_name(in.name) + ".npy")));
+      inputs.emplace(in.name, datasets::read_npy(std::filesystem::path(argv[2]) / (eval::file_name_for(in.name) + ".npy")));
     eval::SessionOptions options;
     options.integer_qdq = !float_qdq;
     eval::Session session(graph, options);

@@ -4,11 +4,14 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include <charconv>
 #include <csetjmp>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
+#include "datasets/image_limits.h"
+#include "datasets/input_file.h"
 #include "kernels/error.h"
 
 namespace qeval::datasets {
@@ -25,8 +28,23 @@ struct Raw {
   int width = 0, height = 0, channels = 0, bit_depth = 8;
   bool has_alpha = false;
   std::vector<std::uint8_t> bytes;  // 8-bit samples, or 16-bit samples in host order
+  std::uint64_t max_pixels = 0;     // checked against the header before anything is allocated
+  bool too_large = false;           // error[] says by how much
   char error[256] = {};
 };
+
+// Sets out->error when width x height exceeds out->max_pixels; the decoders call it right after
+// reading the header, before any buffer of the image's size exists.
+bool exceeds_pixel_limit(Raw* out, std::uint64_t width, std::uint64_t height) {
+  if (width * height <= out->max_pixels) return false;
+  out->too_large = true;
+  std::snprintf(out->error, sizeof out->error,
+                "the image is %llux%llu = %llu pixels, more than the limit of %llu (%s raises it)",
+                static_cast<unsigned long long>(width), static_cast<unsigned long long>(height),
+                static_cast<unsigned long long>(width * height),
+                static_cast<unsigned long long>(out->max_pixels), kMaxPixelsVariable);
+  return true;
+}
 
 // ---- PNG -------------------------------------------------------------------------------------
 // The setjmp/longjmp frames below hold no C++ objects with destructors: libpng errors jump back
@@ -71,6 +89,10 @@ bool decode_png_c(PngReadState* st, std::vector<png_bytep>* rows) {
   png_uint_32 width = 0, height = 0;
   int depth = 0, color = 0;
   png_get_IHDR(png, info, &width, &height, &depth, &color, nullptr, nullptr, nullptr);
+  if (exceeds_pixel_limit(st->out, width, height)) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
   png_set_expand(png);  // palette -> RGB, gray < 8 bit -> 8 bit, tRNS -> alpha
   if (depth == 16) png_set_swap(png);
   png_set_interlace_handling(png);
@@ -131,6 +153,10 @@ bool decode_jpeg_c(const std::uint8_t* data, std::size_t size, JpegError* err) {
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  if (exceeds_pixel_limit(err->out, cinfo.image_width, cinfo.image_height)) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
   if (cinfo.jpeg_color_space != JCS_GRAYSCALE) cinfo.out_color_space = JCS_RGB;
   jpeg_start_decompress(&cinfo);
   Raw* out = err->out;
@@ -172,36 +198,48 @@ Image to_planes(const Raw& raw, const char* format) {
 
 }  // namespace
 
+std::uint64_t max_image_pixels() {
+  const char* v = std::getenv(kMaxPixelsVariable);
+  if (v == nullptr || *v == '\0') return kDefaultMaxPixels;
+  const std::string_view text(v);
+  std::uint64_t n = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || ptr != text.data() + text.size() || n == 0)
+    throw InputError(std::string(kMaxPixelsVariable) + "='" + std::string(text) +
+                     "': expected a positive whole number of pixels per image (default " +
+                     std::to_string(kDefaultMaxPixels) + ")");
+  return n;
+}
+
 Image decode_image(std::span<const std::uint8_t> bytes, const std::string& name) {
+  return decode_image(bytes, name, max_image_pixels());
+}
+
+Image decode_image(std::span<const std::uint8_t> bytes, const std::string& name, std::uint64_t max_pixels) {
   static const std::uint8_t kPngSig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (bytes.empty()) throw InputError(name + ": file is empty");
   Raw raw;
+  raw.max_pixels = max_pixels;
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPngSig, 8) == 0) {
     PngReadState st{bytes.data(), bytes.size(), 0, &raw, {}};
     std::vector<png_bytep> rows;
-    if (!decode_png_c(&st, &rows)) throw InputError(name + ": corrupt PNG: " + raw.error);
+    if (!decode_png_c(&st, &rows))
+      throw InputError(name + (raw.too_large ? ": PNG too large: " : ": corrupt PNG: ") + raw.error);
     return to_planes(raw, "png");
   }
   if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
     JpegError err{};
     err.out = &raw;
     if (!decode_jpeg_c(bytes.data(), bytes.size(), &err))
-      throw InputError(name + ": corrupt JPEG: " + raw.error);
+      throw InputError(name + (raw.too_large ? ": JPEG too large: " : ": corrupt JPEG: ") + raw.error);
     return to_planes(raw, "jpeg");
   }
   throw InputError(name + ": not a PNG or JPEG file (unrecognised signature)");
 }
 
 Image load_image(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw InputError(path.string() + ": no such file");
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(path.string() + ": is a directory, expected an image file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot open for reading");
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(path.string() + ": read error");
+  // A FIFO, folder or dangling symlink named x.png fails here saying what it is (never blocks).
+  const std::vector<std::uint8_t> bytes = read_regular_file(path);
   return decode_image(bytes, path.string());
 }
 

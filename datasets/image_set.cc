@@ -17,6 +17,16 @@ bool is_image_extension(const fs::path& p) {
   return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
 }
 
+// The entry's path below root, from the text: the iterator builds entries as root / name.
+// (fs::relative resolves symlinks: a symlinked file took its target's name, a symlink loop threw.)
+std::string relative_name(const fs::path& entry, const fs::path& root) {
+  const std::string& e = entry.native();
+  const std::string& r = root.native();
+  std::string rel = e.compare(0, r.size(), r) == 0 ? e.substr(r.size()) : entry.lexically_relative(root).native();
+  while (!rel.empty() && rel.front() == '/') rel.erase(0, 1);
+  return fs::path(rel).generic_string();
+}
+
 std::string stem_key(const std::string& rel) {
   return fs::path(rel).replace_extension().generic_string();
 }
@@ -32,8 +42,9 @@ std::vector<std::string> list_images(const fs::path& root) {
   if (ec) throw InputError(root.string() + ": cannot list: " + ec.message());
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) throw InputError(root.string() + ": cannot list: " + ec.message());
-    if (it->is_regular_file(ec) && is_image_extension(it->path()))
-      out.push_back(fs::relative(it->path(), root).generic_string());
+    // Every entry named like an image is listed, whatever it is: a folder, FIFO, dangling symlink
+    // or symlink loop named x.png then fails to load saying what it is, instead of vanishing.
+    if (is_image_extension(it->path())) out.push_back(relative_name(it->path(), root));
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -48,12 +59,16 @@ std::vector<ImagePairEntry> pair_image_sets(const fs::path& ref_root, const fs::
     by_name[r] = {r, ref_root / r, std::nullopt};
     ref_by_stem.emplace(stem_key(r), r);
   }
+  // Exact names first, so that test/x.png takes ref/x.png even when test/x.jpg sorts before it;
+  // then one test file per reference stem (ref/x.png with test/x.jpg). A test file left over is
+  // an entry of its own ("no reference image"): never dropped.
+  std::vector<std::string> by_stem;
   for (const auto& t : tests) {
     auto exact = by_name.find(t);
-    if (exact != by_name.end()) {
-      exact->second.test = test_root / t;
-      continue;
-    }
+    if (exact != by_name.end()) exact->second.test = test_root / t;
+    else by_stem.push_back(t);
+  }
+  for (const auto& t : by_stem) {
     auto stem = ref_by_stem.find(stem_key(t));
     if (stem != ref_by_stem.end() && !by_name[stem->second].test) {
       by_name[stem->second].test = test_root / t;

@@ -11,12 +11,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <random>
 #include <string_view>
 #include <system_error>
 
+#include "datasets/input_file.h"
 #include "kernels/error.h"
 
 namespace qeval::datasets {
@@ -560,29 +560,24 @@ Tensor parse_npy(std::span<const std::uint8_t> bytes, const std::string& name_fo
 
 Tensor read_npy(const std::filesystem::path& path) {
   const std::string name = path.string();
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) throw InputError(name + ": no such file");
-  if (std::filesystem::is_directory(status))
-    throw InputError(name + ": is a directory, expected a .npy file");
-  const std::uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) throw InputError(name + ": cannot determine the file size: " + ec.message());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(name + ": cannot open for reading");
+  const RegularFile file = open_regular_file(path);  // a FIFO or folder is named, never read
+  const std::uint64_t size = file.size();
+  std::uint64_t pos = 0;
 
   // Read in three steps (preamble, header, data) so the data goes straight into the tensor and a
   // bogus header is refused before anything large is allocated.
   auto read_exact = [&](void* dst, std::uint64_t n, const char* what) {
-    in.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-    if (static_cast<std::uint64_t>(in.gcount()) != n)
-      throw InputError(name + ": read error in the " + what + " (file changed while reading?)");
+    if (n > size - std::min(pos, size))
+      throw InputError(name + ": read error in the " + std::string(what) + " (file changed while reading?)");
+    file.read_at(dst, n, pos);
+    pos += n;
   };
   std::array<std::uint8_t, kMaxPreambleBytes> first{};
   const std::size_t first_len = static_cast<std::size_t>(std::min<std::uint64_t>(size, first.size()));
   read_exact(first.data(), first_len, ".npy preamble");
   const Preamble p = read_preamble(std::span(first.data(), first_len), size, name);
   std::vector<std::uint8_t> header(static_cast<std::size_t>(p.header_len));
-  in.seekg(static_cast<std::streamoff>(p.header_offset));
+  pos = p.header_offset;
   read_exact(header.data(), header.size(), ".npy header");
   const Layout l = decode_header(header, p, size, name);
   Tensor t(l.dtype, l.shape);

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
+#include "datasets/input_file.h"
 #include "eval/json_config.h"
 #include "kernels/error.h"
 #include "reports/run_report_model.h"
@@ -82,6 +84,35 @@ Bound parse_bound(const json& obj, const std::string& source, const std::string&
   return b;
 }
 
+std::string fmt_num(double v);
+
+// Bounds on one quantity that no value can meet together: min > max in one check, or across the
+// checks of the same quantity (metric, statistic, variant, ...). Such a gate can never pass, which
+// is a typo, not a verdict. `quantity(c)` names what a check bounds; equal names are one quantity.
+template <class Check, class Quantity>
+void check_bounds_can_meet(const std::vector<Check>& checks, const char* section, Quantity quantity,
+                           const std::string& source) {
+  struct Tightest {
+    double min = -INFINITY, max = INFINITY;
+    std::size_t min_at = 0, max_at = 0;
+  };
+  std::map<std::string, Tightest> by_quantity;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    Tightest& t = by_quantity[quantity(checks[i])];
+    const Bound& b = checks[i].bound;
+    if (b.min && *b.min > t.min) t.min = *b.min, t.min_at = i;
+    if (b.max && *b.max < t.max) t.max = *b.max, t.max_at = i;
+    if (t.min > t.max) {
+      const std::string where = t.min_at == t.max_at
+                                    ? fmt::format("{}[{}]", section, i)
+                                    : fmt::format("{}[{}] and {}[{}]", section, std::min(t.min_at, t.max_at), section,
+                                                  std::max(t.min_at, t.max_at));
+      bad(source, fmt::format("{}: {} must be >= {} and <= {}: min is greater than max, no value can pass", where,
+                              quantity(checks[i]), fmt_num(t.min), fmt_num(t.max)));
+    }
+  }
+}
+
 std::string fmt_num(double v) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return fmt::format("{:.6g}", v);
@@ -136,6 +167,10 @@ Gate parse_gate(const std::string& text, const std::string& source, GateMetrics 
       if (!bound.is_object()) bad(source, where + ": must be an object with min/max");
       check_keys(bound, {"min", "max"}, source, where);
       g.per_pair[metric] = parse_bound(bound, source, where);
+      const Bound& b = g.per_pair[metric];
+      if (b.min && b.max && *b.min > *b.max)
+        bad(source, fmt::format("{}: metric '{}' must be >= {} and <= {}: min is greater than max, no pair can pass",
+                                where, metric, fmt_num(*b.min), fmt_num(*b.max)));
     }
   }
   if (j.contains("layers")) {
@@ -193,6 +228,17 @@ Gate parse_gate(const std::string& text, const std::string& source, GateMetrics 
       g.step_checks.push_back(std::move(check));
     }
   }
+  auto variant_of = [](const std::string& v) { return v.empty() ? std::string() : ", variant '" + v + "'"; };
+  check_bounds_can_meet(g.checks, "checks", [&](const GateCheck& c) {
+    return fmt::format("metric '{}' ({}{})", c.metric, c.stat, variant_of(c.variant));
+  }, source);
+  check_bounds_can_meet(g.layer_checks, "layers", [&](const LayerGateCheck& c) {
+    return fmt::format("layer column '{}' ({}{}{})", c.column, c.stat, variant_of(c.variant),
+                       c.nodes.empty() ? "" : ", nodes '" + c.nodes + "'");
+  }, source);
+  check_bounds_can_meet(g.step_checks, "steps", [&](const StepGateCheck& c) {
+    return fmt::format("step metric '{}' of {} {} ({}{})", c.metric, c.quantity, c.mode, c.stat, variant_of(c.variant));
+  }, source);
   if (j.contains("max_nonfinite")) {
     const json& v = j["max_nonfinite"];
     if (!v.is_number_integer() || v.get<long long>() < 0) bad(source, "'max_nonfinite' must be a non-negative integer");
@@ -218,11 +264,7 @@ Gate parse_gate(const std::string& text, const std::string& source, GateMetrics 
 }
 
 Gate load_gate(const std::filesystem::path& path, GateMetrics metrics) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path.string() + ": cannot open gate file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_gate(ss.str(), path.string(), metrics);
+  return parse_gate(datasets::read_regular_file_text(path), path.string(), metrics);
 }
 
 void check_gate_metrics(const Gate& gate, const std::vector<std::string>& known) {

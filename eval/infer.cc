@@ -9,24 +9,16 @@
 #include <set>
 
 #include "datasets/npy.h"
+#include "eval/file_names.h"
 #include "eval/onnx_import.h"
 #include "eval/quant/qdq_fusion.h"
 #include "kernels/error.h"
 #include "reports/files.h"
+#include "reports/json_text.h"
 
 namespace qeval::eval {
 
 namespace fs = std::filesystem;
-
-std::string tensor_file_name(const std::string& name) {
-  std::string out = name;
-  for (char& c : out) {
-    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '.' || c == '-';
-    if (!ok) c = '_';
-  }
-  return out;
-}
 
 std::pair<std::string, Shape> parse_shape_option(const std::string& text) {
   const auto eq = text.rfind('=');
@@ -65,9 +57,7 @@ class DumpObserver final : public Observer {
     for (std::size_t i = 0; i < e.outputs.size(); ++i) {
       if (!e.outputs[i] || i >= e.node.outputs.size()) continue;
       const std::string& name = e.node.outputs[i];
-      std::string file = tensor_file_name(name);
-      for (int k = 2; used_.count(file); ++k) file = tensor_file_name(name) + "__" + std::to_string(k);
-      used_.insert(file);
+      const std::string& file = names_.stem(name);
       datasets::write_npy(dir_ / (file + ".npy"), *e.outputs[i]);
       index_.push_back({{"tensor", name}, {"file", file + ".npy"}, {"node", e.node.name},
                         {"op_type", e.node.op_type}, {"folded", e.folded}});
@@ -75,12 +65,12 @@ class DumpObserver final : public Observer {
   }
   std::size_t count() const { return index_.size(); }
   void write_index() const {
-    reports::write_file_atomic(dir_ / "index.json", nlohmann::json(index_).dump(1) + "\n");
+    reports::write_file_atomic(dir_ / "index.json", reports::dump_json_utf8_safe(nlohmann::json(index_), 1) + "\n");
   }
 
  private:
   fs::path dir_;
-  std::set<std::string> used_;
+  FileNamer names_;
   std::vector<nlohmann::json> index_;
 };
 
@@ -95,8 +85,9 @@ void make_dir(const fs::path& dir, const char* what) {
 InferResult run_infer(const InferOptions& options) {
   Graph graph = load_onnx(options.model);
   std::map<std::string, Tensor> inputs;
+  FileNamer input_names;
   for (const auto& in : graph.inputs) {
-    const fs::path file = options.inputs_dir / (tensor_file_name(in.name) + ".npy");
+    const fs::path file = options.inputs_dir / (input_names.stem(in.name) + ".npy");
     std::error_code ec;
     if (!fs::exists(file, ec))
       throw InputError(file.string() + ": missing input file for model input '" + in.name + "' (" +
@@ -128,11 +119,19 @@ InferResult run_infer(const InferOptions& options) {
   for (const auto& f : session.fused_nodes()) result.fused.push_back(f.name);
   result.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   make_dir(options.outputs_dir, "outputs");
+  FileNamer output_names;
+  nlohmann::json index = nlohmann::json::array();
   for (const auto& out : graph.outputs) {
     const Tensor& t = outputs.at(out.name);
-    datasets::write_npy(options.outputs_dir / (tensor_file_name(out.name) + ".npy"), t);
-    result.outputs.emplace_back(out.name, t.shape());
+    const std::string file = output_names.stem(out.name) + ".npy";
+    datasets::write_npy(options.outputs_dir / file, t);
+    result.outputs.push_back({out.name, t.shape(), file});
+    index.push_back({{"tensor", out.name}, {"file", file}, {"shape", t.shape()},
+                     {"dtype", std::string(dtype_name(t.dtype()))}});
   }
+  // The name -> file mapping, since several names can share a sanitised stem.
+  reports::write_file_atomic(options.outputs_dir / "outputs.json",
+                             reports::dump_json_utf8_safe(nlohmann::json{{"outputs", index}}, 1) + "\n");
   if (dump) {
     dump->write_index();
     result.dumped = dump->count();

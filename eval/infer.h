@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/file_names.h"
 #include "eval/graph.h"
 #include "eval/session.h"
 
@@ -22,17 +23,21 @@ struct InferOptions {
 };
 
 struct InferResult {
-  std::vector<std::pair<std::string, Shape>> outputs;  // name, shape
+  struct Output {
+    std::string name;
+    Shape shape;
+    std::string file;  // in outputs_dir: FileNamer's stem + ".npy" (eval/file_names.h)
+  };
+  std::vector<Output> outputs;                         // in the graph's order
   std::size_t dumped = 0;                              // tensors written by --dump-all
   double elapsed_ms = 0;                               // the run itself, without I/O
   std::vector<std::string> fused;                      // nodes run on int8 kernels (Q/DQ fusion)
 };
 
-// File name for a tensor name: every character outside [A-Za-z0-9_.-] becomes '_'.
-std::string tensor_file_name(const std::string& tensor_name);
-
-// Throws InputError on a missing input file, a wrong input name, type or shape, and the model's
-// own load errors.
+// Inputs are read from <stem>.npy and outputs written as <stem>.npy, stems given by one FileNamer
+// per folder in the graph's order (eval/file_names.h: "a/b" -> a_b.npy, then "a:b" -> a_b__2.npy);
+// outputs.json in outputs_dir maps every output name to its file. Throws InputError on a missing
+// input file, a wrong input name, type or shape, and the model's own load errors.
 InferResult run_infer(const InferOptions& options);
 
 // Parses "NAME=D0,D1,..." (the --shape option); throws InputError on a malformed value.

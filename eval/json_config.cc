@@ -1,8 +1,8 @@
 #include "eval/json_config.h"
 
-#include <fstream>
 #include <sstream>
 
+#include "datasets/input_file.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
@@ -96,11 +96,8 @@ json parse_json_text(const std::string& text, const std::string& source, const s
 }
 
 JsonConfig JsonConfig::load(const std::filesystem::path& path, std::string doc) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path.string() + ": cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path.string(), std::move(doc));
+  // Not std::ifstream: a FIFO named as a config blocked, a folder read as an empty file.
+  return parse(datasets::read_regular_file_text(path), path.string(), std::move(doc));
 }
 
 JsonConfig JsonConfig::parse(const std::string& text, std::string source, std::string doc) {

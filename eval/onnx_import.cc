@@ -3,19 +3,14 @@
 
 #include <onnx/onnx_pb.h>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "datasets/input_file.h"
 #include "eval/ops/op.h"
 #include "kernels/error.h"
 
@@ -24,15 +19,6 @@ namespace qeval::eval {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::uint8_t> read_file(const fs::path& path, const char* what) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw InputError(path.string() + ": no such file");
-  if (fs::is_directory(path, ec)) throw InputError(path.string() + ": is a directory, expected " + what);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot open for reading");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // A tensor whose size was checked against its data; a size the machine cannot give is still bad
 // input (a model too large for this machine), not an internal error.
@@ -55,14 +41,6 @@ std::int64_t parse_external_number(const std::string& text, const char* key, con
     throw InputError(where + ": " + key + " '" + text + "' is not a non-negative integer");
   return v;
 }
-
-// Closes a file descriptor on every path out.
-struct FileDescriptor {
-  int fd = -1;
-  ~FileDescriptor() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // Whether `inner` lies strictly inside `folder`, both canonical: a prefix check on whole path
 // components (a string prefix would let /models/a match /models/ab).
@@ -112,35 +90,17 @@ Tensor read_external_data(const onnx::TensorProto& p, const fs::path& external_d
   if (!inside_folder(folder, file))
     throw InputError(where + ": resolves to " + file.string() + ", outside the model's folder " + folder.string() +
                      " (external data must be a file inside it)");
-  // O_NONBLOCK: opening a FIFO for reading must not wait for a writer (fstat then rejects it).
   // O_NOFOLLOW: the path is canonical, so a symlink here was put there since it was resolved.
-  FileDescriptor fd{::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)};
-  if (fd.fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) throw InputError(where + ": external data file " + file.string() + " not found");
-    throw InputError(where + ": cannot open " + file.string() + ": " + std::strerror(err));
-  }
-  struct stat st {};
-  if (::fstat(fd.fd, &st) != 0) throw InputError(where + ": cannot stat " + file.string() + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    throw InputError(where + ": " + file.string() + " is not a regular file (a folder, device, FIFO or socket)");
-  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  const datasets::RegularFile fd =
+      datasets::open_regular_file(file, /*follow_symlinks=*/false, where + ": external data file " + file.string());
+  const std::uint64_t size = fd.size();
   if (static_cast<std::uint64_t>(offset) > size || nbytes > size - static_cast<std::uint64_t>(offset))
     throw InputError(where + ": external data file " + file.string() + " is too short (needs " +
                      std::to_string(nbytes) + " bytes from offset " + std::to_string(offset) + ", the file has " +
                      std::to_string(size) + ")");
 
   Tensor t = allocate_checked(dtype, shape, nbytes, context);
-  std::size_t done = 0;
-  while (done < nbytes) {
-    const ssize_t n = ::pread(fd.fd, t.raw() + done, nbytes - done, static_cast<off_t>(offset) + static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw InputError(where + ": cannot read " + file.string() + ": " + std::strerror(errno));
-    if (n == 0)
-      throw InputError(where + ": external data file " + file.string() + " ended after " +
-                       std::to_string(offset + static_cast<std::int64_t>(done)) + " bytes (it shrank while read)");
-    done += static_cast<std::size_t>(n);
-  }
+  fd.read_at(t.raw(), nbytes, static_cast<std::uint64_t>(offset));
   return t;
 }
 
@@ -254,7 +214,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_di
 }
 
 Tensor read_tensor_pb(const fs::path& path) {
-  auto bytes = read_file(path, "a serialized TensorProto");
+  auto bytes = datasets::read_regular_file(path);
   onnx::TensorProto proto;
   if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw InputError(path.string() + ": not a serialized onnx.TensorProto");
@@ -471,7 +431,7 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
 }
 
 Graph load_onnx(const fs::path& path, const ImportOptions& options) {
-  auto bytes = read_file(path, "an .onnx model");
+  auto bytes = datasets::read_regular_file(path);
   return parse_onnx(bytes, path.string(), path.parent_path(), options);
 }
 

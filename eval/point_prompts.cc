@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <sstream>
 
+#include "datasets/input_file.h"
 #include "datasets/mask_io.h"
 #include "datasets/scenes.h"
 #include "eval/json_config.h"
@@ -136,11 +136,7 @@ PointPromptSet parse_point_prompts(const std::string& text, const fs::path& sour
 }
 
 PointPromptSet read_point_prompts(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot open point-prompt set");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_point_prompts(ss.str(), path);
+  return parse_point_prompts(datasets::read_regular_file_text(path), path);
 }
 
 PromptInputs load_prompt_inputs(const PointPrompt& p, const fs::path& source, int channels) {

@@ -3,12 +3,13 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "datasets/input_file.h"
 #include "eval/json_config.h"
 #include "kernels/error.h"
+#include "reports/utf8.h"
 
 namespace qeval::eval {
 
@@ -41,6 +42,14 @@ TextPromptSet parse_text_prompts(const std::string& text, const std::filesystem:
       jsonl = trim(l).front() == '{';
       break;
     }
+  // Checked before anything else reads the set: a prompt that is not UTF-8 used to run to the end
+  // of the evaluation and then fail writing report.json (exit 3, no report).
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    if (const auto at = reports::first_invalid_utf8(lines[i]))
+      throw InputError(fmt::format("{}:{}: not UTF-8 text (byte 0x{:02X} at column {}); prompt files must be "
+                                   "UTF-8 (see {})",
+                                   source.string(), i + 1, static_cast<unsigned char>(lines[i][*at]), *at + 1,
+                                   kPromptsDoc));
   std::set<std::string> ids;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const int line = int(i) + 1;
@@ -73,11 +82,7 @@ TextPromptSet parse_text_prompts(const std::string& text, const std::filesystem:
 }
 
 TextPromptSet read_text_prompts(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot open the prompt file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_text_prompts(ss.str(), path);
+  return parse_text_prompts(datasets::read_regular_file_text(path), path);
 }
 
 }  // namespace qeval::eval

@@ -10,6 +10,7 @@
 #include "kernels/error.h"
 #include "reports/files.h"
 #include "reports/html.h"
+#include "reports/json_text.h"
 #include "reports/junit.h"
 
 namespace qeval::reports {
@@ -240,7 +241,7 @@ void write_compare_images_report(const CompareImagesReport& report,
   // HTML and JUnit first: report.json appearing is the signal that the report is complete.
   write_file_atomic(out_dir / "report.html", render_html(report));
   write_file_atomic(out_dir / "junit.xml", render_junit(report));
-  write_file_atomic(out_dir / "report.json", to_json(report).dump(2) + "\n");
+  write_file_atomic(out_dir / "report.json", dump_json_utf8_safe(to_json(report), 2) + "\n");
 }
 
 }  // namespace qeval::reports

@@ -9,10 +9,14 @@
 
 #include "reports/files.h"
 #include "reports/heatmap.h"
+#include "reports/utf8.h"
 
 namespace qeval::reports::html {
 
-std::string esc(std::string_view s) {
+std::string esc(std::string_view raw) {
+  // Bytes that are not UTF-8 (a file name) and control characters (which XML forbids: JUnit uses
+  // this too) are shown as \xHH.
+  const std::string s = escape_invalid_utf8(raw);
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
@@ -22,7 +26,10 @@ std::string esc(std::string_view s) {
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '\t': case '\n': case '\r': out += c; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) out += fmt::format("\\x{:02X}", static_cast<unsigned char>(c));
+        else out += c;
     }
   }
   return out;

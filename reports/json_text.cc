@@ -4,9 +4,26 @@
 #include <algorithm>
 #include <cmath>
 
+#include "reports/utf8.h"
+
 namespace qeval::reports {
 
 namespace {
+
+nlohmann::json with_valid_utf8(const nlohmann::json& j) {
+  if (j.is_string()) return escape_invalid_utf8(j.get_ref<const std::string&>());
+  if (j.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& e : j) out.push_back(with_valid_utf8(e));
+    return out;
+  }
+  if (j.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& item : j.items()) out[escape_invalid_utf8(item.key())] = with_valid_utf8(item.value());
+    return out;
+  }
+  return j;
+}
 
 void dump(const nlohmann::json& j, int depth, std::string& out) {
   auto newline = [&](int d) {
@@ -20,7 +37,7 @@ void dump(const nlohmann::json& j, int depth, std::string& out) {
       if (!first) out += ',';
       first = false;
       newline(depth + 1);
-      out += nlohmann::json(item.key()).dump();
+      out += dump_json_utf8_safe(nlohmann::json(item.key()));
       out += ": ";
       dump(item.value(), depth + 1, out);
     }
@@ -37,11 +54,20 @@ void dump(const nlohmann::json& j, int depth, std::string& out) {
     newline(depth);
     out += ']';
   } else {
-    out += j.dump();
+    out += dump_json_utf8_safe(j);
   }
 }
 
 }  // namespace
+
+std::string dump_json_utf8_safe(const nlohmann::json& j, int indent) {
+  try {
+    return j.dump(indent);
+  } catch (const nlohmann::json::type_error& e) {
+    if (e.id != 316) throw;  // 316: invalid UTF-8
+    return with_valid_utf8(j).dump(indent);
+  }
+}
 
 std::string dump_json_readable(const nlohmann::json& j) {
   std::string out;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "reports/html.h"
+#include "reports/json_text.h"
 #include "reports/run_report.h"
 
 namespace qeval::reports {
@@ -369,7 +370,7 @@ void append_cells(std::string& out, const std::vector<float>& col) {
 }
 
 std::string json_string(std::string_view s) {
-  std::string out = nlohmann::json(std::string(s)).dump();
+  std::string out = dump_json_utf8_safe(nlohmann::json(std::string(s)));
   // Inside <script>: never let a name close the element.
   std::string safe;
   for (char c : out) safe += c == '<' ? std::string("\\u003c") : std::string(1, c);

@@ -92,7 +92,7 @@ Runner add_compare_recipes(CLI::App& app) {
       ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--target", a->target, "TensorRT target of the speed classes: sm75, sm80, sm86, sm89 (default), sm90");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts or images (overrides the config's \"count\")")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_at_least(1));
   return [a](const Context& ctx) { return run_compare_recipes(*a, ctx); };
 }
 

@@ -28,9 +28,9 @@ int run_infer(const InferArgs& a) {
   fmt::print("qeval infer: {} ({} precision) ran in {:.1f} ms\n", a.model, a.precision, r.elapsed_ms);
   if (!r.fused.empty())
     fmt::print("  int8 kernels (Q/DQ fusion) for {} nodes: {}\n", r.fused.size(), fmt::join(r.fused, ", "));
-  for (const auto& [name, shape] : r.outputs)
-    fmt::print("  output {} {} -> {}/{}.npy\n", name, shape_to_string(shape), a.outputs,
-               eval::tensor_file_name(name));
+  for (const auto& out : r.outputs)
+    fmt::print("  output {} {} -> {}/{}\n", out.name, shape_to_string(out.shape), a.outputs, out.file);
+  fmt::print("  {}/outputs.json maps output names to files\n", a.outputs);
   if (r.dumped)
     fmt::print("  --dump-all: {} tensors in {} (index.json maps names to files)\n", r.dumped, a.dump);
   return eval::kExitPass;
@@ -42,8 +42,10 @@ Runner add_infer(CLI::App& app) {
       "infer",
       "Run one ONNX model through qeval's own kernels: inputs are <input name>.npy files in\n"
       "--inputs, outputs are written as <output name>.npy in --outputs (characters outside\n"
-      "[A-Za-z0-9_.-] in names become '_'). --dump-all also writes every intermediate tensor\n"
-      "(Polygraphy's 'mark all', without changing the computation) plus an index.json.\n"
+      "[A-Za-z0-9_.-] in names become '_'; names that then collide get __2, __3, ... in the\n"
+      "graph's order; outputs.json maps names to files: docs/infer.md). --dump-all also writes\n"
+      "every intermediate tensor (Polygraphy's 'mark all', without changing the computation)\n"
+      "plus an index.json.\n"
       "Exit: 0 ran, 2 bad model or inputs.");
   cmd->add_option("--model", a->model, "the .onnx file (external weights beside it)")->required();
   cmd->add_option("--inputs", a->inputs, "folder of <input name>.npy")->required();

@@ -147,7 +147,7 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--out", a->out, "output folder (default qeval-run)");
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts (overrides the config's \"count\")")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_at_least(1));
   cmd->add_option("--shard", a->shard, "I/N: run only the I-th of N contiguous slices of the units (qeval merge "
                                        "combines the shards' --out folders)");
   cmd->add_flag("--no-layers", a->no_layers, "skip per-layer observation (final outputs only; faster)");

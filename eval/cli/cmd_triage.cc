@@ -50,7 +50,7 @@ int run_triage(const TriageArgs& a, const Context& ctx) {
   t.report.created_utc = utc_now();
   t.report.command_line = ctx.command_line;
   if (!t.report.chosen.empty()) {
-    const fs::path recipe = out / (eval::path_safe(t.override_recipe.name) + ".json");
+    const fs::path recipe = out / (eval::file_name_for(t.override_recipe.name) + ".json");
     reports::write_file_atomic(recipe, reports::dump_json_readable(t.override_recipe.document()));
     t.report.override_recipe.path = recipe.string();
   }
@@ -80,7 +80,7 @@ Runner add_triage(CLI::App& app) {
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"; required if it has none");
   cmd->add_option("--out", a->out, "output folder (default qeval-triage)");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts (overrides the config's \"count\")")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_at_least(1));
   cmd->add_option("--metric", a->metric,
                   "the output metric that ranks nodes (default: the gate's first check's, else the pipeline's "
                   "first: psnr_db, mask_iou, output_sqnr_db)");
@@ -88,7 +88,7 @@ Runner add_triage(CLI::App& app) {
                   "sensitivity (default; two runs per node) or local (local error only: one run, for large graphs)")
       ->check(CLI::IsMember({"sensitivity", "local"}));
   cmd->add_option("--batch", a->batch, "configurations evaluated side by side in one pass (default 12)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_at_least(1));
   return [a](const Context& ctx) { return run_triage(*a, ctx); };
 }
 

@@ -1,6 +1,9 @@
 #include "eval/cli/command.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
 #include <ctime>
 #include <system_error>
 
@@ -24,6 +27,36 @@ const std::vector<RegisteredCommand>& registered_commands() {
   std::stable_sort(t.begin(), t.end(),
                    [](const RegisteredCommand& a, const RegisteredCommand& b) { return a.order < b.order; });
   return t;
+}
+
+CLI::Validator whole_number_at_least(std::int64_t min) {
+  const std::string expected = "expected a whole number >= " + std::to_string(min);
+  return CLI::Validator(
+      [min, expected](std::string& text) -> std::string {
+        std::int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc::result_out_of_range) return "'" + text + "' is too large (" + expected + " that fits an int)";
+        if (text.empty() || ec != std::errc() || ptr != end) return "'" + text + "' is not a whole number (" + expected + ")";
+        if (v < min) return text + " is too small (" + expected + ")";
+        if (v > std::numeric_limits<int>::max()) return "'" + text + "' is too large (" + expected + " that fits an int)";
+        return {};
+      },
+      "INT>=" + std::to_string(min));
+}
+
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(v))
+          return "'" + text + "' is not a number (expected a number > 0)";
+        if (!(v > 0)) return text + " is too small (expected a number > 0)";
+        return {};
+      },
+      "NUMBER>0");
 }
 
 std::string utc_now() {

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -32,5 +33,11 @@ struct RegisteredCommand {
 const std::vector<RegisteredCommand>& registered_commands();  // sorted by order
 
 std::string utc_now();  // ISO 8601, seconds, 'Z'
+
+// Checks for numeric options that say what is wrong in plain words ("--count: 0 is too small:
+// expected a whole number >= 1"). CLI11's PositiveNumber / NonNegativeNumber printed DBL_MAX in
+// full as their range, also for "--threads abc".
+CLI::Validator whole_number_at_least(std::int64_t min);
+CLI::Validator positive_number();  // a real number > 0
 
 }  // namespace qeval::cli

@@ -5,6 +5,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options (--threads) are accepted after the verb too
   int threads = 0;
   app.add_option("--threads", threads, "worker threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::whole_number_at_least(0));
 
   std::vector<std::pair<CLI::App*, cli::Runner>> verbs;
   for (const auto& c : cli::registered_commands()) {
@@ -50,6 +51,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // No verb parsed: CLI11 says only "A subcommand is required", also for a misspelt verb.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && app.get_subcommands().empty()) {
+      std::string names;
+      for (const auto& [sub, run] : verbs) names += (names.empty() ? "" : ", ") + sub->get_name();
+      const auto rest = app.remaining();
+      const auto verb = std::find_if(rest.begin(), rest.end(), [](const std::string& a) { return !a.starts_with("-"); });
+      if (verb != rest.end())
+        std::fprintf(stderr, "qeval: unknown command '%s' (commands: %s; qeval --help describes them)\n",
+                     verb->c_str(), names.c_str());
+      else
+        std::fprintf(stderr, "qeval: a command is required (commands: %s; qeval --help describes them)\n",
+                     names.c_str());
+      return eval::kExitBadInput;
+    }
     int code = app.exit(e);  // prints help/version (code 0) or the usage error
     return code == 0 ? eval::kExitPass : eval::kExitBadInput;
   }

@@ -441,7 +441,7 @@ std::vector<fs::path> tensor_sample_folders(const fs::path& dir) {
 std::map<std::string, Tensor> read_tensor_sample(const fs::path& folder, const Graph& graph) {
   std::map<std::string, Tensor> sample;
   for (const auto& in : graph.inputs) {
-    const fs::path file = folder / (tensor_file_name(in.name) + ".npy");
+    const fs::path file = folder / (file_name_for(in.name) + ".npy");
     if (!fs::exists(file))
       throw InputError(folder.string() + ": sample lacks " + file.filename().string() + " for model input '" +
                        in.name + "'");

@@ -113,7 +113,7 @@ class TensorCalibrationSet : public CalibrationSet {
 // The samples of a tensor folder (the `qeval infer --inputs` layout): its sub-folders in name
 // order, or the folder itself when it has none. InputError when it does not exist.
 std::vector<std::filesystem::path> tensor_sample_folders(const std::filesystem::path& dir);
-// One sample: <input name>.npy (tensor_file_name) for every input of `graph`; InputError naming the
+// One sample: <input name>.npy (file_name_for) for every input of `graph`; InputError naming the
 // folder and the missing file.
 std::map<std::string, Tensor> read_tensor_sample(const std::filesystem::path& folder, const Graph& graph);
 

@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 
 #include "datasets/npy.h"
+#include "eval/file_names.h"
 #include "eval/progress.h"
 #include "eval/quant/calibrate_run.h"
 #include "eval/run/drivers.h"
@@ -137,12 +139,6 @@ void merge_series(std::vector<StepSeries>& into, const std::vector<StepSeries>& 
       into[k].steps[s].merge(from[k].steps[s]);
 }
 
-std::string safe_name(std::string s) {
-  for (char& c : s)
-    if (c == '/' || c == '\\' || c == ':' || c == ' ') c = '_';
-  return s;
-}
-
 }  // namespace
 
 RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<BuiltVariant> variants,
@@ -154,12 +150,24 @@ RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<Bu
   if (spec.observe.layers) result.observation = make_observation(spec, driver, result.variants, result.reference);
   if (spec.observe.full_tensors && spec.observe.layers && !options.out_dir.empty()) {
     const fs::path root = options.out_dir / "tensors";
-    result.observation.full_tensors = [root](const std::string& variant, const ModelCall& call, const Node& node,
-                                             const Tensor& value) {
-      fs::path dir = root / safe_name(std::string(call.context)) / variant /
-                     (call.step >= 0 ? fmt::format("{}_step{:03d}", call.model, call.step) : std::string(call.model));
+    // Node names that sanitise alike ("a/b", "a:b") get distinct files: one FileNamer per folder.
+    struct TensorFiles {
+      std::mutex mutex;
+      std::map<fs::path, FileNamer> by_dir;
+    };
+    auto files = std::make_shared<TensorFiles>();
+    result.observation.full_tensors = [root, files](const std::string& variant, const ModelCall& call,
+                                                    const Node& node, const Tensor& value) {
+      fs::path dir = root / file_name_for(std::string(call.context)) / file_name_for(variant) /
+                     file_name_for(call.step >= 0 ? fmt::format("{}_step{:03d}", call.model, call.step)
+                                                  : std::string(call.model));
+      std::string stem;
+      {
+        std::lock_guard<std::mutex> lock(files->mutex);
+        stem = files->by_dir[dir].stem(node.name);
+      }
       fs::create_directories(dir);
-      datasets::write_npy(dir / (safe_name(node.name) + ".npy"), value);
+      datasets::write_npy(dir / (stem + ".npy"), value);
     };
   }
   result.layers.reserve(nvar);

@@ -18,12 +18,6 @@ std::vector<reports::MetricInfo> image_metric_infos() {
   return {{"psnr_db", "PSNR dB", true}, {"ssim", "SSIM", true}, {"ms_ssim", "MS-SSIM", true}};
 }
 
-std::string path_safe(std::string s) {
-  for (char& c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) c = '_';
-  return s;
-}
-
 namespace {
 
 std::string as_string(const std::vector<std::uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
@@ -42,9 +36,9 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
   const int f = std::max(1, (std::max(image.width, image.height) + thumbnail_px - 1) / thumbnail_px);
   const auto png = datasets::encode_png(image);
   out.thumbnail_png = f == 1 ? png : datasets::encode_png(image_thumbnail(planes, 255.0, f));
-  const fs::path dir = fs::path("images") / path_safe(unit_id);
+  const fs::path dir = fs::path("images") / file_name_for(unit_id);
   if (!out_dir.empty()) {
-    out.image_path = (dir / (path_safe(variant) + ".png")).generic_string();
+    out.image_path = (dir / (file_name_for(variant) + ".png")).generic_string();
     write_png(out_dir, out.image_path, png);
   }
   if (is_reference) return;
@@ -62,7 +56,7 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
   out.heatmap_png = datasets::encode_png(heat.image);
   out.heatmap_legend = fmt::format("|diff| max over RGB: black 0, bright >= {:.3g} of 255 (p99.9)", heat.scale);
   if (!out_dir.empty()) {
-    out.heatmap_path = (dir / (path_safe(variant) + "_diff.png")).generic_string();
+    out.heatmap_path = (dir / (file_name_for(variant) + "_diff.png")).generic_string();
     write_png(out_dir, out.heatmap_path, out.heatmap_png);
   }
 }

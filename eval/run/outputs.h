@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "datasets/image_io.h"
+#include "eval/file_names.h"
 #include "eval/run/evaluator.h"
 
 namespace qeval::eval {
@@ -20,8 +21,5 @@ std::vector<reports::MetricInfo> image_metric_infos();
 void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool is_reference,
                    const std::filesystem::path& out_dir, const std::string& unit_id, const std::string& variant,
                    VariantOutcome& out, int thumbnail_px = 128);
-
-// A file-system-safe form of an id or name.
-std::string path_safe(std::string name);
 
 }  // namespace qeval::eval

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "datasets/input_file.h"
 #include "eval/json_config.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
@@ -261,11 +262,8 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
 }
 
 RunSpec read_run_config(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot open the run config (see " + kRunConfigDoc + ")");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_run_config(ss.str(), path);
+  // Not std::ifstream: a FIFO given as --config blocked the run forever.
+  return parse_run_config(datasets::read_regular_file_text(path), path);
 }
 
 fs::path shipped_data_dir() {

@@ -192,7 +192,7 @@ class SegmentationDriver : public RunDriver {
         o.heatmap_png = datasets::encode_png(difference_heatmap(a, b, 255.0, 1).image);
         o.heatmap_legend = "pixels whose mask differs from the reference's: bright";
         if (!ctx.out_dir.empty()) {
-          o.heatmap_path = (fs::path("images") / path_safe(p.id) / (path_safe(variants[v].spec.name) + "_diff.png"))
+          o.heatmap_path = (fs::path("images") / file_name_for(p.id) / (file_name_for(variants[v].spec.name) + "_diff.png"))
                                .generic_string();
           fs::create_directories((ctx.out_dir / o.heatmap_path).parent_path());
           reports::write_file_atomic(ctx.out_dir / o.heatmap_path,

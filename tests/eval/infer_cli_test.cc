@@ -105,7 +105,7 @@ TEST(InferCli, ShapeOptionParsing) {
   EXPECT_THROW(parse_shape_option("x"), InputError);
   EXPECT_THROW(parse_shape_option("x=1,-2"), InputError);
   EXPECT_THROW(parse_shape_option("x=1,,2"), InputError);
-  EXPECT_EQ(tensor_file_name("a/b:0 c"), "a_b_0_c");
+  EXPECT_EQ(file_name_for("a/b:0 c"), "a_b_0_c");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "eval/json_config.h"
+#include "eval/user_regex.h"
 #include "kernels/error.h"
 #include "reports/run_report_model.h"
 
@@ -160,9 +161,10 @@ Gate parse_gate(const std::string& text, const std::string& source, GateMetrics 
           bad(source, where + ": 'nodes' must be a regular expression (searched in node names)");
         check.nodes = c["nodes"].get<std::string>();
         try {
-          std::regex(check.nodes, std::regex::ECMAScript);
+          compile_user_regex(check.nodes);
         } catch (const std::regex_error& e) {
-          bad(source, where + ": 'nodes' is not a valid regular expression '" + check.nodes + "': " + e.what());
+          const std::string shown = check.nodes.size() > 80 ? check.nodes.substr(0, 80) + "..." : check.nodes;
+          bad(source, where + ": 'nodes' is not a valid regular expression '" + shown + "': " + e.what());
         }
       }
       g.layer_checks.push_back(std::move(check));

@@ -1,0 +1,92 @@
+// Regression tests for what the libFuzzer targets (tests/fuzz/, docs/fuzzing.md) found: each
+// input must end in an InputError (exit 2) naming the file and key, never another exception.
+// The crashing inputs are in tests/fuzz/corpus/<target>/finding-*.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "eval/gate.h"
+#include "eval/json_config.h"
+#include "eval/quant/recipe.h"
+#include "eval/run/run_config.h"
+#include "kernels/error.h"
+#include "test_util.h"
+
+namespace qeval {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Expects an InputError whose message holds every one of `parts`.
+template <class F>
+void expect_input_error(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const InputError& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not an InputError: " << e.what();
+  }
+}
+
+// fuzz_run_config: a path with a name over NAME_MAX made std::filesystem::exists throw
+// filesystem_error ("File name too long"): exit 3.
+TEST(FuzzRegressions, RunConfigPathTooLongForTheSystemIsAnInputError) {
+  const std::string name(300, 'a');
+  expect_input_error(
+      [&] {
+        eval::parse_run_config(R"({"pipeline": ")" + name + R"(", "variants": [{"name": "a"}, {"name": "b"}]})",
+                               testing::source_dir() / "fuzz-run.json");
+      },
+      {"fuzz-run.json", "pipeline", "File name too long"});
+  expect_input_error(
+      [&] {
+        eval::parse_run_config(R"({"pipeline": "models/tiny-sd", "variants": [{"name": "a"},
+                                 {"name": "b", "recipe": ")" + name + R"("}]})",
+                               testing::source_dir() / "fuzz-run.json");
+      },
+      {"recipe", "File name too long"});
+  // The CLI: exit 2 with the message, not "internal error".
+  testing::ScratchDir dir("fuzz-long-path");
+  const fs::path config = testing::write_text(
+      dir, "c.json", R"({"pipeline": ")" + name + R"(", "variants": [{"name": "a"}, {"name": "b"}]})");
+  const auto r = testing::run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("File name too long"), std::string::npos) << r.out;
+}
+
+// fuzz_gate: std::regex compiles recursively; a 'nodes' pattern of 100000 characters or 30000
+// nested groups overflowed the stack (SIGSEGV from `qeval compare-images --gate`).
+TEST(FuzzRegressions, DeepOrLongNodePatternsAreInputErrorsNotStackOverflows) {
+  const auto gate = [](const std::string& nodes) {
+    return R"({"checks": [{"metric": "ssim", "min": 0}], "layers": [{"column": "acc_sqnr_db", "min": 1, "nodes": ")" +
+           nodes + R"("}]})";
+  };
+  expect_input_error([&] { eval::parse_gate(gate(std::string(100000, 'a')), "g.json"); },
+                     {"g.json", "layers[0]", "'nodes'", "longer than 4096 characters"});
+  expect_input_error([&] { eval::parse_gate(gate(std::string(2000, '(') + "a" + std::string(2000, ')')), "g.json"); },
+                     {"g.json", "layers[0]", "nested 2000 deep"});
+  // Within the bounds: still compiled, still checked.
+  EXPECT_NO_THROW(eval::parse_gate(gate(std::string(200, '(') + "a" + std::string(200, ')')), "g.json"));
+  EXPECT_NO_THROW(eval::parse_gate(gate("[(((]" + std::string(300, 'b')), "g.json"));  // '(' in a class
+  expect_input_error([&] { eval::parse_gate(gate("(a"), "g.json"); }, {"not a valid regular expression"});
+
+  // A recipe's 'exclude' patterns go through the same compiler.
+  const json recipe = {{"name", "r"}, {"format", "int8"}, {"level", 3}, {"exclude", {std::string(5000, 'x')}}};
+  expect_input_error([&] { eval::quant::parse_recipe(eval::JsonConfig(recipe, "r.json", "", "docs/recipes.md")); },
+                     {"exclude[0]", "longer than 4096"});
+
+  // The CLI: exit 2, not a signal.
+  testing::ScratchDir dir("fuzz-deep-regex");
+  const fs::path g = testing::write_text(dir, "g.json", gate(std::string(30000, '(') + "a" + std::string(30000, ')')));
+  const auto r = testing::run_qeval("compare-images --ref " + (testing::source_dir() / "samples/ref").string() +
+                                    " --test " + (testing::source_dir() / "samples/test").string() + " --gate " +
+                                    g.string() + " --out " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("longer than 4096 characters (60001)"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace qeval

@@ -7,8 +7,10 @@
 
 #include "eval/gate.h"
 #include "eval/json_config.h"
+#include "eval/onnx_import.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/run_config.h"
+#include "eval/session.h"
 #include "kernels/error.h"
 #include "test_util.h"
 
@@ -86,6 +88,33 @@ TEST(FuzzRegressions, DeepOrLongNodePatternsAreInputErrorsNotStackOverflows) {
                                     g.string() + " --out " + (dir / "out").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("longer than 4096 characters (60001)"), std::string::npos) << r.out;
+}
+
+// fuzz_onnx_loader: a zero-element input under fp16 (its rounding copy) passed a null pointer to
+// memcpy (UBSan: undefined behaviour, even for 0 bytes). Empty tensors now own storage, and an
+// empty default tensor is never reused as a buffer. The model is the ONNX node test
+// reshape_allowzero_reordered (a seed of the corpus).
+TEST(FuzzRegressions, EmptyTensorsOwnStorageAndZeroElementInputsRun) {
+  const Tensor empty(DType::kFloat32, {0, 3, 4});
+  EXPECT_NE(empty.raw(), nullptr);
+  EXPECT_NE(Tensor(empty).raw(), nullptr);
+  Tensor unallocated;
+  EXPECT_FALSE(unallocated.reuse_as(DType::kFloat32, {0}));
+
+  const eval::Graph g =
+      eval::load_onnx(testing::source_dir() / "tests/fuzz/corpus/onnx_loader/node_reshape_allowzero_reordered.onnx");
+  Tensor shape(DType::kInt64, {3});
+  shape.data<std::int64_t>()[0] = 3;
+  shape.data<std::int64_t>()[1] = 4;
+  shape.data<std::int64_t>()[2] = 0;
+  for (auto precision : {eval::Precision::kFp32, eval::Precision::kFp16}) {
+    eval::SessionOptions options;
+    options.precision = precision;
+    eval::Session session(g, options);
+    const auto out = session.run(std::map<std::string, Tensor>{{"data", empty}, {"shape", shape}});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out.begin()->second.shape(), (Shape{3, 4, 0}));
+  }
 }
 
 }  // namespace

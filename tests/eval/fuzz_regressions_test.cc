@@ -117,5 +117,19 @@ TEST(FuzzRegressions, EmptyTensorsOwnStorageAndZeroElementInputsRun) {
   }
 }
 
+// fuzz_onnx_loader: Upsample with a scale of 3.2e35 cast the output size to int64 (undefined
+// behaviour; UBSan float-cast-overflow). Now an InputError naming the node and the size.
+TEST(FuzzRegressions, ResizeScaleBeyondInt64IsAnInputError) {
+  const eval::Graph g =
+      eval::load_onnx(testing::source_dir() / "tests/fuzz/corpus/onnx_loader/finding-upsample-huge-scale.onnx");
+  ASSERT_EQ(g.inputs.size(), 1u);
+  Shape shape;
+  for (std::int64_t d : g.inputs[0].dims) shape.push_back(d);
+  const Tensor x(DType::kFloat32, shape);
+  eval::Session session(g);
+  expect_input_error([&] { session.run(std::map<std::string, Tensor>{{g.inputs[0].name, x}}); },
+                     {"Upsample", "output dimension 0", "not a size"});
+}
+
 }  // namespace
 }  // namespace qeval

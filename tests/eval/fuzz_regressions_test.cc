@@ -131,5 +131,19 @@ TEST(FuzzRegressions, ResizeScaleBeyondInt64IsAnInputError) {
                      {"Upsample", "output dimension 0", "not a size"});
 }
 
+// fuzz_onnx_loader: a node with more outputs than its op gives (Log with 2) threw std::logic_error
+// while planning (exit 3). It is the model's mistake: an InputError naming the node.
+TEST(FuzzRegressions, NodeWithMoreOutputsThanItsOpIsAnInputError) {
+  const eval::Graph g =
+      eval::load_onnx(testing::source_dir() / "tests/fuzz/corpus/onnx_loader/finding-extra-node-output.onnx");
+  ASSERT_EQ(g.inputs.size(), 1u);
+  Shape shape;
+  for (std::int64_t d : g.inputs[0].dims) shape.push_back(d < 0 ? 2 : d);
+  const Tensor x(DType::kFloat32, shape);
+  eval::Session session(g);
+  expect_input_error([&] { session.run(std::map<std::string, Tensor>{{g.inputs[0].name, x}}); },
+                     {"(Log)", "has 2 outputs; the op gives 1"});
+}
+
 }  // namespace
 }  // namespace qeval

@@ -92,6 +92,8 @@ std::string fmt_num(double v) {
 template <class Check>
 void parse_summary(const json& c, const char* default_stat, const std::string& source, const std::string& where,
                    Check& check) {
+  if (c.contains("stat") && !c["stat"].is_string())  // get<std::string> would throw json's type_error (exit 3)
+    bad(source, where + ": 'stat' must be a string such as \"mean\", \"min\" or \"p5\", got " + c["stat"].dump());
   check.stat = c.contains("stat") ? c["stat"].get<std::string>() : default_stat;
   try {
     check.spec = metrics::parse_stat(check.stat);

@@ -145,5 +145,33 @@ TEST(FuzzRegressions, NodeWithMoreOutputsThanItsOpIsAnInputError) {
                      {"(Log)", "has 2 outputs; the op gives 1"});
 }
 
+// fuzz_gate: a check's "stat" given as a number threw nlohmann's type_error (exit 3).
+TEST(FuzzRegressions, GateStatThatIsNotAStringIsAnInputError) {
+  const std::string text = testing::read_text(testing::source_dir() / "tests/fuzz/corpus/gate/finding-stat-not-a-string.json");
+  ASSERT_FALSE(text.empty());
+  expect_input_error([&] { eval::parse_gate(text, "g.json"); }, {"g.json", "checks[0]", "'stat' must be a string", "0.97"});
+}
+
+// fuzz_onnx_loader: Resize of an empty axis to size 0 called the kernel, whose invalid_argument
+// ("input size must be >= 1") ended the run with exit 3. An empty output is now simply empty.
+TEST(FuzzRegressions, ResizeOfAnEmptyAxisRuns) {
+  const eval::Graph g =
+      eval::load_onnx(testing::source_dir() / "tests/fuzz/corpus/onnx_loader/finding-resize-empty-axis.onnx");
+  // The inputs the fuzz target gives: declared dims (symbolic ones 2), integers 0, 1, 2, ...
+  std::map<std::string, Tensor> inputs;
+  for (const auto& in : g.inputs) {
+    Shape shape;
+    for (std::int64_t d : in.dims) shape.push_back(d < 0 ? 2 : d);
+    Tensor t(in.dtype, shape);
+    if (in.dtype == DType::kInt64)
+      for (std::int64_t i = 0; i < t.numel(); ++i) t.data<std::int64_t>()[i] = i % 3;
+    inputs.emplace(in.name, std::move(t));
+  }
+  eval::Session session(g);
+  std::map<std::string, Tensor> out;
+  EXPECT_NO_THROW(out = session.run(inputs));
+  for (const auto& [name, t] : out) EXPECT_EQ(t.numel(), 0) << name;
+}
+
 }  // namespace
 }  // namespace qeval

@@ -3,6 +3,7 @@
 // The crashing inputs are in tests/fuzz/corpus/<target>/finding-*.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "eval/gate.h"
@@ -150,6 +151,42 @@ TEST(FuzzRegressions, GateStatThatIsNotAStringIsAnInputError) {
   const std::string text = testing::read_text(testing::source_dir() / "tests/fuzz/corpus/gate/finding-stat-not-a-string.json");
   ASSERT_FALSE(text.empty());
   expect_input_error([&] { eval::parse_gate(text, "g.json"); }, {"g.json", "checks[0]", "'stat' must be a string", "0.97"});
+}
+
+// The inputs the fuzz target gives a model: declared dims (symbolic ones 2), zero bytes but for
+// float32 (i % 7 - 3) * 0.375 and integers i % 3.
+std::map<std::string, Tensor> fuzz_inputs(const eval::Graph& g) {
+  std::map<std::string, Tensor> inputs;
+  for (const auto& in : g.inputs) {
+    Shape shape;
+    for (std::int64_t d : in.dims) shape.push_back(d < 0 ? 2 : d);
+    Tensor t(in.dtype, shape);
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      if (in.dtype == DType::kInt64) t.data<std::int64_t>()[i] = i % 3;
+      if (in.dtype == DType::kInt32) t.data<std::int32_t>()[i] = std::int32_t(i % 3);
+      if (in.dtype == DType::kFloat32) t.data<float>()[i] = float(i % 7 - 3) * 0.375f;
+    }
+    inputs.emplace(in.name, std::move(t));
+  }
+  return inputs;
+}
+
+// fuzz_onnx_loader: QLinearConv added its int32 bias (near INT32_MIN) to the accumulator as a
+// signed int: overflow, undefined behaviour (UBSan). The sum now wraps as int32 hardware adds. A
+// GCC build wrapped already, so this test cannot fail there; fuzz.sh replays the input under UBSan.
+TEST(FuzzRegressions, QLinearConvBiasAddWrapsAndRuns) {
+  const eval::Graph g =
+      eval::load_onnx(testing::source_dir() / "tests/fuzz/corpus/onnx_loader/finding-qlinearconv-bias-overflow.onnx");
+  eval::Session session(g);
+  const auto inputs = fuzz_inputs(g);
+  std::map<std::string, Tensor> first, second;
+  EXPECT_NO_THROW(first = session.run(inputs));
+  EXPECT_NO_THROW(second = session.run(inputs));
+  ASSERT_EQ(first.size(), second.size());
+  for (const auto& [name, t] : first) {
+    ASSERT_EQ(t.nbytes(), second.at(name).nbytes()) << name;
+    EXPECT_EQ(0, std::memcmp(t.raw(), second.at(name).raw(), t.nbytes())) << name;
+  }
 }
 
 // fuzz_onnx_loader: Resize of an empty axis to size 0 called the kernel, whose invalid_argument

@@ -189,6 +189,31 @@ TEST(FuzzRegressions, QLinearConvBiasAddWrapsAndRuns) {
   }
 }
 
+// fuzz_onnx_loader: Clip-6 on int8 cast its default bounds (-FLT_MAX, FLT_MAX) to int8, undefined
+// behaviour (UBSan float-cast-overflow); on x86 both bounds came out 0 and every value was clipped
+// to 0. The bounds are now taken into int8's range: values pass through.
+TEST(FuzzRegressions, Clip6OnInt8KeepsValuesWithinTheDefaultBounds) {
+  eval::Graph g;
+  g.source = "clip6.onnx";
+  g.opsets[""] = 6;
+  g.inputs.push_back({"x", DType::kInt8, {4}, {"", "", "", ""}, true});
+  g.outputs.push_back({"y", DType::kInt8, {4}, {"", "", "", ""}, true});
+  eval::Node clip;
+  clip.name = "clip";
+  clip.op_type = "Clip";
+  clip.opset = 6;
+  clip.inputs = {"x"};
+  clip.outputs = {"y"};
+  g.nodes.push_back(clip);
+  Tensor x(DType::kInt8, {4});
+  const std::int8_t values[4] = {-128, -5, 7, 127};
+  std::memcpy(x.raw(), values, 4);
+  eval::Session session(g);
+  const auto out = session.run(std::map<std::string, Tensor>{{"x", x}});
+  ASSERT_EQ(out.at("y").numel(), 4);
+  EXPECT_EQ(0, std::memcmp(out.at("y").raw(), values, 4));
+}
+
 // fuzz_onnx_loader: Resize of an empty axis to size 0 called the kernel, whose invalid_argument
 // ("input size must be >= 1") ended the run with exit 3. An empty output is now simply empty.
 TEST(FuzzRegressions, ResizeOfAnEmptyAxisRuns) {

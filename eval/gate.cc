@@ -13,6 +13,7 @@
 
 #include "datasets/input_file.h"
 #include "eval/json_config.h"
+#include "eval/user_regex.h"
 #include "kernels/error.h"
 #include "reports/run_report_model.h"
 
@@ -122,6 +123,8 @@ std::string fmt_num(double v) {
 template <class Check>
 void parse_summary(const json& c, const char* default_stat, const std::string& source, const std::string& where,
                    Check& check) {
+  if (c.contains("stat") && !c["stat"].is_string())  // get<std::string> would throw json's type_error (exit 3)
+    bad(source, where + ": 'stat' must be a string such as \"mean\", \"min\" or \"p5\", got " + c["stat"].dump());
   check.stat = c.contains("stat") ? c["stat"].get<std::string>() : default_stat;
   try {
     check.spec = metrics::parse_stat(check.stat);
@@ -195,9 +198,10 @@ Gate parse_gate(const std::string& text, const std::string& source, GateMetrics 
           bad(source, where + ": 'nodes' must be a regular expression (searched in node names)");
         check.nodes = c["nodes"].get<std::string>();
         try {
-          std::regex(check.nodes, std::regex::ECMAScript);
+          compile_user_regex(check.nodes);
         } catch (const std::regex_error& e) {
-          bad(source, where + ": 'nodes' is not a valid regular expression '" + check.nodes + "': " + e.what());
+          const std::string shown = check.nodes.size() > 80 ? check.nodes.substr(0, 80) + "..." : check.nodes;
+          bad(source, where + ": 'nodes' is not a valid regular expression '" + shown + "': " + e.what());
         }
       }
       g.layer_checks.push_back(std::move(check));

@@ -1,6 +1,7 @@
 #include "eval/json_config.h"
 
 #include <sstream>
+#include <system_error>
 
 #include "datasets/input_file.h"
 #include "kernels/error.h"
@@ -209,8 +210,16 @@ std::vector<double> JsonConfig::get_numbers(const std::string& key) const {
 
 std::filesystem::path JsonConfig::get_path(const std::string& key) const {
   std::filesystem::path p = get_string(key);
-  if (p.is_absolute()) return p;
-  return std::filesystem::path(source_).parent_path() / p;
+  if (!p.is_absolute()) p = std::filesystem::path(source_).parent_path() / p;
+  // A path the system cannot look up at all (a name over NAME_MAX, a symlink loop, a folder that
+  // may not be searched) fails here, naming the key: std::filesystem's queries without an
+  // error_code throw filesystem_error (exit 3) wherever the path is used next (found writing the
+  // run-config fuzz target).
+  std::error_code ec;
+  (void)std::filesystem::status(p, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+    child(required(key), key).fail("cannot look up " + p.string() + ": " + ec.message());
+  return p;
 }
 
 JsonConfig JsonConfig::object(const std::string& key) const {

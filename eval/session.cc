@@ -519,8 +519,9 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       // shape_numel's overflow (a Reshape to [2^32, 2^32, 2^32]): the model's shapes, not a fault.
       throw InputError(graph_.source + ": " + node.describe() + ": " + e.what());
     }
-    if (out_metas.size() < node.outputs.size())
-      throw std::logic_error(node.describe() + ": op inferred fewer outputs than the node has");
+    if (out_metas.size() < node.outputs.size())  // a model's mistake (fuzz_onnx_loader: Log with 2 outputs)
+      throw InputError(graph_.source + ": " + node.describe() + " has " + std::to_string(node.outputs.size()) +
+                       " outputs; the op gives " + std::to_string(out_metas.size()));
     bool op_gave_values = true;
     for (std::size_t o = 0; o < node.outputs.size(); ++o)
       op_gave_values &= node.outputs[o].empty() || out_metas[o].value != nullptr;

@@ -126,39 +126,45 @@ constexpr std::array<std::array<MicroKernel, MR>, 2> kMicroKernels = {
     micro_kernels<1>(std::make_integer_sequence<int, MR>{}), micro_kernels<NV>(std::make_integer_sequence<int, MR>{})};
 static_assert(NV == 2, "kMicroKernels holds the one- and two-vector kernels");
 
-typedef int VI __attribute__((vector_size(64)));
-
 // out[j][i] = in[i][j] for a 16 x 16 tile, in four rounds of two-source shuffles (unpack 32-bit,
 // unpack 64-bit, swap 128-bit lanes, swap 256-bit halves).
 inline void transpose16(const V (&in)[16], V (&out)[16]) {
-  const VI lo32 = {0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29};
-  const VI hi32 = {2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31};
-  const VI lo64 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-  const VI hi64 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-  const VI even128 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-  const VI odd128 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-  const VI lo256 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-  const VI hi256 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+  // __builtin_shufflevector (constant indices into the 32-element concatenation) is GCC 12's and
+  // clang's spelling; the fuzz build uses clang.
   V t[16], u[16];
   for (int p = 0; p < 8; ++p) {
-    t[2 * p] = __builtin_shuffle(in[2 * p], in[2 * p + 1], lo32);
-    t[2 * p + 1] = __builtin_shuffle(in[2 * p], in[2 * p + 1], hi32);
+    t[2 * p] = __builtin_shufflevector(in[2 * p], in[2 * p + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+    t[2 * p + 1] = __builtin_shufflevector(in[2 * p], in[2 * p + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
   }
+#define QEVAL_LO64 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define QEVAL_HI64 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define QEVAL_EVEN128 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define QEVAL_ODD128 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define QEVAL_LO256 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define QEVAL_HI256 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
   // u[4q + c], lane L: column c + 4L of rows 4q .. 4q + 3.
   for (int q = 0; q < 4; ++q) {
-    u[4 * q] = __builtin_shuffle(t[4 * q], t[4 * q + 2], lo64);
-    u[4 * q + 1] = __builtin_shuffle(t[4 * q], t[4 * q + 2], hi64);
-    u[4 * q + 2] = __builtin_shuffle(t[4 * q + 1], t[4 * q + 3], lo64);
-    u[4 * q + 3] = __builtin_shuffle(t[4 * q + 1], t[4 * q + 3], hi64);
+    u[4 * q] = __builtin_shufflevector(t[4 * q], t[4 * q + 2], QEVAL_LO64);
+    u[4 * q + 1] = __builtin_shufflevector(t[4 * q], t[4 * q + 2], QEVAL_HI64);
+    u[4 * q + 2] = __builtin_shufflevector(t[4 * q + 1], t[4 * q + 3], QEVAL_LO64);
+    u[4 * q + 3] = __builtin_shufflevector(t[4 * q + 1], t[4 * q + 3], QEVAL_HI64);
   }
   for (int c = 0; c < 4; ++c) {
-    const V va = __builtin_shuffle(u[c], u[4 + c], even128), vb = __builtin_shuffle(u[c], u[4 + c], odd128);
-    const V wa = __builtin_shuffle(u[8 + c], u[12 + c], even128), wb = __builtin_shuffle(u[8 + c], u[12 + c], odd128);
-    out[c] = __builtin_shuffle(va, wa, lo256);
-    out[c + 8] = __builtin_shuffle(va, wa, hi256);
-    out[c + 4] = __builtin_shuffle(vb, wb, lo256);
-    out[c + 12] = __builtin_shuffle(vb, wb, hi256);
+    const V va = __builtin_shufflevector(u[c], u[4 + c], QEVAL_EVEN128);
+    const V vb = __builtin_shufflevector(u[c], u[4 + c], QEVAL_ODD128);
+    const V wa = __builtin_shufflevector(u[8 + c], u[12 + c], QEVAL_EVEN128);
+    const V wb = __builtin_shufflevector(u[8 + c], u[12 + c], QEVAL_ODD128);
+    out[c] = __builtin_shufflevector(va, wa, QEVAL_LO256);
+    out[c + 8] = __builtin_shufflevector(va, wa, QEVAL_HI256);
+    out[c + 4] = __builtin_shufflevector(vb, wb, QEVAL_LO256);
+    out[c + 12] = __builtin_shufflevector(vb, wb, QEVAL_HI256);
   }
+#undef QEVAL_LO64
+#undef QEVAL_HI64
+#undef QEVAL_EVEN128
+#undef QEVAL_ODD128
+#undef QEVAL_LO256
+#undef QEVAL_HI256
 }
 
 // Rows [r0, r0 + 16) of a 16-column block: one vector per row, zero past `rows`.

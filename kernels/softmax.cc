@@ -133,14 +133,15 @@ inline void store_partial(float* p, std::int64_t len, V16 v) {
 
 // Lane-wise reductions of one vector by halving shuffles (log2 steps instead of a chain of 16).
 inline float max_lanes(V16 v) {
-  const I16 h8 = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
-  const I16 h4 = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
-  const I16 h2 = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
-  const I16 h1 = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
-  for (const I16& h : {h8, h4, h2, h1}) {
-    const V16 w = __builtin_shuffle(v, h);
-    v = w > v ? w : v;
-  }
+  // __builtin_shufflevector: GCC 12's and clang's spelling (the fuzz build uses clang).
+  V16 w = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  v = w > v ? w : v;
+  w = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  v = w > v ? w : v;
+  w = __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  v = w > v ? w : v;
+  w = __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  v = w > v ? w : v;
   return v[0];
 }
 

@@ -12,9 +12,11 @@ namespace qeval {
 namespace {
 constexpr std::size_t kAlignment = 64;
 
-// Zeroed unless the caller overwrites every byte at once (a copy).
+// Zeroed unless the caller overwrites every byte at once (a copy). An empty tensor gets a block
+// too: memcpy/memset of its 0 bytes must not be passed a null pointer (undefined behaviour,
+// reported by UBSan when the fuzz target ran a model with a [0, 3, 4] input).
 std::byte* allocate_aligned(std::size_t nbytes, bool zero = true) {
-  if (nbytes == 0) return nullptr;
+  if (nbytes == 0) nbytes = 1;
   std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (!p) throw std::bad_alloc();
@@ -153,7 +155,7 @@ std::int64_t Tensor::dim(int i) const {
 
 bool Tensor::reuse_as(DType dtype, const Shape& shape) {
   const std::int64_t n = shape_numel(shape);
-  if (static_cast<std::size_t>(n) * dtype_size(dtype) > capacity_) return false;
+  if (!data_ || static_cast<std::size_t>(n) * dtype_size(dtype) > capacity_) return false;  // no storage yet
   dtype_ = dtype;
   if (&shape != &shape_) shape_.assign(shape.begin(), shape.end());  // in place: no allocation once the rank fits
   numel_ = n;

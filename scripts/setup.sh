@@ -13,7 +13,9 @@ BUILD_PKGS=(
 )
 TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-testdata  # the ONNX conformance node tests
-  chromium)         # renders report.html headless: no console errors, every section present
+  chromium          # renders report.html headless: no console errors, every section present
+  clang libclang-rt-14-dev  # the libFuzzer targets (scripts/fuzz.sh): clang 14 and its fuzzer runtime
+  slurm-wlm munge jq)       # scripts/slurm-test.sh: the documented Slurm job array on a one-node cluster
 # Python is for tools/ only (golden data, shipped-model training, peer benchmarks); never for tests.
 TOOLS_PKGS=(python3 python3-numpy python3-skimage python3-opencv python3-torch python3-onnx)
 # Node.js/npm (for the onnxruntime-node peer in bench/) come with the machine image; Debian's npm

@@ -507,8 +507,19 @@ class ClipOp final : public Op {
   void apply(std::span<const Tensor* const> in, Tensor& o) const {
     T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
     if (node_.opset < 11) {
-      lo = T(node_.get_float("min", -std::numeric_limits<float>::max()));
-      hi = T(node_.get_float("max", std::numeric_limits<float>::max()));
+      // Float attributes taken into T's range first: casting -FLT_MAX (the default) or NaN to an
+      // integer type is undefined behaviour (fuzz_onnx_loader: Clip-6 on int8).
+      const auto bound = [&](const char* name, float fallback, T keep) {
+        const double v = node_.get_float(name, fallback);
+        if constexpr (std::is_integral_v<T>) {
+          if (std::isnan(v)) return keep;
+          return T(std::clamp(v, double(std::numeric_limits<T>::lowest()), double(std::numeric_limits<T>::max())));
+        } else {
+          return T(v);
+        }
+      };
+      lo = bound("min", -std::numeric_limits<float>::max(), lo);
+      hi = bound("max", std::numeric_limits<float>::max(), hi);
     } else {
       if (in.size() > 1 && in[1]) lo = in[1]->data<T>()[0];
       if (in.size() > 2 && in[2]) hi = in[2]->data<T>()[0];

@@ -228,6 +228,12 @@ void integer_conv(const kernels::ConvParams& p, const Tensor& x, std::int32_t zx
     }
 }
 
+// The int32 accumulator plus the int32 bias wraps, as int32 hardware adds (a signed overflow in
+// C++ is undefined behaviour: fuzz_onnx_loader, a QLinearConv bias near INT32_MIN).
+inline std::int32_t wrapping_add(std::int32_t a, std::int32_t b) {
+  return std::int32_t(std::uint32_t(a) + std::uint32_t(b));
+}
+
 // Requantization as ONNX Runtime does it: float multiplier, round half to even, add the zero
 // point, saturate.
 template <class T>
@@ -392,7 +398,7 @@ class QLinearConvOp final : public Op {
           const float m = sx * sw[in[4]->numel() == 1 ? 0 : oc] / sy;
           const std::int32_t b = bias ? bias[oc] : 0;
           for (std::int64_t j = 0; j < per_channel; ++j)
-            y[bc * per_channel + j] = requantize<T>(acc[std::size_t(bc * per_channel + j)] + b, m, zy);
+            y[bc * per_channel + j] = requantize<T>(wrapping_add(acc[std::size_t(bc * per_channel + j)], b), m, zy);
         }
       }
     });

@@ -159,6 +159,9 @@ class ResizeOp final : public Op {
       g = plan(x.shape(), options_.coordinates == ResizeCoordinates::kTfCropAndResize ? input(1) : nullptr,
                input(2), input(3));
     else g = plan(x.shape(), nullptr, nullptr, nullptr);
+    // An empty output (an empty input axis resized to 0) has nothing to write; the kernels want
+    // input sizes >= 1 (fuzz_onnx_loader: their invalid_argument ended the run with exit 3).
+    if (out[0]->numel() == 0) return;
     if (options_.mode == ResizeMode::kNearest) {
       const auto fill = element_bytes(x.dtype(), options_.extrapolation_value);
       kernels::resize_nearest(x.raw(), out[0]->raw(), dtype_size(x.dtype()), g.axes, options_, fill.data());
@@ -202,6 +205,14 @@ class ResizeOp final : public Op {
       fail(node_, "both scales and sizes are given; exactly one may be");
     if (scale_values.empty() && !sizes) fail(node_, "neither scales nor sizes is given");
 
+    // A scaled size as a dimension: a cast of NaN or of a value past int64 is undefined behaviour
+    // (fuzz_onnx_loader: Upsample with a scale of 3e35), so such a size is an error of the node.
+    const auto dim_of = [&](double v, std::int64_t axis) {
+      if (!(v >= 0 && v < 9223372036854775808.0))
+        fail(node_, "output dimension " + std::to_string(axis) + " of input '" + node_.inputs[0] + "' " +
+                        shape_to_string(xs) + " would be " + std::to_string(v) + ", not a size");
+      return static_cast<std::int64_t>(v);
+    };
     Geometry g;
     g.axes.resize(std::size_t(rank));
     for (int d = 0; d < rank; ++d) {
@@ -218,7 +229,7 @@ class ResizeOp final : public Op {
         if (!(scale_values[i] > 0) || !std::isfinite(scale_values[i]))
           fail(node_, "scales " + doubles_to_string(scale_values) + " must be positive");
         a.scale = scale_values[i];
-        a.out = static_cast<std::int64_t>(scale_values[i] * static_cast<double>(a.in));
+        a.out = dim_of(scale_values[i] * static_cast<double>(a.in), axes[i]);
       }
     } else {
       const std::vector<std::int64_t> size_values = to_int64s(*sizes);
@@ -248,7 +259,7 @@ class ResizeOp final : public Op {
         for (std::size_t i = 0; i < n; ++i) {
           auto& a = g.axes[std::size_t(axes[i])];
           a.scale = s;
-          a.out = static_cast<std::int64_t>(s * static_cast<double>(a.in) + 0.5);
+          a.out = dim_of(s * static_cast<double>(a.in) + 0.5, axes[i]);
         }
       }
     }

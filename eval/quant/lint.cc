@@ -292,9 +292,11 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
 class Linter {
  public:
   Linter(const Graph& g, const LintOptions& o) : g_(g), o_(o), ix_(g) {
-    for (const auto& [name, shape] : o_.input_shapes)
+    for (const auto& entry : o_.input_shapes) {  // no structured binding: clang 14 cannot capture one
+      const std::string& name = entry.first;
       if (std::none_of(g_.inputs.begin(), g_.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
         throw InputError(g_.source + ": --shape " + name + ": the model has no input named '" + name + "'");
+    }
   }
 
   LintReport run() {

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "eval/json_config.h"
+#include "eval/user_regex.h"
 #include "kernels/error.h"
 
 namespace qeval::eval::quant {
@@ -142,9 +143,10 @@ namespace {
 void check_patterns(const JsonConfig& root, const char* key, const std::vector<std::string>& patterns) {
   for (std::size_t i = 0; i < patterns.size(); ++i) {
     try {
-      std::regex re(patterns[i]);
+      compile_user_regex(patterns[i]);
     } catch (const std::regex_error& e) {
-      root.fail(std::string(key) + "[" + std::to_string(i) + "]: '" + patterns[i] +
+      const std::string shown = patterns[i].size() > 80 ? patterns[i].substr(0, 80) + "..." : patterns[i];
+      root.fail(std::string(key) + "[" + std::to_string(i) + "]: '" + shown +
                 "' is not a valid regular expression (" + e.what() + ")");
     }
   }

@@ -46,7 +46,7 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .verdict code{background:rgba(255,255,255,.18);color:#fff}
 table{border-collapse:collapse;width:100%;background:#fff;font-size:13px;border:1px solid #dde1e7}
 th,td{padding:5px 7px;border-bottom:1px solid #e6e9ee;text-align:left;vertical-align:top}
-th{background:#eef1f5;font-weight:600;cursor:default}
+th{background:#eef1f5;font-weight:600;cursor:default;overflow-wrap:break-word} th.name{overflow-wrap:anywhere}
 td{overflow-wrap:break-word} td code,td.name{overflow-wrap:anywhere} td:first-child{min-width:6em}
 table.sortable th{cursor:pointer} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.bad td{background:#fdecea} tr.err td{background:#fff4e0}

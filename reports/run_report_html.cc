@@ -22,7 +22,8 @@ using html::sort_value;
 constexpr std::size_t kRankedRowsShown = 30;  // more behind a "show all" button
 constexpr std::size_t kImageRows = 24;        // samples shown as image rows (worst first)
 constexpr std::size_t kHistogramLayers = 8;
-constexpr std::size_t kSampleColumnsInOneTable = 12;  // (variant, metric) columns; more: a tab per variant
+constexpr std::size_t kSampleColumnsInOneTable = 12;
+constexpr std::size_t kMetricColumnsInVariants = 6;  // more metrics: one stacked cell  // (variant, metric) columns; more: a tab per variant
 // Columns of the ranked-layer tables (all of them are in report.json).
 constexpr std::string_view kRankedColumns[] = {"local_sqnr_db", "local_cosine", "local_rel_l2",
                                                "local_max_abs", "acc_sqnr_db",  "acc_rel_l2",
@@ -202,7 +203,11 @@ std::string render_variants(const RunReport& r) {
   h += "<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>variant</th><th>kind</th><th>what runs</th>"
        "<th title=\"per model: the share of multiply-accumulates run quantized, then of parameters and compute "
        "nodes (Conv, MatMul, Gemm)\">quantized</th><th>samples</th><th>errors</th>";
-  for (const auto& m : r.metrics) h += "<th>" + esc(m.label) + "</th>";
+  // Many metrics (a single model judged per output): one stacked cell instead of a column each.
+  const bool stacked = r.metrics.size() > kMetricColumnsInVariants;
+  if (stacked) h += "<th>metrics: mean (p5)</th>";
+  else
+    for (const auto& m : r.metrics) h += "<th>" + esc(m.label) + "</th>";
   h += "<th>timing</th>";
   h += "<th>gate</th></tr></thead><tbody>";
   for (const auto& v : r.variants) {
@@ -214,7 +219,20 @@ std::string render_variants(const RunReport& r) {
     h += quantized_cell(v);
     h += fmt::format("<td class=\"num\">{}</td><td class=\"num\">{}</td>", v.summary.samples,
                      v.summary.errors);
+    if (stacked) {
+      std::string lines;
+      for (const auto& m : r.metrics) {
+        const SummaryRow* s = nullptr;
+        for (const auto& row : v.summary.metrics)
+          if (row.metric == m.key) s = &row;
+        if (!s || s->count == 0) continue;
+        lines += fmt::format("<div><span class=\"sub\">{}</span> {} <span class=\"sub\">({})</span></div>",
+                             esc(m.label), fmt_value(m.key, s->mean), fmt_value(m.key, s->p5));
+      }
+      h += "<td class=\"name\">" + (lines.empty() ? std::string("&ndash;") : lines) + "</td>";
+    }
     for (const auto& m : r.metrics) {
+      if (stacked) break;
       const SummaryRow* s = nullptr;
       for (const auto& row : v.summary.metrics)
         if (row.metric == m.key) s = &row;
@@ -266,7 +284,7 @@ std::string render_samples(const RunReport& r) {
                     "><thead><tr><th>sample</th><th>prompt</th><th>seed</th>";
     for (const auto* v : variants)
       for (const auto* m : shown)
-        t += "<th>" + (variants.size() > 1 ? esc(v->name) + " " : std::string()) + esc(m->label) + "</th>";
+        t += "<th class=\"name\">" + (variants.size() > 1 ? esc(v->name) + " " : std::string()) + esc(m->label) + "</th>";
     t += "<th>notes</th></tr></thead><tbody>";
     for (const auto& s : r.samples) {
       std::string notes;

@@ -45,11 +45,11 @@ std::optional<std::size_t> worst_layers_line(const RunReport& r, const LayerTabl
 }
 
 // "quantized": the share of MACs per model the variant quantizes ("unet 84%"); "0%" when it
-// quantizes none; node counts ("nodes 95/1200") for a report without per-model shares.
+// quantizes none; the share of nodes, as before, for a report without per-model shares (a merge).
 std::string quantized_text(const Variant& v) {
   if (v.quantization.empty()) {
     auto share = v.quantized_share();
-    return share ? fmt::format("nodes {:.0f}%", 100 * *share) : "-";
+    return share ? fmt::format("{:.0f}%", 100 * *share) : "-";
   }
   std::string out;
   for (const auto& q : v.quantization) {

@@ -145,10 +145,10 @@ std::string render_html(const CompareImagesReport& r) {
                                  r.gate.checks.size() - failed_checks, r.gate.checks.size(),
                                  r.pairs.size(), r.pairs.size() - errors, errors));
 
-  h += "<h2>Gate</h2><div class=\"sub\">" + esc(r.gate.source) + "</div>";
+  h += "<h2 id=\"gate\">Gate</h2><div class=\"sub\">" + esc(r.gate.source) + "</div>";
   h += html::gate_table(r.gate, false);
 
-  h += "<h2>Summary</h2><table><thead><tr><th>metric</th><th>pairs</th><th>mean</th><th>min</th>"
+  h += "<h2 id=\"summary\">Summary</h2><table><thead><tr><th>metric</th><th>pairs</th><th>mean</th><th>min</th>"
        "<th>p5</th><th>median</th><th>p95</th><th>max</th><th>note</th></tr></thead><tbody>";
   for (const auto& s : r.summary) {
     std::string note;
@@ -167,7 +167,7 @@ std::string render_html(const CompareImagesReport& r) {
   h += "</tbody></table>";
 
   if (!r.worst.empty()) {
-    h += "<h2>Worst pairs</h2><div class=\"sub\">reference | test | |reference &minus; test| "
+    h += "<h2 id=\"worst\">Worst pairs</h2><div class=\"sub\">reference | test | |reference &minus; test| "
          "(max over channels) <span class=\"legend\" style=\"" +
          html::legend_gradient() + "\"></span> 0 &rarr; scale in each caption</div>";
     for (const auto& s : r.worst) {
@@ -183,7 +183,7 @@ std::string render_html(const CompareImagesReport& r) {
     }
   }
 
-  h += "<h2>Pairs</h2><div class=\"sub\">click a column to sort</div>"
+  h += "<h2 id=\"pairs\">Pairs</h2><div class=\"sub\">click a column to sort</div>"
        "<table class=\"sortable\"><thead><tr><th>name</th><th>status</th><th>size</th>"
        "<th>PSNR dB</th><th>PSNR-Y dB</th><th>SSIM</th><th>MS-SSIM</th><th>max |diff|</th>"
        "<th>notes</th></tr></thead><tbody>";
@@ -218,7 +218,7 @@ std::string render_html(const CompareImagesReport& r) {
   }
   h += "</tbody></table>";
 
-  h += "<h2>Configuration</h2><table><tbody>";
+  h += "<h2 id=\"config\">Configuration</h2><table><tbody>";
   for (const auto& [k, v] : r.config)
     h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
   for (const auto& [k, v] : r.conventions)

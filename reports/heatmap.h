@@ -11,6 +11,11 @@ namespace qeval::reports {
 // is never mistaken for "no difference". Returns interleaved RGB, 3 bytes per value.
 std::vector<std::uint8_t> heatmap_rgb(std::span<const float> values, float scale);
 
+// The one scale of the image difference heatmaps in a `qeval run` report, in 8-bit levels (0-255):
+// black 0, brightest at |diff| >= this. Fixed, not per image, so that heatmaps compare across
+// samples and variants (a per-image scale drew FP16's 1/255 noise as brightly as INT8's 75/255).
+inline constexpr double kDifferenceScale255 = 32;
+
 // The ramp colour at t in [0, 1], for legends.
 void ramp_color(float t, std::uint8_t rgb[3]);
 

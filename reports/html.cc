@@ -44,18 +44,20 @@ namespace {
 
 constexpr std::string_view kCss = R"(
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
-main{max-width:1200px;margin:0 auto;padding:24px}
+main{max-width:1880px;margin:0 auto;padding:24px}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .sub{color:#5b6475;font-size:13px}
 .verdict{border-radius:8px;padding:16px 20px;margin:16px 0;color:#fff;font-size:18px;font-weight:600}
 .verdict small{display:block;font-weight:400;font-size:14px;opacity:.92}
 .pass{background:#1f7a3f} .fail{background:#b3261e}
+.verdict code{background:rgba(255,255,255,.18);color:#fff}
 table{border-collapse:collapse;width:100%;background:#fff;font-size:13px;border:1px solid #dde1e7}
-th,td{padding:6px 9px;border-bottom:1px solid #e6e9ee;text-align:left;vertical-align:top}
-th{background:#eef1f5;font-weight:600;cursor:default;white-space:nowrap}
+th,td{padding:5px 7px;border-bottom:1px solid #e6e9ee;text-align:left;vertical-align:top}
+th{background:#eef1f5;font-weight:600;cursor:default;overflow-wrap:break-word} th.name{overflow-wrap:anywhere}
+td{overflow-wrap:break-word} td code,td.name{overflow-wrap:anywhere} td:first-child{min-width:6em}
 table.sortable th{cursor:pointer} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.bad td{background:#fdecea} tr.err td{background:#fff4e0}
-.ok{color:#1f7a3f;font-weight:600} .no{color:#b3261e;font-weight:600}
+.ok{color:#1f7a3f;font-weight:600} .no{color:#b3261e;font-weight:600} .nmv{color:#5b6475;font-style:italic} tr.nm td{color:#5b6475}
 .strip{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:12px;margin:12px 0}
 .strip .imgs{display:flex;gap:10px;flex-wrap:wrap}
 .strip figure{margin:0} .strip img{max-width:360px;image-rendering:pixelated;border:1px solid #ccd}
@@ -133,6 +135,30 @@ std::string legend_gradient() {
   return "background:linear-gradient(90deg," + stops + ")";
 }
 
+std::string scale_legend(double scale, int ticks, std::string_view unit) {
+  constexpr int W = 200, x0 = 8, H = 30;
+  std::string stops;
+  for (int i = 0; i <= 8; ++i) {
+    std::uint8_t c[3];
+    ramp_color(float(i) / 8.0f, c);
+    stops += fmt::format("<stop offset=\"{}%\" stop-color=\"rgb({},{},{})\"/>", i * 100 / 8, c[0], c[1], c[2]);
+  }
+  std::string svg = fmt::format(
+      "<svg class=\"scale-legend\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" "
+      "aria-label=\"colour scale 0 to {:g} {}\"><defs><linearGradient id=\"ramp{:g}\">{}</linearGradient></defs>"
+      "<rect x=\"{}\" y=\"2\" width=\"{}\" height=\"10\" fill=\"url(#ramp{:g})\" stroke=\"#ccd\"/>",
+      W + 2 * x0 + 60, H, W + 2 * x0 + 60, H, scale, esc(unit), scale, stops, x0, W, scale);
+  for (int k = 0; k <= ticks; ++k) {
+    const double x = x0 + double(W) * k / ticks, v = scale * k / ticks;
+    svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"12\" y2=\"16\" stroke=\"#5b6475\"/>"
+                       "<text x=\"{0:.1f}\" y=\"27\" font-size=\"10\" fill=\"#5b6475\" text-anchor=\"middle\">{1}{2:g}</text>",
+                       x, k == ticks ? "&ge;" : "", v);
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"11\" font-size=\"10\" fill=\"#5b6475\">{}</text></svg>", x0 + W + 8,
+                     esc(unit));
+  return svg;
+}
+
 std::string ramp_js_array() {
   std::string a = "[";
   for (int i = 0; i <= 8; ++i) {
@@ -143,9 +169,9 @@ std::string ramp_js_array() {
   return a + "]";
 }
 
-std::string verdict_banner(bool passed, std::string_view details) {
-  return fmt::format("<div class=\"verdict {}\">{}<small>{}</small></div>",
-                     passed ? "pass" : "fail", passed ? "PASS" : "FAIL", details);
+std::string verdict_banner(bool passed, std::string_view details, std::string_view title) {
+  return fmt::format("<div class=\"verdict {}\">{}<small>{}</small></div>", passed ? "pass" : "fail",
+                     title.empty() ? std::string_view(passed ? "PASS" : "FAIL") : title, details);
 }
 
 std::string gate_table(const GateSection& gate, bool by_variant) {
@@ -153,13 +179,13 @@ std::string gate_table(const GateSection& gate, bool by_variant) {
   if (by_variant) h += "<th>variant</th>";
   h += "<th>check</th><th>threshold</th><th>value</th><th>verdict</th><th>why</th></tr></thead><tbody>";
   for (const auto& c : gate.checks) {
-    h += fmt::format("<tr class=\"{}\">", c.passed ? "" : "bad");
+    h += fmt::format("<tr class=\"{}\">", !c.measured ? "nm" : c.passed ? "" : "bad");
     if (by_variant) h += "<td>" + esc(c.variant) + "</td>";
-    h += fmt::format("<td>{}</td><td class=\"num\">{} {}</td><td class=\"num\">{}</td>"
+    h += fmt::format("<td class=\"name\">{}</td><td class=\"num\">{} {}</td><td class=\"num\">{}</td>"
                      "<td class=\"{}\">{}</td><td>{}</td></tr>",
                      esc(c.name), esc(c.op), fmt_value(c.metric, c.threshold),
-                     fmt_value(c.metric, c.value), c.passed ? "ok" : "no",
-                     c.passed ? "pass" : "FAIL", esc(c.detail));
+                     fmt_value(c.metric, c.value), !c.measured ? "nmv" : c.passed ? "ok" : "no",
+                     !c.measured ? "not measured" : c.passed ? "pass" : "FAIL", esc(c.detail));
   }
   if (gate.checks.empty())
     h += fmt::format("<tr><td colspan=\"{}\">no checks</td></tr>", by_variant ? 6 : 5);
@@ -176,7 +202,7 @@ svg .pl{font-size:11px;fill:#1d2330}
 
 std::string scatter_chart(std::string_view title, std::string_view x_label, std::string_view y_label,
                           const std::vector<ScatterPoint>& points, bool x_percent) {
-  constexpr double W = 560, H = 300, left = 56, right = 110, top = 26, bottom = 40;
+  constexpr double W = 560, H = 300, left = 72, right = 110, top = 26, bottom = 40;
   double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
   std::string left_out;
   for (const auto& p : points) {
@@ -214,15 +240,41 @@ std::string scatter_chart(std::string_view title, std::string_view x_label, std:
                          H - bottom + 14, x_percent ? fmt::format("{:.0f}%", 100 * u) : fmt::format("{:.3g}", u));
     }
     svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{}</text>"
-                       "<text x=\"12\" y=\"{}\" class=\"tk\" transform=\"rotate(-90 12 {})\" "
+                       "<text x=\"14\" y=\"{}\" class=\"tk\" transform=\"rotate(-90 14 {})\" "
                        "text-anchor=\"middle\">{}</text>",
                        left + (W - left - right) / 2, H - 6, esc(x_label), top + (H - top - bottom) / 2,
                        top + (H - top - bottom) / 2, esc(y_label));
+    // Labels: beside the point, else above, below or to its left, else further down, so that no
+    // two overlap (points of equal shares sit on each other: their names must not).
+    struct Box {
+      double x0, y0, x1, y1;
+    };
+    std::vector<Box> placed;
+    for (const auto& p : points)
+      if (std::isfinite(p.x) && std::isfinite(p.y)) placed.push_back({X(p.x) - 5, Y(p.y) - 5, X(p.x) + 5, Y(p.y) + 5});
+    auto free = [&](const Box& b) {
+      return std::none_of(placed.begin(), placed.end(),
+                          [&](const Box& o) { return b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1; });
+    };
     for (const auto& p : points) {
       if (!std::isfinite(p.x) || !std::isfinite(p.y)) continue;
-      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\"><title>{}</title></circle>"
-                         "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"pl\">{}</text>",
-                         X(p.x), Y(p.y), esc(p.color), esc(p.tooltip), X(p.x) + 8, Y(p.y) + 4, esc(p.label));
+      const double px = X(p.x), py = Y(p.y), w = 6.2 * double(p.label.size()) + 2;
+      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\"><title>{}</title></circle>", px, py,
+                         esc(p.color), esc(p.tooltip));
+      // Candidate baselines (x of the text start, y of the baseline).
+      std::vector<std::pair<double, double>> spots = {{px + 8, py + 4}, {px + 8, py - 8}, {px + 8, py + 16},
+                                                     {px - 8 - w, py + 4}, {px - w / 2, py - 10}, {px - w / 2, py + 18}};
+      for (int k = 1; k <= 8; ++k) spots.emplace_back(px + 8, py + 4 + 12.0 * k), spots.emplace_back(px + 8, py + 4 - 12.0 * k);
+      std::pair<double, double> at = spots[0];
+      for (const auto& s : spots) {
+        const Box b{s.first, s.second - 10, s.first + w, s.second + 2};
+        if (b.x0 >= 0 && b.x1 <= W && b.y0 >= 0 && b.y1 <= H && free(b)) {
+          at = s;
+          break;
+        }
+      }
+      placed.push_back({at.first, at.second - 10, at.first + w, at.second + 2});
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"pl\">{}</text>", at.first, at.second, esc(p.label));
     }
   }
   svg += "</svg><figcaption>";

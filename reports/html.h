@@ -29,11 +29,15 @@ std::string fmt_value(std::string_view metric, std::optional<double> v);
 std::string sort_value(std::optional<double> v);
 // CSS background for a legend swatch of the heatmap ramp.
 std::string legend_gradient();
+// A labelled legend of a heatmap on a fixed scale (inline SVG): the ramp from 0 to `scale` with
+// ticks every `scale / ticks`, the last "≥ scale", and `unit` after it (e.g. "of 255").
+std::string scale_legend(double scale, int ticks, std::string_view unit);
 // The ramp as a JS array of [r,g,b] anchors (9, evenly spaced), for canvas heatmaps.
 std::string ramp_js_array();
 
-// The coloured PASS/FAIL banner; `details` is HTML.
-std::string verdict_banner(bool passed, std::string_view details);
+// The coloured PASS/FAIL banner (green/red by `passed`, the gate's verdict); `details` is HTML;
+// `title` replaces the "PASS"/"FAIL" heading (HTML) where more must be said.
+std::string verdict_banner(bool passed, std::string_view details, std::string_view title = {});
 // Every gate check: threshold, value, verdict and the statistics behind it. With `by_variant`, a
 // variant column first.
 std::string gate_table(const GateSection& gate, bool by_variant);

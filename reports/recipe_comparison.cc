@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <set>
 
 #include "kernels/error.h"
 #include "reports/compare_report.h"
@@ -111,8 +112,16 @@ std::string render_table(const RecipeComparison& r) {
   const std::vector<MetricInfo> metrics = table_metrics(r);
   std::string h = "<div class=\"wide\"><table class=\"sortable\" id=\"recipes\"><thead><tr><th>recipe</th><th>gate</th>";
   for (const auto& m : metrics) h += "<th>" + html::esc(m.label) + " mean (p5)</th>";
-  h += "<th>worst layers (" + html::esc(r.layer_column) + ")</th><th>quantized nodes</th><th>params quantized</th>"
-       "<th>MACs quantized</th><th>est. weights</th><th>speed class (" + html::esc(r.target) +
+  // "Quantized" is one thing in every report: the share of MACs (per call) run quantized, with the
+  // parameters and compute nodes beside it, over the models named in the header.
+  std::set<std::string> models;
+  for (const auto& row : r.rows) models.insert(row.quantized_models.begin(), row.quantized_models.end());
+  std::string scope;
+  for (const auto& m : models) scope += (scope.empty() ? "" : " + ") + m;
+  h += "<th>worst layers (" + html::esc(r.layer_column) + ")</th><th title=\"share of multiply-accumulates run "
+       "quantized; then of parameters and compute nodes (Conv, MatMul, Gemm)\">quantized" +
+       (scope.empty() ? std::string() : " <span class=\"sub\">(" + html::esc(scope) + ")</span>") +
+       "</th><th>est. weights</th><th>speed class (" + html::esc(r.target) +
        ")</th><th>calibration</th></tr></thead><tbody>";
   for (const auto& row : r.rows) {
     h += fmt::format("<tr class=\"{}\" data-recipe=\"{}\">", row.gate_passed ? "" : "bad", html::esc(row.variant));
@@ -133,10 +142,10 @@ std::string render_table(const RecipeComparison& r) {
       h += "<div class=\"layer\"><span class=\"num\">" + html::fmt_value(r.layer_column, w.value) +
            "</span> <code>" + html::esc(w.name) + "</code></div>";
     h += "</td>";
-    h += fmt::format("<td class=\"num\" data-v=\"{}\">{} / {}</td>", row.quantized_nodes, row.quantized_nodes,
-                     row.compute_nodes);
-    h += "<td class=\"num\" data-v=\"" + html::sort_value(row.param_share()) + "\">" + pct(row.param_share()) + "</td>";
-    h += "<td class=\"num\" data-v=\"" + html::sort_value(row.mac_share()) + "\">" + pct(row.mac_share()) + "</td>";
+    h += fmt::format("<td class=\"num\" data-v=\"{}\">{} <span class=\"sub\">of MACs</span><br><span class=\"sub\">{} "
+                     "of params &middot; {}/{} nodes</span></td>",
+                     html::sort_value(row.mac_share()), pct(row.mac_share()), pct(row.param_share()),
+                     row.quantized_nodes, row.compute_nodes);
     h += fmt::format("<td class=\"num\" data-v=\"{}\">{}<br><span class=\"sub\">{} unquantized</span></td>",
                      row.weight_bytes, mb(row.weight_bytes), mb(row.reference_weight_bytes));
     h += fmt::format("<td><b style=\"color:{}\">{}</b>", speed_color(row.speed_class), html::esc(row.speed_class));

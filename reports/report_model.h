@@ -54,12 +54,29 @@ struct GateCheckRow {
   bool passed = false;
   std::string detail;  // the statistics behind the verdict
   std::string variant;  // qeval run: the variant checked ("" = the run as a whole)
+  // false: the run was told not to measure what the check reads (layer and NaN/Inf checks under
+  // --no-layers, local-error columns without local error, teacher-forced curves without teacher
+  // forcing). Such a check neither passes nor fails: `passed` stays true so it fails nothing, and
+  // every summary counts it apart. Last, so that positional initializers of the fields above hold.
+  bool measured = true;
 };
 
 struct GateSection {
   bool passed = true;
   std::string source;  // gate file, or "default (no --gate: errors only)"
   std::vector<GateCheckRow> checks;
+  std::size_t failed() const {
+    std::size_t n = 0;
+    for (const auto& c : checks) n += !c.passed;
+    return n;
+  }
+  std::size_t not_measured() const {
+    std::size_t n = 0;
+    for (const auto& c : checks) n += !c.measured;
+    return n;
+  }
+  // Checks that were measured and passed.
+  std::size_t passed_count() const { return checks.size() - failed() - not_measured(); }
 };
 
 // The pairs shown side by side in the HTML report.

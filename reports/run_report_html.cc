@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "reports/heatmap.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"
@@ -22,6 +23,8 @@ using html::sort_value;
 constexpr std::size_t kRankedRowsShown = 30;  // more behind a "show all" button
 constexpr std::size_t kImageRows = 24;        // samples shown as image rows (worst first)
 constexpr std::size_t kHistogramLayers = 8;
+constexpr std::size_t kSampleColumnsInOneTable = 12;
+constexpr std::size_t kMetricColumnsInVariants = 6;  // more metrics: one stacked cell  // (variant, metric) columns; more: a tab per variant
 // Columns of the ranked-layer tables (all of them are in report.json).
 constexpr std::string_view kRankedColumns[] = {"local_sqnr_db", "local_cosine", "local_rel_l2",
                                                "local_max_abs", "acc_sqnr_db",  "acc_rel_l2",
@@ -51,6 +54,45 @@ std::string num_td(std::string_view metric, std::optional<double> v) {
 
 std::string share_text(std::optional<double> share) {
   return share ? fmt::format("{:.0f}%", 100.0 * *share) : "&ndash;";
+}
+
+// What a variant quantizes, per model: the share of MACs, then parameters and compute nodes (the
+// one definition compare-recipes uses); node counts for a report without per-model shares.
+std::string quantized_cell(const Variant& v) {
+  if (v.quantization.empty())
+    return fmt::format("<td class=\"num\" data-v=\"{}\">{} <span class=\"sub\">of nodes ({} of {})</span></td>",
+                       sort_value(v.quantized_share()), share_text(v.quantized_share()), v.quantized_nodes,
+                       v.total_nodes);
+  double macs = 0, quantized = 0;
+  bool known = true;
+  std::string lines, untouched;
+  for (const auto& q : v.quantization) {
+    if (q.compute_nodes == 0) continue;
+    if (q.macs && q.quantized_macs) macs += *q.macs, quantized += *q.quantized_macs;
+    else known = false;
+    if (q.quantized_nodes == 0 && q.quantized_params == 0) {
+      untouched += (untouched.empty() ? "" : ", ") + esc(q.model);
+      continue;
+    }
+    lines += fmt::format("<div><b>{}</b> {} <span class=\"sub\">of MACs &middot; {} of params &middot; {}/{} "
+                         "nodes</span></div>",
+                         esc(q.model), q.mac_share() ? share_text(q.mac_share()) : "?",
+                         share_text(q.param_share()), q.quantized_nodes, q.compute_nodes);
+  }
+  if (lines.empty()) lines = "0% <span class=\"sub\">(nothing quantized)</span>";
+  else if (!untouched.empty()) lines += "<div class=\"sub\">0% of " + untouched + "</div>";
+  return fmt::format("<td data-v=\"{}\">{}</td>", known && macs > 0 ? sort_value(quantized / macs) : "", lines);
+}
+
+// A named timing ("ms_per_sample", "calibration_s_cached", ...) as a reader says it.
+std::string timing_text(std::string_view name, double value) {
+  if (name == "ms_per_sample") return fmt::format("{:.0f} ms <span class=\"sub\">per sample</span>", value);
+  if (name == "ms_per_step") return fmt::format("{:.1f} ms <span class=\"sub\">per step</span>", value);
+  if (name == "wall_s") return fmt::format("{:.1f} s <span class=\"sub\">wall</span>", value);
+  if (name == "calibration_s") return fmt::format("{:.1f} s <span class=\"sub\">calibration</span>", value);
+  if (name == "calibration_s_cached")
+    return fmt::format("{:.1f} s <span class=\"sub\">calibration (cached)</span>", value);
+  return esc(name) + " " + fmt::format("{:.4g}", value);
 }
 
 std::string artifact_text(const Artifact& a) {
@@ -115,12 +157,12 @@ std::string section(const char* id, const char* title, std::string_view sub = {}
 // ------------------------------------------------------------------------------- sections
 
 std::string render_verdict(const RunReport& r) {
-  std::size_t failed = 0;
-  for (const auto& c : r.gate.checks) failed += !c.passed;
+  const std::size_t unmeasured = r.gate.not_measured();
   const Variant* ref = r.reference();
   std::string details = fmt::format(
-      "{} of {} gate checks passed &middot; {} variant(s) against {} &middot; {} sample(s)",
-      r.gate.checks.size() - failed, r.gate.checks.size(),
+      "{} of {} gate checks passed{} &middot; {} variant(s) against {} &middot; {} sample(s)",
+      r.gate.passed_count(), r.gate.checks.size() - unmeasured,
+      unmeasured ? fmt::format(", {} not measured (neither pass nor fail)", unmeasured) : std::string(),
       r.variants.size() - (ref ? 1 : 0), ref ? esc(ref->name) : "?", r.samples.size());
   if (r.config.steps > 0) details += fmt::format(" &middot; {} steps", r.config.steps);
   std::string h = section("verdict", "Verdict");
@@ -129,15 +171,19 @@ std::string render_verdict(const RunReport& r) {
   for (const auto& v : r.variants) {
     if (v.reference) continue;
     auto failed_v = failed_checks(r.gate, v.name);
-    std::size_t checks = 0;
-    for (const auto& c : r.gate.checks) checks += c.variant == v.name;
+    std::size_t checks = 0, skipped = 0;
+    for (const auto& c : r.gate.checks)
+      if (c.variant == v.name) ++checks, skipped += !c.measured;
     h += "<li><b style=\"color:" + variant_color(r, v.name) + "\">" + esc(v.name) + "</b>: ";
+    const std::string not_measured =
+        skipped ? fmt::format("; <span class=\"nmv\">{} not measured</span>", skipped) : std::string();
     if (checks == 0) {
       h += "no gate check";
     } else if (failed_v.empty()) {
-      h += fmt::format("<span class=\"ok\">pass</span> ({} checks)", checks);
+      h += fmt::format("<span class=\"ok\">pass</span> ({} checks{})", checks - skipped, not_measured);
     } else {
-      h += fmt::format("<span class=\"no\">FAIL</span> ({} of {} checks failed: ", failed_v.size(), checks);
+      h += fmt::format("<span class=\"no\">FAIL</span> ({} of {} checks failed{}: ", failed_v.size(),
+                       checks - skipped, not_measured);
       for (std::size_t i = 0; i < failed_v.size(); ++i)
         h += (i ? "; " : "") + esc(failed_v[i]->name) + " &mdash; value " +
              fmt_value(failed_v[i]->metric, failed_v[i]->value);
@@ -156,8 +202,13 @@ std::string render_verdict(const RunReport& r) {
 std::string render_variants(const RunReport& r) {
   std::string h = section("variants", "Variants", "image metrics against the reference over all samples: mean (p5)");
   h += "<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>variant</th><th>kind</th><th>what runs</th>"
-       "<th>quantized nodes</th><th>samples</th><th>errors</th>";
-  for (const auto& m : r.metrics) h += "<th>" + esc(m.label) + "</th>";
+       "<th title=\"per model: the share of multiply-accumulates run quantized, then of parameters and compute "
+       "nodes (Conv, MatMul, Gemm)\">quantized</th><th>samples</th><th>errors</th>";
+  // Many metrics (a single model judged per output): one stacked cell instead of a column each.
+  const bool stacked = r.metrics.size() > kMetricColumnsInVariants;
+  if (stacked) h += "<th>metrics: mean (p5)</th>";
+  else
+    for (const auto& m : r.metrics) h += "<th>" + esc(m.label) + "</th>";
   h += "<th>timing</th>";
   h += "<th>gate</th></tr></thead><tbody>";
   for (const auto& v : r.variants) {
@@ -166,12 +217,23 @@ std::string render_variants(const RunReport& r) {
                      failed_v.empty() ? "" : "bad", variant_color(r, v.name), esc(v.name),
                      v.reference ? " (reference)" : "", variant_kind_name(v.kind),
                      variant_description(v));
-    h += fmt::format("<td class=\"num\" data-v=\"{}\">{} <span class=\"sub\">{} of {}</span></td>",
-                     sort_value(v.quantized_share()), share_text(v.quantized_share()),
-                     v.quantized_nodes, v.total_nodes);
+    h += quantized_cell(v);
     h += fmt::format("<td class=\"num\">{}</td><td class=\"num\">{}</td>", v.summary.samples,
                      v.summary.errors);
+    if (stacked) {
+      std::string lines;
+      for (const auto& m : r.metrics) {
+        const SummaryRow* s = nullptr;
+        for (const auto& row : v.summary.metrics)
+          if (row.metric == m.key) s = &row;
+        if (!s || s->count == 0) continue;
+        lines += fmt::format("<div><span class=\"sub\">{}</span> {} <span class=\"sub\">({})</span></div>",
+                             esc(m.label), fmt_value(m.key, s->mean), fmt_value(m.key, s->p5));
+      }
+      h += "<td class=\"name\">" + (lines.empty() ? std::string("&ndash;") : lines) + "</td>";
+    }
     for (const auto& m : r.metrics) {
+      if (stacked) break;
       const SummaryRow* s = nullptr;
       for (const auto& row : v.summary.metrics)
         if (row.metric == m.key) s = &row;
@@ -185,7 +247,7 @@ std::string render_variants(const RunReport& r) {
     }
     std::string timing;
     for (const auto& [name, value] : v.summary.timings)
-      timing += (timing.empty() ? "" : "<br>") + esc(name) + " " + fmt::format("{:.4g}", value);
+      timing += (timing.empty() ? "" : "<br>") + timing_text(name, value);
     h += "<td class=\"num\">" + timing + "</td>";
     std::size_t checks = 0;
     for (const auto& c : r.gate.checks) checks += c.variant == v.name;
@@ -215,41 +277,63 @@ std::string render_samples(const RunReport& r) {
         if (const auto* mv = res.metric(m.key); mv && (mv->value || res.identical)) any = true;
     if (any) shown.push_back(&m);
   }
-  h += "<table class=\"sortable\"><thead><tr><th>sample</th><th>prompt</th><th>seed</th>";
-  for (const auto* v : tested)
-    for (const auto* m : shown) h += "<th>" + esc(v->name) + " " + esc(m->label) + "</th>";
-  h += "<th>notes</th></tr></thead><tbody>";
-  for (const auto& s : r.samples) {
-    std::string notes;
-    bool bad = false, err = false;
-    for (const auto& res : s.results) {
-      if (!res.ok()) {
-        notes += (notes.empty() ? "" : "; ") + esc(res.variant + ": " + res.error);
-        err = true;
+  // One table with a column per (variant, metric) while that fits a screen; else one tab per
+  // variant (a single model judged per output has a dozen metrics).
+  const bool per_variant = tested.size() > 1 && tested.size() * shown.size() > kSampleColumnsInOneTable;
+  auto table = [&](const std::vector<const Variant*>& variants, const std::string& id) {
+    std::string t = "<table class=\"sortable\"" + (id.empty() ? std::string() : " id=\"" + id + "\"") +
+                    "><thead><tr><th>sample</th><th>prompt</th><th>seed</th>";
+    for (const auto* v : variants)
+      for (const auto* m : shown)
+        t += "<th class=\"name\">" + (variants.size() > 1 ? esc(v->name) + " " : std::string()) + esc(m->label) + "</th>";
+    t += "<th>notes</th></tr></thead><tbody>";
+    for (const auto& s : r.samples) {
+      std::string notes;
+      bool bad = false, err = false;
+      for (const auto& res : s.results) {
+        const bool in_table =
+            std::any_of(variants.begin(), variants.end(), [&](const Variant* v) { return v->name == res.variant; });
+        if (!in_table && (variants.size() < tested.size() || res.ok())) continue;  // the reference's errors: always
+        if (!res.ok()) {
+          notes += (notes.empty() ? "" : "; ") + esc(res.variant + ": " + res.error);
+          err = true;
+        }
+        for (const auto& f : res.failed_checks) {
+          notes += (notes.empty() ? "" : "; ") + esc(res.variant + ": " + f);
+          bad = true;
+        }
       }
-      for (const auto& f : res.failed_checks) {
-        notes += (notes.empty() ? "" : "; ") + esc(res.variant + ": " + f);
-        bad = true;
+      t += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td class=\"num\">{}</td>",
+                       err ? "err" : bad ? "bad" : "", esc(s.id), esc(s.prompt), s.seed ? std::to_string(*s.seed) : "");
+      for (const auto* v : variants) {
+        const SampleResult* res = s.result(v->name);
+        for (const auto* m : shown) {
+          std::optional<double> value;
+          if (res && res->ok())
+            if (const auto* mv = res->metric(m->key)) {
+              value = mv->value;
+              if (!value && res->identical) value = std::numeric_limits<double>::infinity();
+            }
+          t += num_td(m->key, value);
+        }
       }
+      t += "<td>" + notes + "</td></tr>";
     }
-    h += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td class=\"num\">{}</td>",
-                     err ? "err" : bad ? "bad" : "", esc(s.id), esc(s.prompt),
-                     s.seed ? std::to_string(*s.seed) : "");
-    for (const auto* v : tested) {
-      const SampleResult* res = s.result(v->name);
-      for (const auto* m : shown) {
-        std::optional<double> value;
-        if (res && res->ok())
-          if (const auto* mv = res->metric(m->key)) {
-            value = mv->value;
-            if (!value && res->identical) value = std::numeric_limits<double>::infinity();
-          }
-        h += num_td(m->key, value);
-      }
+    return t + "</tbody></table>";
+  };
+  if (!per_variant) {
+    h += table(tested, "");
+  } else {
+    std::string tabs = "<div class=\"tabs\">", panes;
+    for (std::size_t k = 0; k < tested.size(); ++k) {
+      const std::string id = "samples-" + std::to_string(k);
+      tabs += fmt::format("<button data-tab=\"{}\"{}>{}</button>", id, k == 0 ? " class=\"on\"" : "",
+                          esc(tested[k]->name));
+      panes += fmt::format("<div class=\"tab\" id=\"{}\"{}>", id, k == 0 ? "" : " hidden") +
+               table({tested[k]}, id + "-table") + "</div>";
     }
-    h += "<td>" + notes + "</td></tr>";
+    h += "<div class=\"tabbed\">" + tabs + "</div>" + panes + "</div>";
   }
-  h += "</tbody></table>";
 
   // Image rows: the samples whose worst variant scores lowest on the first metric come first.
   std::vector<std::pair<double, const SampleRow*>> rows;
@@ -268,9 +352,13 @@ std::string render_samples(const RunReport& r) {
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   if (rows.size() > kImageRows) rows.resize(kImageRows);
   if (!rows.empty()) {
-    h += "<h3>Images</h3><div class=\"sub\">reference | each variant | |reference &minus; variant| "
-         "<span class=\"legend\" style=\"" + html::legend_gradient() +
-         "\"></span> black 0 &rarr; bright at the scale in the caption";
+    h += "<h3>Images</h3><div class=\"sub\">reference | each variant | |reference &minus; variant|";
+    if (r.config.pipeline == "segmentation")
+      h += ": bright where the variant's mask differs from the reference's";
+    else
+      h += fmt::format(", max over RGB, on one fixed scale for every image of this report: <span "
+                       "id=\"diff-legend\">{}</span> (8-bit levels; brighter is a larger difference)",
+                       html::scale_legend(kDifferenceScale255, 4, "of 255"));
     if (rows.size() < r.samples.size())
       h += fmt::format("; {} of {} samples shown, worst {} first", rows.size(), r.samples.size(),
                        r.metrics.empty() ? "" : esc(r.metrics[0].label));
@@ -333,7 +421,7 @@ std::string render_layers(const RunReport& r) {
     panes += "</tr></thead><tbody>";
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
       const std::size_t l = order[rank];
-      panes += fmt::format("<tr{}><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td>",
+      panes += fmt::format("<tr{}><td class=\"num\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td>",
                            rank >= kRankedRowsShown ? " class=\"more\"" : "", rank + 1,
                            esc(r.layers[l].name), esc(r.layers[l].op),
                            l < t.format.size() ? esc(t.format[l]) : "");
@@ -749,15 +837,25 @@ document.querySelectorAll('table.collapsed th').forEach(th=>th.addEventListener(
  function fillQ(){const v=D.variants[+selV.value],prev=selQ.value;selQ.innerHTML='';
   for(const q in Q){if(values(v,q)){const o=document.createElement('option');o.value=q;o.textContent=Q[q][0];selQ.appendChild(o);}}
   if([...selQ.options].some(o=>o.value===prev))selQ.value=prev;}
- let cur=null,cw=8,ch=4,lm=0,tm=14;
+ // Blocks of rows: consecutive layers sharing the first part of their name ("/down_blocks.0/..."); names
+ // without a '/' path are top-level nodes.
+ const block=n=>{const p=n.split('/').filter(x=>x);return p.length>1?p[0]:'(top level)';};
+ const G=[];for(let r=0;r<N;r++){const b=block(D.names[r]);if(G.length&&G[G.length-1].name===b)G[G.length-1].end=r+1;else G.push({name:b,start:r,end:r+1});}
+ const groupOf=r=>{for(const g of G)if(r>=g.start&&r<g.end)return g.name;return '';};
+ cv.setAttribute('aria-label',N+' layer rows in '+G.length+' blocks: '+G.map(g=>g.name+' ('+(g.end-g.start)+')').join(', '));
+ let cur=null,cw=8,ch=4,lm=230,tm=14;
  function label(t,w){if(ctx.measureText(t).width<=w)return t;while(t.length>4&&ctx.measureText('\u2026'+t).width>w)t=t.slice(1);return '\u2026'+t;}
  function draw(){const v=D.variants[+selV.value],q=selQ.value,vals=q?values(v,q):null;
-  cw=Math.max(8,Math.floor(720/Math.max(1,S)));ch=Math.max(2,Math.min(14,Math.floor(900/Math.max(1,N))));lm=ch>=9?230:0;
+  cw=Math.max(8,Math.floor(720/Math.max(1,S)));ch=Math.max(2,Math.min(14,Math.floor(900/Math.max(1,N))));lm=230;
   cv.width=lm+S*cw;cv.height=tm+N*ch;ctx.fillStyle='#fff';ctx.fillRect(0,0,cv.width,cv.height);
   ctx.fillStyle='#ccc';ctx.fillRect(lm,tm,S*cw,N*ch);ctx.font='9px sans-serif';ctx.fillStyle='#5b6475';ctx.textBaseline='middle';
   const every=Math.max(1,Math.ceil(30/cw));ctx.textAlign='center';
   for(let s=0;s<S;s+=every)ctx.fillText(String(D.t[s]),lm+s*cw+cw/2,tm/2);
-  if(lm){ctx.textAlign='right';for(let r=0;r<N;r++)ctx.fillText(label(D.names[r],lm-6),lm-4,tm+r*ch+ch/2);}
+  ctx.textAlign='right';
+  if(ch>=9){for(let r=0;r<N;r++)ctx.fillText(label(D.names[r],lm-6),lm-4,tm+r*ch+ch/2);}
+  else{ctx.strokeStyle='#889';for(const g of G){const y0=tm+g.start*ch,y1=tm+g.end*ch;
+   ctx.beginPath();ctx.moveTo(lm-3,y0+0.5);ctx.lineTo(lm-3,y1-0.5);ctx.stroke();
+   if(y1-y0>=9)ctx.fillText(label(g.name+' ('+(g.end-g.start)+')',lm-10),lm-6,(y0+y1)/2);}}
   cur=vals;if(!vals){leg.textContent='';return;}
   const log=Q[q][1],fin=vals.filter(x=>x!==null&&isFinite(x)&&(!log||x>0)).sort((a,b)=>a-b);
   let lo=fin.length?fin[Math.floor(0.02*(fin.length-1))]:0,hi=fin.length?fin[fin.length-1]:1;
@@ -765,11 +863,12 @@ document.querySelectorAll('table.collapsed th').forEach(th=>th.addEventListener(
   const f=log?(x=>(Math.log(x)-Math.log(lo))/(Math.log(hi)-Math.log(lo))):(x=>(x-lo)/(hi-lo));
   for(let r=0;r<N;r++)for(let s=0;s<S;s++){const x=vals[r*S+s];if(x===null)continue;
    ctx.fillStyle=(log&&!(x>0))?rgb(0):rgb(f(x));ctx.fillRect(lm+s*cw,tm+r*ch,cw,ch);}
+  if(ch<9){ctx.fillStyle='#fff';for(const g of G)if(g.start>0)ctx.fillRect(lm,tm+g.start*ch,S*cw,1);}
   leg.innerHTML='';const sw=document.createElement('span');sw.className='legend';sw.style.background=LEGEND;
   leg.append(lo.toPrecision(3)+(log?' (log) ':' '),sw,' '+hi.toPrecision(3)+(q==='drift_calib'?' (>1: beyond the calibrated range)':'')+'; grey: not measured');}
  cv.addEventListener('mousemove',e=>{if(!cur)return;const b=cv.getBoundingClientRect();
   const s=Math.floor((e.clientX-b.left-lm)/cw),r=Math.floor((e.clientY-b.top-tm)/ch);if(s<0||s>=S||r<0||r>=N)return;
-  const x=cur[r*S+s];tip.textContent=D.names[r]+' ('+D.ops[r]+') \u00b7 step '+s+' (t='+D.t[s]+') \u00b7 '+(x===null?'not measured':x.toPrecision(4));});
+  const x=cur[r*S+s];tip.textContent=groupOf(r)+' \u00b7 '+D.names[r]+' ('+D.ops[r]+') \u00b7 step '+s+' (t='+D.t[s]+') \u00b7 '+(x===null?'not measured':x.toPrecision(4));});
  selV.addEventListener('change',()=>{fillQ();draw();});selQ.addEventListener('change',draw);
  fillQ();draw();
 })();

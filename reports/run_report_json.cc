@@ -69,6 +69,16 @@ json variant_json(const Variant& v) {
   json unquantized = json::array();
   for (const auto& u : v.unquantized)
     unquantized.push_back({{"model", u.model}, {"name", u.name}, {"op", u.op}, {"reason", u.reason}});
+  json quantization = json::array();
+  for (const auto& q : v.quantization)
+    quantization.push_back({{"model", q.model},
+                            {"mac_share", special_number(q.mac_share())},
+                            {"macs", special_number(q.macs)},
+                            {"quantized_macs", special_number(q.quantized_macs)},
+                            {"params", q.params},
+                            {"quantized_params", q.quantized_params},
+                            {"compute_nodes", q.compute_nodes},
+                            {"quantized_nodes", q.quantized_nodes}});
   json metrics = json::array();
   for (const auto& s : v.summary.metrics) metrics.push_back(summary_row_json(s));
   json timings = json::array();
@@ -88,6 +98,7 @@ json variant_json(const Variant& v) {
           {"matched_by_structure", v.matched_by_structure},
           {"unmatched", unmatched},
           {"unquantized", unquantized},
+          {"quantization", quantization},
           {"summary",
            {{"samples", v.summary.samples},
             {"errors", v.summary.errors},
@@ -133,6 +144,7 @@ json gate_json(const GateSection& g) {
                       {"threshold", special_number(c.threshold)},
                       {"value", special_number(c.value)},
                       {"passed", c.passed},
+                      {"measured", c.measured},
                       {"detail", c.detail}});
   return {{"passed", g.passed}, {"source", g.source}, {"checks", checks}};
 }
@@ -390,6 +402,21 @@ Variant read_variant(const In& in) {
     In u = unquantized[i];
     v.unquantized.push_back({u["model"].str(), u["name"].str(), u["op"].str(), u["reason"].str()});
   }
+  if (in.has("quantization")) {  // absent before it existed
+    In quantization = in["quantization"];
+    for (std::size_t i = 0; i < quantization.size(); ++i) {
+      In q = quantization[i];
+      ModelQuantization m;
+      m.model = q["model"].str();
+      m.macs = q["macs"].optional_special();
+      m.quantized_macs = q["quantized_macs"].optional_special();
+      m.params = std::int64_t(q["params"].count());
+      m.quantized_params = std::int64_t(q["quantized_params"].count());
+      m.compute_nodes = q["compute_nodes"].count();
+      m.quantized_nodes = q["quantized_nodes"].count();
+      v.quantization.push_back(std::move(m));
+    }
+  }
   In sum = in["summary"];
   v.summary.samples = sum["samples"].count();
   v.summary.errors = sum["errors"].count();
@@ -609,6 +636,7 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
     row.threshold = ch["threshold"].special();
     row.value = ch["value"].optional_special();
     row.passed = ch["passed"].boolean();
+    if (ch.has("measured")) row.measured = ch["measured"].boolean();  // absent before it existed
     row.detail = ch["detail"].str();
     r.gate.checks.push_back(std::move(row));
   }

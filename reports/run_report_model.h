@@ -33,7 +33,7 @@ inline constexpr float kNotMeasured = std::numeric_limits<float>::quiet_NaN();
 struct Artifact {
   std::string name;         // short name shown in reports, e.g. "tiny-sd", "int8-level3"
   std::string path;         // as given; empty for built-in defaults
-  std::string fingerprint;  // "sha256:<hex>" of the content (or of the files, for a folder)
+  std::string fingerprint;  // "fnv1a64:<hex>" of the content (docs/report.md says of what, per artifact)
   bool operator==(const Artifact&) const = default;
 };
 
@@ -82,6 +82,25 @@ struct VariantSummary {
   std::vector<std::pair<std::string, double>> timings;
 };
 
+// What a variant quantizes of one model, over the reference model's compute nodes (Conv,
+// ConvTranspose, MatMul, Gemm) as `qeval compare-recipes` counts them. "Quantized" means the share
+// of multiply-accumulates (MACs) run in a quantized format; parameters and nodes go beside it.
+struct ModelQuantization {
+  std::string model;
+  std::size_t compute_nodes = 0, quantized_nodes = 0;
+  std::int64_t params = 0, quantized_params = 0;  // float weights of the model / of quantized nodes
+  std::optional<double> macs, quantized_macs;     // per call; none when the shapes were not recorded
+  std::optional<double> mac_share() const {
+    if (!macs || !quantized_macs || *macs <= 0) return std::nullopt;
+    return *quantized_macs / *macs;
+  }
+  std::optional<double> param_share() const {
+    if (params <= 0) return std::nullopt;
+    return double(quantized_params) / double(params);
+  }
+  bool operator==(const ModelQuantization&) const = default;
+};
+
 struct Variant {
   std::string name;  // unique, e.g. "fp16", "int8-l3"
   VariantKind kind = VariantKind::kPrecision;
@@ -97,6 +116,9 @@ struct Variant {
   VariantSummary summary;
   // kind == kRecipe: every quantizable node the recipe left in float, with the reason.
   std::vector<UnquantizedNode> unquantized;
+  // Per model of the pipeline: what the variant quantizes (empty when not computed, e.g. a report
+  // read from a version before it existed).
+  std::vector<ModelQuantization> quantization;
   std::optional<double> quantized_share() const {
     if (total_nodes == 0) return std::nullopt;
     return double(quantized_nodes) / double(total_nodes);

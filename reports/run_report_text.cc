@@ -44,15 +44,32 @@ std::optional<std::size_t> worst_layers_line(const RunReport& r, const LayerTabl
   return order[0];
 }
 
+// "quantized": the share of MACs per model the variant quantizes ("unet 84%"); "0%" when it
+// quantizes none; the share of nodes, as before, for a report without per-model shares (a merge).
+std::string quantized_text(const Variant& v) {
+  if (v.quantization.empty()) {
+    auto share = v.quantized_share();
+    return share ? fmt::format("{:.0f}%", 100 * *share) : "-";
+  }
+  std::string out;
+  for (const auto& q : v.quantization) {
+    if (q.quantized_nodes == 0) continue;
+    const auto share = q.mac_share();
+    out += (out.empty() ? "" : ", ") + q.model + " " + (share ? fmt::format("{:.0f}%", 100 * *share) : "?");
+  }
+  return out.empty() ? "0%" : out;
+}
+
 }  // namespace
 
 std::string render_summary_text(const RunReport& r, const std::filesystem::path& out_dir) {
   std::vector<std::string> lines;
-  std::size_t failed = 0;
-  for (const auto& c : r.gate.checks) failed += !c.passed;
-  lines.push_back(clip(fmt::format("qeval run: {} - {} of {} gate checks passed ({})",
-                                   r.gate.passed ? "PASS" : "FAIL", r.gate.checks.size() - failed,
-                                   r.gate.checks.size(), r.gate.source)));
+  const std::size_t failed = r.gate.failed(), unmeasured = r.gate.not_measured();
+  lines.push_back(clip(fmt::format("qeval run: {} - {} of {} gate checks passed{} ({})",
+                                   r.gate.passed ? "PASS" : "FAIL", r.gate.passed_count(),
+                                   r.gate.checks.size() - unmeasured,
+                                   unmeasured ? fmt::format(", {} not measured", unmeasured) : "",
+                                   r.gate.source)));
   const Variant* ref = r.reference();
   std::string what = fmt::format("{} | {} sample(s)", r.config.model.name, r.samples.size());
   if (r.config.steps > 0) what += fmt::format(" | {} steps", r.config.steps);
@@ -82,10 +99,9 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
       lines.push_back(fmt::format("... and {} more variants (see report.html)", r.variants.size() - kMaxVariantsListed));
       break;
     }
-    auto share = v.quantized_share();
     std::string row = fmt::format("{:<{}}  {:<9}  {:>9}", v.name.substr(0, 24), name_w,
                                   v.reference ? "reference" : std::string(variant_kind_name(v.kind)),
-                                  share ? fmt::format("{:.0f}%", 100 * *share) : "-");
+                                  quantized_text(v));
     for (const auto* m : shown) {
       std::string cell = "-";
       for (const auto& s : v.summary.metrics)
@@ -96,10 +112,11 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
     for (const auto& [name, value] : v.summary.timings)
       if (name == "ms_per_sample") ms = value;
     row += fmt::format("  {:>9}", ms ? fmt::format("{:.0f}", *ms) : "-");
-    std::size_t checks = 0, bad = 0;
+    std::size_t checks = 0, bad = 0, skipped = 0;
     for (const auto& c : r.gate.checks)
-      if (c.variant == v.name) ++checks, bad += !c.passed;
-    row += checks == 0 ? "  -" : bad == 0 ? "  pass" : fmt::format("  FAIL {}/{}", bad, checks);
+      if (c.variant == v.name) ++checks, bad += !c.passed, skipped += !c.measured;
+    row += checks == 0 ? "  -" : bad == 0 ? "  pass" : fmt::format("  FAIL {}/{}", bad, checks - skipped);
+    if (skipped) row += fmt::format(" ({} not measured)", skipped);
     if (v.summary.errors) row += fmt::format(", {} failed", v.summary.errors);
     lines.push_back(clip(row));
   }
@@ -117,6 +134,26 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
       lines.push_back(clip(fmt::format("  {:<{}}  {}: value {}", c.variant.empty() ? "(run)" : c.variant,
                                        name_w, c.name, num(c.metric, c.value))));
     }
+  }
+
+  if (unmeasured) {
+    lines.emplace_back();
+    lines.push_back("not measured (neither pass nor fail):");
+    std::size_t shown_skipped = 0;
+    for (const auto& c : r.gate.checks) {
+      if (c.measured) continue;
+      if (shown_skipped++ == kMaxFailedLines) {
+        lines.push_back(fmt::format("  ... and {} more", unmeasured - kMaxFailedLines));
+        break;
+      }
+      lines.push_back(clip(fmt::format("  {:<{}}  {}", c.variant.empty() ? "(run)" : c.variant, name_w, c.name)));
+    }
+    // Why, once: the checks of one kind share it.
+    for (const auto& c : r.gate.checks)
+      if (!c.measured) {
+        lines.push_back(clip("  (" + c.detail + ")"));
+        break;
+      }
   }
 
   std::vector<std::string> worst;

@@ -139,15 +139,18 @@ std::string render_html(const TriageReport& r) {
     verdict = fmt::format("{} already passes the gate ({} {}); no node needs to fall back.", esc(r.variant), esc(mk),
                           html::fmt_value(mk, r.metric_full));
   else if (best)
-    verdict = fmt::format("Keep {} of {} quantized nodes in {}: {} {} &rarr; {} ({} search). Fallback recipe: "
-                          "<code>{}</code>.",
-                          best->kept.size(), r.nodes.size(), esc(r.precision), esc(mk),
+    verdict = fmt::format("{} fails the gate as given. Keeping {} of {} quantized nodes in {} passes it: {} {} "
+                          "&rarr; {} ({} search). Fallback recipe: <code>{}</code>.",
+                          esc(r.variant), best->kept.size(), r.nodes.size(), esc(r.precision), esc(mk),
                           html::fmt_value(mk, r.metric_full), html::fmt_value(mk, best->metric), esc(best->strategy),
                           esc(r.override_recipe.path.empty() ? r.override_recipe.name : r.override_recipe.path));
   else
     verdict = fmt::format("No fallback passes: with every node in {} the variant gives {} {} and still fails.",
                           esc(r.precision), esc(mk), html::fmt_value(mk, r.metric_none));
-  h += html::verdict_banner(r.full_passed || best != nullptr, verdict);
+  // The colour is the gate's verdict on the variant as given: red unless it passes; a fallback
+  // found is said in the heading, not by turning the banner green.
+  h += html::verdict_banner(r.full_passed, verdict,
+                            r.full_passed ? "PASS" : best ? "FAIL &middot; fallback found" : "FAIL &middot; no fallback");
 
   h += "<h2 id=\"searches\">Searches</h2><table><thead><tr><th>search</th><th>nodes kept</th><th>runs</th>"
        "<th>" + esc(r.metric.label) + "</th><th>verdict</th><th>how</th></tr></thead><tbody>";

@@ -10,6 +10,8 @@
 #   /usr/bin/python3 tools/scenes.py --goldens          # rewrites tests/data/scenes/
 #   /usr/bin/python3 tools/scenes.py --prompts          # rewrites prompts/tiny_calib.txt, tiny_eval.txt
 #   /usr/bin/python3 tools/scenes.py --show SEED INDEX  # prints one scene's caption and objects
+#   /usr/bin/python3 tools/scenes.py --show 6221146 1 --png samples/segment/scene.png \
+#       --mask 1 samples/segment/ref.png                 # the `qeval segment` example's files
 #
 # Needs only numpy (any version >= 1.17); runs on Debian's Python and on the GPU machine's.
 
@@ -404,6 +406,8 @@ def main():
     ap.add_argument("--prompts", action="store_true")
     ap.add_argument("--show", nargs=2, type=int, metavar=("SEED", "INDEX"))
     ap.add_argument("--png", help="with --show: write the image here")
+    ap.add_argument("--mask", nargs=2, metavar=("K", "PATH"),
+                    help="with --show: write object K's mask (0-based, caption order) as a gray PNG here")
     a = ap.parse_args()
     if a.goldens:
         write_goldens()
@@ -417,6 +421,8 @@ def main():
                   "centre (%.2f, %.2f) px, radius %.2f px" % (o["cx"] / SUB, o["cy"] / SUB, o["r"] / SUB))
         if a.png:
             write_png(a.png, s["image"])
+        if a.mask:
+            write_png(a.mask[1], s["masks"][int(a.mask[0])])
     if not (a.goldens or a.prompts or a.show):
         ap.print_help()
         return 2

@@ -51,13 +51,15 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   eval::RunResult result = eval::start_run(spec, *driver, std::move(variants), options);
   eval::CallShapes shapes(spec.reference);
   result.observation.node_hook = shapes.hook();
+  result.observation.node_hook_variant = spec.reference;
   if (tty)
     fmt::print(stderr, "qeval compare-recipes: {} ({}), {} units, {} recipe(s) against {}\n", driver->name(),
                eval::run_pipeline_kind_name(driver->kind()), driver->units(), recipes.size(), spec.reference);
   eval::run_units(spec, *driver, result, options);
 
   eval::ReportContext rc = report_context(ctx);
-  rc.threads = tbb::this_task_arena::max_concurrency();
+  rc.threads = worker_threads();
+  rc.shapes = &shapes;
   reports::RunReport report = eval::build_run_report(spec, *driver, result, rc);
   eval::apply_run_gate(gate, report);
   reports::write_run_report(report, run_dir);

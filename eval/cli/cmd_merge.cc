@@ -13,6 +13,7 @@
 #include "eval/run/run_report_build.h"
 #include "eval/run/run_state.h"
 #include "kernels/error.h"
+#include "reports/run_report.h"
 
 namespace qeval::cli {
 namespace {
@@ -34,6 +35,19 @@ void copy_images(const fs::path& from, const fs::path& to, const eval::UnitOutco
         fs::create_directories((to / *rel).parent_path());
         fs::copy_file(from / *rel, to / *rel, fs::copy_options::overwrite_existing);
       }
+}
+
+// What each variant quantizes needs one call's shapes, which the shards recorded and a merge has
+// not: taken from the first shard report.json that has it (a shard without one leaves it empty).
+void take_quantization(reports::RunReport& report, const std::vector<std::string>& dirs) {
+  for (const auto& d : dirs) {
+    const fs::path f = (fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path()) / "report.json";
+    if (!fs::exists(f)) continue;
+    const reports::RunReport shard = reports::read_run_report(f);
+    for (auto& v : report.variants)
+      if (const reports::Variant* s = shard.variant(v.name); s && v.quantization.empty())
+        v.quantization = s->quantization;
+  }
 }
 
 int run_merge(const MergeArgs& a, const Context& ctx) {
@@ -81,7 +95,12 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
                                  missing, result.done.size(), first_missing));
   eval::save_run_state(out / eval::kRunStateFile, result, *driver, key, infos.front().spec_json, spec.source);
   eval::ReportContext rc = report_context(ctx);
-  return eval::write_run_outputs(spec, *driver, result, gate, rc, out);
+  reports::RunReport report = eval::build_run_report(spec, *driver, result, rc);
+  take_quantization(report, a.dirs);
+  eval::apply_run_gate(gate, report);
+  reports::write_run_report(report, out);
+  fmt::print("{}", reports::render_summary_text(report, out));
+  return report.gate.passed ? eval::kExitPass : eval::kExitGateFailed;
 }
 
 Runner add_merge(CLI::App& app) {

@@ -11,6 +11,7 @@
 #include "eval/exit_codes.h"
 #include "eval/gate.h"
 #include "eval/progress.h"
+#include "eval/run/compare_recipes.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/run_report_build.h"
@@ -63,6 +64,9 @@ int run_run(const RunArgs& a, const Context& ctx) {
   options.progress = tty;
   if (shard) options.units = eval::shard_units(driver->units(), shard->first, shard->second);
   eval::RunResult result = eval::start_run(spec, *driver, std::move(variants), options);
+  eval::CallShapes shapes(spec.reference);  // one call of each model: the MACs behind "quantized"
+  result.observation.node_hook = shapes.hook();
+  result.observation.node_hook_variant = spec.reference;
 
   // The result cache: a state of the same run in --out holds units that need not run again.
   const fs::path state = out / eval::kRunStateFile;
@@ -122,8 +126,9 @@ int run_run(const RunArgs& a, const Context& ctx) {
   }
 
   eval::ReportContext rc = report_context(ctx);
-  rc.threads = tbb::this_task_arena::max_concurrency();
+  rc.threads = worker_threads();
   rc.shard = a.shard;
+  rc.shapes = &shapes;
   return eval::write_run_outputs(spec, *driver, result, gate, rc, out);
 }
 

@@ -90,7 +90,57 @@ std::vector<reports::WorstLayer> worst_layers(const reports::RunReport& report, 
   return out;
 }
 
+std::int64_t float_param_count(const Graph& g) {
+  std::int64_t n = 0;
+  for (const auto& [name, t] : g.initializers)
+    if (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat16 || t.dtype() == DType::kBFloat16) n += t.numel();
+  return n;
+}
+
 }  // namespace
+
+std::optional<reports::ModelQuantization> model_quantization(const std::string& model, const Graph& reference,
+                                                            const Graph* variant,
+                                                            const std::map<std::string, Shape>& call) {
+  reports::ModelQuantization q;
+  q.model = model;
+  q.params = float_param_count(reference);
+  std::unordered_map<std::string, quant::ComputeState> state;
+  if (variant) {
+    quant::LintOptions lo;
+    for (const auto& in : variant->inputs)
+      if (auto it = call.find(in.name); it != call.end()) lo.input_shapes[in.name] = it->second;
+    try {
+      for (const auto& n : quant::lint_graph(*variant, lo).nodes) state[n.name] = n.state;
+    } catch (const InputError&) {
+      return std::nullopt;
+    }
+  }
+  double macs = 0, quantized_macs = 0;
+  bool known = true;
+  const std::vector<quant::ComputeCost> costs = quant::compute_costs(reference, call);
+  for (const quant::ComputeCost& cost : costs) {
+    ++q.compute_nodes;
+    const auto st = state.find(cost.name);
+    const bool quantized = st != state.end() && st->second == quant::ComputeState::kQuantized;
+    q.quantized_nodes += quantized;
+    if (quantized || (st != state.end() && st->second == quant::ComputeState::kWeightOnly))
+      q.quantized_params += cost.params;
+    if (!cost.macs) {
+      known = false;
+      continue;
+    }
+    macs += *cost.macs;
+    if (quantized) quantized_macs += *cost.macs;
+  }
+  // A separate export stores quantized weights as int8/fp8 initializers, which are not float: keep
+  // the share within the compute nodes' own parameters at least.
+  std::int64_t compute_params = 0;
+  for (const quant::ComputeCost& cost : costs) compute_params += cost.params;
+  q.params = std::max(q.params, compute_params);
+  if (known && macs > 0) q.macs = macs, q.quantized_macs = quantized_macs;
+  return q;
+}
 
 reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const RunResult& result,
                                                   const reports::RunReport& report, const CallShapes& shapes,

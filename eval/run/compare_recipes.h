@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ class CallShapes {
   std::map<std::string, std::map<std::string, Shape>> shapes_;  // model -> value -> shape
   std::map<std::string, std::pair<std::string, int>> first_call_;  // model -> (context, step) recorded
 };
+
+// What `variant` quantizes of one model, counted as compare-recipes counts it: the compute nodes of
+// `costs` (the reference model for a recipe variant, the variant's own graph for a separate export),
+// their float parameters and MACs at `call` shapes, quantized where `qeval lint` (no target) says the
+// variant runs them quantized (parameters also where weight-only). `variant` null: nothing is
+// quantized (a precision variant). nullopt when lint cannot run on the variant (e.g. it needs
+// shapes that were not recorded). `macs` stay empty when a shape is unknown.
+std::optional<reports::ModelQuantization> model_quantization(const std::string& model, const Graph& costs,
+                                                            const Graph* variant,
+                                                            const std::map<std::string, Shape>& call);
 
 struct CompareRecipesSettings {
   int target_sm = 89;  // TensorRT target of the speed classes

@@ -633,7 +633,9 @@ class LockstepObserver::NodeObserver : public Observer {
   void on_node(const NodeEvent& e) override;
   // A view's statistics come from its input's by address (Recent) or from its own output; the
   // reference's inputs are captured for local error, and a node hook may read any event.
-  bool reads_view_inputs() const override { return (capture_ && o_.run_.local_error) || o_.run_.node_hook; }
+  bool reads_view_inputs() const override {
+    return (capture_ && o_.run_.local_error) || o_.run_.hooks(o_.variant_);
+  }
   void on_release(Tensor& value) override {
     if (capture_) o_.capture_.on_release(value);
   }
@@ -670,7 +672,7 @@ class LockstepObserver::NodeObserver : public Observer {
 bool LockstepObserver::NodeObserver::begin_stream(const std::vector<Node>& nodes,
                                                    std::span<const std::size_t> members, const Shape& shape) {
   const RunObservation& run = o_.run_;
-  if (capture_ || !compare_ || run.node_hook || run.full_tensors) return false;
+  if (capture_ || !compare_ || run.hooks(o_.variant_) || run.full_tensors) return false;
   if (streamed_.size() < members.size()) streamed_.resize(members.size());
   for (std::size_t k = 0; k < members.size(); ++k) {
     const ObservedNodes::Info* info = o_.node_info(nodes[members[k]], members[k]);
@@ -741,7 +743,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   const RunObservation& run = o_.run_;
   const ObservedVariant& variant = run.variants[o_.variant_];
   const int layer = info->layer;
-  if (run.node_hook) run.node_hook(variant.name, call_, e);
+  if (run.hooks(o_.variant_)) run.node_hook(variant.name, call_, e);
   Capture& cap = o_.capture_;
   // A variant's node is the last reader of the reference's value it compares with (after its
   // non-finite check below), whatever path it takes.

@@ -327,6 +327,12 @@ struct RunObservation {
   void count_readers();
   TensorSink full_tensors;  // empty: not kept
   NodeHook node_hook;       // empty: none
+  // Only this variant's events reach node_hook ("" = every variant's); the others' observers keep
+  // their fast paths (streamed chains, views taking over buffers).
+  std::string node_hook_variant;
+  bool hooks(std::size_t variant) const {
+    return node_hook && (node_hook_variant.empty() || variants[variant].name == node_hook_variant);
+  }
 
   UnitObservation make_unit() const;
 };

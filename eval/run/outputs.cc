@@ -8,7 +8,9 @@
 
 #include "eval/compare_images.h"
 #include "eval/pipelines/segmentation.h"
+#include "kernels/pooling.h"
 #include "reports/files.h"
+#include "reports/heatmap.h"
 
 namespace qeval::eval {
 
@@ -25,6 +27,22 @@ std::string as_string(const std::vector<std::uint8_t>& bytes) { return std::stri
 void write_png(const fs::path& out_dir, const fs::path& rel, const std::vector<std::uint8_t>& png) {
   fs::create_directories((out_dir / rel).parent_path());
   reports::write_file_atomic(out_dir / rel, as_string(png));
+}
+
+// |ref - test| in 8-bit levels (max over channels, max-pooled by f so that a small defect survives
+// the thumbnail) on the report's fixed scale (reports::kDifferenceScale255); also the largest value.
+datasets::Rgb8 fixed_scale_heatmap(const Tensor& ref, const Tensor& test, int f, double& max_diff) {
+  const int c = int(ref.dim(0)), h = int(ref.dim(1)), w = int(ref.dim(2));
+  const std::size_t plane = std::size_t(h) * std::size_t(w);
+  std::vector<float> diff(plane, 0.0f);
+  const float* a = ref.data<float>();
+  const float* b = test.data<float>();
+  for (int k = 0; k < c; ++k)
+    for (std::size_t p = 0; p < plane; ++p) diff[p] = std::max(diff[p], std::abs(a[k * plane + p] - b[k * plane + p]));
+  max_diff = diff.empty() ? 0.0 : double(*std::max_element(diff.begin(), diff.end()));
+  int th = 0, tw = 0;
+  const auto pooled = kernels::pool_plane(diff.data(), h, w, f, kernels::PoolMode::kMax, &th, &tw);
+  return datasets::Rgb8{tw, th, 3, reports::heatmap_rgb(pooled, float(reports::kDifferenceScale255))};
 }
 
 }  // namespace
@@ -52,9 +70,10 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
     for (auto& v : values)
       if (v.key == "psnr_db" || v.key == "ssim" || v.key == "ms_ssim") out.metrics.push_back(std::move(v));
   }
-  const DifferenceHeatmap heat = difference_heatmap(ref_planes, planes, 255.0, f);
-  out.heatmap_png = datasets::encode_png(heat.image);
-  out.heatmap_legend = fmt::format("|diff| max over RGB: black 0, bright >= {:.3g} of 255 (p99.9)", heat.scale);
+  double max_diff = 0;
+  out.heatmap_png = datasets::encode_png(fixed_scale_heatmap(ref_planes, planes, f, max_diff));
+  out.heatmap_legend = fmt::format("largest {:g} of 255 (fixed scale: bright >= {:g})", max_diff,
+                                   reports::kDifferenceScale255);
   if (!out_dir.empty()) {
     out.heatmap_path = (dir / (file_name_for(variant) + "_diff.png")).generic_string();
     write_png(out_dir, out.heatmap_path, out.heatmap_png);

@@ -12,6 +12,7 @@
 
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
+#include "eval/run/compare_recipes.h"
 #include "kernels/error.h"
 #include "reports/run_report.h"
 
@@ -178,6 +179,20 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
       for (const Node& n : g.nodes)
         if (!is_quantization_plumbing(n) && n.op_type != "Constant") ++out.total_nodes;
       out.quantized_nodes += count_quantized_nodes(g);
+    }
+    if (ctx.shapes) {
+      // Per model, as compare-recipes counts it (the share of MACs); all models or none.
+      for (const auto& m : driver.models()) {
+        const Graph* g = b.graphs.at(m).get();
+        const Graph* rg = res.variants[r].graphs.at(m).get();
+        const bool separate = b.kind == reports::VariantKind::kOnnx;
+        auto q = model_quantization(m, separate ? *g : *rg, g == rg ? nullptr : g, ctx.shapes->of(m));
+        if (!q) {
+          out.quantization.clear();
+          break;
+        }
+        out.quantization.push_back(std::move(*q));
+      }
     }
     if (layers_on) {
       // Matching is reported where the variant runs another graph than the reference.
@@ -406,6 +421,22 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
 
   rep.gate = {};
   rep.gate.source = gate.source;
+  // What the run was told not to measure: checks reading it are "not measured" (neither pass nor
+  // fail). A run that observed layers and matched none of a check's is measured and fails.
+  auto setting_off = [&](std::string_view key) {
+    for (const auto& [k, v] : rep.config.settings)
+      if (k == key) return v == "false";
+    return false;
+  };
+  const bool layers_off = setting_off("observe.layers");
+  const bool local_off = layers_off || setting_off("observe.local_error");
+  const bool teacher_forcing_off = setting_off("observe.teacher_forced");
+  auto not_measured = [](reports::GateCheckRow& row, std::string why) {
+    row.measured = false;
+    row.passed = true;  // fails nothing; summaries count it apart
+    row.value = std::nullopt;
+    row.detail = "not measured: " + std::move(why);
+  };
   // The layer checks' node patterns (load_gate checked them), compiled once for every variant.
   std::vector<std::optional<std::regex>> node_patterns(gate.layer_checks.size());
   for (std::size_t i = 0; i < gate.layer_checks.size(); ++i)
@@ -505,6 +536,10 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         row.passed = !fail_diverged && value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
         row.detail = detail;
         row.variant = variant.name;
+        if (layers_off)
+          not_measured(row, "this run did not observe layers (--no-layers or observe.layers false)");
+        else if (local_off && lc.column.rfind("local_", 0) == 0)
+          not_measured(row, "this run did not measure local error (observe.local_error false)");
         rep.gate.checks.push_back(std::move(row));
       }
     }
@@ -545,6 +580,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         row.passed = value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
         row.detail = detail;
         row.variant = variant.name;
+        if (teacher_forcing_off && sc.mode == "teacher-forced")
+          not_measured(row, "this run did not run teacher-forced steps (observe.teacher_forced false)");
         rep.gate.checks.push_back(std::move(row));
       }
     }
@@ -566,6 +603,9 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         if (hit.variant == variant.name)
           row.detail += fmt::format("; first at node '{}' ({}) step {} of sample {}", hit.node, hit.op, hit.step, hit.sample);
       row.variant = variant.name;
+      if (layers_off)
+        not_measured(row, "this run did not observe layers (--no-layers or observe.layers false): NaN/Inf inside "
+                          "the network not counted (final outputs are checked by the sample checks)");
       rep.gate.checks.push_back(std::move(row));
     }
   }

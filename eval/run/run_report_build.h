@@ -10,6 +10,8 @@
 
 namespace qeval::eval {
 
+class CallShapes;  // eval/run/compare_recipes.h
+
 struct ReportContext {
   std::string tool_version, created_utc, command_line;
   int threads = 0;
@@ -17,6 +19,9 @@ struct ReportContext {
   // false: the model, input and export fingerprints stay empty (they hash every weight and the
   // input set; triage builds a report per search step and reads only its metrics and gate).
   bool fingerprints = true;
+  // The shapes one call of each model ran with (recorded by the reference's node hook), for the
+  // MACs of Variant::quantization; null: MACs unknown (parameters and nodes are still counted).
+  const CallShapes* shapes = nullptr;
 };
 
 // Fills every part of the report but the gate (RunResult's layer cells are read, not consumed).

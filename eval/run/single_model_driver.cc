@@ -11,6 +11,7 @@
 #include "eval/quant/calibrate.h"
 #include "eval/quant/calibrate_run.h"
 #include "eval/run/drivers.h"
+#include "eval/run/metric_names.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 #include "metrics/activation_stats.h"
@@ -33,6 +34,8 @@ std::string shape_text(const Shape& s) {
   for (auto d : s) t += (t.empty() ? "" : ", ") + std::to_string(d);
   return "[" + t + "]";
 }
+
+}  // namespace
 
 // The metrics of one judged output (or, pooled, of all outputs: prefix "output_"), in report order.
 std::vector<reports::MetricInfo> output_metric_infos(const std::string& name, OutputKind kind) {
@@ -59,6 +62,8 @@ std::vector<reports::MetricInfo> output_metric_infos(const std::string& name, Ou
   out.push_back({k("nonfinite"), name + " NaN/Inf", false});
   return out;
 }
+
+namespace {
 
 // SQNR, cosine, relative L2 and max-abs of `e` as metrics `key("sqnr_db")`, ... An identical
 // comparison's unbounded SQNR is +inf where `inf_when_identical` (one output among others), else

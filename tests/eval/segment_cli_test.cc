@@ -26,6 +26,32 @@ struct SceneFiles {
   }
 };
 
+// The README's example runs as written: the image and reference mask it names ship in samples/.
+TEST(SegmentCli, TheReadmeExampleRunsOnTheShippedSample) {
+  const std::filesystem::path src = testing::source_dir();
+  const std::string readme = testing::read_text(src / "README.md");
+  const std::size_t a = readme.find("build/qeval segment ");
+  ASSERT_NE(a, std::string::npos);
+  std::string cmd = readme.substr(a, readme.find("```", a) - a);
+  for (std::size_t k; (k = cmd.find("\\\n")) != std::string::npos;) cmd.replace(k, 2, " ");
+  while (!cmd.empty() && (cmd.back() == '\n' || cmd.back() == ' ')) cmd.pop_back();
+  testing::ScratchDir dir("segment-readme");
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const std::size_t k = cmd.find(from);
+    ASSERT_NE(k, std::string::npos) << from << " not in: " << cmd;
+    cmd.replace(k, from.size(), to);
+  };
+  replace("build/qeval ", "");
+  replace(" models/", " " + (src / "models").string() + "/");
+  replace("--image samples/", "--image " + (src / "samples").string() + "/");
+  replace("--ref-mask samples/", "--ref-mask " + (src / "samples").string() + "/");
+  replace("--out mask.png", "--out " + (dir / "mask.png").string());
+  const auto r = testing::run_qeval(cmd);
+  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out;
+  EXPECT_NE(r.out.find("IoU vs " + (src / "samples/segment/ref.png").string() + " 0.9"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "mask.png"));
+}
+
 TEST(SegmentCli, WritesTheMaskAndScoresIt) {
   SceneFiles f;
   auto out = f.dir / "out" / "mask.png";

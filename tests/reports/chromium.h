@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,10 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace qeval::testing {
 
@@ -76,6 +81,106 @@ inline void expect_rendered_cleanly(const DomDump& page) {
   EXPECT_NE(dom.find("<div id=\"report-errors\"></div>"), std::string::npos)
       << (box == std::string::npos ? std::string("no error box") : dom.substr(box, 400));
   EXPECT_TRUE(std::regex_search(dom, std::regex("<body[^>]*data-rendered=\"1\"")));
+}
+
+// How a page lays out at a given window width, measured in the browser after it loaded: the
+// document's width against the viewport, the elements that stick out of it, the scroll boxes whose
+// content is wider than the box (columns behind a horizontal scroll bar), the sections present,
+// and the verdict banner's class and colour.
+struct Layout {
+  int rc = -1;
+  int viewport = 0, scroll_width = 0;
+  std::vector<std::string> beyond_viewport, scrolled, sections;
+  std::string verdict_class, verdict_color;  // e.g. "verdict fail", "rgb(179, 38, 30)"
+  std::string console, log;
+};
+
+// Copies `page` to out_dir/layout-<width>.html with a measuring script added, dumps its DOM at
+// `width` x 1000 and reads the measurements back; also leaves a screenshot out_dir/<stem>-<width>.png
+// (the page as a person at that width sees its top).
+inline Layout measure_layout(const std::string& chromium, const std::filesystem::path& profile,
+                             const std::filesystem::path& page, const std::filesystem::path& out_dir, int width = 1400) {
+  static constexpr const char* kScript = R"JS(<script>window.addEventListener('load',function(){
+ const W=document.documentElement.clientWidth,out={viewport:W,scrollWidth:document.documentElement.scrollWidth,beyond:[],scrolled:[],sections:[]};
+ const name=e=>e.tagName.toLowerCase()+(e.id?'#'+e.id:'')+(typeof e.className==='string'&&e.className.trim()?'.'+e.className.trim().split(/\s+/).join('.'):'');
+ const path=e=>{const p=[];for(let x=e;x&&x!==document.body&&p.length<4;x=x.parentElement)p.unshift(name(x));return p.join(' > ');};
+ document.querySelectorAll('body *').forEach(e=>{if(e.id==='layout-check')return;const r=e.getBoundingClientRect(),cs=getComputedStyle(e);
+  if(r.width>0&&r.right>W+1&&out.beyond.length<20)out.beyond.push(path(e)+' (right edge '+Math.round(r.right)+' px)');
+  if((cs.overflowX==='auto'||cs.overflowX==='scroll')&&e.scrollWidth>e.clientWidth+1&&out.scrolled.length<20)
+   out.scrolled.push(path(e)+' ('+e.scrollWidth+' px of content in '+e.clientWidth+')');});
+ document.querySelectorAll('section[id],h2[id]').forEach(e=>out.sections.push(e.id));
+ const v=document.querySelector('.verdict');if(v){out.verdictClass=v.className;out.verdictColor=getComputedStyle(v).backgroundColor;}
+ const pre=document.createElement('pre');pre.id='layout-check';pre.textContent=JSON.stringify(out);document.body.appendChild(pre);});</script>)JS";
+  Layout L;
+  std::ifstream in(page);
+  std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t body = html.rfind("</body>");
+  if (body == std::string::npos) {
+    L.log = page.string() + ": no </body>";
+    return L;
+  }
+  html.insert(body, kScript);
+  const std::string tag = page.stem().string() + "-" + std::to_string(width);
+  const std::filesystem::path copy = page.parent_path() / ("layout-" + tag + ".html");
+  std::ofstream(copy) << html;
+  const std::filesystem::path dir = out_dir / ("layout-" + tag);
+  std::filesystem::create_directories(dir);
+  const std::string size = "--window-size=" + std::to_string(width) + ",1000";
+  L.rc = run_chromium(chromium, profile, size + " --virtual-time-budget=5000 --dump-dom",
+                      "file://" + std::filesystem::absolute(copy).string(), dir / "dom.html", dir / "chromium.log");
+  run_chromium(chromium, profile, "--hide-scrollbars " + size + " --screenshot='" + (out_dir / (tag + ".png")).string() + "'",
+               "file://" + std::filesystem::absolute(page).string(), dir / "screenshot.out", dir / "screenshot.log");
+  auto read = [](const std::filesystem::path& p) {
+    std::ifstream f(p);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::string dom = read(dir / "dom.html");
+  L.log = read(dir / "chromium.log");
+  std::istringstream lines(L.log);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(":CONSOLE") != std::string::npos) L.console += line + "\n";
+  const std::string open = "<pre id=\"layout-check\">";
+  const std::size_t a = dom.find(open), b = a == std::string::npos ? a : dom.find("</pre>", a);
+  if (b == std::string::npos) {
+    L.log += "\n(no layout-check element in the DOM)";
+    return L;
+  }
+  std::string text = dom.substr(a + open.size(), b - a - open.size());
+  for (auto [from, to] : {std::pair<std::string, std::string>{"&gt;", ">"}, {"&lt;", "<"}, {"&quot;", "\""}, {"&amp;", "&"}})
+    for (std::size_t k = 0; (k = text.find(from, k)) != std::string::npos; k += to.size()) text.replace(k, from.size(), to);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) {
+    L.log += "\n(layout-check is not JSON: " + text + ")";
+    return L;
+  }
+  L.viewport = j.value("viewport", 0);
+  L.scroll_width = j.value("scrollWidth", 0);
+  L.beyond_viewport = j.value("beyond", std::vector<std::string>{});
+  L.scrolled = j.value("scrolled", std::vector<std::string>{});
+  L.sections = j.value("sections", std::vector<std::string>{});
+  L.verdict_class = j.value("verdictClass", std::string());
+  L.verdict_color = j.value("verdictColor", std::string());
+  return L;
+}
+
+// What every report page must do at 1400 px: no horizontal overflow of the page, no columns behind
+// a horizontal scroll bar, no console message, every section in `sections`, and a banner whose
+// colour is the gate's verdict (#1f7a3f pass, #b3261e fail).
+inline void expect_readable_at(const Layout& L, int width, const std::vector<std::string>& sections, bool passed) {
+  ASSERT_EQ(L.rc, 0) << L.log;
+  ASSERT_GT(L.viewport, 0) << L.log;
+  EXPECT_LE(L.viewport, width);
+  EXPECT_LE(L.scroll_width, L.viewport) << "the page scrolls horizontally at " << width << " px";
+  std::string beyond, scrolled;
+  for (const auto& e : L.beyond_viewport) beyond += "  " + e + "\n";
+  for (const auto& e : L.scrolled) scrolled += "  " + e + "\n";
+  EXPECT_TRUE(L.beyond_viewport.empty()) << "beyond the " << width << " px window:\n" << beyond;
+  EXPECT_TRUE(L.scrolled.empty()) << "content behind a horizontal scroll bar:\n" << scrolled;
+  EXPECT_TRUE(L.console.empty()) << "console output:\n" << L.console;
+  for (const auto& s : sections)
+    EXPECT_NE(std::find(L.sections.begin(), L.sections.end(), s), L.sections.end()) << "no section #" << s;
+  EXPECT_EQ(L.verdict_class, passed ? "verdict pass" : "verdict fail");
+  EXPECT_EQ(L.verdict_color, passed ? "rgb(31, 122, 63)" : "rgb(179, 38, 30)");
 }
 
 }  // namespace qeval::testing

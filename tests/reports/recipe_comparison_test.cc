@@ -134,6 +134,9 @@ TEST(RecipeComparison, RendersInHeadlessChromiumWithoutErrors) {
                              url, out / "screenshot.out", out / "screenshot.log");
   EXPECT_EQ(rc, 0) << read_text(out / "screenshot.log");
   EXPECT_TRUE(std::filesystem::exists(out / "report.png"));
+  // Every decision column visible at 1400 px (they were behind a horizontal scroll even at 2400).
+  const testing::Layout layout = testing::measure_layout(chromium, profile.path(), out / "report.html", out, 1400);
+  testing::expect_readable_at(layout, 1400, {"verdict", "recipes-section", "charts", "gate", "run", "config"}, true);
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ TEST(CompareReport, HtmlIsSelfContainedAndEscaped) {
   EXPECT_EQ(h.find("https://"), std::string::npos);
   EXPECT_EQ(h.find("src=\"//"), std::string::npos);
   // Gate table before the per-pair table: the verdict and its reasons come first.
-  EXPECT_LT(h.find("<h2>Gate</h2>"), h.find("<h2>Pairs</h2>"));
+  EXPECT_LT(h.find("<h2 id=\"gate\">Gate</h2>"), h.find("<h2 id=\"pairs\">Pairs</h2>"));
   EXPECT_NE(h.find("reference is 3x3, test is 4x4"), std::string::npos);
 }
 

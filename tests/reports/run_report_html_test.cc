@@ -24,6 +24,9 @@ using testing::find_chromium;
 using testing::DomDump;
 using testing::dump_dom;
 using testing::run_chromium;
+using testing::expect_readable_at;
+using testing::Layout;
+using testing::measure_layout;
 
 const char* const kSections[] = {"verdict",   "gate",       "variants",   "samples",
                                  "layers",    "timestep-heatmap", "step-curves", "histograms",
@@ -43,7 +46,7 @@ TEST(RunReportHtml, IsSelfContainedWithEverySection) {
   // The culprit layer ranks first for int8 (lowest local SQNR).
   const auto layers = h.find("id=\"layers-2\"");
   ASSERT_NE(layers, std::string::npos);
-  EXPECT_NE(h.find("<td class=\"num\">1</td><td>mid_block.1/Softmax_37</td>", layers), std::string::npos);
+  EXPECT_NE(h.find("<td class=\"num\">1</td><td class=\"name\">mid_block.1/Softmax_37</td>", layers), std::string::npos);
   // Names are escaped everywhere, including inside the embedded heatmap data.
   RunReport r = testing::synthetic_run_report({.prompts = 2, .layers = 12, .steps = 4, .images = false});
   r.layers[1].name = "</script><b>x";
@@ -96,6 +99,11 @@ TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
   EXPECT_NE(dom.find("<option value=\"local_rel_l2\">local error (rel L2)</option>"), std::string::npos);
   EXPECT_NE(dom.find("<option value=\"drift_calib\">"), std::string::npos);
   EXPECT_NE(dom.find("(log)"), std::string::npos);  // the legend was drawn
+  // Rows are grouped into blocks by name (drawn in the margin when rows are too thin to name).
+  EXPECT_TRUE(std::regex_search(dom, std::regex("aria-label=\"[0-9]+ layer rows in [0-9]+ blocks: [^\"]*up_blocks\\.1 \\([0-9]+\\)")))
+      << "no block labels on the timestep heatmap";
+  // The difference heatmaps have one labelled scale for the whole report.
+  EXPECT_NE(dom.find("id=\"diff-legend\""), std::string::npos);
 
   // 2. A screenshot of the top of the page: it shows the red FAIL banner.
   const int rc = run_chromium(chromium, profile.path(),
@@ -114,6 +122,49 @@ TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
               std::abs(px[2 * plane + i] - 30) < 6;
   EXPECT_GT(banner, 20000u) << "the FAIL banner (#b3261e) is not in the top 400 rows of "
                             << (out / "report.png");
+
+  // 3. At 1400 px: no horizontal scrolling (page or tables), every section, the red banner.
+  const Layout layout = measure_layout(chromium, profile.path(), out / "report.html", out, 1400);
+  expect_readable_at(layout, 1400, std::vector<std::string>(std::begin(kSections), std::end(kSections)), false);
+}
+
+// A single-model run judged per output (many metric columns) and a run whose gate passed: readable
+// at 1400 px too, with a green banner.
+TEST(RunReportHtml, SingleModelWithManyMetricsIsReadableAt1400Px) {
+  const std::string chromium = find_chromium();
+  ASSERT_FALSE(chromium.empty()) << "headless Chromium is needed for this test";
+  RunReport r = testing::synthetic_run_report({.prompts = 4, .layers = 40, .steps = 2, .images = false});
+  r.config.pipeline = "single-model";
+  r.config.scheduler.clear();
+  r.config.seeds.clear();
+  r.timesteps = {};
+  r.step_curves.clear();
+  r.config.steps = 0;
+  for (auto& e : r.nonfinite) e.step = -1;
+  for (auto& hist : r.histograms) hist.step = -1;
+  // Three judged outputs with four metrics each, as issue 20's per-output keys.
+  r.metrics.clear();
+  for (const char* out : {"sigmoid_0.tmp_0", "logits/long_output_name:0", "boxes"})
+    for (const auto& [m, label] : {std::pair{"sqnr_db", "SQNR dB"}, std::pair{"cosine", "cosine"},
+                                   std::pair{"rel_l2", "rel L2"}, std::pair{"max_abs", "max |err|"}})
+      r.metrics.push_back({std::string(out) + "." + m, std::string(out) + " " + label, m != std::string("rel_l2")});
+  for (auto& s : r.samples)
+    for (auto& res : s.results) {
+      res.metrics.clear();
+      if (res.variant == "fp32") continue;
+      for (const auto& m : r.metrics) res.metrics.push_back({m.key, 31.25, {}, ""});
+    }
+  summarize_samples(r);
+  r.gate = {};
+  r.gate.source = "gate.json";
+  r.gate.checks.push_back({"sigmoid_0.tmp_0.sqnr_db mean >= 30", "sigmoid_0.tmp_0.sqnr_db", "mean", ">=", 30, 31.25,
+                           true, "mean = 31.25 over 4 pairs", "fp16"});
+  r.gate.passed = true;
+  const std::filesystem::path out = testing::test_output_dir("run_report_single_model_html");
+  write_run_report(r, out);
+  testing::ScratchDir profile("chromium-profile-single");
+  const Layout layout = measure_layout(chromium, profile.path(), out / "report.html", out, 1400);
+  expect_readable_at(layout, 1400, {"verdict", "gate", "variants", "samples", "layers", "config"}, true);
 }
 
 }  // namespace

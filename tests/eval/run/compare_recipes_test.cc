@@ -122,6 +122,26 @@ TEST(CompareRecipesCli, SingleModelRowsWithSharesSizesAndSpeedClasses) {
   EXPECT_EQ((*l3)["size"]["reference_weight_bytes"], (*l2)["size"]["reference_weight_bytes"]);
   EXPECT_LT((*l3)["size"]["ratio"].get<double>(), 1.0);
   EXPECT_EQ((*l3)["quantized_models"], nlohmann::json::array({"model"}));
+  // One definition of "quantized": the run report says per model what the comparison says (the
+  // share of MACs, with parameters and compute nodes), not a share of all nodes.
+  const auto run = testing::read_json(dir / "out/run/report.json");
+  for (const auto& v : run["variants"]) {
+    ASSERT_EQ(v["quantization"].size(), 1u) << v.dump();
+    const auto& q = v["quantization"][0];
+    EXPECT_EQ(q["model"], "model");
+    const auto* row = row_of(j, v["name"].get<std::string>());
+    if (!row) {  // the reference and fp16: nothing quantized
+      EXPECT_EQ(q["quantized_nodes"], 0) << v["name"];
+      EXPECT_EQ(q["mac_share"], 0.0) << v["name"];
+      continue;
+    }
+    EXPECT_EQ(q["mac_share"], (*row)["quantized"]["mac_share"]) << v["name"];
+    EXPECT_EQ(q["quantized_macs"], (*row)["quantized"]["macs_quantized"]) << v["name"];
+    EXPECT_EQ(q["quantized_params"], (*row)["quantized"]["params_quantized"]) << v["name"];
+    EXPECT_EQ(q["quantized_nodes"], (*row)["quantized"]["quantized_nodes"]) << v["name"];
+    EXPECT_EQ(q["compute_nodes"], (*row)["quantized"]["compute_nodes"]) << v["name"];
+  }
+  EXPECT_NE(read_text(dir / "out/run/report.html").find("of MACs"), std::string::npos);
   // FP8 on sm86 cannot be built as FP8 (lint's fp8-target rule).
   EXPECT_EQ((*fp8)["speed"]["class"], "unsupported");
   EXPECT_GE((*fp8)["speed"]["lint_errors"].get<int>(), 1);

@@ -51,6 +51,33 @@ TEST(RunCli, TinySdTwoPromptsWritesAValidReportAndPassesTheDefaultGate) {
   EXPECT_NE(xml.find("<failure"), std::string::npos);
 }
 
+// `qeval run --no-layers` under the shipped gate: fp16 passes; the layer and NaN/Inf checks it
+// did not measure say "not measured" (they used to fail with "value 0"). The report records the
+// thread count given (--threads 1 was written as the core count).
+TEST(RunCli, NoLayersWithTheShippedGatePassesFp16AndSaysWhatWasNotMeasured) {
+  testing::ScratchDir dir("run-cli-no-layers");
+  const auto config = testing::write_text(dir, "c.json", R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() + R"(",
+    "count": 1, "steps": 2,
+    "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})");
+  const auto r = run_qeval("--threads 1 run --config " + config.string() + " --gate " +
+                           (testing::source_dir() / "models/tiny-sd/gate.json").string() + " --out " +
+                           (dir / "out").string() + " --no-layers");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("qeval run: PASS - 4 of 4 gate checks passed, 3 not measured"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not measured (neither pass nor fail):"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_EQ(schema_errors(dir / "out/report.json"), "");
+  const auto j = testing::read_json(dir / "out/report.json");
+  EXPECT_EQ(j["config"]["threads"], 1);
+  EXPECT_TRUE(j["gate"]["passed"].get<bool>());
+  std::size_t unmeasured = 0;
+  for (const auto& c : j["gate"]["checks"])
+    if (c.at("measured") == false) ++unmeasured;
+  EXPECT_EQ(unmeasured, 3u);  // two layer checks and max_nonfinite
+  EXPECT_NE(testing::read_text(dir / "out/report.html").find("not measured"), std::string::npos);
+}
+
 TEST(RunCli, TinySamPointPromptsCompareMasks) {
   testing::ScratchDir dir("run-cli-sam");
   const auto config = testing::write_text(dir, "c.json", R"({

@@ -6,6 +6,7 @@
 
 #include "eval/run/run_report_build.h"
 #include "kernels/error.h"
+#include "reports/run_report.h"
 #include "reports/run_report_fixture.h"
 
 namespace qeval::eval {
@@ -81,6 +82,73 @@ TEST(RunGate, LayerChecksCanBeLimitedToNodesByName) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The shipped tiny-sd gate over a run told not to observe layers (`qeval run --no-layers`): its
+// layer and NaN/Inf checks are "not measured", neither pass nor fail, and every summary says so.
+// A run that did observe layers and has no data for a check still fails.
+TEST(RunGate, ChecksARunWasToldNotToMeasureAreNotMeasuredRatherThanFailed) {
+  const Gate shipped = load_gate(testing::source_dir() / "models/tiny-sd/gate.json", GateMetrics::kRun);
+  ASSERT_FALSE(shipped.layer_checks.empty());
+  ASSERT_TRUE(shipped.max_nonfinite);
+  auto no_layers = [](const char* observe_layers) {
+    reports::RunReport r = testing::synthetic_run_report();
+    r.layers.clear();
+    r.layer_tables.clear();
+    r.timesteps.layers.clear();
+    r.timesteps.tables.clear();
+    r.histograms.clear();
+    r.nonfinite.clear();
+    r.config.settings.emplace_back("observe.layers", observe_layers);
+    return r;
+  };
+  reports::RunReport r = no_layers("false");
+  apply_run_gate(shipped, r);
+  const auto* fp16_layers = find(r, "fp16", "layer local_sqnr_db min >= 20");
+  const auto* fp16_nonfinite = find(r, "fp16", "NaN/Inf values beyond the reference's <= 0");
+  ASSERT_TRUE(fp16_layers && fp16_nonfinite);
+  for (const auto* c : {fp16_layers, fp16_nonfinite}) {
+    EXPECT_FALSE(c->measured) << c->name;
+    EXPECT_TRUE(c->passed) << c->name;  // fails nothing
+    EXPECT_FALSE(c->value) << c->name;
+    EXPECT_NE(c->detail.find("not measured: this run did not observe layers"), std::string::npos) << c->detail;
+  }
+  // The sample and step checks were measured as before.
+  EXPECT_TRUE(find(r, "fp16", "psnr_db mean >= 30")->measured);
+  EXPECT_TRUE(find(r, "fp16", "noise_pred teacher-forced sqnr_db mean >= 12")->measured);
+  // 3 compared variants x (2 layer checks + the NaN/Inf budget) not measured.
+  EXPECT_EQ(r.gate.not_measured(), 9u);
+  bool fp16_fails = false;
+  for (const auto& c : r.gate.checks) fp16_fails |= c.variant == "fp16" && !c.passed;
+  EXPECT_FALSE(fp16_fails);
+
+  // stdout: the count and the list, apart from passes and failures.
+  const std::string text = reports::render_summary_text(r);
+  EXPECT_NE(text.find(fmt::format("gate checks passed, 9 not measured")), std::string::npos) << text;
+  EXPECT_NE(text.find("not measured (neither pass nor fail):"), std::string::npos) << text;
+  EXPECT_EQ(text.find("NaN/Inf ... <= 0: value 0"), std::string::npos) << text;
+  // junit.xml: skipped, not failed.
+  const std::string junit = reports::render_junit(r);
+  EXPECT_NE(junit.find("skipped=\"9\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("<skipped message=\"not measured"), std::string::npos) << junit;
+  // report.json keeps it (and the schema allows it); report.html shows it.
+  testing::ScratchDir dir("run-gate-not-measured");
+  reports::write_run_report(r, dir.path());
+  const auto j = testing::read_json(dir / "report.json");
+  std::size_t unmeasured = 0;
+  for (const auto& c : j["gate"]["checks"]) unmeasured += c.at("measured") == false;
+  EXPECT_EQ(unmeasured, 9u);
+  const reports::RunReport back = reports::read_run_report(dir / "report.json");
+  EXPECT_EQ(back.gate.not_measured(), 9u);
+  const std::string page = reports::render_html(r);
+  EXPECT_NE(page.find("class=\"nmv\">not measured</td>"), std::string::npos);
+
+  // observe.layers true, yet no layer data: the run measured and found nothing, which fails.
+  reports::RunReport observed = no_layers("true");
+  apply_run_gate(shipped, observed);
+  EXPECT_EQ(observed.gate.not_measured(), 0u);
+  EXPECT_FALSE(find(observed, "fp16", "layer local_sqnr_db min >= 20")->passed);
+  EXPECT_FALSE(observed.gate.passed);
 }
 
 TEST(RunGate, AVariantTheRunLacksIsAnInputError) {

@@ -162,8 +162,13 @@ TEST(TriageCli, HtmlRendersInHeadlessChromiumWithoutErrors) {
   ASSERT_EQ(page.rc, 0) << page.log;
   const std::string& dom = page.dom;
   testing::expect_rendered_cleanly(page);
-  for (const char* id : {"id=\"searches\"", "id=\"gate\"", "id=\"nodes\"", "id=\"search-greedy\"", "PASS"})
+  for (const char* id : {"id=\"searches\"", "id=\"gate\"", "id=\"nodes\"", "id=\"search-greedy\""})
     EXPECT_NE(dom.find(id), std::string::npos) << id;
+  // The variant fails its gate as given: the banner is red (it was a green PASS) and says a
+  // fallback was found.
+  EXPECT_NE(dom.find("<div class=\"verdict fail\">FAIL \xc2\xb7 fallback found"), std::string::npos);
+  const testing::Layout layout = testing::measure_layout(chromium, profile.path(), out / "triage.html", out, 1400);
+  testing::expect_readable_at(layout, 1400, {"searches", "gate", "nodes", "search-greedy", "settings"}, false);
   const int rc = testing::run_chromium(chromium, profile.path(),
                              "--hide-scrollbars --window-size=1280,1600 --screenshot='" + (out / "triage.png").string() +
                                  "'",

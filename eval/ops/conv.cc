@@ -199,12 +199,15 @@ class ConvTransposeOp final : public Op {
     const kernels::ConvParams p = params(*in[0], *in[1]);
     // Packing pays where the per-group GEMM (out channels x kernel) x (input positions) is packed.
     const std::int64_t in_size = kernels::conv_input_size(p) / std::max<std::int64_t>(1, p.batch * p.in_channels);
-    const std::int64_t rows = p.out_channels / p.groups * (kernels::conv_transpose_weight_size(p) / (p.in_channels * (p.out_channels / p.groups)));
+    const std::int64_t per_position = p.in_channels * (p.out_channels / p.groups);
+    if (per_position == 0) return;  // an empty weight: nothing to pack (and no division by zero)
+    const std::int64_t rows = p.out_channels / p.groups * (kernels::conv_transpose_weight_size(p) / per_position);
     if (!kernels::sgemm_uses_packing({true, false, rows, in_size, p.in_channels / p.groups, rows, in_size, in_size})) return;
     packed_.prepare(in[1], [&](const Tensor& w) { return kernels::pack_conv_transpose_weights(p, w.data<float>()); });
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    if (out[0]->numel() == 0) return;  // no output channels (an empty weight): nothing to compute
     const kernels::ConvParams p = params(meta_of(in[0]->dtype(), in[0]->shape()), meta_of(in[1]->dtype(), in[1]->shape()));
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     kernels::conv_transpose(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr,

@@ -235,5 +235,27 @@ TEST(FuzzRegressions, ResizeOfAnEmptyAxisRuns) {
   for (const auto& [name, t] : out) EXPECT_EQ(t.numel(), 0) << name;
 }
 
+// fuzz_onnx_loader (UBSan division by zero; SIGFPE in a plain build): a ConvTranspose whose weight
+// has no elements divided by its in_channels x out_channels per group while deciding whether to
+// pack it at plan time. A model that loads plans and runs, or is an InputError; never a signal.
+TEST(FuzzRegressions, ConvTransposeWithAnEmptyWeightPlansWithoutDividingByZero) {
+  const eval::Graph g = eval::load_onnx(testing::source_dir() /
+                                        "tests/fuzz/corpus/onnx_loader/finding-convtranspose-empty-weight.onnx");
+  std::map<std::string, Tensor> inputs;
+  for (const auto& in : g.inputs) {
+    Shape shape;
+    for (std::int64_t d : in.dims) shape.push_back(d < 0 ? 2 : d);
+    Tensor t(in.dtype, shape);
+    if (in.dtype == DType::kFloat32)
+      for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.25f * float(i % 7);
+    inputs.emplace(in.name, std::move(t));
+  }
+  try {
+    eval::Session session(g);
+    session.run(inputs);
+  } catch (const InputError&) {
+  }
+}
+
 }  // namespace
 }  // namespace qeval

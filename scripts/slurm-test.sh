@@ -134,8 +134,10 @@ echo "slurm-test: $n_ok of $(wc -l < "$t/jobs.txt") jobs (8 array tasks and the 
 (cd "$w" && build/qeval run --config run.json --out out/single --gate gate.json > "$t/single.out" 2>&1) || {
   rc=$?; [ "$rc" -eq 1 ] || { cat "$t/single.out" >&2; exit 1; }; }
 # Fields that legitimately differ: timings (created_utc, elapsed_s, variants[].summary.timings,
-# samples[].results[].elapsed_ms) and the invocation (command_line, config.threads, config.shard).
-comparable='del(.created_utc, .elapsed_s, .command_line, .config.threads, .config.shard)
+# samples[].results[].elapsed_ms), the invocation (command_line, config.threads, config.shard) and
+# `resume` (a merge reads every unit back from the shards: reused_units = all, elapsed_s_before =
+# the shards' time).
+comparable='del(.created_utc, .elapsed_s, .resume, .command_line, .config.threads, .config.shard)
   | .variants[].summary.timings = [] | del(.samples[].results[].elapsed_ms)'
 jq -S "$comparable" "$w/out/merged/report.json" > "$t/merged.json"
 jq -S "$comparable" "$w/out/single/report.json" > "$t/single.json"

@@ -633,6 +633,21 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
   return ref;
 }
 
+namespace {
+
+// For each value, the steps (not folded ones) that read it, in order (P: Session::Plan).
+template <class P>
+std::vector<std::vector<std::size_t>> step_readers(const P& p) {
+  std::vector<std::vector<std::size_t>> readers(p.metas.size());
+  for (std::size_t s = 0; s < p.steps.size(); ++s)
+    if (!p.steps[s].folded)
+      for (int id : p.steps[s].in)
+        if (id >= 0) readers[std::size_t(id)].push_back(s);
+  return readers;
+}
+
+}  // namespace
+
 // What TensorRT and ONNX Runtime's fused kernels keep in FP32 registers, never storing it in the
 // reduced format (docs/precision.md): a Conv/ConvTranspose/MatMul/Gemm output read only by one
 // elementwise op (the kernel's epilogue: bias, activation, residual), an elementwise op's output
@@ -640,11 +655,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
 // attention keeps them in FP32 and stores only the probabilities' format). Values the model itself
 // declares as float16/bfloat16 stay rounded, as do graph outputs and values read more than once.
 void Session::keep_fused_intermediates(Plan& p) const {
-  std::vector<std::vector<std::size_t>> readers(p.metas.size());
-  for (std::size_t s = 0; s < p.steps.size(); ++s)
-    if (!p.steps[s].folded)
-      for (int id : p.steps[s].in)
-        if (id >= 0) readers[std::size_t(id)].push_back(s);
+  std::vector<std::vector<std::size_t>> readers = step_readers(p);
   for (int id : p.output_ids) readers[std::size_t(id)].push_back(p.steps.size());  // never a sole reader
   auto is = [&](std::size_t s, std::initializer_list<const char*> types) {
     const Node& n = nodes_[p.steps[s].node];
@@ -668,11 +679,7 @@ void Session::keep_fused_intermediates(Plan& p) const {
 
 void Session::fuse(Plan& p) const {
   // Readers of each value among the steps that run, and which values are graph outputs.
-  std::vector<std::vector<std::size_t>> readers(p.metas.size());
-  for (std::size_t s = 0; s < p.steps.size(); ++s)
-    if (!p.steps[s].folded)
-      for (int id : p.steps[s].in)
-        if (id >= 0) readers[std::size_t(id)].push_back(s);
+  const std::vector<std::vector<std::size_t>> readers = step_readers(p);
   std::vector<bool> is_output(p.metas.size(), false);
   for (int id : p.output_ids) is_output[std::size_t(id)] = true;
   // The index of the one step reading step s's single output, if that output feeds nothing else.

@@ -219,16 +219,7 @@ TEST(FuzzRegressions, Clip6OnInt8KeepsValuesWithinTheDefaultBounds) {
 TEST(FuzzRegressions, ResizeOfAnEmptyAxisRuns) {
   const eval::Graph g =
       eval::load_onnx(testing::source_dir() / "tests/fuzz/corpus/onnx_loader/finding-resize-empty-axis.onnx");
-  // The inputs the fuzz target gives: declared dims (symbolic ones 2), integers 0, 1, 2, ...
-  std::map<std::string, Tensor> inputs;
-  for (const auto& in : g.inputs) {
-    Shape shape;
-    for (std::int64_t d : in.dims) shape.push_back(d < 0 ? 2 : d);
-    Tensor t(in.dtype, shape);
-    if (in.dtype == DType::kInt64)
-      for (std::int64_t i = 0; i < t.numel(); ++i) t.data<std::int64_t>()[i] = i % 3;
-    inputs.emplace(in.name, std::move(t));
-  }
+  const std::map<std::string, Tensor> inputs = fuzz_inputs(g);
   eval::Session session(g);
   std::map<std::string, Tensor> out;
   EXPECT_NO_THROW(out = session.run(inputs));
@@ -241,18 +232,9 @@ TEST(FuzzRegressions, ResizeOfAnEmptyAxisRuns) {
 TEST(FuzzRegressions, ConvTransposeWithAnEmptyWeightPlansWithoutDividingByZero) {
   const eval::Graph g = eval::load_onnx(testing::source_dir() /
                                         "tests/fuzz/corpus/onnx_loader/finding-convtranspose-empty-weight.onnx");
-  std::map<std::string, Tensor> inputs;
-  for (const auto& in : g.inputs) {
-    Shape shape;
-    for (std::int64_t d : in.dims) shape.push_back(d < 0 ? 2 : d);
-    Tensor t(in.dtype, shape);
-    if (in.dtype == DType::kFloat32)
-      for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.25f * float(i % 7);
-    inputs.emplace(in.name, std::move(t));
-  }
   try {
     eval::Session session(g);
-    session.run(inputs);
+    session.run(fuzz_inputs(g));
   } catch (const InputError&) {
   }
 }

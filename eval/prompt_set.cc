@@ -3,10 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "datasets/input_file.h"
+#include "eval/file_names.h"
 #include "eval/json_config.h"
 #include "kernels/error.h"
 #include "reports/utf8.h"
@@ -51,6 +54,7 @@ TextPromptSet parse_text_prompts(const std::string& text, const std::filesystem:
                                    source.string(), i + 1, static_cast<unsigned char>(lines[i][*at]), *at + 1,
                                    kPromptsDoc));
   std::set<std::string> ids;
+  std::map<std::string, std::pair<std::string, int>> folders;  // lower-cased folder name -> id, line
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const int line = int(i) + 1;
     const std::string where = fmt::format("{}:{}", source.string(), line);
@@ -75,6 +79,15 @@ TextPromptSet parse_text_prompts(const std::string& text, const std::filesystem:
     }
     if (blank(p.prompt)) throw InputError(where + ": empty prompt (see " + kPromptsDoc + ")");
     if (!ids.insert(p.id).second) throw InputError(where + ": duplicate id '" + p.id + "'");
+    // qeval run writes each prompt's images to images/<file_name_for(id)>/: two ids may not share
+    // one (compared ignoring case, as on case-insensitive file systems).
+    std::string folder = file_name_for(p.id), key = folder;
+    for (char& c : key) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (auto [it, fresh] = folders.emplace(key, std::pair{p.id, line}); !fresh)
+      throw InputError(fmt::format("{}: id '{}' and id '{}' (line {}) both give the image folder name '{}' "
+                                   "(characters outside [A-Za-z0-9_.-] become '_', case is ignored; {}): "
+                                   "rename one",
+                                   where, p.id, it->second.first, it->second.second, folder, kPromptsDoc));
     set.prompts.push_back(std::move(p));
   }
   if (set.prompts.empty()) throw InputError(source.string() + ": no prompts in the file (see " + kPromptsDoc + ")");

@@ -48,6 +48,22 @@ TEST(TextPrompts, ErrorsNameFileAndLine) {
   EXPECT_THROW(read_text_prompts("/nonexistent/prompts.txt"), InputError);
 }
 
+// qeval run names each prompt's image folder after its id: ids that give one folder name are an
+// error naming both lines (a/b and a:b both become a_b; A_b too, on a case-insensitive disk).
+TEST(TextPrompts, IdsThatShareAnImageFolderNameAreRejected) {
+  for (const char* second : {"a:b", "A_b"}) {
+    const std::string text = std::string("{\"prompt\": \"x\", \"id\": \"a/b\"}\n{\"prompt\": \"y\", \"id\": \"") +
+                             second + "\"}";
+    const std::string e = error_of(text);
+    EXPECT_NE(e.find("p.txt:2"), std::string::npos) << e;
+    EXPECT_NE(e.find("'a/b' (line 1)"), std::string::npos) << e;
+    EXPECT_NE(e.find("both give the image folder name"), std::string::npos) << e;
+  }
+  // Distinct folder names still load.
+  EXPECT_EQ(parse_text_prompts("{\"prompt\": \"x\", \"id\": \"a/b\"}\n{\"prompt\": \"y\", \"id\": \"a/c\"}",
+                               "p.txt").prompts.size(), 2u);
+}
+
 TEST(TextPrompts, ShippedSetsRead) {
   EXPECT_EQ(read_text_prompts(testing::source_dir() / "prompts/tiny_eval.txt").prompts.size(), 64u);
   EXPECT_EQ(read_text_prompts(testing::source_dir() / "prompts/tiny_calib.txt").prompts.size(), 192u);

@@ -27,6 +27,8 @@ std::string file_name_for(std::string_view name) {
   return out;
 }
 
+std::string file_name_key(std::string_view name) { return lower(file_name_for(name)); }
+
 const std::string& FileNamer::stem(const std::string& name) {
   if (auto it = by_name_.find(name); it != by_name_.end()) return it->second;
   const std::string base = file_name_for(name);

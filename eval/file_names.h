@@ -14,6 +14,11 @@ namespace qeval::eval {
 // them apart.
 std::string file_name_for(std::string_view name);
 
+// The key under which two names would share a file or folder: file_name_for(name) lower-cased
+// (ASCII), as a case-insensitive file system compares. For sets whose names must stay apart as
+// they are (prompt ids: their folders must not depend on the order shards meet them).
+std::string file_name_key(std::string_view name);
+
 // File stems unique within one folder, in the order names are asked for: the first name gets
 // file_name_for(name), a later one whose stem is taken gets "<stem>__2", "__3", ... (the first
 // free one). Stems are compared ignoring ASCII case, so that they stay distinct on case-insensitive

@@ -10,6 +10,7 @@
 #include "datasets/input_file.h"
 #include "datasets/mask_io.h"
 #include "datasets/scenes.h"
+#include "eval/file_names.h"
 #include "eval/json_config.h"
 #include "kernels/error.h"
 
@@ -89,6 +90,7 @@ PointPromptSet parse_point_prompts(const std::string& text, const fs::path& sour
   PointPromptSet set;
   set.source = source;
   std::map<std::string, int> ids;
+  std::map<std::string, std::pair<std::string, int>> folders;  // file_name_key(id) -> id, line
   std::istringstream in(text);
   std::string line_text;
   for (int line = 1; std::getline(in, line_text); ++line) {
@@ -102,6 +104,11 @@ PointPromptSet parse_point_prompts(const std::string& text, const fs::path& sour
     if (p.id.empty()) at(c, "id").fail("must not be empty");
     if (auto [it, inserted] = ids.emplace(p.id, line); !inserted)
       at(c, "id").fail("'" + p.id + "' was already used on line " + std::to_string(it->second));
+    // qeval run writes each prompt's images under images/<file_name_for(id)>/.
+    if (auto [it, fresh] = folders.emplace(file_name_key(p.id), std::pair{p.id, line}); !fresh)
+      at(c, "id").fail(fmt::format("'{}' and '{}' (line {}) both give the image folder name '{}' (characters "
+                                   "outside [A-Za-z0-9_.-] become '_', case is ignored): rename one",
+                                   p.id, it->second.first, it->second.second, file_name_for(p.id)));
     if (c.has("image") == c.has("scene"))
       c.fail("give exactly one of 'image' (a file) or 'scene' ({\"seed\", \"index\"[, \"size\"]})");
     if (c.has("image")) {

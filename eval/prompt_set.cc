@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <map>
 #include <set>
 #include <sstream>
@@ -81,13 +80,12 @@ TextPromptSet parse_text_prompts(const std::string& text, const std::filesystem:
     if (!ids.insert(p.id).second) throw InputError(where + ": duplicate id '" + p.id + "'");
     // qeval run writes each prompt's images to images/<file_name_for(id)>/: two ids may not share
     // one (compared ignoring case, as on case-insensitive file systems).
-    std::string folder = file_name_for(p.id), key = folder;
-    for (char& c : key) c = char(std::tolower(static_cast<unsigned char>(c)));
-    if (auto [it, fresh] = folders.emplace(key, std::pair{p.id, line}); !fresh)
+    if (auto [it, fresh] = folders.emplace(file_name_key(p.id), std::pair{p.id, line}); !fresh)
       throw InputError(fmt::format("{}: id '{}' and id '{}' (line {}) both give the image folder name '{}' "
                                    "(characters outside [A-Za-z0-9_.-] become '_', case is ignored; {}): "
                                    "rename one",
-                                   where, p.id, it->second.first, it->second.second, folder, kPromptsDoc));
+                                   where, p.id, it->second.first, it->second.second, file_name_for(p.id),
+                                   kPromptsDoc));
     set.prompts.push_back(std::move(p));
   }
   if (set.prompts.empty()) throw InputError(source.string() + ": no prompts in the file (see " + kPromptsDoc + ")");

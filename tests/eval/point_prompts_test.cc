@@ -79,6 +79,9 @@ TEST(PointPrompts, ErrorsNameTheLineTheKeyAndTheRule) {
   expect("{\"image\": \"a.png\", \"points\": [[1, 2]], \"mask\": 7}", "mask: must be a mask file or {\"object\": k}");
   expect("{\"id\": \"x\", \"image\": \"a.png\", \"points\": [[1, 2]]}\n{\"id\": \"x\", \"image\": \"b.png\", \"points\": [[1, 2]]}",
          "/data/set.jsonl:2: id: 'x' was already used on line 1");
+  // Ids name image folders in a run: a/b and A:b would share images/a_b/ (case ignored).
+  expect("{\"id\": \"a/b\", \"image\": \"a.png\", \"points\": [[1, 2]]}\n{\"id\": \"A:b\", \"image\": \"b.png\", \"points\": [[1, 2]]}",
+         "/data/set.jsonl:2: id: 'A:b' and 'a/b' (line 1) both give the image folder name 'A_b'");
   expect("\n\n", "/data/set.jsonl: no prompts");
   try {
     read_point_prompts("/nonexistent/set.jsonl");

@@ -108,6 +108,14 @@ void correct_zero_points(const kernels::PackedInt8A& a, const kernels::PackedInt
   }
 }
 
+// B without batch dimensions (a weight) and a per-tensor A zero point: A's batch folds into the
+// rows of one product.
+bool folds_into_one_product(const MatMulPlan& p, const std::vector<std::int32_t>& za) {
+  const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
+  return shape_numel(Shape(p.b.begin(), p.b.begin() + long(rb))) == 1 && za.size() == 1 &&
+         shape_numel(p.batch) == shape_numel(Shape(p.a.begin(), p.a.begin() + long(ra)));
+}
+
 // y[batch..., m, n] = sum_k (a - za)(b - zb), numpy matmul broadcasting; za has 1 or m values,
 // zb 1 or n (already in int8 form). `cache` packs B once when B has no batch dimensions.
 void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::int32_t>& za, const Tensor& b,
@@ -118,7 +126,7 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
   const std::int8_t* pa = as_int8(a, abuf);
   const std::int8_t* pb = nullptr;  // converted only when (re)packed
   auto b_data = [&] { return pb ? pb : (pb = as_int8(b, bbuf)); };
-  const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
+  const std::size_t rb = p.b.size() - 2;
   const bool b_shared = shape_numel(Shape(p.b.begin(), p.b.begin() + long(rb))) == 1;
   auto packed_b_for = [&](std::int64_t index, std::unique_ptr<kernels::PackedInt8B>& own) {
     if (b_shared && cache && cache->cacheable(b)) return &cache->get(b, p.k, p.n, b_data, p.n, false);
@@ -126,9 +134,7 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
     return static_cast<const kernels::PackedInt8B*>(own.get());
   };
   std::unique_ptr<kernels::PackedInt8B> own_b;
-  // B without batch dimensions (a weight) and per-tensor A zero point: A's batch folds into the
-  // rows of one product.
-  if (b_shared && za.size() == 1 && shape_numel(p.batch) == shape_numel(Shape(p.a.begin(), p.a.begin() + long(ra)))) {
+  if (folds_into_one_product(p, za)) {
     const std::int64_t rows = shape_numel(p.batch) * p.m;
     std::optional<kernels::PackedInt8A> own_a;
     if (a_scratch) a_scratch->pack(rows, p.k, pa, p.k);
@@ -157,11 +163,8 @@ bool integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
                     const std::vector<std::int32_t>& zb, float* y, const std::vector<float>& scale,
                     PackedBCache* cache, kernels::PackedInt8A* a_scratch) {
   const MatMulPlan p = plan_matmul(node, a.shape(), b.shape());
-  const std::size_t ra = p.a.size() - 2, rb = p.b.size() - 2;
-  const bool b_shared = shape_numel(Shape(p.b.begin(), p.b.begin() + long(rb))) == 1;
-  if (!b_shared || za.size() != 1 || !cache || !cache->cacheable(b) || !a_scratch ||
-      std::any_of(zb.begin(), zb.end(), [](std::int32_t z) { return z != 0; }) ||
-      shape_numel(p.batch) != shape_numel(Shape(p.a.begin(), p.a.begin() + long(ra))))
+  if (!folds_into_one_product(p, za) || !cache || !cache->cacheable(b) || !a_scratch ||
+      std::any_of(zb.begin(), zb.end(), [](std::int32_t z) { return z != 0; }))
     return false;
   std::vector<std::int8_t> abuf, bbuf;
   const std::int64_t rows = shape_numel(p.batch) * p.m;

@@ -25,6 +25,7 @@
 #include "onnx_builder.h"
 #include "reports/json_text.h"
 #include "reports/utf8.h"
+#include "input_error.h"
 #include "test_util.h"
 
 namespace qeval::eval {
@@ -32,17 +33,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::contains;
+using testing::input_error;
 
 void write_png(const fs::path& p, unsigned seed) {
   testing::write_bytes(p, datasets::encode_png(testing::pattern(24, 16, 3, seed)));

@@ -22,6 +22,7 @@
 #include "kernels/error.h"
 #include "onnx_builder.h"
 #include "reports/run_report.h"
+#include "input_error.h"
 #include "test_util.h"
 
 namespace qeval::eval {
@@ -31,19 +32,8 @@ namespace fs = std::filesystem;
 using testing::floats;
 using testing::OnnxBuilder;
 
-// The message of the InputError that `f` throws ("" when it throws nothing; any other exception
-// propagates and fails the test).
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::contains;
+using testing::input_error;
 
 // ---- 1. integer Div of the minimum by -1 -------------------------------------------------------
 

@@ -16,6 +16,7 @@
 #include "eval/run/out_lock.h"
 #include "eval/run/run_state.h"
 #include "kernels/error.h"
+#include "comparable_report.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -27,17 +28,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::run_qeval;
 
-// The report without what legitimately differs between runs: times, command line, threads, how
-// many units were read back.
-json comparable(const fs::path& report) {
-  json r = testing::read_json(report);
-  for (const char* k : {"created_utc", "elapsed_s", "command_line", "resume"}) r.erase(k);
-  r["config"].erase("threads");
-  for (auto& v : r["variants"]) v["summary"]["timings"] = json::array();
-  for (auto& s : r["samples"])
-    for (auto& x : s["results"]) x.erase("elapsed_ms");
-  return r;
-}
+json comparable(const fs::path& report) { return testing::comparable_report(report); }
 
 // qeval started in the background, its stdout and stderr in a file.
 class Child {

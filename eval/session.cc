@@ -310,16 +310,13 @@ class ElementwiseChainKernel final : public FusedKernel {
                               std::int64_t len, float* out) {
     std::int64_t i = i0;
     while (i < i0 + len) {
-      const std::int64_t q = i / repeat, run = std::min(repeat - i % repeat, i0 + len - i);
-      const float v = other[q % period];
-      if (repeat == 1) {  // consecutive elements read consecutive values: copy up to the wrap
-        const std::int64_t n = std::min(period - q % period, i0 + len - i);
-        std::memcpy(out + (i - i0), other + q % period, std::size_t(n) * sizeof(float));
-        i += n;
-        continue;
-      }
-      std::fill_n(out + (i - i0), run, v);
-      i += run;
+      const std::int64_t q = (i / repeat) % period;
+      // repeat 1: consecutive elements read consecutive values, copied up to the wrap; otherwise
+      // a run of one value up to the next repeat boundary.
+      const std::int64_t n = repeat == 1 ? std::min(period - q, i0 + len - i) : std::min(repeat - i % repeat, i0 + len - i);
+      if (repeat == 1) std::memcpy(out + (i - i0), other + q, std::size_t(n) * sizeof(float));
+      else std::fill_n(out + (i - i0), n, other[q]);
+      i += n;
     }
   }
 

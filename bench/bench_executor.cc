@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "datasets/npy.h"
-#include "eval/infer.h"
-#include "eval/onnx_import.h"
-#include "eval/session.h"
+#include "eval/run/infer.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 
 namespace {
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     eval::Graph graph = eval::load_onnx(argv[1]);
     std::map<std::string, Tensor> inputs;
     for (const auto& in : graph.inputs)
-      inputs.emplace(in.name, datasets::read_npy(std::filesystem::path(argv[2]) / (eval::file_name_for(in.name) + ".npy")));
+      inputs.emplace(in.name, datasets::read_npy(std::filesystem::path(argv[2]) / (base::file_name_for(in.name) + ".npy")));
     eval::SessionOptions options;
     options.integer_qdq = !float_qdq;
     eval::Session session(graph, options);

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "datasets/image_limits.h"
-#include "datasets/input_file.h"
+#include "base/input_file.h"
 #include "kernels/error.h"
 
 namespace qeval::datasets {
@@ -239,7 +239,7 @@ Image decode_image(std::span<const std::uint8_t> bytes, const std::string& name,
 
 Image load_image(const std::filesystem::path& path) {
   // A FIFO, folder or dangling symlink named x.png fails here saying what it is (never blocks).
-  const std::vector<std::uint8_t> bytes = read_regular_file(path);
+  const std::vector<std::uint8_t> bytes = base::read_regular_file(path);
   return decode_image(bytes, path.string());
 }
 

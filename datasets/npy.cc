@@ -16,7 +16,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "datasets/input_file.h"
+#include "base/input_file.h"
 #include "kernels/error.h"
 
 namespace qeval::datasets {
@@ -560,7 +560,7 @@ Tensor parse_npy(std::span<const std::uint8_t> bytes, const std::string& name_fo
 
 Tensor read_npy(const std::filesystem::path& path) {
   const std::string name = path.string();
-  const RegularFile file = open_regular_file(path);  // a FIFO or folder is named, never read
+  const base::RegularFile file = base::open_regular_file(path);  // a FIFO or folder is named, never read
   const std::uint64_t size = file.size();
   std::uint64_t pos = 0;
 

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "kernels/error.h"
-#include "reports/files.h"
+#include "base/files.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
 #include "reports/junit.h"
@@ -239,9 +239,9 @@ void write_compare_images_report(const CompareImagesReport& report,
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw InputError(out_dir.string() + ": cannot create the output folder: " + ec.message());
   // HTML and JUnit first: report.json appearing is the signal that the report is complete.
-  write_file_atomic(out_dir / "report.html", render_html(report));
-  write_file_atomic(out_dir / "junit.xml", render_junit(report));
-  write_file_atomic(out_dir / "report.json", dump_json_utf8_safe(to_json(report), 2) + "\n");
+  base::write_file_atomic(out_dir / "report.html", render_html(report));
+  base::write_file_atomic(out_dir / "junit.xml", render_junit(report));
+  base::write_file_atomic(out_dir / "report.json", dump_json_utf8_safe(to_json(report), 2) + "\n");
 }
 
 }  // namespace qeval::reports

@@ -7,16 +7,39 @@
 #include <cmath>
 #include <limits>
 
-#include "reports/files.h"
+#include "base/files.h"
 #include "reports/heatmap.h"
-#include "reports/utf8.h"
+#include "base/utf8.h"
 
 namespace qeval::reports::html {
+
+std::string base64(std::string_view bytes) {
+  static const char* kTable = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  auto byte = [&](std::size_t k) { return static_cast<unsigned>(static_cast<unsigned char>(bytes[k])); };
+  for (; i + 3 <= bytes.size(); i += 3) {
+    unsigned v = byte(i) << 16 | byte(i + 1) << 8 | byte(i + 2);
+    out += kTable[v >> 18 & 63];
+    out += kTable[v >> 12 & 63];
+    out += kTable[v >> 6 & 63];
+    out += kTable[v & 63];
+  }
+  if (std::size_t rest = bytes.size() - i; rest > 0) {
+    unsigned v = byte(i) << 16 | (rest == 2 ? byte(i + 1) << 8 : 0u);
+    out += kTable[v >> 18 & 63];
+    out += kTable[v >> 12 & 63];
+    out += rest == 2 ? kTable[v >> 6 & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
 
 std::string esc(std::string_view raw) {
   // Bytes that are not UTF-8 (a file name) and control characters (which XML forbids: JUnit uses
   // this too) are shown as \xHH.
-  const std::string s = escape_invalid_utf8(raw);
+  const std::string s = base::escape_invalid_utf8(raw);
   std::string out;
   out.reserve(s.size());
   for (char c : s) {

@@ -13,6 +13,8 @@
 namespace qeval::reports::html {
 
 std::string esc(std::string_view s);
+// RFC 4648 base64, for data: URIs.
+std::string base64(std::string_view bytes);
 std::string png_data_uri(const std::vector<std::uint8_t>& png);
 
 // "<!DOCTYPE html>...<body><main>" with the shared CSS plus `extra_css`, and a script that records

@@ -4,14 +4,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "reports/utf8.h"
+#include "base/utf8.h"
 
 namespace qeval::reports {
 
 namespace {
 
 nlohmann::json with_valid_utf8(const nlohmann::json& j) {
-  if (j.is_string()) return escape_invalid_utf8(j.get_ref<const std::string&>());
+  if (j.is_string()) return base::escape_invalid_utf8(j.get_ref<const std::string&>());
   if (j.is_array()) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& e : j) out.push_back(with_valid_utf8(e));
@@ -19,7 +19,7 @@ nlohmann::json with_valid_utf8(const nlohmann::json& j) {
   }
   if (j.is_object()) {
     nlohmann::json out = nlohmann::json::object();
-    for (const auto& item : j.items()) out[escape_invalid_utf8(item.key())] = with_valid_utf8(item.value());
+    for (const auto& item : j.items()) out[base::escape_invalid_utf8(item.key())] = with_valid_utf8(item.value());
     return out;
   }
   return j;

@@ -13,7 +13,7 @@ namespace qeval::reports {
 std::string dump_json_readable(const nlohmann::json& j);
 
 // j.dump(indent), with every string (and key) that is not valid UTF-8 written with \xHH escapes
-// for its stray bytes (reports/utf8.h) instead of the exception nlohmann::json throws: a file name
+// for its stray bytes (base/utf8.h) instead of the exception nlohmann::json throws: a file name
 // that is not UTF-8 must not turn a finished run into an internal error.
 std::string dump_json_utf8_safe(const nlohmann::json& j, int indent = -1);
 

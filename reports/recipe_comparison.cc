@@ -8,7 +8,7 @@
 
 #include "kernels/error.h"
 #include "reports/compare_report.h"
-#include "reports/files.h"
+#include "base/files.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"
@@ -312,8 +312,8 @@ void write_recipe_comparison(const RecipeComparison& r, const std::filesystem::p
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw InputError(out_dir.string() + ": cannot create the output folder: " + ec.message());
-  write_file_atomic(out_dir / "report.html", render_html(r));
-  write_file_atomic(out_dir / "report.json", dump_json_readable(to_json(r)));
+  base::write_file_atomic(out_dir / "report.html", render_html(r));
+  base::write_file_atomic(out_dir / "report.json", dump_json_readable(to_json(r)));
 }
 
 }  // namespace qeval::reports

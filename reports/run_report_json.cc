@@ -12,7 +12,7 @@
 #include <stdexcept>
 
 #include "kernels/error.h"
-#include "reports/files.h"
+#include "base/files.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"
 
@@ -726,9 +726,9 @@ void write_run_report(const RunReport& report, const std::filesystem::path& out_
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw InputError(out_dir.string() + ": cannot create the output folder: " + ec.message());
-  write_file_atomic(out_dir / "report.html", render_html(report));
-  write_file_atomic(out_dir / "junit.xml", render_junit(report));
-  write_file_atomic(out_dir / "report.json", dump_json_readable(to_json(report)));
+  base::write_file_atomic(out_dir / "report.html", render_html(report));
+  base::write_file_atomic(out_dir / "junit.xml", render_junit(report));
+  base::write_file_atomic(out_dir / "report.json", dump_json_readable(to_json(report)));
 }
 
 }  // namespace qeval::reports

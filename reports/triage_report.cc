@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "kernels/error.h"
-#include "reports/files.h"
+#include "base/files.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"  // artifact_json
@@ -224,8 +224,8 @@ void write_triage_report(const TriageReport& r, const std::filesystem::path& out
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw InputError(out_dir.string() + ": cannot create the folder: " + ec.message());
-  write_file_atomic(out_dir / "triage.html", render_html(r));
-  write_file_atomic(out_dir / "triage.json", dump_json_readable(to_json(r)));
+  base::write_file_atomic(out_dir / "triage.html", render_html(r));
+  base::write_file_atomic(out_dir / "triage.json", dump_json_readable(to_json(r)));
 }
 
 }  // namespace qeval::reports

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Old-opset forms the opset upgrade rewrites (eval/opset_upgrade.h), written at their own opsets
+"""Old-opset forms the opset upgrade rewrites (eval/exec/opset_upgrade.h), written at their own opsets
 with ONNX Runtime's outputs of the originals: tests/data/opset_upgrade/<case>/. The test
 OpsetUpgrade.MatchesOnnxRuntimeOnTheOriginalForms upgrades each model to 13 and 19 and compares
 qeval's outputs of the upgraded graph with these."""

@@ -15,7 +15,7 @@
 # "</w>" marks the end of a word, merges apply lowest rank first; the ids are BOS + tokens + EOS,
 # cut to max_length (the EOS kept last) and padded with the pad token (<|endoftext|> by default,
 # as Stable Diffusion 1.x's tokenizer does). ftfy/html clean-up is not applied (the grammar needs
-# none; eval/tokenizer.h documents the same).
+# none; eval/pipelines/tokenizer.h documents the same).
 #
 # Training: word counts over captions of the training stream (tools/scenes.py), every word split
 # into byte symbols, then the most frequent adjacent pair is merged (ties: the pair that sorts

@@ -25,7 +25,7 @@ import train_tokenizer as T  # noqa: E402
 
 
 def read_prompts(path, count):
-    # eval/prompt_set.h: one a line, '#' comments and blank lines skipped
+    # eval/pipelines/prompt_set.h: one a line, '#' comments and blank lines skipped
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "eval/cli/command.h"
-#include "eval/exit_codes.h"
+#include "base/exit_codes.h"
 #include "eval/quant/calibrate_run.h"
 #include "kernels/error.h"
 
@@ -61,7 +61,7 @@ int run_calibrate(const CalibrateArgs& a) {
   }
   for (const std::string& name : s.left_fp32)
     fmt::print("  {}: the recipe selects no node of it; left FP32, nothing written\n", name);
-  return eval::kExitPass;
+  return base::kExitPass;
 }
 
 Runner add_calibrate(CLI::App& app) {

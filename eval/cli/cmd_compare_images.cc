@@ -3,9 +3,9 @@
 #include <malloc.h>
 
 #include "eval/cli/command.h"
-#include "eval/compare_images.h"
-#include "eval/exit_codes.h"
-#include "eval/progress.h"
+#include "eval/run/compare_images.h"
+#include "base/exit_codes.h"
+#include "base/progress.h"
 #include "kernels/error.h"
 #include "reports/compare_report.h"
 
@@ -72,13 +72,13 @@ int run(const Args& a, const Context& ctx) {
   options.worst = a.worst;
   eval::Gate gate = a.gate.empty() ? eval::Gate{} : eval::load_gate(a.gate);
 
-  auto report = eval::run_compare_images(options, gate, eval::stderr_is_terminal());
+  auto report = eval::run_compare_images(options, gate, base::stderr_is_terminal());
   report.created_utc = utc_now();
   report.command_line = ctx.command_line;
   if (!a.gate.empty()) report.config.emplace_back("gate", a.gate);
   reports::write_compare_images_report(report, a.out);
   print_summary(report, a.out);
-  return report.gate.passed ? eval::kExitPass : eval::kExitGateFailed;
+  return report.gate.passed ? base::kExitPass : base::kExitGateFailed;
 }
 
 Runner add(CLI::App& app) {

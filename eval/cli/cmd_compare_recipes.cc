@@ -6,9 +6,9 @@
 
 #include "eval/cli/command.h"
 #include "eval/cli/report_context.h"
-#include "eval/exit_codes.h"
-#include "eval/gate.h"
-#include "eval/progress.h"
+#include "base/exit_codes.h"
+#include "eval/run/gate.h"
+#include "base/progress.h"
 #include "eval/quant/lint.h"
 #include "eval/run/compare_recipes.h"
 #include "eval/run/evaluator.h"
@@ -42,7 +42,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   const fs::path out = a.out, run_dir = out / "run";
   const eval::OutFolderLock lock(out, ctx.command_line);  // the previous report stays until replaced
 
-  const bool tty = eval::stderr_is_terminal();
+  const bool tty = base::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);
   auto variants = eval::build_variants(spec, *driver, tty);
   eval::EvaluatorOptions options;
@@ -70,7 +70,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   const reports::RecipeComparison comparison = eval::build_recipe_comparison(spec, result, report, shapes, settings);
   reports::write_recipe_comparison(comparison, out);
   fmt::print("{}", reports::render_summary_text(comparison, out));
-  return comparison.any_passed() ? eval::kExitPass : eval::kExitGateFailed;
+  return comparison.any_passed() ? base::kExitPass : base::kExitGateFailed;
 }
 
 Runner add_compare_recipes(CLI::App& app) {

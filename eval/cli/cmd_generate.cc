@@ -5,11 +5,11 @@
 
 #include "datasets/npy.h"
 #include "eval/cli/command.h"
-#include "eval/exit_codes.h"
+#include "base/exit_codes.h"
 #include "eval/pipelines/txt2img.h"
-#include "eval/progress.h"
+#include "base/progress.h"
 #include "kernels/error.h"
-#include "reports/files.h"
+#include "base/files.h"
 
 namespace qeval::cli {
 namespace {
@@ -47,7 +47,7 @@ int run_generate(const GenerateArgs& a) {
   eval::SessionOptions options;
   options.precision = *eval::precision_from_name(a.precision);  // CLI11 checked the name
   const auto sessions = eval::Txt2ImgSessions::create(models, options);
-  eval::Progress progress("generate", static_cast<std::size_t>(std::max(req.steps, 0)), eval::stderr_is_terminal());
+  base::Progress progress("generate", static_cast<std::size_t>(std::max(req.steps, 0)), base::stderr_is_terminal());
   eval::Txt2ImgHooks hooks;
   hooks.on_step = [&](eval::Txt2ImgStep&) { progress.tick(); };
   const eval::Txt2ImgResult r = eval::generate(models, sessions, req, hooks);
@@ -55,7 +55,7 @@ int run_generate(const GenerateArgs& a) {
 
   const auto rgb = eval::image_to_rgb8(r.image);
   const auto png = datasets::encode_png(rgb);
-  reports::write_file_atomic(a.out, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
+  base::write_file_atomic(a.out, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
   if (!a.latent_out.empty()) datasets::write_npy(a.latent_out, r.final_latent);
 
   fmt::print("qeval generate: \"{}\" seed {} -> {} ({}x{})\n", a.prompt, a.seed, a.out, rgb.width, rgb.height);
@@ -65,7 +65,7 @@ int run_generate(const GenerateArgs& a) {
   fmt::print("  {:.0f} ms: text encoder {:.0f} ms, UNet {:.0f} ms ({:.1f} ms/step), VAE decoder {:.0f} ms\n",
              r.text_encoder_ms + r.unet_ms + r.vae_decoder_ms, r.text_encoder_ms, r.unet_ms, r.unet_ms / req.steps,
              r.vae_decoder_ms);
-  return eval::kExitPass;
+  return base::kExitPass;
 }
 
 Runner add_generate(CLI::App& app) {

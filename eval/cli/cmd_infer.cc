@@ -3,8 +3,8 @@
 #include <fmt/ranges.h>
 
 #include "eval/cli/command.h"
-#include "eval/exit_codes.h"
-#include "eval/infer.h"
+#include "base/exit_codes.h"
+#include "eval/run/infer.h"
 
 namespace qeval::cli {
 namespace {
@@ -33,7 +33,7 @@ int run_infer(const InferArgs& a) {
   fmt::print("  {}/outputs.json maps output names to files\n", a.outputs);
   if (r.dumped)
     fmt::print("  --dump-all: {} tensors in {} (index.json maps names to files)\n", r.dumped, a.dump);
-  return eval::kExitPass;
+  return base::kExitPass;
 }
 
 Runner add_infer(CLI::App& app) {
@@ -70,7 +70,7 @@ Runner add_inspect(CLI::App& app) {
   return [path](const Context&) {
     bool supported = false;
     fmt::print("{}", eval::inspect_model(*path, &supported));
-    return supported ? eval::kExitPass : eval::kExitGateFailed;
+    return supported ? base::kExitPass : base::kExitGateFailed;
   };
 }
 

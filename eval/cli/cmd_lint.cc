@@ -2,11 +2,11 @@
 #include <fmt/format.h>
 
 #include "eval/cli/command.h"
-#include "eval/exit_codes.h"
-#include "eval/infer.h"
-#include "eval/onnx_import.h"
+#include "base/exit_codes.h"
+#include "eval/run/infer.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/lint.h"
-#include "reports/files.h"
+#include "base/files.h"
 
 namespace qeval::cli {
 namespace {
@@ -26,10 +26,10 @@ int run_lint(const LintArgs& a) {
   const auto report = eval::quant::lint_graph(graph, options);
   fmt::print("{}", report.to_text());
   if (!a.json.empty()) {
-    reports::write_file_atomic(a.json, report.to_json().dump(1) + "\n");
+    base::write_file_atomic(a.json, report.to_json().dump(1) + "\n");
     fmt::print("report: {}\n", a.json);
   }
-  return report.count(eval::quant::Severity::kError) > 0 ? eval::kExitGateFailed : eval::kExitPass;
+  return report.count(eval::quant::Severity::kError) > 0 ? base::kExitGateFailed : base::kExitPass;
 }
 
 Runner add_lint(CLI::App& app) {

@@ -5,9 +5,9 @@
 
 #include "eval/cli/command.h"
 #include "eval/cli/report_context.h"
-#include "eval/exit_codes.h"
-#include "eval/gate.h"
-#include "eval/progress.h"
+#include "base/exit_codes.h"
+#include "eval/run/gate.h"
+#include "base/progress.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/run_report_build.h"
@@ -69,7 +69,7 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
   if (!a.gate.empty()) spec.gate = a.gate;
   const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate, eval::GateMetrics::kRun);
   const auto driver = eval::make_run_driver(spec);
-  auto variants = eval::build_variants(spec, *driver, eval::stderr_is_terminal());
+  auto variants = eval::build_variants(spec, *driver, base::stderr_is_terminal());
   const std::string key = eval::run_key(spec, *driver, variants);
   if (key != infos.front().key)
     throw InputError("the shards ran on other models, prompts or recipes than those found now (run key " +
@@ -100,7 +100,7 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
   eval::apply_run_gate(gate, report);
   reports::write_run_report(report, out);
   fmt::print("{}", reports::render_summary_text(report, out));
-  return report.gate.passed ? eval::kExitPass : eval::kExitGateFailed;
+  return report.gate.passed ? base::kExitPass : base::kExitGateFailed;
 }
 
 Runner add_merge(CLI::App& app) {

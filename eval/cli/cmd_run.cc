@@ -8,9 +8,9 @@
 #include "eval/cli/command.h"
 #include "eval/cli/interrupt.h"
 #include "eval/cli/report_context.h"
-#include "eval/exit_codes.h"
-#include "eval/gate.h"
-#include "eval/progress.h"
+#include "base/exit_codes.h"
+#include "eval/run/gate.h"
+#include "base/progress.h"
 #include "eval/run/compare_recipes.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/out_lock.h"
@@ -49,7 +49,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   // Nothing is removed: the previous report stays until the new one replaces it (atomically).
   const eval::OutFolderLock lock(out, ctx.command_line);
 
-  const bool tty = eval::stderr_is_terminal();
+  const bool tty = base::stderr_is_terminal();
   const auto driver = eval::make_run_driver(spec);
   {  // a gate metric this run does not measure is an error before anything runs, not after
     std::vector<std::string> keys;

@@ -10,11 +10,11 @@
 #include "datasets/mask_io.h"
 #include "datasets/npy.h"
 #include "eval/cli/command.h"
-#include "eval/exit_codes.h"
+#include "base/exit_codes.h"
 #include "eval/pipelines/segmentation.h"
 #include "kernels/error.h"
 #include "metrics/segmentation.h"
-#include "reports/files.h"
+#include "base/files.h"
 
 namespace qeval::cli {
 namespace {
@@ -87,7 +87,7 @@ int run_segment(const SegmentArgs& a) {
   eval::SegmentationResult r = pipeline.decode(*sessions.mask_decoder, embedding, points);
   auto t2 = clock::now();
 
-  reports::write_file_atomic(a.out, [&] {
+  base::write_file_atomic(a.out, [&] {
     auto bytes = datasets::encode_png(datasets::mask_image(r.mask));
     return std::string(bytes.begin(), bytes.end());
   }());
@@ -110,7 +110,7 @@ int run_segment(const SegmentArgs& a) {
   fmt::print("  encode {:.1f} ms, decode {:.1f} ms\n",
              std::chrono::duration<double, std::milli>(t1 - t0).count(),
              std::chrono::duration<double, std::milli>(t2 - t1).count());
-  return eval::kExitPass;
+  return base::kExitPass;
 }
 
 Runner add_segment(CLI::App& app) {

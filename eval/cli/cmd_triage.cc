@@ -4,16 +4,16 @@
 #include <filesystem>
 
 #include "eval/cli/command.h"
-#include "eval/exit_codes.h"
-#include "eval/gate.h"
-#include "eval/progress.h"
+#include "base/exit_codes.h"
+#include "eval/run/gate.h"
+#include "base/progress.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/outputs.h"
 #include "eval/run/triage.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
-#include "reports/files.h"
+#include "base/files.h"
 #include "reports/json_text.h"
 #include "reports/triage_report.h"
 
@@ -44,19 +44,19 @@ int run_triage(const TriageArgs& a, const Context& ctx) {
   options.metric = a.metric;
   options.sensitivity = a.rank == "sensitivity";
   options.batch = a.batch;
-  options.progress = eval::stderr_is_terminal();
+  options.progress = base::stderr_is_terminal();
   eval::TriageOutcome t = eval::run_triage(spec, gate, options);
   t.report.tool_version = QEVAL_VERSION;
   t.report.created_utc = utc_now();
   t.report.command_line = ctx.command_line;
   if (!t.report.chosen.empty()) {
-    const fs::path recipe = out / (eval::file_name_for(t.override_recipe.name) + ".json");
-    reports::write_file_atomic(recipe, reports::dump_json_readable(t.override_recipe.document()));
+    const fs::path recipe = out / (base::file_name_for(t.override_recipe.name) + ".json");
+    base::write_file_atomic(recipe, reports::dump_json_readable(t.override_recipe.document()));
     t.report.override_recipe.path = recipe.string();
   }
   reports::write_triage_report(t.report, out);
   fmt::print("{}", reports::render_summary_text(t.report, out));
-  return t.passed ? eval::kExitPass : eval::kExitGateFailed;
+  return t.passed ? base::kExitPass : base::kExitGateFailed;
 }
 
 Runner add_triage(CLI::App& app) {

@@ -20,7 +20,7 @@ struct Context {
   std::string command_line;  // argv joined, quoted where needed (goes into reports)
 };
 
-// Runs a parsed verb; returns the exit code (eval/exit_codes.h). InputError -> 2 is main's job.
+// Runs a parsed verb; returns the exit code (base/exit_codes.h). InputError -> 2 is main's job.
 using Runner = std::function<int(const Context&)>;
 using Adder = Runner (*)(CLI::App& app);
 

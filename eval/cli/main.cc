@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "eval/cli/command.h"
-#include "eval/exit_codes.h"
+#include "base/exit_codes.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
 
@@ -63,10 +63,10 @@ int main(int argc, char** argv) {
       else
         std::fprintf(stderr, "qeval: a command is required (commands: %s; qeval --help describes them)\n",
                      names.c_str());
-      return eval::kExitBadInput;
+      return base::kExitBadInput;
     }
     int code = app.exit(e);  // prints help/version (code 0) or the usage error
-    return code == 0 ? eval::kExitPass : eval::kExitBadInput;
+    return code == 0 ? base::kExitPass : base::kExitBadInput;
   }
 
   // Image-sized buffers are allocated and freed for every pair. glibc's default (a threshold that
@@ -88,10 +88,10 @@ int main(int argc, char** argv) {
       if (sub->parsed()) return run(context);
   } catch (const InputError& e) {
     std::fprintf(stderr, "qeval: error: %s\n", e.what());
-    return eval::kExitBadInput;
+    return base::kExitBadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qeval: internal error: %s\n", e.what());
-    return eval::kExitInternal;
+    return base::kExitInternal;
   }
-  return eval::kExitInternal;
+  return base::kExitInternal;
 }

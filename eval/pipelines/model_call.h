@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "eval/session.h"
+#include "eval/exec/session.h"
 
 namespace qeval::eval {
 

@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "eval/json_config.h"
+#include "base/json_config.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
@@ -20,13 +20,13 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-JsonConfig load_root(const fs::path& dir_or_file) {
+base::JsonConfig load_root(const fs::path& dir_or_file) {
   const fs::path path = pipeline_json_path(dir_or_file);
   if (!fs::exists(path))
     throw InputError(path.string() + ": no such file" +
                      (fs::is_directory(dir_or_file) ? " (a pipeline folder holds a pipeline.json)" : "") +
                      " (see " + kPipelineDoc + ")");
-  JsonConfig root = JsonConfig::load(path, kPipelineDoc);
+  base::JsonConfig root = base::JsonConfig::load(path, kPipelineDoc);
   if (root.get_string("format") != kFormat)
     root.fail("\"format\" must be \"" + std::string(kFormat) + "\", got \"" + root.get_string("format") + "\"");
   if (root.get_int("version") != kVersion)
@@ -35,19 +35,19 @@ JsonConfig load_root(const fs::path& dir_or_file) {
   return root;
 }
 
-int positive_int(const JsonConfig& c, const std::string& key, long long max, std::optional<long long> fallback = {}) {
+int positive_int(const base::JsonConfig& c, const std::string& key, long long max, std::optional<long long> fallback = {}) {
   long long v = fallback && !c.has(key) ? *fallback : c.get_int(key);
   if (v < 1 || v > max)
-    JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kPipelineDoc)
+    base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kPipelineDoc)
         .fail("must be an integer in [1, " + std::to_string(max) + "], got " + std::to_string(v));
   return static_cast<int>(v);
 }
 
-JsonConfig at(const JsonConfig& c, const std::string& key) {
-  return JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kPipelineDoc);
+base::JsonConfig at(const base::JsonConfig& c, const std::string& key) {
+  return base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kPipelineDoc);
 }
 
-void read_model_files(const JsonConfig& c, ModelFiles& m) {
+void read_model_files(const base::JsonConfig& c, ModelFiles& m) {
   m.model = c.get_path("model");
   if (auto variants = c.optional_object("variants")) {
     for (const auto& [name, value] : variants->value().items()) {
@@ -57,7 +57,7 @@ void read_model_files(const JsonConfig& c, ModelFiles& m) {
   }
 }
 
-DType read_dtype(const JsonConfig& c, const std::string& key, const std::vector<std::string>& choices,
+DType read_dtype(const base::JsonConfig& c, const std::string& key, const std::vector<std::string>& choices,
                  const std::string& fallback) {
   const std::string s = c.get_choice(key, choices, fallback);
   if (s == "int32") return DType::kInt32;
@@ -66,7 +66,7 @@ DType read_dtype(const JsonConfig& c, const std::string& key, const std::vector<
   return DType::kFloat32;
 }
 
-SchedulerConfig read_scheduler(const JsonConfig& c) {
+SchedulerConfig read_scheduler(const base::JsonConfig& c) {
   c.allow_keys({"type", "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                 "timestep_spacing", "steps_offset", "set_alpha_to_one", "clip_sample", "clip_sample_range"});
   SchedulerConfig s;
@@ -108,7 +108,7 @@ fs::path pipeline_json_path(const fs::path& dir_or_file) {
 }
 
 PipelineTask read_pipeline_task(const fs::path& dir_or_file) {
-  JsonConfig root = load_root(dir_or_file);
+  base::JsonConfig root = load_root(dir_or_file);
   return root.get_choice("task", {"txt2img", "segmentation"}) == "txt2img" ? PipelineTask::kTxt2Img
                                                                            : PipelineTask::kSegmentation;
 }
@@ -169,7 +169,7 @@ std::vector<std::string> Txt2ImgConfig::variant_names() const {
 }
 
 Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file) {
-  JsonConfig root = load_root(dir_or_file);
+  base::JsonConfig root = load_root(dir_or_file);
   root.allow_keys({"format", "version", "task", "name", "tokenizer", "text_encoder", "unet", "vae_decoder", "latent",
                    "image", "scheduler", "defaults", "noise", "prompts"});
   const std::string task = root.get_choice("task", {"txt2img", "segmentation"});
@@ -180,7 +180,7 @@ Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file) {
   c.name = root.get_string("name", c.source.parent_path().filename().string());
 
   {
-    JsonConfig t = root.object("tokenizer");
+    base::JsonConfig t = root.object("tokenizer");
     t.allow_keys({"type", "vocab", "merges", "max_length", "pad_token"});
     t.get_choice("type", {"clip_bpe"}, "clip_bpe");
     c.tokenizer.vocab = t.get_path("vocab");
@@ -190,7 +190,7 @@ Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file) {
     c.tokenizer.pad_token = t.get_string("pad_token", c.tokenizer.pad_token);
   }
   {
-    JsonConfig t = root.object("text_encoder");
+    base::JsonConfig t = root.object("text_encoder");
     t.allow_keys({"model", "variants", "input", "input_type", "output"});
     read_model_files(t, c.text_encoder);
     c.text_encoder.input = t.get_string("input", c.text_encoder.input);
@@ -198,7 +198,7 @@ Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file) {
     c.text_encoder.output = t.get_string("output", c.text_encoder.output);
   }
   {
-    JsonConfig u = root.object("unet");
+    base::JsonConfig u = root.object("unet");
     u.allow_keys({"model", "variants", "sample", "timestep", "timestep_type", "encoder_hidden_states", "output"});
     read_model_files(u, c.unet);
     c.unet.sample = u.get_string("sample", c.unet.sample);
@@ -208,7 +208,7 @@ Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file) {
     c.unet.output = u.get_string("output", c.unet.output);
   }
   {
-    JsonConfig v = root.object("vae_decoder");
+    base::JsonConfig v = root.object("vae_decoder");
     v.allow_keys({"model", "variants", "input", "output", "scaling_factor"});
     read_model_files(v, c.vae_decoder);
     c.vae_decoder.input = v.get_string("input", c.vae_decoder.input);
@@ -217,14 +217,14 @@ Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file) {
     if (!(c.vae_decoder.scaling_factor > 0)) at(v, "scaling_factor").fail("must be positive");
   }
   {
-    JsonConfig l = root.object("latent");
+    base::JsonConfig l = root.object("latent");
     l.allow_keys({"channels", "height", "width"});
     c.latent_channels = positive_int(l, "channels", 64);
     c.latent_height = positive_int(l, "height", 1024);
     c.latent_width = positive_int(l, "width", 1024);
   }
   {
-    JsonConfig im = root.object("image");
+    base::JsonConfig im = root.object("image");
     im.allow_keys({"channels", "height", "width", "range"});
     c.image_channels = positive_int(im, "channels", 4);
     if (c.image_channels != 3) at(im, "channels").fail("must be 3 (RGB)");

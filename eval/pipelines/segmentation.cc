@@ -8,8 +8,8 @@
 #include <cstring>
 #include <set>
 
-#include "eval/json_config.h"
-#include "eval/onnx_import.h"
+#include "base/json_config.h"
+#include "eval/exec/onnx_import.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 #include "kernels/resize.h"
@@ -31,18 +31,18 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 // The value at `key` as its own JsonConfig, so that errors name the key path.
-JsonConfig at(const JsonConfig& c, const std::string& key) {
-  return JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key,
+base::JsonConfig at(const base::JsonConfig& c, const std::string& key) {
+  return base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key,
                     kSegmentDoc);
 }
 
-std::string non_empty_string(const JsonConfig& c, const std::string& key, const std::string& fallback) {
+std::string non_empty_string(const base::JsonConfig& c, const std::string& key, const std::string& fallback) {
   std::string s = c.get_string(key, fallback);
   if (s.empty()) at(c, key).fail("must not be empty");
   return s;
 }
 
-int int_in(const JsonConfig& c, const std::string& key, long long lo, long long hi,
+int int_in(const base::JsonConfig& c, const std::string& key, long long lo, long long hi,
            std::optional<long long> fallback = {}) {
   long long v = fallback && !c.has(key) ? *fallback : c.get_int(key);
   if (v < lo || v > hi)
@@ -51,7 +51,7 @@ int int_in(const JsonConfig& c, const std::string& key, long long lo, long long 
   return static_cast<int>(v);
 }
 
-ModelFiles read_model(const JsonConfig& c) {
+ModelFiles read_model(const base::JsonConfig& c) {
   ModelFiles m;
   m.model = c.get_path("model");
   if (auto variants = c.optional_object("variants")) {
@@ -64,7 +64,7 @@ ModelFiles read_model(const JsonConfig& c) {
   return m;
 }
 
-std::vector<float> per_channel(const JsonConfig& c, const std::string& key, int channels, bool positive) {
+std::vector<float> per_channel(const base::JsonConfig& c, const std::string& key, int channels, bool positive) {
   if (!c.has(key)) c.fail("missing required key '" + key + "'");
   std::vector<double> v = c.get_numbers(key);
   if (static_cast<int>(v.size()) != channels)
@@ -177,24 +177,24 @@ std::vector<std::string> SegmentationConfig::variant_names() const {
 SegmentationConfig read_segmentation_config(const fs::path& dir_or_file) {
   // Format, version and task first (the reader shared by every task), then this task's keys.
   if (read_pipeline_task(dir_or_file) != PipelineTask::kSegmentation) {
-    JsonConfig root = JsonConfig::load(pipeline_json_path(dir_or_file), kSegmentDoc);
+    base::JsonConfig root = base::JsonConfig::load(pipeline_json_path(dir_or_file), kSegmentDoc);
     at(root, "task").fail("is \"" + root.get_string("task") + "\": this is not a segmentation pipeline");
   }
   const fs::path path = pipeline_json_path(dir_or_file);
-  JsonConfig root = JsonConfig::load(path, kSegmentDoc);
+  base::JsonConfig root = base::JsonConfig::load(path, kSegmentDoc);
   root.allow_keys({"format", "version", "task", "name", "image_encoder", "mask_decoder", "image", "prompts"});
 
   SegmentationConfig c;
   c.source = path;
   c.name = root.get_string("name", path.parent_path().filename().string());
 
-  JsonConfig enc = root.object(kEncoderKey);
+  base::JsonConfig enc = root.object(kEncoderKey);
   enc.allow_keys({"model", "variants", "input", "output"});
   c.image_encoder = read_model(enc);
   c.encoder_input = non_empty_string(enc, "input", c.encoder_input);
   c.encoder_output = non_empty_string(enc, "output", c.encoder_output);
 
-  JsonConfig dec = root.object(kDecoderKey);
+  base::JsonConfig dec = root.object(kDecoderKey);
   dec.allow_keys({"model", "variants", "image_embeddings", "point_coords", "point_labels", "outputs",
                   "append_padding_point", "mask_threshold", "single_mask_index"});
   c.mask_decoder = read_model(dec);
@@ -214,7 +214,7 @@ SegmentationConfig read_segmentation_config(const fs::path& dir_or_file) {
   const std::set<std::string> dec_inputs = {c.decoder_embeddings, c.decoder_point_coords, c.decoder_point_labels};
   if (dec_inputs.size() != 3) dec.fail("image_embeddings, point_coords and point_labels must name three different inputs");
 
-  JsonConfig img = root.object("image");
+  base::JsonConfig img = root.object("image");
   img.allow_keys({"channels", "height", "width", "pixel_mean", "pixel_std", "resize"});
   c.channels = int_in(img, "channels", 1, 4);
   c.height = int_in(img, "height", 1, 16384);

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "datasets/image_io.h"
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/pipelines/model_call.h"
 #include "eval/pipelines/pipeline_config.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "kernels/tensor.h"
 
 namespace qeval::eval {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "eval/onnx_import.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/pipelines/noise.h"
 #include "eval/pipelines/scheduler.h"
 #include "kernels/error.h"

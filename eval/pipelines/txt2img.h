@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "datasets/image_io.h"
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/pipelines/model_call.h"
 #include "eval/pipelines/pipeline_config.h"
 #include "eval/pipelines/scheduler.h"
-#include "eval/session.h"
-#include "eval/tokenizer.h"
+#include "eval/exec/session.h"
+#include "eval/pipelines/tokenizer.h"
 
 namespace qeval::eval {
 

@@ -1,7 +1,7 @@
 // The Q/DQ graph rewrite of a calibrated recipe.
 #include "eval/quant/apply.h"
 
-#include "eval/opset_upgrade.h"
+#include "eval/exec/opset_upgrade.h"
 
 #include <cmath>
 #include <cstring>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
 #include "eval/quant/select.h"
@@ -28,7 +28,7 @@ struct AppliedRecipe {
   int quantized_activations = 0;
   int smoothed_layers = 0;
   int opset_from = 0, opset_to = 0;  // default-domain opset before and after
-  int opset_rewritten_nodes = 0;     // nodes the opset upgrade rewrote (eval/opset_upgrade.h)
+  int opset_rewritten_nodes = 0;     // nodes the opset upgrade rewrote (eval/exec/opset_upgrade.h)
   std::vector<std::string> opset_rewrites;  // one line per rewritten node (OpsetUpgrade::notes)
 };
 

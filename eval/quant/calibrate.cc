@@ -8,13 +8,13 @@
 #include <limits>
 #include <sstream>
 
+#include "base/file_names.h"
 #include "datasets/npy.h"
-#include "eval/infer.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric.h"
 #include "metrics/calibration.h"
-#include "reports/files.h"
+#include "base/files.h"
 
 namespace qeval::eval::quant {
 
@@ -441,7 +441,7 @@ std::vector<fs::path> tensor_sample_folders(const fs::path& dir) {
 std::map<std::string, Tensor> read_tensor_sample(const fs::path& folder, const Graph& graph) {
   std::map<std::string, Tensor> sample;
   for (const auto& in : graph.inputs) {
-    const fs::path file = folder / (file_name_for(in.name) + ".npy");
+    const fs::path file = folder / (base::file_name_for(in.name) + ".npy");
     if (!fs::exists(file))
       throw InputError(folder.string() + ": sample lacks " + file.filename().string() + " for model input '" +
                        in.name + "'");
@@ -558,7 +558,7 @@ CalibrationResult calibrate_cached(const Graph& graph, const Selection& selectio
   }
   CalibrationResult r = calibrate(graph, selection, recipe, set);
   fs::create_directories(cache_dir, ec);
-  reports::write_file_atomic(file, r.to_json().dump(1) + "\n");
+  base::write_file_atomic(file, r.to_json().dump(1) + "\n");
   return r;
 }
 

@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/quant/recipe.h"
 #include "eval/quant/select.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 
 namespace qeval::eval::quant {
 

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "eval/onnx_export.h"
-#include "eval/onnx_import.h"
+#include "eval/exec/onnx_export.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/segmentation_calibration.h"
 #include "eval/quant/txt2img_calibration.h"
 #include "kernels/error.h"
-#include "reports/files.h"
+#include "base/files.h"
 
 namespace qeval::eval::quant {
 
@@ -63,7 +63,7 @@ void write_model(const Recipe& recipe, CalibratedModel& m, const AppliedRecipe& 
   std::error_code ec;
   fs::create_directories(m.out, ec);
   if (!fs::is_directory(m.out, ec)) throw InputError(m.out.string() + ": cannot create the output folder");
-  reports::write_file_atomic(m.out / "scales.json", scales_document(recipe, m, applied).dump(1) + "\n");
+  base::write_file_atomic(m.out / "scales.json", scales_document(recipe, m, applied).dump(1) + "\n");
   ExportOptions eo;
   eo.graph_name = "qeval " + recipe.name + (m.name.empty() ? "" : " " + m.name);
   save_onnx(applied.graph, m.out / "quantized.onnx", eo);

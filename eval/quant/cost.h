@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/quant/lint.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 
 namespace qeval::eval::quant {
 

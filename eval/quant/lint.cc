@@ -10,10 +10,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "eval/onnx_import.h"
-#include "eval/ops/op.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/ops/op.h"
 #include "eval/quant/recipe.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 

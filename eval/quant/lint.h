@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/quant/select.h"
 
 namespace qeval::eval::quant {

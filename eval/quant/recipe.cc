@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <regex>
 
-#include "eval/json_config.h"
-#include "eval/user_regex.h"
+#include "base/json_config.h"
+#include "base/user_regex.h"
 #include "kernels/error.h"
 
 namespace qeval::eval::quant {
@@ -140,10 +140,10 @@ std::string Recipe::fingerprint() const {
 
 namespace {
 
-void check_patterns(const JsonConfig& root, const char* key, const std::vector<std::string>& patterns) {
+void check_patterns(const base::JsonConfig& root, const char* key, const std::vector<std::string>& patterns) {
   for (std::size_t i = 0; i < patterns.size(); ++i) {
     try {
-      compile_user_regex(patterns[i]);
+      base::compile_user_regex(patterns[i]);
     } catch (const std::regex_error& e) {
       const std::string shown = patterns[i].size() > 80 ? patterns[i].substr(0, 80) + "..." : patterns[i];
       root.fail(std::string(key) + "[" + std::to_string(i) + "]: '" + shown +
@@ -152,7 +152,7 @@ void check_patterns(const JsonConfig& root, const char* key, const std::vector<s
   }
 }
 
-CalibrationSpec parse_calibration(const JsonConfig& c) {
+CalibrationSpec parse_calibration(const base::JsonConfig& c) {
   CalibrationSpec spec;
   const std::string method = c.get_choice("method", {"max", "percentile", "entropy", "mse"});
   if (method == "max") {
@@ -186,7 +186,7 @@ CalibrationSpec parse_calibration(const JsonConfig& c) {
   return spec;
 }
 
-SmoothQuantSpec parse_smoothquant(const JsonConfig& c) {
+SmoothQuantSpec parse_smoothquant(const base::JsonConfig& c) {
   c.allow_keys({"alpha", "alpha_grid", "search_rows"});
   SmoothQuantSpec spec;
   spec.enabled = true;
@@ -217,7 +217,7 @@ SmoothQuantSpec parse_smoothquant(const JsonConfig& c) {
 
 }  // namespace
 
-Recipe parse_recipe(const JsonConfig& root) {
+Recipe parse_recipe(const base::JsonConfig& root) {
   root.allow_keys({"name", "description", "format", "weights", "activations", "level",
                    "default_exclusions", "include", "exclude", "other_matmuls", "exclude_nodes", "calibration",
                    "smoothquant"});
@@ -257,7 +257,7 @@ Recipe parse_recipe(const JsonConfig& root) {
 }
 
 Recipe load_recipe(const std::filesystem::path& path) {
-  return parse_recipe(JsonConfig::load(path, kDoc));
+  return parse_recipe(base::JsonConfig::load(path, kDoc));
 }
 
 }  // namespace qeval::eval::quant

@@ -12,7 +12,7 @@
 
 #include "metrics/calibration.h"
 
-namespace qeval::eval {
+namespace qeval::base {
 class JsonConfig;
 }
 
@@ -86,7 +86,7 @@ struct Recipe {
 // quantizes; matched as a regex search in node and weight names.
 extern const char* const kDefaultExclusionPattern;
 
-Recipe parse_recipe(const JsonConfig& root);
+Recipe parse_recipe(const base::JsonConfig& root);
 Recipe load_recipe(const std::filesystem::path& path);
 
 // FNV-1a 64 over bytes, as 16 hex digits (fingerprints of recipes, models, calibration sets).

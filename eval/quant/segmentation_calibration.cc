@@ -7,7 +7,7 @@
 #include <iterator>
 #include <map>
 
-#include "eval/progress.h"
+#include "base/progress.h"
 #include "kernels/error.h"
 
 namespace qeval::eval::quant {
@@ -74,7 +74,7 @@ int SegmentationCalibrationSet::run(const Graph& reference, RangeCollector& coll
     collector.set_step(0);
     return &collector;
   });
-  Progress progress("calibrating " + model_, images_.size(), progress_ && stderr_is_terminal());
+  base::Progress progress("calibrating " + model_, images_.size(), progress_ && base::stderr_is_terminal());
   for (const auto& prompts : images_) {
     const PointPrompt& first = set_.prompts[prompts[0]];
     const PromptInputs inputs = load_prompt_inputs(first, set_.source, pipeline_.config().channels);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "eval/pipelines/segmentation.h"
-#include "eval/point_prompts.h"
+#include "eval/pipelines/point_prompts.h"
 #include "eval/quant/apply.h"
 #include "eval/quant/calibrate.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/quant/recipe.h"
 
 namespace qeval::eval::quant {

@@ -1,8 +1,8 @@
 // Per-step UNet calibration through the txt2img pipeline.
 #include "eval/quant/txt2img_calibration.h"
 
-#include "eval/progress.h"
-#include "eval/prompt_set.h"
+#include "base/progress.h"
+#include "eval/pipelines/prompt_set.h"
 #include "kernels/error.h"
 
 namespace qeval::eval::quant {
@@ -51,7 +51,7 @@ int Txt2ImgCalibrationSet::run(const Graph& reference, RangeCollector& collector
   });
   Txt2ImgHooks hooks;
   hooks.observer = &observer;
-  Progress progress("calibrating", prompts_.size(), progress_ && stderr_is_terminal());
+  base::Progress progress("calibrating", prompts_.size(), progress_ && base::stderr_is_terminal());
   for (std::size_t i = 0; i < prompts_.size(); ++i) {
     Txt2ImgRequest request = default_request(models_.config, prompts_[i], first_seed_ + i);
     request.steps = steps_;

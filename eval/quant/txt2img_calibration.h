@@ -13,7 +13,7 @@
 
 namespace qeval::eval::quant {
 
-// The prompts of a prompt set (eval/prompt_set.h: plain text, '#' comments and blank lines skipped,
+// The prompts of a prompt set (eval/pipelines/prompt_set.h: plain text, '#' comments and blank lines skipped,
 // or JSONL), at most `limit` (0 = all). InputError for a missing or empty file.
 std::vector<std::string> read_prompt_lines(const std::filesystem::path& path, std::size_t limit = 0);
 

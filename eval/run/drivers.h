@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "eval/prompt_set.h"
+#include "eval/pipelines/prompt_set.h"
 #include "eval/run/evaluator.h"
 
 namespace qeval::eval {

@@ -11,8 +11,8 @@
 #include <mutex>
 
 #include "datasets/npy.h"
-#include "eval/file_names.h"
-#include "eval/progress.h"
+#include "base/file_names.h"
+#include "base/progress.h"
 #include "eval/quant/calibrate_run.h"
 #include "eval/run/drivers.h"
 #include "kernels/error.h"
@@ -153,13 +153,13 @@ RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<Bu
     // Node names that sanitise alike ("a/b", "a:b") get distinct files: one FileNamer per folder.
     struct TensorFiles {
       std::mutex mutex;
-      std::map<fs::path, FileNamer> by_dir;
+      std::map<fs::path, base::FileNamer> by_dir;
     };
     auto files = std::make_shared<TensorFiles>();
     result.observation.full_tensors = [root, files](const std::string& variant, const ModelCall& call,
                                                     const Node& node, const Tensor& value) {
-      fs::path dir = root / file_name_for(std::string(call.context)) / file_name_for(variant) /
-                     file_name_for(call.step >= 0 ? fmt::format("{}_step{:03d}", call.model, call.step)
+      fs::path dir = root / base::file_name_for(std::string(call.context)) / base::file_name_for(variant) /
+                     base::file_name_for(call.step >= 0 ? fmt::format("{}_step{:03d}", call.model, call.step)
                                                   : std::string(call.model));
       std::string stem;
       {
@@ -210,7 +210,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
   const int concurrency = options.workers > 0 ? options.workers : tbb::this_task_arena::max_concurrency();
   const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(n, std::size_t(concurrency)));
 
-  Progress progress("qeval run", n * std::size_t(driver.ticks_per_unit()), options.progress);
+  base::Progress progress("qeval run", n * std::size_t(driver.ticks_per_unit()), options.progress);
   std::atomic<std::size_t> next{0};
   std::mutex merge_mu;
   const double elapsed_at_start = result.elapsed_s;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
 #include "eval/quant/select.h"

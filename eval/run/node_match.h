@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 
 namespace qeval::eval {
 

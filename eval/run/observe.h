@@ -18,10 +18,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "eval/graph.h"
+#include "eval/exec/graph.h"
 #include "eval/pipelines/model_call.h"
 #include "eval/run/node_match.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "metrics/activation_stats.h"
 
 namespace qeval::eval {

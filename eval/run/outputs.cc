@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "eval/compare_images.h"
+#include "eval/run/compare_images.h"
 #include "eval/pipelines/segmentation.h"
 #include "kernels/pooling.h"
-#include "reports/files.h"
+#include "base/files.h"
 #include "reports/heatmap.h"
 
 namespace qeval::eval {
@@ -26,7 +26,7 @@ std::string as_string(const std::vector<std::uint8_t>& bytes) { return std::stri
 
 void write_png(const fs::path& out_dir, const fs::path& rel, const std::vector<std::uint8_t>& png) {
   fs::create_directories((out_dir / rel).parent_path());
-  reports::write_file_atomic(out_dir / rel, as_string(png));
+  base::write_file_atomic(out_dir / rel, as_string(png));
 }
 
 // |ref - test| in 8-bit levels (max over channels, max-pooled by f so that a small defect survives
@@ -54,9 +54,9 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
   const int f = std::max(1, (std::max(image.width, image.height) + thumbnail_px - 1) / thumbnail_px);
   const auto png = datasets::encode_png(image);
   out.thumbnail_png = f == 1 ? png : datasets::encode_png(image_thumbnail(planes, 255.0, f));
-  const fs::path dir = fs::path("images") / file_name_for(unit_id);
+  const fs::path dir = fs::path("images") / base::file_name_for(unit_id);
   if (!out_dir.empty()) {
-    out.image_path = (dir / (file_name_for(variant) + ".png")).generic_string();
+    out.image_path = (dir / (base::file_name_for(variant) + ".png")).generic_string();
     write_png(out_dir, out.image_path, png);
   }
   if (is_reference) return;
@@ -75,7 +75,7 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
   out.heatmap_legend = fmt::format("largest {:g} of 255 (fixed scale: bright >= {:g})", max_diff,
                                    reports::kDifferenceScale255);
   if (!out_dir.empty()) {
-    out.heatmap_path = (dir / (file_name_for(variant) + "_diff.png")).generic_string();
+    out.heatmap_path = (dir / (base::file_name_for(variant) + "_diff.png")).generic_string();
     write_png(out_dir, out.heatmap_path, out.heatmap_png);
   }
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "datasets/image_io.h"
-#include "eval/file_names.h"
+#include "base/file_names.h"
 #include "eval/run/evaluator.h"
 
 namespace qeval::eval {

@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include "datasets/input_file.h"
-#include "eval/json_config.h"
+#include "base/input_file.h"
+#include "base/json_config.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
 
@@ -52,25 +52,25 @@ std::size_t RunSpec::reference_index() const {
 
 namespace {
 
-Precision parse_precision(const JsonConfig& c, const std::string& key) {
+Precision parse_precision(const base::JsonConfig& c, const std::string& key) {
   return *precision_from_name(c.get_choice(key, precision_names(), std::string("fp32")));
 }
 
-JsonConfig child_of(const JsonConfig& c, const std::string& key) {
-  return JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kRunConfigDoc);
+base::JsonConfig child_of(const base::JsonConfig& c, const std::string& key) {
+  return base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kRunConfigDoc);
 }
 
-void require_exists(const JsonConfig& c, const std::string& key, const fs::path& p) {
+void require_exists(const base::JsonConfig& c, const std::string& key, const fs::path& p) {
   if (!fs::exists(p)) child_of(c, key).fail("no such file or folder: " + p.string());
 }
 
-int get_count(const JsonConfig& c, const std::string& key, int fallback, int min) {
+int get_count(const base::JsonConfig& c, const std::string& key, int fallback, int min) {
   const long long v = c.get_int(key, fallback);
   if (v < min || v > 1'000'000) child_of(c, key).fail(fmt::format("must be an integer in [{}, 1000000], got {}", min, v));
   return int(v);
 }
 
-VariantSpec parse_variant(const JsonConfig& v, RunPipelineKind kind) {
+VariantSpec parse_variant(const base::JsonConfig& v, RunPipelineKind kind) {
   v.allow_keys({"name", "precision", "recipe", "onnx", "pipeline_variant"});
   VariantSpec s;
   s.name = v.get_string("name");
@@ -89,7 +89,7 @@ VariantSpec parse_variant(const JsonConfig& v, RunPipelineKind kind) {
                                                                          : "model";
       s.onnx[model] = v.get_path("onnx");
     } else if (o.is_object()) {
-      const JsonConfig oc = child_of(v, "onnx");
+      const base::JsonConfig oc = child_of(v, "onnx");
       std::vector<std::string> models;
       if (kind == RunPipelineKind::kTxt2Img) models = {"text_encoder", "unet", "vae_decoder"};
       else if (kind == RunPipelineKind::kSegmentation) models = {"image_encoder", "mask_decoder"};
@@ -113,14 +113,14 @@ VariantSpec parse_variant(const JsonConfig& v, RunPipelineKind kind) {
   return s;
 }
 
-RunPipelineKind detect_kind(const JsonConfig& root, const fs::path& pipeline) {
+RunPipelineKind detect_kind(const base::JsonConfig& root, const fs::path& pipeline) {
   if (!fs::exists(pipeline)) child_of(root, "pipeline").fail("no such file or folder: " + pipeline.string());
   if (fs::is_regular_file(pipeline) && pipeline.extension() == ".onnx") return RunPipelineKind::kSingleModel;
   return read_pipeline_task(pipeline) == PipelineTask::kTxt2Img ? RunPipelineKind::kTxt2Img
                                                                 : RunPipelineKind::kSegmentation;
 }
 
-OutputSpec parse_output(const JsonConfig& o, const std::string& name) {
+OutputSpec parse_output(const base::JsonConfig& o, const std::string& name) {
   o.allow_keys({"kind", "threshold", "range"});
   OutputSpec s;
   s.name = name;
@@ -153,7 +153,7 @@ OutputSpec parse_output(const JsonConfig& o, const std::string& name) {
   return s;
 }
 
-void check_variants(RunSpec& s, const JsonConfig& root) {
+void check_variants(RunSpec& s, const base::JsonConfig& root) {
   if (s.variants.size() < 2) root.fail("'variants' needs at least two variants: a reference and one to compare");
   std::set<std::string> names;
   for (const auto& v : s.variants)
@@ -169,7 +169,7 @@ void check_variants(RunSpec& s, const JsonConfig& root) {
 }  // namespace
 
 RunSpec parse_run_config(const std::string& text, const fs::path& source) {
-  const JsonConfig root = JsonConfig::parse(text, source.string(), kRunConfigDoc);
+  const base::JsonConfig root = base::JsonConfig::parse(text, source.string(), kRunConfigDoc);
   root.allow_keys({"description", "pipeline", "inputs", "prompts", "first", "count", "seeds", "steps",
                    "guidance_scale", "scheduler", "negative_prompt", "variants", "reference", "observe",
                    "calibration", "gate", "save_images", "outputs"});
@@ -263,7 +263,7 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
 
 RunSpec read_run_config(const fs::path& path) {
   // Not std::ifstream: a FIFO given as --config blocked the run forever.
-  return parse_run_config(datasets::read_regular_file_text(path), path);
+  return parse_run_config(base::read_regular_file_text(path), path);
 }
 
 fs::path shipped_data_dir() {

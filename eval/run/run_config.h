@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "eval/pipelines/pipeline_config.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 
 namespace qeval::eval {
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <string>
 
-#include "eval/gate.h"
+#include "eval/run/gate.h"
 #include "eval/run/evaluator.h"
 #include "reports/run_report_model.h"
 

@@ -15,7 +15,7 @@
 #include "eval/quant/recipe.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
-#include "reports/files.h"
+#include "base/files.h"
 
 namespace qeval::eval {
 
@@ -222,7 +222,7 @@ namespace {
 // in memory first it was that much fresh memory, i.e. page faults, at every checkpoint).
 class MsgPack {
  public:
-  explicit MsgPack(reports::AtomicFileWriter& out) : out_(out) {}
+  explicit MsgPack(base::AtomicFileWriter& out) : out_(out) {}
   void finish() {
     flush();
     out_.commit();
@@ -291,7 +291,7 @@ class MsgPack {
     std::memcpy(buf_.data() + n_, b.data(), b.size());
     n_ += b.size();
   }
-  reports::AtomicFileWriter& out_;
+  base::AtomicFileWriter& out_;
   std::vector<std::uint8_t> buf_ = std::vector<std::uint8_t>(kBuffer);
   std::size_t n_ = 0;
   void header(std::size_t n, std::uint8_t fix, std::uint8_t b16, std::uint8_t b32) {
@@ -326,7 +326,7 @@ void save_run_state(const fs::path& file, const RunResult& r, const RunDriver& d
                                            hit->inf})
                             : json(nullptr));
   }
-  reports::AtomicFileWriter file_out(file);
+  base::AtomicFileWriter file_out(file);
   MsgPack m(file_out);
   m.map(14);
   m.str("format"), m.str(kFormat);

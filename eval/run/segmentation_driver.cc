@@ -5,17 +5,17 @@
 #include <chrono>
 
 #include "datasets/mask_io.h"
-#include "eval/compare_images.h"
-#include "eval/onnx_import.h"
+#include "eval/run/compare_images.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/pipelines/segmentation.h"
-#include "eval/point_prompts.h"
+#include "eval/pipelines/point_prompts.h"
 #include "eval/quant/calibrate_run.h"
 #include "eval/quant/segmentation_calibration.h"
 #include "eval/run/drivers.h"
 #include "eval/run/outputs.h"
 #include "kernels/error.h"
 #include "metrics/segmentation.h"
-#include "reports/files.h"
+#include "base/files.h"
 
 namespace qeval::eval {
 
@@ -192,10 +192,10 @@ class SegmentationDriver : public RunDriver {
         o.heatmap_png = datasets::encode_png(difference_heatmap(a, b, 255.0, 1).image);
         o.heatmap_legend = "pixels whose mask differs from the reference's: bright";
         if (!ctx.out_dir.empty()) {
-          o.heatmap_path = (fs::path("images") / file_name_for(p.id) / (file_name_for(variants[v].spec.name) + "_diff.png"))
+          o.heatmap_path = (fs::path("images") / base::file_name_for(p.id) / (base::file_name_for(variants[v].spec.name) + "_diff.png"))
                                .generic_string();
           fs::create_directories((ctx.out_dir / o.heatmap_path).parent_path());
-          reports::write_file_atomic(ctx.out_dir / o.heatmap_path,
+          base::write_file_atomic(ctx.out_dir / o.heatmap_path,
                                      std::string(o.heatmap_png.begin(), o.heatmap_png.end()));
         }
       }

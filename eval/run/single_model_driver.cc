@@ -6,7 +6,7 @@
 #include <chrono>
 #include <limits>
 
-#include "eval/onnx_import.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/apply.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/calibrate_run.h"

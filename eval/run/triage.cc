@@ -11,7 +11,7 @@
 #include <numeric>
 #include <set>
 
-#include "eval/progress.h"
+#include "base/progress.h"
 #include "eval/quant/apply.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/run_report_build.h"
@@ -76,7 +76,7 @@ class ConfigEvaluator {
         metric_(std::move(metric)),
         options_(options) {}
 
-  std::vector<Evaluated> evaluate(const std::vector<KeptSet>& sets, Progress* progress = nullptr) {
+  std::vector<Evaluated> evaluate(const std::vector<KeptSet>& sets, base::Progress* progress = nullptr) {
     std::vector<Evaluated> out;
     const std::size_t batch = std::max<std::size_t>(1, options_.batch);
     for (std::size_t first = 0; first < sets.size(); first += batch) {
@@ -361,7 +361,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     }
   {
     const auto t1 = Clock::now();
-    Progress progress("qeval triage: ranking", sets.size(), options.progress && stderr_is_terminal());
+    base::Progress progress("qeval triage: ranking", sets.size(), options.progress && base::stderr_is_terminal());
     const std::vector<Evaluated> res = ev.evaluate(sets, &progress);
     progress.finish();
     all_kept = res[0];
@@ -406,7 +406,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
       s.strategy = "greedy";
       s.description = "keep nodes in rank order until the gate passes, then re-quantize each kept node "
                       "(latest first) whose return still passes; every set verified by a run";
-      Progress progress("qeval triage: greedy", n, options.progress && stderr_is_terminal());
+      base::Progress progress("qeval triage: greedy", n, options.progress && base::stderr_is_terminal());
       KeptSet kept(n, 0);
       std::vector<std::size_t> added;
       reports::GateSection last_gate;

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "eval/gate.h"
+#include "eval/run/gate.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/run_config.h"
 #include "reports/run_report_model.h"

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
-#include "eval/compare_images.h"
+#include "eval/run/compare_images.h"
 #include "kernels/error.h"
 #include "metrics/ssim.h"
 #include "test_util.h"

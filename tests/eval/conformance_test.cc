@@ -8,9 +8,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "eval/onnx_import.h"
-#include "eval/opset_upgrade.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/opset_upgrade.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 #include "test_util.h"
@@ -178,7 +178,7 @@ TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
   EXPECT_GE(passed + failed, 100);
 }
 
-// Every node test of an opset below 13 whose ops qeval runs, upgraded by eval/opset_upgrade.h to
+// Every node test of an opset below 13 whose ops qeval runs, upgraded by eval/exec/opset_upgrade.h to
 // 13 (INT8 Q/DQ) and to 19 (FP8), must still give the expected outputs. Tests qeval cannot load
 // (ops it lacks), below opset 7 (not upgraded) or whose upgrade is unsupported are counted as
 // skipped with the reason; build/onnx_conformance_upgraded.txt lists each.

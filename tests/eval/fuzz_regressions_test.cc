@@ -6,12 +6,12 @@
 #include <cstring>
 #include <string>
 
-#include "eval/gate.h"
-#include "eval/json_config.h"
-#include "eval/onnx_import.h"
+#include "eval/run/gate.h"
+#include "base/json_config.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/run_config.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "test_util.h"
 
@@ -78,7 +78,7 @@ TEST(FuzzRegressions, DeepOrLongNodePatternsAreInputErrorsNotStackOverflows) {
 
   // A recipe's 'exclude' patterns go through the same compiler.
   const json recipe = {{"name", "r"}, {"format", "int8"}, {"level", 3}, {"exclude", {std::string(5000, 'x')}}};
-  expect_input_error([&] { eval::quant::parse_recipe(eval::JsonConfig(recipe, "r.json", "", "docs/recipes.md")); },
+  expect_input_error([&] { eval::quant::parse_recipe(base::JsonConfig(recipe, "r.json", "", "docs/recipes.md")); },
                      {"exclude[0]", "longer than 4096"});
 
   // The CLI: exit 2, not a signal.

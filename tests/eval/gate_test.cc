@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "eval/gate.h"
+#include "eval/run/gate.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {

@@ -15,16 +15,16 @@
 #include "datasets/image_io.h"
 #include "datasets/image_limits.h"
 #include "datasets/image_set.h"
-#include "datasets/input_file.h"
+#include "base/input_file.h"
 #include "datasets/npy.h"
-#include "eval/file_names.h"
-#include "eval/gate.h"
-#include "eval/json_config.h"
-#include "eval/prompt_set.h"
+#include "base/file_names.h"
+#include "eval/run/gate.h"
+#include "base/json_config.h"
+#include "eval/pipelines/prompt_set.h"
 #include "kernels/error.h"
 #include "onnx_builder.h"
 #include "reports/json_text.h"
-#include "reports/utf8.h"
+#include "base/utf8.h"
 #include "input_error.h"
 #include "test_util.h"
 
@@ -122,9 +122,9 @@ TEST(NonRegularFiles, EachIsNamedForWhatItIsAndAFifoNeverBlocks) {
 
   // Wherever an image path is read (qeval segment --image, masks, point prompts): load_image.
   EXPECT_TRUE(contains(input_error([&] { datasets::load_image(dir / "test/fifo.png"); }), "is a FIFO")) << "load_image";
-  EXPECT_EQ(datasets::describe_non_regular(dir / "test/loop.png").rfind("is a symlink loop", 0), 0u);
-  EXPECT_EQ(datasets::describe_non_regular(dir / "test/ok.png"), "");
-  EXPECT_EQ(datasets::describe_non_regular(dir / "nothing.png"), "no such file");
+  EXPECT_EQ(base::describe_non_regular(dir / "test/loop.png").rfind("is a symlink loop", 0), 0u);
+  EXPECT_EQ(base::describe_non_regular(dir / "test/ok.png"), "");
+  EXPECT_EQ(base::describe_non_regular(dir / "nothing.png"), "no such file");
   EXPECT_TRUE(contains(input_error([&] { datasets::read_npy(dir / "test/fifo.png"); }), "is a FIFO"));
 
   // Configs, gates, prompt sets: a FIFO or a folder given as the file fails at once, saying so.
@@ -150,19 +150,19 @@ TEST(NonRegularFiles, EachIsNamedForWhatItIsAndAFifoNeverBlocks) {
   done = true;
   unblock.join();
   EXPECT_TRUE(contains(input_error([&] { read_text_prompts(dir / "test/dir.png"); }), "is a directory"));
-  EXPECT_TRUE(contains(input_error([&] { JsonConfig::load(dir / "test/dir.png"); }), "is a directory"));
+  EXPECT_TRUE(contains(input_error([&] { base::JsonConfig::load(dir / "test/dir.png"); }), "is a directory"));
 }
 
 // ---- 3. text that is not UTF-8 -----------------------------------------------------------------
 
 TEST(Utf8, ValidationAndTheEscapedDisplayForm) {
-  EXPECT_FALSE(reports::first_invalid_utf8("plain, caf\xC3\xA9, \xE2\x82\xAC, \xF0\x9F\x98\x80"));
-  EXPECT_EQ(reports::first_invalid_utf8("ab\xFF"), 2u);
-  EXPECT_EQ(reports::first_invalid_utf8("\xC0\xAF"), 0u);          // overlong '/'
-  EXPECT_EQ(reports::first_invalid_utf8("x\xED\xA0\x80"), 1u);     // a surrogate
-  EXPECT_EQ(reports::first_invalid_utf8("\xF4\x90\x80\x80"), 0u);  // past U+10FFFF
-  EXPECT_EQ(reports::first_invalid_utf8("\xE2\x82"), 0u);          // cut short
-  EXPECT_EQ(reports::escape_invalid_utf8("bad\xFF\xC3\xA9.png"), "bad\\xFF\xC3\xA9.png");
+  EXPECT_FALSE(base::first_invalid_utf8("plain, caf\xC3\xA9, \xE2\x82\xAC, \xF0\x9F\x98\x80"));
+  EXPECT_EQ(base::first_invalid_utf8("ab\xFF"), 2u);
+  EXPECT_EQ(base::first_invalid_utf8("\xC0\xAF"), 0u);          // overlong '/'
+  EXPECT_EQ(base::first_invalid_utf8("x\xED\xA0\x80"), 1u);     // a surrogate
+  EXPECT_EQ(base::first_invalid_utf8("\xF4\x90\x80\x80"), 0u);  // past U+10FFFF
+  EXPECT_EQ(base::first_invalid_utf8("\xE2\x82"), 0u);          // cut short
+  EXPECT_EQ(base::escape_invalid_utf8("bad\xFF\xC3\xA9.png"), "bad\\xFF\xC3\xA9.png");
   EXPECT_EQ(reports::dump_json_utf8_safe(nlohmann::json{{"n\xFE", "a\xFF"}}), "{\"n\\\\xFE\":\"a\\\\xFF\"}");
 }
 
@@ -205,12 +205,12 @@ TEST(Utf8, APromptFileThatIsNotUtf8FailsAtLoadWithFileAndLine) {
 // ---- 4. tensor names that sanitise alike -------------------------------------------------------
 
 TEST(FileNames, OneRuleAndUniqueStemsPerFolder) {
-  EXPECT_EQ(file_name_for("a/b:0 c"), "a_b_0_c");
-  EXPECT_EQ(file_name_for(""), "_");
-  EXPECT_EQ(file_name_for(".."), "_.");
-  EXPECT_EQ(file_name_for(".hidden"), "_hidden");
-  EXPECT_EQ(file_name_for(std::string(300, 'x')).size(), 200u);
-  FileNamer names;
+  EXPECT_EQ(base::file_name_for("a/b:0 c"), "a_b_0_c");
+  EXPECT_EQ(base::file_name_for(""), "_");
+  EXPECT_EQ(base::file_name_for(".."), "_.");
+  EXPECT_EQ(base::file_name_for(".hidden"), "_hidden");
+  EXPECT_EQ(base::file_name_for(std::string(300, 'x')).size(), 200u);
+  base::FileNamer names;
   EXPECT_EQ(names.stem("a/b"), "a_b");
   EXPECT_EQ(names.stem("a:b"), "a_b__2");
   EXPECT_EQ(names.stem("a_b__2"), "a_b__2__2");  // a real name never takes a given stem

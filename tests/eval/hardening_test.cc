@@ -14,11 +14,11 @@
 #include <thread>
 
 #include "datasets/npy.h"
-#include "eval/gate.h"
-#include "eval/infer.h"
-#include "eval/json_config.h"
-#include "eval/onnx_import.h"
-#include "eval/session.h"
+#include "eval/run/gate.h"
+#include "eval/run/infer.h"
+#include "base/json_config.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "onnx_builder.h"
 #include "reports/run_report.h"
@@ -536,10 +536,10 @@ TEST(OutOfMemory, AFailedAllocationWhileRunningNamesTheNode) {
 // ---- 6. numbers out of double's range in JSON ---------------------------------------------------
 
 TEST(JsonNumbers, OutOfRangeNumbersAreInputErrorsNamingTheFileAndKey) {
-  const std::string top = input_error([] { JsonConfig::parse(R"({"count": 1e999})", "cfg.json"); });
+  const std::string top = input_error([] { base::JsonConfig::parse(R"({"count": 1e999})", "cfg.json"); });
   EXPECT_TRUE(contains(top, "cfg.json: count: a number is out of range") && contains(top, "1e999")) << top;
   const std::string nested = input_error(
-      [] { JsonConfig::parse(R"({"variants": [{"name": "a"}, {"name": "b", "alpha": [1, -1e999]}]})", "cfg.json"); });
+      [] { base::JsonConfig::parse(R"({"variants": [{"name": "a"}, {"name": "b", "alpha": [1, -1e999]}]})", "cfg.json"); });
   EXPECT_TRUE(contains(nested, "cfg.json: variants[1].alpha[1]: a number is out of range")) << nested;
   const std::string gate =
       input_error([] { parse_gate(R"({"checks": [{"metric": "psnr_db", "min": 1e999}]})", "gate.json"); });

@@ -5,7 +5,7 @@
 #include <array>
 
 #include "datasets/npy.h"
-#include "eval/infer.h"
+#include "eval/run/infer.h"
 #include "onnx_builder.h"
 #include "test_util.h"
 
@@ -105,7 +105,7 @@ TEST(InferCli, ShapeOptionParsing) {
   EXPECT_THROW(parse_shape_option("x"), InputError);
   EXPECT_THROW(parse_shape_option("x=1,-2"), InputError);
   EXPECT_THROW(parse_shape_option("x=1,,2"), InputError);
-  EXPECT_EQ(file_name_for("a/b:0 c"), "a_b_0_c");
+  EXPECT_EQ(base::file_name_for("a/b:0 c"), "a_b_0_c");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "eval/json_config.h"
+#include "base/json_config.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(JsonConfig, ReadsTypedValuesWithDefaults) {
-  auto c = JsonConfig::parse(R"({"a": "x", "n": 2.5, "i": 3, "b": true, "s": ["p", "q"],
+  auto c = base::JsonConfig::parse(R"({"a": "x", "n": 2.5, "i": 3, "b": true, "s": ["p", "q"],
                                  "o": {"k": 1}, "arr": [{"k": 2}]})", "cfg.json");
   EXPECT_EQ(c.get_string("a"), "x");
   EXPECT_EQ(c.get_string("missing", "d"), "d");
@@ -32,7 +32,7 @@ TEST(JsonConfig, ReadsTypedValuesWithDefaults) {
 }
 
 TEST(JsonConfig, ErrorsNameFileKeyPathAndValidChoices) {
-  auto c = JsonConfig::parse(R"({"cal": {"method": "maxx", "n": "3"}, "typo": 1})", "r.json",
+  auto c = base::JsonConfig::parse(R"({"cal": {"method": "maxx", "n": "3"}, "typo": 1})", "r.json",
                              "docs/recipes.md");
   EXPECT_EQ(error_of([&] { c.allow_keys({"cal", "format"}); }),
             "r.json: unknown key 'typo' (valid keys: cal, format) (see docs/recipes.md)");
@@ -42,9 +42,9 @@ TEST(JsonConfig, ErrorsNameFileKeyPathAndValidChoices) {
             "r.json: cal.n: must be an integer (see docs/recipes.md)");
   EXPECT_EQ(error_of([&] { c.get_string("format"); }),
             "r.json: missing required key 'format' (see docs/recipes.md)");
-  EXPECT_NE(error_of([] { JsonConfig::parse("{", "bad.json"); }).find("bad.json: not valid JSON"),
+  EXPECT_NE(error_of([] { base::JsonConfig::parse("{", "bad.json"); }).find("bad.json: not valid JSON"),
             std::string::npos);
-  EXPECT_EQ(error_of([] { JsonConfig::parse("[1]", "arr.json"); }),
+  EXPECT_EQ(error_of([] { base::JsonConfig::parse("[1]", "arr.json"); }),
             "arr.json: the file must hold a JSON object");
 }
 
@@ -52,10 +52,10 @@ TEST(JsonConfig, PathsAreRelativeToTheFile) {
   testing::ScratchDir dir("json-config");
   const std::string text = R"({"model": "unet.onnx", "abs": "/x/y.onnx"})";
   testing::write_bytes(dir / "p.json", {text.begin(), text.end()});
-  auto c = JsonConfig::load(dir.path() / "p.json");
+  auto c = base::JsonConfig::load(dir.path() / "p.json");
   EXPECT_EQ(c.get_path("model"), dir.path() / "unet.onnx");
   EXPECT_EQ(c.get_path("abs"), std::filesystem::path("/x/y.onnx"));
-  EXPECT_NE(error_of([&] { JsonConfig::load(dir.path() / "none.json"); }).find("none.json: no such file"),
+  EXPECT_NE(error_of([&] { base::JsonConfig::load(dir.path() / "none.json"); }).find("none.json: no such file"),
             std::string::npos);
 }
 

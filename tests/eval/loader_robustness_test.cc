@@ -6,8 +6,8 @@
 #include <iterator>
 #include <random>
 
-#include "eval/onnx_import.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "test_util.h"
 

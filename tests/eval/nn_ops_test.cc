@@ -7,7 +7,7 @@
 #include <optional>
 #include <random>
 
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "kernels/softmax.h"
 

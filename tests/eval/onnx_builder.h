@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/onnx_import.h"
+#include "eval/exec/onnx_import.h"
 #include "kernels/tensor.h"
 
 namespace qeval::testing {

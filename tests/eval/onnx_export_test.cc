@@ -1,12 +1,12 @@
-#include "eval/onnx_export.h"
+#include "eval/exec/onnx_export.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "eval/onnx_import.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/mini_block.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "test_util.h"
 

@@ -1,6 +1,6 @@
-// The opset upgrade (eval/opset_upgrade.h): each rewrite checked for its form and by running the old
+// The opset upgrade (eval/exec/opset_upgrade.h): each rewrite checked for its form and by running the old
 // graph (the executor runs old opsets as written) against the upgraded one on the same inputs.
-#include "eval/opset_upgrade.h"
+#include "eval/exec/opset_upgrade.h"
 
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
@@ -11,9 +11,9 @@
 
 #include "datasets/npy.h"
 #include "eval/onnx_builder.h"
-#include "eval/onnx_import.h"
-#include "eval/ops/op.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/ops/op.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 
 #include "datasets/mask_io.h"
 #include "datasets/scenes.h"
-#include "eval/point_prompts.h"
+#include "eval/pipelines/point_prompts.h"
 #include "kernels/error.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "eval/prompt_set.h"
+#include "eval/pipelines/prompt_set.h"
 
 #include <gtest/gtest.h>
 

@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "datasets/npy.h"
-#include "eval/onnx_import.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "onnx_builder.h"
 #include "test_util.h"

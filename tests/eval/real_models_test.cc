@@ -10,11 +10,11 @@
 #include <map>
 
 #include "datasets/npy.h"
-#include "eval/deploy_fold.h"
-#include "eval/onnx_import.h"
+#include "eval/exec/deploy_fold.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/calibrate_run.h"
 #include "eval/run/node_match.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "metrics/segmentation.h"
 #include "metrics/tensor_error.h"
 #include "test_util.h"

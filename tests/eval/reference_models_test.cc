@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "datasets/npy.h"
-#include "eval/onnx_import.h"
-#include "eval/ops/op.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/ops/op.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "test_util.h"
 

@@ -12,7 +12,7 @@
 #include "datasets/npy.h"
 #include "datasets/scenes.h"
 #include "eval/pipelines/segmentation.h"
-#include "eval/point_prompts.h"
+#include "eval/pipelines/point_prompts.h"
 #include "kernels/error.h"
 #include "metrics/segmentation.h"
 #include "metrics/tensor_error.h"

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <thread>
 
-#include "eval/onnx_import.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 #include "kernels/scratch.h"

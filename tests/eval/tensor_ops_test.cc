@@ -11,7 +11,7 @@
 #include <numeric>
 #include <random>
 
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 

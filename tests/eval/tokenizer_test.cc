@@ -2,7 +2,7 @@
 // golden texts, the word-splitting rule, decode, and clear errors on malformed files.
 #include <gtest/gtest.h>
 
-#include "eval/tokenizer.h"
+#include "eval/pipelines/tokenizer.h"
 #include "kernels/error.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "eval/gate.h"
+#include "eval/run/gate.h"
 #include "kernels/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -8,8 +8,8 @@
 #include <span>
 #include <string>
 
-#include "eval/onnx_import.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
 #include "kernels/error.h"
 
 namespace {

@@ -6,8 +6,9 @@
 
 #include "kernels/error.h"
 #include "reports/compare_report.h"
-#include "reports/files.h"
+#include "base/files.h"
 #include "reports/heatmap.h"
+#include "reports/html.h"
 #include "test_util.h"
 
 namespace qeval::reports {
@@ -97,27 +98,27 @@ TEST(CompareReport, JunitHasOneCasePerCheck) {
 
 TEST(Files, AtomicWriteReplacesAndLeavesNoTemporary) {
   testing::ScratchDir dir("atomic");
-  write_file_atomic(dir / "r.json", "first");
-  write_file_atomic(dir / "r.json", "second");
+  base::write_file_atomic(dir / "r.json", "first");
+  base::write_file_atomic(dir / "r.json", "second");
   auto bytes = testing::read_bytes(dir / "r.json");
   EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "second");
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
   EXPECT_EQ(files, 1);
-  EXPECT_THROW(write_file_atomic(dir / "no/such/dir/r.json", "x"), InputError);
+  EXPECT_THROW(base::write_file_atomic(dir / "no/such/dir/r.json", "x"), InputError);
 }
 
 TEST(Files, AtomicWriterInPiecesCommitsOrLeavesTheTargetAlone) {
   testing::ScratchDir dir("atomic_pieces");
   auto target = dir / "state.bin";
-  write_file_atomic(target, "old");
+  base::write_file_atomic(target, "old");
   auto files = [&] {
     int n = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir.path())) n += e.is_regular_file();
     return n;
   };
   {
-    AtomicFileWriter out(target);
+    base::AtomicFileWriter out(target);
     out.write("new ");
     EXPECT_EQ(files(), 2);  // the temporary beside the target
   }  // not committed (an error on the way): the target keeps its bytes, the temporary is gone
@@ -125,7 +126,7 @@ TEST(Files, AtomicWriterInPiecesCommitsOrLeavesTheTargetAlone) {
   EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "old");
   EXPECT_EQ(files(), 1);
   {
-    AtomicFileWriter out(target);
+    base::AtomicFileWriter out(target);
     out.write("new ");
     out.write(std::string(100000, 'x'));
     out.commit();
@@ -135,7 +136,7 @@ TEST(Files, AtomicWriterInPiecesCommitsOrLeavesTheTargetAlone) {
   EXPECT_EQ(bytes.size(), 100004u);
   EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "new ");
   EXPECT_EQ(files(), 1);
-  EXPECT_THROW(AtomicFileWriter(dir / "no/such/dir/r.json"), InputError);
+  EXPECT_THROW(base::AtomicFileWriter(dir / "no/such/dir/r.json"), InputError);
 }
 
 TEST(Files, WriteReportCreatesTheThreeFiles) {
@@ -148,13 +149,13 @@ TEST(Files, WriteReportCreatesTheThreeFiles) {
 }
 
 TEST(Files, Base64MatchesRfc4648Vectors) {
-  EXPECT_EQ(base64(""), "");
-  EXPECT_EQ(base64("f"), "Zg==");
-  EXPECT_EQ(base64("fo"), "Zm8=");
-  EXPECT_EQ(base64("foo"), "Zm9v");
-  EXPECT_EQ(base64("foob"), "Zm9vYg==");
-  EXPECT_EQ(base64("fooba"), "Zm9vYmE=");
-  EXPECT_EQ(base64("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(html::base64(""), "");
+  EXPECT_EQ(html::base64("f"), "Zg==");
+  EXPECT_EQ(html::base64("fo"), "Zm8=");
+  EXPECT_EQ(html::base64("foo"), "Zm9v");
+  EXPECT_EQ(html::base64("foob"), "Zm9vYg==");
+  EXPECT_EQ(html::base64("fooba"), "Zm9vYmE=");
+  EXPECT_EQ(html::base64("foobar"), "Zm9vYmFy");
 }
 
 TEST(Heatmap, RampEndsAndNaN) {

@@ -1,13 +1,13 @@
 #include "eval/quant/apply.h"
-#include "eval/opset_upgrade.h"
+#include "eval/exec/opset_upgrade.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "eval/json_config.h"
-#include "eval/onnx_export.h"
-#include "eval/onnx_import.h"
+#include "base/json_config.h"
+#include "eval/exec/onnx_export.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/mini_block.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
@@ -16,7 +16,7 @@
 namespace qeval::eval::quant {
 namespace {
 
-Recipe recipe(const std::string& body) { return parse_recipe(JsonConfig::parse("{" + body + "}", "r.json")); }
+Recipe recipe(const std::string& body) { return parse_recipe(base::JsonConfig::parse("{" + body + "}", "r.json")); }
 
 std::vector<std::map<std::string, Tensor>> samples(int n) {
   std::vector<std::map<std::string, Tensor>> v;

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "eval/json_config.h"
+#include "base/json_config.h"
 #include "eval/quant/mini_block.h"
 #include "kernels/error.h"
 #include "test_util.h"
@@ -13,7 +13,7 @@ namespace qeval::eval::quant {
 namespace {
 
 Recipe recipe(const std::string& body) {
-  return parse_recipe(JsonConfig::parse("{" + body + "}", "r.json"));
+  return parse_recipe(base::JsonConfig::parse("{" + body + "}", "r.json"));
 }
 
 std::map<std::string, Tensor> sample(unsigned seed, float scale = 1.0f) {

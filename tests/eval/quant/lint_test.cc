@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "datasets/npy.h"
-#include "eval/json_config.h"
+#include "base/json_config.h"
 #include "eval/onnx_builder.h"
-#include "eval/onnx_export.h"
-#include "eval/onnx_import.h"
+#include "eval/exec/onnx_export.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/apply.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/mini_block.h"
@@ -230,7 +230,7 @@ TEST(LintQevalExports, Fp8Level4IsAnErrorBelowSm89) {
 }
 
 TEST(LintQevalExports, Int8AttentionBeyondTheFusedMhaLimits) {
-  const Recipe r = parse_recipe(JsonConfig::parse(
+  const Recipe r = parse_recipe(base::JsonConfig::parse(
       R"({"name": "int8-l4", "format": "int8", "level": 4, "calibration": {"method": "max"}})", "r.json"));
   const Graph q = quantized_unet_block(r);
   LintOptions o;

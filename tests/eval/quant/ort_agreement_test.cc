@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "datasets/npy.h"
-#include "eval/onnx_import.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
 #include "test_util.h"
 
 namespace qeval::eval::quant {

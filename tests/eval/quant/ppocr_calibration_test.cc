@@ -7,11 +7,11 @@
 #include <random>
 
 #include "datasets/npy.h"
-#include "eval/onnx_import.h"
-#include "eval/opset_upgrade.h"
-#include "eval/ops/op.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/opset_upgrade.h"
+#include "eval/exec/ops/op.h"
 #include "eval/quant/calibrate_run.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "test_util.h"
 
 namespace qeval::eval::quant {

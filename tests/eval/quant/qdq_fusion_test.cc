@@ -9,9 +9,9 @@
 #include <random>
 
 #include "datasets/npy.h"
-#include "eval/onnx_import.h"
-#include "eval/quant/qdq_fusion.h"
-#include "eval/session.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/qdq_fusion.h"
+#include "eval/exec/session.h"
 #include "kernels/numeric.h"
 #include "../onnx_builder.h"
 #include "test_util.h"

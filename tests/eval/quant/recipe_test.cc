@@ -2,13 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include "eval/json_config.h"
+#include "base/json_config.h"
 #include "kernels/error.h"
 
 namespace qeval::eval::quant {
 namespace {
 
-Recipe parse(const std::string& text) { return parse_recipe(JsonConfig::parse(text, "r.json", "docs/recipes.md")); }
+Recipe parse(const std::string& text) { return parse_recipe(base::JsonConfig::parse(text, "r.json", "docs/recipes.md")); }
 
 std::string error_of(const std::string& text) {
   try {

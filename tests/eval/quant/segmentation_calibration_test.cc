@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "eval/onnx_export.h"
-#include "eval/onnx_import.h"
+#include "eval/exec/onnx_export.h"
+#include "eval/exec/onnx_import.h"
 #include "metrics/segmentation.h"
 #include "test_util.h"
 

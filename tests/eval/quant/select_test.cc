@@ -5,8 +5,8 @@
 #include <map>
 #include <numeric>
 
-#include "eval/json_config.h"
-#include "eval/onnx_import.h"
+#include "base/json_config.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/quant/mini_block.h"
 #include "kernels/error.h"
 #include "test_util.h"
@@ -15,7 +15,7 @@ namespace qeval::eval::quant {
 namespace {
 
 Recipe recipe(double level, const std::string& extra = "") {
-  return parse_recipe(JsonConfig::parse(R"({"format": "int8", "calibration": {"method": "max"}, "level": )" +
+  return parse_recipe(base::JsonConfig::parse(R"({"format": "int8", "calibration": {"method": "max"}, "level": )" +
                                             std::to_string(level) + extra + "}",
                                         "r.json"));
 }

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "eval/onnx_export.h"
+#include "eval/exec/onnx_export.h"
 #include "eval/quant/apply.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "eval/gate.h"
+#include "eval/run/gate.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/metric_names.h"
 #include "eval/run/run_config.h"

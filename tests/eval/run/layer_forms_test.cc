@@ -9,9 +9,9 @@
 
 #include "datasets/npy.h"
 #include "eval/onnx_builder.h"
-#include "eval/onnx_import.h"
+#include "eval/exec/onnx_import.h"
 #include "eval/run/node_match.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "metrics/tensor_error.h"
 #include "test_util.h"
 

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "eval/run/observe.h"
-#include "eval/session.h"
+#include "eval/exec/session.h"
 #include "eval/onnx_builder.h"
 #include "kernels/numeric.h"
 

@@ -7,8 +7,8 @@
 #include <limits>
 
 #include "datasets/npy.h"
-#include "eval/gate.h"
-#include "eval/session.h"
+#include "eval/run/gate.h"
+#include "eval/exec/session.h"
 #include "metrics/activation_stats.h"
 #include "metrics/tensor_error.h"
 #include "eval/onnx_builder.h"

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "eval/gate.h"
+#include "eval/run/gate.h"
 #include "kernels/error.h"
 #include "test_util.h"
 

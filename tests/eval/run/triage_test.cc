@@ -6,7 +6,7 @@
 #include <regex>
 #include <sstream>
 
-#include "eval/json_config.h"
+#include "base/json_config.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/triage.h"
 #include "reports/chromium.h"

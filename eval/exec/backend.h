@@ -1,0 +1,82 @@
+// The executor's backend seam: what runs a planned step, and where its values live. The graph, the
+// plan (shapes, constant folding, fusion decisions, rounding points, buffer lifetimes) and the
+// observers are the same on every backend; an execution calls only these to run a step. The CPU
+// backend (qeval's kernels, cpu_backend.cc) is the only one today; a CUDA backend implements the
+// same calls for its device (issue 23). Constant sub-graphs are folded on the CPU at plan time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "eval/exec/ops/op.h"
+#include "kernels/attention.h"
+#include "kernels/tensor.h"
+
+namespace qeval::eval {
+
+// Where the plan rounds a stored float32 value: fp16/bf16 variants and values a model declares in
+// a reduced format.
+enum class Rounding : std::uint8_t { kNone, kFp16, kBf16 };
+
+// Consecutive-in-effect nodes run as one kernel. A fused kernel gives the same bits as its nodes
+// (tested), so observed and unobserved runs agree exactly.
+class FusedKernel {
+ public:
+  virtual ~FusedKernel() = default;
+  virtual void run(std::span<const Tensor* const> inputs, Tensor& output) = 0;
+  // The same, also writing each member node's output, as the nodes would have (rounded as the
+  // executor rounds them): `outputs` holds one per member in order, the last being run()'s
+  // output (which the executor rounds). Observed executions run this: they see every node.
+  virtual void run_all(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) = 0;
+  // run(), handing each member's output but the last to `piece(member, offset, values, count)` in
+  // consecutive pieces (multiples of Observer::kStreamPiece but the last), never written whole.
+  // Only where can_stream().
+  using PieceSink = std::function<void(std::size_t, std::int64_t, const float*, std::int64_t)>;
+  virtual bool can_stream() const { return false; }
+  virtual void run_streamed(std::span<const Tensor* const> inputs, Tensor& output, const PieceSink& piece) {
+    (void)inputs, (void)output, (void)piece;
+  }
+};
+
+// One stage of a fused elementwise chain (Backend::elementwise_chain): the op whose
+// run_elementwise loop the stage applies, or a terminal 8-bit QuantizeLinear (op null).
+struct ChainStage {
+  const Op* op;
+  int arity;
+  int chain_operand;  // binary ops: which operand (0 or 1) is the chain's running value
+  int other = -1;     // binary ops: index of the other operand among the kernel's inputs
+  bool other_scalar = false;
+  // The other operand broadcast over the chain's shape (a per-channel scale or bias): element i
+  // reads other[(i / repeat) % period]. period 0: the other operand has the chain's shape.
+  std::int64_t period = 0, repeat = 1;
+  Rounding rounding = Rounding::kNone;  // of the stage's output (the last one: the executor's)
+  // The terminal QuantizeLinear (op null): y = quantize_to<int8 | uint8>(x, scale, zero point),
+  // the loop QuantizeLinear's run() uses for one scale.
+  DType quantize = DType::kFloat32;
+  float scale = 1.0f;
+  std::int32_t zero_point = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Runs one node: `op`'s outputs from its inputs (buffers of the planned shapes and types).
+  virtual void run(const Op& op, std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) = 0;
+  // The kernels of node groups the plan fuses; each gives the bits of its nodes run one by one.
+  // MatMul(Q, K^T) -> [scale] -> Softmax -> MatMul(., V):
+  virtual std::shared_ptr<FusedKernel> attention(const kernels::AttentionShape& shape) = 0;
+  // A chain of elementwise ops, each feeding only the next:
+  virtual std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage> stages) = 0;
+  // Rounds a stored float32 value to the format where the plan rounds it (kNone: nothing).
+  virtual void round(Tensor& value, Rounding rounding) = 0;
+};
+
+// qeval's CPU kernels: the default backend (stateless, one shared instance).
+std::shared_ptr<Backend> cpu_backend();
+
+}  // namespace qeval::eval

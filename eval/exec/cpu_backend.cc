@@ -1,0 +1,178 @@
+// The CPU backend: nodes run their ops' kernels, fused groups qeval's attention and elementwise-chain
+// kernels, rounding in place (eval/exec/backend.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <unordered_map>
+
+#include "eval/exec/plan.h"
+#include "kernels/error.h"
+#include "kernels/numeric.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+
+namespace qeval::eval {
+
+namespace {
+
+// MatMul(Q, K^T) -> [Mul | Div by a constant scalar] -> Softmax(last axis) -> MatMul(., V).
+class AttentionKernel final : public FusedKernel {
+ public:
+  explicit AttentionKernel(const kernels::AttentionShape& shape) : shape_(shape) {}
+  void run(std::span<const Tensor* const> in, Tensor& out) override {
+    kernels::attention(shape_, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(), out.data<float>(),
+                       scratch_);
+  }
+  // outputs: the scores, [the scaled scores,] the probabilities, the output.
+  void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
+    const std::size_t n = outputs.size();
+    kernels::AttentionIntermediates keep;
+    keep.scores = outputs[0]->data<float>();
+    if (n == 4) keep.scaled = outputs[1]->data<float>();
+    keep.probs = outputs[n - 2]->data<float>();
+    kernels::attention(shape_, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(),
+                       outputs[n - 1]->data<float>(), scratch_, keep);
+  }
+
+ private:
+  kernels::AttentionShape shape_;
+  kernels::AttentionScratch scratch_;
+};
+
+// A chain of elementwise float ops, each feeding only the next, in one pass over memory: blocks of
+// elements go through every op's run_elementwise (the loop its run() uses) while in L1. The chain
+// may end in a per-tensor 8-bit QuantizeLinear (the activation quantizer before a Q/DQ Conv or
+// MatMul), whose int8/uint8 output is then the chain's: the floats before it never reach memory.
+class ElementwiseChainKernel final : public FusedKernel {
+ public:
+  using Stage = ChainStage;
+  explicit ElementwiseChainKernel(std::vector<Stage> stages) : stages_(std::move(stages)) {}
+  void run(std::span<const Tensor* const> in, Tensor& out) override {
+    std::byte* y = static_cast<std::byte*>(out.raw());
+    kernels::for_each_chunk(out.numel(), [&](std::int64_t c0, std::int64_t c1) {
+      blocks(in, c0, c1, y, [](std::size_t, std::int64_t) -> float* { return nullptr; });
+    });
+  }
+  void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
+    std::byte* y = static_cast<std::byte*>(outputs.back()->raw());
+    kernels::for_each_chunk(outputs.back()->numel(), [&](std::int64_t c0, std::int64_t c1) {
+      blocks(in, c0, c1, y, [&](std::size_t k, std::int64_t i0) { return outputs[k]->data<float>() + i0; });
+    });
+  }
+  // Segments in order on this thread (the pieces' order is the observer's): each segment's
+  // intermediates in a scratch while in L2, handed over after the segment.
+  bool can_stream() const override { return true; }
+  void run_streamed(std::span<const Tensor* const> in, Tensor& out, const PieceSink& piece) override {
+    constexpr std::int64_t kSegment = 16384;
+    static_assert(kSegment % Observer::kStreamPiece == 0 && kSegment % kBlock == 0);
+    const std::int64_t n = out.numel();
+    const std::size_t members = stages_.size() - 1;
+    // One scratch per thread, not per chain: a UNet has hundreds of chains in each variant's plans.
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < members * std::size_t(kSegment)) scratch.resize(members * std::size_t(kSegment));
+    std::byte* y = static_cast<std::byte*>(out.raw());
+    for (std::int64_t s0 = 0; s0 < n; s0 += kSegment) {
+      const std::int64_t len = std::min(kSegment, n - s0);
+      blocks(in, s0, s0 + len, y,
+             [&](std::size_t k, std::int64_t i0) { return scratch.data() + k * kSegment + (i0 - s0); });
+      for (std::size_t k = 0; k < members; ++k) piece(k, s0, scratch.data() + k * kSegment, len);
+    }
+  }
+
+ private:
+  static constexpr std::int64_t kBlock = 1024;
+
+  // other[(i / repeat) % period] for i in [i0, i0 + len), into out.
+  static void broadcast_block(const float* other, std::int64_t period, std::int64_t repeat, std::int64_t i0,
+                              std::int64_t len, float* out) {
+    std::int64_t i = i0;
+    while (i < i0 + len) {
+      const std::int64_t q = (i / repeat) % period;
+      // repeat 1: consecutive elements read consecutive values, copied up to the wrap; otherwise
+      // a run of one value up to the next repeat boundary.
+      const std::int64_t n = repeat == 1 ? std::min(period - q, i0 + len - i) : std::min(repeat - i % repeat, i0 + len - i);
+      if (repeat == 1) std::memcpy(out + (i - i0), other + q, std::size_t(n) * sizeof(float));
+      else std::fill_n(out + (i - i0), n, other[q]);
+      i += n;
+    }
+  }
+
+  // Elements [c0, c1) through every stage, a block at a time while in L1: stage k's output for the
+  // block at i0 goes to inter(k, i0) (not for the last stage: the output y), or to a block buffer
+  // when null.
+  template <class Inter>
+  void blocks(std::span<const Tensor* const> in, std::int64_t c0, std::int64_t c1, std::byte* y, const Inter& inter) {
+    alignas(64) float buf[2][kBlock];
+    alignas(64) float bcast[kBlock];
+    for (std::int64_t i0 = c0; i0 < c1; i0 += kBlock) {
+      const std::int64_t len = std::min(kBlock, c1 - i0);
+      const float* cur = in[0]->data<float>() + i0;
+      for (std::size_t k = 0; k < stages_.size(); ++k) {
+        const Stage& st = stages_[k];
+        if (st.quantize != DType::kFloat32) {  // the terminal QuantizeLinear
+          if (st.quantize == DType::kInt8) quantize_block(cur, reinterpret_cast<std::int8_t*>(y) + i0, len, st);
+          else quantize_block(cur, reinterpret_cast<std::uint8_t*>(y) + i0, len, st);
+          break;
+        }
+        float* dst = reinterpret_cast<float*>(y) + i0;
+        if (k + 1 < stages_.size()) {
+          dst = inter(k, i0);
+          if (!dst) dst = buf[k % 2];
+        }
+        if (st.arity == 1) {
+          st.op->run_elementwise(cur, 1, nullptr, 0, dst, len);
+        } else {
+          const float* other = in[std::size_t(st.other)]->data<float>() + (st.other_scalar ? 0 : i0);
+          std::int64_t step = st.other_scalar ? 0 : 1;
+          if (st.period > 0) {
+            broadcast_block(in[std::size_t(st.other)]->data<float>(), st.period, st.repeat, i0, len, bcast);
+            other = bcast;
+            step = 1;
+          }
+          if (st.chain_operand == 0) st.op->run_elementwise(cur, 1, other, step, dst, len);
+          else st.op->run_elementwise(other, step, cur, 1, dst, len);
+        }
+        if (k + 1 < stages_.size()) {
+          if (st.rounding == Rounding::kFp16) round_to_float16(dst, std::size_t(len));
+          else if (st.rounding == Rounding::kBf16) round_to_bfloat16(dst, std::size_t(len));
+        }
+        cur = dst;
+      }
+    }
+  }
+
+  template <class T>
+  static void quantize_block(const float* __restrict x, T* __restrict y, std::int64_t n, const Stage& st) {
+    const float scale = st.scale;
+    const std::int32_t zero_point = st.zero_point;
+    for (std::int64_t i = 0; i < n; ++i) y[i] = quantize_to<T>(x[i], scale, zero_point);
+  }
+
+  std::vector<Stage> stages_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  void run(const Op& op, std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) override {
+    op.run(inputs, outputs);
+  }
+  std::shared_ptr<FusedKernel> attention(const kernels::AttentionShape& shape) override {
+    return std::make_shared<AttentionKernel>(shape);
+  }
+  std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage> stages) override {
+    return std::make_shared<ElementwiseChainKernel>(std::move(stages));
+  }
+  void round(Tensor& value, Rounding rounding) override { apply_rounding(value, rounding); }
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> cpu_backend() {
+  static const std::shared_ptr<Backend> cpu = std::make_shared<CpuBackend>();
+  return cpu;
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,288 @@
+// Running a plan: one step at a time (Session::Execution), inputs checked against the model,
+// buffers taken from and given back to the pool as values are born and die, observers told.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <unordered_map>
+
+#include "eval/exec/plan.h"
+#include "kernels/error.h"
+#include "kernels/numeric.h"
+
+namespace qeval::eval {
+
+class Session::Execution::State {
+ public:
+  State(Session& s, const std::map<std::string, const Tensor*>& inputs, Observer* observer, bool retain)
+      : s_(s), observer_(observer), retain_(retain) {
+    // Check the inputs against the model before planning.
+    std::map<std::string, Shape> shapes;
+    for (const auto& in : s_.graph_.inputs) {
+      auto it = inputs.find(in.name);
+      if (it == inputs.end()) {
+        std::string given;
+        for (const auto& [k, _] : inputs) given += (given.empty() ? "" : ", ") + k;
+        throw InputError(s_.graph_.source + ": missing input '" + in.name +
+                         "' (given: " + (given.empty() ? "none" : given) + ")");
+      }
+      const Tensor& t = *it->second;
+      if (t.dtype() != in.dtype)
+        throw InputError(s_.graph_.source + ": input '" + in.name + "' must be " + std::string(dtype_name(in.dtype)) +
+                         ", got " + std::string(dtype_name(t.dtype())));
+      if (in.has_shape) {
+        bool ok = in.dims.size() == t.shape().size();
+        for (std::size_t d = 0; ok && d < in.dims.size(); ++d) ok = in.dims[d] < 0 || in.dims[d] == t.shape()[d];
+        if (!ok) {
+          std::string want = "[";
+          for (std::size_t d = 0; d < in.dims.size(); ++d)
+            want += (d ? ", " : "") + (in.dims[d] >= 0 ? std::to_string(in.dims[d])
+                                                       : (in.dim_params[d].empty() ? "?" : in.dim_params[d]));
+          throw InputError(s_.graph_.source + ": input '" + in.name + "' has shape " + shape_to_string(t.shape()) +
+                           ", the model expects " + want + "]");
+        }
+      }
+      shapes[in.name] = t.shape();
+    }
+    for (const auto& given : inputs) {
+      const std::string& name = given.first;
+      if (std::none_of(s_.graph_.inputs.begin(), s_.graph_.inputs.end(),
+                       [&](const ValueInfo& v) { return v.name == name; }))
+        throw InputError(s_.graph_.source + ": the model has no input named '" + name + "'");
+    }
+
+    // Small integer/bool inputs are planned as constants (shape tensors fed as
+    // inputs, as the ONNX node tests do); larger ones stay runtime data.
+    std::map<std::string, const Tensor*> int_values;
+    for (const auto& [name, t] : inputs)
+      if (((t->dtype() == DType::kInt64 || t->dtype() == DType::kInt32 || t->dtype() == DType::kBool) &&
+           t->numel() <= 64) ||
+          s_.constant_graph_inputs_.count(name))
+        int_values[name] = t;
+    p_ = &s_.plan_for(shapes, int_values);
+    Plan& p = *p_;
+    if (retain_) slots_ = std::move(p.retained);
+    slots_.resize(p.metas.size());
+    // Inputs already in storage form with nothing to round are read in place,
+    // not copied.
+    aliased_.assign(p.metas.size(), nullptr);
+    for (std::size_t i = 0; i < s_.graph_.inputs.size(); ++i) {
+      int id = p.ids.at(s_.graph_.inputs[i].name);
+      if (p.constants[std::size_t(id)]) continue;
+      const Tensor& given = *inputs.at(s_.graph_.inputs[i].name);
+      const Rounding r = p.rounding[std::size_t(id)];
+      if (storage_type(given.dtype()) == given.dtype() && (r == Rounding::kNone || given.dtype() != DType::kFloat32)) {
+        aliased_[std::size_t(id)] = &given;
+        continue;
+      }
+      Tensor& slot = slots_[std::size_t(id)];
+      if (storage_type(given.dtype()) == given.dtype()) {  // float32 to round: a pooled copy
+        if (!slot.reuse_as(given.dtype(), given.shape())) slot = s_.pool_->take(given.dtype(), given.shape());
+        std::memcpy(slot.raw(), given.raw(), given.nbytes());
+      } else {
+        slot = to_storage(given);
+      }
+      apply_rounding(slot, r);
+      // Inputs converted to storage form are activations too (their release subtracts them).
+      // Retained buffers of other values count when a step takes them.
+      live_ += slot.capacity();
+      live_exact_ += slot.nbytes();
+    }
+    s_.peak_bytes_ = live_;
+    s_.live_peak_bytes_ = live_exact_;
+    // Observers see every node: fused groups write each member's output for them.
+    const std::vector<Plan::Step>& fused = observer_ ? p.observed_steps : p.fused_steps;
+    steps_ = fused.empty() ? &p.steps : &fused;
+  }
+
+  bool done() const { return next_ >= steps_->size(); }
+  const Node& next_node() const { return s_.nodes_[(*steps_)[next_].node]; }
+  std::size_t next_index() const { return (*steps_)[next_].node; }
+  const std::vector<Node>& nodes() const { return s_.nodes_; }
+  std::span<const std::size_t> next_indices() const {
+    const Plan::Step& step = (*steps_)[next_];
+    return step.members.empty() ? std::span<const std::size_t>(&step.node, 1) : step.member_nodes;
+  }
+
+  void step() {
+    const Plan& p = *p_;
+    const Plan::Step& step = (*steps_)[next_++];
+    BufferPool& pool = *s_.pool_;
+    if (observer_)
+      for (Tensor t = observer_->spare(); t.capacity() > 0; t = observer_->spare()) pool.give(std::move(t));
+    ins_.clear();
+    for (int id : step.in) ins_.push_back(value(id));
+    bool streamed = false;  // a chain whose intermediates went to the observer in pieces
+    // A view whose input dies here takes the input's buffer (the bytes are already the output's):
+    // no copy, no new buffer. Not for an observer that reads the input afterwards, nor when a
+    // retaining execution keeps the input readable.
+    const int in0 = step.in.empty() ? -1 : step.in[0];
+    const bool take_over = step.view && (!observer_ || (!retain_ && !observer_->reads_view_inputs())) &&
+                           !p.constants[std::size_t(in0)] && !aliased_[std::size_t(in0)] &&
+                           slots_[std::size_t(in0)].capacity() > 0 &&
+                           std::find(step.release.begin(), step.release.end(), in0) != step.release.end() &&
+                           !(observer_ && observer_->holds(slots_[std::size_t(in0)]));
+    if (take_over) {
+      const int id = step.out[0];
+      const ValueMeta& m = p.metas[std::size_t(id)];
+      // Counted in the live sets already (as the input); its release now subtracts nothing.
+      slots_[std::size_t(id)] = std::move(slots_[std::size_t(in0)]);
+      slots_[std::size_t(id)].reuse_as(m.dtype, m.shape);
+      s_.backend_->round(slots_[std::size_t(id)], p.rounding[std::size_t(id)]);
+    } else if (!step.folded) {
+      // A chain the observer takes streamed: only its last member's output is written.
+      if (!step.members.empty() && step.fused->can_stream() && !retain_) {
+        const std::size_t last = step.out.size() - 1;
+        const ValueMeta& m = p.metas[std::size_t(step.out[last])];
+        streamed = m.dtype == DType::kFloat32 &&
+                   observer_->begin_stream(s_.nodes_, std::span<const std::size_t>(step.member_nodes.data(), last),
+                                           m.shape);
+      }
+      try {
+        outs_.clear();
+        for (std::size_t o = 0; o < step.out.size(); ++o) {
+          const int id = step.out[o];
+          if (id < 0 || (streamed && o + 1 < step.out.size())) {
+            outs_.push_back(nullptr);
+            continue;
+          }
+          outs_.push_back(output_slot(id));
+        }
+        if (streamed) {
+          step.fused->run_streamed(ins_, *outs_.back(), [&](std::size_t member, std::int64_t offset,
+                                                            const float* values, std::int64_t count) {
+            observer_->on_piece(member, offset, values, count);
+          });
+          if (!observer_->end_stream()) {  // again, writing every member
+            streamed = false;
+            for (std::size_t o = 0; o + 1 < step.out.size(); ++o) outs_[o] = output_slot(step.out[o]);
+          }
+        }
+        if (streamed) {
+        } else if (!step.members.empty()) {
+          step.fused->run_all(ins_, outs_);  // the members' outputs but the last come rounded
+        } else if (step.fused) {
+          step.fused->run(ins_, *outs_[0]);
+        } else {
+          s_.backend_->run(*s_.ops_[step.node], ins_, outs_);
+        }
+        for (std::size_t o = step.members.empty() ? 0 : step.out.size() - 1; o < step.out.size(); ++o)
+          if (step.out[o] >= 0) s_.backend_->round(*outs_[o], p.rounding[std::size_t(step.out[o])]);
+      } catch (const std::bad_alloc&) {
+        // Its output buffers or an op's scratch: the graph asks for more than the machine has.
+        std::vector<std::pair<std::string, const ValueMeta*>> outputs;  // a fused step's: every member's
+        for (int id : step.out)
+          for (const auto& [name, value_id] : p.ids)
+            if (id >= 0 && value_id == id) outputs.emplace_back(name, &p.metas[std::size_t(id)]);
+        fail_out_of_memory(s_.graph_.source, s_.nodes_[step.node], outputs);
+      }
+    }
+    if (observer_) {
+      auto notify = [&](const Plan::Step& st, std::span<const Tensor* const> ins) {
+        out_views_.clear();
+        for (int id : st.out) out_views_.push_back(value(id));
+        observer_->on_node(NodeEvent{s_.nodes_[st.node], ins, out_views_, st.folded, st.node});
+      };
+      if (step.members.empty()) notify(step, ins_);
+      for (std::size_t k = streamed ? step.members.size() - 1 : 0; k < step.members.size(); ++k) {
+        // each node of the group, as if it had run alone (the streamed ones had their pieces)
+        const Plan::Step& st = p.steps[step.members[k]];
+        member_ins_.clear();
+        for (int id : st.in) member_ins_.push_back(value(id));
+        notify(st, member_ins_);
+      }
+    }
+    if (retain_) return;  // every value stays readable until finish()
+    for (int id : step.release) {
+      Tensor& t = slots_[std::size_t(id)];
+      live_ -= t.capacity();
+      live_exact_ -= t.nbytes();
+      if (observer_) observer_->on_release(t);
+      pool.give(std::move(t));  // nothing when the observer took it
+    }
+  }
+
+  std::map<std::string, Tensor> finish() {
+    while (!done()) step();
+    const Plan& p = *p_;
+    std::map<std::string, Tensor> result;
+    for (std::size_t i = 0; i < s_.graph_.outputs.size(); ++i) {
+      int id = p.output_ids[i];
+      const ValueMeta& m = p.metas[std::size_t(id)];
+      const bool runtime = !p.constants[std::size_t(id)] && !aliased_[std::size_t(id)];
+      const bool unique = std::count(p.output_ids.begin(), p.output_ids.end(), id) == 1;
+      if (m.declared == m.dtype && runtime && unique) {
+        result[s_.graph_.outputs[i].name] = std::move(slots_[std::size_t(id)]);  // handed over, no copy
+        continue;
+      }
+      const Tensor* t = value(id);
+      result[s_.graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
+    }
+    if (!s_.options_.keep_buffers) {
+      slots_.clear();
+      s_.pool_->clear();
+    } else if (retain_) {
+      p_->retained = std::move(slots_);
+    }
+    return result;
+  }
+
+ private:
+  // The slot of runtime value `id`, holding a buffer of its shape (from the pool).
+  Tensor* output_slot(int id) {
+    const ValueMeta& m = p_->metas[std::size_t(id)];
+    Tensor& t = slots_[std::size_t(id)];
+    if (!retain_ || !t.reuse_as(m.dtype, m.shape)) t = s_.pool_->take(m.dtype, m.shape);
+    live_ += t.capacity();
+    live_exact_ += t.nbytes();
+    s_.peak_bytes_ = std::max(s_.peak_bytes_, live_);
+    s_.live_peak_bytes_ = std::max(s_.live_peak_bytes_, live_exact_);
+    return &t;
+  }
+
+  const Tensor* value(int id) const {
+    if (id < 0) return nullptr;
+    if (const auto& c = p_->constants[std::size_t(id)]) return c.get();
+    if (const Tensor* a = aliased_[std::size_t(id)]) return a;
+    return &slots_[std::size_t(id)];
+  }
+
+  Session& s_;
+  Observer* observer_;
+  bool retain_;
+  Plan* p_ = nullptr;
+  const std::vector<Plan::Step>* steps_ = nullptr;
+  std::size_t next_ = 0;
+  std::vector<Tensor> slots_;
+  std::vector<const Tensor*> aliased_;
+  std::size_t live_ = 0, live_exact_ = 0;
+  std::vector<const Tensor*> ins_, member_ins_, out_views_;
+  std::vector<Tensor*> outs_;
+};
+
+namespace {
+std::map<std::string, const Tensor*> borrowed(const std::map<std::string, Tensor>& inputs) {
+  std::map<std::string, const Tensor*> b;
+  for (const auto& [name, t] : inputs) b.emplace(name, &t);
+  return b;
+}
+}  // namespace
+
+Session::Execution::Execution(Session& session, const std::map<std::string, Tensor>& inputs, Observer* observer,
+                              bool retain)
+    : Execution(session, borrowed(inputs), observer, retain) {}
+Session::Execution::Execution(Session& session, const std::map<std::string, const Tensor*>& inputs,
+                              Observer* observer, bool retain)
+    : state_(std::make_unique<State>(session, inputs, observer, retain)) {}
+Session::Execution::~Execution() = default;
+bool Session::Execution::done() const { return state_->done(); }
+const Node& Session::Execution::next_node() const { return state_->next_node(); }
+std::span<const std::size_t> Session::Execution::next_indices() const { return state_->next_indices(); }
+const std::vector<Node>& Session::Execution::nodes() const { return state_->nodes(); }
+std::size_t Session::Execution::next_index() const { return state_->next_index(); }
+void Session::Execution::step() { state_->step(); }
+std::map<std::string, Tensor> Session::Execution::finish() { return state_->finish(); }
+
+
+}  // namespace qeval::eval

@@ -1,0 +1,212 @@
+// Planning: shapes and types inferred node by node, constant sub-graphs folded on the CPU, value
+// lifetimes (which buffers die after which step), rounding points, and the fused step lists.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <unordered_map>
+
+#include "eval/exec/plan.h"
+#include "kernels/error.h"
+#include "kernels/numeric.h"
+
+namespace qeval::eval {
+
+Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shapes,
+                                 const std::map<std::string, const Tensor*>& int_values) {
+  std::vector<Shape> shapes;
+  std::string key;
+  for (const auto& in : graph_.inputs) {
+    auto it = input_shapes.find(in.name);
+    if (it == input_shapes.end())
+      throw InputError(graph_.source + ": input '" + in.name + "' was not given");
+    shapes.push_back(it->second);
+    key += shape_to_string(it->second);
+    if (auto v = int_values.find(in.name); v != int_values.end())
+      key.append("=").append(reinterpret_cast<const char*>(v->second->raw()), v->second->nbytes());
+    key += ";";
+  }
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+
+  auto plan = std::make_unique<Plan>();
+  Plan& p = *plan;
+  auto new_value = [&](const std::string& name) {
+    int id = static_cast<int>(p.metas.size());
+    p.ids[name] = id;
+    p.metas.emplace_back();
+    p.constants.emplace_back();
+    p.rounding.push_back(Rounding::kNone);
+    return id;
+  };
+  auto set_constant = [&](int id, std::shared_ptr<const Tensor> t, DType declared) {
+    p.metas[std::size_t(id)] = ValueMeta{t->dtype(), declared, t->shape(), t};
+    p.constants[std::size_t(id)] = std::move(t);
+  };
+
+  for (const auto& [name, t] : graph_.initializers) set_constant(new_value(name), weights_.at(name), t.dtype());
+  for (const auto& [name, t] : folded_weights_) set_constant(new_value(name), weights_.at(name), t.dtype());
+  for (std::size_t i = 0; i < graph_.inputs.size(); ++i) {
+    const auto& in = graph_.inputs[i];
+    if (p.ids.count(in.name)) continue;
+    int id = new_value(in.name);
+    p.metas[std::size_t(id)] = meta_of(in.dtype, shapes[i]);
+    p.rounding[std::size_t(id)] = rounding_for(storage_type(in.dtype), in.dtype, options_.precision);
+    p.input_ids.push_back(id);
+    if (auto v = int_values.find(in.name); v != int_values.end())
+      set_constant(id, std::make_shared<const Tensor>(*v->second), in.dtype);
+  }
+
+  const std::uint64_t max_bytes = options_.max_tensor_bytes ? options_.max_tensor_bytes : max_tensor_bytes();
+  for (std::size_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = nodes_[n];
+    Plan::Step step;
+    step.node = n;
+    std::vector<const ValueMeta*> in_metas;
+    bool all_constant = true;
+    for (const auto& name : node.inputs) {
+      if (name.empty()) {
+        step.in.push_back(-1);
+        in_metas.push_back(nullptr);
+        continue;
+      }
+      int id = p.ids.at(name);
+      step.in.push_back(id);
+      in_metas.push_back(&p.metas[std::size_t(id)]);
+      all_constant &= p.constants[std::size_t(id)] != nullptr;
+    }
+    std::vector<ValueMeta> out_metas;
+    try {
+      out_metas = ops_[n]->infer(in_metas);  // may compute a value (Shape, Range)
+    } catch (const std::bad_alloc&) {
+      throw InputError(graph_.source + ": " + node.describe() + ": out of memory while inferring its outputs");
+    } catch (const std::invalid_argument& e) {
+      // shape_numel's overflow (a Reshape to [2^32, 2^32, 2^32]): the model's shapes, not a fault.
+      throw InputError(graph_.source + ": " + node.describe() + ": " + e.what());
+    }
+    if (out_metas.size() < node.outputs.size())  // a model's mistake (fuzz_onnx_loader: Log with 2 outputs)
+      throw InputError(graph_.source + ": " + node.describe() + " has " + std::to_string(node.outputs.size()) +
+                       " outputs; the op gives " + std::to_string(out_metas.size()));
+    bool op_gave_values = true;
+    for (std::size_t o = 0; o < node.outputs.size(); ++o)
+      op_gave_values &= node.outputs[o].empty() || out_metas[o].value != nullptr;
+    // Sizes are checked before anything is allocated: an Expand or ConstantOfShape to [2^45]
+    // must name the node, not end in a bad_alloc. An element count past int64 is always an
+    // error; the memory limit applies here to values folded now, and after fusion to the values
+    // a run allocates (attention scores inside a fused step never exist as a tensor).
+    const bool folds_now = !op_gave_values && all_constant;
+    for (std::size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.outputs[o].empty()) continue;
+      const ValueMeta& m = out_metas[o];
+      const auto numel = try_shape_numel(m.shape);
+      const auto bytes = numel ? try_nbytes(m.dtype, *numel) : std::nullopt;
+      if (!bytes)
+        throw InputError(graph_.source + ": " + node.describe() + ": output '" + node.outputs[o] + "' " +
+                         shape_to_string(m.shape) + " has more elements than fit in 64 bits");
+      if (folds_now && *bytes > max_bytes) fail_over_memory(graph_.source, node, node.outputs[o], m, max_bytes);
+    }
+    for (std::size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.outputs[o].empty()) {
+        step.out.push_back(-1);
+        continue;
+      }
+      int id = new_value(node.outputs[o]);
+      step.out.push_back(id);
+      ValueMeta& m = p.metas[std::size_t(id)];
+      m = out_metas[o];
+      p.rounding[std::size_t(id)] = rounding_for(m.dtype, m.declared, options_.precision);
+      if (m.value) p.constants[std::size_t(id)] = m.value;
+    }
+    if (folds_now) {
+      // Constant sub-graph: compute it once now.
+      std::vector<const Tensor*> ins;
+      for (int id : step.in) ins.push_back(id < 0 ? nullptr : p.constants[std::size_t(id)].get());
+      std::vector<Tensor> outs;
+      try {
+        for (int id : step.out)
+          outs.emplace_back(id < 0 ? Tensor() : Tensor(p.metas[std::size_t(id)].dtype, p.metas[std::size_t(id)].shape));
+        std::vector<Tensor*> out_ptrs;
+        for (std::size_t o = 0; o < outs.size(); ++o) out_ptrs.push_back(step.out[o] < 0 ? nullptr : &outs[o]);
+        ops_[n]->run(ins, out_ptrs);
+      } catch (const std::bad_alloc&) {
+        std::vector<std::pair<std::string, const ValueMeta*>> outputs;
+        for (std::size_t o = 0; o < step.out.size(); ++o)
+          if (step.out[o] >= 0) outputs.emplace_back(node.outputs[o], &p.metas[std::size_t(step.out[o])]);
+        fail_out_of_memory(graph_.source, node, outputs);
+      }
+      for (std::size_t o = 0; o < outs.size(); ++o) {
+        int id = step.out[o];
+        if (id < 0) continue;
+        apply_rounding(outs[o], p.rounding[std::size_t(id)]);
+        set_constant(id, std::make_shared<const Tensor>(std::move(outs[o])), p.metas[std::size_t(id)].declared);
+      }
+      step.folded = true;
+    } else if (op_gave_values) {
+      step.folded = true;
+    }
+    if (!step.folded && node.domain.empty() && step.in.size() >= 1 && step.in[0] >= 0 && step.out.size() == 1 &&
+        step.out[0] >= 0 &&
+        (node.op_type == "Reshape" || node.op_type == "Squeeze" || node.op_type == "Unsqueeze" ||
+         node.op_type == "Flatten" || node.op_type == "Identity")) {
+      const ValueMeta &a = p.metas[std::size_t(step.in[0])], &b = p.metas[std::size_t(step.out[0])];
+      step.view = a.dtype == b.dtype && shape_numel(a.shape) == shape_numel(b.shape);
+    }
+    if (!step.folded) {
+      // in_metas may dangle: new_value above grew p.metas.
+      for (std::size_t i = 0; i < step.in.size(); ++i)
+        in_metas[i] = step.in[i] < 0 ? nullptr : &p.metas[std::size_t(step.in[i])];
+      ops_[n]->prepare(in_metas);
+    }
+    p.steps.push_back(std::move(step));
+  }
+
+  for (const auto& out : graph_.outputs) p.output_ids.push_back(p.ids.at(out.name));
+  if (options_.precision == Precision::kFp16 || options_.precision == Precision::kBf16) keep_fused_intermediates(p);
+  fuse(p);
+  // The values an unobserved run allocates, against the machine's memory (an observed run also
+  // writes fused steps' intermediates; a failed allocation there is caught in Execution::step).
+  for (const Plan::Step& st : p.fused_steps.empty() ? p.steps : p.fused_steps) {
+    if (st.folded) continue;
+    for (int id : st.out) {
+      if (id < 0 || p.constants[std::size_t(id)]) continue;
+      const ValueMeta& m = p.metas[std::size_t(id)];
+      if (*try_nbytes(m.dtype, *try_shape_numel(m.shape)) <= max_bytes) continue;  // both checked above
+      for (const auto& [name, value_id] : p.ids)
+        if (value_id == id) fail_over_memory(graph_.source, nodes_[st.node], name, m, max_bytes);
+    }
+  }
+  // Liveness: a runtime value dies after its last reader (graph outputs never die).
+  auto assign_releases = [&](std::vector<Plan::Step>& steps) {
+    std::vector<int> last_use(p.metas.size(), -1);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      if (steps[s].folded) continue;
+      for (int id : steps[s].in)
+        if (id >= 0) last_use[std::size_t(id)] = static_cast<int>(s);
+      for (int id : steps[s].out)
+        if (id >= 0 && last_use[std::size_t(id)] < 0) last_use[std::size_t(id)] = static_cast<int>(s);
+    }
+    for (int id : p.output_ids) last_use[std::size_t(id)] = -2;
+    for (std::size_t id = 0; id < last_use.size(); ++id)
+      if (last_use[id] >= 0 && !p.constants[id]) steps[std::size_t(last_use[id])].release.push_back(int(id));
+  };
+  assign_releases(p.steps);
+  if (!p.fused_steps.empty()) assign_releases(p.fused_steps);
+  if (!p.observed_steps.empty()) assign_releases(p.observed_steps);
+
+  Plan& ref = *plan;
+  plans_.emplace(std::move(key), std::move(plan));
+  return ref;
+}
+
+std::map<std::string, ValueMeta> Session::infer_metas(const std::map<std::string, Shape>& input_shapes) {
+  Plan& p = plan_for(input_shapes, {});
+  std::map<std::string, ValueMeta> out;
+  for (const auto& [name, id] : p.ids) out[name] = p.metas[std::size_t(id)];
+  return out;
+}
+
+// One run's state: the plan, the values (slots), where it is. Session::run is
+// start, step until done, finish; the evaluator interleaves the executions of
+// several sessions node by node.
+
+}  // namespace qeval::eval

@@ -1,0 +1,149 @@
+// The session: ops made once per graph, weights in storage form, plans cached per input shapes, the
+// two ways to run (Session::run, Session::Execution), and extract_subgraph.
+#include "eval/exec/session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <unordered_map>
+
+#include "eval/exec/plan.h"
+#include "kernels/error.h"
+#include "kernels/numeric.h"
+#include "eval/exec/deploy_fold.h"
+
+namespace qeval::eval {
+
+std::string_view precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16Strict: return "fp16-strict";
+    case Precision::kBf16Strict: return "bf16-strict";
+  }
+  return "?";
+}
+
+namespace {
+constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kFp16, Precision::kBf16, Precision::kFp16Strict,
+                                     Precision::kBf16Strict};
+}  // namespace
+
+const std::vector<std::string>& precision_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (Precision p : kPrecisions) n.emplace_back(precision_name(p));
+    return n;
+  }();
+  return names;
+}
+
+std::optional<Precision> precision_from_name(std::string_view name) {
+  for (Precision p : kPrecisions)
+    if (precision_name(p) == name) return p;
+  return std::nullopt;
+}
+
+Session::Session(const Graph& graph, SessionOptions options)
+    : graph_(graph), options_(options), pool_(options.pool ? options.pool : std::make_shared<BufferPool>()),
+      backend_(options.backend ? options.backend : cpu_backend()) {
+  if (options_.integer_qdq) {
+    quant::QdqFusion fusion = quant::fuse_qdq(graph);
+    nodes_ = std::move(fusion.nodes);
+    fused_ = std::move(fusion.fused);
+  } else {
+    nodes_ = graph.nodes;
+  }
+  if (options_.precision == Precision::kFp16 || options_.precision == Precision::kBf16) {
+    DeploymentFold fold = fold_for_deployment(graph, nodes_);
+    nodes_ = std::move(fold.nodes);
+    folded_weights_ = std::move(fold.weights);
+  }
+  ops_.reserve(nodes_.size());
+  for (const auto& node : nodes_) {
+    const OpSchema* schema = find_op(node.domain, node.op_type, node.opset);
+    if (!schema)
+      throw InputError(graph.source + ": " + node.describe() + ": " +
+                       unsupported_reason(node.domain, node.op_type, node.opset));
+    ops_.push_back(schema->make(node));
+    for (std::size_t i : ops_.back()->constant_inputs())
+      if (node.has_input(i)) constant_graph_inputs_.insert(node.inputs[i]);
+  }
+  for (const auto& [name, t] : folded_weights_)
+    weights_.emplace(name, std::make_shared<const Tensor>(rounded(t, rounding_for(DType::kFloat32, DType::kFloat32,
+                                                                                    options_.precision))));
+  for (const auto& [name, t] : graph.initializers) {
+    const Rounding r = rounding_for(storage_type(t.dtype()), t.dtype(), options_.precision);
+    if (storage_type(t.dtype()) == t.dtype() && (r == Rounding::kNone || t.dtype() != DType::kFloat32)) {
+      weights_.emplace(name, std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}));
+      continue;
+    }
+    Tensor storage = to_storage(t);
+    apply_rounding(storage, r);
+    weights_.emplace(name, std::make_shared<const Tensor>(std::move(storage)));
+  }
+}
+
+Session::~Session() = default;
+
+std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
+
+std::size_t Session::pool_allocated_bytes(const BufferPool& pool) { return pool.allocated_bytes(); }
+
+void Session::drop_retained() {
+  for (auto& [key, plan] : plans_) {
+    for (Tensor& t : plan->retained) pool_->give(std::move(t));
+    plan->retained = {};
+  }
+}
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Observer* observer) {
+  return Execution(*this, inputs, observer, false).finish();
+}
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, const Tensor*>& inputs, Observer* observer) {
+  return Execution(*this, inputs, observer, false).finish();
+}
+
+Graph extract_subgraph(const Graph& graph, std::span<const std::size_t> nodes,
+                       const std::map<std::string, DType>& input_types) {
+  Graph sub;
+  sub.source = graph.source + " (nodes";
+  sub.opsets = graph.opsets;
+  std::set<std::string> produced, inputs;
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    if (nodes[k] >= graph.nodes.size() || (k > 0 && nodes[k] <= nodes[k - 1]))
+      throw std::invalid_argument("extract_subgraph: node indices must be ascending and below " +
+                                  std::to_string(graph.nodes.size()));
+    const Node& n = graph.nodes[nodes[k]];
+    sub.source += (k ? ", " : " ") + n.name;
+    for (const auto& v : n.inputs) {
+      if (v.empty() || produced.count(v) || inputs.count(v) || sub.initializers.count(v)) continue;
+      if (auto it = graph.initializers.find(v); it != graph.initializers.end()) {
+        sub.initializers.emplace(v, it->second);
+        continue;
+      }
+      inputs.insert(v);
+      ValueInfo in;
+      in.name = v;
+      auto t = input_types.find(v);
+      in.dtype = t == input_types.end() ? DType::kFloat32 : t->second;
+      sub.inputs.push_back(std::move(in));
+    }
+    for (const auto& v : n.outputs)
+      if (!v.empty()) {
+        produced.insert(v);
+        ValueInfo out;
+        out.name = v;
+        sub.outputs.push_back(std::move(out));
+      }
+    sub.nodes.push_back(n);
+  }
+  sub.source += ")";
+  return sub;
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,2 @@
+// A higher layer's header with no includes.
+#pragma once

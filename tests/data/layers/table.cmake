@@ -1,0 +1,1 @@
+set(QEVAL_LAYERS "low:" "high:low")

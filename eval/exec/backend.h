@@ -33,7 +33,7 @@ class FusedKernel {
   // output (which the executor rounds). Observed executions run this: they see every node.
   virtual void run_all(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) = 0;
   // run(), handing each member's output but the last to `piece(member, offset, values, count)` in
-  // consecutive pieces (multiples of Observer::kStreamPiece but the last), never written whole.
+  // consecutive pieces (multiples of PieceObserver::kStreamPiece but the last), never written whole.
   // Only where can_stream().
   using PieceSink = std::function<void(std::size_t, std::int64_t, const float*, std::int64_t)>;
   virtual bool can_stream() const { return false; }

@@ -66,7 +66,7 @@ class ElementwiseChainKernel final : public FusedKernel {
   bool can_stream() const override { return true; }
   void run_streamed(std::span<const Tensor* const> in, Tensor& out, const PieceSink& piece) override {
     constexpr std::int64_t kSegment = 16384;
-    static_assert(kSegment % Observer::kStreamPiece == 0 && kSegment % kBlock == 0);
+    static_assert(kSegment % PieceObserver::kStreamPiece == 0 && kSegment % kBlock == 0);
     const std::int64_t n = out.numel();
     const std::size_t members = stages_.size() - 1;
     // One scratch per thread, not per chain: a UNet has hundreds of chains in each variant's plans.

@@ -13,7 +13,27 @@
 
 namespace qeval::eval {
 
-class Session::Execution::State {
+// A kept value: the execution's tensor while it needs it (`live`), then the buffer handed over
+// (`owned`), back to `pool` when the last handle goes.
+struct KeptValue::State {
+  const Tensor* live = nullptr;
+  Tensor owned;
+  std::shared_ptr<BufferPool> pool;  // null for values the execution never frees (constants, inputs)
+  bool wanted = true;                // false after let_go(): the execution frees it as usual
+  ~State() {
+    if (pool && owned.capacity() > 0) pool->give(std::move(owned));
+  }
+};
+
+const Tensor* KeptValue::get() const { return state_ ? state_->live : nullptr; }
+bool KeptValue::owned() const { return state_ && state_->owned.capacity() > 0; }
+void KeptValue::let_go() {
+  if (!state_) return;
+  if (owned()) state_.reset();
+  else state_->wanted = false;
+}
+
+class Session::Execution::State final : public ValueLender {
  public:
   State(Session& s, const std::map<std::string, const Tensor*>& inputs, Observer* observer, bool retain)
       : s_(s), observer_(observer), retain_(retain) {
@@ -64,6 +84,7 @@ class Session::Execution::State {
     Plan& p = *p_;
     if (retain_) slots_ = std::move(p.retained);
     slots_.resize(p.metas.size());
+    kept_.resize(p.metas.size());
     // Inputs already in storage form with nothing to round are read in place,
     // not copied.
     aliased_.assign(p.metas.size(), nullptr);
@@ -109,8 +130,6 @@ class Session::Execution::State {
     const Plan& p = *p_;
     const Plan::Step& step = (*steps_)[next_++];
     BufferPool& pool = *s_.pool_;
-    if (observer_)
-      for (Tensor t = observer_->spare(); t.capacity() > 0; t = observer_->spare()) pool.give(std::move(t));
     ins_.clear();
     for (int id : step.in) ins_.push_back(value(id));
     bool streamed = false;  // a chain whose intermediates went to the observer in pieces
@@ -122,7 +141,7 @@ class Session::Execution::State {
                            !p.constants[std::size_t(in0)] && !aliased_[std::size_t(in0)] &&
                            slots_[std::size_t(in0)].capacity() > 0 &&
                            std::find(step.release.begin(), step.release.end(), in0) != step.release.end() &&
-                           !(observer_ && observer_->holds(slots_[std::size_t(in0)]));
+                           !kept(in0);
     if (take_over) {
       const int id = step.out[0];
       const ValueMeta& m = p.metas[std::size_t(id)];
@@ -132,11 +151,12 @@ class Session::Execution::State {
       s_.backend_->round(slots_[std::size_t(id)], p.rounding[std::size_t(id)]);
     } else if (!step.folded) {
       // A chain the observer takes streamed: only its last member's output is written.
-      if (!step.members.empty() && step.fused->can_stream() && !retain_) {
+      PieceObserver* pieces = observer_ ? observer_->pieces() : nullptr;
+      if (!step.members.empty() && step.fused->can_stream() && !retain_ && pieces) {
         const std::size_t last = step.out.size() - 1;
         const ValueMeta& m = p.metas[std::size_t(step.out[last])];
         streamed = m.dtype == DType::kFloat32 &&
-                   observer_->begin_stream(s_.nodes_, std::span<const std::size_t>(step.member_nodes.data(), last),
+                   pieces->begin_stream(s_.nodes_, std::span<const std::size_t>(step.member_nodes.data(), last),
                                            m.shape);
       }
       try {
@@ -152,9 +172,9 @@ class Session::Execution::State {
         if (streamed) {
           step.fused->run_streamed(ins_, *outs_.back(), [&](std::size_t member, std::int64_t offset,
                                                             const float* values, std::int64_t count) {
-            observer_->on_piece(member, offset, values, count);
+            pieces->on_piece(member, offset, values, count);
           });
-          if (!observer_->end_stream()) {  // again, writing every member
+          if (!pieces->end_stream()) {  // again, writing every member
             streamed = false;
             for (std::size_t o = 0; o + 1 < step.out.size(); ++o) outs_[o] = output_slot(step.out[o]);
           }
@@ -182,7 +202,7 @@ class Session::Execution::State {
       auto notify = [&](const Plan::Step& st, std::span<const Tensor* const> ins) {
         out_views_.clear();
         for (int id : st.out) out_views_.push_back(value(id));
-        observer_->on_node(NodeEvent{s_.nodes_[st.node], ins, out_views_, st.folded, st.node});
+        observer_->on_node(NodeEvent{s_.nodes_[st.node], ins, out_views_, st.folded, st.node, this});
       };
       if (step.members.empty()) notify(step, ins_);
       for (std::size_t k = streamed ? step.members.size() - 1 : 0; k < step.members.size(); ++k) {
@@ -198,8 +218,15 @@ class Session::Execution::State {
       Tensor& t = slots_[std::size_t(id)];
       live_ -= t.capacity();
       live_exact_ -= t.nbytes();
-      if (observer_) observer_->on_release(t);
-      pool.give(std::move(t));  // nothing when the observer took it
+      if (const std::shared_ptr<KeptValue::State> k = kept_[std::size_t(id)].lock(); k && k->wanted) {
+        k->owned = std::move(t);  // the observer still reads it: the buffer is the handle's now
+        k->live = &k->owned;
+        k->pool = s_.pool_;
+      } else {
+        if (k) k->live = nullptr;  // let go: no longer readable
+        pool.give(std::move(t));
+      }
+      kept_[std::size_t(id)].reset();
     }
   }
 
@@ -228,7 +255,32 @@ class Session::Execution::State {
     return result;
   }
 
+ KeptValue keep(const Tensor* v) override {
+    // A value in a slot is freed when it dies; constants and the caller's inputs are not.
+    const std::less<const Tensor*> before;
+    if (slots_.empty() || before(v, slots_.data()) || !before(v, slots_.data() + slots_.size())) {
+      auto k = std::make_shared<KeptValue::State>();
+      k->live = v;
+      return KeptValue(std::move(k));
+    }
+    std::weak_ptr<KeptValue::State>& w = kept_[std::size_t(v - slots_.data())];
+    std::shared_ptr<KeptValue::State> k = w.lock();
+    if (!k) {
+      k = std::make_shared<KeptValue::State>();
+      k->live = v;
+      w = k;
+    }
+    k->wanted = true;
+    return KeptValue(std::move(k));
+  }
+
  private:
+  // Whether a handle still wants runtime value `id` (NodeEvent::keep).
+  bool kept(int id) const {
+    const std::shared_ptr<KeptValue::State> k = kept_[std::size_t(id)].lock();
+    return k && k->wanted;
+  }
+
   // The slot of runtime value `id`, holding a buffer of its shape (from the pool).
   Tensor* output_slot(int id) {
     const ValueMeta& m = p_->metas[std::size_t(id)];
@@ -255,6 +307,7 @@ class Session::Execution::State {
   const std::vector<Plan::Step>* steps_ = nullptr;
   std::size_t next_ = 0;
   std::vector<Tensor> slots_;
+  std::vector<std::weak_ptr<KeptValue::State>> kept_;  // per value id: a handle's, if any
   std::vector<const Tensor*> aliased_;
   std::size_t live_ = 0, live_exact_ = 0;
   std::vector<const Tensor*> ins_, member_ins_, out_views_;

@@ -1,8 +1,12 @@
-// What a caller may see of an execution: each node's values as they are produced, whole or (for a
-// fused elementwise chain) in pieces, and the buffers it may keep (eval/exec/session.h runs it).
+// What a caller may see of an execution (eval/exec/session.h): each node's values as they are
+// produced, whole or, for the intermediates of a fused elementwise chain, in pieces; and any of
+// those values kept readable past its last reader in the graph, without a copy (NodeEvent::keep).
+// What to compute from them, and how long to keep what, is the caller's (the evaluator's lockstep
+// capture: eval/run/observe.h).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -11,6 +15,38 @@
 
 namespace qeval::eval {
 
+// A value an observer keeps. While the execution still needs the value, get() is the execution's
+// own tensor; when the execution is done with it, its buffer moves into the handle instead of back
+// to the buffer pool, and goes back to the pool when the last copy of the handle goes (or at
+// let_go()). Handles are used on the execution's thread and must not outlive its session's pool.
+class KeptValue {
+ public:
+  struct State;  // eval/exec/execution.cc
+  KeptValue() = default;
+  explicit KeptValue(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  // The value; null for an empty handle, or after let_go() once the execution has freed it.
+  const Tensor* get() const;
+  explicit operator bool() const { return state_ != nullptr; }
+  // Whether the buffer is the handle's (the execution is done with the value).
+  bool owned() const;
+  // No longer needed past the execution's own use: a buffer the handle owns goes back to the pool
+  // now (the handle becomes empty); one the execution still uses goes back when it is done, and
+  // until then get() still reads it.
+  void let_go();
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Lends an execution's values (NodeEvent::keep); implemented by the execution.
+class ValueLender {
+ public:
+  virtual KeptValue keep(const Tensor* value) = 0;
+
+ protected:
+  ~ValueLender() = default;
+};
+
 // What an observer sees after each node. Tensors hold storage values (float16 as rounded float32).
 struct NodeEvent {
   const Node& node;
@@ -18,6 +54,30 @@ struct NodeEvent {
   std::span<const Tensor* const> outputs;  // nullptr for omitted optional outputs
   bool folded;                             // computed once at plan time (constant sub-graph)
   std::size_t index = 0;                   // of `node` in Session::nodes()
+  ValueLender* lender = nullptr;
+  // Keeps `value` (one of inputs or outputs) readable after the execution is done with it; while
+  // any copy of the handle wants it, a view does not take its buffer over.
+  KeptValue keep(const Tensor* value) const { return lender && value ? lender->keep(value) : KeptValue(); }
+};
+
+// A fused elementwise chain's intermediates, streamed instead of written (Observer::pieces).
+// Before such a chain runs, begin_stream names its members but the last (`members`: node indices,
+// in order; every member's output is float32 of `shape`). When it returns true, those outputs are
+// never written: each member's values come through on_piece(member, offset, values, count)
+// (member: position in `members`) in consecutive pieces, in order, each but the last a multiple of
+// kStreamPiece elements, and no on_node follows for them (the last member's does, as usual).
+// end_stream() then returns false to have the step run again writing every member's output
+// (on_node follows for each, as usual): e.g. when a piece held a NaN.
+class PieceObserver {
+ public:
+  static constexpr std::int64_t kStreamPiece = 128;
+  virtual bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members,
+                            const Shape& shape) = 0;
+  virtual void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) = 0;
+  virtual bool end_stream() = 0;
+
+ protected:
+  ~PieceObserver() = default;
 };
 
 class Observer {
@@ -29,36 +89,8 @@ class Observer {
   // output when the input dies there, as unobserved runs do (no copy), and the event's input is
   // an empty tensor (its address still identifies the value).
   virtual bool reads_view_inputs() const { return true; }
-  // A non-retaining execution is about to give `value`'s buffer back to its pool (the value's last
-  // reader has run): an observer that still needs the value may take the buffer (move from it).
-  virtual void on_release(Tensor& value) { (void)value; }
-  // A buffer the observer took on release and no longer needs (empty: none): the execution puts
-  // it back in its pool before each step, so that taking values costs no memory in the long run.
-  virtual Tensor spare() { return {}; }
-  // Whether the observer still reads `value` after its last reader in the graph (it would take it
-  // on release): a view whose input dies then copies it instead of taking its buffer over.
-  virtual bool holds(const Tensor& value) const {
-    (void)value;
-    return false;
-  }
-  // A fused elementwise chain's intermediates, streamed instead of written (observed executions).
-  // Before such a chain runs, begin_stream names its members but the last (`members`: node indices,
-  // in order; every member's output is float32 of `shape`). When the observer returns true, those
-  // outputs are never written: each member's values come through on_piece(member, offset, values,
-  // count) (member: position in `members`) in consecutive pieces, in order, each but the last a
-  // multiple of kStreamPiece elements, and no on_node follows for them (the last member's does, as
-  // usual). end_stream() then returns false to have the step run again writing every member's
-  // output (on_node follows for each, as usual): e.g. when a piece held a NaN.
-  static constexpr std::int64_t kStreamPiece = 128;
-  virtual bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members,
-                            const Shape& shape) {
-    (void)nodes, (void)members, (void)shape;
-    return false;
-  }
-  virtual void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) {
-    (void)member, (void)offset, (void)values, (void)count;
-  }
-  virtual bool end_stream() { return true; }
+  // Where a fused chain's intermediates go in pieces; null: they are written whole (on_node).
+  virtual PieceObserver* pieces() { return nullptr; }
 };
 
 }  // namespace qeval::eval

@@ -214,9 +214,10 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
 
 // The reference's values of one model call: copies (the executor reuses its buffers; storage kept
 // across calls and reused when a value's size fits), or, in a lockstep call (`borrowing`), the
-// reference execution's values themselves: all of them when it retains its buffers (local error
-// reads them after the call), else each layer output until its readers (the variants' matching
-// nodes) have compared: one the execution releases before that is taken over (on_release).
+// reference execution's values themselves, kept through the executor's handles (KeptValue): all of
+// them when it retains its buffers (local error reads them after the call), else each layer output
+// until its readers (the variants' matching nodes) have compared; one the execution frees before
+// that stays the handle's until its last reader is done, then goes back to the pool.
 class Capture {
  public:
   std::string model;
@@ -226,31 +227,26 @@ class Capture {
   // Forgets the previous call's values. `space`: the layers the call's values are kept by;
   // `model_index`: the call's model in it (LayerSpace::model_index).
   void start(const ModelCall& c, const LayerSpace& space, int model_index);
-  // Holds no call (borrowed values are about to go); buffers taken over for readers that never
-  // came (a local run whose reference nodes did not all run) become spares.
+  // Holds no call (borrowed values are about to go); buffers kept for readers that never came (a
+  // local run whose reference nodes did not all run) go back to the pool.
   void forget();
   bool matches(const ModelCall& c) const { return valid && model == c.model && step == c.step && call == c.call; }
   bool has(const std::string& name) const { return find(name) != nullptr; }
   // nullptr when this call did not produce it (or the capture holds no call)
   const Tensor* find(const std::string& name) const;
-  // A value of this call: a copy, or while `borrowing` is set the tensor itself (valid while the
-  // reference's execution retains its buffers: a lockstep call, run_lockstep). `energy`: its sum of
-  // squares when known (what ActivationStats::add returned for it), for the variants' one-pass error.
-  // `readers`: as keep_output's (consumed(name)).
-  void keep(const std::string& name, const Tensor& value, std::optional<double> energy = std::nullopt,
-            unsigned readers = 0);
+  // A value of this call: a copy, or while `borrowing` is set the tensor itself through `kept`
+  // (NodeEvent::keep of `value`). `energy`: its sum of squares when known (what
+  // ActivationStats::add returned for it), for the variants' one-pass error. `readers`: as
+  // keep_output's (consumed(name)).
+  void keep(const std::string& name, const Tensor& value, KeptValue kept = {},
+            std::optional<double> energy = std::nullopt, unsigned readers = 0);
   // The same for the first output of a layer's node (kept by layer: the observers' hot path).
   // `readers`: how many variant nodes will compare against it in this call (consumed()).
-  void keep_output(std::size_t layer, const Tensor& value, std::optional<double> energy, unsigned readers = 0);
+  void keep_output(std::size_t layer, const Tensor& value, KeptValue kept, std::optional<double> energy,
+                   unsigned readers = 0);
   // A reader of the layer's output (of the value kept by name) is done with it.
   void consumed(std::size_t layer);
   void consumed(const std::string& name);
-  // The reference's execution releases `value`: a borrowed layer output that readers still wait
-  // for is taken over (moved into the capture) until its last reader is done; it then waits in
-  // spare() for the execution to take it back.
-  void on_release(Tensor& value);
-  Tensor spare();  // a taken-over buffer no reader needs any more (empty: none)
-  bool holds(const Tensor& value) const;  // a borrowed layer output that readers still wait for
   bool borrowing = false;
   struct Value {
     const Tensor* tensor = nullptr;
@@ -271,15 +267,13 @@ class Capture {
 
  private:
   struct Slot {
-    Tensor tensor;
-    const Tensor* borrowed = nullptr;
+    Tensor tensor;    // a copy
+    KeptValue kept;   // or the execution's value (borrowing)
     std::uint64_t generation = 0;
     std::optional<double> energy;
     unsigned pending = 0;  // readers yet to come (borrowed values only)
   };
-  void fill(Slot& s, const Tensor& value, std::optional<double> energy);
-  // The slot whose borrowed value is `value` with readers still to come; null for none.
-  Slot* waiting_for(const Tensor& value) const;
+  void fill(Slot& s, const Tensor& value, KeptValue kept, std::optional<double> energy);
   void consumed(Slot& s);
   Value read(const Slot& s) const;
   const LayerSpace* space_ = nullptr;
@@ -291,7 +285,6 @@ class Capture {
   std::vector<std::size_t> waiting_;  // layers whose borrowed output may have readers to come
   std::vector<Slot*> waiting_named_;  // the same for values kept by name (in slots_: stable)
   std::vector<std::size_t> ran_now_;  // layers marked ran since take_ran()
-  std::vector<Tensor> spares_;        // taken-over buffers whose readers are all done
   std::uint64_t generation_ = 0;
 };
 

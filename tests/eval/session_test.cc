@@ -394,31 +394,32 @@ TEST(Session, Fp16DeploymentRoundsOnlyWhereAFusedKernelStoresItsOutput) {
 
 // Takes fused chains' intermediates as pieces: each member's values, checked to come in order,
 // in pieces of multiples of kStreamPiece but the last; `accept`: what end_stream answers.
-class Streamer final : public Observer {
+class Streamer final : public Observer, public PieceObserver {
  public:
   explicit Streamer(bool accept) : accept_(accept) {}
   void on_node(const NodeEvent& e) override { events.push_back(e.node.name); }
+  PieceObserver* pieces() override { return this; }
   bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members, const Shape& shape) override {
     EXPECT_TRUE(current_.empty());
     for (std::size_t m : members) current_.push_back(nodes[m].outputs[0]);
-    for (const std::string& v : current_) pieces[v].clear();
+    for (const std::string& v : current_) received[v].clear();
     numel_ = shape_numel(shape);
     return true;
   }
   void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) override {
-    std::vector<float>& got = pieces[current_.at(member)];
+    std::vector<float>& got = received[current_.at(member)];
     EXPECT_EQ(offset, std::int64_t(got.size()));
     EXPECT_TRUE(count % kStreamPiece == 0 || offset + count == numel_) << offset << " " << count;
     got.insert(got.end(), values, values + count);
   }
   bool end_stream() override {
-    for (const std::string& v : current_) EXPECT_EQ(std::int64_t(pieces[v].size()), numel_) << v;
+    for (const std::string& v : current_) EXPECT_EQ(std::int64_t(received[v].size()), numel_) << v;
     current_.clear();
     ++streams;
     return accept_;
   }
   std::vector<std::string> events;
-  std::map<std::string, std::vector<float>> pieces;  // by value name
+  std::map<std::string, std::vector<float>> received;  // by value name
   int streams = 0;
 
  private:
@@ -443,8 +444,8 @@ TEST(Session, StreamedChainIntermediatesAreTheNodesBytesInPieces) {
     EXPECT_EQ(0, std::memcmp(want.raw(), got.raw(), want.nbytes())) << precision_name(precision);
     EXPECT_EQ(taking.streams, 2);
     EXPECT_EQ(taking.events, (std::vector<std::string>{"neg", "mul_half", "silu"}));
-    ASSERT_EQ(taking.pieces.size(), 5u);  // d, e, a, m; s
-    for (const auto& [name, values] : taking.pieces) {
+    ASSERT_EQ(taking.received.size(), 5u);  // d, e, a, m; s
+    for (const auto& [name, values] : taking.received) {
       const Tensor& w = all.values.at(name);
       ASSERT_EQ(std::int64_t(values.size()), w.numel()) << name;
       EXPECT_EQ(0, std::memcmp(values.data(), w.raw(), w.nbytes())) << name << " " << precision_name(precision);
@@ -523,28 +524,28 @@ TEST(Session, ViewOpsTakeOverTheBufferOfAnInputThatDiesThere) {
   retained.finish();
   EXPECT_GE(lean.last_live_activation_bytes(), 3 * tensor);
 
-  // An observer that still needs n after its last reader (the reshape): the view copies instead of
-  // taking n's buffer, and n's buffer goes to the observer on release instead of to the pool.
+  // An observer that still needs n after its last reader (the reshape) keeps it: the view copies
+  // instead of taking n's buffer, and n's buffer goes to the handle instead of to the pool.
   struct Keeper final : Observer {
     void on_node(const NodeEvent& e) override {
-      if (e.node.name == "neg") n = e.outputs[0];
+      if (e.node.name == "neg") {
+        n = e.keep(e.outputs[0]);
+        at = e.outputs[0];
+      }
     }
     bool reads_view_inputs() const override { return false; }
-    bool holds(const Tensor& value) const override { return &value == n && kept.numel() == 0; }
-    void on_release(Tensor& value) override {
-      ++released;
-      if (&value == n) kept = std::move(value);
-    }
-    const Tensor* n = nullptr;
-    Tensor kept;
-    int released = 0;
+    KeptValue n;
+    const Tensor* at = nullptr;
   } keeper;
   Session keeping(g);
   const Tensor kept_y = keeping.run(in, &keeper).at("y");
   EXPECT_EQ(0, std::memcmp(kept_y.raw(), want.raw(), y.nbytes()));
-  ASSERT_EQ(keeper.kept.shape(), (Shape{64, 1024}));
-  for (std::size_t i = 0; i < v.size(); ++i) ASSERT_EQ(keeper.kept.data<float>()[i], -v[i]) << i;
-  EXPECT_GE(keeper.released, 4);  // n, k, s (the copied views' inputs die too) and p or q
+  ASSERT_TRUE(keeper.n.owned());
+  EXPECT_NE(keeper.n.get(), keeper.at);  // moved out of the execution's slot
+  ASSERT_EQ(keeper.n.get()->shape(), (Shape{64, 1024}));
+  for (std::size_t i = 0; i < v.size(); ++i) ASSERT_EQ(keeper.n.get()->data<float>()[i], -v[i]) << i;
+  EXPECT_GE(keeping.last_live_activation_bytes(), 3 * tensor);  // the views copied
+  keeper.n.let_go();
 }
 
 TEST(Session, DeadBuffersAreReused) {

@@ -1,0 +1,517 @@
+// Lockstep observation: the node observer that captures the reference's values and compares the
+// variants' against them as they are produced, the lockstep loop over executions, and local error
+// (eval/run/observe.h).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "eval/run/observe.h"
+#include "kernels/numeric.h"
+#include "metrics/tensor_error.h"
+
+namespace qeval::eval {
+
+class LockstepObserver::NodeObserver final : public Observer, private PieceObserver {
+ public:
+  explicit NodeObserver(LockstepObserver& owner) : o_(owner) {}
+  int model() const { return model_; }
+  void start(const ModelCall& call, int model, bool capture, bool compare) {
+    call_ = call;
+    model_ = model;
+    capture_ = capture;
+    compare_ = compare;
+  }
+  void on_node(const NodeEvent& e) override;
+  // A view's statistics come from its input's by address (Recent) or from its own output; the
+  // reference's inputs are captured for local error, and a node hook may read any event.
+  bool reads_view_inputs() const override {
+    return (capture_ && o_.run_.local_error) || o_.run_.hooks(o_.variant_);
+  }
+  PieceObserver* pieces() override { return this; }
+
+ private:
+  bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members, const Shape& shape) override;
+  void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) override {
+    Streamed& m = streamed_[member];
+    m.pass.feed(values, m.ref + offset, count);
+  }
+  bool end_stream() override;
+
+  LockstepObserver& o_;
+  ModelCall call_;
+  int model_ = -1;
+  bool capture_ = false, compare_ = false;
+  // A chain's members whose outputs come in pieces: each one's error pass against the reference's
+  // same output (kept whole by the capture).
+  struct Streamed {
+    std::size_t layer = 0;
+    const float* ref = nullptr;
+    double ref_energy = 0;
+    metrics::StreamedError pass;
+    LayerCell cell;
+  };
+  std::vector<Streamed> streamed_;  // the first streaming_ are this chain's
+  std::size_t streaming_ = 0;
+};
+
+// A variant's chain members are streamed when all that their events would do is the one-pass error
+// against the reference's output: no node hook, no full tensors, no per-channel clipping (it reads
+// the output by rows), no view reading the statistics back.
+bool LockstepObserver::NodeObserver::begin_stream(const std::vector<Node>& nodes,
+                                                   std::span<const std::size_t> members, const Shape& shape) {
+  const RunObservation& run = o_.run_;
+  if (capture_ || !compare_ || run.hooks(o_.variant_) || run.full_tensors) return false;
+  if (streamed_.size() < members.size()) streamed_.resize(members.size());
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    const ObservedNodes::Info* info = o_.node_info(nodes[members[k]], members[k]);
+    if (!info || info->layer < 0 || info->feeds_view || info->view || info->channel_clip_amax) return false;
+    const Capture::Value ref = o_.capture_.output(std::size_t(info->layer));
+    if (!ref.tensor || !ref.energy || ref.tensor->dtype() != DType::kFloat32 || ref.tensor->shape() != shape)
+      return false;
+    Streamed& m = streamed_[k];
+    m.layer = std::size_t(info->layer);
+    m.ref = ref.tensor->data<float>();
+    m.ref_energy = *ref.energy;
+    m.pass.start(shape_numel(shape), info->clip_amax);
+  }
+  streaming_ = members.size();
+  return true;
+}
+
+// Each member's statistics, then (all finite) appended to the log in order as their events would
+// have; a non-finite value has the step written whole and its events run as usual.
+bool LockstepObserver::NodeObserver::end_stream() {
+  for (std::size_t k = 0; k < streaming_; ++k) {
+    Streamed& m = streamed_[k];
+    m.cell.clear();
+    if (!m.pass.finish(m.cell.act, m.cell.acc, m.ref_energy)) return false;
+  }
+  for (std::size_t k = 0; k < streaming_; ++k) {
+    o_.unit_.calls[o_.variant_].add(streamed_[k].layer, call_.step, streamed_[k].cell);
+    o_.capture_.consumed(streamed_[k].layer);
+  }
+  return true;
+}
+
+const ObservedNodes::Info* ObservedNodes::add(const RunObservation& run, std::size_t variant, int model,
+                                              const Node& node, std::size_t index) {
+  if (infos_.size() <= variant) infos_.resize(variant + 1);
+  auto& of_variant = infos_[variant];
+  if (of_variant.size() <= std::size_t(model)) of_variant.resize(std::size_t(model) + 1);
+  auto& of_model = of_variant[std::size_t(model)];
+  if (of_model.size() <= index) of_model.resize(index + 1);
+  const ObservedModel& om = run.variants[variant].models[std::size_t(model)];
+  const auto found = om.index_of.find(node.name);
+  Info& info = of_model[index].emplace();
+  info.known = found != om.index_of.end();
+  if (info.known) {
+    const std::size_t i = found->second;  // in the variant's graph
+    info.layer = om.layer_of_node[i];
+    info.view = om.view[i];
+    info.feeds_view = om.feeds_view[i];
+    info.clip_amax = om.clip_amax[i];
+    if (!om.channel_clip_amax[i].empty()) info.channel_clip_amax = &om.channel_clip_amax[i];
+  }
+  // Inputs the node reads from outside every node (graph inputs): the reference captures them as
+  // inputs; anything else it captures as the output of the node that made it.
+  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+    const std::string& v = node.inputs[i];
+    if (!v.empty() && std::any_of(om.graph->inputs.begin(), om.graph->inputs.end(),
+                                  [&](const ValueInfo& in) { return in.name == v; }))
+      info.graph_inputs.push_back(i);
+  }
+  return info.known ? &info : nullptr;
+}
+
+int LockstepObserver::node_observer_model() const { return node_observer_->model(); }
+
+void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
+  const ObservedNodes::Info* info = o_.node_info(e.node, e.index);
+  if (!info) return;
+  const RunObservation& run = o_.run_;
+  const ObservedVariant& variant = run.variants[o_.variant_];
+  const int layer = info->layer;
+  if (run.hooks(o_.variant_)) run.node_hook(variant.name, call_, e);
+  Capture& cap = o_.capture_;
+  // A variant's node is the last reader of the reference's value it compares with (after its
+  // non-finite check below), whatever path it takes.
+  struct Consumed {
+    Capture* cap;
+    int layer;
+    ~Consumed() {
+      if (cap) cap->consumed(std::size_t(layer));
+    }
+  } consumed{compare_ && layer >= 0 ? &cap : nullptr, layer};
+  const Tensor* out = e.folded || e.outputs.empty() || !e.outputs[0] || e.outputs[0]->dtype() != DType::kFloat32 ||
+                              layer < 0
+                          ? nullptr
+                          : e.outputs[0];
+  // This event's statistics, appended to the unit's log at the end.
+  LayerCell* cell = out ? &o_.event_ : nullptr;
+  if (cell) cell->clear();
+  const std::vector<float>* channel_clip = info->channel_clip_amax;
+  const bool per_channel =
+      out && channel_clip && out->rank() > 0 && out->shape().back() == std::int64_t(channel_clip->size());
+  const float clip = per_channel ? std::numeric_limits<float>::infinity() : info->clip_amax;
+  const Node* ref_node = layer >= 0 ? &run.space->node_of(std::size_t(layer)) : nullptr;
+  // A view of a value whose statistics this call has: the same values, so the same statistics
+  // (and, against the reference's view of the reference's same value, the same error).
+  Recent* from = nullptr;
+  if (out && info->view && !e.inputs.empty() && e.inputs[0])
+    for (Recent& r : o_.recent_)
+      if (r.value == e.inputs[0] && r.act.count + r.act.nan + r.act.inf == std::uint64_t(out->numel())) from = &r;
+  if (from && !capture_ &&
+      !(from->err && ref_node->inputs[0] ==
+                         run.space->node_of(from->layer).outputs[0]))
+    from = nullptr;  // no error to take: compute
+  const bool keep_recent = out && info->feeds_view;
+  std::optional<double> energy;
+  std::optional<metrics::TensorError> error;
+  if (from) {
+    metrics::ActivationStats& call = o_.scratch_;
+    call = from->act;
+    if (call.clipped || clip != std::numeric_limits<float>::infinity()) {
+      call.clipped = 0;
+      if (!per_channel) call.add_clipped(out->data<float>(), out->numel(), clip);
+    }
+    cell->act.merge(call);
+    energy = from->energy;
+    error = from->err;
+    if (!capture_) cell->acc.add(*error, out->numel());
+  } else if (out) {
+    // Statistics into a cleared scratch when a view will read them (merging a call's statistics
+    // gives the same bits as adding them directly), else straight into the cell.
+    metrics::ActivationStats& act = keep_recent ? o_.scratch_ : cell->act;
+    if (keep_recent) act.clear();
+    if (capture_) {
+      energy = act.add(out->data<float>(), out->numel(), clip);
+    } else {
+      // Against the reference's same output when there is one: one pass for the statistics and
+      // the error when the reference's energy is known.
+      const Capture::Value ref = compare_ ? cap.output(std::size_t(layer)) : Capture::Value{};
+      const bool comparable =
+          ref.tensor && ref.tensor->shape() == out->shape() && ref.tensor->dtype() == DType::kFloat32;
+      if (comparable && ref.energy) {
+        error = metrics::add_with_error(act, cell->acc, out->data<float>(), ref.tensor->data<float>(), *ref.energy,
+                                        out->numel(), clip);
+      } else {
+        act.add(out->data<float>(), out->numel(), clip);
+        if (comparable) {
+          error = metrics::tensor_error(ref.tensor->data<float>(), out->data<float>(), out->numel());
+          cell->acc.add(*error, out->numel());
+        }
+      }
+    }
+    if (keep_recent) cell->act.merge(act);
+  }
+  if (keep_recent) {
+    Recent& r = o_.recent_[o_.recent_next_++ % o_.recent_.size()];
+    r.value = out;
+    r.layer = std::size_t(layer);
+    std::swap(r.act, o_.scratch_);  // no copy: the scratch is cleared or assigned before each use
+    if (from) r.act.clipped = 0;  // a view's own clipping is not the next view's
+    r.err = error;
+    r.energy = energy;
+  }
+  if (capture_) {
+    // The reference's values (with the energy the variants' one-pass error needs); graph inputs
+    // and second outputs only for local error (the variants compare layer outputs).
+    const bool local = run.local_error;
+    for (std::size_t i : info->graph_inputs)
+      if (local && i < e.inputs.size() && e.inputs[i] && !cap.has(e.node.inputs[i]))
+        cap.keep(e.node.inputs[i], *e.inputs[i], e.keep(e.inputs[i]), std::nullopt,
+                 run.named_readers_of(model_, e.node.inputs[i]));
+    for (std::size_t k = 0; k < e.outputs.size(); ++k) {
+      if (!e.outputs[k]) continue;
+      if (k == 0 && layer >= 0)
+        cap.keep_output(std::size_t(layer), *e.outputs[0], e.keep(e.outputs[0]), energy,
+                        std::size_t(layer) < run.readers.size() ? run.readers[std::size_t(layer)] : 0);
+      else if (local)
+        cap.keep(e.node.outputs[k], *e.outputs[k], e.keep(e.outputs[k]), std::nullopt,
+                 run.named_readers_of(model_, e.node.outputs[k]));
+    }
+    if (layer >= 0) cap.mark_ran(std::size_t(layer), out != nullptr);
+  }
+  if (!out) return;
+  if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, *out);
+  if (per_channel) cell->act.add_clipped(out->data<float>(), out->numel(), std::span<const float>(*channel_clip));
+  o_.unit_.calls[o_.variant_].add(std::size_t(layer), call_.step, *cell);
+  const std::uint64_t nan = cell->act.nan, inf = cell->act.inf;
+  // A NaN is always reported; an infinity only when the reference's same output has fewer (an
+  // attention mask's -inf is by design).
+  if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) {
+    bool anomaly = nan > 0;
+    if (!anomaly && compare_) {
+      const Tensor* r = cap.output(std::size_t(layer)).tensor;
+      std::uint64_t ref_inf = 0;
+      if (r && r->dtype() == DType::kFloat32)
+        for (float x : r->span<float>()) ref_inf += std::isinf(x);
+      anomaly = inf > ref_inf;
+    }
+    if (anomaly)
+      o_.unit_.first_nonfinite[o_.variant_] =
+          NonFiniteHit{o_.unit_index_, o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type,
+                     nan, inf};
+  }
+}
+
+LockstepObserver::LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit,
+                                   Capture& capture, ObservedNodes& nodes, std::string sample,
+                                   std::size_t unit_index)
+    : run_(run),
+      variant_(variant),
+      unit_(unit),
+      capture_(capture),
+      nodes_(nodes),
+      sample_(std::move(sample)),
+      unit_index_(unit_index),
+      node_observer_(std::make_unique<NodeObserver>(*this)) {}
+
+LockstepObserver::~LockstepObserver() = default;
+
+Observer* LockstepObserver::begin(const ModelCall& call) {
+  const int m = run_.space->model_index(call.model);
+  if (m < 0) {
+    node_observer_->start(call, -1, false, false);
+    return nullptr;
+  }
+  for (Recent& r : recent_) r.value = nullptr;  // another call: its values are others
+  const bool is_ref = variant_ == run_.reference;
+  if (is_ref) capture_.start(call, *run_.space, m);
+  node_observer_->start(call, m, is_ref, !is_ref && capture_.matches(call));
+  return node_observer_.get();
+}
+
+void LockstepObserver::end(const ModelCall&, const std::map<std::string, Tensor>&) {}
+
+bool LockstepObserver::ready(const Session::Execution& next) {
+  if (variant_ == run_.reference || node_observer_->model() < 0) return true;
+  for (std::size_t index : next.next_indices()) {
+    const ObservedNodes::Info* info = node_info(next.nodes()[index], index);
+    if (info && info->layer >= 0 && !capture_.ran(std::size_t(info->layer))) return false;
+  }
+  return true;
+}
+
+std::vector<std::map<std::string, Tensor>> run_call_in_lockstep(
+    const ModelCall& call, const std::vector<std::size_t>& who, std::size_t reference,
+    std::span<const std::unique_ptr<LockstepObserver>> observers, Capture& capture,
+    const std::function<std::unique_ptr<Session::Execution>(std::size_t, Observer*)>& start,
+    const std::function<void()>& local_errors, std::vector<double>& ms, std::size_t window,
+    LockstepLocalErrors* lockstep_local) {
+  const std::size_t nv = observers.size();
+  auto timed = [&](std::size_t v, auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms[v] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<std::unique_ptr<Session::Execution>> runs(nv);
+  std::vector<Session::Execution*> executions(nv);
+  std::vector<LockstepObserver*> lockstep(nv);
+  for (std::size_t v : who) {
+    timed(v, [&] { runs[v] = start(v, observers[v]->begin(call)); });
+    executions[v] = runs[v].get();
+    lockstep[v] = observers[v].get();
+  }
+  {
+    struct Borrowing {
+      Capture& c;
+      explicit Borrowing(Capture& cap) : c(cap) { c.borrowing = true; }
+      ~Borrowing() {
+        c.borrowing = false;
+        c.forget();
+      }
+    } borrowing(capture);
+    std::function<void()> hook;
+    if (lockstep_local) {
+      lockstep_local->start(call.model, who);
+      hook = [lockstep_local] { lockstep_local->after_reference_step(); };
+    }
+    run_lockstep(reference, executions, lockstep, ms, window, hook);
+    if (local_errors) local_errors();
+  }
+  std::vector<std::map<std::string, Tensor>> outputs(nv);
+  for (std::size_t v : who)
+    timed(v, [&] {
+      outputs[v] = runs[v]->finish();
+      observers[v]->end(call, outputs[v]);
+    });
+  return outputs;
+}
+
+void run_lockstep(std::size_t reference, std::span<Session::Execution* const> executions,
+                  std::span<LockstepObserver* const> observers, std::vector<double>& ms, std::size_t window,
+                  const std::function<void()>& after_reference_step) {
+  // One clock read between segments (a node of the reference, a variant's catch-up): each
+  // segment's time is the difference to the previous read.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last = Clock::now();
+  auto charge = [&](std::size_t v) {
+    const Clock::time_point now = Clock::now();
+    ms[v] += std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+  };
+  Session::Execution& ref = *executions[reference];
+  auto catch_up = [&](bool all) {
+    for (std::size_t v = 0; v < executions.size(); ++v) {
+      Session::Execution* x = executions[v];
+      if (v == reference || !x || x->done()) continue;
+      bool ran = false;
+      while (!x->done() && (all || !observers[v] || observers[v]->ready(*x))) {
+        x->step();
+        ran = true;
+      }
+      if (ran) charge(v);
+    }
+  };
+  window = std::max<std::size_t>(window, 1);
+  for (std::size_t n = 1; !ref.done(); ++n) {
+    ref.step();
+    charge(reference);
+    if (after_reference_step) {
+      after_reference_step();
+      last = Clock::now();  // untimed, as local error after the call
+    }
+    if (n % window == 0) catch_up(false);
+  }
+  catch_up(true);  // nodes matched to reference nodes that never ran as such
+}
+
+LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t variant, std::size_t model,
+                                         std::size_t node, const Capture& capture) {
+  auto key = std::make_tuple(variant, model, node);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) return it->second;
+  const ObservedVariant& v = run.variants[variant];
+  const ObservedModel& om = v.models[model];
+  const LocalPlan& plan = om.local[node];
+  auto narrow = narrow_.find({variant, model});
+  if (narrow == narrow_.end()) narrow = narrow_.emplace(std::make_pair(variant, model), narrow_float_values(*om.graph)).first;
+  Entry e;
+  std::map<std::string, DType> types;
+  for (const auto& [var_value, ref_value] : plan.inputs) {
+    const DType ref_type = capture.find(ref_value)->dtype();
+    auto n = narrow->second.find(var_value);
+    // The variant holds this value in float16/bfloat16 (an FP16 export): the reference's FP32
+    // value enters rounded to it, as the export's own value would be.
+    types[var_value] = ref_type == DType::kFloat32 && n != narrow->second.end() ? n->second : ref_type;
+    if (types[var_value] != ref_type) e.narrow_inputs.emplace_back(var_value, types[var_value]);
+  }
+  e.graph = std::make_unique<Graph>(extract_subgraph(*om.graph, plan.nodes, types));
+  SessionOptions options = v.options;
+  // Thousands of these per worker, run one at a time: one pool for all (no buffers held per
+  // session, no allocation per run).
+  if (!pool_) pool_ = Session::make_pool();
+  options.pool = pool_;
+  e.session = std::make_unique<Session>(*e.graph, options);
+  return entries_.emplace(key, std::move(e)).first->second;
+}
+
+namespace {
+
+// Compares the local run's target node output with the reference's as it is produced.
+class LocalCompare : public Observer {
+ public:
+  LocalCompare(const std::string& node, const Tensor& ref, LayerCell& cell) : node_(node), ref_(ref), cell_(cell) {}
+  void on_node(const NodeEvent& e) override {
+    if (e.node.name != node_ || e.outputs.empty() || !e.outputs[0]) return;
+    const Tensor& out = *e.outputs[0];
+    if (out.dtype() != DType::kFloat32 || out.shape() != ref_.shape()) return;
+    cell_.local_mut().add(metrics::tensor_error(ref_.data<float>(), out.data<float>(), out.numel()), out.numel());
+  }
+
+ private:
+  const std::string& node_;
+  const Tensor& ref_;
+  LayerCell& cell_;
+};
+
+}  // namespace
+
+namespace {
+
+// The local error of variant node `i` of model `m` (see run_local_errors), when the reference ran
+// its counterpart with a float output and the capture holds every input it reads.
+void run_local_error(const RunObservation& run, std::size_t variant, std::size_t m, std::size_t i,
+                     const Capture& capture, LocalSessions& sessions, UnitObservation& unit) {
+  const ObservedModel& om = run.variants[variant].models[m];
+  const int layer = om.layer_of_node[i];
+  if (layer < 0 || !om.local[i].ok()) return;
+  const Tensor* ref_out = capture.output(std::size_t(layer)).tensor;
+  // Only layers the reference ran (folded constants have no error) with a float output.
+  if (!ref_out || ref_out->dtype() != DType::kFloat32) return;
+  if (!capture.measured(std::size_t(layer))) return;
+  std::map<std::string, const Tensor*> in;  // the reference's values themselves, not copies
+  for (const auto& [var_value, ref_value] : om.local[i].inputs) {
+    const Tensor* t = capture.find(ref_value);
+    if (!t) return;
+    in.emplace(var_value, t);
+  }
+  LocalSessions::Entry& e = sessions.get(run, variant, m, i, capture);
+  std::vector<Tensor> narrowed;  // an FP16 export's inputs: the reference's values in its type
+  narrowed.reserve(e.narrow_inputs.size());
+  for (const auto& [name, type] : e.narrow_inputs) {
+    const Tensor& f = *in.at(name);
+    Tensor& t = narrowed.emplace_back(type, f.shape());
+    auto* bits = reinterpret_cast<std::uint16_t*>(t.raw());  // float16/bfloat16 codes
+    for (std::int64_t k = 0; k < f.numel(); ++k)
+      bits[k] = type == DType::kFloat16 ? to_float16(f.data<float>()[k]).bits : to_bfloat16(f.data<float>()[k]).bits;
+    in[name] = &t;
+  }
+  LayerCell cell;
+  LocalCompare cmp(om.graph->nodes[i].name, *ref_out, cell);
+  e.session->run(in, &cmp);
+  unit.calls[variant].add(std::size_t(layer), capture.step, cell);
+}
+
+}  // namespace
+
+void run_local_errors(const RunObservation& run, std::size_t variant, const Capture& capture, LocalSessions& sessions,
+                      UnitObservation& unit) {
+  if (!capture.valid || !run.local_error) return;
+  const int m = run.space->model_index(capture.model);
+  if (m < 0) return;
+  const ObservedModel& om = run.variants[variant].models[std::size_t(m)];
+  if (om.local.empty()) return;
+  for (std::size_t i = 0; i < om.graph->nodes.size(); ++i)
+    run_local_error(run, variant, std::size_t(m), i, capture, sessions, unit);
+}
+
+void LockstepLocalErrors::start(std::string_view model, const std::vector<std::size_t>& variants) {
+  model_ = run_.local_error ? run_.space->model_index(model) : -1;
+  variants_.clear();
+  if (model_ < 0) return;
+  for (std::size_t v : variants)
+    if (v != run_.reference && !run_.variants[v].models[std::size_t(model_)].local_waits.empty()) variants_.push_back(v);
+  waits_.resize(variants_.size());
+  for (std::size_t k = 0; k < variants_.size(); ++k)
+    waits_[k] = run_.variants[variants_[k]].models[std::size_t(model_)].local_waits;
+}
+
+void LockstepLocalErrors::after_reference_step() {
+  capture_.take_ran(ran_);
+  if (model_ < 0 || !capture_.valid) return;
+  const std::size_t m = std::size_t(model_), first = run_.space->models()[m].first_layer;
+  for (std::size_t layer : ran_) {
+    const std::size_t ref_node = layer - first;
+    for (std::size_t k = 0; k < variants_.size(); ++k) {
+      const ObservedModel& om = run_.variants[variants_[k]].models[m];
+      if (ref_node >= om.local_after.size()) continue;
+      for (std::size_t i : om.local_after[ref_node]) {
+        if (waits_[k][i] == 0 || --waits_[k][i] > 0) continue;
+        run_local_error(run_, variants_[k], m, i, capture_, sessions_, unit_);
+        // Its reads of the reference's values are done (RunObservation::readers counted them).
+        capture_.consumed(std::size_t(om.layer_of_node[i]));
+        for (const auto& [var_value, ref_value] : om.local[i].inputs) {
+          const int l = run_.space->layer_of_output(m, ref_value);
+          if (l >= 0) capture_.consumed(std::size_t(l));
+          else capture_.consumed(ref_value);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace qeval::eval

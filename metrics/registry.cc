@@ -11,6 +11,7 @@
   X(psnr)                      \
   X(ssim)                      \
   X(ms_ssim)                   \
+  X(gmsd)                      \
   /* end of the list */
 
 namespace qeval::metrics {

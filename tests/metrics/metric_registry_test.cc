@@ -66,6 +66,23 @@ TEST(MetricRegistry, AMissingValueIsUnboundedOnlyForAnIdenticalSampleOfAnUnbound
   EXPECT_EQ(counted_value(find_metric(keys::kSsim), 0.5, true), 0.5);
 }
 
+// report.json's per-layer error columns are registry metrics qualified by how they were measured
+// ("acc_sqnr_db", "local_max_abs"): their labels and directions must be the registry's.
+TEST(MetricRegistry, LayerErrorColumnsAgreeWithTheRegistry) {
+  std::size_t error_columns = 0;
+  for (const auto& c : reports::kLayerColumns) {
+    const std::string key = c.key;
+    const MetricDef* d = find_metric(key);
+    if (!d) continue;  // absmax, p99_9, mean, std, clip_rate: activation statistics, not comparisons
+    EXPECT_EQ(c.higher_is_better, d->higher_is_better) << key;
+    if (d->scope != MetricScope::kTensorPair) continue;
+    ++error_columns;
+    const std::string qualifier = key.substr(0, key.size() - d->key.size() - 1);
+    EXPECT_EQ(std::string(c.label), qualifier + " " + std::string(d->label)) << key;
+  }
+  EXPECT_EQ(error_columns, 8u);  // acc_ and local_ of sqnr_db, cosine, rel_l2, max_abs
+}
+
 // The string literals of a C++ source (comments skipped; raw strings read whole).
 std::vector<std::string> string_literals(const std::string& src) {
   std::vector<std::string> out;

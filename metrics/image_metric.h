@@ -5,9 +5,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/tensor.h"
+#include "metrics/metric_def.h"
 
 namespace qeval::metrics {
 
@@ -42,12 +44,17 @@ class ImageMetric {
  public:
   virtual ~ImageMetric() = default;
   virtual std::string_view name() const = 0;
+  // The keys compute() appends, in that order, with their identity (the registry lists them).
+  virtual std::vector<MetricDef> defs() const = 0;
+  // key -> how it is computed under `options`, for reports; default: each def's `definition`
+  // (keys without one are not listed).
+  virtual std::vector<std::pair<std::string, std::string>> conventions(const ImageMetricOptions& options) const;
   // Appends this metric's values to `out`. `ref` and `test` have the same shape (checked by callers).
   virtual void compute(const Tensor& ref, const Tensor& test, const ImageMetricOptions& options,
                        std::vector<MetricValue>& out) const = 0;
 };
 
-// The registry: every metric qeval knows, in report order.
+// The registry: every image metric qeval knows, in report order (registry.cc: one line a metric).
 const std::vector<std::unique_ptr<ImageMetric>>& image_metrics();
 // nullptr when no metric has that name.
 const ImageMetric* find_image_metric(std::string_view name);

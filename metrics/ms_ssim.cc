@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "metrics/metric_registry.h"
 #include "metrics/ssim.h"
 
 namespace qeval::metrics {
@@ -48,11 +49,20 @@ MsSsimResult ms_ssim(const Tensor& ref, const Tensor& test, double peak) {
   return result;
 }
 
+std::vector<MetricDef> MsSsimMetric::defs() const {
+  return {{.key = keys::kMsSsim, .label = "MS-SSIM", .decimals = 5, .headline = true, .summarized = true,
+           .definition = "Wang 2003, 5 scales, weights 0.0448/0.2856/0.3001/0.2363/0.1333, 2x2 average "
+                         "downsampling, negative terms clamped to 0; mean over channels; needs >= 161 px on the "
+                         "short side"}};
+}
+
 void MsSsimMetric::compute(const Tensor& ref, const Tensor& test, const ImageMetricOptions& options,
                            std::vector<MetricValue>& out) const {
   MsSsimResult r = ms_ssim(ref, test, options.peak);
   std::vector<std::optional<double>> channels(r.per_channel.begin(), r.per_channel.end());
-  out.push_back({"ms_ssim", r.ms_ssim, std::move(channels), r.note});
+  out.push_back({keys::kMsSsim, r.ms_ssim, std::move(channels), r.note});
 }
+
+std::unique_ptr<ImageMetric> make_ms_ssim_metric() { return std::make_unique<MsSsimMetric>(); }
 
 }  // namespace qeval::metrics

@@ -30,6 +30,7 @@ MsSsimResult ms_ssim(const Tensor& ref, const Tensor& test, double peak);
 class MsSsimMetric final : public ImageMetric {
  public:
   std::string_view name() const override { return "ms_ssim"; }
+  std::vector<MetricDef> defs() const override;
   void compute(const Tensor& ref, const Tensor& test, const ImageMetricOptions& options,
                std::vector<MetricValue>& out) const override;
 };

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "metrics/metric_registry.h"
 #include "metrics/tensor_error.h"
 
 namespace qeval::metrics {
@@ -66,13 +67,25 @@ PsnrResult psnr(const Tensor& ref, const Tensor& test, double peak) {
   return r;
 }
 
+std::vector<MetricDef> PsnrMetric::defs() const {
+  return {{.key = keys::kPsnrDb, .label = "PSNR dB", .unit = "dB", .decimals = 2, .unbounded_when_identical = true,
+           .headline = true, .summarized = true,
+           .definition = "10 log10(peak^2 / MSE), MSE pooled over all pixels and channels"},
+          {.key = keys::kPsnrYDb, .label = "PSNR-Y dB", .unit = "dB", .decimals = 2, .unbounded_when_identical = true,
+           .summarized = true,
+           .definition = "PSNR on BT.601 luma Y = 0.299 R + 0.587 G + 0.114 B (full range)"},
+          {.key = keys::kMse, .label = "MSE", .unit = "sample levels^2", .higher_is_better = false}};
+}
+
 void PsnrMetric::compute(const Tensor& ref, const Tensor& test, const ImageMetricOptions& options,
                          std::vector<MetricValue>& out) const {
   PsnrResult r = psnr(ref, test, options.peak);
   const char* identical = "identical: PSNR is unbounded";
-  out.push_back({"psnr_db", r.psnr_db, r.channel_psnr_db, r.psnr_db ? "" : identical});
-  out.push_back({"psnr_y_db", r.luma_psnr_db, {}, r.luma_psnr_db ? "" : identical});
-  out.push_back({"mse", r.mse, {}, ""});
+  out.push_back({keys::kPsnrDb, r.psnr_db, r.channel_psnr_db, r.psnr_db ? "" : identical});
+  out.push_back({keys::kPsnrYDb, r.luma_psnr_db, {}, r.luma_psnr_db ? "" : identical});
+  out.push_back({keys::kMse, r.mse, {}, ""});
 }
+
+std::unique_ptr<ImageMetric> make_psnr_metric() { return std::make_unique<PsnrMetric>(); }
 
 }  // namespace qeval::metrics

@@ -29,6 +29,7 @@ PsnrResult psnr(const Tensor& ref, const Tensor& test, double peak);
 class PsnrMetric final : public ImageMetric {
  public:
   std::string_view name() const override { return "psnr"; }
+  std::vector<MetricDef> defs() const override;
   void compute(const Tensor& ref, const Tensor& test, const ImageMetricOptions& options,
                std::vector<MetricValue>& out) const override;
 };

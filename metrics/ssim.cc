@@ -10,6 +10,8 @@
 #include <utility>
 #include <stdexcept>
 
+#include "metrics/metric_registry.h"
+
 namespace qeval::metrics {
 
 std::string_view ssim_convention_name(SsimConvention c) {
@@ -446,11 +448,29 @@ SsimResult ssim_reference(const Tensor& ref, const Tensor& test, SsimConvention 
   return ssim_impl<true>(ref, test, convention, peak);
 }
 
+std::vector<MetricDef> SsimMetric::defs() const {
+  return {{.key = keys::kSsim, .label = "SSIM", .decimals = 5, .headline = true, .summarized = true}};
+}
+
+std::vector<std::pair<std::string, std::string>> SsimMetric::conventions(const ImageMetricOptions& options) const {
+  const SsimConvention convention = options.ssim_convention;
+  std::string def = convention == SsimConvention::kSkimageDefault
+                        ? "skimage-default: 7x7 uniform window, sample covariance, K1 0.01, K2 0.03"
+                        : "11x11 Gaussian window sigma 1.5, population covariance, K1 0.01, K2 0.03, mean over "
+                          "the valid region";
+  if (convention == SsimConvention::kWang) def = "wang (Wang et al. 2004): " + def;
+  if (convention == SsimConvention::kMatlab)
+    def = "matlab (Wang's ssim.m): box downsampling by max(1, round(min(H,W)/256)), then " + def;
+  return {{keys::kSsim, def + "; mean over channels"}};
+}
+
 void SsimMetric::compute(const Tensor& ref, const Tensor& test, const ImageMetricOptions& options,
                          std::vector<MetricValue>& out) const {
   SsimResult r = ssim(ref, test, options.ssim_convention, options.peak);
   std::vector<std::optional<double>> channels(r.per_channel.begin(), r.per_channel.end());
-  out.push_back({"ssim", r.ssim, std::move(channels), r.note});
+  out.push_back({keys::kSsim, r.ssim, std::move(channels), r.note});
 }
+
+std::unique_ptr<ImageMetric> make_ssim_metric() { return std::make_unique<SsimMetric>(); }
 
 }  // namespace qeval::metrics

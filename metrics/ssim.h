@@ -62,6 +62,8 @@ SsimResult ssim_reference(const Tensor& ref, const Tensor& test, SsimConvention 
 class SsimMetric final : public ImageMetric {
  public:
   std::string_view name() const override { return "ssim"; }
+  std::vector<MetricDef> defs() const override;
+  std::vector<std::pair<std::string, std::string>> conventions(const ImageMetricOptions& options) const override;
   void compute(const Tensor& ref, const Tensor& test, const ImageMetricOptions& options,
                std::vector<MetricValue>& out) const override;
 };

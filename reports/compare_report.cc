@@ -9,6 +9,7 @@
 
 #include "kernels/error.h"
 #include "base/files.h"
+#include "metrics/metric_registry.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
 #include "reports/junit.h"
@@ -29,6 +30,21 @@ json metric_json(const metrics::MetricValue& m) {
   return j;
 }
 
+// The image-pair metrics a pair row shows (registry order): the headline ones, or the summarized ones.
+std::vector<std::string> pair_metric_keys(bool headline) {
+  std::vector<std::string> out;
+  for (const metrics::MetricDef& d : metrics::metric_defs())
+    if (d.scope == metrics::MetricScope::kImagePair && (headline ? d.headline : d.summarized) &&
+        d.key != metrics::keys::kMaxAbsDiff)
+      out.emplace_back(d.key);
+  return out;
+}
+
+bool is_headline(const std::string& key) {
+  const metrics::MetricDef* d = metrics::find_metric(key);
+  return d && d->key == key && d->headline;
+}
+
 json pair_json(const PairRow& p) {
   json j;
   j["name"] = p.name;
@@ -39,7 +55,7 @@ json pair_json(const PairRow& p) {
     j["error"] = p.error;
     j["error_kind"] = p.error_kind;
   }
-  for (const char* key : {"psnr_db", "ssim", "ms_ssim"}) {
+  for (const std::string& key : pair_metric_keys(true)) {
     const auto* m = p.metric(key);
     j[key] = m ? metric_json(*m) : json(nullptr);
   }
@@ -50,12 +66,12 @@ json pair_json(const PairRow& p) {
     j["channels"] = p.channels;
     j["bit_depth"] = p.bit_depth;
     j["color_type"] = p.color_type;
-    j["max_abs_diff"] = p.max_abs_diff;
+    j[metrics::keys::kMaxAbsDiff] = p.max_abs_diff;
     json extra = json::object();
     json per_channel = json::object();
     json notes = json::object();
     for (const auto& m : p.metrics) {
-      if (m.key != "psnr_db" && m.key != "ssim" && m.key != "ms_ssim") extra[m.key] = metric_json(m);
+      if (!is_headline(m.key)) extra[m.key] = metric_json(m);
       if (!m.per_channel.empty()) {
         json arr = json::array();
         for (const auto& v : m.per_channel) arr.push_back(json_number(v));
@@ -184,16 +200,16 @@ std::string render_html(const CompareImagesReport& r) {
   }
 
   h += "<h2 id=\"pairs\">Pairs</h2><div class=\"sub\">click a column to sort</div>"
-       "<table class=\"sortable\"><thead><tr><th>name</th><th>status</th><th>size</th>"
-       "<th>PSNR dB</th><th>PSNR-Y dB</th><th>SSIM</th><th>MS-SSIM</th><th>max |diff|</th>"
-       "<th>notes</th></tr></thead><tbody>";
+       "<table class=\"sortable\"><thead><tr><th>name</th><th>status</th><th>size</th>";
+  const std::vector<std::string> columns = pair_metric_keys(false);
+  for (const auto& key : columns) h += "<th>" + esc(std::string(metrics::metric_def(key).label)) + "</th>";
+  h += "<th>" + esc(std::string(metrics::metric_def(metrics::keys::kMaxAbsDiff).label)) +
+       "</th><th>notes</th></tr></thead><tbody>";
   for (const auto& p : r.pairs) {
-    auto value = [&](const char* key) -> std::optional<double> {
+    auto value = [&](const std::string& key) -> std::optional<double> {
       const auto* m = p.metric(key);
       if (!m) return std::nullopt;
-      if (!m->value && p.identical && std::string_view(key).find("psnr") != std::string_view::npos)
-        return std::numeric_limits<double>::infinity();
-      return m->value;
+      return metrics::counted_value(metrics::find_metric(key), m->value, p.identical);
     };
     std::string status = !p.ok() ? "<span class=\"no\">error</span>"
                          : p.failed_checks.empty() ? "<span class=\"ok\">ok</span>"
@@ -209,7 +225,7 @@ std::string render_html(const CompareImagesReport& r) {
                      p.ok() ? fmt::format("{}&times;{} {} {}-bit", p.width, p.height,
                                           esc(p.color_type), p.bit_depth)
                             : "");
-    for (const char* key : {"psnr_db", "psnr_y_db", "ssim", "ms_ssim"})
+    for (const auto& key : columns)
       h += "<td class=\"num\" data-v=\"" + sort_value(value(key)) + "\">" +
            fmt_value(key, value(key)) + "</td>";
     h += fmt::format("<td class=\"num\" data-v=\"{}\">{}</td><td>{}</td></tr>",

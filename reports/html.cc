@@ -10,6 +10,7 @@
 #include "base/files.h"
 #include "reports/heatmap.h"
 #include "base/utf8.h"
+#include "reports/metric_format.h"
 
 namespace qeval::reports::html {
 
@@ -135,11 +136,7 @@ std::string fmt_value(std::string_view metric, std::optional<double> v) {
   // A per-output key "<output>.<metric>": the output's name (any characters) says nothing of the format.
   if (auto dot = metric.rfind('.'); dot != std::string_view::npos) metric = metric.substr(dot + 1);
   if (std::isinf(*v)) return *v > 0 ? "&infin;" : "&minus;&infin;";
-  if (metric.find("psnr") != std::string_view::npos || metric.find("sqnr") != std::string_view::npos)
-    return fmt::format("{:.2f}", *v);
-  if (metric.find("ssim") != std::string_view::npos || metric.find("cosine") != std::string_view::npos)
-    return fmt::format("{:.5f}", *v);
-  return fmt::format("{:.4g}", *v);
+  return format_metric(metric, *v);
 }
 
 std::string sort_value(std::optional<double> v) {

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "metrics/metric_registry.h"
 #include "reports/junit.h"
+#include "reports/metric_format.h"
 #include "reports/run_report.h"
 
 namespace qeval::reports {
@@ -18,10 +20,7 @@ constexpr std::size_t kMaxVariantsListed = 8;
 std::string num(std::string_view metric, std::optional<double> v) {
   if (!v || std::isnan(*v)) return "-";
   if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
-  if (metric.find("psnr") != std::string_view::npos || metric.find("sqnr") != std::string_view::npos)
-    return fmt::format("{:.2f}", *v);
-  if (metric.find("ssim") != std::string_view::npos) return fmt::format("{:.4f}", *v);
-  return fmt::format("{:.4g}", *v);
+  return format_metric(metric, *v);
 }
 
 std::string clip(std::string s) {
@@ -40,7 +39,7 @@ std::optional<std::size_t> worst_layers_line(const RunReport& r, const LayerTabl
   std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(n), order.end(),
                     [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
   for (std::size_t k = 0; k < n; ++k)
-    out += fmt::format("{}{} {}", k ? " | " : "", r.layers[order[k]].name, num("sqnr", key[order[k]]));
+    out += fmt::format("{}{} {}", k ? " | " : "", r.layers[order[k]].name, num(metrics::keys::kSqnrDb, key[order[k]]));
   return order[0];
 }
 

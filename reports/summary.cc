@@ -1,6 +1,7 @@
 // Summaries of per-sample metrics (shared by compare-images and qeval run reports).
 #include <cmath>
 
+#include "metrics/metric_registry.h"
 #include "metrics/stats.h"
 #include "reports/report_model.h"
 #include "reports/run_report_model.h"
@@ -66,17 +67,13 @@ void summarize_samples(RunReport& report) {
       }
     if (variant.reference) continue;
     for (const auto& info : report.metrics) {
+      const metrics::MetricDef* def = metrics::find_metric(info.key);
       std::vector<std::optional<double>> values;
       values.reserve(results.size());
       for (const auto* r : results) {
         const auto* m = r->metric(info.key);
-        if (m && m->value) {
-          values.push_back(m->value);
-        } else if (m && r->identical) {
-          values.push_back(std::numeric_limits<double>::infinity());  // e.g. PSNR of equal images
-        } else {
-          values.push_back(std::nullopt);
-        }
+        // +inf for an unbounded value (PSNR of equal images), none for not applicable.
+        values.push_back(m ? metrics::counted_value(def, m->value, r->identical) : std::nullopt);
       }
       sum.metrics.push_back(summarize_metric(info.key, values));
     }

@@ -8,6 +8,7 @@
 
 #include "kernels/error.h"
 #include "base/files.h"
+#include "metrics/metric_registry.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"  // artifact_json
@@ -192,7 +193,7 @@ std::string render_html(const TriageReport& r) {
                      "<td class=\"num\" data-v=\"{}\">{} <span class=\"bar\" style=\"width:{}px\"></span></td>"
                      "<td>{}</td></tr>",
                      n.rank, n.rank, kept ? " class=\"kept\"" : "", esc(n.name), esc(n.model), esc(n.op),
-                     esc(n.category), html::sort_value(n.local_sqnr_db), html::fmt_value("sqnr", n.local_sqnr_db),
+                     esc(n.category), html::sort_value(n.local_sqnr_db), html::fmt_value(metrics::keys::kSqnrDb, n.local_sqnr_db),
                      n.rank_local, n.rank_local, html::sort_value(n.metric_only_quantized),
                      html::fmt_value(mk, n.metric_only_quantized), html::sort_value(n.metric_only_kept),
                      html::fmt_value(mk, n.metric_only_kept), html::sort_value(n.score),

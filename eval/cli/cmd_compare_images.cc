@@ -8,6 +8,7 @@
 #include "base/progress.h"
 #include "kernels/error.h"
 #include "reports/compare_report.h"
+#include "reports/metric_format.h"
 
 namespace qeval::cli {
 namespace {
@@ -24,9 +25,8 @@ void print_summary(const reports::CompareImagesReport& r, const std::string& out
                  s.unbounded ? "all identical" : "not applicable");
       continue;
     }
-    const char* spec = s.metric.find("ssim") != std::string::npos ? "{:>11.5f}" : "{:>11.3f}";
     fmt::print("  {:<13}{:>6}", s.metric, s.count);
-    for (double v : {s.mean, s.min, s.p5, s.median, s.max}) fmt::print(fmt::runtime(spec), v);
+    for (double v : {s.mean, s.min, s.p5, s.median, s.max}) fmt::print("{:>11}", reports::format_metric(s.metric, v));
     fmt::print("\n");
   }
   if (!r.worst.empty()) {

@@ -14,8 +14,10 @@
 #include "base/progress.h"
 #include "kernels/error.h"
 #include "kernels/pooling.h"
+#include "metrics/metric_registry.h"
 #include "metrics/stats.h"
 #include "reports/heatmap.h"
+#include "reports/metric_format.h"
 #include "qeval/version.h"
 
 namespace qeval::eval {
@@ -128,17 +130,6 @@ std::vector<reports::PairRow> compare_pairs(const std::vector<datasets::ImagePai
   return rows;
 }
 
-namespace {
-std::optional<double> gate_value(const reports::PairRow& row, const metrics::MetricValue& m) {
-  if (m.value) return m.value;
-  if (row.identical && m.key.starts_with("psnr")) return std::numeric_limits<double>::infinity();
-  return std::nullopt;
-}
-
-const std::vector<std::string> kSummaryKeys = {"psnr_db", "psnr_y_db", "ssim", "ms_ssim",
-                                               "max_abs_diff"};
-}  // namespace
-
 std::vector<GateSample> gate_samples(const std::vector<reports::PairRow>& rows) {
   std::vector<GateSample> samples;
   samples.reserve(rows.size());
@@ -148,8 +139,9 @@ std::vector<GateSample> gate_samples(const std::vector<reports::PairRow>& rows) 
     s.error = !row.ok();
     s.error_text = row.error;
     if (row.ok()) {
-      for (const auto& m : row.metrics) s.values[m.key] = gate_value(row, m);
-      s.values["max_abs_diff"] = row.max_abs_diff;
+      for (const auto& m : row.metrics)
+        s.values[m.key] = metrics::counted_value(metrics::find_metric(m.key), m.value, row.identical);
+      s.values[metrics::keys::kMaxAbsDiff] = row.max_abs_diff;
     }
     samples.push_back(std::move(s));
   }
@@ -159,7 +151,9 @@ std::vector<GateSample> gate_samples(const std::vector<reports::PairRow>& rows) 
 std::vector<reports::SummaryRow> summarize_rows(const std::vector<reports::PairRow>& rows) {
   std::vector<reports::SummaryRow> out;
   auto samples = gate_samples(rows);
-  for (const auto& key : kSummaryKeys) {
+  for (const metrics::MetricDef& def : metrics::metric_defs()) {
+    if (def.scope != metrics::MetricScope::kImagePair || !def.summarized) continue;
+    const std::string key(def.key);
     std::vector<std::optional<double>> values;
     for (const auto& sample : samples) {
       if (sample.error) continue;
@@ -173,12 +167,16 @@ std::vector<reports::SummaryRow> summarize_rows(const std::vector<reports::PairR
 
 namespace {
 
-// [C, H, W] on [0, peak] -> 8-bit interleaved thumbnail, average-pooled by f.
-std::string fmt_metric(const reports::PairRow& row, const char* key, const char* label,
-                       const char* spec) {
-  const auto* m = row.metric(key);
-  if (!m || !m->value) return "";
-  return fmt::format(fmt::runtime(std::string("{} ") + spec), label, *m->value);
+// "PSNR dB 31.20  SSIM 0.98765  MS-SSIM 0.99012": the headline metrics that have a value.
+std::string headline_caption(const reports::PairRow& row) {
+  std::string out;
+  for (const metrics::MetricDef& def : metrics::metric_defs()) {
+    if (def.scope != metrics::MetricScope::kImagePair || !def.headline) continue;
+    const auto* m = row.metric(std::string(def.key));
+    if (!m || !m->value) continue;
+    out += (out.empty() ? "" : "  ") + std::string(def.label) + " " + reports::format_metric(def, *m->value);
+  }
+  return out;
 }
 
 }  // namespace
@@ -225,8 +223,8 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
   for (const auto& r : rows)
     if (r.ok() && !r.identical) candidates.push_back(&r);
   auto key = [](const reports::PairRow* r) {
-    const auto* s = r->metric("ssim");
-    const auto* p = r->metric("psnr_db");
+    const auto* s = r->metric(metrics::keys::kSsim);
+    const auto* p = r->metric(metrics::keys::kPsnrDb);
     return std::pair(s && s->value ? *s->value : 2.0, p && p->value ? *p->value : 1e9);
   };
   std::stable_sort(candidates.begin(), candidates.end(),
@@ -247,9 +245,7 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
 
     reports::ImageStrip strip;
     strip.name = row->name;
-    strip.caption = fmt_metric(*row, "ssim", "SSIM", "{:.4f}") + "  " +
-                    fmt_metric(*row, "psnr_db", "PSNR", "{:.2f} dB") + "  " +
-                    fmt_metric(*row, "ms_ssim", "MS-SSIM", "{:.4f}");
+    strip.caption = headline_caption(*row);
     strip.ref_png = datasets::encode_png(image_thumbnail(pair->ref, pair->peak, f));
     strip.test_png = datasets::encode_png(image_thumbnail(pair->test, pair->peak, f));
     strip.heatmap_png = datasets::encode_png(heat.image);
@@ -292,21 +288,9 @@ reports::CompareImagesReport run_compare_images(const CompareImagesOptions& opti
       {"alpha", options.alpha == AlphaMode::kIgnore ? "ignore" : "compare"},
       {"peak", options.peak ? fmt::format("{:g}", *options.peak) : "from bit depth (255 or 65535)"},
   };
-  std::string ssim_def =
-      convention == metrics::SsimConvention::kSkimageDefault
-          ? "skimage-default: 7x7 uniform window, sample covariance, K1 0.01, K2 0.03"
-          : "11x11 Gaussian window sigma 1.5, population covariance, K1 0.01, K2 0.03, mean over "
-            "the valid region";
-  if (convention == metrics::SsimConvention::kWang) ssim_def = "wang (Wang et al. 2004): " + ssim_def;
-  if (convention == metrics::SsimConvention::kMatlab)
-    ssim_def = "matlab (Wang's ssim.m): box downsampling by max(1, round(min(H,W)/256)), then " + ssim_def;
-  report.conventions = {
-      {"psnr_db", "10 log10(peak^2 / MSE), MSE pooled over all pixels and channels"},
-      {"psnr_y_db", "PSNR on BT.601 luma Y = 0.299 R + 0.587 G + 0.114 B (full range)"},
-      {"ssim", ssim_def + "; mean over channels"},
-      {"ms_ssim", "Wang 2003, 5 scales, weights 0.0448/0.2856/0.3001/0.2363/0.1333, 2x2 average "
-                  "downsampling, negative terms clamped to 0; mean over channels; needs >= 161 px on the short side"},
-  };
+  const metrics::ImageMetricOptions metric_options{options.peak.value_or(255.0), convention};
+  for (const auto& metric : metrics::image_metrics())
+    for (auto& c : metric->conventions(metric_options)) report.conventions.push_back(std::move(c));
   report.elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;

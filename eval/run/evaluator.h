@@ -21,6 +21,7 @@
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
 #include "eval/quant/select.h"
+#include "eval/run/metric_names.h"
 #include "eval/run/observe.h"
 #include "eval/run/run_config.h"
 #include "metrics/activation_stats.h"
@@ -44,8 +45,9 @@ struct BuiltVariant {
 
 // The per-sample metric every driver reports beside its own: output values that are NaN/Inf where
 // the reference's are finite (the gate fails a sample that has any, unless it allows them).
-inline constexpr const char* kOutputNonfiniteMetric = "output_nonfinite";
-inline reports::MetricInfo output_nonfinite_info() { return {kOutputNonfiniteMetric, "output NaN/Inf", false}; }
+// (Spelled from constants, not looked up: it is initialised before main, when the registry may not be.)
+inline const std::string kOutputNonfiniteMetric = std::string(kPooledOutputs) + "_" + metrics::keys::kNonfinite;
+inline reports::MetricInfo output_nonfinite_info() { return metric_info(metrics::keys::kNonfinite, kPooledOutputs); }
 
 // One variant's result on one unit.
 struct VariantOutcome {

@@ -15,6 +15,7 @@
 #include "base/json_config.h"
 #include "base/user_regex.h"
 #include "kernels/error.h"
+#include "metrics/metric_registry.h"
 #include "reports/run_report_model.h"
 
 namespace qeval::eval {
@@ -22,12 +23,12 @@ namespace qeval::eval {
 using nlohmann::json;
 
 const std::vector<std::string>& gate_metric_keys() {
-  // Images (compare-images and qeval run), then segmentation (qeval run on a segmentation pipeline).
-  static const std::vector<std::string> keys = {"psnr_db",  "psnr_y_db",  "mse",           "ssim",
-                                                "ms_ssim",  "max_abs_diff", "mask_iou",    "boundary_f",
-                                                "logit_sqnr_db", "flipped_fraction", "output_sqnr_db",
-                                                "output_cosine", "output_rel_l2", "output_max_abs",
-                                                "output_nonfinite"};
+  static const std::vector<std::string> keys = metrics::metric_keys(metrics::MetricScope::kImagePair);
+  return keys;
+}
+
+const std::vector<std::string>& gate_step_metrics() {
+  static const std::vector<std::string> keys = metrics::metric_keys(metrics::MetricScope::kTensorPair);
   return keys;
 }
 
@@ -215,19 +216,19 @@ Gate parse_gate(const std::string& text, const std::string& source, GateMetrics 
       if (!c.is_object()) bad(source, where + ": must be an object");
       check_keys(c, {"quantity", "mode", "metric", "stat", "min", "max", "variant"}, source, where);
       StepGateCheck check;
-      auto choice = [&](const char* key, std::string& into, std::initializer_list<const char*> allowed) {
+      auto choice = [&](const char* key, std::string& into, const std::vector<std::string>& allowed) {
         if (!c.contains(key)) return;
         if (!c[key].is_string()) bad(source, where + ": '" + key + "' must be a string");
         into = c[key].get<std::string>();
-        if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return into == a; })) {
+        if (std::find(allowed.begin(), allowed.end(), into) == allowed.end()) {
           std::string list;
-          for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+          for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
           bad(source, where + ": unknown " + key + " '" + into + "' (known: " + list + ")");
         }
       };
       choice("quantity", check.quantity, {"noise_pred", "latent"});
       choice("mode", check.mode, {"teacher-forced", "free-running"});
-      choice("metric", check.metric, {"sqnr_db", "rel_l2", "cosine", "max_abs"});
+      choice("metric", check.metric, gate_step_metrics());
       parse_summary(c, "mean", source, where, check);
       g.step_checks.push_back(std::move(check));
     }

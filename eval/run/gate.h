@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/metric_registry.h"
 #include "metrics/stats.h"
 #include "reports/report_model.h"
 
@@ -18,7 +19,7 @@ struct Bound {
 };
 
 struct GateCheck {
-  std::string metric;  // e.g. "ssim", "psnr_db"
+  std::string metric;  // a registered key (metrics/metric_registry.h), qualified in `qeval run`
   std::string stat;    // "mean", "min", "p5", ...
   metrics::StatSpec spec;
   Bound bound;
@@ -42,7 +43,7 @@ struct LayerGateCheck {
 // prediction teacher-forced), summarised over the steps: {"quantity": "noise_pred", "mode":
 // "teacher-forced", "metric": "sqnr_db", "stat": "mean", "min": 20}.
 struct StepGateCheck {
-  std::string quantity = "noise_pred", mode = "teacher-forced", metric = "sqnr_db";
+  std::string quantity = "noise_pred", mode = "teacher-forced", metric = metrics::keys::kSqnrDb;
   std::string stat;
   metrics::StatSpec spec;
   Bound bound;
@@ -68,8 +69,11 @@ struct Gate {
 // Layer columns a layer check may name (reports::kLayerColumns' keys).
 const std::vector<std::string>& gate_layer_columns();
 
-// Metric keys a gate may name.
+// Metric keys a compare-images gate may name: the registry's image-pair metrics.
 const std::vector<std::string>& gate_metric_keys();
+
+// Metrics a step check may name: the registry's tensor-pair metrics.
+const std::vector<std::string>& gate_step_metrics();
 
 // Which metric names a gate file may use where it is parsed.
 enum class GateMetrics {
@@ -88,8 +92,8 @@ Gate parse_gate(const std::string& json_text, const std::string& source, GateMet
 // metric not in `known`, listing them.
 void check_gate_metrics(const Gate& gate, const std::vector<std::string>& known);
 
-// One sample (image pair) as the gate sees it: +inf for an unbounded value (PSNR of identical
-// images), nullopt for not applicable.
+// One sample (image pair) as the gate sees it, values as metrics::counted_value reads them: +inf
+// for an unbounded value (PSNR of identical images), nullopt for not applicable.
 struct GateSample {
   std::string name;
   bool error = false;

@@ -8,6 +8,7 @@
 
 #include "eval/run/compare_images.h"
 #include "eval/pipelines/segmentation.h"
+#include "eval/run/metric_names.h"
 #include "kernels/pooling.h"
 #include "base/files.h"
 #include "reports/heatmap.h"
@@ -17,7 +18,10 @@ namespace qeval::eval {
 namespace fs = std::filesystem;
 
 std::vector<reports::MetricInfo> image_metric_infos() {
-  return {{"psnr_db", "PSNR dB", true}, {"ssim", "SSIM", true}, {"ms_ssim", "MS-SSIM", true}};
+  std::vector<reports::MetricInfo> out;
+  for (const metrics::MetricDef& def : metrics::metric_defs())
+    if (def.scope == metrics::MetricScope::kImagePair && def.headline) out.push_back(metric_info(def.key));
+  return out;
 }
 
 namespace {
@@ -64,11 +68,16 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
   out.identical = ref.pixels == image.pixels;
   metrics::ImageMetricOptions mo;
   mo.peak = 255.0;
-  for (const char* name : {"psnr", "ssim", "ms_ssim"}) {
+  // The image metrics that report a headline key, and only those keys (image_metric_infos()).
+  for (const auto& metric : metrics::image_metrics()) {
+    const auto defs = metric->defs();
+    if (std::none_of(defs.begin(), defs.end(), [](const metrics::MetricDef& d) { return d.headline; })) continue;
     std::vector<metrics::MetricValue> values;
-    metrics::find_image_metric(name)->compute(ref_planes, planes, mo, values);
-    for (auto& v : values)
-      if (v.key == "psnr_db" || v.key == "ssim" || v.key == "ms_ssim") out.metrics.push_back(std::move(v));
+    metric->compute(ref_planes, planes, mo, values);
+    for (auto& v : values) {
+      const metrics::MetricDef* def = metrics::find_metric(v.key);
+      if (def && def->key == v.key && def->headline) out.metrics.push_back(std::move(v));
+    }
   }
   double max_diff = 0;
   out.heatmap_png = datasets::encode_png(fixed_scale_heatmap(ref_planes, planes, f, max_diff));

@@ -12,7 +12,8 @@
 
 namespace qeval::eval {
 
-// The metrics `qeval run` reports for images, in display order (psnr_db, ssim, ms_ssim).
+// The metrics `qeval run` reports for images, in registry order: the headline image-pair metrics
+// (metrics::MetricDef::headline).
 std::vector<reports::MetricInfo> image_metric_infos();
 
 // Fills `out` for `image` (8-bit) against `ref`: metrics and identical (none for the reference

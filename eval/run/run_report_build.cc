@@ -14,6 +14,7 @@
 #include "eval/quant/recipe.h"
 #include "eval/run/compare_recipes.h"
 #include "kernels/error.h"
+#include "metrics/metric_registry.h"
 #include "reports/run_report.h"
 
 namespace qeval::eval {
@@ -361,17 +362,18 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   // Per-step error curves.
   for (std::size_t v = 0; v < nv; ++v)
     for (const StepSeries& s : res.series[v])
-      for (const char* metric : {"sqnr_db", "rel_l2", "cosine", "max_abs"}) {
+      for (const std::string_view metric : {metrics::keys::kSqnrDb, metrics::keys::kRelL2, metrics::keys::kCosine,
+                                            metrics::keys::kMaxAbs}) {
         reports::StepCurve c;
         c.variant = res.variants[v].spec.name;
         c.quantity = s.quantity;
         c.mode = s.mode;
-        c.metric = metric;
+        c.metric = std::string(metric);
         for (const auto& e : s.steps) {
           std::optional<double> x;
-          if (std::string(metric) == "sqnr_db") x = e.sqnr_db();
-          else if (std::string(metric) == "rel_l2") x = e.rel_l2();
-          else if (std::string(metric) == "cosine") x = e.cosine();
+          if (metric == metrics::keys::kSqnrDb) x = e.sqnr_db();
+          else if (metric == metrics::keys::kRelL2) x = e.rel_l2();
+          else if (metric == metrics::keys::kCosine) x = e.cosine();
           else if (e.count) x = e.max_abs;
           c.values.push_back(x.value_or(std::numeric_limits<double>::quiet_NaN()));
         }
@@ -459,9 +461,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         g.error_text = sr.error;
         for (const auto& info : rep.metrics) {
           const auto* m = sr.metric(info.key);
-          if (m && m->value) g.values[info.key] = m->value;
-          else if (m && sr.identical) g.values[info.key] = std::numeric_limits<double>::infinity();
-          else g.values[info.key] = std::nullopt;
+          g.values[info.key] = m ? metrics::counted_value(metrics::find_metric(info.key), m->value, sr.identical)
+                                 : std::nullopt;
         }
         if (const auto* m = sr.metric(kOutputNonfiniteMetric); m && m->value) g.nonfinite = std::uint64_t(*m->value);
         samples.push_back(std::move(g));
@@ -552,7 +553,7 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
           curve = &c;
       std::vector<double> values;
       std::optional<std::pair<double, std::size_t>> worst;
-      const bool higher_better = sc.metric == "sqnr_db" || sc.metric == "cosine";
+      const bool higher_better = metrics::metric_def(sc.metric).higher_is_better;  // load_gate checked the name
       if (curve)
         for (std::size_t k = 0; k < curve->values.size(); ++k) {
           const double x = curve->values[k];

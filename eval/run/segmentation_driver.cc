@@ -23,6 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The qualifier of the mask decoder's logit error ("logit_sqnr_db").
+constexpr char kLogits[] = "logit";
+
 struct SegmentationThread : DriverThread {
   std::vector<SegmentationSessions> sessions;  // per variant
 };
@@ -104,10 +107,8 @@ class SegmentationDriver : public RunDriver {
   }
   int ticks_per_unit() const override { return 1; }
   std::vector<reports::MetricInfo> metrics() const override {
-    return {{"mask_iou", "mask IoU", true},
-            {"boundary_f", "boundary F", true},
-            {"logit_sqnr_db", "logit SQNR dB", true},
-            {"flipped_fraction", "flipped pixels", false},
+    using namespace metrics::keys;
+    return {metric_info(kMaskIou), metric_info(kBoundaryF), metric_info(kSqnrDb, kLogits), metric_info(kFlippedFraction),
             output_nonfinite_info()};
   }
   reports::Artifact inputs_artifact() const override { return {"point prompts", prompts_path_.string(), ""}; }
@@ -181,10 +182,11 @@ class SegmentationDriver : public RunDriver {
         if (v == r) continue;
         const auto cmp = metrics::compare_mask_logits(res[r].logits, res[v].logits, c.mask_threshold);
         o.identical = cmp.logits.identical();
-        o.metrics.push_back({"mask_iou", cmp.iou.iou, {}, ""});
-        o.metrics.push_back({"boundary_f", cmp.boundary.f, {}, ""});
-        o.metrics.push_back({"logit_sqnr_db", cmp.logits.sqnr_db, {}, cmp.logits.sqnr_db ? "" : "identical logits"});
-        o.metrics.push_back({"flipped_fraction", cmp.flipped_fraction, {}, ""});
+        o.metrics.push_back({metrics::keys::kMaskIou, cmp.iou.iou, {}, ""});
+        o.metrics.push_back({metrics::keys::kBoundaryF, cmp.boundary.f, {}, ""});
+        o.metrics.push_back({metric_info(metrics::keys::kSqnrDb, kLogits).key, cmp.logits.sqnr_db, {},
+                             cmp.logits.sqnr_db ? "" : "identical logits"});
+        o.metrics.push_back({metrics::keys::kFlippedFraction, cmp.flipped_fraction, {}, ""});
         o.metrics.push_back({kOutputNonfiniteMetric, double(cmp.logits.diverged), {}, ""});
         // The flipped pixels as a heatmap (bright = flipped).
         const Tensor a = segmentation_planes(datasets::mask_image(res[r].mask), 1, "reference");

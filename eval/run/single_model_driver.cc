@@ -39,27 +39,17 @@ std::string shape_text(const Shape& s) {
 
 // The metrics of one judged output (or, pooled, of all outputs: prefix "output_"), in report order.
 std::vector<reports::MetricInfo> output_metric_infos(const std::string& name, OutputKind kind) {
-  auto k = [&](const char* m) { return output_metric_key(name, m); };
-  std::vector<reports::MetricInfo> out;
+  using namespace metrics::keys;
+  std::vector<const char*> keys;
   switch (kind) {
-    case OutputKind::kTensor:
-      out = {{k("sqnr_db"), name + " SQNR dB", true},
-             {k("cosine"), name + " cosine", true},
-             {k("rel_l2"), name + " rel L2", false},
-             {k("max_abs"), name + " max |err|", false}};
-      break;
+    case OutputKind::kTensor: keys = {kSqnrDb, kCosine, kRelL2, kMaxAbs}; break;
     case OutputKind::kMask:
-    case OutputKind::kMatte:
-      out = {{k("mask_iou"), name + " mask IoU", true},
-             {k("boundary_f"), name + " boundary F", true},
-             {k("flipped_fraction"), name + " flipped pixels", false},
-             {k("sqnr_db"), name + " SQNR dB", true}};
-      break;
-    case OutputKind::kImage:
-      out = {{k("psnr_db"), name + " PSNR dB", true}, {k("ssim"), name + " SSIM", true}};
-      break;
+    case OutputKind::kMatte: keys = {kMaskIou, kBoundaryF, kFlippedFraction, kSqnrDb}; break;
+    case OutputKind::kImage: keys = {kPsnrDb, kSsim}; break;
   }
-  out.push_back({k("nonfinite"), name + " NaN/Inf", false});
+  keys.push_back(kNonfinite);
+  std::vector<reports::MetricInfo> out;
+  for (const char* key : keys) out.push_back(metric_info(key, name, '.'));
   return out;
 }
 
@@ -75,10 +65,11 @@ void push_error_metrics(const metrics::ErrorStats& e, bool identical, std::uint6
   const char* note = identical ? "identical" : diverged ? kDivergedNote : "";
   std::optional<double> sqnr_value = sqnr;
   if (sqnr && *sqnr == kInf && !inf_when_identical) sqnr_value.reset();
-  out.push_back({key("sqnr_db"), sqnr_value, {}, note});
-  out.push_back({key("cosine"), e.cosine(), {}, note});
-  out.push_back({key("rel_l2"), e.rel_l2(), {}, ""});
-  out.push_back({key("max_abs"), e.count || diverged ? std::optional<double>(e.max_abs) : std::nullopt, {}, ""});
+  using namespace metrics::keys;
+  out.push_back({key(kSqnrDb), sqnr_value, {}, note});
+  out.push_back({key(kCosine), e.cosine(), {}, note});
+  out.push_back({key(kRelL2), e.rel_l2(), {}, ""});
+  out.push_back({key(kMaxAbs), e.count || diverged ? std::optional<double>(e.max_abs) : std::nullopt, {}, ""});
 }
 
 // One judged output of a variant against the reference's: appends its metrics to `out`; returns
@@ -110,12 +101,12 @@ std::uint64_t compare_output(const OutputSpec& spec, const Tensor& ref, const Te
       }
       const Shape hw = {shape[shape.size() - 2], shape.back()};
       const auto cmp = metrics::compare_mask_logits(a.reshaped(hw), b.reshaped(hw), spec.threshold);
-      out.push_back({key("mask_iou"), cmp.iou.iou, {}, ""});
-      out.push_back({key("boundary_f"), cmp.boundary.f, {}, ""});
-      out.push_back({key("flipped_fraction"), cmp.flipped_fraction, {}, ""});
+      out.push_back({key(metrics::keys::kMaskIou), cmp.iou.iou, {}, ""});
+      out.push_back({key(metrics::keys::kBoundaryF), cmp.boundary.f, {}, ""});
+      out.push_back({key(metrics::keys::kFlippedFraction), cmp.flipped_fraction, {}, ""});
       metrics::ErrorStats e;
       e.add(cmp.logits, a.numel());
-      out.push_back({key("sqnr_db"), e.sqnr_db(), {}, identical ? "identical" : diverged ? kDivergedNote : ""});
+      out.push_back({key(metrics::keys::kSqnrDb), e.sqnr_db(), {}, identical ? "identical" : diverged ? kDivergedNote : ""});
       break;
     }
     case OutputKind::kImage: {
@@ -127,8 +118,8 @@ std::uint64_t compare_output(const OutputSpec& spec, const Tensor& ref, const Te
       }
       if (diverged || te.nonfinite_ref || te.nonfinite_test) {
         // Unbounded error where the test diverged (as SQNR's -inf); undefined otherwise.
-        out.push_back({key("psnr_db"), diverged ? std::optional<double>(-kInf) : std::nullopt, {}, kDivergedNote});
-        out.push_back({key("ssim"), std::nullopt, {}, diverged ? kDivergedNote : "NaN/Inf in the reference"});
+        out.push_back({key(metrics::keys::kPsnrDb), diverged ? std::optional<double>(-kInf) : std::nullopt, {}, kDivergedNote});
+        out.push_back({key(metrics::keys::kSsim), std::nullopt, {}, diverged ? kDivergedNote : "NaN/Inf in the reference"});
         break;
       }
       // The metrics take [C, H, W] on [0, peak]: clamp to the range, then shift it to start at 0.
@@ -142,13 +133,13 @@ std::uint64_t compare_output(const OutputSpec& spec, const Tensor& ref, const Te
       const Tensor x = on_range(a), y = on_range(b);
       const double peak = spec.range_hi - spec.range_lo;
       const auto p = metrics::psnr(x, y, peak);
-      out.push_back({key("psnr_db"), p.psnr_db ? p.psnr_db : std::optional<double>(kInf), {}, p.psnr_db ? "" : "identical"});
+      out.push_back({key(metrics::keys::kPsnrDb), p.psnr_db ? p.psnr_db : std::optional<double>(kInf), {}, p.psnr_db ? "" : "identical"});
       const auto ss = metrics::ssim(x, y, metrics::SsimConvention::kWang, peak);
-      out.push_back({key("ssim"), ss.ssim, {}, ss.note});
+      out.push_back({key(metrics::keys::kSsim), ss.ssim, {}, ss.note});
       break;
     }
   }
-  out.push_back({key("nonfinite"), double(diverged), {}, ""});
+  out.push_back({key(metrics::keys::kNonfinite), double(diverged), {}, ""});
   return diverged;
 }
 
@@ -243,11 +234,9 @@ class SingleModelDriver : public RunDriver {
       infos.push_back(output_nonfinite_info());  // over the judged outputs: what the gate's NaN/Inf rule reads
       return infos;
     }
-    return {{"output_sqnr_db", "output SQNR dB", true},
-            {"output_cosine", "output cosine", true},
-            {"output_rel_l2", "output rel L2", false},
-            {"output_max_abs", "output max |err|", false},
-            output_nonfinite_info()};
+    using namespace metrics::keys;
+    return {metric_info(kSqnrDb, kPooledOutputs), metric_info(kCosine, kPooledOutputs),
+            metric_info(kRelL2, kPooledOutputs), metric_info(kMaxAbs, kPooledOutputs), output_nonfinite_info()};
   }
   reports::Artifact inputs_artifact() const override { return {"samples", inputs_.string(), ""}; }
   std::vector<std::pair<std::string, std::string>> settings() const override {
@@ -346,7 +335,7 @@ class SingleModelDriver : public RunDriver {
     }
     o.identical = identical;
     // +inf SQNR (identical) is carried by `identical`; -inf (diverged) is a value.
-    push_error_metrics(e, identical, diverged, false, [](const char* m) { return std::string("output_") + m; },
+    push_error_metrics(e, identical, diverged, false, [](const char* m) { return metric_info(m, kPooledOutputs).key; },
                        o.metrics);
     o.metrics.push_back({kOutputNonfiniteMetric, double(diverged), {}, ""});
   }

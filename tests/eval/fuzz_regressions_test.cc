@@ -150,7 +150,8 @@ TEST(FuzzRegressions, NodeWithMoreOutputsThanItsOpIsAnInputError) {
 TEST(FuzzRegressions, GateStatThatIsNotAStringIsAnInputError) {
   const std::string text = testing::read_text(testing::source_dir() / "tests/fuzz/corpus/gate/finding-stat-not-a-string.json");
   ASSERT_FALSE(text.empty());
-  expect_input_error([&] { eval::parse_gate(text, "g.json"); }, {"g.json", "checks[0]", "'stat' must be a string", "0.97"});
+  expect_input_error([&] { eval::parse_gate(text, "g.json", eval::GateMetrics::kRun); },
+                     {"g.json", "checks[0]", "'stat' must be a string", "0.97"});
 }
 
 // The inputs the fuzz target gives a model: declared dims (symbolic ones 2), zero bytes but for

@@ -34,6 +34,26 @@ TEST(Gate, ParsesTheDocumentedFormat) {
   EXPECT_EQ(g.source, "g.json");
 }
 
+// compare-images gates name the registry's image-pair metrics, step checks its tensor-pair metrics:
+// a metric only `qeval run` reports is an error when the compare-images gate is read, not a check
+// that fails later for want of values.
+TEST(Gate, CompareImagesGatesNameTheRegistrysImagePairMetrics) {
+  EXPECT_EQ(gate_metric_keys(), metrics::metric_keys(metrics::MetricScope::kImagePair));
+  for (const auto& key : gate_metric_keys())
+    EXPECT_NO_THROW(parse_gate(R"({"checks": [{"metric": ")" + key + R"(", "min": 0}]})", "g.json")) << key;
+  for (const char* run_only : {"output_sqnr_db", "mask_iou", "logit_sqnr_db", "output_nonfinite"}) {
+    const std::string what = parse_error(R"({"per_pair": {")" + std::string(run_only) + R"(": {"min": 0}}})");
+    EXPECT_NE(what.find("unknown metric '" + std::string(run_only) + "'"), std::string::npos) << what;
+    EXPECT_NE(what.find("psnr_db"), std::string::npos) << what;  // lists what it may name
+    EXPECT_NO_THROW(parse_gate(R"({"checks": [{"metric": ")" + std::string(run_only) + R"(", "min": 0}]})", "g.json",
+                               GateMetrics::kRun));
+  }
+  EXPECT_EQ(gate_step_metrics(), metrics::metric_keys(metrics::MetricScope::kTensorPair));
+  EXPECT_NO_THROW(parse_gate(R"({"steps": [{"metric": "cosine", "min": 0.9}]})", "g.json"));
+  EXPECT_NE(parse_error(R"({"steps": [{"metric": "ssim", "min": 0.9}]})").find("unknown metric 'ssim'"),
+            std::string::npos);
+}
+
 TEST(Gate, TyposAreErrorsNotSilentPasses) {
   EXPECT_NE(parse_error(R"({"chekcs": []})").find("unknown key 'chekcs'"), std::string::npos);
   EXPECT_NE(parse_error(R"({"checks": [{"metric": "ssmi", "min": 1}]})").find("unknown metric 'ssmi'"),

@@ -91,7 +91,7 @@ TEST(NonFinite, AGateFailsEveryCheckOverADivergedSampleUnlessItAllowsNonFinite) 
                                            {"metric": "output_max_abs", "stat": "max", "max": 100}])";
   // Scores as the old code gave them (62.6 dB over the finite values): only the count tells.
   const std::vector<eval::GateSample> samples = {sample("a", 70, 0.01, 0), sample("b", 62.6, 0.02, 26)};
-  const auto strict = eval::evaluate_gate(eval::parse_gate("{" + checks + "}", "g.json"), samples);
+  const auto strict = eval::evaluate_gate(eval::parse_gate("{" + checks + "}", "g.json", eval::GateMetrics::kRun), samples);
   EXPECT_FALSE(strict.section.passed);
   for (const auto& row : strict.section.checks)
     if (row.metric == "output_sqnr_db" || row.metric == "output_max_abs") {
@@ -103,7 +103,7 @@ TEST(NonFinite, AGateFailsEveryCheckOverADivergedSampleUnlessItAllowsNonFinite) 
   EXPECT_EQ(strict.failed_checks[1].size(), 1u);
 
   const auto allowed =
-      eval::evaluate_gate(eval::parse_gate("{" + checks + R"(, "allow_nonfinite": true})", "g.json"), samples);
+      eval::evaluate_gate(eval::parse_gate("{" + checks + R"(, "allow_nonfinite": true})", "g.json", eval::GateMetrics::kRun), samples);
   EXPECT_TRUE(allowed.section.passed);
   // Even a gate with no checks at all fails on a diverged sample: an output that went NaN is
   // never a pass by default.

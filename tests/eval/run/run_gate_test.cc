@@ -54,6 +54,45 @@ TEST(RunGate, ChecksEveryComparedVariantWithLayerStepAndNonFiniteChecks) {
   EXPECT_TRUE(find(r, "fp16", "NaN/Inf values beyond the reference's <= 0")->passed);
 }
 
+// The one missing-value rule (docs/gate.md "Rules"), as compare-images has it: a missing value of
+// an identical sample is +inf only for a metric unbounded on identical inputs (PSNR here); MS-SSIM
+// of images too small for it stays not applicable (the run used to count it +inf, passing any min).
+TEST(RunGate, AnIdenticalSampleIsUnboundedOnlyInMetricsThatAreUnboundedOnIdenticalInputs) {
+  reports::RunReport r = testing::synthetic_run_report();
+  std::size_t identical = 0;
+  for (auto& row : r.samples)
+    for (auto& res : row.results)
+      if (res.variant == "fp16") {
+        res.identical = true;
+        res.metrics[0].value.reset();  // psnr_db: none for identical images
+        res.metrics[0].note = "identical: PSNR is unbounded";
+        ++identical;
+      }
+  ASSERT_GT(identical, 0u);
+  reports::summarize_samples(r);
+  const Gate g = parse_gate(R"({"checks": [{"metric": "psnr_db", "stat": "min", "min": 40},
+                                           {"metric": "ms_ssim", "stat": "min", "min": 0.5}]})",
+                            "g.json", GateMetrics::kRun);
+  apply_run_gate(g, r);
+  const auto* psnr = find(r, "fp16", "psnr_db min >= 40");
+  ASSERT_TRUE(psnr);
+  EXPECT_TRUE(psnr->passed) << psnr->detail;
+  EXPECT_NE(psnr->detail.find("identical (unbounded)"), std::string::npos) << psnr->detail;
+  const auto* ms = find(r, "fp16", "ms_ssim min >= 0.5");
+  ASSERT_TRUE(ms);
+  EXPECT_FALSE(ms->passed) << ms->detail;
+  EXPECT_NE(ms->detail.find("not applicable"), std::string::npos) << ms->detail;
+  for (const auto& v : r.variants)
+    if (v.name == "fp16")
+      for (const auto& s : v.summary.metrics) {
+        if (s.metric == "psnr_db") EXPECT_EQ(s.unbounded, identical);
+        if (s.metric == "ms_ssim") {
+          EXPECT_EQ(s.unbounded, 0u);
+          EXPECT_EQ(s.not_applicable, identical);
+        }
+      }
+}
+
 TEST(RunGate, LayerChecksCanBeLimitedToNodesByName) {
   reports::RunReport r = testing::synthetic_run_report();
   const Gate g = parse_gate(R"({"layers": [

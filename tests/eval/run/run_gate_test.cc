@@ -85,7 +85,9 @@ TEST(RunGate, AnIdenticalSampleIsUnboundedOnlyInMetricsThatAreUnboundedOnIdentic
   for (const auto& v : r.variants)
     if (v.name == "fp16")
       for (const auto& s : v.summary.metrics) {
-        if (s.metric == "psnr_db") EXPECT_EQ(s.unbounded, identical);
+        if (s.metric == "psnr_db") {
+          EXPECT_EQ(s.unbounded, identical);
+        }
         if (s.metric == "ms_ssim") {
           EXPECT_EQ(s.unbounded, 0u);
           EXPECT_EQ(s.not_applicable, identical);

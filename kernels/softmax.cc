@@ -103,13 +103,13 @@ void softmax_columns(const T* x, T* y, std::int64_t n, std::int64_t inner, std::
 
 // ---- float rows in explicit 16-lane vectors (GCC vector extensions: AVX-512 where available) ----
 
-using V16 = simd::F16;
-using V16U = simd::F16U;
-using simd::I16;
+using V16 = simd::F32x16;
+using V16U = simd::F32x16U;
+using simd::I32x16;
 using simd::kLanes;
 using simd::splat;
 typedef float V8U __attribute__((vector_size(32), aligned(4)));
-typedef double D8 __attribute__((vector_size(64)));
+typedef double F64x8 __attribute__((vector_size(64)));
 
 // The first `len` (< 16) floats at p, the other lanes `fill`; and the first `len` lanes of v
 // stored at p. AVX-512 masks where the target has them (a row's tail is then one vector
@@ -150,7 +150,7 @@ inline float max_lanes(V16 v) {
 // does not matter: x - (+0) and x - (-0) have the same exponential.)
 float row_max_f32(const float* x, std::int64_t n, bool* has_nan) {
   V16 m[4] = {splat(x[0]), splat(x[0]), splat(x[0]), splat(x[0])};
-  I16 nan = I16{};
+  I32x16 nan = I32x16{};
   std::int64_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes)
     for (int u = 0; u < 4; ++u) {
@@ -187,12 +187,12 @@ template <bool finite>
 double exp_and_sum(const float* x, float* y, std::int64_t n, float m) {
   const V16 vm = splat(m);
   auto ex = [](V16 v) { return finite ? simd::exp_nonpositive(v) : simd::exp(v); };
-  D8 total[2] = {D8{}, D8{}};
+  F64x8 total[2] = {F64x8{}, F64x8{}};
   auto flush = [&](V16 (&acc)[2]) {
     const V16 s = acc[0] + acc[1];
     const V8U* h = reinterpret_cast<const V8U*>(&s);
-    total[0] += __builtin_convertvector(h[0], D8);
-    total[1] += __builtin_convertvector(h[1], D8);
+    total[0] += __builtin_convertvector(h[0], F64x8);
+    total[1] += __builtin_convertvector(h[1], F64x8);
     acc[0] = acc[1] = V16{};
   };
   constexpr std::int64_t kBlock = 256;
@@ -215,7 +215,7 @@ double exp_and_sum(const float* x, float* y, std::int64_t n, float m) {
     else store_partial(y + i, len, e);
   }
   flush(acc);
-  const D8 t = total[0] + total[1];
+  const F64x8 t = total[0] + total[1];
   double sum = 0;
   for (int l = 0; l < 8; ++l) sum += t[l];
   return sum;

@@ -207,11 +207,11 @@ std::optional<double> LogAbsHistogram::quantile(double q, double absmax) const {
 // scalar path (chunks with a NaN, an infinity or a magnitude >= 2^60, and the tail) keeps its own
 // double sums: the result does not depend on the vector width. Float lanes sum at most kBlock
 // chunks, then go to double lanes.
-typedef float F16 __attribute__((vector_size(64)));
-typedef std::uint32_t U16 __attribute__((vector_size(64)));
-typedef std::int32_t I16 __attribute__((vector_size(64)));
-typedef float F8 __attribute__((vector_size(32)));
-typedef double D8 __attribute__((vector_size(64)));
+typedef float F32x16 __attribute__((vector_size(64)));
+typedef std::uint32_t U32x16 __attribute__((vector_size(64)));
+typedef std::int32_t I32x16 __attribute__((vector_size(64)));
+typedef float F32x8 __attribute__((vector_size(32)));
+typedef double F64x8 __attribute__((vector_size(64)));
 
 namespace {
 
@@ -235,28 +235,28 @@ thread_local std::uint32_t t_hist[kCopies][LogAbsHistogram::kBins];
 // rows) could align with.
 inline std::uint32_t sampled_position(std::int64_t b) { return (std::uint32_t(b) * 0x9E3779B1u) >> 29; }
 
-inline void widen_add(D8& lo, D8& hi, const F16& v) {
+inline void widen_add(F64x8& lo, F64x8& hi, const F32x16& v) {
 #ifdef __AVX512F__
   // One conversion per half (GCC's generic form takes an extract, a conversion and an insert per
   // quarter): the same values. The zero-masked form with a full mask compiles to the plain
   // instruction; the unmasked one made GCC 12 warn of its undefined pass-through operand.
-  auto widen = [](const F8& half) {
+  auto widen = [](const F32x8& half) {
     __m256 h;
     std::memcpy(&h, &half, sizeof h);
     const __m512d w = _mm512_maskz_cvtps_pd(__mmask8(0xff), h);
-    D8 d;
+    F64x8 d;
     std::memcpy(&d, &w, sizeof d);
     return d;
   };
   lo += widen(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7));
   hi += widen(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
 #else
-  lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D8);
-  hi += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D8);
+  lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), F64x8);
+  hi += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), F64x8);
 #endif
 }
 
-inline double lane_sum(const D8& lo, const D8& hi) {
+inline double lane_sum(const F64x8& lo, const F64x8& hi) {
   double t = 0;
   for (int l = 0; l < 8; ++l) t += lo[l];
   for (int l = 0; l < 8; ++l) t += hi[l];
@@ -304,8 +304,8 @@ void scan_scalar(const float* x, const float* r, std::int64_t i0, int m, bool hi
   }
 }
 
-inline void histogram_chunk(const U16& u, I16& bmin, I16& bmax) {
-  I16 b = (I16)(u >> kKeyShift) - std::int32_t(kMinKey) + 1;
+inline void histogram_chunk(const U32x16& u, I32x16& bmin, I32x16& bmax) {
+  I32x16 b = (I32x16)(u >> kKeyShift) - std::int32_t(kMinKey) + 1;
   b = b < 0 ? 0 : b;
   b = b > LogAbsHistogram::kBins - 1 ? LogAbsHistogram::kBins - 1 : b;
   bmin = b < bmin ? b : bmin;
@@ -315,26 +315,26 @@ inline void histogram_chunk(const U16& u, I16& bmin, I16& bmax) {
   for (int l = 0; l < kVec; ++l) ++t_hist[l % kCopies][k[l]];
 }
 
-inline U16 abs_bits(const float* p) {
-  U16 u;
+inline U32x16 abs_bits(const float* p) {
+  U32x16 u;
   std::memcpy(&u, p, sizeof u);
   return u & kAbs;
 }
 
 // max(m, |v|) per lane as the bits of non-negative floats (m holds such bits). A NaN in v may be
 // skipped (AVX-512's range op returns m then): callers find NaNs another way.
-inline U16 max_abs_bits(const U16& m, const F16& v) {
+inline U32x16 max_abs_bits(const U32x16& m, const F32x16& v) {
 #ifdef __AVX512DQ__
   // One op (the larger magnitude, its sign cleared) for an and and an unsigned max.
   __m512 a, b;
   std::memcpy(&a, &m, sizeof a);
   std::memcpy(&b, &v, sizeof b);
   const __m512 r = _mm512_range_ps(a, b, 0x0B);
-  U16 out;
+  U32x16 out;
   std::memcpy(&out, &r, sizeof out);
   return out;
 #else
-  U16 u;
+  U32x16 u;
   std::memcpy(&u, &v, sizeof u);
   u &= kAbs;
   return m > u ? m : u;
@@ -342,7 +342,7 @@ inline U16 max_abs_bits(const U16& m, const F16& v) {
 }
 
 // Whether a lane of v is >= t (one compare into a mask register with AVX-512).
-inline bool any_at_least(const U16& v, std::uint32_t t) {
+inline bool any_at_least(const U32x16& v, std::uint32_t t) {
 #ifdef __AVX512F__
   __m512i w;
   std::memcpy(&w, &v, sizeof w);
@@ -395,19 +395,19 @@ struct Pass {
   bool sample = false;
   std::uint32_t clip_bits = kInfBits;
   std::int64_t done = 0;  // elements fed so far
-  D8 s0 = {}, s1 = {}, sq0 = {}, sq1 = {}, ee0 = {}, ee1 = {};
-  U16 maxv = {}, clipv = {};
-  U16 fmx = {};  // max |d| as bits: finite non-negative floats order as their bit patterns
-  I16 bmin = LogAbsHistogram::kBins + I16{}, bmax = -1 + I16{};
+  F64x8 s0 = {}, s1 = {}, sq0 = {}, sq1 = {}, ee0 = {}, ee1 = {};
+  U32x16 maxv = {}, clipv = {};
+  U32x16 fmx = {};  // max |d| as bits: finite non-negative floats order as their bit patterns
+  I32x16 bmin = LogAbsHistogram::kBins + I32x16{}, bmax = -1 + I32x16{};
   std::uint64_t clean = 0;
 
   Pass(std::int64_t n, std::uint32_t clip) : sample(n >= ActivationStats::kHistogramSampleFrom), clip_bits(clip) {}
 
   void feed(const float* x, const float* r, std::int64_t n) {
     // The lanes in locals for the loop (members would be stored every block).
-    D8 l_s0 = s0, l_s1 = s1, l_sq0 = sq0, l_sq1 = sq1, l_ee0 = ee0, l_ee1 = ee1;
-    U16 l_maxv = maxv, l_clipv = clipv, l_fmx = fmx;
-    I16 l_bmin = bmin, l_bmax = bmax;
+    F64x8 l_s0 = s0, l_s1 = s1, l_sq0 = sq0, l_sq1 = sq1, l_ee0 = ee0, l_ee1 = ee1;
+    U32x16 l_maxv = maxv, l_clipv = clipv, l_fmx = fmx;
+    I32x16 l_bmin = bmin, l_bmax = bmax;
     const std::int64_t base = done / kVec;  // chunks before this piece (a multiple of kBlock)
     const std::int64_t chunks = n / kVec;
     for (std::int64_t c0 = 0; c0 < chunks; c0 += kBlock) {
@@ -417,24 +417,24 @@ struct Pass {
       const float* rb = kError ? r + c0 * kVec : nullptr;
       // Two interleaved sets of accumulators (even and odd chunks): a chain of dependent adds per
       // set is half as long, and the sets meet (in float) before the block goes to double.
-      F16 fs[2] = {}, fsq[2] = {}, fee[2] = {};
-      U16 top[2] = {}, bclip[2] = {}, bmx[2] = {};
+      F32x16 fs[2] = {}, fsq[2] = {}, fee[2] = {};
+      U32x16 top[2] = {}, bclip[2] = {}, bmx[2] = {};
       auto chunk = [&](int j, int a) {
-        F16 v;
+        F32x16 v;
         std::memcpy(&v, xb + j * kVec, sizeof v);
         if constexpr (kClip) {
-          const U16 u = abs_bits(xb + j * kVec);
+          const U32x16 u = abs_bits(xb + j * kVec);
           top[a] = top[a] > u ? top[a] : u;
-          bclip[a] -= (U16)(u > clip_bits);
+          bclip[a] -= (U32x16)(u > clip_bits);
         } else {
           top[a] = max_abs_bits(top[a], v);  // may skip a NaN: the squares' sum catches it
         }
         fs[a] += v;
         fsq[a] += v * v;
         if constexpr (kError) {
-          F16 w;
+          F32x16 w;
           std::memcpy(&w, rb + j * kVec, sizeof w);  // finite and below 2^60: add_with_error's condition
-          const F16 d = v - w;
+          const F32x16 d = v - w;
           fee[a] += d * d;
           // max(|d|) as bits (d is finite: both sides are below 2^60), one range op with AVX-512.
           bmx[a] = max_abs_bits(bmx[a], d);
@@ -446,9 +446,9 @@ struct Pass {
         chunk(j + 1, 1);
       }
       if (j < m) chunk(j, 0);
-      const U16 block_top = top[0] > top[1] ? top[0] : top[1];
-      const F16 block_sq = fsq[0] + fsq[1];
-      U16 sq_bits;  // not finite when the block holds a NaN or an infinity (they propagate there)
+      const U32x16 block_top = top[0] > top[1] ? top[0] : top[1];
+      const F32x16 block_sq = fsq[0] + fsq[1];
+      U32x16 sq_bits;  // not finite when the block holds a NaN or an infinity (they propagate there)
       std::memcpy(&sq_bits, &block_sq, sizeof sq_bits);
       if (any_at_least(block_top, kBigBits) || any_at_least(sq_bits, kInfBits)) [[unlikely]] {
         for (int k = 0; k < m; ++k)
@@ -488,8 +488,8 @@ struct Pass {
       s.hi = std::max(s.hi, int(bmax[l]));
     }
     move_counts(s.lo, s.hi, h);
-    bmin = LogAbsHistogram::kBins + I16{};
-    bmax = -1 + I16{};
+    bmin = LogAbsHistogram::kBins + I32x16{};
+    bmax = -1 + I32x16{};
     s.lo = LogAbsHistogram::kBins;
     s.hi = -1;
   }

@@ -93,11 +93,7 @@ json pair_json(const PairRow& p) {
 
 json to_json(const CompareImagesReport& r) {
   json j;
-  j["schema_version"] = kCompareImagesSchemaVersion;
-  j["kind"] = "compare-images";
-  j["tool"] = {{"name", "qeval"}, {"version", r.tool_version}};
-  j["created_utc"] = r.created_utc;
-  j["command_line"] = r.command_line;
+  write_header(j, kCompareImagesSchemaVersion, "compare-images", r);
   json config = json::object();
   for (const auto& [k, v] : r.config) config[k] = v;
   j["config"] = config;
@@ -152,8 +148,7 @@ std::string render_html(const CompareImagesReport& r) {
   for (const auto& c : r.gate.checks) failed_checks += !c.passed;
 
   h += html::page_begin(std::string("qeval compare-images: ") + (r.gate.passed ? "PASS" : "FAIL"));
-  h += "<h1>qeval compare-images</h1><div class=\"sub\">" + esc(r.created_utc) + " &middot; qeval " +
-       esc(r.tool_version) + " &middot; <code>" + esc(r.command_line) + "</code></div>";
+  h += "<h1>qeval compare-images</h1><div class=\"sub\">" + header_subtitle(r) + "</div>";
 
   h += html::verdict_banner(
       r.gate.passed, fmt::format("{} of {} gate checks passed &middot; {} pairs, {} compared, {} "

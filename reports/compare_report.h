@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/report_model.h"
+#include "reports/compare_report_model.h"
 
 namespace qeval::reports {
 

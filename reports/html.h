@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reports/report_model.h"
+#include "reports/compare_report_model.h"
 
 namespace qeval::reports::html {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "reports/report_model.h"
+#include "reports/compare_report_model.h"
 
 namespace qeval::reports {
 

@@ -238,12 +238,7 @@ json to_json(const RecipeComparison& r) {
                  {"seeds", c.seeds},
                  {"threads", c.threads},
                  {"target", r.target}};
-  return {{"schema_version", kRecipeComparisonSchemaVersion},
-          {"kind", "qeval.compare-recipes"},
-          {"tool", {{"name", "qeval"}, {"version", r.tool_version}}},
-          {"created_utc", r.created_utc},
-          {"command_line", r.command_line},
-          {"elapsed_s", r.elapsed_s},
+  json j = {{"elapsed_s", r.elapsed_s},
           {"config", config},
           {"metrics", metrics},
           {"quality_metric", r.quality_metric},
@@ -251,6 +246,8 @@ json to_json(const RecipeComparison& r) {
           {"run_report", r.run_report},
           {"gate", {{"source", r.gate.source}, {"passed_recipes", passed}, {"checks", checks}}},
           {"recipes", rows}};
+  write_header(j, kRecipeComparisonSchemaVersion, "qeval.compare-recipes", r);
+  return j;
 }
 
 std::string render_html(const RecipeComparison& r) {

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "reports/report_header.h"
 #include "reports/run_report_model.h"
 
 namespace qeval::reports {
@@ -66,8 +67,7 @@ struct RecipeRow {
   }
 };
 
-struct RecipeComparison {
-  std::string tool_version, created_utc, command_line;
+struct RecipeComparison : ReportHeader {
   double elapsed_s = 0;
   RunConfig config;                  // the run the recipes went through
   std::string reference_precision;   // "fp32", ...

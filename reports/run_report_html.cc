@@ -880,9 +880,7 @@ std::string render_html(const RunReport& r) {
   std::string h;
   h.reserve(1 << 20);
   h += html::page_begin(std::string("qeval run: ") + (r.gate.passed ? "PASS" : "FAIL"), kRunCss);
-  h += "<h1>qeval run</h1><div class=\"sub\">" + esc(r.config.model.name) + " &middot; " +
-       esc(r.created_utc) + " &middot; qeval " + esc(r.tool_version) + " &middot; <code>" +
-       esc(r.command_line) + "</code></div>";
+  h += "<h1>qeval run</h1><div class=\"sub\">" + esc(r.config.model.name) + " &middot; " + header_subtitle(r) + "</div>";
   h += render_verdict(r);
   h += section("gate", "Gate", esc(r.gate.source)) + html::gate_table(r.gate, true) + "</section>";
   h += render_variants(r);

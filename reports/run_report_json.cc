@@ -153,11 +153,7 @@ json gate_json(const GateSection& g) {
 
 json to_json(const RunReport& r) {
   json j;
-  j["schema_version"] = kRunReportSchemaVersion;
-  j["kind"] = "run";
-  j["tool"] = {{"name", "qeval"}, {"version", r.tool_version}};
-  j["created_utc"] = r.created_utc;
-  j["command_line"] = r.command_line;
+  write_header(j, kRunReportSchemaVersion, "run", r);
   j["elapsed_s"] = special_number(r.elapsed_s);
   j["resume"] = {{"reused_units", r.reused_units}, {"elapsed_s_before", special_number(r.elapsed_before_s)}};
 

@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "metrics/image_metric.h"
-#include "reports/report_model.h"
+#include "reports/compare_report_model.h"
+#include "reports/report_header.h"
 
 namespace qeval::reports {
 
@@ -281,10 +282,7 @@ struct NonFiniteEvent {
   bool operator==(const NonFiniteEvent&) const = default;
 };
 
-struct RunReport {
-  std::string tool_version;
-  std::string created_utc;  // ISO 8601
-  std::string command_line;
+struct RunReport : ReportHeader {
   double elapsed_s = 0;  // the whole run: a resumed run's earlier parts included
   // Units read back from saved states (a resumed run; qeval merge: every unit) and the time the
   // runs that saved them took (part of elapsed_s).

@@ -38,10 +38,8 @@ std::string num(std::optional<double> v) {
 
 json to_json(const TriageReport& r) {
   json j;
-  j["schema_version"] = kTriageReportSchemaVersion;
-  j["tool_version"] = r.tool_version;
-  j["created_utc"] = r.created_utc;
-  j["command_line"] = r.command_line;
+  write_header(j, kTriageReportSchemaVersion, "triage", r);
+  j["tool_version"] = r.tool_version;  // schema 1.0's key, kept for its readers (1.1: "tool")
   j["elapsed_s"] = r.elapsed_s;
   j["pipeline"] = r.pipeline;
   j["model"] = artifact_json(r.model);

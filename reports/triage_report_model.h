@@ -6,12 +6,13 @@
 #include <utility>
 #include <vector>
 
-#include "reports/report_model.h"
+#include "reports/compare_report_model.h"
+#include "reports/report_header.h"
 #include "reports/run_report_model.h"  // Artifact, MetricInfo
 
 namespace qeval::reports {
 
-inline constexpr const char* kTriageReportSchemaVersion = "1.0";
+inline constexpr const char* kTriageReportSchemaVersion = "1.1";
 
 // One quantized node of the triaged variant.
 struct TriageNode {
@@ -47,8 +48,7 @@ struct TriageSearch {
   std::vector<TriageStep> steps;
 };
 
-struct TriageReport {
-  std::string tool_version, created_utc, command_line;
+struct TriageReport : ReportHeader {
   std::string pipeline;  // "segmentation", ...
   Artifact model, inputs, recipe;
   std::string variant, reference;

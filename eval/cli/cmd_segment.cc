@@ -64,7 +64,7 @@ int run_segment(const SegmentArgs& a) {
   const auto pipeline = eval::SegmentationPipeline::load(a.pipeline);
   const auto& config = pipeline.config();
   const datasets::Image image = datasets::load_image(a.image);
-  const Tensor planes = eval::segmentation_planes(image, config.channels, a.image);
+  const Tensor planes = eval::image_planes(image, config.channels, a.image);
   for (std::size_t i = 0; i < points.size(); ++i)
     if (!(points[i].x < image.width() && points[i].y < image.height()) || points[i].x < 0 || points[i].y < 0)
       throw InputError(fmt::format("--point '{}' lies outside {} ({}x{}: X in [0, {}), Y in [0, {}))", a.points[i],

@@ -153,7 +153,7 @@ PromptInputs load_prompt_inputs(const PointPrompt& p, const fs::path& source, in
     datasets::SceneOptions options;
     options.size = p.scene->size;
     datasets::Scene s = datasets::generate_scene(p.scene->seed, p.scene->index, options);
-    out.planes = segmentation_planes(s.image, channels, where);
+    out.planes = image_planes(s.image, channels, where);
     if (p.scene_object >= 0) {
       if (p.scene_object >= static_cast<int>(s.masks.size()))
         throw InputError(where + ": mask object " + std::to_string(p.scene_object) + " but scene " +
@@ -166,7 +166,7 @@ PromptInputs load_prompt_inputs(const PointPrompt& p, const fs::path& source, in
     }
   } else {
     try {
-      out.planes = segmentation_planes(datasets::load_image(p.image), channels, p.image.string());
+      out.planes = image_planes(datasets::load_image(p.image), channels, p.image.string());
     } catch (const InputError& e) {
       throw InputError(where + ": " + e.what());
     }

@@ -50,7 +50,7 @@ PointPromptSet parse_point_prompts(const std::string& text, const std::filesyste
 
 // A prompt's pixels and reference mask, checked against each other and the points.
 struct PromptInputs {
-  Tensor planes;              // float32 [channels, H, W] on 0..255 (segmentation_planes)
+  Tensor planes;              // float32 [channels, H, W] on 0..255 (image_planes)
   std::optional<Tensor> mask;  // uint8 [H, W] 0/1
 };
 // Loads the image (or renders the scene) and the reference mask. InputError naming the prompt:

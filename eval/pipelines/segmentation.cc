@@ -465,7 +465,7 @@ SegmentationResult SegmentationPipeline::decode(Session& decoder, const ImageEmb
 
 // ---- images ----
 
-Tensor segmentation_planes(const datasets::Image& image, int channels, const std::string& name) {
+Tensor image_planes(const datasets::Image& image, int channels, const std::string& name) {
   const int colors = image.color_channels();
   if (colors != 1 && colors != channels)
     throw InputError(name + ": a " + image.color_type() + " image; the pipeline takes " +
@@ -482,7 +482,7 @@ Tensor segmentation_planes(const datasets::Image& image, int channels, const std
   return out;
 }
 
-Tensor segmentation_planes(const datasets::Rgb8& image, int channels, const std::string& name) {
+Tensor image_planes(const datasets::Rgb8& image, int channels, const std::string& name) {
   const int colors = image.channels == 4 ? 3 : image.channels;
   if (colors != 1 && colors != channels)
     throw InputError(name + ": a " + std::to_string(image.channels) + "-channel image; the pipeline takes " +

@@ -138,8 +138,8 @@ class SegmentationPipeline {
 // An image file's pixels as the pipeline takes them: float32 [channels, H, W] on 0..255. Gray
 // images are repeated into 3 channels when channels is 3, alpha is dropped, 16-bit samples are
 // scaled by 255/65535. InputError naming `name` for what cannot be converted.
-Tensor segmentation_planes(const datasets::Image& image, int channels, const std::string& name);
+Tensor image_planes(const datasets::Image& image, int channels, const std::string& name);
 // Same for an 8-bit interleaved image (e.g. a synthetic scene).
-Tensor segmentation_planes(const datasets::Rgb8& image, int channels, const std::string& name);
+Tensor image_planes(const datasets::Rgb8& image, int channels, const std::string& name);
 
 }  // namespace qeval::eval

@@ -11,7 +11,7 @@
 #include "datasets/image_set.h"
 #include "eval/run/gate.h"
 #include "metrics/image_metric.h"
-#include "reports/report_model.h"
+#include "reports/compare_report_model.h"
 
 namespace qeval::eval {
 

@@ -10,7 +10,7 @@
 
 #include "metrics/metric_registry.h"
 #include "metrics/stats.h"
-#include "reports/report_model.h"
+#include "reports/compare_report_model.h"
 
 namespace qeval::eval {
 

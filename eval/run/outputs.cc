@@ -54,7 +54,7 @@ datasets::Rgb8 fixed_scale_heatmap(const Tensor& ref, const Tensor& test, int f,
 void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool is_reference, const fs::path& out_dir,
                    const std::string& unit_id, const std::string& variant, VariantOutcome& out, int thumbnail_px) {
   const int channels = image.channels == 1 ? 1 : 3;
-  const Tensor planes = segmentation_planes(image, channels, variant);
+  const Tensor planes = image_planes(image, channels, variant);
   const int f = std::max(1, (std::max(image.width, image.height) + thumbnail_px - 1) / thumbnail_px);
   const auto png = datasets::encode_png(image);
   out.thumbnail_png = f == 1 ? png : datasets::encode_png(image_thumbnail(planes, 255.0, f));
@@ -64,7 +64,7 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
     write_png(out_dir, out.image_path, png);
   }
   if (is_reference) return;
-  const Tensor ref_planes = segmentation_planes(ref, channels, "reference");
+  const Tensor ref_planes = image_planes(ref, channels, "reference");
   out.identical = ref.pixels == image.pixels;
   metrics::ImageMetricOptions mo;
   mo.peak = 255.0;

@@ -189,8 +189,8 @@ class SegmentationDriver : public RunDriver {
         o.metrics.push_back({metrics::keys::kFlippedFraction, cmp.flipped_fraction, {}, ""});
         o.metrics.push_back({kOutputNonfiniteMetric, double(cmp.logits.diverged), {}, ""});
         // The flipped pixels as a heatmap (bright = flipped).
-        const Tensor a = segmentation_planes(datasets::mask_image(res[r].mask), 1, "reference");
-        const Tensor b = segmentation_planes(datasets::mask_image(res[v].mask), 1, variants[v].spec.name);
+        const Tensor a = image_planes(datasets::mask_image(res[r].mask), 1, "reference");
+        const Tensor b = image_planes(datasets::mask_image(res[v].mask), 1, variants[v].spec.name);
         o.heatmap_png = datasets::encode_png(difference_heatmap(a, b, 255.0, 1).image);
         o.heatmap_legend = "pixels whose mask differs from the reference's: bright";
         if (!ctx.out_dir.empty()) {

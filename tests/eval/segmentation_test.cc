@@ -34,7 +34,7 @@ const SegmentationPipeline& pipeline() {
 Tensor scene_planes(std::uint64_t index, int size = 64) {
   datasets::SceneOptions o;
   o.size = size;
-  return segmentation_planes(datasets::generate_scene(kEvalSeed, index, o).image, 3, "scene");
+  return image_planes(datasets::generate_scene(kEvalSeed, index, o).image, 3, "scene");
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -353,7 +353,7 @@ TEST(SegmentationPipeline, ImagesOfOtherSizesAreResized) {
   big.size = 128;
   for (std::uint64_t index = 0; index < 6; ++index) {
     datasets::Scene scene = datasets::generate_scene(kEvalSeed, index, big);
-    ImageEmbedding e = p.encode(*s.image_encoder, segmentation_planes(scene.image, 3, "scene"));
+    ImageEmbedding e = p.encode(*s.image_encoder, image_planes(scene.image, 3, "scene"));
     EXPECT_EQ(e.scaled_height, 64);
     auto pts = datasets::scene_object_points(scene);
     for (std::size_t k = 0; k < pts.size(); ++k) {

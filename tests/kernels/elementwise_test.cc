@@ -131,8 +131,8 @@ TEST(VectorMath, SixteenLaneFormsGiveTheScalarFormsBits) {
   while (x.size() % simd::kLanes) x.push_back(1.0f);
   auto same = [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); };
   for (std::size_t i = 0; i < x.size(); i += simd::kLanes) {
-    const simd::F16 v = simd::load(x.data() + i);
-    const simd::F16 e = simd::exp(v), r = simd::erf(v), s = simd::sigmoid(v);
+    const simd::F32x16 v = simd::load(x.data() + i);
+    const simd::F32x16 e = simd::exp(v), r = simd::erf(v), s = simd::sigmoid(v);
     for (int l = 0; l < simd::kLanes; ++l) {
       const float xi = x[i + std::size_t(l)];
       ASSERT_TRUE(same(e[l], exp_vectorisable(xi))) << "exp " << xi;

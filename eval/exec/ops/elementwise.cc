@@ -606,13 +606,13 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back({"Erf", "", 9, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
                    return make_vector_unary(
                        n, [](float x, const float*) { return kernels::erf_vectorisable(x); },
-                       [](kernels::simd::F16 x) { return kernels::simd::erf(x); });
+                       [](kernels::simd::F32x16 x) { return kernels::simd::erf(x); });
                  }});
   out.push_back(QEVAL_UNARY("Tanh", 6, std::tanh(x), {}, false));
   out.push_back({"Sigmoid", "", 6, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
                    return make_vector_unary(
                        n, [](float x, const float*) { return kernels::sigmoid_vectorisable(x); },
-                       [](kernels::simd::F16 x) { return kernels::simd::sigmoid(x); });
+                       [](kernels::simd::F32x16 x) { return kernels::simd::sigmoid(x); });
                  }});
   // NaN propagates through every activation (ONNX Runtime and PyTorch keep it): a comparison-based
   // form such as x > 0 ? x : 0 would turn NaN into 0 and hide it from the non-finite tracking.

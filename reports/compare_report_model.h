@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "metrics/image_metric.h"
+#include "reports/report_header.h"
 
 namespace qeval::reports {
 
@@ -86,10 +87,7 @@ struct ImageStrip {
   std::string heatmap_legend;
 };
 
-struct CompareImagesReport {
-  std::string tool_version;
-  std::string created_utc;  // ISO 8601
-  std::string command_line;
+struct CompareImagesReport : ReportHeader {
   std::vector<std::pair<std::string, std::string>> config;   // shown as given
   std::vector<std::pair<std::string, std::string>> conventions;  // metric -> definition
   std::vector<PairRow> pairs;

@@ -69,7 +69,10 @@ const PipelineKind* pipeline_kind_of(const std::filesystem::path& pipeline) {
 
 bool pipeline_json_has_task(const std::filesystem::path& pipeline, std::string_view task) {
   namespace fs = std::filesystem;
-  const bool json = fs::is_directory(pipeline) ? fs::exists(pipeline / "pipeline.json") : pipeline.extension() == ".json";
+  // error_code forms: a path the system cannot look up is no pipeline.json (the reader names it).
+  std::error_code ec;
+  const bool json = fs::is_directory(pipeline, ec) ? fs::exists(pipeline / "pipeline.json", ec) && !ec
+                                                   : pipeline.extension() == ".json";
   return json && pipeline_task_name(read_pipeline_task(pipeline)) == task;
 }
 

@@ -367,7 +367,10 @@ PipelineKind single_model_pipeline_kind() {
   k.judged_outputs = true;
   k.inputs_required =
       "a single ONNX model needs 'inputs': a folder of samples (one sub-folder per sample with <input name>.npy files)";
-  k.claims = [](const fs::path& p) { return fs::is_regular_file(p) && p.extension() == ".onnx"; };
+  k.claims = [](const fs::path& p) {
+    std::error_code ec;
+    return p.extension() == ".onnx" && fs::is_regular_file(p, ec);
+  };
   k.load = [](const RunSpec& spec) -> std::unique_ptr<RunDriver> { return std::make_unique<SingleModelDriver>(spec); };
   return k;
 }

@@ -53,8 +53,8 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   result.observation.node_hook = shapes.hook();
   result.observation.node_hook_variant = spec.reference;
   if (tty)
-    fmt::print(stderr, "qeval compare-recipes: {} ({}), {} units, {} recipe(s) against {}\n", driver->name(),
-               eval::run_pipeline_kind_name(driver->kind()), driver->units(), recipes.size(), spec.reference);
+    fmt::print(stderr, "qeval compare-recipes: {} ({}), {} units, {} recipe(s) against {}\n",
+               driver->description().name, driver->kind().name, driver->units(), recipes.size(), spec.reference);
   eval::run_units(spec, *driver, result, options);
 
   eval::ReportContext rc = report_context(ctx);

@@ -53,7 +53,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   const auto driver = eval::make_run_driver(spec);
   {  // a gate metric this run does not measure is an error before anything runs, not after
     std::vector<std::string> keys;
-    for (const auto& m : driver->metrics()) keys.push_back(m.key);
+    for (const auto& m : driver->description().metrics) keys.push_back(m.key);
     eval::check_gate_metrics(gate, keys);
   }
   auto variants = eval::build_variants(spec, *driver, tty);
@@ -103,8 +103,8 @@ int run_run(const RunArgs& a, const Context& ctx) {
   if (tty) {
     std::string names;
     for (const auto& v : result.variants) names += (names.empty() ? "" : ", ") + v.spec.name;
-    fmt::print(stderr, "qeval run: {} ({}), {} units{}{}, variants {} (reference {})\n", driver->name(),
-               eval::run_pipeline_kind_name(driver->kind()), driver->units(),
+    fmt::print(stderr, "qeval run: {} ({}), {} units{}{}, variants {} (reference {})\n", driver->description().name,
+               driver->kind().name, driver->units(),
                shard ? fmt::format(", shard {} ({} units)", a.shard, options.units.size()) : "", "", names,
                spec.reference);
   }

@@ -13,60 +13,14 @@
 #include "datasets/npy.h"
 #include "base/file_names.h"
 #include "base/progress.h"
-#include "eval/quant/calibrate_run.h"
-#include "eval/run/drivers.h"
+#include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec) {
-  switch (spec.kind) {
-    case RunPipelineKind::kTxt2Img: return make_txt2img_driver(spec);
-    case RunPipelineKind::kSegmentation: return make_segmentation_driver(spec);
-    case RunPipelineKind::kSingleModel: return make_single_model_driver(spec);
-  }
-  throw std::logic_error("make_run_driver: unknown pipeline kind");
-}
-
-RunDriver::RecipeGraphs RunDriver::recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool) const {
-  throw UnsupportedError(fmt::format(
-      "{}: variant '{}': recipe variants of a {} pipeline need a calibration set qeval does not have yet; "
-      "calibrate with `qeval calibrate --model M.onnx --data DIR` and give quantized.onnx as \"onnx\"",
-      spec.source.empty() ? std::string("the default run") : spec.source.string(), v.name,
-      run_pipeline_kind_name(kind())));
-}
-
-BuiltVariant recipe_variant(const VariantSpec& v, RunDriver::RecipeGraphs r) {
-  BuiltVariant b;
-  b.spec = v;
-  b.options.precision = v.precision;
-  b.graphs = std::move(r.graphs);
-  b.kind = reports::VariantKind::kRecipe;
-  b.recipe = r.recipe;
-  b.calibration = r.calibration;
-  b.calibration_cache_hit = r.cache_hit;
-  b.calibration_s = r.calibration_s;
-  for (const auto& q : r.quantized)
-    for (const auto& l : q.selection.left_out) b.unquantized.push_back({q.model, l.node, l.op_type, l.reason});
-  return b;
-}
-
-std::filesystem::path RunDriver::calibration_cache_dir(const RunSpec& run) {
-  return run.calibration.cache.empty() ? quant::default_calibration_cache() : run.calibration.cache;
-}
-
-std::filesystem::path RunDriver::calibration_prompts(const VariantSpec& v, const RunSpec& run,
-                                                   const std::filesystem::path& pipeline_default,
-                                                   const std::filesystem::path& pipeline_file) {
-  const std::filesystem::path prompts = run.calibration.prompts.empty() ? pipeline_default : run.calibration.prompts;
-  if (prompts.empty())
-    throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
-                                 "{{\"prompts\": ...}} in the run config ({})",
-                                 v.name, pipeline_file.string(), kRunConfigDoc));
-  return prompts;
-}
+std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec) { return pipeline_kind(spec.kind).load(spec); }
 
 std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress) {
   std::vector<BuiltVariant> out;
@@ -75,7 +29,7 @@ std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& d
     b.spec = v;
     b.options.precision = v.precision;
     if (!v.recipe.empty()) {
-      out.push_back(recipe_variant(v, driver.recipe_graphs(v, spec, progress)));
+      out.push_back(recipe_variant(v, apply_pipeline_recipe(driver, v, spec, progress)));
       continue;
     }
     b.graphs = driver.variant_graphs(v);
@@ -105,7 +59,7 @@ RunObservation make_observation(const RunSpec& spec, const RunDriver& driver, co
     if (!spec.observe.models.empty() &&
         std::find(spec.observe.models.begin(), spec.observe.models.end(), m) == spec.observe.models.end())
       continue;
-    models.push_back({m, variants[reference].graphs.at(m).get(), m == driver.stepped_model(), 0});
+    models.push_back({m, variants[reference].graphs.at(m).get(), m == driver.description().stepped_model, 0});
   }
   for (const auto& want : spec.observe.models)
     if (std::none_of(models.begin(), models.end(), [&](const LayerSpace::Model& m) { return m.name == want; })) {
@@ -114,7 +68,7 @@ RunObservation make_observation(const RunSpec& spec, const RunDriver& driver, co
       throw InputError(spec.source.string() + ": observe.models: the pipeline has no model '" + want +
                        "' (models: " + list + ")");
     }
-  obs.space = std::make_shared<const LayerSpace>(std::move(models), int(driver.timesteps().size()));
+  obs.space = std::make_shared<const LayerSpace>(std::move(models), int(driver.description().timesteps.size()));
   for (std::size_t v = 0; v < variants.size(); ++v) {
     ObservedVariant ov;
     ov.name = variants[v].spec.name;

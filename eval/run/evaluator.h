@@ -23,6 +23,7 @@
 #include "eval/quant/select.h"
 #include "eval/run/metric_names.h"
 #include "eval/run/observe.h"
+#include "eval/run/pipeline_kind.h"
 #include "eval/run/run_config.h"
 #include "metrics/activation_stats.h"
 #include "metrics/image_metric.h"
@@ -111,64 +112,75 @@ struct DriverThread {
   virtual ~DriverThread() = default;
 };
 
-// One pipeline kind as the evaluator sees it.
-class RunDriver {
+// What a driver says about its run, for reports and the layer space (report metadata): filled
+// once, when it loads.
+struct RunDescription {
+  std::string name;                          // the pipeline's, e.g. "tiny-sd"
+  reports::Artifact inputs;                  // the prompt or input set
+  std::vector<reports::MetricInfo> metrics;  // per sample, in report order
+  std::string stepped_model;                 // "" when no model runs per step
+  std::vector<double> timesteps;             // of the stepped model's calls
+  std::string scheduler;                     // "" when none
+  int steps = 0;
+  std::vector<std::pair<std::string, std::string>> settings;  // the report's config.settings, first
+};
+
+// Loading: the graphs of the pipeline's models (PipelineKind::models) and of a variant's exports.
+class PipelineGraphs {
  public:
-  virtual ~RunDriver() = default;
-  virtual RunPipelineKind kind() const = 0;
-  virtual std::string name() const = 0;                   // e.g. "tiny-sd"
-  virtual std::vector<std::string> models() const = 0;    // in call order
+  virtual ~PipelineGraphs() = default;
   virtual std::shared_ptr<const Graph> reference_graph(const std::string& model) const = 0;
   // The graphs of a variant with its own exports (pipeline.json variants or separate ONNX files);
   // models it does not replace keep the reference's graph object.
   virtual std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& spec) const = 0;
-  // A recipe variant: the reference's graphs with the recipe applied to the models it quantizes
-  // (txt2img: the UNet; segmentation: each model where it selects nodes), calibrated on the run's
-  // calibration set (cached by recipe, model and data fingerprints). UnsupportedError for a
-  // pipeline without a calibration set.
-  // A model the recipe quantized, with what re-applying the recipe to a subset of its nodes needs
-  // (qeval triage): the float graph, the selection and its calibration.
-  struct QuantizedModel {
-    std::string model;
-    std::shared_ptr<const Graph> base;
-    quant::Selection selection;
-    quant::CalibrationResult calibration;
-  };
-  struct RecipeGraphs {
-    std::map<std::string, std::shared_ptr<const Graph>> graphs;
-    quant::Recipe parsed;                   // the recipe as read
-    std::vector<QuantizedModel> quantized;  // in models() order
-    reports::Artifact recipe;          // name, file, fingerprint
-    std::optional<reports::Artifact> calibration;  // the calibration set
-    bool cache_hit = false;
-    double calibration_s = 0;
-  };
-  virtual RecipeGraphs recipe_graphs(const VariantSpec& spec, const RunSpec& run, bool progress) const;
-  virtual std::string stepped_model() const { return {}; }  // "" when no model runs per step
-  virtual std::vector<double> timesteps() const { return {}; }
+};
+
+// Recipe calibration: the data a recipe variant is calibrated on. Selecting, calibrating (cached)
+// and applying are the same for every kind: apply_pipeline_recipe (eval/run/recipe_variant.h).
+struct CalibrationData {
+  reports::Artifact artifact;       // the report's name for it and its path (the fingerprint is the set's)
+  std::vector<std::string> models;  // the models a recipe may quantize, in call order; empty: none
+  // The calibration set of one of them, made once the recipe selects nodes in it.
+  std::function<std::unique_ptr<quant::CalibrationSet>(const std::string& model)> set;
+};
+class CalibrationSource {
+ public:
+  virtual ~CalibrationSource() = default;
+  // For `variant` (a recipe variant) of `run`: InputError when the run names no calibration data
+  // and the pipeline has none. The default: no models (recipe variants are unsupported).
+  virtual CalibrationData calibration_data(const VariantSpec& variant, const RunSpec& run, bool progress) const;
+};
+
+// Unit execution: the units and how one runs with every variant.
+class UnitRunner {
+ public:
+  virtual ~UnitRunner() = default;
   virtual std::size_t units() const = 0;
   virtual UnitInfo unit(std::size_t index) const = 0;
   virtual int ticks_per_unit() const { return 1; }
-  virtual std::vector<reports::MetricInfo> metrics() const = 0;
-  virtual reports::Artifact inputs_artifact() const = 0;
-  virtual std::string scheduler_name() const { return {}; }
-  virtual int steps() const { return 0; }
-  virtual std::vector<std::pair<std::string, std::string>> settings() const { return {}; }
   virtual std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const = 0;
   virtual void run_unit(std::size_t index, DriverThread& thread, const UnitContext& context,
                         UnitOutcome& out) const = 0;
-
- protected:
-  // For recipe_graphs: the calibration cache (the run's or the default one) and the calibration
-  // prompt set (the run's, else `pipeline_default`; none is an InputError naming `pipeline_file`).
-  static std::filesystem::path calibration_cache_dir(const RunSpec& run);
-  static std::filesystem::path calibration_prompts(const VariantSpec& v, const RunSpec& run,
-                                                   const std::filesystem::path& pipeline_default,
-                                                   const std::filesystem::path& pipeline_file);
 };
 
-// The driver for a run's pipeline (loads the models and the prompt or input set). InputError for
-// what the spec names but cannot be read.
+// One loaded pipeline as the evaluator sees it: its kind, its description and the three concerns
+// a driver implements (eval/run/<kind>_driver.cc, registered in eval/run/pipeline_kind.cc).
+class RunDriver : public PipelineGraphs, public CalibrationSource, public UnitRunner {
+ public:
+  const PipelineKind& kind() const { return kind_; }
+  const RunDescription& description() const { return description_; }
+  const std::vector<std::string>& models() const { return kind_.models; }  // in call order
+
+ protected:
+  explicit RunDriver(const PipelineKind& kind) : kind_(kind) {}
+  RunDescription description_;  // the driver's constructor fills it
+
+ private:
+  const PipelineKind& kind_;
+};
+
+// The driver for a run's pipeline, loaded by its kind (loads the models and the prompt or input
+// set). InputError for what the spec names but cannot be read.
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec);
 
 struct EvaluatorOptions {
@@ -200,9 +212,6 @@ struct RunResult {
   std::vector<std::vector<StepSeries>> series;  // per variant, pooled over units
   double elapsed_s = 0;  // this process's part (run_units); the whole run's is elapsed_before_s + this
 };
-
-// A recipe variant from what RunDriver::recipe_graphs returned.
-BuiltVariant recipe_variant(const VariantSpec& spec, RunDriver::RecipeGraphs graphs);
 
 // Builds the variants of `spec` for `driver` (recipe variants are calibrated here, or read from the
 // calibration cache).

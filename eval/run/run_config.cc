@@ -12,21 +12,13 @@
 
 #include "base/input_file.h"
 #include "base/json_config.h"
+#include "eval/run/pipeline_kind.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
 
 namespace qeval::eval {
 
 namespace fs = std::filesystem;
-
-std::string_view run_pipeline_kind_name(RunPipelineKind k) {
-  switch (k) {
-    case RunPipelineKind::kTxt2Img: return "txt2img";
-    case RunPipelineKind::kSegmentation: return "segmentation";
-    case RunPipelineKind::kSingleModel: return "single-model";
-  }
-  return "?";
-}
 
 std::string_view output_kind_name(OutputKind k) {
   switch (k) {
@@ -70,7 +62,7 @@ int get_count(const base::JsonConfig& c, const std::string& key, int fallback, i
   return int(v);
 }
 
-VariantSpec parse_variant(const base::JsonConfig& v, RunPipelineKind kind) {
+VariantSpec parse_variant(const base::JsonConfig& v, const PipelineKind& kind) {
   v.allow_keys({"name", "precision", "recipe", "onnx", "pipeline_variant"});
   VariantSpec s;
   s.name = v.get_string("name");
@@ -84,18 +76,11 @@ VariantSpec parse_variant(const base::JsonConfig& v, RunPipelineKind kind) {
   if (v.has("onnx")) {
     const auto& o = v.value().at("onnx");
     if (o.is_string()) {
-      const std::string model = kind == RunPipelineKind::kTxt2Img        ? "unet"
-                                : kind == RunPipelineKind::kSegmentation ? "image_encoder"
-                                                                         : "model";
-      s.onnx[model] = v.get_path("onnx");
+      s.onnx[kind.main_model] = v.get_path("onnx");
     } else if (o.is_object()) {
       const base::JsonConfig oc = child_of(v, "onnx");
-      std::vector<std::string> models;
-      if (kind == RunPipelineKind::kTxt2Img) models = {"text_encoder", "unet", "vae_decoder"};
-      else if (kind == RunPipelineKind::kSegmentation) models = {"image_encoder", "mask_decoder"};
-      else models = {"model"};
-      oc.allow_keys(models);
-      for (const auto& m : models)
+      oc.allow_keys(kind.models);
+      for (const auto& m : kind.models)
         if (oc.has(m)) s.onnx[m] = oc.get_path(m);
       if (s.onnx.empty()) oc.fail("names no model");
     } else {
@@ -108,16 +93,25 @@ VariantSpec parse_variant(const base::JsonConfig& v, RunPipelineKind kind) {
   if (v.has("pipeline_variant")) s.pipeline_variant = v.get_string("pipeline_variant");
   const int kinds = int(!s.recipe.empty()) + int(!s.onnx.empty()) + int(!s.pipeline_variant.empty());
   if (kinds > 1) v.fail("a variant takes at most one of 'recipe', 'onnx' and 'pipeline_variant'");
-  if (!s.pipeline_variant.empty() && kind == RunPipelineKind::kSingleModel)
-    child_of(v, "pipeline_variant").fail("a single model has no pipeline.json variants; use 'onnx'");
+  if (!s.pipeline_variant.empty() && !kind.pipeline_variants)
+    child_of(v, "pipeline_variant").fail(kind.what + " has no pipeline.json variants; use 'onnx'");
   return s;
 }
 
-RunPipelineKind detect_kind(const base::JsonConfig& root, const fs::path& pipeline) {
+const PipelineKind& detect_kind(const base::JsonConfig& root, const fs::path& pipeline) {
   if (!fs::exists(pipeline)) child_of(root, "pipeline").fail("no such file or folder: " + pipeline.string());
-  if (fs::is_regular_file(pipeline) && pipeline.extension() == ".onnx") return RunPipelineKind::kSingleModel;
-  return read_pipeline_task(pipeline) == PipelineTask::kTxt2Img ? RunPipelineKind::kTxt2Img
-                                                                : RunPipelineKind::kSegmentation;
+  const PipelineKind* kind = pipeline_kind_of(pipeline);
+  if (!kind && fs::is_directory(pipeline))
+    child_of(root, "pipeline").fail((pipeline / "pipeline.json").string() +
+                                    ": no such file (a pipeline folder holds a pipeline.json; docs/pipelines.md)");
+  if (!kind) {
+    std::string kinds;
+    for (const PipelineKind* k : pipeline_kinds()) kinds += (kinds.empty() ? "" : ", ") + k->name;
+    child_of(root, "pipeline")
+        .fail(pipeline.string() + " is no pipeline qeval runs (kinds: " + kinds +
+              "; a pipeline folder or its pipeline.json, or an .onnx file)");
+  }
+  return *kind;
 }
 
 OutputSpec parse_output(const base::JsonConfig& o, const std::string& name) {
@@ -176,8 +170,8 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
   RunSpec s;
   s.source = source;
   s.pipeline = root.get_path("pipeline");
-  s.kind = detect_kind(root, s.pipeline);
-  const bool txt2img = s.kind == RunPipelineKind::kTxt2Img;
+  const PipelineKind& kind = detect_kind(root, s.pipeline);
+  s.kind = kind.name;
 
   for (const char* key : {"inputs", "prompts"}) {
     if (!root.has(key)) continue;
@@ -185,9 +179,7 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
     s.inputs = root.get_path(key);
     require_exists(root, key, s.inputs);
   }
-  if (s.kind == RunPipelineKind::kSingleModel && s.inputs.empty())
-    root.fail("a single ONNX model needs 'inputs': a folder of samples (one sub-folder per sample with "
-              "<input name>.npy files)");
+  if (!kind.inputs_required.empty() && s.inputs.empty()) root.fail(kind.inputs_required);
   s.first = get_count(root, "first", 0, 0);
   s.count = get_count(root, "count", 0, 0);
   if (root.has("seeds")) {
@@ -202,9 +194,9 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
       child_of(root, "seeds").fail("holds a seed twice");
   }
   for (const char* key : {"steps", "guidance_scale", "scheduler", "negative_prompt"})
-    if (root.has(key) && !txt2img)
-      child_of(root, key).fail(std::string("only applies to a txt2img pipeline; this one is ") +
-                               std::string(run_pipeline_kind_name(s.kind)));
+    if (root.has(key) && !kind.denoising)
+      child_of(root, key).fail("only applies to " + pipeline_kinds_with(&PipelineKind::denoising) + "; this one is " +
+                               kind.name);
   if (root.has("steps")) s.steps = get_count(root, "steps", 0, 1);
   if (root.has("guidance_scale")) {
     const double g = root.get_number("guidance_scale");
@@ -216,7 +208,7 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
   if (root.has("negative_prompt")) s.negative_prompt = root.get_string("negative_prompt");
 
   if (!root.has("variants")) root.fail("missing required key 'variants'");
-  for (const auto& v : root.array_of_objects("variants")) s.variants.push_back(parse_variant(v, s.kind));
+  for (const auto& v : root.array_of_objects("variants")) s.variants.push_back(parse_variant(v, kind));
   s.reference = root.get_string("reference", "");
   check_variants(s, root);
 
@@ -228,8 +220,8 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
     s.observe.teacher_forced = o->get_bool("teacher_forced", true);
     s.observe.full_tensors = o->get_bool("full_tensors", false);
     s.observe.histograms = get_count(*o, "histograms", s.observe.histograms, 0);
-    if (o->has("teacher_forced") && !txt2img)
-      child_of(*o, "teacher_forced").fail("only applies to a txt2img pipeline");
+    if (o->has("teacher_forced") && !kind.denoising)
+      child_of(*o, "teacher_forced").fail("only applies to " + pipeline_kinds_with(&PipelineKind::denoising));
   }
   if (auto c = root.optional_object("calibration")) {
     c->allow_keys({"prompts", "count", "steps", "cache"});
@@ -247,9 +239,9 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
   }
   s.save_images = root.get_bool("save_images", true);
   if (root.has("outputs")) {
-    if (s.kind != RunPipelineKind::kSingleModel)
-      child_of(root, "outputs").fail(std::string("only applies to a single ONNX model; this pipeline is ") +
-                                     std::string(run_pipeline_kind_name(s.kind)));
+    if (!kind.judged_outputs)
+      child_of(root, "outputs").fail("only applies to " + pipeline_kinds_with(&PipelineKind::judged_outputs) +
+                                     "; this pipeline is " + kind.name);
     const auto o = root.optional_object("outputs");
     if (!o || o->value().empty())
       child_of(root, "outputs").fail("must be a non-empty object {output name: {\"kind\": ...}}");
@@ -279,7 +271,7 @@ RunSpec default_run_config() {
   if (!fs::is_directory(s.pipeline))
     throw InputError("the shipped model " + s.pipeline.string() +
                      " is missing: run from qeval's folder, set QEVAL_DATA_DIR, or give --config");
-  s.kind = RunPipelineKind::kTxt2Img;
+  s.kind = "txt2img";
   s.count = 8;
   s.seeds = {0};
   VariantSpec fp32{"fp32", Precision::kFp32, {}, {}, {}};

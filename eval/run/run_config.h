@@ -17,13 +17,6 @@ namespace qeval::eval {
 
 inline constexpr const char* kRunConfigDoc = "docs/run-config.md";
 
-enum class RunPipelineKind {
-  kTxt2Img,       // a pipeline.json with task txt2img (tiny-sd, an SD 1.5 export)
-  kSegmentation,  // a pipeline.json with task segmentation (tiny-sam, EfficientViT-SAM)
-  kSingleModel,   // one ONNX file run on a set of input tensors
-};
-std::string_view run_pipeline_kind_name(RunPipelineKind k);  // "txt2img" | "segmentation" | "single-model"
-
 // One variant: the reference's graphs in another precision, quantized by a recipe, or other
 // ONNX files (an export next to the reference's, e.g. a Q/DQ model from ModelOpt).
 struct VariantSpec {
@@ -74,7 +67,7 @@ struct CalibrationSpec {
 struct RunSpec {
   std::filesystem::path source;  // the config file; empty for the shipped default
   std::filesystem::path pipeline;
-  RunPipelineKind kind = RunPipelineKind::kTxt2Img;
+  std::string kind = "txt2img";  // the pipeline's kind: a PipelineKind's name (eval/run/pipeline_kind.h)
 
   // Prompts (txt2img: a text prompt set; segmentation: a point-prompt set) or, for a single model,
   // a folder of input samples. Default: the pipeline's evaluation set.

@@ -134,29 +134,29 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
 
   // Configuration.
   auto& cfg = rep.config;
-  cfg.pipeline = std::string(run_pipeline_kind_name(driver.kind()));
+  cfg.pipeline = driver.kind().name;
   std::vector<const Graph*> ref_graphs;
   for (const auto& m : driver.models()) ref_graphs.push_back(res.variants[r].graphs.at(m).get());
-  cfg.model = {driver.name(), spec.pipeline.string(), ctx.fingerprints ? graphs_fingerprint(ref_graphs) : ""};
-  cfg.inputs = driver.inputs_artifact();
+  cfg.model = {driver.description().name, spec.pipeline.string(), ctx.fingerprints ? graphs_fingerprint(ref_graphs) : ""};
+  cfg.inputs = driver.description().inputs;
   if (ctx.fingerprints) cfg.inputs.fingerprint = file_fingerprint(cfg.inputs.path);
   for (const auto& v : res.variants)
     if (v.calibration && !cfg.calibration) cfg.calibration = v.calibration;
   cfg.reference_variant = spec.reference;
-  cfg.scheduler = driver.scheduler_name();
-  cfg.steps = driver.steps();
-  if (driver.kind() == RunPipelineKind::kTxt2Img) cfg.seeds = spec.seeds;
+  cfg.scheduler = driver.description().scheduler;
+  cfg.steps = driver.description().steps;
+  if (driver.kind().denoising) cfg.seeds = spec.seeds;
   cfg.threads = ctx.threads;
   cfg.shard = ctx.shard;
-  cfg.settings = driver.settings();
+  cfg.settings = driver.description().settings;
   cfg.settings.emplace_back("config", spec.source.empty() ? "default (no --config)" : spec.source.string());
   cfg.settings.emplace_back("first", std::to_string(spec.first));
   cfg.settings.emplace_back("count", spec.count ? std::to_string(spec.count) : "all");
   cfg.settings.emplace_back("observe.layers", spec.observe.layers ? "true" : "false");
   cfg.settings.emplace_back("observe.local_error", spec.observe.layers && spec.observe.local_error ? "true" : "false");
-  if (driver.kind() == RunPipelineKind::kTxt2Img)
+  if (driver.kind().denoising)
     cfg.settings.emplace_back("observe.teacher_forced", spec.observe.teacher_forced ? "true" : "false");
-  rep.metrics = driver.metrics();
+  rep.metrics = driver.description().metrics;
 
   // Variants.
   const bool layers_on = spec.observe.layers && res.observation.space->layers() > 0;
@@ -211,10 +211,10 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   }
 
   // The steps (step curves and the timestep x layer tables refer to them).
-  if (!driver.stepped_model().empty()) {
-    rep.timesteps.component = driver.stepped_model();
+  if (!driver.description().stepped_model.empty()) {
+    rep.timesteps.component = driver.description().stepped_model;
     rep.timesteps.mode = "free-running";
-    rep.timesteps.t = driver.timesteps();
+    rep.timesteps.t = driver.description().timesteps;
   }
 
   // Samples.
@@ -270,7 +270,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
       rep.layers.push_back({n.name, n.op_type, space.models()[space.model_of(l)].name});
     }
     const std::size_t nl = kept.size();
-    const int stepped = space.model_index(driver.stepped_model());
+    const int stepped = space.model_index(driver.description().stepped_model);
     std::vector<std::size_t> stepped_layers;
     if (stepped >= 0)
       for (std::size_t k = 0; k < nl; ++k)

@@ -13,6 +13,7 @@
 
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
+#include "eval/run/pipeline_kind.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
 #include "base/files.h"
@@ -172,7 +173,7 @@ std::string run_spec_json(const RunSpec& s) {
             {"local_error", s.observe.local_error},
             {"full_tensors", s.observe.full_tensors},
             {"histograms", s.observe.histograms}};
-  if (s.kind == RunPipelineKind::kTxt2Img) o["teacher_forced"] = s.observe.teacher_forced;
+  if (pipeline_kind(s.kind).denoising) o["teacher_forced"] = s.observe.teacher_forced;
   j["observe"] = o;
   json c = {{"count", s.calibration.count}, {"steps", s.calibration.steps}};
   if (!s.calibration.prompts.empty()) c["prompts"] = fs::absolute(s.calibration.prompts).string();
@@ -201,7 +202,7 @@ std::string run_key(const RunSpec& spec, const RunDriver& driver, const std::vec
   std::string all = std::string("qeval ") + QEVAL_VERSION + " statistics " + std::to_string(kStatisticsVersion) +
                     " units by id\n" + run_spec_json(keyed) + "\n";
   // The prompt or input set's content (a folder of samples: its listing).
-  const fs::path inputs = driver.inputs_artifact().path;
+  const fs::path inputs = driver.description().inputs.path;
   if (fs::is_regular_file(inputs)) {
     std::ifstream in(inputs, std::ios::binary);
     all.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

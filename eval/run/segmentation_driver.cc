@@ -9,10 +9,10 @@
 #include "eval/exec/onnx_import.h"
 #include "eval/pipelines/segmentation.h"
 #include "eval/pipelines/point_prompts.h"
-#include "eval/quant/calibrate_run.h"
 #include "eval/quant/segmentation_calibration.h"
-#include "eval/run/drivers.h"
+#include "eval/run/evaluator.h"
 #include "eval/run/outputs.h"
+#include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
 #include "metrics/segmentation.h"
 #include "base/files.h"
@@ -33,7 +33,8 @@ struct SegmentationThread : DriverThread {
 class SegmentationDriver : public RunDriver {
  public:
   explicit SegmentationDriver(const RunSpec& spec)
-      : pipeline_(std::make_shared<SegmentationPipeline>(SegmentationPipeline::load(spec.pipeline))) {
+      : RunDriver(pipeline_kind("segmentation")),
+        pipeline_(std::make_shared<SegmentationPipeline>(SegmentationPipeline::load(spec.pipeline))) {
     const SegmentationConfig& c = pipeline_->config();
     prompts_path_ = spec.inputs.empty() ? c.evaluation_prompts : spec.inputs;
     if (prompts_path_.empty())
@@ -53,11 +54,19 @@ class SegmentationDriver : public RunDriver {
       if (added) units_.push_back({key, {}});
       units_[it->second].prompts.push_back(i);
     }
+    RunDescription& d = description_;
+    d.name = c.name;
+    d.inputs = {"point prompts", prompts_path_.string(), ""};
+    {
+      using namespace metrics::keys;
+      d.metrics = {metric_info(kMaskIou), metric_info(kBoundaryF), metric_info(kSqnrDb, kLogits),
+                   metric_info(kFlippedFraction), output_nonfinite_info()};
+    }
+    std::size_t n = 0;
+    for (const auto& u : units_) n += u.prompts.size();
+    d.settings = {{"images", std::to_string(units_.size())}, {"prompts", std::to_string(n)}};
   }
 
-  RunPipelineKind kind() const override { return RunPipelineKind::kSegmentation; }
-  std::string name() const override { return pipeline_->config().name; }
-  std::vector<std::string> models() const override { return {"image_encoder", "mask_decoder"}; }
   std::shared_ptr<const Graph> reference_graph(const std::string& model) const override { return graph(model, ""); }
 
   std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& v) const override {
@@ -73,30 +82,15 @@ class SegmentationDriver : public RunDriver {
 
   // Both models calibrated through the pipeline on the calibration prompts (encoder per image,
   // decoder per prompt); a model the recipe selects nothing in keeps the reference's graph.
-  RecipeGraphs recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool progress) const override {
-    namespace q = quant;
-    RecipeGraphs out;
-    const auto t0 = std::chrono::steady_clock::now();
-    const q::Recipe recipe = q::load_recipe(v.recipe);
+  CalibrationData calibration_data(const VariantSpec& v, const RunSpec& spec, bool progress) const override {
     const SegmentationConfig& c = pipeline_->config();
     const fs::path prompts = calibration_prompts(v, spec, c.calibration_prompts, c.source);
-    const PointPromptSet set = q::read_point_prompts_limited(prompts, std::size_t(spec.calibration.count));
-    const fs::path cache = calibration_cache_dir(spec);
-    out.cache_hit = true;
-    std::string data_fingerprint;
-    for (auto& r : q::calibrate_segmentation(*pipeline_, recipe, set, cache, progress)) {
-      out.graphs[r.model] = std::make_shared<const Graph>(std::move(r.applied.graph));
-      out.quantized.push_back({r.model, graph(r.model, ""), std::move(r.selection), std::move(r.calibration)});
-      out.cache_hit = out.cache_hit && r.cache_hit;
-      data_fingerprint = r.data_fingerprint;  // the same set for both models
-    }
-    for (const std::string m : {"image_encoder", "mask_decoder"})
-      if (!out.graphs.count(m)) out.graphs[m] = graph(m, "");
-    out.parsed = recipe;
-    out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
-    out.calibration = reports::Artifact{"calibration point prompts", prompts.string(), "fnv1a64:" + data_fingerprint};
-    out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return out;
+    auto set = std::make_shared<const PointPromptSet>(
+        quant::read_point_prompts_limited(prompts, std::size_t(spec.calibration.count)));
+    auto make = [this, set, progress](const std::string& model) -> std::unique_ptr<quant::CalibrationSet> {
+      return std::make_unique<quant::SegmentationCalibrationSet>(*pipeline_, *set, model, progress);
+    };
+    return {{"calibration point prompts", prompts.string(), ""}, {"image_encoder", "mask_decoder"}, make};
   }
 
   std::size_t units() const override { return units_.size(); }
@@ -104,18 +98,6 @@ class SegmentationDriver : public RunDriver {
     std::string prompts;
     for (std::size_t p : units_[i].prompts) prompts += (prompts.empty() ? "" : ",") + std::to_string(p);
     return {units_[i].key, prompts};
-  }
-  int ticks_per_unit() const override { return 1; }
-  std::vector<reports::MetricInfo> metrics() const override {
-    using namespace metrics::keys;
-    return {metric_info(kMaskIou), metric_info(kBoundaryF), metric_info(kSqnrDb, kLogits), metric_info(kFlippedFraction),
-            output_nonfinite_info()};
-  }
-  reports::Artifact inputs_artifact() const override { return {"point prompts", prompts_path_.string(), ""}; }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::size_t n = 0;
-    for (const auto& u : units_) n += u.prompts.size();
-    return {{"images", std::to_string(units_.size())}, {"prompts", std::to_string(n)}};
   }
 
   std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const override {
@@ -223,8 +205,16 @@ class SegmentationDriver : public RunDriver {
 
 }  // namespace
 
-std::unique_ptr<RunDriver> make_segmentation_driver(const RunSpec& spec) {
-  return std::make_unique<SegmentationDriver>(spec);
+PipelineKind segmentation_pipeline_kind() {
+  PipelineKind k;
+  k.name = "segmentation";
+  k.what = "a segmentation pipeline";
+  k.models = {"image_encoder", "mask_decoder"};
+  k.main_model = "image_encoder";
+  k.pipeline_variants = true;
+  k.claims = [](const fs::path& p) { return pipeline_json_has_task(p, "segmentation"); };
+  k.load = [](const RunSpec& spec) -> std::unique_ptr<RunDriver> { return std::make_unique<SegmentationDriver>(spec); };
+  return k;
 }
 
 }  // namespace qeval::eval

@@ -7,11 +7,10 @@
 #include <limits>
 
 #include "eval/exec/onnx_import.h"
-#include "eval/quant/apply.h"
 #include "eval/quant/calibrate.h"
-#include "eval/quant/calibrate_run.h"
-#include "eval/run/drivers.h"
+#include "eval/run/evaluator.h"
 #include "eval/run/metric_names.h"
+#include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 #include "metrics/activation_stats.h"
@@ -150,7 +149,8 @@ struct SingleModelThread : DriverThread {
 class SingleModelDriver : public RunDriver {
  public:
   explicit SingleModelDriver(const RunSpec& spec)
-      : model_path_(spec.pipeline), graph_(std::make_shared<const Graph>(load_onnx(spec.pipeline))) {
+      : RunDriver(pipeline_kind("single-model")),
+        model_path_(spec.pipeline), graph_(std::make_shared<const Graph>(load_onnx(spec.pipeline))) {
     inputs_ = spec.inputs;
     const auto folders = quant::tensor_sample_folders(inputs_);
     const std::size_t first = std::min<std::size_t>(std::size_t(spec.first), folders.size());
@@ -189,11 +189,21 @@ class SingleModelDriver : public RunDriver {
                                        kRunConfigDoc));
       }
     }
+    RunDescription& d = description_;
+    d.name = model_path_.stem().string();
+    d.inputs = {"samples", inputs_.string(), ""};
+    if (!outputs_.empty()) {
+      for (const auto& o : outputs_)
+        for (auto& m : output_metric_infos(o.name, o.kind)) d.metrics.push_back(std::move(m));
+      d.metrics.push_back(output_nonfinite_info());  // over the judged outputs: what the gate's NaN/Inf rule reads
+    } else {
+      using namespace metrics::keys;
+      d.metrics = {metric_info(kSqnrDb, kPooledOutputs), metric_info(kCosine, kPooledOutputs),
+                   metric_info(kRelL2, kPooledOutputs), metric_info(kMaxAbs, kPooledOutputs), output_nonfinite_info()};
+    }
+    d.settings = {{"samples", std::to_string(samples_.size())}};
   }
 
-  RunPipelineKind kind() const override { return RunPipelineKind::kSingleModel; }
-  std::string name() const override { return model_path_.stem().string(); }
-  std::vector<std::string> models() const override { return {"model"}; }
   std::shared_ptr<const Graph> reference_graph(const std::string&) const override { return graph_; }
 
   std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& v) const override {
@@ -202,46 +212,21 @@ class SingleModelDriver : public RunDriver {
     return {{"model", graph_}};
   }
 
-  RecipeGraphs recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool) const override {
-    namespace q = quant;
-    const auto t0 = std::chrono::steady_clock::now();
-    RecipeGraphs out;
+  // The model, calibrated on the run's calibration samples (a single model has no default set).
+  CalibrationData calibration_data(const VariantSpec& v, const RunSpec& spec, bool) const override {
     if (spec.calibration.prompts.empty())
       throw InputError(fmt::format("variant '{}': a recipe on a single model needs calibration samples: "
                                    "\"calibration\": {{\"prompts\": FOLDER}} (the qeval infer --inputs layout; {})",
                                    v.name, kRunConfigDoc));
-    const q::Recipe recipe = q::load_recipe(v.recipe);
-    const q::Selection selection = q::select_nodes(*graph_, recipe);
-    q::TensorCalibrationSet set = q::TensorCalibrationSet::from_folder(spec.calibration.prompts, *graph_);
-    const fs::path cache = calibration_cache_dir(spec);
-    const q::CalibrationResult cal = q::calibrate_cached(*graph_, selection, recipe, set, cache, &out.cache_hit);
-    out.graphs["model"] = std::make_shared<const Graph>(q::apply_recipe(*graph_, selection, recipe, cal).graph);
-    out.parsed = recipe;
-    out.quantized.push_back({"model", graph_, selection, cal});
-    out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
-    out.calibration = reports::Artifact{"calibration samples", spec.calibration.prompts.string(), "fnv1a64:" + set.fingerprint()};
-    out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return out;
+    const fs::path folder = spec.calibration.prompts;
+    auto set = [this, folder](const std::string&) -> std::unique_ptr<quant::CalibrationSet> {
+      return std::make_unique<quant::TensorCalibrationSet>(quant::TensorCalibrationSet::from_folder(folder, *graph_));
+    };
+    return {{"calibration samples", folder.string(), ""}, {"model"}, set};
   }
 
   std::size_t units() const override { return samples_.size(); }
   UnitInfo unit(std::size_t i) const override { return {samples_[i].filename().string(), {}}; }
-  std::vector<reports::MetricInfo> metrics() const override {
-    if (!outputs_.empty()) {
-      std::vector<reports::MetricInfo> infos;
-      for (const auto& o : outputs_)
-        for (auto& m : output_metric_infos(o.name, o.kind)) infos.push_back(std::move(m));
-      infos.push_back(output_nonfinite_info());  // over the judged outputs: what the gate's NaN/Inf rule reads
-      return infos;
-    }
-    using namespace metrics::keys;
-    return {metric_info(kSqnrDb, kPooledOutputs), metric_info(kCosine, kPooledOutputs),
-            metric_info(kRelL2, kPooledOutputs), metric_info(kMaxAbs, kPooledOutputs), output_nonfinite_info()};
-  }
-  reports::Artifact inputs_artifact() const override { return {"samples", inputs_.string(), ""}; }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    return {{"samples", std::to_string(samples_.size())}};
-  }
 
   std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const override {
     auto t = std::make_unique<SingleModelThread>();
@@ -373,8 +358,21 @@ class SingleModelDriver : public RunDriver {
 
 }  // namespace
 
-std::unique_ptr<RunDriver> make_single_model_driver(const RunSpec& spec) {
-  return std::make_unique<SingleModelDriver>(spec);
+PipelineKind single_model_pipeline_kind() {
+  PipelineKind k;
+  k.name = "single-model";
+  k.what = "a single ONNX model";
+  k.models = {"model"};
+  k.main_model = "model";
+  k.judged_outputs = true;
+  k.inputs_required =
+      "a single ONNX model needs 'inputs': a folder of samples (one sub-folder per sample with <input name>.npy files)";
+  k.claims = [](const fs::path& p) {
+    std::error_code ec;
+    return p.extension() == ".onnx" && fs::is_regular_file(p, ec);
+  };
+  k.load = [](const RunSpec& spec) -> std::unique_ptr<RunDriver> { return std::make_unique<SingleModelDriver>(spec); };
+  return k;
 }
 
 }  // namespace qeval::eval

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "base/progress.h"
-#include "eval/quant/apply.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/recipe_variant.h"
 #include "eval/run/run_report_build.h"
 #include "kernels/error.h"
 
@@ -64,7 +64,7 @@ Gate gate_for_candidates(Gate gate, const std::string& variant) {
 class ConfigEvaluator {
  public:
   ConfigEvaluator(const RunSpec& spec, const RunDriver& driver, const BuiltVariant& reference,
-                  const BuiltVariant& target, const RunDriver::RecipeGraphs& recipe, std::vector<QNode> nodes,
+                  const BuiltVariant& target, const RecipeGraphs& recipe, std::vector<QNode> nodes,
                   Gate gate, reports::MetricInfo metric, const TriageOptions& options)
       : spec_(spec),
         driver_(driver),
@@ -132,10 +132,7 @@ class ConfigEvaluator {
       for (std::size_t k = 0; k < nodes_.size(); ++k)
         if (nodes_[k].model == m && !kept[k]) sel.targets.push_back(qm.selection.targets[nodes_[k].target]);
       if (sel.targets.size() == qm.selection.targets.size()) continue;  // the variant's own graph
-      b.graphs[qm.model] = sel.targets.empty()
-                               ? qm.base
-                               : std::make_shared<const Graph>(
-                                     quant::apply_recipe(*qm.base, sel, recipe_.parsed, qm.calibration).graph);
+      b.graphs[qm.model] = sel.targets.empty() ? qm.base : recipe_graph(*qm.base, sel, recipe_.parsed, qm.calibration);
     }
     return b;
   }
@@ -144,7 +141,7 @@ class ConfigEvaluator {
   const RunDriver& driver_;
   const BuiltVariant& reference_;
   const BuiltVariant& target_;
-  const RunDriver::RecipeGraphs& recipe_;
+  const RecipeGraphs& recipe_;
   std::vector<QNode> nodes_;
   Gate gate_;
   reports::MetricInfo metric_;
@@ -247,7 +244,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
 
   const auto driver = make_run_driver(spec);
   // The ranking metric: --metric, else the gate's first sample check's, else the pipeline's first.
-  const std::vector<reports::MetricInfo> infos = driver->metrics();
+  const std::vector<reports::MetricInfo> infos = driver->description().metrics;
   std::string metric_key = options.metric;
   if (metric_key.empty()) metric_key = gate.checks.empty() ? infos.at(0).key : gate.checks[0].metric;
   auto mi = std::find_if(infos.begin(), infos.end(), [&](const reports::MetricInfo& m) { return m.key == metric_key; });
@@ -255,7 +252,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     std::string keys;
     for (const auto& m : infos) keys += (keys.empty() ? "" : ", ") + m.key;
     throw InputError(fmt::format("metric '{}': a {} pipeline reports {}", metric_key,
-                                 run_pipeline_kind_name(driver->kind()), keys));
+                                 driver->kind().name, keys));
   }
   const reports::MetricInfo metric = *mi;
 
@@ -263,7 +260,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
   RunSpec ref_only = spec;
   ref_only.variants = {reference_spec};
   const BuiltVariant reference = build_variants(ref_only, *driver, options.progress).at(0);
-  const RunDriver::RecipeGraphs recipe = driver->recipe_graphs(target_spec, spec, options.progress);
+  const RecipeGraphs recipe = apply_pipeline_recipe(*driver, target_spec, spec, options.progress);
   const BuiltVariant target = recipe_variant(target_spec, recipe);
 
   std::vector<QNode> nodes;
@@ -288,9 +285,9 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
   const std::size_t n = nodes.size();
   ConfigEvaluator ev(spec, *driver, reference, target, recipe, nodes, gate, metric, options);
 
-  report.pipeline = std::string(run_pipeline_kind_name(driver->kind()));
-  report.model = {driver->name(), spec.pipeline.string(), ""};
-  report.inputs = driver->inputs_artifact();
+  report.pipeline = driver->kind().name;
+  report.model = {driver->description().name, spec.pipeline.string(), ""};
+  report.inputs = driver->description().inputs;
   report.recipe = recipe.recipe;
   report.variant = target_spec.name;
   report.reference = reference_spec.name;
@@ -298,7 +295,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
   report.metric = metric;
   report.gate_source = gate_in.source;
   report.rank_by = options.sensitivity ? "sensitivity" : "local";
-  for (const auto& [k, v] : driver->settings()) report.settings.emplace_back(k, v);
+  for (const auto& [k, v] : driver->description().settings) report.settings.emplace_back(k, v);
   report.settings.emplace_back("batch", std::to_string(options.batch));
 
   // 1. The variant as given, observed: its metric, its gate verdict and every node's local error.

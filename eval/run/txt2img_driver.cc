@@ -1,6 +1,6 @@
 // The txt2img driver: one unit = one (prompt, seed); every variant's text encoder, each UNet step
 // and the VAE decoder run in lockstep with the reference's.
-#include "eval/run/drivers.h"
+#include "eval/run/evaluator.h"
 
 #include <fmt/format.h>
 
@@ -9,10 +9,10 @@
 #include <cstring>
 
 #include "eval/pipelines/txt2img.h"
-#include "eval/quant/apply.h"
-#include "eval/quant/calibrate_run.h"
+#include "eval/pipelines/prompt_set.h"
 #include "eval/quant/txt2img_calibration.h"
 #include "eval/run/outputs.h"
+#include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
 #include "metrics/tensor_error.h"
 
@@ -37,7 +37,8 @@ struct Txt2ImgThread : DriverThread {
 
 class Txt2ImgDriver : public RunDriver {
  public:
-  explicit Txt2ImgDriver(const RunSpec& spec) : models_(Txt2ImgModels::load(spec.pipeline)) {
+  explicit Txt2ImgDriver(const RunSpec& spec)
+      : RunDriver(pipeline_kind("txt2img")), models_(Txt2ImgModels::load(spec.pipeline)) {
     const Txt2ImgConfig& c = models_.config;
     prompts_path_ = spec.inputs.empty() ? c.evaluation_prompts : spec.inputs;
     if (prompts_path_.empty())
@@ -63,12 +64,20 @@ class Txt2ImgDriver : public RunDriver {
     if (spec.guidance_scale) base_.guidance_scale = *spec.guidance_scale;
     if (spec.scheduler) base_.scheduler.type = *spec.scheduler;
     if (spec.negative_prompt) base_.negative_prompt = *spec.negative_prompt;
-    timesteps_ = Scheduler(base_.scheduler, base_.steps).timesteps();  // InputError on bad steps
+    RunDescription& d = description_;
+    d.name = c.name;
+    d.inputs = {"prompts", prompts_path_.string(), ""};
+    d.metrics = image_metric_infos();
+    d.metrics.push_back(output_nonfinite_info());
+    d.stepped_model = "unet";
+    d.timesteps = Scheduler(base_.scheduler, base_.steps).timesteps();  // InputError on bad steps
+    d.scheduler = std::string(scheduler_type_name(base_.scheduler.type));
+    d.steps = base_.steps;
+    d.settings = {{"guidance_scale", fmt::format("{:g}", base_.guidance_scale)},
+                  {"negative_prompt", base_.negative_prompt},
+                  {"prompts", std::to_string(prompts_.size())}};
   }
 
-  RunPipelineKind kind() const override { return RunPipelineKind::kTxt2Img; }
-  std::string name() const override { return models_.config.name; }
-  std::vector<std::string> models() const override { return {"text_encoder", "unet", "vae_decoder"}; }
   std::shared_ptr<const Graph> reference_graph(const std::string& model) const override { return graph(model); }
 
   std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& v) const override {
@@ -97,52 +106,24 @@ class Txt2ImgDriver : public RunDriver {
     return out;
   }
 
-  RecipeGraphs recipe_graphs(const VariantSpec& v, const RunSpec& spec, bool progress) const override {
-    namespace q = quant;
-    RecipeGraphs out;
-    const auto t0 = std::chrono::steady_clock::now();
-    const q::Recipe recipe = q::load_recipe(v.recipe);
-    const q::Selection selection = q::select_nodes(*models_.unet, recipe);
-    const fs::path prompts =
-        calibration_prompts(v, spec, models_.config.calibration_prompts, models_.config.source);
+  // The UNet, calibrated per step on the calibration prompts (the run's steps unless given).
+  CalibrationData calibration_data(const VariantSpec& v, const RunSpec& spec, bool progress) const override {
+    const fs::path prompts = calibration_prompts(v, spec, models_.config.calibration_prompts, models_.config.source);
     const int steps = spec.calibration.steps > 0 ? spec.calibration.steps : base_.steps;
-    q::Txt2ImgCalibrationSet set(models_, q::read_prompt_lines(prompts, std::size_t(spec.calibration.count)), steps, 0,
-                                 progress);
-    const fs::path cache = calibration_cache_dir(spec);
-    const q::CalibrationResult calibration =
-        q::calibrate_cached(*models_.unet, selection, recipe, set, cache, &out.cache_hit);
-    q::AppliedRecipe applied = q::apply_recipe(*models_.unet, selection, recipe, calibration);
-    for (const std::string m : {"text_encoder", "vae_decoder"}) out.graphs[m] = graph(m);
-    out.graphs["unet"] = std::make_shared<const Graph>(std::move(applied.graph));
-    out.parsed = recipe;
-    out.quantized.push_back({"unet", graph("unet"), selection, calibration});
-    out.recipe = {recipe.name, v.recipe.string(), "fnv1a64:" + recipe.fingerprint()};
-    out.calibration = reports::Artifact{"calibration prompts", prompts.string(), "fnv1a64:" + set.fingerprint()};
-    out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return out;
+    const std::size_t count = std::size_t(spec.calibration.count);
+    auto set = [this, prompts, steps, count, progress](const std::string&) -> std::unique_ptr<quant::CalibrationSet> {
+      return std::make_unique<quant::Txt2ImgCalibrationSet>(models_, quant::read_prompt_lines(prompts, count), steps, 0,
+                                                            progress);
+    };
+    return {{"calibration prompts", prompts.string(), ""}, {"unet"}, set};
   }
 
-  std::string stepped_model() const override { return "unet"; }
-  std::vector<double> timesteps() const override { return timesteps_; }
   std::size_t units() const override { return units_.size(); }
   UnitInfo unit(std::size_t i) const override {
     const auto& u = units_[i];
     return {fmt::format("{}-s{}", prompts_[u.prompt].id, u.seed), {}};
   }
   int ticks_per_unit() const override { return base_.steps + 2; }
-  std::vector<reports::MetricInfo> metrics() const override {
-    auto infos = image_metric_infos();
-    infos.push_back(output_nonfinite_info());
-    return infos;
-  }
-  reports::Artifact inputs_artifact() const override { return {"prompts", prompts_path_.string(), ""}; }
-  std::string scheduler_name() const override { return std::string(scheduler_type_name(base_.scheduler.type)); }
-  int steps() const override { return base_.steps; }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    return {{"guidance_scale", fmt::format("{:g}", base_.guidance_scale)},
-            {"negative_prompt", base_.negative_prompt},
-            {"prompts", std::to_string(prompts_.size())}};
-  }
 
   std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const override {
     auto t = std::make_unique<Txt2ImgThread>();
@@ -368,11 +349,21 @@ class Txt2ImgDriver : public RunDriver {
   std::vector<TextPrompt> prompts_;
   std::vector<Unit> units_;
   Txt2ImgRequest base_;
-  std::vector<double> timesteps_;
 };
 
 }  // namespace
 
-std::unique_ptr<RunDriver> make_txt2img_driver(const RunSpec& spec) { return std::make_unique<Txt2ImgDriver>(spec); }
+PipelineKind txt2img_pipeline_kind() {
+  PipelineKind k;
+  k.name = "txt2img";
+  k.what = "a txt2img pipeline";
+  k.models = {"text_encoder", "unet", "vae_decoder"};
+  k.main_model = "unet";
+  k.denoising = true;
+  k.pipeline_variants = true;
+  k.claims = [](const fs::path& p) { return pipeline_json_has_task(p, "txt2img"); };
+  k.load = [](const RunSpec& spec) -> std::unique_ptr<RunDriver> { return std::make_unique<Txt2ImgDriver>(spec); };
+  return k;
+}
 
 }  // namespace qeval::eval

@@ -18,7 +18,7 @@ namespace {
 RunSpec tiny_sd_spec(int prompts, int steps, std::vector<VariantSpec> variants) {
   RunSpec s;
   s.pipeline = testing::source_dir() / "models" / "tiny-sd";
-  s.kind = RunPipelineKind::kTxt2Img;
+  s.kind = "txt2img";
   s.count = prompts;
   s.steps = steps;
   s.variants = std::move(variants);
@@ -318,7 +318,7 @@ TEST(Evaluator, Txt2ImgRecipeVariantIsCalibratedPerStepAndQuantizesTheUnet) {
 TEST(Evaluator, SegmentationComparesMasksPerPrompt) {
   RunSpec spec;
   spec.pipeline = testing::source_dir() / "models" / "tiny-sam";
-  spec.kind = RunPipelineKind::kSegmentation;
+  spec.kind = "segmentation";
   spec.count = 5;
   spec.variants = {precision("fp32", Precision::kFp32), precision("fp16", Precision::kFp16)};
   spec.reference = "fp32";

@@ -27,7 +27,7 @@ std::string names(const std::vector<reports::MetricInfo>& metrics, const std::st
 }
 
 std::vector<reports::MetricInfo> driver_metrics(const std::string& config_json) {
-  return make_run_driver(parse_run_config(config_json, "test.json"))->metrics();
+  return make_run_driver(parse_run_config(config_json, "test.json"))->description().metrics;
 }
 
 TEST(GateDocs, ListsEveryMetricARunReports) {
@@ -35,7 +35,7 @@ TEST(GateDocs, ListsEveryMetricARunReports) {
   const fs::path vit = src / "tests/data/onnx/vit_block";
   std::string table =
       "| `qeval run` on | metric names a gate may use (`checks[].metric`, `per_pair` keys) |\n|---|---|\n";
-  table += "| a txt2img pipeline (tiny-sd) | " + names(make_run_driver(default_run_config())->metrics()) + " |\n";
+  table += "| a txt2img pipeline (tiny-sd) | " + names(make_run_driver(default_run_config())->description().metrics) + " |\n";
   table += "| a segmentation pipeline (tiny-sam) | " +
            names(driver_metrics(R"({"pipeline": ")" + (src / "models/tiny-sam").string() + R"(", "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})")) + " |\n";
   table += "| a single model (outputs pooled) | " +

@@ -35,7 +35,7 @@ TEST(RunConfig, ParsesVariantsOverridesAndObserveOptions) {
     "reference": "ref",
     "observe": {"models": ["unet"], "local_error": false, "histograms": 3},
     "save_images": false})");
-  EXPECT_EQ(s.kind, RunPipelineKind::kTxt2Img);
+  EXPECT_EQ(s.kind, "txt2img");
   EXPECT_EQ(s.inputs, testing::source_dir() / "prompts/tiny_eval.txt");  // relative to the config
   EXPECT_EQ(s.first, 2);
   EXPECT_EQ(s.count, 3);
@@ -57,14 +57,14 @@ TEST(RunConfig, ParsesVariantsOverridesAndObserveOptions) {
 TEST(RunConfig, DefaultsAndTheShippedDefault) {
   const RunSpec s = parse(R"({"pipeline": ")" + tiny_sam() +
                           R"(", "variants": [{"name": "a"}, {"name": "b", "precision": "bf16"}]})");
-  EXPECT_EQ(s.kind, RunPipelineKind::kSegmentation);
+  EXPECT_EQ(s.kind, "segmentation");
   EXPECT_EQ(s.reference, "a");  // the first variant
   EXPECT_EQ(s.seeds, std::vector<std::uint64_t>{0});
   EXPECT_TRUE(s.observe.layers);
   EXPECT_TRUE(s.observe.local_error);
 
   const RunSpec d = default_run_config();
-  EXPECT_EQ(d.kind, RunPipelineKind::kTxt2Img);
+  EXPECT_EQ(d.kind, "txt2img");
   EXPECT_EQ(fs::canonical(d.pipeline), fs::canonical(tiny_sd()));
   ASSERT_GE(d.variants.size(), 2u);
   EXPECT_EQ(d.reference, "fp32");

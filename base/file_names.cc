@@ -18,8 +18,8 @@ std::string lower(std::string s) {
 std::string file_name_for(std::string_view name) {
   std::string out(name.substr(0, kMaxStemBytes));
   for (char& c : out) {
-    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '.' || c == '-';
+    const bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
     if (!ok) c = '_';
   }
   if (out.empty()) return "_";

@@ -117,9 +117,7 @@ void JsonConfig::fail(const std::string& what) const {
   throw InputError(where() + ": " + what + (doc_.empty() ? "" : " (see " + doc_ + ")"));
 }
 
-bool JsonConfig::has(const std::string& key) const {
-  return value_.is_object() && value_.contains(key);
-}
+bool JsonConfig::has(const std::string& key) const { return value_.is_object() && value_.contains(key); }
 
 void JsonConfig::allow_keys(const std::vector<std::string>& valid) const {
   for (const auto& [k, v] : value_.items()) {

@@ -30,9 +30,9 @@ class JsonConfig {
   JsonConfig(const nlohmann::json& value, std::string source, std::string path, std::string doc);
 
   const nlohmann::json& value() const { return value_; }
-  const std::string& source() const { return source_; }  // the file name
-  const std::string& path() const { return path_; }      // key path inside it, "" at the root
-  std::string where() const;                             // "file: key.path"
+  const std::string& source() const { return source_; }   // the file name
+  const std::string& path() const { return path_; }       // key path inside it, "" at the root
+  std::string where() const;                              // "file: key.path"
   [[noreturn]] void fail(const std::string& what) const;  // throws InputError at this location
 
   bool has(const std::string& key) const;

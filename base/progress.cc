@@ -10,8 +10,11 @@ namespace qeval::base {
 bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
 Progress::Progress(std::string label, std::size_t total, bool enabled)
-    : label_(std::move(label)), total_(total), enabled_(enabled),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+    : label_(std::move(label)),
+      total_(total),
+      enabled_(enabled),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
 
 Progress::~Progress() { finish(); }
 

@@ -10,7 +10,8 @@ namespace {
 // std::regex_error carries only a code; the reason goes in the message through this subclass.
 class RegexLimitError : public std::regex_error {
  public:
-  explicit RegexLimitError(std::string what) : std::regex_error(std::regex_constants::error_complexity), what_(std::move(what)) {}
+  explicit RegexLimitError(std::string what)
+      : std::regex_error(std::regex_constants::error_complexity), what_(std::move(what)) {}
   const char* what() const noexcept override { return what_.c_str(); }
 
  private:

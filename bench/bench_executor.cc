@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "datasets/npy.h"
-#include "eval/run/infer.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/session.h"
+#include "eval/run/infer.h"
 #include "kernels/error.h"
 
 namespace {
@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
     eval::Graph graph = eval::load_onnx(argv[1]);
     std::map<std::string, Tensor> inputs;
     for (const auto& in : graph.inputs)
-      inputs.emplace(in.name, datasets::read_npy(std::filesystem::path(argv[2]) / (base::file_name_for(in.name) + ".npy")));
+      inputs.emplace(in.name,
+                     datasets::read_npy(std::filesystem::path(argv[2]) / (base::file_name_for(in.name) + ".npy")));
     eval::SessionOptions options;
     options.integer_qdq = !float_qdq;
     eval::Session session(graph, options);
@@ -115,11 +116,12 @@ int main(int argc, char** argv) {
     }
     std::size_t weight_bytes = 0;
     for (const auto& [name, t] : graph.initializers) weight_bytes += t.nbytes();
-    std::printf("{\"model\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f, \"cpu_ms\": %.3f, \"repetitions\": %d, "
-                "\"threads\": %d, \"weight_bytes\": %zu, \"peak_activation_bytes\": %zu, "
-                "\"live_activation_bytes\": %zu}\n",
-                argv[1], ms[ms.size() / 2], ms.front(), cpu_ms, reps, threads, weight_bytes,
-                session.last_peak_activation_bytes(), session.last_live_activation_bytes());
+    std::printf(
+        "{\"model\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f, \"cpu_ms\": %.3f, \"repetitions\": %d, "
+        "\"threads\": %d, \"weight_bytes\": %zu, \"peak_activation_bytes\": %zu, "
+        "\"live_activation_bytes\": %zu}\n",
+        argv[1], ms[ms.size() / 2], ms.front(), cpu_ms, reps, threads, weight_bytes,
+        session.last_peak_activation_bytes(), session.last_live_activation_bytes());
   } catch (const InputError& e) {
     std::fprintf(stderr, "bench_executor: %s\n", e.what());
     return 2;

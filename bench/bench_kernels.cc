@@ -6,8 +6,8 @@
 
 #include <ctime>
 #include <iterator>
-#include <string>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -102,8 +102,7 @@ BENCHMARK(BM_FmaPeak_allthreads)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // ---- SGEMM ------------------------------------------------------------------------------------
 
-void run_sgemm(benchmark::State& state, std::int64_t m, std::int64_t n, std::int64_t k, int threads,
-               bool reference) {
+void run_sgemm(benchmark::State& state, std::int64_t m, std::int64_t n, std::int64_t k, int threads, bool reference) {
   const auto a = random_floats(std::size_t(m * k), 1), b = random_floats(std::size_t(k * n), 2);
   std::vector<float> c(std::size_t(m * n));
   GemmShape s{false, false, m, n, k, k, n, n};
@@ -209,7 +208,11 @@ BENCHMARK(BM_SgemmBatched_attention)->Unit(benchmark::kMicrosecond)->UseRealTime
 void BM_SgemmReference(benchmark::State& state) {
   run_sgemm(state, state.range(0), state.range(1), state.range(2), 1, true);
 }
-BENCHMARK(BM_SgemmReference)->ArgNames({"m", "n", "k"})->Args({512, 512, 512})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SgemmReference)
+    ->ArgNames({"m", "n", "k"})
+    ->Args({512, 512, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // ---- conv ---------------------------------------------------------------------------------------
 
@@ -300,14 +303,13 @@ struct ConvShape {
   std::int64_t cin, cout, groups, size, kernel, stride;
 };
 constexpr ConvShape kConvShapes[] = {
-    {"dw3x3s1 16x160x160", 16, 16, 16, 160, 3, 1},   {"dw3x3s1 96x80x80", 96, 96, 96, 80, 3, 1},
-    {"dw3x3s1 256x64x64", 256, 256, 256, 64, 3, 1},  {"dw3x3s2 32x160x160", 32, 32, 32, 160, 3, 2},
-    {"dw3x3s2 96x80x80", 96, 96, 96, 80, 3, 2},      {"dw5x5s1 192x40x40", 192, 192, 192, 40, 5, 1},
-    {"dw5x5s1 480x40x40", 480, 480, 480, 40, 5, 1},  {"dw5x5s2 192x80x80", 192, 192, 192, 80, 5, 2},
-    {"dw3x3s1 x2 16->32x160x160", 16, 32, 16, 160, 3, 1},
-    {"g2 1x1 96x80x80", 96, 96, 2, 80, 1, 1},        {"g4 3x3s1 64x80x80", 64, 64, 4, 80, 3, 1},
-    {"g8 3x3s1 128x40x40", 128, 128, 8, 40, 3, 1},  {"g32 3x3s1 256x40x40", 256, 256, 32, 40, 3, 1},
-    {"g16 3x3s2 256x40x40", 256, 256, 16, 40, 3, 2},
+    {"dw3x3s1 16x160x160", 16, 16, 16, 160, 3, 1},        {"dw3x3s1 96x80x80", 96, 96, 96, 80, 3, 1},
+    {"dw3x3s1 256x64x64", 256, 256, 256, 64, 3, 1},       {"dw3x3s2 32x160x160", 32, 32, 32, 160, 3, 2},
+    {"dw3x3s2 96x80x80", 96, 96, 96, 80, 3, 2},           {"dw5x5s1 192x40x40", 192, 192, 192, 40, 5, 1},
+    {"dw5x5s1 480x40x40", 480, 480, 480, 40, 5, 1},       {"dw5x5s2 192x80x80", 192, 192, 192, 80, 5, 2},
+    {"dw3x3s1 x2 16->32x160x160", 16, 32, 16, 160, 3, 1}, {"g2 1x1 96x80x80", 96, 96, 2, 80, 1, 1},
+    {"g4 3x3s1 64x80x80", 64, 64, 4, 80, 3, 1},           {"g8 3x3s1 128x40x40", 128, 128, 8, 40, 3, 1},
+    {"g32 3x3s1 256x40x40", 256, 256, 32, 40, 3, 1},      {"g16 3x3s2 256x40x40", 256, 256, 16, 40, 3, 2},
 };
 
 void BM_ConvShape(benchmark::State& state) {
@@ -328,10 +330,8 @@ void BM_ConvShape(benchmark::State& state) {
   const double cpu0 = process_cpu_seconds();
   for (auto _ : state) {
     in_arena(1, [&] {
-      if (precision == 0)
-        conv(p, xf.data(), wf.data(), bias.data(), y.data(), &packed_f, &scratch_f);
-      else
-        int8_conv(p, xi.data(), 0, packed_i, yi.data(), nullptr, path, &scratch_i);
+      if (precision == 0) conv(p, xf.data(), wf.data(), bias.data(), y.data(), &packed_f, &scratch_f);
+      else int8_conv(p, xi.data(), 0, packed_i, yi.data(), nullptr, path, &scratch_i);
     });
     benchmark::DoNotOptimize(y.data());
     benchmark::DoNotOptimize(yi.data());
@@ -345,7 +345,11 @@ void conv_shape_args(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < int(std::size(kConvShapes)); ++i)
     for (int precision : {0, 1, 2}) b->Args({i, precision});
 }
-BENCHMARK(BM_ConvShape)->ArgNames({"shape", "precision"})->Apply(conv_shape_args)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ConvShape)
+    ->ArgNames({"shape", "precision"})
+    ->Apply(conv_shape_args)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

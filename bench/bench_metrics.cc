@@ -19,15 +19,15 @@ using namespace qeval;
 
 // A photo-like 8-bit pair: smooth structure plus texture, and a mildly distorted copy.
 struct Pair {
-  Tensor ref, test;   // planar float [3, H, W]
+  Tensor ref, test;     // planar float [3, H, W]
   cv::Mat ref8, test8;  // interleaved 8-bit HWC, the same pixels
 };
 
 const Pair& pair_1024() {
   static const Pair pair = [] {
     const int h = 1024, w = 1024, c = 3;
-    Pair p{Tensor(DType::kFloat32, {c, h, w}), Tensor(DType::kFloat32, {c, h, w}),
-           cv::Mat(h, w, CV_8UC3), cv::Mat(h, w, CV_8UC3)};
+    Pair p{Tensor(DType::kFloat32, {c, h, w}), Tensor(DType::kFloat32, {c, h, w}), cv::Mat(h, w, CV_8UC3),
+           cv::Mat(h, w, CV_8UC3)};
     std::mt19937 rng(42);
     std::normal_distribution<float> n(0, 1);
     for (int y = 0; y < h; ++y)
@@ -48,16 +48,14 @@ const Pair& pair_1024() {
 
 void BM_SsimWang_1024_rgb(benchmark::State& state) {
   const auto& p = pair_1024();
-  for (auto _ : state)
-    benchmark::DoNotOptimize(metrics::ssim(p.ref, p.test, metrics::SsimConvention::kWang, 255));
+  for (auto _ : state) benchmark::DoNotOptimize(metrics::ssim(p.ref, p.test, metrics::SsimConvention::kWang, 255));
 }
 BENCHMARK(BM_SsimWang_1024_rgb)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_SsimWangReference_1024_rgb(benchmark::State& state) {
   const auto& p = pair_1024();
   for (auto _ : state)
-    benchmark::DoNotOptimize(
-        metrics::ssim_reference(p.ref, p.test, metrics::SsimConvention::kWang, 255));
+    benchmark::DoNotOptimize(metrics::ssim_reference(p.ref, p.test, metrics::SsimConvention::kWang, 255));
 }
 BENCHMARK(BM_SsimWangReference_1024_rgb)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -125,9 +123,7 @@ const ActivationPair& activation_pair(std::int64_t n) {
 }
 
 // range(1): 1 = a clip threshold to count against (a quantized node's output), 0 = none.
-float clip_of(const benchmark::State& state) {
-  return state.range(1) ? 4.0f : std::numeric_limits<float>::infinity();
-}
+float clip_of(const benchmark::State& state) { return state.range(1) ? 4.0f : std::numeric_limits<float>::infinity(); }
 
 void BM_ActivationStats(benchmark::State& state) {
   const auto& p = activation_pair(state.range(0));

@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
   try {
     const auto models = eval::Txt2ImgModels::load(argv[1]);
     const auto sessions = eval::Txt2ImgSessions::create(models);
-    eval::Txt2ImgRequest req = eval::default_request(
-        models.config, "a large green ring on the right on a gradient orange background", 7);
+    eval::Txt2ImgRequest req =
+        eval::default_request(models.config, "a large green ring on the right on a gradient orange background", 7);
     if (argc > 5) req.steps = std::atoi(argv[5]);
 
     // The peer's inputs: ids [negative, prompt] and the initial noise.
@@ -76,11 +76,12 @@ int main(int argc, char** argv) {
     }
     datasets::write_npy(out / "qeval_latent.npy", r.final_latent);
     datasets::write_npy(out / "qeval_image.npy", r.image);
-    std::printf("{\"peer\": \"qeval\", \"median_ms\": %.2f, \"min_ms\": %.2f, \"cpu_ms\": %.2f, \"text_encoder_ms\": %.2f, "
-                "\"unet_ms\": %.2f, \"vae_decoder_ms\": %.2f, \"steps\": %d, \"guidance\": %g, \"repetitions\": %d, "
-                "\"threads\": %d}\n",
-                median(wall), *std::min_element(wall.begin(), wall.end()), median(cpu), median(text), median(unet),
-                median(vae), req.steps, req.guidance_scale, reps, threads);
+    std::printf(
+        "{\"peer\": \"qeval\", \"median_ms\": %.2f, \"min_ms\": %.2f, \"cpu_ms\": %.2f, \"text_encoder_ms\": %.2f, "
+        "\"unet_ms\": %.2f, \"vae_decoder_ms\": %.2f, \"steps\": %d, \"guidance\": %g, \"repetitions\": %d, "
+        "\"threads\": %d}\n",
+        median(wall), *std::min_element(wall.begin(), wall.end()), median(cpu), median(text), median(unet), median(vae),
+        req.steps, req.guidance_scale, reps, threads);
   } catch (const InputError& e) {
     std::fprintf(stderr, "bench_txt2img: %s\n", e.what());
     return 2;

@@ -6,12 +6,12 @@
 
 #include <charconv>
 #include <csetjmp>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
-#include "datasets/image_limits.h"
 #include "base/input_file.h"
+#include "datasets/image_limits.h"
 #include "kernels/error.h"
 
 namespace qeval::datasets {
@@ -41,8 +41,8 @@ bool exceeds_pixel_limit(Raw* out, std::uint64_t width, std::uint64_t height) {
   std::snprintf(out->error, sizeof out->error,
                 "the image is %llux%llu = %llu pixels, more than the limit of %llu (%s raises it)",
                 static_cast<unsigned long long>(width), static_cast<unsigned long long>(height),
-                static_cast<unsigned long long>(width * height),
-                static_cast<unsigned long long>(out->max_pixels), kMaxPixelsVariable);
+                static_cast<unsigned long long>(width * height), static_cast<unsigned long long>(out->max_pixels),
+                kMaxPixelsVariable);
   return true;
 }
 
@@ -261,8 +261,7 @@ void png_write_fn(png_structp png, png_bytep data, png_size_t n) {
 void png_flush_fn(png_structp) {}
 
 bool encode_png_c(const Rgb8* image, const png_bytep* rows, PngWriteState* st) {
-  png_structp png =
-      png_create_write_struct(PNG_LIBPNG_VER_STRING, st, png_write_error_fn, png_warning_fn);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, st, png_write_error_fn, png_warning_fn);
   if (!png) return false;
   png_infop info = png_create_info_struct(png);
   if (setjmp(st->jump)) {
@@ -274,9 +273,8 @@ bool encode_png_c(const Rgb8* image, const png_bytep* rows, PngWriteState* st) {
   const int color = image->channels == 1   ? PNG_COLOR_TYPE_GRAY
                     : image->channels == 4 ? PNG_COLOR_TYPE_RGBA
                                            : PNG_COLOR_TYPE_RGB;
-  png_set_IHDR(png, info, static_cast<png_uint_32>(image->width),
-               static_cast<png_uint_32>(image->height), 8, color, PNG_INTERLACE_NONE,
-               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(image->width), static_cast<png_uint_32>(image->height), 8, color,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_write_info(png, info);
   png_write_image(png, const_cast<png_bytepp>(rows));
   png_write_end(png, nullptr);
@@ -293,8 +291,7 @@ std::vector<std::uint8_t> encode_png(const Rgb8& image) {
   std::vector<std::uint8_t> out;
   std::vector<png_bytep> rows(static_cast<std::size_t>(image.height));
   const std::size_t stride = std::size_t(image.width) * image.channels;
-  for (int i = 0; i < image.height; ++i)
-    rows[std::size_t(i)] = const_cast<png_bytep>(image.pixels.data() + i * stride);
+  for (int i = 0; i < image.height; ++i) rows[std::size_t(i)] = const_cast<png_bytep>(image.pixels.data() + i * stride);
   PngWriteState st{&out, {}, {}};
   if (!encode_png_c(&image, rows.data(), &st))
     throw std::runtime_error(std::string("PNG encoding failed: ") + st.error);

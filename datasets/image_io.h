@@ -12,10 +12,10 @@
 namespace qeval::datasets {
 
 struct Image {
-  Tensor planes;        // float32 [C, H, W]: raw sample values (0..255 or 0..65535), alpha last
-  int bit_depth = 8;    // 8 or 16
+  Tensor planes;      // float32 [C, H, W]: raw sample values (0..255 or 0..65535), alpha last
+  int bit_depth = 8;  // 8 or 16
   bool has_alpha = false;
-  std::string format;   // "png" or "jpeg"
+  std::string format;  // "png" or "jpeg"
   int channels() const { return static_cast<int>(planes.dim(0)); }
   int color_channels() const { return channels() - (has_alpha ? 1 : 0); }
   int height() const { return static_cast<int>(planes.dim(1)); }

@@ -21,7 +21,6 @@ inline constexpr const char* kMaxPixelsVariable = "QEVAL_MAX_PIXELS";
 std::uint64_t max_image_pixels();
 
 // decode_image (image_io.h, which uses max_image_pixels()) with an explicit limit.
-Image decode_image(std::span<const std::uint8_t> bytes, const std::string& name_for_errors,
-                   std::uint64_t max_pixels);
+Image decode_image(std::span<const std::uint8_t> bytes, const std::string& name_for_errors, std::uint64_t max_pixels);
 
 }  // namespace qeval::datasets

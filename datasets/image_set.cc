@@ -27,9 +27,7 @@ std::string relative_name(const fs::path& entry, const fs::path& root) {
   return fs::path(rel).generic_string();
 }
 
-std::string stem_key(const std::string& rel) {
-  return fs::path(rel).replace_extension().generic_string();
-}
+std::string stem_key(const std::string& rel) { return fs::path(rel).replace_extension().generic_string(); }
 }  // namespace
 
 std::vector<std::string> list_images(const fs::path& root) {

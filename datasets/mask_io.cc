@@ -16,24 +16,21 @@ Tensor mask_from_image(const Image& image, const std::string& name_for_errors) {
   for (std::int64_t i = 0; i < n; ++i) {
     for (int c = 1; c < colors; ++c)
       if (p[c * n + i] != p[i])
-        throw InputError(name_for_errors + ": not a mask: pixel (x " + std::to_string(i % w) +
-                         ", y " + std::to_string(i / w) + ") has different color channels (" +
-                         std::to_string(int(p[i])) + " vs " + std::to_string(int(p[c * n + i])) +
+        throw InputError(name_for_errors + ": not a mask: pixel (x " + std::to_string(i % w) + ", y " +
+                         std::to_string(i / w) + ") has different color channels (" + std::to_string(int(p[i])) +
+                         " vs " + std::to_string(int(p[c * n + i])) +
                          "); a mask is a gray image (0 = background, anything else = foreground)");
     m[i] = p[i] != 0.0f ? 1 : 0;
   }
   return mask;
 }
 
-Tensor load_mask(const std::filesystem::path& path) {
-  return mask_from_image(load_image(path), path.string());
-}
+Tensor load_mask(const std::filesystem::path& path) { return mask_from_image(load_image(path), path.string()); }
 
 Rgb8 mask_image(const Tensor& mask) {
   if (mask.rank() != 2 || (mask.dtype() != DType::kUInt8 && mask.dtype() != DType::kBool))
     throw std::invalid_argument("mask_image: expected a uint8 or bool [H, W] mask, got " +
-                                std::string(dtype_name(mask.dtype())) + " " +
-                                shape_to_string(mask.shape()));
+                                std::string(dtype_name(mask.dtype())) + " " + shape_to_string(mask.shape()));
   Rgb8 img{static_cast<int>(mask.dim(1)), static_cast<int>(mask.dim(0)), 1, {}};
   const auto* m = reinterpret_cast<const std::uint8_t*>(mask.raw());
   img.pixels.resize(static_cast<std::size_t>(mask.numel()));

@@ -66,8 +66,7 @@ struct Preamble {
 
 // `first` holds the file's first min(size, kMaxPreambleBytes) bytes (or more); `total_size` is the
 // whole file's size, so a length field pointing past the end is caught before anything is read.
-Preamble read_preamble(std::span<const std::uint8_t> first, std::uint64_t total_size,
-                       const std::string& name) {
+Preamble read_preamble(std::span<const std::uint8_t> first, std::uint64_t total_size, const std::string& name) {
   if (total_size == 0) throw InputError(name + ": file is empty, expected a .npy file");
   const std::size_t n = std::min(first.size(), kMagic.size());
   if (!std::equal(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(n), kMagic.begin()))
@@ -85,17 +84,15 @@ Preamble read_preamble(std::span<const std::uint8_t> first, std::uint64_t total_
   const std::size_t len_bytes = p.major == 1 ? 2 : 4;
   if (first.size() < 8 + len_bytes)
     throw InputError(name + ": truncated .npy file: " + std::to_string(total_size) +
-                     " bytes, too short for the header length field of version " +
-                     std::to_string(p.major) + ".0");
+                     " bytes, too short for the header length field of version " + std::to_string(p.major) + ".0");
   for (std::size_t i = 0; i < len_bytes; ++i) p.header_len |= std::uint64_t{first[8 + i]} << (8 * i);
   p.header_offset = 8 + len_bytes;
   if (p.header_len > kMaxHeaderBytes)
     throw InputError(name + ": .npy header length " + std::to_string(p.header_len) +
                      " bytes exceeds the 1 MiB limit (corrupt file?)");
   if (total_size < p.header_offset + p.header_len)
-    throw InputError(name + ": truncated .npy header: the length field says " +
-                     std::to_string(p.header_len) + " bytes, only " +
-                     std::to_string(total_size - p.header_offset) + " present");
+    throw InputError(name + ": truncated .npy header: the length field says " + std::to_string(p.header_len) +
+                     " bytes, only " + std::to_string(total_size - p.header_offset) + " present");
   return p;
 }
 
@@ -134,8 +131,9 @@ class HeaderScanner {
       if (key == "descr") {
         once(have_descr);
         if (peek('['))
-          throw InputError(name_ + ": unsupported dtype: structured arrays (a 'descr' list of "
-                                   "fields) are not supported");
+          throw InputError(name_ +
+                           ": unsupported dtype: structured arrays (a 'descr' list of "
+                           "fields) are not supported");
         if (!peek('\'') && !peek('"')) fail("expected a quoted string for 'descr'");
         d.descr = parse_string();
       } else if (key == "fortran_order") {
@@ -155,8 +153,8 @@ class HeaderScanner {
     consume('}');
     skip_space();
     if (pos_ != s_.size()) fail("unexpected text after the closing '}'");
-    for (auto [seen, key] : {std::pair{have_descr, "descr"}, std::pair{have_fortran, "fortran_order"},
-                             std::pair{have_shape, "shape"}})
+    for (auto [seen, key] :
+         {std::pair{have_descr, "descr"}, std::pair{have_fortran, "fortran_order"}, std::pair{have_shape, "shape"}})
       if (!seen)
         throw InputError(name_ + ": malformed .npy header: missing key '" + key + "' in \"" +
                          printable(s_.substr(0, 200)) + "\"");
@@ -170,13 +168,13 @@ class HeaderScanner {
     while (!shown.empty() && (shown.back() == ' ' || shown.back() == '\n')) shown.remove_suffix(1);
     const std::size_t from = pos_ > 40 ? pos_ - 40 : 0;
     const std::string_view near = shown.substr(std::min(from, shown.size()), 80);
-    throw InputError(name_ + ": malformed .npy header: " + what + " at offset " +
-                     std::to_string(pos_) + " of the header, near \"" + printable(near) + "\"");
+    throw InputError(name_ + ": malformed .npy header: " + what + " at offset " + std::to_string(pos_) +
+                     " of the header, near \"" + printable(near) + "\"");
   }
 
   void skip_space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' ||
-                                s_[pos_] == '\r' || s_[pos_] == '\f' || s_[pos_] == '\v'))
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r' ||
+                                s_[pos_] == '\f' || s_[pos_] == '\v'))
       ++pos_;
   }
   bool peek(char c) {
@@ -189,8 +187,7 @@ class HeaderScanner {
     return true;
   }
   static bool is_word_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
   }
 
   // A single- or double-quoted Python string (caller checked the opening quote).
@@ -207,8 +204,13 @@ class HeaderScanner {
         switch (e) {
           case 'n': c = '\n'; break;
           case 't': c = '\t'; break;
-          case '\\': case '\'': case '"': c = e; break;
-          default: out += '\\'; c = e; break;  // Python keeps unknown escapes verbatim
+          case '\\':
+          case '\'':
+          case '"': c = e; break;
+          default:
+            out += '\\';
+            c = e;
+            break;  // Python keeps unknown escapes verbatim
         }
       }
       out += c;
@@ -217,8 +219,8 @@ class HeaderScanner {
 
   bool parse_bool() {
     skip_space();
-    for (auto [word, value] : {std::pair{std::string_view("True"), true},
-                               std::pair{std::string_view("False"), false}}) {
+    for (auto [word, value] :
+         {std::pair{std::string_view("True"), true}, std::pair{std::string_view("False"), false}}) {
       if (s_.substr(pos_).starts_with(word) &&
           (pos_ + word.size() == s_.size() || !is_word_char(s_[pos_ + word.size()]))) {
         pos_ += word.size();
@@ -284,17 +286,15 @@ struct ElementType {
 
 // What a descr's type code (without byte order) maps to.
 constexpr ElementType kReadable[] = {
-    {DType::kFloat16, 2, "f2"}, {DType::kFloat32, 4, "f4"}, {DType::kFloat64, 8, "f8"},
-    {DType::kInt8, 1, "i1"},    {DType::kUInt8, 1, "u1"},   {DType::kInt16, 2, "i2"},
-    {DType::kUInt16, 2, "u2"},  {DType::kInt32, 4, "i4"},   {DType::kUInt32, 4, "u4"},
-    {DType::kInt64, 8, "i8"},   {DType::kUInt64, 8, "u8"},  {DType::kBool, 1, "b1"},
+    {DType::kFloat16, 2, "f2"}, {DType::kFloat32, 4, "f4"}, {DType::kFloat64, 8, "f8"}, {DType::kInt8, 1, "i1"},
+    {DType::kUInt8, 1, "u1"},   {DType::kInt16, 2, "i2"},   {DType::kUInt16, 2, "u2"},  {DType::kInt32, 4, "i4"},
+    {DType::kUInt32, 4, "u4"},  {DType::kInt64, 8, "i8"},   {DType::kUInt64, 8, "u8"},  {DType::kBool, 1, "b1"},
 };
 
 // Names for type codes numpy writes that qeval cannot hold, so the error says what the file has.
 std::string_view unsupported_hint(std::string_view code) {
   static constexpr std::pair<std::string_view, std::string_view> kNames[] = {
-      {"f16", "float128"}, {"f12", "float96"},     {"c8", "complex64"},
-      {"c16", "complex128"}, {"c32", "complex256"},
+      {"f16", "float128"}, {"f12", "float96"}, {"c8", "complex64"}, {"c16", "complex128"}, {"c32", "complex256"},
   };
   for (auto [c, n] : kNames)
     if (code == c) return n;
@@ -317,8 +317,7 @@ struct Layout {
 };
 
 // Checks the dict's values against the file: dtype, element count, data length.
-Layout make_layout(const HeaderDict& d, const Preamble& p, std::uint64_t total_size,
-                   const std::string& name) {
+Layout make_layout(const HeaderDict& d, const Preamble& p, std::uint64_t total_size, const std::string& name) {
   const std::string_view descr = d.descr;
   char order = '=';
   std::string_view code = descr;
@@ -361,21 +360,19 @@ Layout make_layout(const HeaderDict& d, const Preamble& p, std::uint64_t total_s
   l.data_bytes = numel * l.elem_size;
   l.data_offset = p.header_offset + p.header_len;
   const std::uint64_t present = total_size - l.data_offset;
-  const std::string what = "shape " + shape_to_string(l.shape) + " of '" + printable(descr) +
-                           "' needs " + std::to_string(l.data_bytes) + " bytes of data, the file has " +
-                           std::to_string(present);
+  const std::string what = "shape " + shape_to_string(l.shape) + " of '" + printable(descr) + "' needs " +
+                           std::to_string(l.data_bytes) + " bytes of data, the file has " + std::to_string(present);
   if (present < l.data_bytes) throw InputError(name + ": truncated .npy data: " + what);
   // np.save can append several arrays to one open file; silently returning only the first would
   // hide both that and corruption.
   if (present > l.data_bytes)
-    throw InputError(name + ": " + std::to_string(present - l.data_bytes) +
-                     " unexpected bytes after the .npy data: " + what +
-                     " (files holding several arrays are not supported)");
+    throw InputError(name + ": " + std::to_string(present - l.data_bytes) + " unexpected bytes after the .npy data: " +
+                     what + " (files holding several arrays are not supported)");
   return l;
 }
 
-Layout decode_header(std::span<const std::uint8_t> header, const Preamble& p,
-                     std::uint64_t total_size, const std::string& name) {
+Layout decode_header(std::span<const std::uint8_t> header, const Preamble& p, std::uint64_t total_size,
+                     const std::string& name) {
   HeaderScanner scanner(as_chars(header), name, p.major <= 2);
   return make_layout(scanner.parse(), p, total_size, name);
 }
@@ -483,8 +480,7 @@ std::vector<std::uint8_t> header_bytes(const Tensor& t, const std::string& name)
   }
   if (t.rank() == 1) shape += ",";  // Python's 1-tuple
   shape += ")";
-  std::string dict = "{'descr': '" + std::string(descr) +
-                     "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string dict = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + shape + ", }";
   if (t.rank() > 0) {
     const std::size_t digits = std::to_string(t.shape()[0]).size();
     dict.append(kGrowthAxisMaxDigits - std::min(digits, kGrowthAxisMaxDigits), ' ');
@@ -551,8 +547,7 @@ std::string errno_text() { return std::error_code(errno, std::generic_category()
 
 Tensor parse_npy(std::span<const std::uint8_t> bytes, const std::string& name_for_errors) {
   const Preamble p = read_preamble(bytes, bytes.size(), name_for_errors);
-  const Layout l = decode_header(bytes.subspan(p.header_offset, p.header_len), p, bytes.size(),
-                                 name_for_errors);
+  const Layout l = decode_header(bytes.subspan(p.header_offset, p.header_len), p, bytes.size(), name_for_errors);
   Tensor t(l.dtype, l.shape);
   if (l.data_bytes) std::memcpy(t.raw(), bytes.data() + l.data_offset, l.data_bytes);
   return finish(std::move(t), l);
@@ -588,9 +583,7 @@ Tensor read_npy(const std::filesystem::path& path) {
 std::vector<std::uint8_t> serialize_npy(const Tensor& t) {
   std::vector<std::uint8_t> out = header_bytes(t, "serialize_npy");
   out.reserve(out.size() + t.nbytes());
-  for_each_le_chunk(t, [&](std::span<const std::uint8_t> chunk) {
-    out.insert(out.end(), chunk.begin(), chunk.end());
-  });
+  for_each_le_chunk(t, [&](std::span<const std::uint8_t> chunk) { out.insert(out.end(), chunk.begin(), chunk.end()); });
   return out;
 }
 
@@ -614,9 +607,7 @@ void write_npy(const std::filesystem::path& path, const Tensor& t) {
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
-  if (fd < 0)
-    throw InputError(name + ": cannot create a temporary file in " + dir.string() + ": " +
-                     errno_text());
+  if (fd < 0) throw InputError(name + ": cannot create a temporary file in " + dir.string() + ": " + errno_text());
 
   bool ok = write_all(fd, header);
   for_each_le_chunk(t, [&](std::span<const std::uint8_t> chunk) { ok = ok && write_all(fd, chunk); });

@@ -12,18 +12,16 @@
 namespace qeval::datasets {
 namespace {
 
-constexpr std::string_view kShapeNames[kSceneShapeCount] = {"circle", "square", "triangle",
-                                                            "ring",   "cross",  "diamond"};
+constexpr std::string_view kShapeNames[kSceneShapeCount] = {"circle", "square", "triangle", "ring", "cross", "diamond"};
 constexpr std::string_view kColorNames[kSceneColorCount] = {"red",  "orange", "yellow", "green",
                                                             "blue", "purple", "white",  "black"};
 constexpr std::string_view kSizeNames[kSceneSizeCount] = {"small", "medium", "large"};
 constexpr std::string_view kStyleNames[kBackgroundStyleCount] = {"plain", "gradient", "striped"};
-constexpr std::string_view kPositions[kSceneCellCount] = {
-    "at the top left",    "at the top",    "at the top right",    "on the left", "in the center",
-    "on the right",       "at the bottom left", "at the bottom", "at the bottom right"};
-constexpr Rgb kObjectRgb[kSceneColorCount] = {{220, 40, 40}, {245, 140, 20}, {240, 220, 30},
-                                              {40, 170, 60}, {40, 90, 220},  {150, 60, 200},
-                                              {245, 245, 245}, {25, 25, 25}};
+constexpr std::string_view kPositions[kSceneCellCount] = {"at the top left",    "at the top",    "at the top right",
+                                                          "on the left",        "in the center", "on the right",
+                                                          "at the bottom left", "at the bottom", "at the bottom right"};
+constexpr Rgb kObjectRgb[kSceneColorCount] = {{220, 40, 40}, {245, 140, 20}, {240, 220, 30},  {40, 170, 60},
+                                              {40, 90, 220}, {150, 60, 200}, {245, 245, 245}, {25, 25, 25}};
 constexpr int kSizePercent[kSceneSizeCount] = {7, 10, 13};
 constexpr int kJitterPercent = 3;
 
@@ -32,8 +30,8 @@ std::string_view article(std::string_view word) {
 }
 
 std::string object_phrase(const SceneObject& o) {
-  std::string first = o.size == SceneSize::kMedium ? std::string(scene_color_name(o.color))
-                                                   : std::string(scene_size_name(o.size));
+  std::string first =
+      o.size == SceneSize::kMedium ? std::string(scene_color_name(o.color)) : std::string(scene_size_name(o.size));
   std::string s(article(first));
   if (o.size != SceneSize::kMedium) {
     s += ' ';
@@ -119,8 +117,7 @@ std::array<Rgb, 2> scene_background_tones(SceneColor c) {
   return {t0, t1};
 }
 
-std::string scene_caption(const std::vector<SceneObject>& objects, BackgroundStyle style,
-                          SceneColor background) {
+std::string scene_caption(const std::vector<SceneObject>& objects, BackgroundStyle style, SceneColor background) {
   std::string s;
   for (std::size_t i = 0; i < objects.size(); ++i) {
     if (i > 0) s += i + 1 == objects.size() ? " and " : ", ";
@@ -146,8 +143,9 @@ SceneDescription describe_scene(std::uint64_t seed, std::uint64_t index, const S
   d.seed = seed;
   d.index = index;
   d.size = size;
-  const int n = options.min_objects +
-                static_cast<int>(rng.uniform(static_cast<std::uint32_t>(options.max_objects - options.min_objects + 1)));
+  const int n =
+      options.min_objects +
+      static_cast<int>(rng.uniform(static_cast<std::uint32_t>(options.max_objects - options.min_objects + 1)));
   d.style = static_cast<BackgroundStyle>(rng.uniform(kBackgroundStyleCount));
   d.background = static_cast<SceneColor>(rng.uniform(kSceneColorCount));
   std::array<int, kSceneCellCount> cells;
@@ -207,14 +205,16 @@ Scene render_scene(const SceneDescription& d) {
             const SceneObject& o = d.objects[i];
             if (inside(o.shape, px - o.center_x, py - o.center_y, o.radius)) top = static_cast<int>(i);
           }
-          if (top < 0) ++n_bg; else ++counts[top];
+          if (top < 0) ++n_bg;
+          else ++counts[top];
         }
       }
       const std::size_t p = std::size_t(y) * size + x;
       for (int k = 0; k < 3; ++k) {
         int acc = bg[k] * n_bg;
         for (std::size_t i = 0; i < n_obj; ++i) acc += scene_object_rgb(d.objects[i].color)[k] * counts[i];
-        scene.image.pixels[3 * p + k] = static_cast<std::uint8_t>((acc + kSceneSamplesPerPixel / 2) / kSceneSamplesPerPixel);
+        scene.image.pixels[3 * p + k] =
+            static_cast<std::uint8_t>((acc + kSceneSamplesPerPixel / 2) / kSceneSamplesPerPixel);
       }
       for (std::size_t i = 0; i < n_obj; ++i)
         if (2 * counts[i] >= kSceneSamplesPerPixel) scene.masks[i][p] = 255;
@@ -406,7 +406,8 @@ ObjectCheck check_object(const Rgb8& img, const std::vector<int>& labels, const 
     y1 = std::max(y1, p / size + 1);
   }
   // Local background: per-channel median of a frame 2 pixels outside the bounding box.
-  const int fy0 = std::max(0, y0 - 2), fy1 = std::min(size, y1 + 2), fx0 = std::max(0, x0 - 2), fx1 = std::min(size, x1 + 2);
+  const int fy0 = std::max(0, y0 - 2), fy1 = std::min(size, y1 + 2), fx0 = std::max(0, x0 - 2),
+            fx1 = std::min(size, x1 + 2);
   std::array<std::vector<double>, 3> border;
   for (int y = fy0; y < fy1; ++y)
     for (int x = fx0; x < fx1; ++x) {

@@ -24,8 +24,8 @@ inline constexpr int kSceneShapeCount = 6;
 inline constexpr int kSceneColorCount = 8;
 inline constexpr int kSceneSizeCount = 3;
 inline constexpr int kBackgroundStyleCount = 3;
-inline constexpr int kSceneCellCount = 9;     // 3x3 grid, row-major: cell = 3 * row + column
-inline constexpr int kSceneSubpixel = 8;      // geometry unit: 1/8 pixel; samples at odd units
+inline constexpr int kSceneCellCount = 9;  // 3x3 grid, row-major: cell = 3 * row + column
+inline constexpr int kSceneSubpixel = 8;   // geometry unit: 1/8 pixel; samples at odd units
 inline constexpr int kSceneSamplesPerPixel = 16;
 
 std::string_view scene_shape_name(SceneShape s);
@@ -55,9 +55,7 @@ class SplitMix64 {
     return mix(state_);
   }
   // An integer in [0, n): the high 32 bits times n, shifted (Lemire; no rejection, n < 2^32).
-  std::uint32_t uniform(std::uint32_t n) {
-    return static_cast<std::uint32_t>(((next() >> 32) * n) >> 32);
-  }
+  std::uint32_t uniform(std::uint32_t n) { return static_cast<std::uint32_t>(((next() >> 32) * n) >> 32); }
 
  private:
   std::uint64_t state_;
@@ -73,8 +71,8 @@ struct SceneObject {
 };
 
 struct SceneOptions {
-  int size = 64;         // image side in pixels, 16..1024
-  int min_objects = 1;   // 1 <= min_objects <= max_objects <= 3
+  int size = 64;        // image side in pixels, 16..1024
+  int min_objects = 1;  // 1 <= min_objects <= max_objects <= 3
   int max_objects = 3;
 };
 
@@ -89,7 +87,7 @@ struct SceneDescription {
 
 struct Scene {
   SceneDescription description;
-  Rgb8 image;                                  // size x size RGB
+  Rgb8 image;                                    // size x size RGB
   std::vector<std::vector<std::uint8_t>> masks;  // per object, size*size, 255 where the object
                                                  // covers at least half the pixel's samples
 };
@@ -108,8 +106,7 @@ inline Scene generate_scene(std::uint64_t seed, std::uint64_t index, const Scene
 std::vector<std::array<int, 2>> scene_object_points(const Scene& scene);
 
 // The caption of objects on a background, by the grammar of docs/scenes.md.
-std::string scene_caption(const std::vector<SceneObject>& objects, BackgroundStyle style,
-                          SceneColor background);
+std::string scene_caption(const std::vector<SceneObject>& objects, BackgroundStyle style, SceneColor background);
 
 // What a caption of the grammar names: objects (shape, color, size, cell; no geometry) and
 // background. Whitespace is normalised and case ignored. Throws InputError naming the phrase that
@@ -125,10 +122,10 @@ ParsedCaption parse_scene_caption(std::string_view caption);
 // cell; size is not checked)? The rules of docs/scenes.md ("Prompt-following check"), ported from
 // tools/scene_check.py and tested against its verdicts.
 struct ObjectCheck {
-  SceneObject named;          // shape, color, size, cell as the caption names them
+  SceneObject named;  // shape, color, size, cell as the caption names them
   bool passed = false;
-  int shape_found = -1;       // best-matching SceneShape index; -1: no region of the color in the cell
-  double shape_iou = 0.0;     // soft IoU of that shape's template
+  int shape_found = -1;    // best-matching SceneShape index; -1: no region of the color in the cell
+  double shape_iou = 0.0;  // soft IoU of that shape's template
 };
 // Throws InputError when the caption is not of the grammar or the image is not square RGB.
 std::vector<ObjectCheck> check_scene_image(const Rgb8& image, std::string_view caption);

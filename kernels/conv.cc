@@ -361,7 +361,8 @@ ConvGeometry3 conv_geometry3(const ConvParams& p) {
 std::vector<std::int64_t> conv_output_spatial(const ConvParams& p) {
   std::vector<std::int64_t> out(p.in_spatial.size());
   for (std::size_t i = 0; i < out.size(); ++i) {
-    const std::int64_t span = p.in_spatial[i] + p.pads_begin[i] + p.pads_end[i] - p.dilations[i] * (p.kernel[i] - 1) - 1;
+    const std::int64_t span =
+        p.in_spatial[i] + p.pads_begin[i] + p.pads_end[i] - p.dilations[i] * (p.kernel[i] - 1) - 1;
     out[i] = span < 0 ? 0 : span / p.strides[i] + 1;
   }
   return out;
@@ -370,8 +371,8 @@ std::vector<std::int64_t> conv_output_spatial(const ConvParams& p) {
 std::vector<std::int64_t> conv_transpose_output_spatial(const ConvParams& p) {
   std::vector<std::int64_t> out(p.in_spatial.size());
   for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = p.strides[i] * (p.in_spatial[i] - 1) + p.dilations[i] * (p.kernel[i] - 1) + 1 - p.pads_begin[i] -
-             p.pads_end[i];
+    out[i] =
+        p.strides[i] * (p.in_spatial[i] - 1) + p.dilations[i] * (p.kernel[i] - 1) + 1 - p.pads_begin[i] - p.pads_end[i];
   return out;
 }
 
@@ -449,7 +450,8 @@ PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* 
   PackedConvWeights packed;
   const std::int64_t cin_g = p.in_channels / p.groups, rows = p.out_channels / p.groups * product(p.kernel);
   packed.groups.reserve(std::size_t(p.groups));
-  for (std::int64_t grp = 0; grp < p.groups; ++grp) packed.groups.emplace_back(true, rows, cin_g, w + grp * cin_g * rows, rows);
+  for (std::int64_t grp = 0; grp < p.groups; ++grp)
+    packed.groups.emplace_back(true, rows, cin_g, w + grp * cin_g * rows, rows);
   return packed;
 }
 

@@ -40,7 +40,8 @@ BroadcastLoop plan_broadcast(const Shape& out, const Shape& a, const Shape& b) {
     L.b_strides.pop_back();
   }
   for (auto d : L.dims) L.rows *= d;
-  for (auto d : out) if (d == 0) L.rows = 0;
+  for (auto d : out)
+    if (d == 0) L.rows = 0;
   return L;
 }
 

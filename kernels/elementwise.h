@@ -23,11 +23,11 @@ inline constexpr std::int64_t kElementwiseGrain = 16384;
 // dimensions merged where both operands walk them as one, and an innermost run along which each
 // operand is contiguous (stride 1) or repeated (stride 0).
 struct BroadcastLoop {
-  std::vector<std::int64_t> dims;                // outer dimensions, outermost first
+  std::vector<std::int64_t> dims;                  // outer dimensions, outermost first
   std::vector<std::int64_t> a_strides, b_strides;  // per outer dimension, in elements
-  std::int64_t rows = 1;                         // product of dims
-  std::int64_t inner = 1;                        // length of the innermost run
-  std::int64_t a_inner = 0, b_inner = 0;         // 0 or 1
+  std::int64_t rows = 1;                           // product of dims
+  std::int64_t inner = 1;                          // length of the innermost run
+  std::int64_t a_inner = 0, b_inner = 0;           // 0 or 1
 };
 BroadcastLoop plan_broadcast(const Shape& out, const Shape& a, const Shape& b);
 
@@ -80,20 +80,23 @@ void broadcast_map(const Shape& out, const Shape& a_shape, const Shape& b_shape,
   }
   // Short rows: tasks are groups of whole rows.
   const std::int64_t rows_per_task = std::max<std::int64_t>(1, kElementwiseGrain / L.inner);
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (L.rows + rows_per_task - 1) / rows_per_task), [&](const auto& r) {
-    for (std::int64_t t = r.begin(); t < r.end(); ++t)
-      for (std::int64_t row = t * rows_per_task; row < std::min(L.rows, (t + 1) * rows_per_task); ++row)
-        segment(row, 0, L.inner);
-  });
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, (L.rows + rows_per_task - 1) / rows_per_task), [&](const auto& r) {
+        for (std::int64_t t = r.begin(); t < r.end(); ++t)
+          for (std::int64_t row = t * rows_per_task; row < std::min(L.rows, (t + 1) * rows_per_task); ++row)
+            segment(row, 0, L.inner);
+      });
 }
 
 // f(i0, i1) over [0, n) in chunks of kElementwiseGrain, threaded when there is more than one.
 template <class F>
 void for_each_chunk(std::int64_t n, F f) {
   if (n <= kElementwiseGrain) return f(std::int64_t(0), n);
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (n + kElementwiseGrain - 1) / kElementwiseGrain), [&](const auto& r) {
-    for (std::int64_t t = r.begin(); t < r.end(); ++t) f(t * kElementwiseGrain, std::min(n, (t + 1) * kElementwiseGrain));
-  });
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (n + kElementwiseGrain - 1) / kElementwiseGrain),
+                    [&](const auto& r) {
+                      for (std::int64_t t = r.begin(); t < r.end(); ++t)
+                        f(t * kElementwiseGrain, std::min(n, (t + 1) * kElementwiseGrain));
+                    });
 }
 
 // y[i] = f(x[i]) for i < n, threaded.

@@ -10,12 +10,12 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qeval::kernels {
@@ -81,8 +81,8 @@ inline void store_tile(V (&acc)[R][W], float* c, std::int64_t ldc, float alpha, 
 // one vector of columns (W = 1, e.g. attention's P x V with 16-wide heads) skip the zero rows' and
 // columns' work and give the bits the full kernel would.
 template <int R, int W>
-void micro_kernel(std::int64_t kc, const float* __restrict pa, const float* __restrict pb, float* c,
-                  std::int64_t ldc, int nr, float alpha, float beta) {
+void micro_kernel(std::int64_t kc, const float* __restrict pa, const float* __restrict pb, float* c, std::int64_t ldc,
+                  int nr, float alpha, float beta) {
   V acc[R][W];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
@@ -133,8 +133,10 @@ inline void transpose16(const V (&in)[16], V (&out)[16]) {
   // clang's spelling; the fuzz build uses clang.
   V t[16], u[16];
   for (int p = 0; p < 8; ++p) {
-    t[2 * p] = __builtin_shufflevector(in[2 * p], in[2 * p + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
-    t[2 * p + 1] = __builtin_shufflevector(in[2 * p], in[2 * p + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+    t[2 * p] =
+        __builtin_shufflevector(in[2 * p], in[2 * p + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+    t[2 * p + 1] =
+        __builtin_shufflevector(in[2 * p], in[2 * p + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
   }
 #define QEVAL_LO64 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
 #define QEVAL_HI64 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
@@ -169,8 +171,7 @@ inline void transpose16(const V (&in)[16], V (&out)[16]) {
 
 // Rows [r0, r0 + 16) of a 16-column block: one vector per row, zero past `rows`.
 inline void load_rows16(const float* src, std::int64_t ld, int r0, int rows, V (&tile)[16]) {
-  for (int r = 0; r < 16; ++r)
-    tile[r] = r0 + r < rows ? V(*reinterpret_cast<const VU*>(src + (r0 + r) * ld)) : V{};
+  for (int r = 0; r < 16; ++r) tile[r] = r0 + r < rows ? V(*reinterpret_cast<const VU*>(src + (r0 + r) * ld)) : V{};
 }
 
 // dst[kk * R + r] = src[r * ld + kk] for kk < kc, r < rows (zero for rows <= r < R): R source
@@ -275,8 +276,7 @@ void run_task(const GemmShape& s, float alpha, const float* a, const PackedA* pa
     const float* a_panels = a_buf;
     if (pa) a_panels = pa->block(i0, k0);
     else pack_a(s.trans_a, a, s.lda, i0, mc, k0, kc, a_buf);
-    gemm_packed_block(mc, nc, kc, a_panels, pb.block(j0, k0), alpha, k0 == 0 ? beta : 1.0f,
-                      c + i0 * s.ldc + j0, s.ldc);
+    gemm_packed_block(mc, nc, kc, a_panels, pb.block(j0, k0), alpha, k0 == 0 ? beta : 1.0f, c + i0 * s.ldc + j0, s.ldc);
   }
 }
 
@@ -332,7 +332,8 @@ float dot(const float* x, const float* y, std::int64_t n) {
   for (; p + 4 * kLanes <= n; p += 4 * kLanes)
     for (int u = 0; u < 4; ++u)
       acc[u] += *reinterpret_cast<const VU*>(x + p + u * kLanes) * *reinterpret_cast<const VU*>(y + p + u * kLanes);
-  for (; p + kLanes <= n; p += kLanes) acc[0] += *reinterpret_cast<const VU*>(x + p) * *reinterpret_cast<const VU*>(y + p);
+  for (; p + kLanes <= n; p += kLanes)
+    acc[0] += *reinterpret_cast<const VU*>(x + p) * *reinterpret_cast<const VU*>(y + p);
   const V v = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   float sum = 0.0f;
   for (int l = 0; l < kLanes; ++l) sum += v[l];
@@ -346,7 +347,8 @@ void few_rows(const GemmShape& s, float alpha, const float* a, const float* b, f
   // op(A)'s rows, contiguous.
   std::vector<float> a_rows(static_cast<std::size_t>(s.m * s.k));
   for (std::int64_t i = 0; i < s.m; ++i)
-    for (std::int64_t p = 0; p < s.k; ++p) a_rows[std::size_t(i * s.k + p)] = s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p];
+    for (std::int64_t p = 0; p < s.k; ++p)
+      a_rows[std::size_t(i * s.k + p)] = s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p];
   constexpr std::int64_t kChunk = 256;
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, (s.n + kChunk - 1) / kChunk), [&](const auto& r) {
     for (std::int64_t t = r.begin(); t < r.end(); ++t) {
@@ -396,7 +398,8 @@ void small_gemm(const GemmShape& s, float alpha, const float* a, const float* b,
     for (; j + kLanes <= s.n; j += kLanes) small_row_block<1>(s, alpha, a, b, beta, c, i, j);
     for (; j < s.n; ++j) {
       float acc = 0.0f;
-      for (std::int64_t p = 0; p < s.k; ++p) acc += (s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p]) * b[p * s.ldb + j];
+      for (std::int64_t p = 0; p < s.k; ++p)
+        acc += (s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p]) * b[p * s.ldb + j];
       float& dst = c[i * s.ldc + j];
       dst = beta == 0.0f ? alpha * acc : alpha * acc + beta * dst;
     }
@@ -419,8 +422,8 @@ void check_packed(const GemmShape& s, const PackedA* pa, const PackedB* pb) {
 // The packed path for `batch` products: B operands packed once per distinct pointer run (or
 // prepacked), then tasks over (entry, row block, column chunk), each packing its own A blocks
 // (unless A is prepacked, for batch 1).
-void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
-                const float* const* b, float beta, float* const* c, const PackedA* prepacked_a = nullptr,
+void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a, const float* const* b,
+                float beta, float* const* c, const PackedA* prepacked_a = nullptr,
                 const PackedB* prepacked_b = nullptr) {
   if (batch <= 0 || s.m == 0 || s.n == 0) return;
   if (s.k == 0) {
@@ -434,9 +437,8 @@ void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float
     b_index[std::size_t(e)] = std::int64_t(b_first.size()) - 1;
   }
   std::vector<PackedB> packed(prepacked_b ? 0 : b_first.size());
-  tbb::parallel_for(std::size_t(0), packed.size(), [&](std::size_t u) {
-    packed[u] = PackedB(s.trans_b, s.k, s.n, b[b_first[u]], s.ldb);
-  });
+  tbb::parallel_for(std::size_t(0), packed.size(),
+                    [&](std::size_t u) { packed[u] = PackedB(s.trans_b, s.k, s.n, b[b_first[u]], s.ldb); });
   const TaskGrid g = task_grid(s.m, s.n, batch);
   const std::int64_t per = g.m_blocks * g.n_chunks;
   tbb::parallel_for(
@@ -446,10 +448,9 @@ void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float
         for (std::int64_t t = r.begin(); t < r.end(); ++t) {
           const std::int64_t e = t / per, tt = t % per;
           const std::int64_t i0 = (tt / g.n_chunks) * MC, j0 = (tt % g.n_chunks) * g.n_chunk;
-          run_task(s, alpha, a[e], prepacked_a, prepacked_b ? *prepacked_b : packed[std::size_t(b_index[std::size_t(e)])],
-                   beta, c[e], i0,
-                   std::min<std::int64_t>(MC, s.m - i0), j0, std::min<std::int64_t>(g.n_chunk, s.n - j0),
-                   a_buf);
+          run_task(s, alpha, a[e], prepacked_a,
+                   prepacked_b ? *prepacked_b : packed[std::size_t(b_index[std::size_t(e)])], beta, c[e], i0,
+                   std::min<std::int64_t>(MC, s.m - i0), j0, std::min<std::int64_t>(g.n_chunk, s.n - j0), a_buf);
         }
       },
       tbb::simple_partitioner());
@@ -466,8 +467,8 @@ AlignedFloats alloc_aligned_floats(std::size_t n) {
   return AlignedFloats(static_cast<float*>(p));
 }
 
-void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const float* a_panels,
-                       const float* b_panels, float alpha, float beta, float* c, std::int64_t ldc) {
+void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const float* a_panels, const float* b_panels,
+                       float alpha, float beta, float* c, std::int64_t ldc) {
   // B micro-panel (kc x NR) stays in L1 while the A panels of the block stream from L2.
   for (std::int64_t jr = 0; jr < nc; jr += NR) {
     const int nr = int(std::min<std::int64_t>(NR, nc - jr));
@@ -572,7 +573,8 @@ void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, floa
 
 void sgemm_few_rows(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
   check_shape(s);
-  if (s.m > kFewRows) throw std::invalid_argument("sgemm_few_rows: m " + std::to_string(s.m) + " > " + std::to_string(kFewRows));
+  if (s.m > kFewRows)
+    throw std::invalid_argument("sgemm_few_rows: m " + std::to_string(s.m) + " > " + std::to_string(kFewRows));
   if (s.m == 0 || s.n == 0) return;
   few_rows(s, alpha, a, b, beta, c);
 }
@@ -582,8 +584,8 @@ void sgemm_batched_reference(const GemmShape& s, std::int64_t batch, float alpha
   for (std::int64_t i = 0; i < batch; ++i) sgemm_reference(s, alpha, a[i], b[i], beta, c[i]);
 }
 
-void sgemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
-                   const float* const* b, float beta, float* const* c, const PackedB* packed_b) {
+void sgemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a, const float* const* b,
+                   float beta, float* const* c, const PackedB* packed_b) {
   check_shape(s);
   if (batch <= 0 || s.m == 0 || s.n == 0) return;
   if (batch == 1) return sgemm(s, alpha, a[0], b[0], beta, c[0], nullptr, packed_b);
@@ -600,9 +602,18 @@ void sgemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const fl
 namespace {
 // Integer sums wrap modulo 2^bits as numpy's do: accumulate unsigned (no signed-overflow UB) and
 // convert back, which C++20 defines as modular.
-template <class T> struct AccumulatorOf { using type = T; };
-template <> struct AccumulatorOf<std::int32_t> { using type = std::uint32_t; };
-template <> struct AccumulatorOf<std::int64_t> { using type = std::uint64_t; };
+template <class T>
+struct AccumulatorOf {
+  using type = T;
+};
+template <>
+struct AccumulatorOf<std::int32_t> {
+  using type = std::uint32_t;
+};
+template <>
+struct AccumulatorOf<std::int64_t> {
+  using type = std::uint64_t;
+};
 }  // namespace
 
 template <class T>

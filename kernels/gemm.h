@@ -45,8 +45,8 @@ void sgemm_reference(const GemmShape& s, float alpha, const float* a, const floa
 // (broadcast operands): a B matrix shared by consecutive entries is packed once. The c[i] must not
 // overlap. Parallel over batch entries and blocks of each. `packed_b`, where given, is op(B) of
 // every entry (all b[i] equal), packed beforehand.
-void sgemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
-                   const float* const* b, float beta, float* const* c, const PackedB* packed_b = nullptr);
+void sgemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a, const float* const* b,
+                   float beta, float* const* c, const PackedB* packed_b = nullptr);
 void sgemm_batched_reference(const GemmShape& s, std::int64_t batch, float alpha, const float* const* a,
                              const float* const* b, float beta, float* const* c);
 
@@ -123,7 +123,7 @@ inline std::int64_t packed_b_floats(std::int64_t kc, std::int64_t nc) { return k
 
 // C (mc x nc) = alpha * A_block (mc x kc) * B_block (kc x nc) + beta * C, from packed blocks (A panels
 // as PackedA::block gives them, B as described above). beta == 0: C is not read. Single-threaded.
-void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const float* a_panels,
-                       const float* b_panels, float alpha, float beta, float* c, std::int64_t ldc);
+void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const float* a_panels, const float* b_panels,
+                       float alpha, float beta, float* c, std::int64_t ldc);
 
 }  // namespace qeval::kernels

@@ -120,8 +120,8 @@ struct Im2colTap {
 // Row (c, kd, kh, kw) of the im2col matrix of one channel group over a task's runs, into dst.
 void im2col_row(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap, const std::vector<Im2colRun>& runs,
                 std::int8_t* dst) {
-  const std::int8_t* base = pg.data + tap.c * pg.plane() + (tap.kd * g.d[0] * pg.dims[1] + tap.kh * g.d[1]) * pg.dims[2] +
-                            tap.kw * g.d[2];
+  const std::int8_t* base =
+      pg.data + tap.c * pg.plane() + (tap.kd * g.d[0] * pg.dims[1] + tap.kh * g.d[1]) * pg.dims[2] + tap.kw * g.d[2];
   const std::int64_t s = g.s[2];
   if (s == 1) {
     for (const Im2colRun& run : runs) copy_bytes(dst + run.offset, base + run.src, run.len);
@@ -139,8 +139,7 @@ void im2col_row(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap,
 // clearing): the group's input padded once, then per k group four im2col rows over a task's
 // columns (plain copies of runs), interleaved into the 4-byte lanes of each panel (a fixed-length
 // loop GCC vectorises). Tasks are ranges of panels.
-void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std::int8_t pad_value,
-                 PackedInt8B& out) {
+void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std::int8_t pad_value, PackedInt8B& out) {
   const std::int64_t n = g.out_size(), k = cg * g.k_size();
   const std::int64_t panels = (n + kInt8NR - 1) / kInt8NR;
   // ~16 KB of rows per task (4 rows of 4096 columns at most).
@@ -178,13 +177,13 @@ void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std
               }
             }
           }
-        }
-        else {
+        } else {
           std::memset(rows[r], 0, std::size_t(width));  // k past the end: zero rows
         }
       }
       for (std::int64_t pi = p0; pi < p1; ++pi) {
-        std::uint32_t* __restrict d = reinterpret_cast<std::uint32_t*>(out.mutable_panel(pi * kInt8NR)) + (q0 / 4) * kInt8NR;
+        std::uint32_t* __restrict d =
+            reinterpret_cast<std::uint32_t*>(out.mutable_panel(pi * kInt8NR)) + (q0 / 4) * kInt8NR;
         const std::int64_t o = (pi - p0) * kInt8NR;
         const std::int8_t* __restrict r0 = rows[0] + o;
         const std::int8_t* __restrict r1 = rows[1] + o;
@@ -253,8 +252,8 @@ void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
 
   // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is: B is
   // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B.
-  const bool direct = kprod == 1 && g.pb[0] == 0 && g.pb[1] == 0 && g.pb[2] == 0 && g.s[0] == 1 &&
-                      g.s[1] == 1 && g.s[2] == 1 && out_size == in_size;
+  const bool direct = kprod == 1 && g.pb[0] == 0 && g.pb[1] == 0 && g.pb[2] == 0 && g.s[0] == 1 && g.s[1] == 1 &&
+                      g.s[2] == 1 && out_size == in_size;
   std::optional<Lent<PackedInt8B>> lent;
   if (!scratch) scratch = lent.emplace(0, 0).get();
   for (std::int64_t b = 0; b < p.batch; ++b)
@@ -306,7 +305,8 @@ void int8_conv_reference(const ConvParams& p, const std::int8_t* x, std::int8_t 
                     const std::int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
                     const bool in = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1] && iw >= 0 && iw < g.in[2];
                     const std::int32_t v =
-                        in ? x[((b * p.in_channels + gi * cg + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] + iw]
+                        in ? x[((b * p.in_channels + gi * cg + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] +
+                               iw]
                            : pad_value;
                     acc += v * w[((oc * cg + c) * g.k[0] + kd) * g.k[1] * g.k[2] + kh * g.k[2] + kw];
                   }

@@ -234,10 +234,8 @@ void int8_depthwise_conv(const ConvParams& p, const std::int8_t* x, std::int8_t 
           // Portable: one pointer per kernel row (chunks of 4 taps do not apply).
           for (std::int64_t kr = 0; kr < kernel_rows; ++kr)
             krow[std::size_t(kr)] = reinterpret_cast<const std::int8_t*>(src[std::size_t(kr * chunks)]);
-          if (wr)
-            row_portable<true>(krow.data(), kernel_rows, wk, g, yr, wr);
-          else
-            row_portable<false>(krow.data(), kernel_rows, wk, g, yr, nullptr);
+          if (wr) row_portable<true>(krow.data(), kernel_rows, wk, g, yr, wr);
+          else row_portable<false>(krow.data(), kernel_rows, wk, g, yr, nullptr);
         }
       }
     }

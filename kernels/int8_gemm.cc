@@ -82,8 +82,8 @@ inline __m512 epilogue16(__m512i s, std::int64_t i, std::int64_t j0, __mmask16 m
 }
 
 // e (the last k block only): the tile at (i0, j0) of C is finished into floats from the registers.
-void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::int8_t* __restrict pb,
-                 std::int32_t* c, std::int64_t ldc, int mr, int nr, bool first, const std::int32_t* col_sums,
+void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::int8_t* __restrict pb, std::int32_t* c,
+                 std::int64_t ldc, int mr, int nr, bool first, const std::int32_t* col_sums,
                  const Int8Epilogue* e = nullptr, std::int64_t i0 = 0, std::int64_t j0 = 0) {
   const __mmask16 m0 = nr >= 16 ? __mmask16(0xffff) : __mmask16((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? __mmask16(0xffff) : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : __mmask16(0);
@@ -144,9 +144,7 @@ void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::
 
 void AlignedBytesFree::operator()(std::uint8_t* p) const { std::free(p); }
 
-PackedInt8A::PackedInt8A(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda) {
-  pack(m, k, a, lda);
-}
+PackedInt8A::PackedInt8A(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda) { pack(m, k, a, lda); }
 
 void PackedInt8A::pack(std::int64_t m, std::int64_t k, const std::int8_t* a, std::int64_t lda) {
   if (m < 0 || k < 0 || lda < k) throw std::invalid_argument("PackedInt8A: bad shape");
@@ -272,8 +270,8 @@ namespace {
 
 // The epilogue over rows [0, mr) and columns [0, nr) of a tile whose top-left element is (i0, j0)
 // of C: c holds int32 sums and receives the floats in place.
-void finish_tile(std::int32_t* c, std::int64_t ldc, std::int64_t mr, std::int64_t nr, std::int64_t i0,
-                 std::int64_t j0, const Int8Epilogue& e) {
+void finish_tile(std::int32_t* c, std::int64_t ldc, std::int64_t mr, std::int64_t nr, std::int64_t i0, std::int64_t j0,
+                 const Int8Epilogue& e) {
   for (std::int64_t r = 0; r < mr; ++r) {
     const std::int64_t i = i0 + r;
     const std::int32_t ra = e.row_add ? e.row_add[i] : 0;
@@ -299,8 +297,8 @@ void finish_tile(std::int32_t* c, std::int64_t ldc, std::int64_t mr, std::int64_
 
 void gemm_impl(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std::int64_t ldc, Int8GemmPath path,
                const Int8Epilogue* e) {
-  if (a.k() != b.k()) throw std::invalid_argument("int8_gemm: A has k = " + std::to_string(a.k()) + ", B has " +
-                                                  std::to_string(b.k()));
+  if (a.k() != b.k())
+    throw std::invalid_argument("int8_gemm: A has k = " + std::to_string(a.k()) + ", B has " + std::to_string(b.k()));
   if (!int8_gemm_path_available(path)) throw std::invalid_argument("int8_gemm: path not available in this build");
   const std::int64_t m = a.m(), n = b.n(), groups = a.k_groups();
   if (m == 0 || n == 0) return;

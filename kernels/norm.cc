@@ -50,8 +50,7 @@ void apply_run(const T* x, T* y, std::int64_t n, double mean, double a, double b
 
 // y = (x - mean) * inv_std * scale[i] + bias[i] over a run with per-element parameters.
 template <class T>
-void apply_vector(const T* x, T* y, std::int64_t n, double mean, double inv_std, const T* scale,
-                  const T* bias) {
+void apply_vector(const T* x, T* y, std::int64_t n, double mean, double inv_std, const T* scale, const T* bias) {
   for (std::int64_t i = 0; i < n; ++i) {
     const double s = scale ? static_cast<double>(scale[i]) : 1.0;
     const double b = bias ? static_cast<double>(bias[i]) : 0.0;
@@ -77,8 +76,8 @@ void moments(const T* x, std::int64_t n, double* mean, double* variance) {
 }
 
 template <class T>
-void normalize_rows(const T* x, T* y, std::int64_t rows, std::int64_t n, double epsilon,
-                    const ChannelAffine<T>& affine, double* mean_out, double* inv_std_out) {
+void normalize_rows(const T* x, T* y, std::int64_t rows, std::int64_t n, double epsilon, const ChannelAffine<T>& affine,
+                    double* mean_out, double* inv_std_out) {
   if (rows <= 0 || n <= 0) return;
   const std::int64_t channels = std::max<std::int64_t>(1, affine.channels);
   const std::int64_t inner = std::max<std::int64_t>(1, affine.channel_inner);
@@ -117,9 +116,8 @@ void normalize_rows(const T* x, T* y, std::int64_t rows, std::int64_t n, double 
 }
 
 template <class T>
-void batch_norm(const T* x, T* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,
-                const double* scale, const double* bias, const double* mean, const double* var,
-                double epsilon) {
+void batch_norm(const T* x, T* y, std::int64_t outer, std::int64_t channels, std::int64_t inner, const double* scale,
+                const double* bias, const double* mean, const double* var, double epsilon) {
   if (outer <= 0 || channels <= 0 || inner <= 0) return;
   const std::int64_t grain = std::max<std::int64_t>(1, 32768 / inner);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, outer * channels, grain), [&](const auto& range) {
@@ -137,9 +135,9 @@ template void normalize_rows<float>(const float*, float*, std::int64_t, std::int
                                     const ChannelAffine<float>&, double*, double*);
 template void normalize_rows<double>(const double*, double*, std::int64_t, std::int64_t, double,
                                      const ChannelAffine<double>&, double*, double*);
-template void batch_norm<float>(const float*, float*, std::int64_t, std::int64_t, std::int64_t,
-                                const double*, const double*, const double*, const double*, double);
-template void batch_norm<double>(const double*, double*, std::int64_t, std::int64_t, std::int64_t,
-                                 const double*, const double*, const double*, const double*, double);
+template void batch_norm<float>(const float*, float*, std::int64_t, std::int64_t, std::int64_t, const double*,
+                                const double*, const double*, const double*, double);
+template void batch_norm<double>(const double*, double*, std::int64_t, std::int64_t, std::int64_t, const double*,
+                                 const double*, const double*, const double*, double);
 
 }  // namespace qeval::kernels

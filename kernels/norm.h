@@ -26,14 +26,13 @@ void moments(const T* x, std::int64_t n, double* mean, double* variance);
 // y = (x - mean) / sqrt(var + epsilon) * scale + bias, computed in double per element.
 // mean_out / inv_std_out (`rows` values each) may be nullptr. T is float or double.
 template <class T>
-void normalize_rows(const T* x, T* y, std::int64_t rows, std::int64_t n, double epsilon,
-                    const ChannelAffine<T>& affine, double* mean_out, double* inv_std_out);
+void normalize_rows(const T* x, T* y, std::int64_t rows, std::int64_t n, double epsilon, const ChannelAffine<T>& affine,
+                    double* mean_out, double* inv_std_out);
 
 // Inference batch normalisation of x viewed as [outer, channels, inner]:
 // y = (x - mean[c]) / sqrt(var[c] + epsilon) * scale[c] + bias[c]; parameters in double.
 template <class T>
-void batch_norm(const T* x, T* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,
-                const double* scale, const double* bias, const double* mean, const double* var,
-                double epsilon);
+void batch_norm(const T* x, T* y, std::int64_t outer, std::int64_t channels, std::int64_t inner, const double* scale,
+                const double* bias, const double* mean, const double* var, double epsilon);
 
 }  // namespace qeval::kernels

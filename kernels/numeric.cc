@@ -34,8 +34,7 @@ inline std::uint16_t float_bits_to_half(std::uint32_t x) {
   const std::uint32_t a = x & 0x7fffffffu;
   // Normal half (a >= 2^-14): rebias the exponent; a carry out of the mantissa bumps the
   // exponent, and past 65504 lands on or beyond 0x7C00, which min() turns into inf.
-  const std::uint32_t normal =
-      std::min<std::uint32_t>((a + 0xfffu + ((a >> 13) & 1) - (112u << 23)) >> 13, 0x7c00u);
+  const std::uint32_t normal = std::min<std::uint32_t>((a + 0xfffu + ((a >> 13) & 1) - (112u << 23)) >> 13, 0x7c00u);
   // Subnormal half: the value in units of 2^-24 is sig >> (126 - e). Shifts past 25 give 0
   // anyway (sig < 2^24), so clamp to keep the shift defined; float subnormals (e == 0) land there.
   const std::uint32_t e = a >> 23;
@@ -44,8 +43,7 @@ inline std::uint16_t float_bits_to_half(std::uint32_t x) {
   const std::uint32_t subnormal = shift_right_rne(sig, shift);
   // NaN: keep the top 10 payload bits and set the quiet bit (what VCVTPS2PH does).
   const std::uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-  const std::uint32_t mag =
-      select_bits(a > 0x7f800000u, nan, select_bits(a < 0x38800000u, subnormal, normal));
+  const std::uint32_t mag = select_bits(a > 0x7f800000u, nan, select_bits(a < 0x38800000u, subnormal, normal));
   return static_cast<std::uint16_t>(sign | mag);
 }
 
@@ -58,8 +56,7 @@ inline float half_to_float(std::uint16_t h) {
   // Inf/NaN: exponent all ones; a NaN gets the quiet bit, as VCVTPH2PS does.
   const std::uint32_t special = 0x7f800000u | (mant << 13) | select_bits(mant != 0, 0x400000u, 0);
   const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(float(mant) * 0x1p-24f);
-  const std::uint32_t mag =
-      select_bits(em >= 0x7c00u, special, select_bits(em < 0x400u, subnormal, normal));
+  const std::uint32_t mag = select_bits(em >= 0x7c00u, special, select_bits(em < 0x400u, subnormal, normal));
   return std::bit_cast<float>(sign | mag);
 }
 
@@ -75,8 +72,7 @@ inline float round_float16_portable(float v) {
 }
 
 inline float round_bfloat16(float v) {
-  return std::bit_cast<float>(std::uint32_t(float_bits_to_bfloat16(std::bit_cast<std::uint32_t>(v)))
-                              << 16);
+  return std::bit_cast<float>(std::uint32_t(float_bits_to_bfloat16(std::bit_cast<std::uint32_t>(v))) << 16);
 }
 
 // The float8 formats differ in exponent width, bias and which codes are special.
@@ -93,8 +89,7 @@ struct Fp8Format {
   static constexpr int bias = kBias;
   static constexpr Fp8Kind kind = kKind;
   // Largest finite magnitude code.
-  static constexpr std::uint32_t max_mag =
-      kKind == Fp8Kind::kFnuz ? 0x7fu : (kKind == Fp8Kind::kFn ? 0x7eu : 0x7bu);
+  static constexpr std::uint32_t max_mag = kKind == Fp8Kind::kFnuz ? 0x7fu : (kKind == Fp8Kind::kFn ? 0x7eu : 0x7bu);
 };
 
 using E4M3FN = Fp8Format<4, 3, 7, Fp8Kind::kFn>;
@@ -108,8 +103,7 @@ std::uint8_t encode_fp8(float v, bool saturate) {
   const std::uint32_t sign = (x >> 24) & 0x80u;
   const std::uint32_t a = x & 0x7fffffffu;
   const std::uint32_t nan = F::kind == Fp8Kind::kFnuz ? 0x80u : (sign | 0x7fu);
-  const std::uint32_t overflow =
-      saturate ? (sign | F::max_mag) : (F::kind == Fp8Kind::kIeee ? (sign | 0x7cu) : nan);
+  const std::uint32_t overflow = saturate ? (sign | F::max_mag) : (F::kind == Fp8Kind::kIeee ? (sign | 0x7cu) : nan);
   if (a > 0x7f800000u) return static_cast<std::uint8_t>(nan);
   if (a == 0x7f800000u) return static_cast<std::uint8_t>(overflow);
 
@@ -149,8 +143,8 @@ float decode_fp8(std::uint8_t code) {
     }
   } else {
     if (exp_field == kExpAllOnes) {
-      const float special = mant == 0 ? std::numeric_limits<float>::infinity()
-                                      : std::numeric_limits<float>::quiet_NaN();
+      const float special =
+          mant == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
       return negative ? -special : special;
     }
   }
@@ -171,12 +165,8 @@ float16 to_float16(float v) { return {float_bits_to_half(std::bit_cast<std::uint
 bfloat16 to_bfloat16(float v) { return {float_bits_to_bfloat16(std::bit_cast<std::uint32_t>(v))}; }
 float8_e4m3fn to_float8_e4m3fn(float v, bool saturate) { return {encode_fp8<E4M3FN>(v, saturate)}; }
 float8_e5m2 to_float8_e5m2(float v, bool saturate) { return {encode_fp8<E5M2>(v, saturate)}; }
-float8_e4m3fnuz to_float8_e4m3fnuz(float v, bool saturate) {
-  return {encode_fp8<E4M3FNUZ>(v, saturate)};
-}
-float8_e5m2fnuz to_float8_e5m2fnuz(float v, bool saturate) {
-  return {encode_fp8<E5M2FNUZ>(v, saturate)};
-}
+float8_e4m3fnuz to_float8_e4m3fnuz(float v, bool saturate) { return {encode_fp8<E4M3FNUZ>(v, saturate)}; }
+float8_e5m2fnuz to_float8_e5m2fnuz(float v, bool saturate) { return {encode_fp8<E5M2FNUZ>(v, saturate)}; }
 
 float to_float(float16 v) { return half_to_float(v.bits); }
 float to_float(bfloat16 v) { return std::bit_cast<float>(std::uint32_t(v.bits) << 16); }

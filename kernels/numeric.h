@@ -13,12 +13,24 @@ namespace qeval {
 
 // Storage types: the raw code, so a caller can compare and serialise bits without going through
 // float (NaN payloads and -0 survive).
-struct float16 { std::uint16_t bits; };          // IEEE 754 binary16
-struct bfloat16 { std::uint16_t bits; };
-struct float8_e4m3fn { std::uint8_t bits; };     // no inf, NaN = 0x7F/0xFF, max 448
-struct float8_e5m2 { std::uint8_t bits; };       // IEEE-like, inf and NaN, max 57344
-struct float8_e4m3fnuz { std::uint8_t bits; };   // no inf, no -0, NaN = 0x80, max 240
-struct float8_e5m2fnuz { std::uint8_t bits; };   // no inf, no -0, NaN = 0x80, max 57344
+struct float16 {
+  std::uint16_t bits;
+};  // IEEE 754 binary16
+struct bfloat16 {
+  std::uint16_t bits;
+};
+struct float8_e4m3fn {
+  std::uint8_t bits;
+};  // no inf, NaN = 0x7F/0xFF, max 448
+struct float8_e5m2 {
+  std::uint8_t bits;
+};  // IEEE-like, inf and NaN, max 57344
+struct float8_e4m3fnuz {
+  std::uint8_t bits;
+};  // no inf, no -0, NaN = 0x80, max 240
+struct float8_e5m2fnuz {
+  std::uint8_t bits;
+};  // no inf, no -0, NaN = 0x80, max 57344
 
 // float -> format: round to nearest, ties to even, on the exact value (no double rounding).
 // Overflow is decided on the rounded value, as the ONNX Cast-19 tables say ("[x] means the value
@@ -107,8 +119,6 @@ inline T quantize_to(float x, float scale, std::int32_t zero_point) {
 std::int8_t quantize_int8(float x, float scale, std::int32_t zero_point = 0);
 std::uint8_t quantize_uint8(float x, float scale, std::int32_t zero_point = 0);
 // DequantizeLinear: (q - zero_point) * scale, in float.
-inline float dequantize(std::int32_t q, float scale, std::int32_t zero_point) {
-  return float(q - zero_point) * scale;
-}
+inline float dequantize(std::int32_t q, float scale, std::int32_t zero_point) { return float(q - zero_point) * scale; }
 
 }  // namespace qeval

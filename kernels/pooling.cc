@@ -6,8 +6,7 @@
 
 namespace qeval::kernels {
 
-std::vector<float> pool_plane(const float* in, int h, int w, int f, PoolMode mode, int* out_h,
-                              int* out_w) {
+std::vector<float> pool_plane(const float* in, int h, int w, int f, PoolMode mode, int* out_h, int* out_w) {
   if (f < 1) throw std::invalid_argument("pool_plane: factor must be >= 1");
   const int oh = (h + f - 1) / f, ow = (w + f - 1) / f;
   std::vector<float> out(std::size_t(oh) * ow);

@@ -47,8 +47,7 @@ double cubic_kernel(double t, double a) {
 }
 
 template <class T>
-void apply_axis(const T* src, T* dst, std::int64_t outer, const AxisFilter& f, std::int64_t inner,
-                T fill) {
+void apply_axis(const T* src, T* dst, std::int64_t outer, const AxisFilter& f, std::int64_t inner, T fill) {
   const int taps = f.taps;
   std::vector<T> w(f.weight.size());
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<T>(f.weight[i]);
@@ -102,7 +101,8 @@ void gather(const U* x, U* y, const std::vector<AxisFilter>& f, U fill) {
     return;
   }
   std::vector<std::int64_t> in_stride(std::size_t(rank), 1);
-  for (int d = rank - 2; d >= 0; --d) in_stride[std::size_t(d)] = in_stride[std::size_t(d) + 1] * f[std::size_t(d) + 1].in;
+  for (int d = rank - 2; d >= 0; --d)
+    in_stride[std::size_t(d)] = in_stride[std::size_t(d) + 1] * f[std::size_t(d) + 1].in;
   const AxisFilter& last = f.back();
   std::int64_t rows = 1;
   for (int d = 0; d + 1 < rank; ++d) rows *= f[std::size_t(d)].out;
@@ -235,8 +235,8 @@ template <class T>
 void resize(const T* x, T* y, const std::vector<ResizeAxis>& axes, const ResizeOptions& options) {
   if (options.mode == ResizeMode::kNearest) {
     const T fill = static_cast<T>(options.extrapolation_value);
-    resize_nearest(reinterpret_cast<const std::byte*>(x), reinterpret_cast<std::byte*>(y), sizeof(T),
-                   axes, options, reinterpret_cast<const std::byte*>(&fill));
+    resize_nearest(reinterpret_cast<const std::byte*>(x), reinterpret_cast<std::byte*>(y), sizeof(T), axes, options,
+                   reinterpret_cast<const std::byte*>(&fill));
     return;
   }
   const std::vector<AxisFilter> f = filters_for(axes, options);
@@ -274,9 +274,8 @@ void resize(const T* x, T* y, const std::vector<ResizeAxis>& axes, const ResizeO
   }
 }
 
-void resize_nearest(const std::byte* x, std::byte* y, std::size_t element_size,
-                    const std::vector<ResizeAxis>& axes, const ResizeOptions& options,
-                    const std::byte* fill) {
+void resize_nearest(const std::byte* x, std::byte* y, std::size_t element_size, const std::vector<ResizeAxis>& axes,
+                    const ResizeOptions& options, const std::byte* fill) {
   ResizeOptions nearest = options;
   nearest.mode = ResizeMode::kNearest;
   const std::vector<AxisFilter> f = filters_for(axes, nearest);

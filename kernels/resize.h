@@ -69,8 +69,7 @@ void resize(const T* x, T* y, const std::vector<ResizeAxis>& axes, const ResizeO
 
 // Nearest-neighbour resize of any element type (a gather; no arithmetic on values).
 // `fill` holds one element: the value written where the filter extrapolates.
-void resize_nearest(const std::byte* x, std::byte* y, std::size_t element_size,
-                    const std::vector<ResizeAxis>& axes, const ResizeOptions& options,
-                    const std::byte* fill);
+void resize_nearest(const std::byte* x, std::byte* y, std::size_t element_size, const std::vector<ResizeAxis>& axes,
+                    const ResizeOptions& options, const std::byte* fill);
 
 }  // namespace qeval::kernels

@@ -69,8 +69,8 @@ void softmax_row(const T* x, T* y, std::int64_t n, bool log) {
 
 // One [n, width] block of columns (stride `inner`): every loop runs across the columns.
 template <class T>
-void softmax_columns(const T* x, T* y, std::int64_t n, std::int64_t inner, std::int64_t width,
-                     bool log, T* m, double* s) {
+void softmax_columns(const T* x, T* y, std::int64_t n, std::int64_t inner, std::int64_t width, bool log, T* m,
+                     double* s) {
   std::copy_n(x, width, m);
   for (std::int64_t k = 1; k < n; ++k) {
     const T* xk = x + k * inner;
@@ -188,7 +188,7 @@ double exp_and_sum(const float* x, float* y, std::int64_t n, float m) {
   const V16 vm = splat(m);
   auto ex = [](V16 v) { return finite ? simd::exp_nonpositive(v) : simd::exp(v); };
   F64x8 total[2] = {F64x8{}, F64x8{}};
-  auto flush = [&](V16 (&acc)[2]) {
+  auto flush = [&](V16(&acc)[2]) {
     const V16 s = acc[0] + acc[1];
     const V8U* h = reinterpret_cast<const V8U*>(&s);
     total[0] += __builtin_convertvector(h[0], F64x8);
@@ -209,7 +209,8 @@ double exp_and_sum(const float* x, float* y, std::int64_t n, float m) {
   }
   for (; i < n; i += kLanes) {
     const std::int64_t len = std::min<std::int64_t>(kLanes, n - i);
-    const V16 e = ex((len == kLanes ? V16(*reinterpret_cast<const V16U*>(x + i)) : load_partial(x + i, len, -INFINITY)) - vm);
+    const V16 e =
+        ex((len == kLanes ? V16(*reinterpret_cast<const V16U*>(x + i)) : load_partial(x + i, len, -INFINITY)) - vm);
     acc[0] += e;
     if (len == kLanes) *reinterpret_cast<V16U*>(y + i) = e;
     else store_partial(y + i, len, e);

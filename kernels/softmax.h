@@ -7,8 +7,8 @@ namespace qeval::kernels {
 
 // y = softmax(x) (log-softmax when `log`) along the middle axis of x viewed as [outer, n, inner].
 // The row maximum is subtracted before exponentiating (no overflow on large logits); sums are
-// accumulated in double (float rows: float lanes of at most 8 terms, added in double). NaN anywhere in a row makes the whole row NaN, as the math says.
-// T is float or double; `y` must not alias `x`.
+// accumulated in double (float rows: float lanes of at most 8 terms, added in double). NaN anywhere in a row makes the
+// whole row NaN, as the math says. T is float or double; `y` must not alias `x`.
 template <class T>
 void softmax(const T* x, T* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log);
 

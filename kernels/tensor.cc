@@ -108,18 +108,27 @@ std::int64_t shape_numel(const Shape& shape) {
 void Tensor::FreeAligned::operator()(std::byte* p) const { std::free(p); }
 
 Tensor::Tensor(DType dtype, Shape shape)
-    : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)), capacity_(nbytes()),
+    : dtype_(dtype),
+      shape_(std::move(shape)),
+      numel_(shape_numel(shape_)),
+      capacity_(nbytes()),
       data_(allocate_aligned(nbytes())) {}
 
 Tensor::Tensor(const Tensor& other)
-    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), capacity_(other.nbytes()),
+    : dtype_(other.dtype_),
+      shape_(other.shape_),
+      numel_(other.numel_),
+      capacity_(other.nbytes()),
       data_(allocate_aligned(other.nbytes(), /*zero=*/false)) {
   if (numel_) std::memcpy(data_.get(), other.data_.get(), nbytes());
 }
 
 Tensor::Tensor(Tensor&& other) noexcept
-    : dtype_(other.dtype_), shape_(std::move(other.shape_)), numel_(other.numel_),
-      capacity_(other.capacity_), data_(std::move(other.data_)) {
+    : dtype_(other.dtype_),
+      shape_(std::move(other.shape_)),
+      numel_(other.numel_),
+      capacity_(other.capacity_),
+      data_(std::move(other.data_)) {
   other.shape_.clear();
   other.numel_ = 0;
   other.capacity_ = 0;
@@ -148,8 +157,7 @@ std::int64_t Tensor::dim(int i) const {
   int r = rank();
   if (i < 0) i += r;
   if (i < 0 || i >= r)
-    throw std::out_of_range("dim " + std::to_string(i) + " of a rank-" + std::to_string(r) +
-                            " tensor");
+    throw std::out_of_range("dim " + std::to_string(i) + " of a rank-" + std::to_string(r) + " tensor");
   return shape_[static_cast<std::size_t>(i)];
 }
 
@@ -164,8 +172,8 @@ bool Tensor::reuse_as(DType dtype, const Shape& shape) {
 
 void Tensor::check_type(DType requested) const {
   if (requested != dtype_)
-    throw std::logic_error("tensor of type " + std::string(dtype_name(dtype_)) +
-                           " accessed as " + std::string(dtype_name(requested)));
+    throw std::logic_error("tensor of type " + std::string(dtype_name(dtype_)) + " accessed as " +
+                           std::string(dtype_name(requested)));
 }
 
 Tensor Tensor::reshaped(Shape shape) const {
@@ -181,13 +189,13 @@ Tensor Tensor::reshaped(Shape shape) const {
   }
   if (infer >= 0) {
     if (known == 0 || numel_ % known != 0)
-      throw std::invalid_argument("reshape: cannot infer -1 in " + shape_to_string(shape) +
-                                  " for " + std::to_string(numel_) + " elements");
+      throw std::invalid_argument("reshape: cannot infer -1 in " + shape_to_string(shape) + " for " +
+                                  std::to_string(numel_) + " elements");
     shape[static_cast<std::size_t>(infer)] = numel_ / known;
   }
   if (shape_numel(shape) != numel_)
-    throw std::invalid_argument("reshape: " + shape_to_string(shape_) + " to " +
-                                shape_to_string(shape) + " changes the element count");
+    throw std::invalid_argument("reshape: " + shape_to_string(shape_) + " to " + shape_to_string(shape) +
+                                " changes the element count");
   Tensor t(*this);
   t.shape_ = std::move(shape);
   return t;

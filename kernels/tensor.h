@@ -36,18 +36,52 @@ enum class DType : std::uint8_t {
 std::size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);
 
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::kFloat64; };
-template <> struct dtype_of<std::int8_t> { static constexpr DType value = DType::kInt8; };
-template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::kUInt8; };
-template <> struct dtype_of<std::int16_t> { static constexpr DType value = DType::kInt16; };
-template <> struct dtype_of<std::uint16_t> { static constexpr DType value = DType::kUInt16; };
-template <> struct dtype_of<std::uint32_t> { static constexpr DType value = DType::kUInt32; };
-template <> struct dtype_of<std::uint64_t> { static constexpr DType value = DType::kUInt64; };
-template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::kInt32; };
-template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::kInt64; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::kBool; };
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::kFloat32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::kFloat64;
+};
+template <>
+struct dtype_of<std::int8_t> {
+  static constexpr DType value = DType::kInt8;
+};
+template <>
+struct dtype_of<std::uint8_t> {
+  static constexpr DType value = DType::kUInt8;
+};
+template <>
+struct dtype_of<std::int16_t> {
+  static constexpr DType value = DType::kInt16;
+};
+template <>
+struct dtype_of<std::uint16_t> {
+  static constexpr DType value = DType::kUInt16;
+};
+template <>
+struct dtype_of<std::uint32_t> {
+  static constexpr DType value = DType::kUInt32;
+};
+template <>
+struct dtype_of<std::uint64_t> {
+  static constexpr DType value = DType::kUInt64;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::kInt32;
+};
+template <>
+struct dtype_of<std::int64_t> {
+  static constexpr DType value = DType::kInt64;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::kBool;
+};
 
 using Shape = std::vector<std::int64_t>;
 
@@ -84,16 +118,22 @@ class Tensor {
   const std::byte* raw() const { return data_.get(); }
 
   // Typed access; throws std::logic_error when T does not match dtype().
-  template <class T> T* data() {
+  template <class T>
+  T* data() {
     check_type(dtype_of<T>::value);
     return reinterpret_cast<T*>(data_.get());
   }
-  template <class T> const T* data() const {
+  template <class T>
+  const T* data() const {
     check_type(dtype_of<T>::value);
     return reinterpret_cast<const T*>(data_.get());
   }
-  template <class T> std::span<T> span() { return {data<T>(), static_cast<std::size_t>(numel_)}; }
-  template <class T> std::span<const T> span() const {
+  template <class T>
+  std::span<T> span() {
+    return {data<T>(), static_cast<std::size_t>(numel_)};
+  }
+  template <class T>
+  std::span<const T> span() const {
     return {data<T>(), static_cast<std::size_t>(numel_)};
   }
 

@@ -24,8 +24,8 @@ struct AxisTaps {
   std::vector<std::int64_t> padded_count;
 };
 
-AxisTaps axis_taps(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
-                   std::int64_t dilation, std::int64_t pad_begin, std::int64_t pad_end) {
+AxisTaps axis_taps(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride, std::int64_t dilation,
+                   std::int64_t pad_begin, std::int64_t pad_end) {
   AxisTaps t;
   t.start.reserve(std::size_t(out + 1));
   t.padded_count.reserve(std::size_t(out));
@@ -64,8 +64,8 @@ Lifted lift(const PoolWindow& w) {
       throw std::invalid_argument("pooling: kernel, stride and dilation must be >= 1");
     l.in[std::size_t(d)] = w.in[s];
     l.out[std::size_t(d)] = w.out[s];
-    l.taps[std::size_t(d)] = axis_taps(w.in[s], w.out[s], w.kernel[s], w.stride[s], w.dilation[s],
-                                       w.pad_begin[s], w.pad_end[s]);
+    l.taps[std::size_t(d)] =
+        axis_taps(w.in[s], w.out[s], w.kernel[s], w.stride[s], w.dilation[s], w.pad_begin[s], w.pad_end[s]);
   }
   return l;
 }
@@ -81,8 +81,7 @@ void for_planes(std::int64_t planes, std::int64_t work_per_plane, F&& f) {
 }  // namespace
 
 template <class T>
-void max_pool(const T* x, T* y, std::int64_t* indices, std::int64_t planes, const PoolWindow& w,
-              bool column_major) {
+void max_pool(const T* x, T* y, std::int64_t* indices, std::int64_t planes, const PoolWindow& w, bool column_major) {
   const Lifted l = lift(w);
   // Plain variables, not structured bindings: lambdas below capture them (clang 14 forbids that).
   const std::int64_t D = l.in[0], H = l.in[1], W = l.in[2];
@@ -182,15 +181,14 @@ void average_pool(const T* x, T* y, std::int64_t planes, const PoolWindow& w, bo
             }
           std::int64_t count;
           if (count_include_pad) {
-            count = td.padded_count[std::size_t(od)] * th.padded_count[std::size_t(oh)] *
-                    tw.padded_count[std::size_t(ow)];
+            count =
+                td.padded_count[std::size_t(od)] * th.padded_count[std::size_t(oh)] * tw.padded_count[std::size_t(ow)];
           } else {
             count = (td.start[std::size_t(od) + 1] - td.start[std::size_t(od)]) *
                     (th.start[std::size_t(oh) + 1] - th.start[std::size_t(oh)]) *
                     (tw.start[std::size_t(ow) + 1] - tw.start[std::size_t(ow)]);
           }
-          yp[o] = count > 0 ? static_cast<T>(sum / static_cast<double>(count))
-                            : std::numeric_limits<T>::quiet_NaN();
+          yp[o] = count > 0 ? static_cast<T>(sum / static_cast<double>(count)) : std::numeric_limits<T>::quiet_NaN();
         }
   });
 }
@@ -201,7 +199,8 @@ void global_pool(const T* x, T* y, std::int64_t planes, std::int64_t size, bool 
     const T* xp = x + p * size;
     if (max) {
       T best = size > 0 ? xp[0] : std::numeric_limits<T>::lowest();
-      for (std::int64_t i = 1; i < size && !std::isnan(best); ++i) best = (xp[i] > best || std::isnan(xp[i])) ? xp[i] : best;
+      for (std::int64_t i = 1; i < size && !std::isnan(best); ++i)
+        best = (xp[i] > best || std::isnan(xp[i])) ? xp[i] : best;
       y[p] = best;
     } else {
       double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -247,8 +246,10 @@ std::int64_t max_unpool(const T* x, const std::int64_t* indices, std::int64_t co
 
 template void max_pool<float>(const float*, float*, std::int64_t*, std::int64_t, const PoolWindow&, bool);
 template void max_pool<double>(const double*, double*, std::int64_t*, std::int64_t, const PoolWindow&, bool);
-template void max_pool<std::int8_t>(const std::int8_t*, std::int8_t*, std::int64_t*, std::int64_t, const PoolWindow&, bool);
-template void max_pool<std::uint8_t>(const std::uint8_t*, std::uint8_t*, std::int64_t*, std::int64_t, const PoolWindow&, bool);
+template void max_pool<std::int8_t>(const std::int8_t*, std::int8_t*, std::int64_t*, std::int64_t, const PoolWindow&,
+                                    bool);
+template void max_pool<std::uint8_t>(const std::uint8_t*, std::uint8_t*, std::int64_t*, std::int64_t, const PoolWindow&,
+                                     bool);
 template void average_pool<float>(const float*, float*, std::int64_t, const PoolWindow&, bool);
 template void average_pool<double>(const double*, double*, std::int64_t, const PoolWindow&, bool);
 template std::int64_t max_unpool<float>(const float*, const std::int64_t*, std::int64_t, float*,

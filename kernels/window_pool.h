@@ -22,8 +22,7 @@ struct PoolWindow {
 // row-major, or with the spatial dimensions column-major (first dimension fastest) when
 // `column_major`. T: float, double, int8_t, uint8_t.
 template <class T>
-void max_pool(const T* x, T* y, std::int64_t* indices, std::int64_t planes, const PoolWindow& w,
-              bool column_major);
+void max_pool(const T* x, T* y, std::int64_t* indices, std::int64_t planes, const PoolWindow& w, bool column_major);
 
 // Mean over each window, summed in double. The divisor counts the input elements in the window,
 // plus, when `count_include_pad`, the window's taps that fall in the declared padding (taps past

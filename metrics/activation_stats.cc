@@ -150,7 +150,8 @@ bool LogAbsHistogram::operator==(const LogAbsHistogram& o) const {
 
 LogAbsHistogram LogAbsHistogram::from_counts(int first, const std::vector<std::uint64_t>& counts) {
   LogAbsHistogram h;
-  if (first < 0 || first + int(counts.size()) > kBins) throw std::invalid_argument("LogAbsHistogram: bins out of range");
+  if (first < 0 || first + int(counts.size()) > kBins)
+    throw std::invalid_argument("LogAbsHistogram: bins out of range");
   h.first_ = first;
   h.low_.reserve(counts.size());
   for (std::uint64_t c : counts) {
@@ -269,13 +270,12 @@ struct Scan {
   std::uint32_t max_bits = 0;
   double sum = 0, sum_sq = 0;
   double err_sq = 0, err_max = 0;  // against the reference: pairs where both are finite
-  bool plain = true;  // every value finite and below 2^60 (add_with_error's condition on a reference)
+  bool plain = true;               // every value finite and below 2^60 (add_with_error's condition on a reference)
   int lo = LogAbsHistogram::kBins, hi = -1;  // histogram bins touched
 };
 
 // Elements [i0, i0 + m) one at a time (doubles).
-void scan_scalar(const float* x, const float* r, std::int64_t i0, int m, bool hist, std::uint32_t clip_bits,
-                 Scan& s) {
+void scan_scalar(const float* x, const float* r, std::int64_t i0, int m, bool hist, std::uint32_t clip_bits, Scan& s) {
   for (int l = 0; l < m; ++l) {
     const float v = x[i0 + l];
     const std::uint32_t u = std::bit_cast<std::uint32_t>(v) & kAbs;
@@ -360,7 +360,8 @@ void move_counts(int lo, int hi, LogAbsHistogram& h) {
   std::array<std::uint64_t, LogAbsHistogram::kBins> dense;
   static_assert(kCopies == 4);
   for (int b = lo; b <= hi; ++b)  // vectorised: the copies apart, then cleared
-    dense[std::size_t(b - lo)] = std::uint64_t(t_hist[0][b]) + t_hist[1][b] + std::uint64_t(t_hist[2][b]) + t_hist[3][b];
+    dense[std::size_t(b - lo)] =
+        std::uint64_t(t_hist[0][b]) + t_hist[1][b] + std::uint64_t(t_hist[2][b]) + t_hist[3][b];
   for (auto& copy : t_hist) std::fill(copy + lo, copy + hi + 1, 0u);
   h.add_counts(lo, std::span<const std::uint64_t>(dense.data(), std::size_t(hi - lo + 1)));
 }
@@ -522,7 +523,8 @@ Scan scan_with(const float* x, const float* r, std::int64_t n, std::uint32_t cli
 template <bool kError>
 Scan scan(const float* x, const float* r, std::int64_t n, float clip_amax) {
   const std::uint32_t clip_bits = clip_bits_of(clip_amax);
-  return clip_bits >= kInfBits ? scan_with<kError, false>(x, r, n, clip_bits) : scan_with<kError, true>(x, r, n, clip_bits);
+  return clip_bits >= kInfBits ? scan_with<kError, false>(x, r, n, clip_bits)
+                               : scan_with<kError, true>(x, r, n, clip_bits);
 }
 
 }  // namespace
@@ -537,8 +539,8 @@ TensorError add_with_error(ActivationStats& act, ErrorStats& err, const float* t
                            double ref_sum_sq, std::int64_t n, float clip_amax) {
   const Scan s = scan<true>(test, ref, n, clip_amax);
   commit(act, s);
-  const TensorError e = s.nan || s.inf ? tensor_error(ref, test, n)
-                                       : error_from_energies(n, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max);
+  const TensorError e =
+      s.nan || s.inf ? tensor_error(ref, test, n) : error_from_energies(n, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max);
   err.add(e, n);
   return e;
 }

@@ -44,8 +44,8 @@ class LogAbsHistogram {
   std::size_t bins() const { return low_.size(); }
   std::uint64_t at(std::size_t i) const { return low_[i] | (high_.empty() ? 0 : std::uint64_t(high_[i]) << 32); }
   std::vector<std::uint64_t> counts() const;  // at(0), at(1), ...
-  void prefetch() const;  // asks for the counts' cache lines, to be added to soon
-  void clear();  // empty, keeping the storage
+  void prefetch() const;                      // asks for the counts' cache lines, to be added to soon
+  void clear();                               // empty, keeping the storage
   // Rebuilds from first()/counts() (e.g. when read back from a cache).
   static LogAbsHistogram from_counts(int first, const std::vector<std::uint64_t>& counts);
   bool operator==(const LogAbsHistogram& o) const;
@@ -83,8 +83,7 @@ struct ActivationStats {
   // `clip_amax`: elements beyond it count as clipped (+inf: none). Returns the call's sum of x^2
   // when every element was finite and below 2^60 (what add_with_error needs of a reference), else
   // nullopt.
-  std::optional<double> add(const float* x, std::int64_t n,
-                            float clip_amax = std::numeric_limits<float>::infinity());
+  std::optional<double> add(const float* x, std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
   // Counts the elements beyond their channel's threshold as clipped (only that): the clip range of
   // a quantizer behind a per-channel scaling (SmoothQuant's pre-scale Mul), thresholds per channel
   // of the last axis (x is [..., thresholds.size()]); add() the statistics with no threshold.
@@ -116,7 +115,7 @@ struct ErrorStats {
   ExactSum ref_sq, err_sq;
   ExactSum cosine_sum;
   std::uint64_t cosine_calls = 0;  // calls with a defined cosine
-  double max_abs = 0;  // +inf once a call diverged (the reference finite, the test not)
+  double max_abs = 0;              // +inf once a call diverged (the reference finite, the test not)
 
   // `e` = tensor_error(ref, test) over `elements` values.
   void add(const TensorError& e, std::int64_t elements);
@@ -145,8 +144,7 @@ struct ErrorStats {
 // close. When the test tensor holds a NaN or an infinity, the error is tensor_error's.
 // Returns the error it added.
 TensorError add_with_error(ActivationStats& act, ErrorStats& err, const float* test, const float* ref,
-                           double ref_sum_sq, std::int64_t n,
-                           float clip_amax = std::numeric_limits<float>::infinity());
+                           double ref_sum_sq, std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
 
 // add_with_error over a test tensor that comes in consecutive pieces (a fused kernel's
 // intermediate, never written whole), against the reference's whole tensor: the same statistics, to

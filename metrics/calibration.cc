@@ -58,8 +58,8 @@ std::vector<double> AbsHistogram::edges() const {
   return e;
 }
 
-double entropy_amax(std::span<const double> counts, std::span<const double> edges, int num_bits,
-                    int stride, int start_bin) {
+double entropy_amax(std::span<const double> counts, std::span<const double> edges, int num_bits, int stride,
+                    int start_bin) {
   if (counts.size() < 2 || edges.size() != counts.size() + 1)
     throw std::invalid_argument("entropy_amax: needs >= 2 bins and one more edge than bins");
   std::vector<double> bins(counts.begin(), counts.end());

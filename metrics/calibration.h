@@ -36,8 +36,8 @@ class AbsHistogram {
 // folded into the last kept bin) and its quantization to 2^(num_bits-1) levels, for i from
 // start_bin in steps of `stride`; ties go to the larger i. Returns edges[i]. This is TensorRT's
 // entropy calibration as pytorch-quantization's _compute_amax_entropy writes it.
-double entropy_amax(std::span<const double> counts, std::span<const double> edges, int num_bits = 8,
-                    int stride = 1, int start_bin = 128);
+double entropy_amax(std::span<const double> counts, std::span<const double> edges, int num_bits = 8, int stride = 1,
+                    int start_bin = 128);
 
 // Fake quantization of x >= 0 with the given amax: round(x * 127 / amax) clamped, scaled back.
 double fake_quant_int8(double x, double amax);
@@ -45,8 +45,7 @@ double fake_quant_int8(double x, double amax);
 // The bin centre c_i (i >= start_bin, step stride) minimising sum_j counts_j (q(c_j; c_i) - c_j)^2,
 // with q = `fake_quant` (int8 by default); ties go to the smaller i (pytorch-quantization's
 // _compute_amax_mse).
-double mse_amax(std::span<const double> counts, std::span<const double> edges, int stride = 1,
-                int start_bin = 128,
+double mse_amax(std::span<const double> counts, std::span<const double> edges, int stride = 1, int start_bin = 128,
                 const std::function<double(double, double)>& fake_quant = fake_quant_int8);
 
 // How ModelOpt's diffusion PercentileCalibrator reduces per-call amax values: over the calls of one

@@ -66,7 +66,11 @@ class GmsdMetric final : public ImageMetric {
  public:
   std::string_view name() const override { return "gmsd"; }
   std::vector<MetricDef> defs() const override {
-    return {{.key = "gmsd", .label = "GMSD", .higher_is_better = false, .decimals = 5, .summarized = true,
+    return {{.key = "gmsd",
+             .label = "GMSD",
+             .higher_is_better = false,
+             .decimals = 5,
+             .summarized = true,
              .definition = "Xue et al. 2014: luma Y = 0.299 R + 0.587 G + 0.114 B on [0, 255], 2x2 average "
                            "downsampling, Prewitt gradient magnitudes m, GMS = (2 m1 m2 + 170) / (m1^2 + m2^2 + "
                            "170), GMSD = standard deviation of GMS (N - 1); 0 = identical, lower is better"}};
@@ -78,7 +82,9 @@ class GmsdMetric final : public ImageMetric {
     const Plane b = average_downsample(luma_255(test, options.peak));
     const std::size_t n = a.v.size();
     if (n < 2) {
-      out.push_back({"gmsd", std::nullopt, {},
+      out.push_back({"gmsd",
+                     std::nullopt,
+                     {},
                      "needs more than one 2x2 block (larger than 2x2 px) for a deviation; image is " +
                          std::to_string(ref.dim(2)) + "x" + std::to_string(ref.dim(1))});
       return;

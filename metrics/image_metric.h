@@ -33,7 +33,7 @@ struct ImageMetricOptions {
 // One named value a metric produced. `value` is empty when the metric does not apply (too small an
 // image) or is unbounded (PSNR of identical images); `note` says which.
 struct MetricValue {
-  std::string key;                                 // e.g. "psnr_db", "ssim"
+  std::string key;  // e.g. "psnr_db", "ssim"
   std::optional<double> value;
   std::vector<std::optional<double>> per_channel;  // empty when the metric has no per-channel form
   std::string note;

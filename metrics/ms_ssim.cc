@@ -50,7 +50,11 @@ MsSsimResult ms_ssim(const Tensor& ref, const Tensor& test, double peak) {
 }
 
 std::vector<MetricDef> MsSsimMetric::defs() const {
-  return {{.key = keys::kMsSsim, .label = "MS-SSIM", .decimals = 5, .headline = true, .summarized = true,
+  return {{.key = keys::kMsSsim,
+           .label = "MS-SSIM",
+           .decimals = 5,
+           .headline = true,
+           .summarized = true,
            .definition = "Wang 2003, 5 scales, weights 0.0448/0.2856/0.3001/0.2363/0.1333, 2x2 average "
                          "downsampling, negative terms clamped to 0; mean over channels; needs >= 161 px on the "
                          "short side"}};

@@ -15,8 +15,8 @@ std::optional<double> psnr_db_from_mse(double mse, double peak) {
 
 namespace {
 // Sum of squared differences of the BT.601 luma of two RGB planes sets.
-double luma_sse(const float* r0, const float* g0, const float* b0, const float* r1, const float* g1,
-                const float* b1, std::int64_t n) {
+double luma_sse(const float* r0, const float* g0, const float* b0, const float* r1, const float* g1, const float* b1,
+                std::int64_t n) {
   constexpr int kLanes = 8;
   double acc[kLanes] = {};
   std::int64_t i = 0;
@@ -29,8 +29,7 @@ double luma_sse(const float* r0, const float* g0, const float* b0, const float* 
   }
   double total = 0;
   for (; i < n; ++i) {
-    double d = 0.299 * (double(r0[i]) - r1[i]) + 0.587 * (double(g0[i]) - g1[i]) +
-               0.114 * (double(b0[i]) - b1[i]);
+    double d = 0.299 * (double(r0[i]) - r1[i]) + 0.587 * (double(g0[i]) - g1[i]) + 0.114 * (double(b0[i]) - b1[i]);
     total += d * d;
   }
   for (double a : acc) total += a;
@@ -57,9 +56,8 @@ PsnrResult psnr(const Tensor& ref, const Tensor& test, double peak) {
   r.psnr_db = psnr_db_from_mse(r.mse, peak);
   // Luma comes from the colour planes only: an alpha plane being compared does not enter it.
   if (channels >= 3) {
-    r.luma_mse = plane ? luma_sse(a, a + plane, a + 2 * plane, b, b + plane, b + 2 * plane, plane) /
-                             double(plane)
-                       : 0.0;
+    r.luma_mse =
+        plane ? luma_sse(a, a + plane, a + 2 * plane, b, b + plane, b + 2 * plane, plane) / double(plane) : 0.0;
   } else {
     r.luma_mse = r.channel_mse.empty() ? 0.0 : r.channel_mse[0];
   }
@@ -68,10 +66,19 @@ PsnrResult psnr(const Tensor& ref, const Tensor& test, double peak) {
 }
 
 std::vector<MetricDef> PsnrMetric::defs() const {
-  return {{.key = keys::kPsnrDb, .label = "PSNR dB", .unit = "dB", .decimals = 2, .unbounded_when_identical = true,
-           .headline = true, .summarized = true,
+  return {{.key = keys::kPsnrDb,
+           .label = "PSNR dB",
+           .unit = "dB",
+           .decimals = 2,
+           .unbounded_when_identical = true,
+           .headline = true,
+           .summarized = true,
            .definition = "10 log10(peak^2 / MSE), MSE pooled over all pixels and channels"},
-          {.key = keys::kPsnrYDb, .label = "PSNR-Y dB", .unit = "dB", .decimals = 2, .unbounded_when_identical = true,
+          {.key = keys::kPsnrYDb,
+           .label = "PSNR-Y dB",
+           .unit = "dB",
+           .decimals = 2,
+           .unbounded_when_identical = true,
            .summarized = true,
            .definition = "PSNR on BT.601 luma Y = 0.299 R + 0.587 G + 0.114 B (full range)"},
           {.key = keys::kMse, .label = "MSE", .unit = "sample levels^2", .higher_is_better = false}};

@@ -13,8 +13,8 @@ namespace qeval::metrics {
 std::optional<double> psnr_db_from_mse(double mse, double peak);
 
 struct PsnrResult {
-  double mse = 0;                    // pooled over every pixel and channel
-  std::vector<double> channel_mse;   // one per channel
+  double mse = 0;                   // pooled over every pixel and channel
+  std::vector<double> channel_mse;  // one per channel
   // On Y = 0.299 R + 0.587 G + 0.114 B (full range) of channels 0..2; with fewer than 3 channels,
   // Y is channel 0 (gray).
   double luma_mse = 0;

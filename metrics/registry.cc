@@ -47,20 +47,27 @@ std::vector<std::pair<std::string, std::string>> ImageMetric::conventions(const 
 void check_image_pair(const Tensor& ref, const Tensor& test) {
   if (ref.dtype() != DType::kFloat32 || test.dtype() != DType::kFloat32 || ref.rank() != 3)
     throw std::invalid_argument("image metrics need float32 [C, H, W] tensors, got " +
-                                std::string(dtype_name(ref.dtype())) + " " +
-                                shape_to_string(ref.shape()));
+                                std::string(dtype_name(ref.dtype())) + " " + shape_to_string(ref.shape()));
   if (ref.shape() != test.shape())
-    throw std::invalid_argument("image shapes differ: reference " + shape_to_string(ref.shape()) +
-                                " vs test " + shape_to_string(test.shape()));
+    throw std::invalid_argument("image shapes differ: reference " + shape_to_string(ref.shape()) + " vs test " +
+                                shape_to_string(test.shape()));
 }
 
 namespace {
 
 // The metrics that are not image metrics (computed by tensor_error, segmentation, the drivers).
 constexpr MetricDef kOtherMetrics[] = {
-    {.key = keys::kMaxAbsDiff, .label = "max |diff|", .unit = "sample levels", .higher_is_better = false,
-     .scope = MetricScope::kImagePair, .summarized = true},
-    {.key = keys::kSqnrDb, .label = "SQNR dB", .unit = "dB", .scope = MetricScope::kTensorPair, .decimals = 2,
+    {.key = keys::kMaxAbsDiff,
+     .label = "max |diff|",
+     .unit = "sample levels",
+     .higher_is_better = false,
+     .scope = MetricScope::kImagePair,
+     .summarized = true},
+    {.key = keys::kSqnrDb,
+     .label = "SQNR dB",
+     .unit = "dB",
+     .scope = MetricScope::kTensorPair,
+     .decimals = 2,
      .unbounded_when_identical = true},
     {.key = keys::kCosine, .label = "cosine", .scope = MetricScope::kTensorPair, .decimals = 5},
     {.key = keys::kRelL2, .label = "rel L2", .higher_is_better = false, .scope = MetricScope::kTensorPair},
@@ -68,7 +75,10 @@ constexpr MetricDef kOtherMetrics[] = {
     {.key = keys::kMaskIou, .label = "mask IoU", .scope = MetricScope::kMask},
     {.key = keys::kBoundaryF, .label = "boundary F", .scope = MetricScope::kMask},
     {.key = keys::kFlippedFraction, .label = "flipped pixels", .higher_is_better = false, .scope = MetricScope::kMask},
-    {.key = keys::kNonfinite, .label = "NaN/Inf", .unit = "values", .higher_is_better = false,
+    {.key = keys::kNonfinite,
+     .label = "NaN/Inf",
+     .unit = "values",
+     .higher_is_better = false,
      .scope = MetricScope::kCount},
 };
 

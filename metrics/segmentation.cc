@@ -15,23 +15,20 @@ namespace {
 const std::uint8_t* mask_bytes(const Tensor& mask, const char* what) {
   if (mask.rank() != 2 || (mask.dtype() != DType::kUInt8 && mask.dtype() != DType::kBool))
     throw std::invalid_argument(std::string(what) + ": masks must be uint8 or bool [H, W], got " +
-                                std::string(dtype_name(mask.dtype())) + " " +
-                                shape_to_string(mask.shape()));
+                                std::string(dtype_name(mask.dtype())) + " " + shape_to_string(mask.shape()));
   return reinterpret_cast<const std::uint8_t*>(mask.raw());
 }
 
 void check_same_shape(const Tensor& ref, const Tensor& test, const char* what) {
   if (ref.shape() != test.shape())
-    throw std::invalid_argument(std::string(what) + ": mask shapes differ: reference " +
-                                shape_to_string(ref.shape()) + " vs test " +
-                                shape_to_string(test.shape()));
+    throw std::invalid_argument(std::string(what) + ": mask shapes differ: reference " + shape_to_string(ref.shape()) +
+                                " vs test " + shape_to_string(test.shape()));
 }
 
 const float* logits_data(const Tensor& logits, const char* what) {
   if (logits.rank() != 2 || logits.dtype() != DType::kFloat32)
     throw std::invalid_argument(std::string(what) + ": logits must be float32 [H, W], got " +
-                                std::string(dtype_name(logits.dtype())) + " " +
-                                shape_to_string(logits.shape()));
+                                std::string(dtype_name(logits.dtype())) + " " + shape_to_string(logits.shape()));
   return logits.data<float>();
 }
 
@@ -46,8 +43,7 @@ std::vector<std::int32_t> row_prefix_counts(const std::uint8_t* map, std::int64_
 }
 
 // Boundary pixels of `a` that have a boundary pixel of `b` within the disk of radius r.
-std::int64_t matched_count(const std::uint8_t* a, const std::uint8_t* b, std::int64_t h,
-                           std::int64_t w, int r) {
+std::int64_t matched_count(const std::uint8_t* a, const std::uint8_t* b, std::int64_t h, std::int64_t w, int r) {
   auto prefix = row_prefix_counts(b, h, w);
   // half[|dy|] = the largest dx with dx^2 + dy^2 <= r^2 (the disk's row half-widths, exact).
   std::vector<std::int64_t> half(std::size_t(r) + 1);
@@ -108,22 +104,20 @@ Tensor mask_boundary(const Tensor& mask) {
   for (std::int64_t y = 0; y < h; ++y)
     for (std::int64_t x = 0; x < w; ++x) {
       bool v = at(y, x), edge;
-      if (y + 1 < h && x + 1 < w)
-        edge = v != at(y, x + 1) || v != at(y + 1, x) || v != at(y + 1, x + 1);
+      if (y + 1 < h && x + 1 < w) edge = v != at(y, x + 1) || v != at(y + 1, x) || v != at(y + 1, x + 1);
       else if (y + 1 < h)  // last column: the lower neighbour only
         edge = v != at(y + 1, x);
       else if (x + 1 < w)  // last row: the right neighbour only
         edge = v != at(y, x + 1);
-      else
-        edge = false;
+      else edge = false;
       b[y * w + x] = edge ? 1 : 0;
     }
   return out;
 }
 
 int davis_boundary_tolerance_px(std::int64_t height, std::int64_t width) {
-  return static_cast<int>(std::ceil(0.008 * std::sqrt(double(height) * double(height) +
-                                                      double(width) * double(width))));
+  return static_cast<int>(
+      std::ceil(0.008 * std::sqrt(double(height) * double(height) + double(width) * double(width))));
 }
 
 BoundaryF boundary_f_score(const Tensor& ref, const Tensor& test, int tolerance_px) {
@@ -131,8 +125,7 @@ BoundaryF boundary_f_score(const Tensor& ref, const Tensor& test, int tolerance_
   mask_bytes(test, "boundary_f_score");
   check_same_shape(ref, test, "boundary_f_score");
   if (tolerance_px < 0)
-    throw std::invalid_argument("boundary_f_score: tolerance_px must be >= 0, got " +
-                                std::to_string(tolerance_px));
+    throw std::invalid_argument("boundary_f_score: tolerance_px must be >= 0, got " + std::to_string(tolerance_px));
   const std::int64_t h = ref.dim(0), w = ref.dim(1);
   Tensor rb = mask_boundary(ref), tb = mask_boundary(test);
   const std::uint8_t* r = rb.data<std::uint8_t>();
@@ -155,8 +148,7 @@ BoundaryF boundary_f_score(const Tensor& ref, const Tensor& test, int tolerance_
     f.precision = double(f.test_matched) / double(f.test_boundary);
     f.recall = double(f.ref_matched) / double(f.ref_boundary);
   }
-  f.f = f.precision + f.recall == 0.0 ? 0.0
-                                       : 2.0 * f.precision * f.recall / (f.precision + f.recall);
+  f.f = f.precision + f.recall == 0.0 ? 0.0 : 2.0 * f.precision * f.recall / (f.precision + f.recall);
   return f;
 }
 
@@ -173,8 +165,8 @@ Tensor threshold_mask(const Tensor& logits, float threshold) {
   return out;
 }
 
-MaskLogitComparison compare_mask_logits(const Tensor& ref_logits, const Tensor& test_logits,
-                                        float threshold, std::optional<int> tolerance_px) {
+MaskLogitComparison compare_mask_logits(const Tensor& ref_logits, const Tensor& test_logits, float threshold,
+                                        std::optional<int> tolerance_px) {
   logits_data(ref_logits, "compare_mask_logits");
   logits_data(test_logits, "compare_mask_logits");
   check_same_shape(ref_logits, test_logits, "compare_mask_logits");

@@ -35,8 +35,8 @@ int davis_boundary_tolerance_px(std::int64_t height, std::int64_t width);
 struct BoundaryF {
   int tolerance_px = 0;
   std::int64_t ref_boundary = 0, test_boundary = 0;  // boundary pixels of each mask
-  std::int64_t ref_matched = 0;   // reference boundary pixels with a test boundary pixel in reach
-  std::int64_t test_matched = 0;  // test boundary pixels with a reference boundary pixel in reach
+  std::int64_t ref_matched = 0;                      // reference boundary pixels with a test boundary pixel in reach
+  std::int64_t test_matched = 0;                     // test boundary pixels with a reference boundary pixel in reach
   double precision = 1.0, recall = 1.0, f = 1.0;
 };
 // The DAVIS boundary F measure (Perazzi et al. 2016, davis2017-evaluation f_boundary): a boundary
@@ -57,12 +57,12 @@ Tensor threshold_mask(const Tensor& logits, float threshold);
 struct MaskLogitComparison {
   MaskIou iou;
   BoundaryF boundary;
-  TensorError logits;              // over every logit (tensor_error's definitions)
+  TensorError logits;               // over every logit (tensor_error's definitions)
   std::int64_t flipped_pixels = 0;  // pixels whose thresholded value differs
   double flipped_fraction = 0.0;    // flipped_pixels / (H * W)
 };
 // ref_logits/test_logits float32 [H, W]; the default tolerance is DAVIS's for the size.
-MaskLogitComparison compare_mask_logits(const Tensor& ref_logits, const Tensor& test_logits,
-                                        float threshold, std::optional<int> tolerance_px = {});
+MaskLogitComparison compare_mask_logits(const Tensor& ref_logits, const Tensor& test_logits, float threshold,
+                                        std::optional<int> tolerance_px = {});
 
 }  // namespace qeval::metrics

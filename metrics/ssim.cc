@@ -4,11 +4,11 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <numeric>
-#include <utility>
 #include <stdexcept>
+#include <utility>
 
 #include "metrics/metric_registry.h"
 
@@ -104,7 +104,8 @@ inline V filter_horizontal(const double* in, const double* taps, int k) {
     V acc = window_at<kHalf>(regs) * taps[kHalf];
     [&]<std::size_t... T>(std::index_sequence<T...>) {
       ((acc += (window_at<T>(regs) + window_at<K - 1 - T>(regs)) * taps[T]), ...);
-    }(std::make_index_sequence<kHalf>{});
+    }
+    (std::make_index_sequence<kHalf>{});
     return acc;
   } else {
     const int half = k / 2;
@@ -117,7 +118,7 @@ inline V filter_horizontal(const double* in, const double* taps, int k) {
 // Centred x, y, x^2 + y^2 and xy: cs needs only the sum of the two variances, so four filtered
 // signals suffice where the textbook formula filters five.
 constexpr int kSignals = 4;
-constexpr int kBlock = 2;    // vectors per vertical-pass block
+constexpr int kBlock = 2;  // vectors per vertical-pass block
 
 struct MapConstants {
   double c1, c2, cov_norm, center;
@@ -127,9 +128,8 @@ struct MapConstants {
 // and the SSIM/cs map of those rows, summed into acc_ssim/acc_cs. base[sgn] points at the first
 // input row of the first output row, rows `stride` apart; columns [jb, jb + N * kBlock).
 template <int K, int kRows>
-inline void vertical_block(const double* const* base, std::size_t stride, int jb, int wv,
-                           const double* taps, int k, const MapConstants& mc, V& acc_ssim,
-                           V& acc_cs) {
+inline void vertical_block(const double* const* base, std::size_t stride, int jb, int wv, const double* taps, int k,
+                           const MapConstants& mc, V& acc_ssim, V& acc_cs) {
   const int kk = K > 0 ? K : k;
   const int half = kk / 2;
   V m[kRows][kSignals][kBlock];
@@ -183,8 +183,8 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
   double sum = 0;
   for (; i0 < count; ++i0) sum += double(x.data[i0]) + double(y.data[i0]);
   for (double v : lane_sum) sum += v;
-  const MapConstants mc{(0.01 * peak) * (0.01 * peak), (0.03 * peak) * (0.03 * peak),
-                        window.cov_norm, std::round(sum / (2.0 * double(count)))};
+  const MapConstants mc{(0.01 * peak) * (0.01 * peak), (0.03 * peak) * (0.03 * peak), window.cov_norm,
+                        std::round(sum / (2.0 * double(count)))};
 
   // Tasks are tiles of kStripRows x kTileCols outputs, so each one's rows stay in L2.
   const int strips = (hv + kStripRows - 1) / kStripRows;
@@ -195,8 +195,8 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
   tbb::parallel_for(0, strips * tiles, [&](int task) {
     const int r0 = task / tiles * kStripRows, r1 = std::min(hv, r0 + kStripRows);
     const int c0 = task % tiles * kTileCols;
-    const int wv = std::min(kTileCols, wv_plane - c0);  // outputs of this tile in a row
-    const int tw = wv + k - 1;                          // inputs they read
+    const int wv = std::min(kTileCols, wv_plane - c0);                       // outputs of this tile in a row
+    const int tw = wv + k - 1;                                               // inputs they read
     const int wv_pad = (wv + N * kBlock - 1) / (N * kBlock) * (N * kBlock);  // whole blocks
     const int w_pad = wv_pad + k - 1 + 2 * N;  // inputs the padded outputs (and shuffles) read
     // A ring of k + 1 horizontal rows, each stored twice (slot q % P and q % P + P), so the k + 1
@@ -257,10 +257,8 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
       for (int sgn = 0; sgn < kSignals; ++sgn)
         base[sgn] = ring.data() + sgn * plane_stride + std::size_t(first_row % ring_rows) * wv_pad;
       for (int jb = 0; jb < wv_pad; jb += N * kBlock) {
-        if (pair_ready)
-          vertical_block<K, 2>(base, wv_pad, jb, wv, taps, k, mc, acc_ssim, acc_cs);
-        else
-          vertical_block<K, 1>(base, wv_pad, jb, wv, taps, k, mc, acc_ssim, acc_cs);
+        if (pair_ready) vertical_block<K, 2>(base, wv_pad, jb, wv, taps, k, mc, acc_ssim, acc_cs);
+        else vertical_block<K, 1>(base, wv_pad, jb, wv, taps, k, mc, acc_ssim, acc_cs);
       }
     }
     double total_ssim = 0, total_cs = 0;
@@ -278,16 +276,15 @@ SsimPlaneResult ssim_plane_simd(PlaneView x, PlaneView y, const SsimWindow& wind
 }
 
 void check_plane_pair(PlaneView x, PlaneView y, const SsimWindow& window) {
-  if (x.height != y.height || x.width != y.width)
-    throw std::invalid_argument("SSIM planes differ in size");
+  if (x.height != y.height || x.width != y.width) throw std::invalid_argument("SSIM planes differ in size");
   if (x.height < window.size() || x.width < window.size())
     throw std::invalid_argument("SSIM plane smaller than the window");
   if (window.size() > 64) throw std::invalid_argument("SSIM window larger than 64 taps");
 }
 
 // Whole-plane double filtering, 'valid' region only: what scikit-image computes before cropping.
-SsimPlaneResult ssim_plane_reference_d(const double* x, const double* y, int h, int w,
-                                       const SsimWindow& window, double peak) {
+SsimPlaneResult ssim_plane_reference_d(const double* x, const double* y, int h, int w, const SsimWindow& window,
+                                       double peak) {
   const int k = window.size(), hv = h - k + 1, wv = w - k + 1;
   const double c1 = (0.01 * peak) * (0.01 * peak), c2 = (0.03 * peak) * (0.03 * peak);
   const auto& wt = window.taps;
@@ -373,8 +370,7 @@ SsimPlaneResult ssim_plane(PlaneView x, PlaneView y, const SsimWindow& window, d
   }
 }
 
-SsimPlaneResult ssim_plane_reference(PlaneView x, PlaneView y, const SsimWindow& window,
-                                     double peak) {
+SsimPlaneResult ssim_plane_reference(PlaneView x, PlaneView y, const SsimWindow& window, double peak) {
   check_plane_pair(x, y, window);
   auto xd = to_double(x), yd = to_double(y);
   return ssim_plane_reference_d(xd.data(), yd.data(), x.height, x.width, window, peak);
@@ -391,8 +387,7 @@ std::vector<float> box_downsample(PlaneView x, int f, int* out_height, int* out_
 namespace {
 
 template <bool kReference>
-SsimResult ssim_impl(const Tensor& ref, const Tensor& test, SsimConvention convention,
-                     double peak) {
+SsimResult ssim_impl(const Tensor& ref, const Tensor& test, SsimConvention convention, double peak) {
   check_image_pair(ref, test);
   const SsimWindow window = window_for(convention);
   const int channels = static_cast<int>(ref.dim(0));
@@ -402,11 +397,11 @@ SsimResult ssim_impl(const Tensor& ref, const Tensor& test, SsimConvention conve
   const int eh = (h + f - 1) / f, ew = (w + f - 1) / f;
   if (eh < window.size() || ew < window.size()) {
     result.note = "image " + std::to_string(w) + "x" + std::to_string(h) +
-                  (f > 1 ? " (" + std::to_string(ew) + "x" + std::to_string(eh) +
-                               " after downsampling by " + std::to_string(f) + ")"
+                  (f > 1 ? " (" + std::to_string(ew) + "x" + std::to_string(eh) + " after downsampling by " +
+                               std::to_string(f) + ")"
                          : std::string()) +
-                  " is smaller than the " + std::to_string(window.size()) + "x" +
-                  std::to_string(window.size()) + " SSIM window";
+                  " is smaller than the " + std::to_string(window.size()) + "x" + std::to_string(window.size()) +
+                  " SSIM window";
     return result;
   }
   const std::size_t plane = std::size_t(h) * w;
@@ -443,8 +438,7 @@ SsimResult ssim(const Tensor& ref, const Tensor& test, SsimConvention convention
   return ssim_impl<false>(ref, test, convention, peak);
 }
 
-SsimResult ssim_reference(const Tensor& ref, const Tensor& test, SsimConvention convention,
-                          double peak) {
+SsimResult ssim_reference(const Tensor& ref, const Tensor& test, SsimConvention convention, double peak) {
   return ssim_impl<true>(ref, test, convention, peak);
 }
 

@@ -40,8 +40,7 @@ struct PlaneView {
 // the result does not depend on the thread count. Requires height, width >= window size.
 SsimPlaneResult ssim_plane(PlaneView x, PlaneView y, const SsimWindow& window, double peak);
 // Reference path: whole-plane double-precision filtering, as scikit-image computes it.
-SsimPlaneResult ssim_plane_reference(PlaneView x, PlaneView y, const SsimWindow& window,
-                                     double peak);
+SsimPlaneResult ssim_plane_reference(PlaneView x, PlaneView y, const SsimWindow& window, double peak);
 
 // MATLAB ssim.m pre-scaling factor: max(1, round(min(H, W) / 256)).
 int matlab_downsample_factor(int height, int width);
@@ -49,15 +48,14 @@ int matlab_downsample_factor(int height, int width);
 std::vector<float> box_downsample(PlaneView x, int f, int* out_height, int* out_width);
 
 struct SsimResult {
-  std::optional<double> ssim;       // mean over channels; empty when not applicable
+  std::optional<double> ssim;  // mean over channels; empty when not applicable
   std::vector<double> per_channel;
-  std::string note;                 // why it is not applicable
+  std::string note;  // why it is not applicable
 };
 // ref/test: float32 [C, H, W] on [0, peak].
 SsimResult ssim(const Tensor& ref, const Tensor& test, SsimConvention convention, double peak);
 // The same through ssim_plane_reference (for tests and for checking the fast path).
-SsimResult ssim_reference(const Tensor& ref, const Tensor& test, SsimConvention convention,
-                          double peak);
+SsimResult ssim_reference(const Tensor& ref, const Tensor& test, SsimConvention convention, double peak);
 
 class SsimMetric final : public ImageMetric {
  public:

@@ -167,15 +167,13 @@ TensorError error_from_energies(std::int64_t count, double ref_sq, double test_s
   if (ref_sq > 0) e.rel_l2 = std::sqrt(err_sq / ref_sq);
   if (ref_sq > 0 && test_sq > 0)
     e.cosine = std::clamp((ref_sq + test_sq - err_sq) / (2.0 * std::sqrt(ref_sq) * std::sqrt(test_sq)), -1.0, 1.0);
-  else if (ref_sq == 0 && test_sq == 0)
-    e.cosine = 1.0;
+  else if (ref_sq == 0 && test_sq == 0) e.cosine = 1.0;
   return e;
 }
 
 TensorError tensor_error(const Tensor& ref, const Tensor& test) {
   if (ref.shape() != test.shape())
-    throw std::invalid_argument("tensor_error: shapes differ: reference " +
-                                shape_to_string(ref.shape()) + " vs test " +
+    throw std::invalid_argument("tensor_error: shapes differ: reference " + shape_to_string(ref.shape()) + " vs test " +
                                 shape_to_string(test.shape()));
   return tensor_error(ref.data<float>(), test.data<float>(), ref.numel());
 }

@@ -12,9 +12,9 @@ namespace qeval::metrics {
 double sum_squared_difference(const float* a, const float* b, std::int64_t n);
 
 struct TensorError {
-  std::int64_t count = 0;           // elements compared (all, when both are finite everywhere)
-  std::int64_t nonfinite_ref = 0;   // NaN/Inf elements in the reference
-  std::int64_t nonfinite_test = 0;  // NaN/Inf elements in the test tensor
+  std::int64_t count = 0;             // elements compared (all, when both are finite everywhere)
+  std::int64_t nonfinite_ref = 0;     // NaN/Inf elements in the reference
+  std::int64_t nonfinite_test = 0;    // NaN/Inf elements in the test tensor
   std::int64_t first_nonfinite = -1;  // flat index of the first element where either is not finite
   // Elements where the reference is finite and the test is not: the test diverged. Then the error
   // is unbounded and every statistic says so: mse, max_abs and rel_l2 +inf, sqnr_db -inf, cosine

@@ -7,8 +7,8 @@
 #include <limits>
 #include <string_view>
 
-#include "kernels/error.h"
 #include "base/files.h"
+#include "kernels/error.h"
 #include "metrics/metric_registry.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
@@ -109,18 +109,17 @@ json to_json(const CompareImagesReport& r) {
                   {"elapsed_s", r.elapsed_s}};
   json stats = json::object();
   for (const auto& s : r.summary) {
-    stats[s.metric] = {{"count", s.count}, {"unbounded", s.unbounded},
-                       {"not_applicable", s.not_applicable}};
+    stats[s.metric] = {{"count", s.count}, {"unbounded", s.unbounded}, {"not_applicable", s.not_applicable}};
     if (s.count > 0)
-      stats[s.metric].update({{"mean", s.mean}, {"min", s.min}, {"p5", s.p5}, {"median", s.median},
-                              {"p95", s.p95}, {"max", s.max}});
+      stats[s.metric].update(
+          {{"mean", s.mean}, {"min", s.min}, {"p5", s.p5}, {"median", s.median}, {"p95", s.p95}, {"max", s.max}});
   }
   summary["metrics"] = stats;
   j["summary"] = summary;
   json checks = json::array();
   for (const auto& c : r.gate.checks) {
-    json cj = {{"name", c.name}, {"metric", c.metric}, {"stat", c.stat}, {"op", c.op},
-               {"threshold", c.threshold}, {"value", json_number(c.value)},
+    json cj = {{"name", c.name},     {"metric", c.metric},       {"stat", c.stat},
+               {"op", c.op},         {"threshold", c.threshold}, {"value", json_number(c.value)},
                {"passed", c.passed}, {"detail", c.detail}};
     if (c.value && std::isinf(*c.value)) cj["value_unbounded"] = true;
     checks.push_back(cj);
@@ -150,11 +149,10 @@ std::string render_html(const CompareImagesReport& r) {
   h += html::page_begin(std::string("qeval compare-images: ") + (r.gate.passed ? "PASS" : "FAIL"));
   h += "<h1>qeval compare-images</h1><div class=\"sub\">" + header_subtitle(r) + "</div>";
 
-  h += html::verdict_banner(
-      r.gate.passed, fmt::format("{} of {} gate checks passed &middot; {} pairs, {} compared, {} "
-                                 "could not be compared",
-                                 r.gate.checks.size() - failed_checks, r.gate.checks.size(),
-                                 r.pairs.size(), r.pairs.size() - errors, errors));
+  h += html::verdict_banner(r.gate.passed, fmt::format("{} of {} gate checks passed &middot; {} pairs, {} compared, {} "
+                                                       "could not be compared",
+                                                       r.gate.checks.size() - failed_checks, r.gate.checks.size(),
+                                                       r.pairs.size(), r.pairs.size() - errors, errors));
 
   h += "<h2 id=\"gate\">Gate</h2><div class=\"sub\">" + esc(r.gate.source) + "</div>";
   h += html::gate_table(r.gate, false);
@@ -166,8 +164,8 @@ std::string render_html(const CompareImagesReport& r) {
     if (s.unbounded) note += fmt::format("{} identical (unbounded, excluded) ", s.unbounded);
     if (s.not_applicable) note += fmt::format("{} not applicable", s.not_applicable);
     if (s.count == 0) {
-      h += fmt::format("<tr><td>{}</td><td class=\"num\">0</td><td colspan=\"6\"></td><td>{}</td></tr>",
-                       esc(s.metric), esc(note));
+      h += fmt::format("<tr><td>{}</td><td class=\"num\">0</td><td colspan=\"6\"></td><td>{}</td></tr>", esc(s.metric),
+                       esc(note));
       continue;
     }
     h += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td>", esc(s.metric), s.count);
@@ -182,14 +180,13 @@ std::string render_html(const CompareImagesReport& r) {
          "(max over channels) <span class=\"legend\" style=\"" +
          html::legend_gradient() + "\"></span> 0 &rarr; scale in each caption</div>";
     for (const auto& s : r.worst) {
-      h += "<div class=\"strip\"><b>" + esc(s.name) + "</b> &middot; " + esc(s.caption) +
-           "<div class=\"imgs\">";
+      h += "<div class=\"strip\"><b>" + esc(s.name) + "</b> &middot; " + esc(s.caption) + "<div class=\"imgs\">";
       h += "<figure><img alt=\"reference\" src=\"" + html::png_data_uri(s.ref_png) +
            "\"><figcaption>reference</figcaption></figure>";
       h += "<figure><img alt=\"test\" src=\"" + html::png_data_uri(s.test_png) +
            "\"><figcaption>test</figcaption></figure>";
-      h += "<figure><img alt=\"difference\" src=\"" + html::png_data_uri(s.heatmap_png) +
-           "\"><figcaption>" + esc(s.heatmap_legend) + "</figcaption></figure>";
+      h += "<figure><img alt=\"difference\" src=\"" + html::png_data_uri(s.heatmap_png) + "\"><figcaption>" +
+           esc(s.heatmap_legend) + "</figcaption></figure>";
       h += "</div></div>";
     }
   }
@@ -206,7 +203,7 @@ std::string render_html(const CompareImagesReport& r) {
       if (!m) return std::nullopt;
       return metrics::counted_value(metrics::find_metric(key), m->value, p.identical);
     };
-    std::string status = !p.ok() ? "<span class=\"no\">error</span>"
+    std::string status = !p.ok()                   ? "<span class=\"no\">error</span>"
                          : p.failed_checks.empty() ? "<span class=\"ok\">ok</span>"
                                                    : "<span class=\"no\">below threshold</span>";
     std::string notes = p.ok() ? "" : esc(p.error);
@@ -215,14 +212,12 @@ std::string render_html(const CompareImagesReport& r) {
     for (const auto& m : p.metrics)
       if (!m.value && !p.identical && !m.note.empty())
         notes += (notes.empty() ? "" : "; ") + esc(m.key + ": " + m.note);
-    h += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td>",
-                     !p.ok() ? "err" : (p.failed_checks.empty() ? "" : "bad"), esc(p.name), status,
-                     p.ok() ? fmt::format("{}&times;{} {} {}-bit", p.width, p.height,
-                                          esc(p.color_type), p.bit_depth)
-                            : "");
+    h += fmt::format(
+        "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td>", !p.ok() ? "err" : (p.failed_checks.empty() ? "" : "bad"),
+        esc(p.name), status,
+        p.ok() ? fmt::format("{}&times;{} {} {}-bit", p.width, p.height, esc(p.color_type), p.bit_depth) : "");
     for (const auto& key : columns)
-      h += "<td class=\"num\" data-v=\"" + sort_value(value(key)) + "\">" +
-           fmt_value(key, value(key)) + "</td>";
+      h += "<td class=\"num\" data-v=\"" + sort_value(value(key)) + "\">" + fmt_value(key, value(key)) + "</td>";
     h += fmt::format("<td class=\"num\" data-v=\"{}\">{}</td><td>{}</td></tr>",
                      p.ok() ? fmt::format("{}", p.max_abs_diff) : "",
                      p.ok() ? fmt::format("{:g}", p.max_abs_diff) : "&ndash;", notes);
@@ -230,10 +225,8 @@ std::string render_html(const CompareImagesReport& r) {
   h += "</tbody></table>";
 
   h += "<h2 id=\"config\">Configuration</h2><table><tbody>";
-  for (const auto& [k, v] : r.config)
-    h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
-  for (const auto& [k, v] : r.conventions)
-    h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
+  for (const auto& [k, v] : r.config) h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
+  for (const auto& [k, v] : r.conventions) h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
   h += fmt::format("<tr><th>elapsed</th><td>{:.2f} s</td></tr>", r.elapsed_s);
   h += "</tbody></table>";
   h += html::page_end();
@@ -244,8 +237,7 @@ std::string render_junit(const CompareImagesReport& r) {
   return render_gate_junit(r.gate, "qeval compare-images", r.elapsed_s);
 }
 
-void write_compare_images_report(const CompareImagesReport& report,
-                                 const std::filesystem::path& out_dir) {
+void write_compare_images_report(const CompareImagesReport& report, const std::filesystem::path& out_dir) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw InputError(out_dir.string() + ": cannot create the output folder: " + ec.message());

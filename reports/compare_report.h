@@ -17,8 +17,7 @@ std::string render_html(const CompareImagesReport& report);
 std::string render_junit(const CompareImagesReport& report);
 
 // Writes report.json, report.html and junit.xml under out_dir (created if needed), each atomically.
-void write_compare_images_report(const CompareImagesReport& report,
-                                 const std::filesystem::path& out_dir);
+void write_compare_images_report(const CompareImagesReport& report, const std::filesystem::path& out_dir);
 
 // Finite numbers as numbers, anything else as null (JSON has no inf/NaN).
 nlohmann::json json_number(std::optional<double> v);

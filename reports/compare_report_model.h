@@ -21,7 +21,7 @@ struct PairRow {
   std::string error_kind;           // missing_ref | missing_test | unreadable | size_mismatch |
                                     // channel_mismatch | bit_depth_mismatch
   int width = 0, height = 0, channels = 0, bit_depth = 0;
-  std::string color_type;           // of the reference, e.g. "rgb"
+  std::string color_type;  // of the reference, e.g. "rgb"
   bool identical = false;
   double max_abs_diff = 0;
   std::vector<metrics::MetricValue> metrics;
@@ -37,8 +37,8 @@ struct PairRow {
 
 struct SummaryRow {
   std::string metric;
-  std::size_t count = 0;       // pairs with a finite value
-  std::size_t unbounded = 0;   // pairs where the value is +inf (identical images for PSNR)
+  std::size_t count = 0;      // pairs with a finite value
+  std::size_t unbounded = 0;  // pairs where the value is +inf (identical images for PSNR)
   std::size_t not_applicable = 0;
   double mean = 0, min = 0, p5 = 0, median = 0, p95 = 0, max = 0;
 };
@@ -53,7 +53,7 @@ struct GateCheckRow {
   double threshold = 0;
   std::optional<double> value;  // empty when it could not be computed; may be +inf (unbounded)
   bool passed = false;
-  std::string detail;  // the statistics behind the verdict
+  std::string detail;   // the statistics behind the verdict
   std::string variant;  // qeval run: the variant checked ("" = the run as a whole)
   // false: the run was told not to measure what the check reads (layer and NaN/Inf checks under
   // --no-layers, local-error columns without local error, teacher-forced curves without teacher
@@ -88,7 +88,7 @@ struct ImageStrip {
 };
 
 struct CompareImagesReport : ReportHeader {
-  std::vector<std::pair<std::string, std::string>> config;   // shown as given
+  std::vector<std::pair<std::string, std::string>> config;       // shown as given
   std::vector<std::pair<std::string, std::string>> conventions;  // metric -> definition
   std::vector<PairRow> pairs;
   std::vector<SummaryRow> summary;

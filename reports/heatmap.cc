@@ -8,8 +8,8 @@ namespace qeval::reports {
 
 namespace {
 constexpr float kAnchors[][3] = {
-    {0, 0, 4}, {40, 11, 84}, {101, 21, 110}, {159, 42, 99}, {212, 72, 66},
-    {245, 125, 21}, {250, 193, 39}, {252, 255, 164},
+    {0, 0, 4},     {40, 11, 84},   {101, 21, 110}, {159, 42, 99},
+    {212, 72, 66}, {245, 125, 21}, {250, 193, 39}, {252, 255, 164},
 };
 constexpr int kAnchorCount = sizeof(kAnchors) / sizeof(kAnchors[0]);
 }  // namespace

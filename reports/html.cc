@@ -8,8 +8,8 @@
 #include <limits>
 
 #include "base/files.h"
-#include "reports/heatmap.h"
 #include "base/utf8.h"
+#include "reports/heatmap.h"
 #include "reports/metric_format.h"
 
 namespace qeval::reports::html {
@@ -50,9 +50,12 @@ std::string esc(std::string_view raw) {
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&#39;"; break;
-      case '\t': case '\n': case '\r': out += c; break;
+      case '\t':
+      case '\n':
+      case '\r': out += c; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) out += fmt::format("\\x{:02X}", static_cast<unsigned char>(c));
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F)
+          out += fmt::format("\\x{:02X}", static_cast<unsigned char>(c));
         else out += c;
     }
   }
@@ -60,8 +63,7 @@ std::string esc(std::string_view raw) {
 }
 
 std::string png_data_uri(const std::vector<std::uint8_t>& png) {
-  return "data:image/png;base64," +
-         base64(std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
+  return "data:image/png;base64," + base64(std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
 }
 
 namespace {
@@ -170,12 +172,13 @@ std::string scale_legend(double scale, int ticks, std::string_view unit) {
       W + 2 * x0 + 60, H, W + 2 * x0 + 60, H, scale, esc(unit), scale, stops, x0, W, scale);
   for (int k = 0; k <= ticks; ++k) {
     const double x = x0 + double(W) * k / ticks, v = scale * k / ticks;
-    svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"12\" y2=\"16\" stroke=\"#5b6475\"/>"
-                       "<text x=\"{0:.1f}\" y=\"27\" font-size=\"10\" fill=\"#5b6475\" text-anchor=\"middle\">{1}{2:g}</text>",
-                       x, k == ticks ? "&ge;" : "", v);
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"12\" y2=\"16\" stroke=\"#5b6475\"/>"
+        "<text x=\"{0:.1f}\" y=\"27\" font-size=\"10\" fill=\"#5b6475\" text-anchor=\"middle\">{1}{2:g}</text>",
+        x, k == ticks ? "&ge;" : "", v);
   }
-  svg += fmt::format("<text x=\"{}\" y=\"11\" font-size=\"10\" fill=\"#5b6475\">{}</text></svg>", x0 + W + 8,
-                     esc(unit));
+  svg +=
+      fmt::format("<text x=\"{}\" y=\"11\" font-size=\"10\" fill=\"#5b6475\">{}</text></svg>", x0 + W + 8, esc(unit));
   return svg;
 }
 
@@ -201,14 +204,19 @@ std::string gate_table(const GateSection& gate, bool by_variant) {
   for (const auto& c : gate.checks) {
     h += fmt::format("<tr class=\"{}\">", !c.measured ? "nm" : c.passed ? "" : "bad");
     if (by_variant) h += "<td>" + esc(c.variant) + "</td>";
-    h += fmt::format("<td class=\"name\">{}</td><td class=\"num\">{} {}</td><td class=\"num\">{}</td>"
-                     "<td class=\"{}\">{}</td><td>{}</td></tr>",
-                     esc(c.name), esc(c.op), fmt_value(c.metric, c.threshold),
-                     fmt_value(c.metric, c.value), !c.measured ? "nmv" : c.passed ? "ok" : "no",
-                     !c.measured ? "not measured" : c.passed ? "pass" : "FAIL", esc(c.detail));
+    h += fmt::format(
+        "<td class=\"name\">{}</td><td class=\"num\">{} {}</td><td class=\"num\">{}</td>"
+        "<td class=\"{}\">{}</td><td>{}</td></tr>",
+        esc(c.name), esc(c.op), fmt_value(c.metric, c.threshold), fmt_value(c.metric, c.value),
+        !c.measured ? "nmv"
+        : c.passed  ? "ok"
+                    : "no",
+        !c.measured ? "not measured"
+        : c.passed  ? "pass"
+                    : "FAIL",
+        esc(c.detail));
   }
-  if (gate.checks.empty())
-    h += fmt::format("<tr><td colspan=\"{}\">no checks</td></tr>", by_variant ? 6 : 5);
+  if (gate.checks.empty()) h += fmt::format("<tr><td colspan=\"{}\">no checks</td></tr>", by_variant ? 6 : 5);
   return h + "</tbody></table>";
 }
 
@@ -232,9 +240,10 @@ std::string scatter_chart(std::string_view title, std::string_view x_label, std:
     }
     xlo = std::min(xlo, p.x), xhi = std::max(xhi, p.x), ylo = std::min(ylo, p.y), yhi = std::max(yhi, p.y);
   }
-  std::string svg = fmt::format("<figure class=\"chart\"><svg width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
-                                "role=\"img\"><text x=\"{}\" y=\"16\" class=\"ct\">{}</text>",
-                                W, H, W, H, left, esc(title));
+  std::string svg = fmt::format(
+      "<figure class=\"chart\"><svg width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "role=\"img\"><text x=\"{}\" y=\"16\" class=\"ct\">{}</text>",
+      W, H, W, H, left, esc(title));
   if (std::isfinite(xlo)) {
     if (x_percent) {
       xlo = 0, xhi = 1;  // shares: the whole 0..100% axis
@@ -248,22 +257,25 @@ std::string scatter_chart(std::string_view title, std::string_view x_label, std:
     ylo -= ypad, yhi += ypad;
     auto X = [&](double v) { return left + (W - left - right) * (v - xlo) / (xhi - xlo); };
     auto Y = [&](double v) { return top + (H - top - bottom) * (1.0 - (v - ylo) / (yhi - ylo)); };
-    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"ax\"/>"
-                       "<line x1=\"{0}\" y1=\"{2}\" x2=\"{3}\" y2=\"{2}\" class=\"ax\"/>",
-                       left, top, H - bottom, W - right);
+    svg += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"ax\"/>"
+        "<line x1=\"{0}\" y1=\"{2}\" x2=\"{3}\" y2=\"{2}\" class=\"ax\"/>",
+        left, top, H - bottom, W - right);
     for (int k = 0; k <= 4; ++k) {
       const double v = ylo + (yhi - ylo) * k / 4.0, u = xlo + (xhi - xlo) * k / 4.0;
-      svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>"
-                         "<text x=\"{}\" y=\"{:.1f}\" class=\"tk\" text-anchor=\"end\">{:.3g}</text>",
-                         left, Y(v), W - right, Y(v), left - 4, Y(v) + 4, v);
+      svg += fmt::format(
+          "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>"
+          "<text x=\"{}\" y=\"{:.1f}\" class=\"tk\" text-anchor=\"end\">{:.3g}</text>",
+          left, Y(v), W - right, Y(v), left - 4, Y(v) + 4, v);
       svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{}</text>", X(u),
                          H - bottom + 14, x_percent ? fmt::format("{:.0f}%", 100 * u) : fmt::format("{:.3g}", u));
     }
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{}</text>"
-                       "<text x=\"14\" y=\"{}\" class=\"tk\" transform=\"rotate(-90 14 {})\" "
-                       "text-anchor=\"middle\">{}</text>",
-                       left + (W - left - right) / 2, H - 6, esc(x_label), top + (H - top - bottom) / 2,
-                       top + (H - top - bottom) / 2, esc(y_label));
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{}</text>"
+        "<text x=\"14\" y=\"{}\" class=\"tk\" transform=\"rotate(-90 14 {})\" "
+        "text-anchor=\"middle\">{}</text>",
+        left + (W - left - right) / 2, H - 6, esc(x_label), top + (H - top - bottom) / 2, top + (H - top - bottom) / 2,
+        esc(y_label));
     // Labels: beside the point, else above, below or to its left, else further down, so that no
     // two overlap (points of equal shares sit on each other: their names must not).
     struct Box {
@@ -282,9 +294,11 @@ std::string scatter_chart(std::string_view title, std::string_view x_label, std:
       svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\"><title>{}</title></circle>", px, py,
                          esc(p.color), esc(p.tooltip));
       // Candidate baselines (x of the text start, y of the baseline).
-      std::vector<std::pair<double, double>> spots = {{px + 8, py + 4}, {px + 8, py - 8}, {px + 8, py + 16},
-                                                     {px - 8 - w, py + 4}, {px - w / 2, py - 10}, {px - w / 2, py + 18}};
-      for (int k = 1; k <= 8; ++k) spots.emplace_back(px + 8, py + 4 + 12.0 * k), spots.emplace_back(px + 8, py + 4 - 12.0 * k);
+      std::vector<std::pair<double, double>> spots = {{px + 8, py + 4},      {px + 8, py - 8},
+                                                      {px + 8, py + 16},     {px - 8 - w, py + 4},
+                                                      {px - w / 2, py - 10}, {px - w / 2, py + 18}};
+      for (int k = 1; k <= 8; ++k)
+        spots.emplace_back(px + 8, py + 4 + 12.0 * k), spots.emplace_back(px + 8, py + 4 - 12.0 * k);
       std::pair<double, double> at = spots[0];
       for (const auto& s : spots) {
         const Box b{s.first, s.second - 10, s.first + w, s.second + 2};

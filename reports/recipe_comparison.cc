@@ -6,9 +6,9 @@
 #include <cmath>
 #include <set>
 
+#include "base/files.h"
 #include "kernels/error.h"
 #include "reports/compare_report.h"
-#include "base/files.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"
@@ -29,52 +29,48 @@ json row_json(const RecipeRow& r) {
   for (const auto& m : r.metrics) metrics.push_back(summary_row_json(m));
   json worst = json::array();
   for (const auto& w : r.worst_layers)
-    worst.push_back({{"name", w.name}, {"op", w.op}, {"component", w.component},
-                     {"value", special_number(w.value)}});
+    worst.push_back({{"name", w.name}, {"op", w.op}, {"component", w.component}, {"value", special_number(w.value)}});
   const json size_ratio =
       r.reference_weight_bytes > 0 ? json(double(r.weight_bytes) / double(r.reference_weight_bytes)) : json(nullptr);
-  return {{"variant", r.variant},
-          {"recipe", artifact_json(r.recipe)},
-          {"format", r.format},
-          {"level", r.level},
-          {"precision", r.precision},
-          {"quantized_models", r.quantized_models},
-          {"gate", {{"passed", r.gate_passed}, {"failed_checks", r.failed_checks}}},
-          {"samples", r.samples},
-          {"errors", r.errors},
-          {"metrics", metrics},
-          {"worst_layers", worst},
-          {"quantized",
-           {{"compute_nodes", r.compute_nodes},
-            {"quantized_nodes", r.quantized_nodes},
-            {"params_total", r.params_total},
-            {"params_quantized", r.params_quantized},
-            {"param_share", json_number(r.param_share())},
-            {"macs_total", json_number(r.macs_total)},
-            {"macs_quantized", json_number(r.macs_quantized)},
-            {"mac_share", json_number(r.mac_share())}}},
-          {"size",
-           {{"weight_bytes", r.weight_bytes},
-            {"reference_weight_bytes", r.reference_weight_bytes},
-            {"ratio", size_ratio}}},
-          {"speed",
-           {{"class", r.speed_class},
-            {"reasons", r.speed_reasons},
-            {"lint_errors", r.lint_errors},
-            {"lint_warnings", r.lint_warnings},
-            {"lint_rules", r.lint_rules}}},
-          {"calibration", {{"seconds", json_number(r.calibration_s)}, {"cache_hit", r.calibration_cache_hit}}}};
+  return {
+      {"variant", r.variant},
+      {"recipe", artifact_json(r.recipe)},
+      {"format", r.format},
+      {"level", r.level},
+      {"precision", r.precision},
+      {"quantized_models", r.quantized_models},
+      {"gate", {{"passed", r.gate_passed}, {"failed_checks", r.failed_checks}}},
+      {"samples", r.samples},
+      {"errors", r.errors},
+      {"metrics", metrics},
+      {"worst_layers", worst},
+      {"quantized",
+       {{"compute_nodes", r.compute_nodes},
+        {"quantized_nodes", r.quantized_nodes},
+        {"params_total", r.params_total},
+        {"params_quantized", r.params_quantized},
+        {"param_share", json_number(r.param_share())},
+        {"macs_total", json_number(r.macs_total)},
+        {"macs_quantized", json_number(r.macs_quantized)},
+        {"mac_share", json_number(r.mac_share())}}},
+      {"size",
+       {{"weight_bytes", r.weight_bytes}, {"reference_weight_bytes", r.reference_weight_bytes}, {"ratio", size_ratio}}},
+      {"speed",
+       {{"class", r.speed_class},
+        {"reasons", r.speed_reasons},
+        {"lint_errors", r.lint_errors},
+        {"lint_warnings", r.lint_warnings},
+        {"lint_rules", r.lint_rules}}},
+      {"calibration", {{"seconds", json_number(r.calibration_s)}, {"cache_hit", r.calibration_cache_hit}}}};
 }
 
 std::string mb(std::int64_t bytes) { return fmt::format("{:.2f} MB", double(bytes) / 1e6); }
 
-std::string pct(std::optional<double> share) {
-  return share ? fmt::format("{:.1f}%", 100.0 * *share) : "&ndash;";
-}
+std::string pct(std::optional<double> share) { return share ? fmt::format("{:.1f}%", 100.0 * *share) : "&ndash;"; }
 
 std::string num_td(std::string_view metric, std::optional<double> v, std::string_view extra = {}) {
-  return "<td class=\"num\" data-v=\"" + html::sort_value(v) + "\">" + html::fmt_value(metric, v) +
-         std::string(extra) + "</td>";
+  return "<td class=\"num\" data-v=\"" + html::sort_value(v) + "\">" + html::fmt_value(metric, v) + std::string(extra) +
+         "</td>";
 }
 
 const char* speed_color(std::string_view c) {
@@ -110,7 +106,8 @@ std::vector<MetricInfo> table_metrics(const RecipeComparison& r) {
 
 std::string render_table(const RecipeComparison& r) {
   const std::vector<MetricInfo> metrics = table_metrics(r);
-  std::string h = "<div class=\"wide\"><table class=\"sortable\" id=\"recipes\"><thead><tr><th>recipe</th><th>gate</th>";
+  std::string h =
+      "<div class=\"wide\"><table class=\"sortable\" id=\"recipes\"><thead><tr><th>recipe</th><th>gate</th>";
   for (const auto& m : metrics) h += "<th>" + html::esc(m.label) + " mean (p5)</th>";
   // "Quantized" is one thing in every report: the share of MACs (per call) run quantized, with the
   // parameters and compute nodes beside it, over the models named in the header.
@@ -118,7 +115,8 @@ std::string render_table(const RecipeComparison& r) {
   for (const auto& row : r.rows) models.insert(row.quantized_models.begin(), row.quantized_models.end());
   std::string scope;
   for (const auto& m : models) scope += (scope.empty() ? "" : " + ") + m;
-  h += "<th>worst layers (" + html::esc(r.layer_column) + ")</th><th title=\"share of multiply-accumulates run "
+  h += "<th>worst layers (" + html::esc(r.layer_column) +
+       ")</th><th title=\"share of multiply-accumulates run "
        "quantized; then of parameters and compute nodes (Conv, MatMul, Gemm)\">quantized" +
        (scope.empty() ? std::string() : " <span class=\"sub\">(" + html::esc(scope) + ")</span>") +
        "</th><th>est. weights</th><th>speed class (" + html::esc(r.target) +
@@ -139,22 +137,24 @@ std::string render_table(const RecipeComparison& r) {
     }
     h += "<td>";
     for (const auto& w : row.worst_layers)
-      h += "<div class=\"layer\"><span class=\"num\">" + html::fmt_value(r.layer_column, w.value) +
-           "</span> <code>" + html::esc(w.name) + "</code></div>";
+      h += "<div class=\"layer\"><span class=\"num\">" + html::fmt_value(r.layer_column, w.value) + "</span> <code>" +
+           html::esc(w.name) + "</code></div>";
     h += "</td>";
-    h += fmt::format("<td class=\"num\" data-v=\"{}\">{} <span class=\"sub\">of MACs</span><br><span class=\"sub\">{} "
-                     "of params &middot; {}/{} nodes</span></td>",
-                     html::sort_value(row.mac_share()), pct(row.mac_share()), pct(row.param_share()),
-                     row.quantized_nodes, row.compute_nodes);
+    h += fmt::format(
+        "<td class=\"num\" data-v=\"{}\">{} <span class=\"sub\">of MACs</span><br><span class=\"sub\">{} "
+        "of params &middot; {}/{} nodes</span></td>",
+        html::sort_value(row.mac_share()), pct(row.mac_share()), pct(row.param_share()), row.quantized_nodes,
+        row.compute_nodes);
     h += fmt::format("<td class=\"num\" data-v=\"{}\">{}<br><span class=\"sub\">{} unquantized</span></td>",
                      row.weight_bytes, mb(row.weight_bytes), mb(row.reference_weight_bytes));
     h += fmt::format("<td><b style=\"color:{}\">{}</b>", speed_color(row.speed_class), html::esc(row.speed_class));
     for (const auto& reason : row.speed_reasons) h += "<br><span class=\"sub\">" + html::esc(reason) + "</span>";
     h += "</td>";
-    h += "<td class=\"num\">" +
-         (row.calibration_s ? fmt::format("{:.1f} s{}", *row.calibration_s, row.calibration_cache_hit ? " (cached)" : "")
-                            : std::string("&ndash;")) +
-         "</td></tr>";
+    h +=
+        "<td class=\"num\">" +
+        (row.calibration_s ? fmt::format("{:.1f} s{}", *row.calibration_s, row.calibration_cache_hit ? " (cached)" : "")
+                           : std::string("&ndash;")) +
+        "</td></tr>";
   }
   return h + "</tbody></table></div>";
 }
@@ -217,8 +217,14 @@ json to_json(const RecipeComparison& r) {
     metrics.push_back({{"key", m.key}, {"label", m.label}, {"higher_is_better", m.higher_is_better}});
   json checks = json::array();
   for (const auto& c : r.gate.checks)
-    checks.push_back({{"variant", c.variant}, {"name", c.name}, {"metric", c.metric}, {"stat", c.stat}, {"op", c.op},
-                      {"threshold", c.threshold}, {"value", json_number(c.value)}, {"passed", c.passed},
+    checks.push_back({{"variant", c.variant},
+                      {"name", c.name},
+                      {"metric", c.metric},
+                      {"stat", c.stat},
+                      {"op", c.op},
+                      {"threshold", c.threshold},
+                      {"value", json_number(c.value)},
+                      {"passed", c.passed},
                       {"detail", c.detail}});
   json rows = json::array();
   json passed = json::array();
@@ -239,13 +245,13 @@ json to_json(const RecipeComparison& r) {
                  {"threads", c.threads},
                  {"target", r.target}};
   json j = {{"elapsed_s", r.elapsed_s},
-          {"config", config},
-          {"metrics", metrics},
-          {"quality_metric", r.quality_metric},
-          {"layer_column", r.layer_column},
-          {"run_report", r.run_report},
-          {"gate", {{"source", r.gate.source}, {"passed_recipes", passed}, {"checks", checks}}},
-          {"recipes", rows}};
+            {"config", config},
+            {"metrics", metrics},
+            {"quality_metric", r.quality_metric},
+            {"layer_column", r.layer_column},
+            {"run_report", r.run_report},
+            {"gate", {{"source", r.gate.source}, {"passed_recipes", passed}, {"checks", checks}}},
+            {"recipes", rows}};
   write_header(j, kRecipeComparisonSchemaVersion, "qeval.compare-recipes", r);
   return j;
 }
@@ -266,7 +272,8 @@ std::string render_html(const RecipeComparison& r) {
                                                    html::esc(r.gate.source), npass ? ": " + names : "")) +
        "</section>";
   h += "<section id=\"recipes-section\"><h2>Recipes</h2><p class=\"sub\">Click a header to sort. Shares are of the "
-       "Conv/MatMul/Gemm weights and multiply-accumulates per call of the models any recipe rewrote; weights are estimated engine "
+       "Conv/MatMul/Gemm weights and multiply-accumulates per call of the models any recipe rewrote; weights are "
+       "estimated engine "
        "bytes of every model of the pipeline; speed classes follow the <code>qeval lint</code> rules "
        "(docs/compare-recipes.md).</p>" +
        render_table(r) + "</section>";
@@ -288,8 +295,8 @@ std::string render_summary_text(const RecipeComparison& r, const std::filesystem
   s += fmt::format("{} | {} | reference {} | speed target {}\n\n", r.config.model.name, r.config.pipeline,
                    r.config.reference_variant, r.target);
   const std::string q = r.quality_metric;
-  s += fmt::format("{:<16} {:>5} {:>14} {:>10} {:>8} {:>8} {:>10}  {}\n", "recipe", "gate", metric_label(r, q) + " mean",
-                   "worst lyr", "params", "MACs", "weights", "speed");
+  s += fmt::format("{:<16} {:>5} {:>14} {:>10} {:>8} {:>8} {:>10}  {}\n", "recipe", "gate",
+                   metric_label(r, q) + " mean", "worst lyr", "params", "MACs", "weights", "speed");
   for (const auto& row : r.rows) {
     const auto quality = mean_of(row, q);
     auto share = [](std::optional<double> v) { return v ? fmt::format("{:.1f}%", 100 * *v) : std::string("-"); };

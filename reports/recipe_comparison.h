@@ -28,9 +28,9 @@ struct WorstLayer {
 struct RecipeRow {
   std::string variant;  // the variant's name in the run (the recipe's name, made unique)
   Artifact recipe;
-  std::string format;     // "int8", "fp8_e4m3", ...
-  std::string level;      // "3", "2.5", ...
-  std::string precision;  // of what the recipe leaves in float: "fp16", ...
+  std::string format;                         // "int8", "fp8_e4m3", ...
+  std::string level;                          // "3", "2.5", ...
+  std::string precision;                      // of what the recipe leaves in float: "fp16", ...
   std::vector<std::string> quantized_models;  // the models the recipe rewrote, e.g. "unet"
 
   bool gate_passed = false;
@@ -40,12 +40,12 @@ struct RecipeRow {
   std::vector<WorstLayer> worst_layers;
 
   // Over the models any compared recipe rewrote (the same for every row):
-  std::size_t compute_nodes = 0, quantized_nodes = 0;  // Conv/MatMul/Gemm
+  std::size_t compute_nodes = 0, quantized_nodes = 0;   // Conv/MatMul/Gemm
   std::int64_t params_total = 0, params_quantized = 0;  // float parameters; weights of quantized nodes
   std::optional<double> macs_total, macs_quantized;     // per call of each model
-  std::int64_t weight_bytes = 0;            // every model of the pipeline, as the variant stores it
-  std::int64_t reference_weight_bytes = 0;  // the same models unquantized, at the variant's precision
-  std::string speed_class;                  // "faster" | "about-fp16" | "slower-risk" | "unsupported"
+  std::int64_t weight_bytes = 0;                        // every model of the pipeline, as the variant stores it
+  std::int64_t reference_weight_bytes = 0;              // the same models unquantized, at the variant's precision
+  std::string speed_class;                              // "faster" | "about-fp16" | "slower-risk" | "unsupported"
   std::vector<std::string> speed_reasons;
   int lint_errors = 0, lint_warnings = 0;
   std::vector<std::string> lint_rules;  // rule ids of the warnings and errors, with counts
@@ -69,15 +69,15 @@ struct RecipeRow {
 
 struct RecipeComparison : ReportHeader {
   double elapsed_s = 0;
-  RunConfig config;                  // the run the recipes went through
-  std::string reference_precision;   // "fp32", ...
-  std::string target;                // "sm89": the TensorRT target the speed classes assume
-  std::vector<MetricInfo> metrics;   // the sample metrics, in display order
-  std::string quality_metric;        // the key the charts plot (psnr_db, mask_iou, output_sqnr_db)
-  std::string layer_column;          // the layer column worst_layers rank by (local_sqnr_db, ...)
-  GateSection gate;                  // every check, per variant
-  std::vector<RecipeRow> rows;       // in --recipes order
-  std::string run_report;            // the full run report, relative to the output folder
+  RunConfig config;                 // the run the recipes went through
+  std::string reference_precision;  // "fp32", ...
+  std::string target;               // "sm89": the TensorRT target the speed classes assume
+  std::vector<MetricInfo> metrics;  // the sample metrics, in display order
+  std::string quality_metric;       // the key the charts plot (psnr_db, mask_iou, output_sqnr_db)
+  std::string layer_column;         // the layer column worst_layers rank by (local_sqnr_db, ...)
+  GateSection gate;                 // every check, per variant
+  std::vector<RecipeRow> rows;      // in --recipes order
+  std::string run_report;           // the full run report, relative to the output folder
 
   bool any_passed() const {
     for (const auto& r : rows)

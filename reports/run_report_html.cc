@@ -24,12 +24,12 @@ constexpr std::size_t kRankedRowsShown = 30;  // more behind a "show all" button
 constexpr std::size_t kImageRows = 24;        // samples shown as image rows (worst first)
 constexpr std::size_t kHistogramLayers = 8;
 constexpr std::size_t kSampleColumnsInOneTable = 12;
-constexpr std::size_t kMetricColumnsInVariants = 6;  // more metrics: one stacked cell  // (variant, metric) columns; more: a tab per variant
+constexpr std::size_t kMetricColumnsInVariants =
+    6;  // more metrics: one stacked cell  // (variant, metric) columns; more: a tab per variant
 // Columns of the ranked-layer tables (all of them are in report.json).
-constexpr std::string_view kRankedColumns[] = {"local_sqnr_db", "local_cosine", "local_rel_l2",
-                                               "local_max_abs", "acc_sqnr_db",  "acc_rel_l2",
-                                               "absmax",        "p99_9",        "clip_rate",
-                                               "nonfinite"};
+constexpr std::string_view kRankedColumns[] = {"local_sqnr_db", "local_cosine", "local_rel_l2", "local_max_abs",
+                                               "acc_sqnr_db",   "acc_rel_l2",   "absmax",       "p99_9",
+                                               "clip_rate",     "nonfinite"};
 
 constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#b07aa1",
                                     "#edc948", "#76b7b2", "#ff9da7", "#9c755f", "#bab0ac"};
@@ -74,10 +74,11 @@ std::string quantized_cell(const Variant& v) {
       untouched += (untouched.empty() ? "" : ", ") + esc(q.model);
       continue;
     }
-    lines += fmt::format("<div><b>{}</b> {} <span class=\"sub\">of MACs &middot; {} of params &middot; {}/{} "
-                         "nodes</span></div>",
-                         esc(q.model), q.mac_share() ? share_text(q.mac_share()) : "?",
-                         share_text(q.param_share()), q.quantized_nodes, q.compute_nodes);
+    lines += fmt::format(
+        "<div><b>{}</b> {} <span class=\"sub\">of MACs &middot; {} of params &middot; {}/{} "
+        "nodes</span></div>",
+        esc(q.model), q.mac_share() ? share_text(q.mac_share()) : "?", share_text(q.param_share()), q.quantized_nodes,
+        q.compute_nodes);
   }
   if (lines.empty()) lines = "0% <span class=\"sub\">(nothing quantized)</span>";
   else if (!untouched.empty()) lines += "<div class=\"sub\">0% of " + untouched + "</div>";
@@ -105,12 +106,9 @@ std::string artifact_text(const Artifact& a) {
 std::string variant_description(const Variant& v) {
   switch (v.kind) {
     case VariantKind::kRecipe:
-      return "recipe " + (v.recipe ? artifact_text(*v.recipe) : std::string("?")) + " over " +
-             esc(v.precision);
-    case VariantKind::kOnnx:
-      return "ONNX " + (v.onnx ? artifact_text(*v.onnx) : std::string("?"));
-    case VariantKind::kPrecision:
-      break;
+      return "recipe " + (v.recipe ? artifact_text(*v.recipe) : std::string("?")) + " over " + esc(v.precision);
+    case VariantKind::kOnnx: return "ONNX " + (v.onnx ? artifact_text(*v.onnx) : std::string("?"));
+    case VariantKind::kPrecision: break;
   }
   return esc(v.precision);
 }
@@ -120,10 +118,8 @@ std::string variant_description(const Variant& v) {
 std::vector<std::size_t> rank_layers(const LayerTable& t, std::size_t n_layers) {
   const std::vector<float>* key = nullptr;
   bool higher_is_worse = false;
-  for (auto [col, worse_high] : {std::pair{&t.stats.local_sqnr_db, false},
-                                 std::pair{&t.stats.acc_sqnr_db, false},
-                                 std::pair{&t.stats.local_rel_l2, true},
-                                 std::pair{&t.stats.acc_rel_l2, true}})
+  for (auto [col, worse_high] : {std::pair{&t.stats.local_sqnr_db, false}, std::pair{&t.stats.acc_sqnr_db, false},
+                                 std::pair{&t.stats.local_rel_l2, true}, std::pair{&t.stats.acc_rel_l2, true}})
     if (!col->empty()) {
       key = col;
       higher_is_worse = worse_high;
@@ -159,11 +155,11 @@ std::string section(const char* id, const char* title, std::string_view sub = {}
 std::string render_verdict(const RunReport& r) {
   const std::size_t unmeasured = r.gate.not_measured();
   const Variant* ref = r.reference();
-  std::string details = fmt::format(
-      "{} of {} gate checks passed{} &middot; {} variant(s) against {} &middot; {} sample(s)",
-      r.gate.passed_count(), r.gate.checks.size() - unmeasured,
-      unmeasured ? fmt::format(", {} not measured (neither pass nor fail)", unmeasured) : std::string(),
-      r.variants.size() - (ref ? 1 : 0), ref ? esc(ref->name) : "?", r.samples.size());
+  std::string details =
+      fmt::format("{} of {} gate checks passed{} &middot; {} variant(s) against {} &middot; {} sample(s)",
+                  r.gate.passed_count(), r.gate.checks.size() - unmeasured,
+                  unmeasured ? fmt::format(", {} not measured (neither pass nor fail)", unmeasured) : std::string(),
+                  r.variants.size() - (ref ? 1 : 0), ref ? esc(ref->name) : "?", r.samples.size());
   if (r.config.steps > 0) details += fmt::format(" &middot; {} steps", r.config.steps);
   std::string h = section("verdict", "Verdict");
   h += html::verdict_banner(r.gate.passed, details);
@@ -182,8 +178,8 @@ std::string render_verdict(const RunReport& r) {
     } else if (failed_v.empty()) {
       h += fmt::format("<span class=\"ok\">pass</span> ({} checks{})", checks - skipped, not_measured);
     } else {
-      h += fmt::format("<span class=\"no\">FAIL</span> ({} of {} checks failed{}: ", failed_v.size(),
-                       checks - skipped, not_measured);
+      h += fmt::format("<span class=\"no\">FAIL</span> ({} of {} checks failed{}: ", failed_v.size(), checks - skipped,
+                       not_measured);
       for (std::size_t i = 0; i < failed_v.size(); ++i)
         h += (i ? "; " : "") + esc(failed_v[i]->name) + " &mdash; value " +
              fmt_value(failed_v[i]->metric, failed_v[i]->value);
@@ -215,11 +211,9 @@ std::string render_variants(const RunReport& r) {
     auto failed_v = failed_checks(r.gate, v.name);
     h += fmt::format("<tr class=\"{}\"><td><b style=\"color:{}\">{}</b>{}</td><td>{}</td><td>{}</td>",
                      failed_v.empty() ? "" : "bad", variant_color(r, v.name), esc(v.name),
-                     v.reference ? " (reference)" : "", variant_kind_name(v.kind),
-                     variant_description(v));
+                     v.reference ? " (reference)" : "", variant_kind_name(v.kind), variant_description(v));
     h += quantized_cell(v);
-    h += fmt::format("<td class=\"num\">{}</td><td class=\"num\">{}</td>", v.summary.samples,
-                     v.summary.errors);
+    h += fmt::format("<td class=\"num\">{}</td><td class=\"num\">{}</td>", v.summary.samples, v.summary.errors);
     if (stacked) {
       std::string lines;
       for (const auto& m : r.metrics) {
@@ -241,8 +235,8 @@ std::string render_variants(const RunReport& r) {
         std::string why = v.reference ? "" : s && s->unbounded ? "identical" : "n/a";
         h += "<td class=\"num\" data-v=\"\">" + (why.empty() ? "&ndash;" : why) + "</td>";
       } else {
-        h += fmt::format("<td class=\"num\" data-v=\"{}\">{} <span class=\"sub\">({})</span></td>",
-                         sort_value(s->mean), fmt_value(m.key, s->mean), fmt_value(m.key, s->p5));
+        h += fmt::format("<td class=\"num\" data-v=\"{}\">{} <span class=\"sub\">({})</span></td>", sort_value(s->mean),
+                         fmt_value(m.key, s->mean), fmt_value(m.key, s->p5));
       }
     }
     std::string timing;
@@ -251,7 +245,7 @@ std::string render_variants(const RunReport& r) {
     h += "<td class=\"num\">" + timing + "</td>";
     std::size_t checks = 0;
     for (const auto& c : r.gate.checks) checks += c.variant == v.name;
-    h += checks == 0 ? std::string("<td>&ndash;</td>")
+    h += checks == 0        ? std::string("<td>&ndash;</td>")
          : failed_v.empty() ? "<td class=\"ok\">pass</td>"
                             : fmt::format("<td class=\"no\">FAIL ({})</td>", failed_v.size());
     h += "</tr>";
@@ -259,9 +253,7 @@ std::string render_variants(const RunReport& r) {
   return h + "</tbody></table></div></section>";
 }
 
-std::string image_src(const ImageRef& img) {
-  return img.png.empty() ? esc(img.path) : html::png_data_uri(img.png);
-}
+std::string image_src(const ImageRef& img) { return img.png.empty() ? esc(img.path) : html::png_data_uri(img.png); }
 
 std::string render_samples(const RunReport& r) {
   std::string h = section("samples", "Samples", "per-sample metrics against the reference; click a column to sort");
@@ -285,7 +277,8 @@ std::string render_samples(const RunReport& r) {
                     "><thead><tr><th>sample</th><th>prompt</th><th>seed</th>";
     for (const auto* v : variants)
       for (const auto* m : shown)
-        t += "<th class=\"name\">" + (variants.size() > 1 ? esc(v->name) + " " : std::string()) + esc(m->label) + "</th>";
+        t += "<th class=\"name\">" + (variants.size() > 1 ? esc(v->name) + " " : std::string()) + esc(m->label) +
+             "</th>";
     t += "<th>notes</th></tr></thead><tbody>";
     for (const auto& s : r.samples) {
       std::string notes;
@@ -304,7 +297,10 @@ std::string render_samples(const RunReport& r) {
         }
       }
       t += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td class=\"num\">{}</td>",
-                       err ? "err" : bad ? "bad" : "", esc(s.id), esc(s.prompt), s.seed ? std::to_string(*s.seed) : "");
+                       err   ? "err"
+                       : bad ? "bad"
+                             : "",
+                       esc(s.id), esc(s.prompt), s.seed ? std::to_string(*s.seed) : "");
       for (const auto* v : variants) {
         const SampleResult* res = s.result(v->name);
         for (const auto* m : shown) {
@@ -327,8 +323,8 @@ std::string render_samples(const RunReport& r) {
     std::string tabs = "<div class=\"tabs\">", panes;
     for (std::size_t k = 0; k < tested.size(); ++k) {
       const std::string id = "samples-" + std::to_string(k);
-      tabs += fmt::format("<button data-tab=\"{}\"{}>{}</button>", id, k == 0 ? " class=\"on\"" : "",
-                          esc(tested[k]->name));
+      tabs +=
+          fmt::format("<button data-tab=\"{}\"{}>{}</button>", id, k == 0 ? " class=\"on\"" : "", esc(tested[k]->name));
       panes += fmt::format("<div class=\"tab\" id=\"{}\"{}>", id, k == 0 ? "" : " hidden") +
                table({tested[k]}, id + "-table") + "</div>";
     }
@@ -348,17 +344,16 @@ std::string render_samples(const RunReport& r) {
           worst = std::min(worst, r.metrics[0].higher_is_better ? *mv->value : -*mv->value);
     rows.emplace_back(worst, &s);
   }
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (rows.size() > kImageRows) rows.resize(kImageRows);
   if (!rows.empty()) {
     h += "<h3>Images</h3><div class=\"sub\">reference | each variant | |reference &minus; variant|";
-    if (r.config.pipeline == "segmentation")
-      h += ": bright where the variant's mask differs from the reference's";
+    if (r.config.pipeline == "segmentation") h += ": bright where the variant's mask differs from the reference's";
     else
-      h += fmt::format(", max over RGB, on one fixed scale for every image of this report: <span "
-                       "id=\"diff-legend\">{}</span> (8-bit levels; brighter is a larger difference)",
-                       html::scale_legend(kDifferenceScale255, 4, "of 255"));
+      h += fmt::format(
+          ", max over RGB, on one fixed scale for every image of this report: <span "
+          "id=\"diff-legend\">{}</span> (8-bit levels; brighter is a larger difference)",
+          html::scale_legend(kDifferenceScale255, 4, "of 255"));
     if (rows.size() < r.samples.size())
       h += fmt::format("; {} of {} samples shown, worst {} first", rows.size(), r.samples.size(),
                        r.metrics.empty() ? "" : esc(r.metrics[0].label));
@@ -376,9 +371,8 @@ std::string render_samples(const RunReport& r) {
         if (const auto* mv = res.metric(r.metrics[0].key); mv && mv->value)
           caption += " &middot; " + esc(r.metrics[0].label) + " " + fmt_value(mv->key, mv->value);
       if (!res.image.empty())
-        h += "<figure><img loading=\"lazy\" alt=\"" + esc(res.variant) + "\" src=\"" +
-             image_src(res.image) + "\"><figcaption>" + caption +
-             (v && v->reference ? " (reference)" : "") + "</figcaption></figure>";
+        h += "<figure><img loading=\"lazy\" alt=\"" + esc(res.variant) + "\" src=\"" + image_src(res.image) +
+             "\"><figcaption>" + caption + (v && v->reference ? " (reference)" : "") + "</figcaption></figure>";
       if (!res.heatmap.empty())
         h += "<figure><img loading=\"lazy\" alt=\"difference " + esc(res.variant) + "\" src=\"" +
              image_src(res.heatmap) + "\"><figcaption>" + esc(res.variant) + " diff &middot; " +
@@ -393,16 +387,14 @@ std::string render_layers(const RunReport& r) {
   std::string h = section("layers", "Layers ranked by local error",
                           "worst first (lowest local SQNR: the layer's own error with the "
                           "reference's inputs); pooled over samples and steps; click a column to sort");
-  if (r.layers.empty() || r.layer_tables.empty())
-    return h + "<p>No per-layer observation in this run.</p></section>";
+  if (r.layers.empty() || r.layer_tables.empty()) return h + "<p>No per-layer observation in this run.</p></section>";
   std::string tabs = "<div class=\"tabs\">", panes;
   bool first = true;
   for (const auto& t : r.layer_tables) {
     const Variant* v = r.variant(t.variant);
     if (v && v->reference) continue;
     const std::string id = "layers-" + std::to_string(&t - r.layer_tables.data());
-    tabs += fmt::format("<button data-tab=\"{}\"{}>{}</button>", id, first ? " class=\"on\"" : "",
-                        esc(t.variant));
+    tabs += fmt::format("<button data-tab=\"{}\"{}>{}</button>", id, first ? " class=\"on\"" : "", esc(t.variant));
     const LayerTable* ref_table = r.reference() ? r.layer_table(r.reference()->name) : nullptr;
     auto order = rank_layers(t, r.layers.size());
     std::vector<const LayerColumnInfo*> cols;
@@ -411,9 +403,10 @@ std::string render_layers(const RunReport& r) {
                                                     std::string_view(c.key)) != std::end(kRankedColumns))
         cols.push_back(&c);
     panes += fmt::format("<div class=\"tab\" id=\"{}\"{}>", id, first ? "" : " hidden");
-    panes += fmt::format("<div class=\"scroll\"><table class=\"sortable{}\" id=\"{}-table\"><thead><tr><th>rank</th><th>node</th>"
-                         "<th>op</th><th>format</th>",
-                         order.size() > kRankedRowsShown ? " collapsed" : "", id);
+    panes += fmt::format(
+        "<div class=\"scroll\"><table class=\"sortable{}\" id=\"{}-table\"><thead><tr><th>rank</th><th>node</th>"
+        "<th>op</th><th>format</th>",
+        order.size() > kRankedRowsShown ? " collapsed" : "", id);
     for (const auto* c : cols) panes += std::string("<th>") + c->label + "</th>";
     if (!t.calib_amax.empty()) panes += "<th>calib amax</th>";
     if (!t.out_of_range_steps.empty()) panes += "<th>steps out of range</th>";
@@ -422,21 +415,19 @@ std::string render_layers(const RunReport& r) {
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
       const std::size_t l = order[rank];
       panes += fmt::format("<tr{}><td class=\"num\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td>",
-                           rank >= kRankedRowsShown ? " class=\"more\"" : "", rank + 1,
-                           esc(r.layers[l].name), esc(r.layers[l].op),
-                           l < t.format.size() ? esc(t.format[l]) : "");
+                           rank >= kRankedRowsShown ? " class=\"more\"" : "", rank + 1, esc(r.layers[l].name),
+                           esc(r.layers[l].op), l < t.format.size() ? esc(t.format[l]) : "");
       for (const auto* c : cols) panes += num_td(c->key, opt(cell(t.stats.*c->column, l)));
       if (!t.calib_amax.empty()) panes += num_td("amax", opt(cell(t.calib_amax, l)));
-      if (!t.out_of_range_steps.empty())
-        panes += num_td("steps", opt(cell(t.out_of_range_steps, l)));
+      if (!t.out_of_range_steps.empty()) panes += num_td("steps", opt(cell(t.out_of_range_steps, l)));
       if (ref_table && !ref_table->stats.absmax.empty())
         panes += num_td("absmax", opt(cell(ref_table->stats.absmax, l)));
       panes += "</tr>";
     }
     panes += "</tbody></table></div>";
     if (order.size() > kRankedRowsShown)
-      panes += fmt::format("<button class=\"show-all\" data-for=\"{}-table\">show all {} layers</button>",
-                           id, order.size());
+      panes +=
+          fmt::format("<button class=\"show-all\" data-for=\"{}-table\">show all {} layers</button>", id, order.size());
     panes += "</div>";
     first = false;
   }
@@ -478,11 +469,9 @@ std::string render_step_heatmap(const RunReport& r) {
   std::string data = "{\"t\":[";
   for (std::size_t s = 0; s < ts.steps(); ++s) data += (s ? "," : "") + fmt::format("{:g}", ts.t[s]);
   data += "],\"names\":[";
-  for (std::size_t i = 0; i < ts.layers.size(); ++i)
-    data += (i ? "," : "") + json_string(r.layers[ts.layers[i]].name);
+  for (std::size_t i = 0; i < ts.layers.size(); ++i) data += (i ? "," : "") + json_string(r.layers[ts.layers[i]].name);
   data += "],\"ops\":[";
-  for (std::size_t i = 0; i < ts.layers.size(); ++i)
-    data += (i ? "," : "") + json_string(r.layers[ts.layers[i]].op);
+  for (std::size_t i = 0; i < ts.layers.size(); ++i) data += (i ? "," : "") + json_string(r.layers[ts.layers[i]].op);
   data += "],\"variants\":[";
   bool first = true;
   for (const auto& t : ts.tables) {
@@ -528,8 +517,8 @@ struct Series {
   const std::vector<double>* values;
 };
 
-std::string line_chart(const std::string& title, const std::vector<Series>& series,
-                       const std::vector<double>& t, std::string_view metric) {
+std::string line_chart(const std::string& title, const std::vector<Series>& series, const std::vector<double>& t,
+                       std::string_view metric) {
   constexpr double W = 560, H = 240, left = 52, right = 12, top = 26, bottom = 34;
   std::size_t n = 0;
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
@@ -538,9 +527,10 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
     for (double v : *s.values)
       if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
   }
-  std::string svg = fmt::format("<figure class=\"chart\"><svg width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
-                                "role=\"img\"><text x=\"{}\" y=\"16\" class=\"ct\">{}</text>",
-                                W, H, W, H, left, esc(title));
+  std::string svg = fmt::format(
+      "<figure class=\"chart\"><svg width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "role=\"img\"><text x=\"{}\" y=\"16\" class=\"ct\">{}</text>",
+      W, H, W, H, left, esc(title));
   if (n == 0 || !std::isfinite(lo)) return svg + "</svg></figure>";
   if (hi - lo < 1e-12) lo -= 1, hi += 1;
   const double pad = 0.05 * (hi - lo);
@@ -548,22 +538,25 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
   auto X = [&](double i) { return left + (W - left - right) * (n > 1 ? i / double(n - 1) : 0.5); };
   auto Y = [&](double v) { return top + (H - top - bottom) * (1.0 - (v - lo) / (hi - lo)); };
   // Axes and ticks.
-  svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"ax\"/>"
-                     "<line x1=\"{0}\" y1=\"{2}\" x2=\"{3}\" y2=\"{2}\" class=\"ax\"/>",
-                     left, top, H - bottom, W - right);
+  svg += fmt::format(
+      "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"ax\"/>"
+      "<line x1=\"{0}\" y1=\"{2}\" x2=\"{3}\" y2=\"{2}\" class=\"ax\"/>",
+      left, top, H - bottom, W - right);
   for (int k = 0; k <= 4; ++k) {
     double v = lo + (hi - lo) * k / 4.0;
-    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>"
-                       "<text x=\"{}\" y=\"{:.1f}\" class=\"tk\" text-anchor=\"end\">{:.3g}</text>",
-                       left, Y(v), W - right, Y(v), left - 4, Y(v) + 4, v);
+    svg += fmt::format(
+        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>"
+        "<text x=\"{}\" y=\"{:.1f}\" class=\"tk\" text-anchor=\"end\">{:.3g}</text>",
+        left, Y(v), W - right, Y(v), left - 4, Y(v) + 4, v);
   }
   const std::size_t every = std::max<std::size_t>(1, n / 10);
   for (std::size_t i = 0; i < n; i += every)
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{}</text>", X(double(i)),
                        H - bottom + 14, i < t.size() ? fmt::format("{:g}", t[i]) : std::to_string(i));
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">step (scheduler t)"
-                     "</text>",
-                     left + (W - left - right) / 2, H - 4);
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">step (scheduler t)"
+      "</text>",
+      left + (W - left - right) / 2, H - 4);
   for (const auto& s : series) {
     std::string pts;
     auto flush = [&] {
@@ -578,9 +571,10 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
         continue;
       }
       pts += fmt::format("{}{:.1f},{:.1f}", pts.empty() ? "" : " ", X(double(i)), Y(v));
-      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"{}\"><title>{} step {}: {}"
-                         "</title></circle>",
-                         X(double(i)), Y(v), s.color, esc(s.name), i, fmt_value(metric, v));
+      svg += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"{}\"><title>{} step {}: {}"
+          "</title></circle>",
+          X(double(i)), Y(v), s.color, esc(s.name), i, fmt_value(metric, v));
     }
     flush();
   }
@@ -613,8 +607,7 @@ std::string render_step_curves(const RunReport& r) {
   return h + "</div></section>";
 }
 
-std::string histogram_chart(const RunReport& r, std::uint32_t layer,
-                            const std::vector<const Histogram*>& hists) {
+std::string histogram_chart(const RunReport& r, std::uint32_t layer, const std::vector<const Histogram*>& hists) {
   constexpr double W = 360, H = 170, left = 8, right = 8, top = 8, bottom = 22;
   double lo = hists[0]->lo, hi = hists[0]->hi, peak = 1;
   for (const auto* hist : hists) {
@@ -624,9 +617,10 @@ std::string histogram_chart(const RunReport& r, std::uint32_t layer,
   if (!(hi > lo)) hi = lo + 1;
   auto X = [&](double v) { return left + (W - left - right) * (v - lo) / (hi - lo); };
   auto Y = [&](double logc) { return H - bottom - (H - top - bottom) * logc / peak; };
-  std::string svg = fmt::format("<figure class=\"chart\"><svg width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
-                                "role=\"img\">",
-                                W, H, W, H);
+  std::string svg = fmt::format(
+      "<figure class=\"chart\"><svg width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "role=\"img\">",
+      W, H, W, H);
   for (const auto* hist : hists) {
     const Variant* v = r.variant(hist->variant);
     const bool ref = v && v->reference;
@@ -645,23 +639,24 @@ std::string histogram_chart(const RunReport& r, std::uint32_t layer,
       if (float amax = cell(t->calib_amax, layer); std::isfinite(amax))
         for (double edge : {-double(amax), double(amax)})
           if (edge >= lo && edge <= hi)
-            svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"{3}\" "
-                               "stroke-dasharray=\"4 3\"><title>{4} calibrated amax {5:g}</title></line>",
-                               X(edge), top, H - bottom, color, esc(hist->variant), amax);
+            svg += fmt::format(
+                "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"{3}\" "
+                "stroke-dasharray=\"4 3\"><title>{4} calibrated amax {5:g}</title></line>",
+                X(edge), top, H - bottom, color, esc(hist->variant), amax);
   }
-  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"ax\"/>", left, H - bottom,
-                     W - right, H - bottom);
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tk\">{:.3g}</text><text x=\"{}\" y=\"{}\" "
-                     "class=\"tk\" text-anchor=\"end\">{:.3g}</text>",
-                     left, H - 6, lo, W - right, H - 6, hi);
+  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"ax\"/>", left, H - bottom, W - right,
+                     H - bottom);
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"{}\" class=\"tk\">{:.3g}</text><text x=\"{}\" y=\"{}\" "
+      "class=\"tk\" text-anchor=\"end\">{:.3g}</text>",
+      left, H - 6, lo, W - right, H - 6, hi);
   svg += "</svg><figcaption><b>" + esc(r.layers[layer].name) + "</b> (" + esc(r.layers[layer].op) + ")<br>";
   for (const auto* hist : hists) {
-    svg += "<span class=\"key\" style=\"background:" + variant_color(r, hist->variant) + "\"></span>" +
-           esc(hist->variant);
+    svg +=
+        "<span class=\"key\" style=\"background:" + variant_color(r, hist->variant) + "\"></span>" + esc(hist->variant);
     if (hist->step >= 0) svg += fmt::format(" step {}", hist->step);
     if (hist->below + hist->above)
-      svg += fmt::format(" <span class=\"sub\">({} below, {} above the range)</span>", hist->below,
-                         hist->above);
+      svg += fmt::format(" <span class=\"sub\">({} below, {} above the range)</span>", hist->below, hist->above);
     svg += " ";
   }
   return svg + "</figcaption></figure>";
@@ -683,8 +678,7 @@ std::string render_histograms(const RunReport& r) {
       if (float v = cell(t.stats.local_sqnr_db, layer); !std::isnan(v)) worst = std::min(worst, v);
     order.emplace_back(worst, layer);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (order.size() > kHistogramLayers) order.resize(kHistogramLayers);
   h += "<div class=\"charts\">";
   for (const auto& [worst, layer] : order) h += histogram_chart(r, layer, by_layer[layer]);
@@ -702,10 +696,10 @@ std::string render_nonfinite(const RunReport& r) {
     std::string step = e.step < 0 ? "&ndash;" : std::to_string(e.step);
     if (e.step >= 0 && std::size_t(e.step) < r.timesteps.t.size())
       step += fmt::format(" (t={:g})", r.timesteps.t[std::size_t(e.step)]);
-    h += fmt::format("<tr class=\"bad\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-                     "<td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-                     esc(e.variant), esc(e.sample), step, esc(e.node), esc(e.op), e.nan_count,
-                     e.inf_count);
+    h += fmt::format(
+        "<tr class=\"bad\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+        esc(e.variant), esc(e.sample), step, esc(e.node), esc(e.op), e.nan_count, e.inf_count);
   }
   return h + "</tbody></table></section>";
 }
@@ -724,8 +718,8 @@ std::string render_unmatched(const RunReport& r) {
     h += "<table class=\"sortable\"><thead><tr><th>graph</th><th>node</th><th>op</th><th>why</th></tr>"
          "</thead><tbody>";
     for (const auto& u : v.unmatched)
-      h += "<tr><td>" + esc(u.side) + "</td><td>" + esc(u.name) + "</td><td>" + esc(u.op) +
-           "</td><td>" + esc(u.reason) + "</td></tr>";
+      h += "<tr><td>" + esc(u.side) + "</td><td>" + esc(u.name) + "</td><td>" + esc(u.op) + "</td><td>" +
+           esc(u.reason) + "</td></tr>";
     h += "</tbody></table>";
   }
   if (!any) h += "<p>No variant is a separate ONNX file.</p>";
@@ -778,11 +772,12 @@ std::string render_config(const RunReport& r) {
   row("qeval", esc(r.tool_version));
   row("command line", "<code>" + esc(r.command_line) + "</code>");
   row("created", esc(r.created_utc));
-  row("elapsed", fmt::format("{:.1f} s", r.elapsed_s) +
-                     (r.reused_units ? fmt::format(" (resumed: {} unit(s) read back from a saved state, {:.1f} s of that "
-                                                   "before)",
-                                                   r.reused_units, r.elapsed_before_s)
-                                     : std::string()));
+  row("elapsed",
+      fmt::format("{:.1f} s", r.elapsed_s) +
+          (r.reused_units ? fmt::format(" (resumed: {} unit(s) read back from a saved state, {:.1f} s of that "
+                                        "before)",
+                                        r.reused_units, r.elapsed_before_s)
+                          : std::string()));
   return h + "</tbody></table></section>";
 }
 
@@ -880,7 +875,8 @@ std::string render_html(const RunReport& r) {
   std::string h;
   h.reserve(1 << 20);
   h += html::page_begin(std::string("qeval run: ") + (r.gate.passed ? "PASS" : "FAIL"), kRunCss);
-  h += "<h1>qeval run</h1><div class=\"sub\">" + esc(r.config.model.name) + " &middot; " + header_subtitle(r) + "</div>";
+  h +=
+      "<h1>qeval run</h1><div class=\"sub\">" + esc(r.config.model.name) + " &middot; " + header_subtitle(r) + "</div>";
   h += render_verdict(r);
   h += section("gate", "Gate", esc(r.gate.source)) + html::gate_table(r.gate, true) + "</section>";
   h += render_variants(r);
@@ -894,9 +890,7 @@ std::string render_html(const RunReport& r) {
   h += render_unquantized(r);
   h += render_config(r);
   std::string js(kRunJs);
-  auto replace = [&](std::string_view what, const std::string& with) {
-    js.replace(js.find(what), what.size(), with);
-  };
+  auto replace = [&](std::string_view what, const std::string& with) { js.replace(js.find(what), what.size(), with); };
   replace("RAMP", html::ramp_js_array());
   replace("LEGEND", "'" + html::legend_gradient().substr(std::string_view("background:").size()) + "'");
   h += html::page_end(js);

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/error.h"
 #include "base/files.h"
+#include "kernels/error.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"
 
@@ -20,16 +20,12 @@ namespace qeval::reports {
 
 using nlohmann::json;
 
-json artifact_json(const Artifact& a) {
-  return {{"name", a.name}, {"path", a.path}, {"fingerprint", a.fingerprint}};
-}
+json artifact_json(const Artifact& a) { return {{"name", a.name}, {"path", a.path}, {"fingerprint", a.fingerprint}}; }
 
 json summary_row_json(const SummaryRow& s) {
-  json j = {{"metric", s.metric}, {"count", s.count}, {"unbounded", s.unbounded},
-            {"not_applicable", s.not_applicable}};
+  json j = {{"metric", s.metric}, {"count", s.count}, {"unbounded", s.unbounded}, {"not_applicable", s.not_applicable}};
   if (s.count > 0)
-    j.update({{"mean", s.mean}, {"min", s.min}, {"p5", s.p5}, {"median", s.median},
-              {"p95", s.p95}, {"max", s.max}});
+    j.update({{"mean", s.mean}, {"min", s.min}, {"p5", s.p5}, {"median", s.median}, {"p95", s.p95}, {"max", s.max}});
   return j;
 }
 
@@ -58,9 +54,7 @@ json columns_json(const LayerColumns& c) {
   return j;
 }
 
-json optional_artifact_json(const std::optional<Artifact>& a) {
-  return a ? artifact_json(*a) : json(nullptr);
-}
+json optional_artifact_json(const std::optional<Artifact>& a) { return a ? artifact_json(*a) : json(nullptr); }
 
 json variant_json(const Variant& v) {
   json unmatched = json::array();
@@ -100,10 +94,7 @@ json variant_json(const Variant& v) {
           {"unquantized", unquantized},
           {"quantization", quantization},
           {"summary",
-           {{"samples", v.summary.samples},
-            {"errors", v.summary.errors},
-            {"metrics", metrics},
-            {"timings", timings}}}};
+           {{"samples", v.summary.samples}, {"errors", v.summary.errors}, {"metrics", metrics}, {"timings", timings}}}};
 }
 
 json image_json(const ImageRef& img) { return img.path.empty() ? json(nullptr) : json(img.path); }
@@ -185,16 +176,13 @@ json to_json(const RunReport& r) {
   for (const auto& s : r.samples) {
     json results = json::array();
     for (const auto& res : s.results) results.push_back(result_json(res));
-    samples.push_back({{"id", s.id},
-                       {"prompt", s.prompt},
-                       {"seed", s.seed ? json(*s.seed) : json(nullptr)},
-                       {"results", results}});
+    samples.push_back(
+        {{"id", s.id}, {"prompt", s.prompt}, {"seed", s.seed ? json(*s.seed) : json(nullptr)}, {"results", results}});
   }
   j["samples"] = samples;
 
   json nodes = json::array();
-  for (const auto& l : r.layers)
-    nodes.push_back({{"name", l.name}, {"op", l.op}, {"component", l.component}});
+  for (const auto& l : r.layers) nodes.push_back({{"name", l.name}, {"op", l.op}, {"component", l.component}});
   json tables = json::array();
   for (const auto& t : r.layer_tables)
     tables.push_back({{"variant", t.variant},
@@ -262,12 +250,10 @@ namespace {
 // A value inside the document with its key path, for errors that say where and what.
 class In {
  public:
-  In(const json& v, const std::string& source, std::string path)
-      : v_(v), source_(source), path_(std::move(path)) {}
+  In(const json& v, const std::string& source, std::string path) : v_(v), source_(source), path_(std::move(path)) {}
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw InputError(source_ + ": " + (path_.empty() ? "top level" : path_) + ": " + what +
-                     " (see docs/report.md)");
+    throw InputError(source_ + ": " + (path_.empty() ? "top level" : path_) + ": " + what + " (see docs/report.md)");
   }
   const json& value() const { return v_; }
 
@@ -277,9 +263,7 @@ class In {
     if (it == v_.end()) In(v_, source_, path_).fail(std::string("missing key '") + key + "'");
     return In(*it, source_, child_path(key));
   }
-  In operator[](std::size_t i) const {
-    return In(v_[i], source_, path_ + "[" + std::to_string(i) + "]");
-  }
+  In operator[](std::size_t i) const { return In(v_[i], source_, path_ + "[" + std::to_string(i) + "]"); }
   bool has(const char* key) const { return v_.is_object() && v_.contains(key); }
 
   const json& array() const {
@@ -348,9 +332,7 @@ class In {
   std::string path_;
 };
 
-Artifact read_artifact(const In& in) {
-  return {in["name"].str(), in["path"].str(), in["fingerprint"].str()};
-}
+Artifact read_artifact(const In& in) { return {in["name"].str(), in["path"].str(), in["fingerprint"].str()}; }
 std::optional<Artifact> read_optional_artifact(const In& in) {
   if (in.is_null()) return std::nullopt;
   return read_artifact(in);
@@ -417,8 +399,7 @@ Variant read_variant(const In& in) {
   v.summary.samples = sum["samples"].count();
   v.summary.errors = sum["errors"].count();
   In metrics = sum["metrics"];
-  for (std::size_t i = 0; i < metrics.size(); ++i)
-    v.summary.metrics.push_back(read_summary_row(metrics[i]));
+  for (std::size_t i = 0; i < metrics.size(); ++i) v.summary.metrics.push_back(read_summary_row(metrics[i]));
   In timings = sum["timings"];
   for (std::size_t i = 0; i < timings.size(); ++i)
     v.summary.timings.emplace_back(timings[i]["name"].str(), timings[i]["value"].special());
@@ -512,8 +493,7 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
 
   In metrics = root["metrics"];
   for (std::size_t i = 0; i < metrics.size(); ++i)
-    r.metrics.push_back({metrics[i]["key"].str(), metrics[i]["label"].str(),
-                         metrics[i]["higher_is_better"].boolean()});
+    r.metrics.push_back({metrics[i]["key"].str(), metrics[i]["label"].str(), metrics[i]["higher_is_better"].boolean()});
 
   In variants = root["variants"];
   std::set<std::string> names;
@@ -556,8 +536,7 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
     table.samples = t["samples"].count();
     table.format = t["format"].strings();
     if (!table.format.empty() && table.format.size() != n_layers)
-      t["format"].fail(fmt::format("expected {} values (or none), found {}", n_layers,
-                                   table.format.size()));
+      t["format"].fail(fmt::format("expected {} values (or none), found {}", n_layers, table.format.size()));
     table.calib_amax = t["calib_amax"].cells(n_layers);
     table.out_of_range_steps = t["out_of_range_steps"].cells(n_layers);
     table.stats = read_columns(t["stats"], n_layers);
@@ -578,14 +557,13 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
   In step_tables = ts["tables"];
   const std::size_t n_cells = r.timesteps.layers.size() * r.timesteps.steps();
   for (std::size_t i = 0; i < step_tables.size(); ++i)
-    r.timesteps.tables.push_back({check_variant(step_tables[i]["variant"]),
-                                  read_columns(step_tables[i]["stats"], n_cells)});
+    r.timesteps.tables.push_back(
+        {check_variant(step_tables[i]["variant"]), read_columns(step_tables[i]["stats"], n_cells)});
 
   In curves = root["step_curves"];
   for (std::size_t i = 0; i < curves.size(); ++i) {
     In cv = curves[i];
-    StepCurve curve{check_variant(cv["variant"]), cv["quantity"].str(), cv["metric"].str(),
-                    cv["mode"].str(), {}};
+    StepCurve curve{check_variant(cv["variant"]), cv["quantity"].str(), cv["metric"].str(), cv["mode"].str(), {}};
     In values = cv["values"];
     for (std::size_t k = 0; k < values.size(); ++k) curve.values.push_back(values[k].special());
     r.step_curves.push_back(std::move(curve));
@@ -597,8 +575,7 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
     Histogram hist;
     hist.variant = check_variant(h["variant"]);
     hist.layer = std::uint32_t(h["layer"].count());
-    if (hist.layer >= n_layers)
-      h["layer"].fail(fmt::format("layer index {} >= {} layers", hist.layer, n_layers));
+    if (hist.layer >= n_layers) h["layer"].fail(fmt::format("layer index {} >= {} layers", hist.layer, n_layers));
     hist.step = int(h["step"].integer());
     hist.lo = h["lo"].number();
     hist.hi = h["hi"].number();
@@ -612,9 +589,8 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
   In nonfinite = root["nonfinite"];
   for (std::size_t i = 0; i < nonfinite.size(); ++i) {
     In e = nonfinite[i];
-    r.nonfinite.push_back({check_variant(e["variant"]), e["sample"].str(), int(e["step"].integer()),
-                           e["node"].str(), e["op"].str(), e["nan_count"].count(),
-                           e["inf_count"].count()});
+    r.nonfinite.push_back({check_variant(e["variant"]), e["sample"].str(), int(e["step"].integer()), e["node"].str(),
+                           e["op"].str(), e["nan_count"].count(), e["inf_count"].count()});
   }
 
   In gate = root["gate"];

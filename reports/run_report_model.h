@@ -41,14 +41,14 @@ struct Artifact {
 struct RunConfig {
   std::string pipeline;  // "txt2img" | "segmentation" | "single-model"
   Artifact model;
-  Artifact inputs;                         // the prompt set (txt2img) or image set
-  std::optional<Artifact> calibration;     // calibration prompts/images, when a recipe needs scales
-  std::string reference_variant;           // name of the variant every other one is compared to
-  std::string scheduler;                   // txt2img only
-  int steps = 0;                           // denoising steps; 0 when the pipeline has none
+  Artifact inputs;                      // the prompt set (txt2img) or image set
+  std::optional<Artifact> calibration;  // calibration prompts/images, when a recipe needs scales
+  std::string reference_variant;        // name of the variant every other one is compared to
+  std::string scheduler;                // txt2img only
+  int steps = 0;                        // denoising steps; 0 when the pipeline has none
   std::vector<std::uint64_t> seeds;
   int threads = 0;
-  std::string shard;                       // "" for a whole run, else "I/N" (1-based)
+  std::string shard;                                          // "" for a whole run, else "I/N" (1-based)
   std::vector<std::pair<std::string, std::string>> settings;  // the rest of the config, as given
 };
 
@@ -57,7 +57,7 @@ enum class VariantKind {
   kRecipe,     // the reference graph quantized by a recipe (formats, scales)
   kOnnx,       // a separate ONNX file (e.g. a Q/DQ export) matched node by node to the reference
 };
-std::string_view variant_kind_name(VariantKind k);                 // "precision" | "recipe" | "onnx"
+std::string_view variant_kind_name(VariantKind k);  // "precision" | "recipe" | "onnx"
 std::optional<VariantKind> parse_variant_kind(std::string_view s);
 
 // A node of either graph that could not be matched across a reference and a separate ONNX variant.
@@ -76,8 +76,8 @@ struct UnmatchedNode {
 };
 
 struct VariantSummary {
-  std::size_t samples = 0;  // samples this variant ran
-  std::size_t errors = 0;   // samples where it failed (SampleResult::error)
+  std::size_t samples = 0;          // samples this variant ran
+  std::size_t errors = 0;           // samples where it failed (SampleResult::error)
   std::vector<SummaryRow> metrics;  // image/mask metrics vs the reference over samples
   // Named timings, unit in the name: "wall_s", "ms_per_sample", "ms_per_step", ...
   std::vector<std::pair<std::string, double>> timings;
@@ -144,13 +144,13 @@ struct ImageRef {
 // One variant's result on one sample.
 struct SampleResult {
   std::string variant;
-  std::string error;      // empty when the variant ran and was compared
+  std::string error;       // empty when the variant ran and was compared
   bool identical = false;  // output bit-identical to the reference's (PSNR unbounded)
   // Against the reference; empty for the reference itself. MetricValue conventions: no value with
   // a note when not applicable or unbounded.
   std::vector<metrics::MetricValue> metrics;
-  ImageRef image;          // this variant's output (image, or mask overlay for segmentation)
-  ImageRef heatmap;        // |reference - output|; none for the reference
+  ImageRef image;              // this variant's output (image, or mask overlay for segmentation)
+  ImageRef heatmap;            // |reference - output|; none for the reference
   std::string heatmap_legend;  // what black and bright mean, e.g. "black 0, bright >= 12.5"
   double elapsed_ms = 0;
   std::vector<std::string> failed_checks;  // per-sample gate bounds this result missed
@@ -229,10 +229,10 @@ inline float cell(const std::vector<float>& column, std::size_t i) {
 // clip rate over all elements.
 struct LayerTable {
   std::string variant;
-  std::size_t samples = 0;  // (prompt, seed) runs pooled: lets a shard merge weight its rows
-  LayerColumns stats;       // one value per layer
-  std::vector<std::string> format;  // per layer: "int8", "fp8_e4m3", ... ; "" = not quantized
-  std::vector<float> calib_amax;    // per layer: the calibrated range; NaN when none
+  std::size_t samples = 0;                // (prompt, seed) runs pooled: lets a shard merge weight its rows
+  LayerColumns stats;                     // one value per layer
+  std::vector<std::string> format;        // per layer: "int8", "fp8_e4m3", ... ; "" = not quantized
+  std::vector<float> calib_amax;          // per layer: the calibrated range; NaN when none
   std::vector<float> out_of_range_steps;  // per layer: steps whose absmax exceeded calib_amax
 };
 
@@ -244,9 +244,9 @@ struct StepTable {
 };
 
 struct Timesteps {
-  std::string component;  // the model run once per step, e.g. "unet"
-  std::string mode;       // "teacher-forced" (both variants get the reference latent) | "free-running"
-  std::vector<double> t;  // the scheduler's timestep value at each step, in run order
+  std::string component;              // the model run once per step, e.g. "unet"
+  std::string mode;                   // "teacher-forced" (both variants get the reference latent) | "free-running"
+  std::vector<double> t;              // the scheduler's timestep value at each step, in run order
   std::vector<std::uint32_t> layers;  // rows of every StepTable: indices into RunReport::layers
   std::vector<StepTable> tables;      // one per variant
   std::size_t steps() const { return t.size(); }
@@ -255,9 +255,9 @@ struct Timesteps {
 // A per-step error series of one quantity (e.g. the UNet's noise prediction or the latent).
 struct StepCurve {
   std::string variant;
-  std::string quantity;  // "noise_pred", "latent", ...
-  std::string metric;    // "sqnr_db" | "rel_l2" | "cosine" | "max_abs"
-  std::string mode;      // "teacher-forced" | "free-running"
+  std::string quantity;        // "noise_pred", "latent", ...
+  std::string metric;          // "sqnr_db" | "rel_l2" | "cosine" | "max_abs"
+  std::string mode;            // "teacher-forced" | "free-running"
   std::vector<double> values;  // one per step (NaN = not measured)
 };
 
@@ -296,7 +296,7 @@ struct RunReport : ReportHeader {
   std::vector<LayerTable> layer_tables;  // one per variant that was observed
   Timesteps timesteps;                   // empty when the pipeline has no steps
   std::vector<StepCurve> step_curves;
-  std::vector<Histogram> histograms;     // the evaluator picks which layers (e.g. the worst)
+  std::vector<Histogram> histograms;  // the evaluator picks which layers (e.g. the worst)
   std::vector<NonFiniteEvent> nonfinite;
   GateSection gate;  // checks name their variant (GateCheckRow::variant)
 

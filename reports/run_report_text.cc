@@ -64,16 +64,15 @@ std::string quantized_text(const Variant& v) {
 std::string render_summary_text(const RunReport& r, const std::filesystem::path& out_dir) {
   std::vector<std::string> lines;
   const std::size_t failed = r.gate.failed(), unmeasured = r.gate.not_measured();
-  lines.push_back(clip(fmt::format("qeval run: {} - {} of {} gate checks passed{} ({})",
-                                   r.gate.passed ? "PASS" : "FAIL", r.gate.passed_count(),
-                                   r.gate.checks.size() - unmeasured,
-                                   unmeasured ? fmt::format(", {} not measured", unmeasured) : "",
-                                   r.gate.source)));
+  lines.push_back(
+      clip(fmt::format("qeval run: {} - {} of {} gate checks passed{} ({})", r.gate.passed ? "PASS" : "FAIL",
+                       r.gate.passed_count(), r.gate.checks.size() - unmeasured,
+                       unmeasured ? fmt::format(", {} not measured", unmeasured) : "", r.gate.source)));
   const Variant* ref = r.reference();
   std::string what = fmt::format("{} | {} sample(s)", r.config.model.name, r.samples.size());
   if (r.config.steps > 0) what += fmt::format(" | {} steps", r.config.steps);
-  what += fmt::format(" | {} variant(s) vs {} | {:.1f} s", r.variants.size() - (ref ? 1 : 0),
-                      ref ? ref->name : "?", r.elapsed_s);
+  what += fmt::format(" | {} variant(s) vs {} | {:.1f} s", r.variants.size() - (ref ? 1 : 0), ref ? ref->name : "?",
+                      r.elapsed_s);
   if (!r.config.shard.empty()) what += " | shard " + r.config.shard;
   lines.push_back(clip(what));
   lines.emplace_back();
@@ -95,12 +94,13 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
   std::size_t listed = 0;
   for (const auto& v : r.variants) {
     if (listed++ == kMaxVariantsListed) {
-      lines.push_back(fmt::format("... and {} more variants (see report.html)", r.variants.size() - kMaxVariantsListed));
+      lines.push_back(
+          fmt::format("... and {} more variants (see report.html)", r.variants.size() - kMaxVariantsListed));
       break;
     }
-    std::string row = fmt::format("{:<{}}  {:<9}  {:>9}", v.name.substr(0, 24), name_w,
-                                  v.reference ? "reference" : std::string(variant_kind_name(v.kind)),
-                                  quantized_text(v));
+    std::string row =
+        fmt::format("{:<{}}  {:<9}  {:>9}", v.name.substr(0, 24), name_w,
+                    v.reference ? "reference" : std::string(variant_kind_name(v.kind)), quantized_text(v));
     for (const auto* m : shown) {
       std::string cell = "-";
       for (const auto& s : v.summary.metrics)
@@ -130,8 +130,8 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
         lines.push_back(fmt::format("  ... and {} more", failed - kMaxFailedLines));
         break;
       }
-      lines.push_back(clip(fmt::format("  {:<{}}  {}: value {}", c.variant.empty() ? "(run)" : c.variant,
-                                       name_w, c.name, num(c.metric, c.value))));
+      lines.push_back(clip(fmt::format("  {:<{}}  {}: value {}", c.variant.empty() ? "(run)" : c.variant, name_w,
+                                       c.name, num(c.metric, c.value))));
     }
   }
 
@@ -175,10 +175,9 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
     lines.push_back("first NaN/Inf:");
     for (std::size_t i = 0; i < r.nonfinite.size() && i < 3; ++i) {
       const auto& e = r.nonfinite[i];
-      lines.push_back(clip(fmt::format("  {:<{}}  {} ({}){}, sample {}: {} NaN, {} Inf", e.variant,
-                                       name_w, e.node, e.op,
-                                       e.step >= 0 ? fmt::format(" step {}", e.step) : "", e.sample,
-                                       e.nan_count, e.inf_count)));
+      lines.push_back(
+          clip(fmt::format("  {:<{}}  {} ({}){}, sample {}: {} NaN, {} Inf", e.variant, name_w, e.node, e.op,
+                           e.step >= 0 ? fmt::format(" step {}", e.step) : "", e.sample, e.nan_count, e.inf_count)));
     }
   }
   if (!out_dir.empty()) lines.push_back(clip("report: " + (out_dir / "report.html").string()));
@@ -188,8 +187,6 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
   return out;
 }
 
-std::string render_junit(const RunReport& r) {
-  return render_gate_junit(r.gate, "qeval run", r.elapsed_s);
-}
+std::string render_junit(const RunReport& r) { return render_gate_junit(r.gate, "qeval run", r.elapsed_s); }
 
 }  // namespace qeval::reports

@@ -8,8 +8,7 @@
 
 namespace qeval::reports {
 
-SummaryRow summarize_metric(const std::string& metric,
-                            const std::vector<std::optional<double>>& values) {
+SummaryRow summarize_metric(const std::string& metric, const std::vector<std::optional<double>>& values) {
   SummaryRow s;
   s.metric = metric;
   std::vector<double> finite;

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/error.h"
 #include "base/files.h"
+#include "kernels/error.h"
 #include "metrics/metric_registry.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
@@ -22,9 +22,14 @@ namespace {
 json gate_json(const GateSection& g) {
   json checks = json::array();
   for (const auto& c : g.checks)
-    checks.push_back({{"name", c.name}, {"metric", c.metric}, {"stat", c.stat}, {"op", c.op},
-                      {"threshold", special_number(c.threshold)}, {"value", special_number(c.value)},
-                      {"passed", c.passed}, {"detail", c.detail}});
+    checks.push_back({{"name", c.name},
+                      {"metric", c.metric},
+                      {"stat", c.stat},
+                      {"op", c.op},
+                      {"threshold", special_number(c.threshold)},
+                      {"value", special_number(c.value)},
+                      {"passed", c.passed},
+                      {"detail", c.detail}});
   return {{"passed", g.passed}, {"checks", checks}};
 }
 
@@ -52,26 +57,39 @@ json to_json(const TriageReport& r) {
   j["metric"] = {{"key", r.metric.key}, {"label", r.metric.label}, {"higher_is_better", r.metric.higher_is_better}};
   j["gate"] = r.gate_source;
   j["rank_by"] = r.rank_by;
-  j["variant_as_given"] = {{"metric", special_number(r.metric_full)}, {"passed", r.full_passed},
-                           {"gate", gate_json(r.gate_full)}};
+  j["variant_as_given"] = {
+      {"metric", special_number(r.metric_full)}, {"passed", r.full_passed}, {"gate", gate_json(r.gate_full)}};
   j["all_nodes_kept"] = {{"metric", special_number(r.metric_none)}, {"passed", r.none_passed}};
   j["ranking_runs"] = r.ranking_runs;
   json nodes = json::array();
   for (const auto& n : r.nodes)
-    nodes.push_back({{"rank", n.rank}, {"model", n.model}, {"name", n.name}, {"op", n.op}, {"category", n.category},
-                     {"order", n.order}, {"local_sqnr_db", special_number(n.local_sqnr_db)},
-                     {"local_rel_l2", special_number(n.local_rel_l2)}, {"rank_local", n.rank_local},
+    nodes.push_back({{"rank", n.rank},
+                     {"model", n.model},
+                     {"name", n.name},
+                     {"op", n.op},
+                     {"category", n.category},
+                     {"order", n.order},
+                     {"local_sqnr_db", special_number(n.local_sqnr_db)},
+                     {"local_rel_l2", special_number(n.local_rel_l2)},
+                     {"rank_local", n.rank_local},
                      {"metric_only_quantized", special_number(n.metric_only_quantized)},
-                     {"metric_only_kept", special_number(n.metric_only_kept)}, {"score", special_number(n.score)}});
+                     {"metric_only_kept", special_number(n.metric_only_kept)},
+                     {"score", special_number(n.score)}});
   j["nodes"] = nodes;
   json searches = json::array();
   for (const auto& s : r.searches) {
     json steps = json::array();
     for (const auto& st : s.steps)
-      steps.push_back({{"kept", st.kept}, {"metric", special_number(st.metric)}, {"passed", st.passed}, {"note", st.note}});
-    searches.push_back({{"strategy", s.strategy}, {"description", s.description}, {"passed", s.passed},
-                        {"kept", s.kept}, {"runs", s.runs}, {"metric", special_number(s.metric)},
-                        {"elapsed_s", s.elapsed_s}, {"steps", steps}});
+      steps.push_back(
+          {{"kept", st.kept}, {"metric", special_number(st.metric)}, {"passed", st.passed}, {"note", st.note}});
+    searches.push_back({{"strategy", s.strategy},
+                        {"description", s.description},
+                        {"passed", s.passed},
+                        {"kept", s.kept},
+                        {"runs", s.runs},
+                        {"metric", special_number(s.metric)},
+                        {"elapsed_s", s.elapsed_s},
+                        {"steps", steps}});
   }
   j["searches"] = searches;
   j["chosen"] = r.chosen.empty() ? json(nullptr) : json(r.chosen);
@@ -128,49 +146,57 @@ std::string render_html(const TriageReport& r) {
   std::string h = html::page_begin("qeval triage: " + r.variant,
                                    ".bar{display:inline-block;height:10px;background:#b3261e;vertical-align:middle}"
                                    "td.kept{font-weight:600}");
-  h += fmt::format("<h1>qeval triage: {}</h1><div class=\"sub\">{} ({}) &middot; variant {} vs {} &middot; "
-                   "recipe <code>{}</code> &middot; {} samples of {} &middot; {} &middot; {:.1f} s</div>",
-                   esc(r.variant), esc(r.model.name), esc(r.pipeline), esc(r.variant), esc(r.reference),
-                   esc(r.recipe.path), r.samples, esc(r.inputs.path), esc(r.created_utc), r.elapsed_s);
+  h += fmt::format(
+      "<h1>qeval triage: {}</h1><div class=\"sub\">{} ({}) &middot; variant {} vs {} &middot; "
+      "recipe <code>{}</code> &middot; {} samples of {} &middot; {} &middot; {:.1f} s</div>",
+      esc(r.variant), esc(r.model.name), esc(r.pipeline), esc(r.variant), esc(r.reference), esc(r.recipe.path),
+      r.samples, esc(r.inputs.path), esc(r.created_utc), r.elapsed_s);
   const TriageSearch* best = r.chosen_search();
   std::string verdict;
   if (r.full_passed)
     verdict = fmt::format("{} already passes the gate ({} {}); no node needs to fall back.", esc(r.variant), esc(mk),
                           html::fmt_value(mk, r.metric_full));
   else if (best)
-    verdict = fmt::format("{} fails the gate as given. Keeping {} of {} quantized nodes in {} passes it: {} {} "
-                          "&rarr; {} ({} search). Fallback recipe: <code>{}</code>.",
-                          esc(r.variant), best->kept.size(), r.nodes.size(), esc(r.precision), esc(mk),
-                          html::fmt_value(mk, r.metric_full), html::fmt_value(mk, best->metric), esc(best->strategy),
-                          esc(r.override_recipe.path.empty() ? r.override_recipe.name : r.override_recipe.path));
+    verdict = fmt::format(
+        "{} fails the gate as given. Keeping {} of {} quantized nodes in {} passes it: {} {} "
+        "&rarr; {} ({} search). Fallback recipe: <code>{}</code>.",
+        esc(r.variant), best->kept.size(), r.nodes.size(), esc(r.precision), esc(mk),
+        html::fmt_value(mk, r.metric_full), html::fmt_value(mk, best->metric), esc(best->strategy),
+        esc(r.override_recipe.path.empty() ? r.override_recipe.name : r.override_recipe.path));
   else
     verdict = fmt::format("No fallback passes: with every node in {} the variant gives {} {} and still fails.",
                           esc(r.precision), esc(mk), html::fmt_value(mk, r.metric_none));
   // The colour is the gate's verdict on the variant as given: red unless it passes; a fallback
   // found is said in the heading, not by turning the banner green.
   h += html::verdict_banner(r.full_passed, verdict,
-                            r.full_passed ? "PASS" : best ? "FAIL &middot; fallback found" : "FAIL &middot; no fallback");
+                            r.full_passed ? "PASS"
+                            : best        ? "FAIL &middot; fallback found"
+                                          : "FAIL &middot; no fallback");
 
   h += "<h2 id=\"searches\">Searches</h2><table><thead><tr><th>search</th><th>nodes kept</th><th>runs</th>"
-       "<th>" + esc(r.metric.label) + "</th><th>verdict</th><th>how</th></tr></thead><tbody>";
-  h += fmt::format("<tr><td>variant as given</td><td class=\"num\">0</td><td class=\"num\">1</td><td class=\"num\">{}</td>"
-                   "<td class=\"{}\">{}</td><td>every selected node quantized</td></tr>",
-                   html::fmt_value(mk, r.metric_full), r.full_passed ? "ok" : "no", r.full_passed ? "pass" : "FAIL");
-  h += fmt::format("<tr><td>every node kept</td><td class=\"num\">{}</td><td class=\"num\">1</td><td class=\"num\">{}</td>"
-                   "<td class=\"{}\">{}</td><td>the best any fallback can do (in {})</td></tr>",
-                   r.nodes.size(), html::fmt_value(mk, r.metric_none), r.none_passed ? "ok" : "no",
-                   r.none_passed ? "pass" : "FAIL", esc(r.precision));
+       "<th>" +
+       esc(r.metric.label) + "</th><th>verdict</th><th>how</th></tr></thead><tbody>";
+  h += fmt::format(
+      "<tr><td>variant as given</td><td class=\"num\">0</td><td class=\"num\">1</td><td class=\"num\">{}</td>"
+      "<td class=\"{}\">{}</td><td>every selected node quantized</td></tr>",
+      html::fmt_value(mk, r.metric_full), r.full_passed ? "ok" : "no", r.full_passed ? "pass" : "FAIL");
+  h += fmt::format(
+      "<tr><td>every node kept</td><td class=\"num\">{}</td><td class=\"num\">1</td><td class=\"num\">{}</td>"
+      "<td class=\"{}\">{}</td><td>the best any fallback can do (in {})</td></tr>",
+      r.nodes.size(), html::fmt_value(mk, r.metric_none), r.none_passed ? "ok" : "no", r.none_passed ? "pass" : "FAIL",
+      esc(r.precision));
   for (const auto& s : r.searches)
-    h += fmt::format("<tr class=\"{}\"><td>{}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
-                     "<td class=\"num\">{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
-                     s.passed ? "" : "bad", esc(s.strategy), s.strategy == r.chosen ? " (chosen)" : "", s.kept.size(),
-                     s.runs, html::fmt_value(mk, s.metric), s.passed ? "ok" : "no", s.passed ? "pass" : "not found",
-                     esc(s.description));
+    h += fmt::format(
+        "<tr class=\"{}\"><td>{}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
+        s.passed ? "" : "bad", esc(s.strategy), s.strategy == r.chosen ? " (chosen)" : "", s.kept.size(), s.runs,
+        html::fmt_value(mk, s.metric), s.passed ? "ok" : "no", s.passed ? "pass" : "not found", esc(s.description));
   h += "</tbody></table>";
-  h += fmt::format("<p class=\"sub\">Ranking took {} runs ({}); a run is the variant over every sample. "
-                   "Gate: <code>{}</code>.</p>",
-                   r.ranking_runs, r.rank_by == "sensitivity" ? "two per node and every node kept" : "every node kept",
-                   esc(r.gate_source));
+  h += fmt::format(
+      "<p class=\"sub\">Ranking took {} runs ({}); a run is the variant over every sample. "
+      "Gate: <code>{}</code>.</p>",
+      r.ranking_runs, r.rank_by == "sensitivity" ? "two per node and every node kept" : "every node kept",
+      esc(r.gate_source));
 
   h += "<h2 id=\"gate\">Gate</h2><p class=\"sub\">The variant as given:</p>" + html::gate_table(r.gate_full, false);
   if (best) h += "<p class=\"sub\">With the fallback:</p>" + html::gate_table(r.gate_chosen, false);
@@ -180,35 +206,39 @@ std::string render_html(const TriageReport& r) {
   for (const auto& n : r.nodes) max_score = std::max(max_score, std::abs(n.score));
   h += "<h2 id=\"nodes\">Nodes, most to blame first</h2><table class=\"sortable\"><thead><tr><th>rank</th>"
        "<th>node</th><th>model</th><th>op</th><th>category</th><th>local SQNR dB</th><th>local rank</th>"
-       "<th>" + esc(mk) + ", only this quantized</th><th>" + esc(mk) + ", only this kept</th><th>score</th>"
+       "<th>" +
+       esc(mk) + ", only this quantized</th><th>" + esc(mk) +
+       ", only this kept</th><th>score</th>"
        "<th>kept</th></tr></thead><tbody>";
   for (const auto& n : r.nodes) {
     const bool kept = std::find(r.kept().begin(), r.kept().end(), n.name) != r.kept().end();
     const int bar = max_score > 0 ? int(std::lround(60.0 * std::max(0.0, n.score) / max_score)) : 0;
-    h += fmt::format("<tr><td class=\"num\" data-v=\"{}\">{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-                     "<td class=\"num\" data-v=\"{}\">{}</td><td class=\"num\" data-v=\"{}\">{}</td>"
-                     "<td class=\"num\" data-v=\"{}\">{}</td><td class=\"num\" data-v=\"{}\">{}</td>"
-                     "<td class=\"num\" data-v=\"{}\">{} <span class=\"bar\" style=\"width:{}px\"></span></td>"
-                     "<td>{}</td></tr>",
-                     n.rank, n.rank, kept ? " class=\"kept\"" : "", esc(n.name), esc(n.model), esc(n.op),
-                     esc(n.category), html::sort_value(n.local_sqnr_db), html::fmt_value(metrics::keys::kSqnrDb, n.local_sqnr_db),
-                     n.rank_local, n.rank_local, html::sort_value(n.metric_only_quantized),
-                     html::fmt_value(mk, n.metric_only_quantized), html::sort_value(n.metric_only_kept),
-                     html::fmt_value(mk, n.metric_only_kept), html::sort_value(n.score),
-                     html::fmt_value("score", n.score), bar, kept ? "<span class=\"ok\">kept</span>" : "");
+    h += fmt::format(
+        "<tr><td class=\"num\" data-v=\"{}\">{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td class=\"num\" data-v=\"{}\">{}</td><td class=\"num\" data-v=\"{}\">{}</td>"
+        "<td class=\"num\" data-v=\"{}\">{}</td><td class=\"num\" data-v=\"{}\">{}</td>"
+        "<td class=\"num\" data-v=\"{}\">{} <span class=\"bar\" style=\"width:{}px\"></span></td>"
+        "<td>{}</td></tr>",
+        n.rank, n.rank, kept ? " class=\"kept\"" : "", esc(n.name), esc(n.model), esc(n.op), esc(n.category),
+        html::sort_value(n.local_sqnr_db), html::fmt_value(metrics::keys::kSqnrDb, n.local_sqnr_db), n.rank_local,
+        n.rank_local, html::sort_value(n.metric_only_quantized), html::fmt_value(mk, n.metric_only_quantized),
+        html::sort_value(n.metric_only_kept), html::fmt_value(mk, n.metric_only_kept), html::sort_value(n.score),
+        html::fmt_value("score", n.score), bar, kept ? "<span class=\"ok\">kept</span>" : "");
   }
   h += "</tbody></table>";
 
   for (const auto& s : r.searches) {
-    h += fmt::format("<h2 id=\"search-{}\">{}: every run</h2><table><thead><tr><th>#</th><th>nodes kept</th>"
-                     "<th>{}</th><th>verdict</th><th>step</th></tr></thead><tbody>",
-                     esc(s.strategy), esc(s.strategy), esc(r.metric.label));
+    h += fmt::format(
+        "<h2 id=\"search-{}\">{}: every run</h2><table><thead><tr><th>#</th><th>nodes kept</th>"
+        "<th>{}</th><th>verdict</th><th>step</th></tr></thead><tbody>",
+        esc(s.strategy), esc(s.strategy), esc(r.metric.label));
     for (std::size_t i = 0; i < s.steps.size(); ++i) {
       const auto& st = s.steps[i];
-      h += fmt::format("<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
-                       "<td class=\"{}\">{}</td><td>{}</td></tr>",
-                       i + 1, st.kept, html::fmt_value(mk, st.metric), st.passed ? "ok" : "no",
-                       st.passed ? "pass" : "fail", esc(st.note));
+      h += fmt::format(
+          "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+          "<td class=\"{}\">{}</td><td>{}</td></tr>",
+          i + 1, st.kept, html::fmt_value(mk, st.metric), st.passed ? "ok" : "no", st.passed ? "pass" : "fail",
+          esc(st.note));
     }
     h += "</tbody></table>";
   }

@@ -38,12 +38,12 @@ struct TriageStep {
 
 // One search for the smallest set of nodes to keep in high precision.
 struct TriageSearch {
-  std::string strategy;     // "greedy" | "bisect-topological" | "bisect-ranked"
-  std::string description;  // how it searched
-  bool passed = false;      // found a set that passes the gate
+  std::string strategy;           // "greedy" | "bisect-topological" | "bisect-ranked"
+  std::string description;        // how it searched
+  bool passed = false;            // found a set that passes the gate
   std::vector<std::string> kept;  // node names, topological order
-  std::size_t runs = 0;     // configurations evaluated (each: the variant over every sample)
-  std::optional<double> metric;  // of the final set
+  std::size_t runs = 0;           // configurations evaluated (each: the variant over every sample)
+  std::optional<double> metric;   // of the final set
   double elapsed_s = 0;
   std::vector<TriageStep> steps;
 };
@@ -54,19 +54,19 @@ struct TriageReport : ReportHeader {
   std::string variant, reference;
   std::string precision;  // of what the recipe leaves in float (the high precision nodes fall back to)
   std::size_t samples = 0;
-  MetricInfo metric;     // what ranks the nodes and the searches report
+  MetricInfo metric;  // what ranks the nodes and the searches report
   std::string gate_source;
-  std::string rank_by;   // "sensitivity" | "local"
+  std::string rank_by;  // "sensitivity" | "local"
   // The variant as given and with every node in high precision.
   std::optional<double> metric_full, metric_none;
   bool full_passed = false, none_passed = false;
-  GateSection gate_full;  // the gate's checks on the variant as given
-  GateSection gate_chosen;  // the gate's checks on the chosen fallback
-  std::size_t ranking_runs = 0;  // configurations evaluated to rank (2 per node with sensitivity)
+  GateSection gate_full;          // the gate's checks on the variant as given
+  GateSection gate_chosen;        // the gate's checks on the chosen fallback
+  std::size_t ranking_runs = 0;   // configurations evaluated to rank (2 per node with sensitivity)
   std::vector<TriageNode> nodes;  // rank order
   std::vector<TriageSearch> searches;
-  std::string chosen;             // the search whose set the override recipe keeps ("" = none)
-  Artifact override_recipe;       // the written recipe (name, file, fingerprint)
+  std::string chosen;        // the search whose set the override recipe keeps ("" = none)
+  Artifact override_recipe;  // the written recipe (name, file, fingerprint)
   double elapsed_s = 0;
   std::vector<std::pair<std::string, std::string>> settings;
 

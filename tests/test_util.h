@@ -149,10 +149,10 @@ inline CliRun run_qeval(const std::string& args) {
 // Binds `var` to third_party/models/<rel>. When the file is absent the test is skipped with the
 // command that fetches it, or fails when QEVAL_REQUIRE_REAL_MODELS is set (scripts/test.sh and CI
 // set it: there a missing model is a failure, never a quiet skip).
-#define QEVAL_REAL_MODEL(var, rel)                                                                  \
-  const std::filesystem::path var = ::qeval::testing::real_models_dir() / (rel);                    \
-  if (!std::filesystem::exists(var)) {                                                              \
-    if (::qeval::testing::real_models_required())                                                   \
+#define QEVAL_REAL_MODEL(var, rel)                                                                    \
+  const std::filesystem::path var = ::qeval::testing::real_models_dir() / (rel);                      \
+  if (!std::filesystem::exists(var)) {                                                                \
+    if (::qeval::testing::real_models_required())                                                     \
       FAIL() << var << " is missing: run scripts/fetch_models.sh (QEVAL_REQUIRE_REAL_MODELS is set)"; \
-    GTEST_SKIP() << var << " is missing: run scripts/fetch_models.sh";                             \
+    GTEST_SKIP() << var << " is missing: run scripts/fetch_models.sh";                                \
   }

@@ -1,8 +1,8 @@
 // qeval calibrate: a recipe's calibration on a calibration set, scales.json and the Q/DQ export.
 #include <fmt/format.h>
 
-#include "eval/cli/command.h"
 #include "base/exit_codes.h"
+#include "eval/cli/command.h"
 #include "eval/quant/calibrate_run.h"
 #include "kernels/error.h"
 
@@ -48,8 +48,7 @@ int run_calibrate(const CalibrateArgs& a) {
     fmt::print("{}selected {} nodes ({}); {} removed by default exclusions, {} by 'exclude', {} added by 'include'\n",
                indent, m.selection.targets.size(), cats, m.selection.excluded_by_default,
                m.selection.excluded_by_pattern, m.selection.included_by_pattern);
-    if (m.cache_hit)
-      fmt::print("{}calibration: reused from the cache ({})\n", indent, m.data_description);
+    if (m.cache_hit) fmt::print("{}calibration: reused from the cache ({})\n", indent, m.data_description);
     else
       fmt::print("{}calibration: {} over {} ({} model runs, {} steps) in {:.2f} s\n", indent, m.calibration.method,
                  m.data_description, m.calibration.calls, m.calibration.total_steps, m.calibration.elapsed_s);
@@ -66,16 +65,16 @@ int run_calibrate(const CalibrateArgs& a) {
 
 Runner add_calibrate(CLI::App& app) {
   auto a = std::make_shared<CalibrateArgs>();
-  auto* cmd = app.add_subcommand(
-      "calibrate",
-      "Calibrate a quantization recipe (docs/recipes.md) on a calibration set and export the\n"
-      "quantized model: scales.json (amax per quantized tensor, per step where collected; weight\n"
-      "amax per channel; SmoothQuant scales) and quantized.onnx (Q/DQ in TensorRT's convention,\n"
-      "INT8 at opset 13 or later, FP8 at 19; models at opset 7-12 are upgraded to that first).\n"
-      "Results are cached by recipe + model + data fingerprints.\n"
-      "A segmentation pipeline's image encoder and mask decoder are calibrated on point prompts as\n"
-      "the pipeline runs them (encoder per image, decoder per prompt); each goes to OUT/<model>/.\n"
-      "Exit: 0 written, 2 bad recipe, model, data or a recipe that selects nothing.");
+  auto* cmd =
+      app.add_subcommand("calibrate",
+                         "Calibrate a quantization recipe (docs/recipes.md) on a calibration set and export the\n"
+                         "quantized model: scales.json (amax per quantized tensor, per step where collected; weight\n"
+                         "amax per channel; SmoothQuant scales) and quantized.onnx (Q/DQ in TensorRT's convention,\n"
+                         "INT8 at opset 13 or later, FP8 at 19; models at opset 7-12 are upgraded to that first).\n"
+                         "Results are cached by recipe + model + data fingerprints.\n"
+                         "A segmentation pipeline's image encoder and mask decoder are calibrated on point prompts as\n"
+                         "the pipeline runs them (encoder per image, decoder per prompt); each goes to OUT/<model>/.\n"
+                         "Exit: 0 written, 2 bad recipe, model, data or a recipe that selects nothing.");
   cmd->add_option("--recipe", a->recipe, "recipe JSON (recipes/*.json)")->required();
   cmd->add_option("--model", a->model, "the FP32 .onnx model to quantize");
   cmd->add_option("--data", a->data,

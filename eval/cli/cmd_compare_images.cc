@@ -2,10 +2,10 @@
 #include <fmt/format.h>
 #include <malloc.h>
 
-#include "eval/cli/command.h"
-#include "eval/run/compare_images.h"
 #include "base/exit_codes.h"
 #include "base/progress.h"
+#include "eval/cli/command.h"
+#include "eval/run/compare_images.h"
 #include "kernels/error.h"
 #include "reports/compare_report.h"
 #include "reports/metric_format.h"
@@ -15,14 +15,12 @@ namespace {
 
 void print_summary(const reports::CompareImagesReport& r, const std::string& out_dir) {
   const std::size_t errors = r.count_errors();
-  fmt::print("qeval compare-images: {} pairs, {} compared, {} could not be compared ({:.2f} s)\n",
-             r.pairs.size(), r.pairs.size() - errors, errors, r.elapsed_s);
-  fmt::print("  {:<13}{:>6}{:>11}{:>11}{:>11}{:>11}{:>11}\n", "metric", "pairs", "mean", "min",
-             "p5", "median", "max");
+  fmt::print("qeval compare-images: {} pairs, {} compared, {} could not be compared ({:.2f} s)\n", r.pairs.size(),
+             r.pairs.size() - errors, errors, r.elapsed_s);
+  fmt::print("  {:<13}{:>6}{:>11}{:>11}{:>11}{:>11}{:>11}\n", "metric", "pairs", "mean", "min", "p5", "median", "max");
   for (const auto& s : r.summary) {
     if (s.count == 0) {
-      fmt::print("  {:<13}{:>6}   {}\n", s.metric, 0,
-                 s.unbounded ? "all identical" : "not applicable");
+      fmt::print("  {:<13}{:>6}   {}\n", s.metric, 0, s.unbounded ? "all identical" : "not applicable");
       continue;
     }
     fmt::print("  {:<13}{:>6}", s.metric, s.count);
@@ -41,8 +39,7 @@ void print_summary(const reports::CompareImagesReport& r, const std::string& out
   for (const auto& c : r.gate.checks) passed += c.passed;
   fmt::print("gate: {} ({} of {} checks passed; {})\n", r.gate.passed ? "PASSED" : "FAILED", passed,
              r.gate.checks.size(), r.gate.source);
-  for (const auto& c : r.gate.checks)
-    fmt::print("  [{}] {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);
+  for (const auto& c : r.gate.checks) fmt::print("  [{}] {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);
   fmt::print("report: {0}/report.json, {0}/report.html, {0}/junit.xml\n", out_dir);
 }
 
@@ -64,8 +61,7 @@ int run(const Args& a, const Context& ctx) {
   options.test_dir = a.test;
   auto convention = metrics::parse_ssim_convention(a.ssim);
   if (!convention)
-    throw InputError("--ssim: unknown convention '" + a.ssim +
-                     "' (expected wang, matlab or skimage-default)");
+    throw InputError("--ssim: unknown convention '" + a.ssim + "' (expected wang, matlab or skimage-default)");
   options.ssim_convention = *convention;
   options.alpha = a.alpha == "compare" ? eval::AlphaMode::kCompare : eval::AlphaMode::kIgnore;
   if (a.peak > 0) options.peak = a.peak;
@@ -83,13 +79,13 @@ int run(const Args& a, const Context& ctx) {
 
 Runner add(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand(
-      "compare-images",
-      "Compare a folder of test images (e.g. INT8/FP8 pipeline outputs) with a folder of\n"
-      "reference images (e.g. FP16 outputs), paired by relative path: PSNR, PSNR on luma, SSIM,\n"
-      "MS-SSIM per pair, summary statistics, an optional gate; writes report.json, report.html\n"
-      "and junit.xml under --out. Reads 8/16-bit PNG and JPEG.\n"
-      "Exit: 0 gate passed, 1 gate failed (or a pair could not be compared), 2 bad input.");
+  auto* cmd =
+      app.add_subcommand("compare-images",
+                         "Compare a folder of test images (e.g. INT8/FP8 pipeline outputs) with a folder of\n"
+                         "reference images (e.g. FP16 outputs), paired by relative path: PSNR, PSNR on luma, SSIM,\n"
+                         "MS-SSIM per pair, summary statistics, an optional gate; writes report.json, report.html\n"
+                         "and junit.xml under --out. Reads 8/16-bit PNG and JPEG.\n"
+                         "Exit: 0 gate passed, 1 gate failed (or a pair could not be compared), 2 bad input.");
   cmd->add_option("--ref", a->ref, "folder of reference images")->required();
   cmd->add_option("--test", a->test, "folder of test images (same relative paths)")->required();
   cmd->add_option("--out", a->out, "folder for report.json, report.html, junit.xml")->required();
@@ -98,11 +94,9 @@ Runner add(CLI::App& app) {
                   "without it the run fails only on pairs that could not be compared");
   cmd->add_option("--ssim", a->ssim, "SSIM convention: wang (default), matlab, skimage-default")
       ->check(CLI::IsMember({"wang", "matlab", "skimage-default"}));
-  cmd->add_option("--alpha", a->alpha,
-                  "alpha channels: ignore (default, noted per pair) or compare (as a channel)")
+  cmd->add_option("--alpha", a->alpha, "alpha channels: ignore (default, noted per pair) or compare (as a channel)")
       ->check(CLI::IsMember({"ignore", "compare"}));
-  cmd->add_option("--peak", a->peak,
-                  "peak signal value for PSNR/SSIM (default: 255 for 8-bit, 65535 for 16-bit)")
+  cmd->add_option("--peak", a->peak, "peak signal value for PSNR/SSIM (default: 255 for 8-bit, 65535 for 16-bit)")
       ->check(positive_number());
   cmd->add_option("--worst", a->worst, "worst pairs shown side by side in the HTML (default 4)")
       ->check(whole_number_at_least(0));

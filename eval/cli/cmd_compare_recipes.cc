@@ -4,14 +4,14 @@
 
 #include <filesystem>
 
+#include "base/exit_codes.h"
+#include "base/progress.h"
 #include "eval/cli/command.h"
 #include "eval/cli/report_context.h"
-#include "base/exit_codes.h"
-#include "eval/run/gate.h"
-#include "base/progress.h"
 #include "eval/quant/lint.h"
 #include "eval/run/compare_recipes.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/gate.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/run_report_build.h"
 #include "kernels/error.h"
@@ -29,7 +29,7 @@ struct CompareRecipesArgs {
 };
 
 int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
-  const int target_sm = eval::quant::parse_target(a.target);  // InputError listing the targets
+  const int target_sm = eval::quant::parse_target(a.target);                  // InputError listing the targets
   const eval::Precision precision = *eval::precision_from_name(a.precision);  // CLI11 checked the name
   eval::RunSpec base = a.config.empty() ? eval::default_run_config() : eval::read_run_config(a.config);
   if (a.count > 0) base.count = a.count;
@@ -75,24 +75,25 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
 
 Runner add_compare_recipes(CLI::App& app) {
   auto a = std::make_shared<CompareRecipesArgs>();
-  auto* cmd = app.add_subcommand(
-      "compare-recipes",
-      "Run several quantization recipes as variants of one `qeval run` (the config's reference\n"
-      "variant against one variant per recipe, the rest of the model in --precision) and write one\n"
-      "comparison under --out: report.json (docs/recipe-comparison.schema.json) and report.html\n"
-      "with a row per recipe (gate verdict, image or mask metrics, worst layers, share of\n"
-      "parameters and multiply-accumulates quantized, estimated weight bytes, a TensorRT speed\n"
-      "class from the `qeval lint` rules for --target) and charts of quality against the quantized\n"
-      "share; the full run report goes to --out/run. Without --config: the shipped tiny-sd run and\n"
-      "its gate. docs/compare-recipes.md. Exit: 0 at least one recipe passes the gate, 1 none\n"
-      "does, 2 bad input.");
+  auto* cmd =
+      app.add_subcommand("compare-recipes",
+                         "Run several quantization recipes as variants of one `qeval run` (the config's reference\n"
+                         "variant against one variant per recipe, the rest of the model in --precision) and write one\n"
+                         "comparison under --out: report.json (docs/recipe-comparison.schema.json) and report.html\n"
+                         "with a row per recipe (gate verdict, image or mask metrics, worst layers, share of\n"
+                         "parameters and multiply-accumulates quantized, estimated weight bytes, a TensorRT speed\n"
+                         "class from the `qeval lint` rules for --target) and charts of quality against the quantized\n"
+                         "share; the full run report goes to --out/run. Without --config: the shipped tiny-sd run and\n"
+                         "its gate. docs/compare-recipes.md. Exit: 0 at least one recipe passes the gate, 1 none\n"
+                         "does, 2 bad input.");
   cmd->add_option("--config", a->config, "the run config (JSON, docs/run-config.md); its reference variant is kept");
   cmd->add_option("--recipes", a->recipes, "recipe files (docs/recipes.md), one variant each")->required();
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"");
   cmd->add_option("--out", a->out, "output folder (default qeval-compare-recipes)");
   cmd->add_option("--precision", a->precision, "precision of what the recipes leave in float (default fp16)")
       ->check(CLI::IsMember(eval::precision_names()));
-  cmd->add_option("--target", a->target, "TensorRT target of the speed classes: sm75, sm80, sm86, sm89 (default), sm90");
+  cmd->add_option("--target", a->target,
+                  "TensorRT target of the speed classes: sm75, sm80, sm86, sm89 (default), sm90");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts or images (overrides the config's \"count\")")
       ->check(whole_number_at_least(1));
   return [a](const Context& ctx) { return run_compare_recipes(*a, ctx); };

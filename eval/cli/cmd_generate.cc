@@ -3,13 +3,13 @@
 
 #include <optional>
 
+#include "base/exit_codes.h"
+#include "base/files.h"
+#include "base/progress.h"
 #include "datasets/npy.h"
 #include "eval/cli/command.h"
-#include "base/exit_codes.h"
 #include "eval/pipelines/txt2img.h"
-#include "base/progress.h"
 #include "kernels/error.h"
-#include "base/files.h"
 
 namespace qeval::cli {
 namespace {
@@ -26,8 +26,7 @@ int run_generate(const GenerateArgs& a) {
   const eval::PipelineTask task = eval::read_pipeline_task(a.pipeline);
   if (task != eval::PipelineTask::kTxt2Img)
     throw InputError(eval::pipeline_json_path(a.pipeline).string() + ": task is \"" +
-                     std::string(eval::pipeline_task_name(task)) +
-                     "\"; `qeval generate` runs \"txt2img\" pipelines");
+                     std::string(eval::pipeline_task_name(task)) + "\"; `qeval generate` runs \"txt2img\" pipelines");
   const std::filesystem::path out_dir = std::filesystem::path(a.out).parent_path();
   if (!out_dir.empty() && !std::filesystem::is_directory(out_dir))
     throw InputError("--out " + a.out + ": the folder " + out_dir.string() + " does not exist");
@@ -70,23 +69,28 @@ int run_generate(const GenerateArgs& a) {
 
 Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  auto* cmd = app.add_subcommand(
-      "generate",
-      "Generate one image with a text-to-image pipeline (a folder with pipeline.json, see\n"
-      "docs/pipelines.md): tokenize, text encoder, UNet loop with classifier-free guidance, VAE\n"
-      "decoder, PNG. The same seed gives the same image on every run and thread count.\n"
-      "Exit: 0 written, 2 bad input (pipeline, model files, prompt, options).");
+  auto* cmd =
+      app.add_subcommand("generate",
+                         "Generate one image with a text-to-image pipeline (a folder with pipeline.json, see\n"
+                         "docs/pipelines.md): tokenize, text encoder, UNet loop with classifier-free guidance, VAE\n"
+                         "decoder, PNG. The same seed gives the same image on every run and thread count.\n"
+                         "Exit: 0 written, 2 bad input (pipeline, model files, prompt, options).");
   cmd->add_option("--pipeline", a->pipeline, "pipeline folder (or its pipeline.json), e.g. models/tiny-sd")->required();
   cmd->add_option("--prompt", a->prompt, "the text")->required();
   cmd->add_option("--out", a->out, "the PNG to write")->required();
   cmd->add_option("--seed", a->seed, "initial noise seed (default 0; docs/pipelines.md 'Initial noise')");
-  cmd->add_option("--precision", a->precision, "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
+  cmd->add_option(
+         "--precision", a->precision,
+         "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels "
+         "store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
       ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--steps", a->steps, "denoising steps (default: pipeline.json defaults.steps)");
-  cmd->add_option("--guidance", a->guidance, "classifier-free guidance scale (default: pipeline.json; <= 1: no guidance)");
+  cmd->add_option("--guidance", a->guidance,
+                  "classifier-free guidance scale (default: pipeline.json; <= 1: no guidance)");
   cmd->add_option("--scheduler", a->scheduler, "ddim or euler (default: pipeline.json's; the other settings are kept)")
       ->check(CLI::IsMember({"ddim", "euler"}));
-  cmd->add_option("--negative-prompt", a->negative_prompt, "the unconditional text (default: pipeline.json's, usually \"\")")
+  cmd->add_option("--negative-prompt", a->negative_prompt,
+                  "the unconditional text (default: pipeline.json's, usually \"\")")
       ->each([a](const std::string&) { a->has_negative = true; });
   cmd->add_option("--variant", a->variant, "use each model's export listed under this name in \"variants\"");
   cmd->add_option("--noise", a->noise, "initial noise [1, C, h, w] float32 .npy instead of the seed's");

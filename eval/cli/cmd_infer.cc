@@ -2,8 +2,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "eval/cli/command.h"
 #include "base/exit_codes.h"
+#include "eval/cli/command.h"
 #include "eval/run/infer.h"
 
 namespace qeval::cli {
@@ -31,27 +31,28 @@ int run_infer(const InferArgs& a) {
   for (const auto& out : r.outputs)
     fmt::print("  output {} {} -> {}/{}\n", out.name, shape_to_string(out.shape), a.outputs, out.file);
   fmt::print("  {}/outputs.json maps output names to files\n", a.outputs);
-  if (r.dumped)
-    fmt::print("  --dump-all: {} tensors in {} (index.json maps names to files)\n", r.dumped, a.dump);
+  if (r.dumped) fmt::print("  --dump-all: {} tensors in {} (index.json maps names to files)\n", r.dumped, a.dump);
   return base::kExitPass;
 }
 
 Runner add_infer(CLI::App& app) {
   auto a = std::make_shared<InferArgs>();
-  auto* cmd = app.add_subcommand(
-      "infer",
-      "Run one ONNX model through qeval's own kernels: inputs are <input name>.npy files in\n"
-      "--inputs, outputs are written as <output name>.npy in --outputs (characters outside\n"
-      "[A-Za-z0-9_.-] in names become '_'; names that then collide get __2, __3, ... in the\n"
-      "graph's order; outputs.json maps names to files: docs/infer.md). --dump-all also writes\n"
-      "every intermediate tensor (Polygraphy's 'mark all', without changing the computation)\n"
-      "plus an index.json.\n"
-      "Exit: 0 ran, 2 bad model or inputs.");
+  auto* cmd =
+      app.add_subcommand("infer",
+                         "Run one ONNX model through qeval's own kernels: inputs are <input name>.npy files in\n"
+                         "--inputs, outputs are written as <output name>.npy in --outputs (characters outside\n"
+                         "[A-Za-z0-9_.-] in names become '_'; names that then collide get __2, __3, ... in the\n"
+                         "graph's order; outputs.json maps names to files: docs/infer.md). --dump-all also writes\n"
+                         "every intermediate tensor (Polygraphy's 'mark all', without changing the computation)\n"
+                         "plus an index.json.\n"
+                         "Exit: 0 ran, 2 bad model or inputs.");
   cmd->add_option("--model", a->model, "the .onnx file (external weights beside it)")->required();
   cmd->add_option("--inputs", a->inputs, "folder of <input name>.npy")->required();
   cmd->add_option("--outputs", a->outputs, "folder for <output name>.npy")->required();
-  cmd->add_option("--precision", a->precision,
-                  "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
+  cmd->add_option(
+         "--precision", a->precision,
+         "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels "
+         "store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
       ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--shape", a->shapes, "NAME=D0,D1,...: reshape that input's array (repeatable)");
   cmd->add_option("--dump-all", a->dump, "folder for every intermediate tensor (.npy)");
@@ -63,9 +64,9 @@ Runner add_infer(CLI::App& app) {
 
 Runner add_inspect(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  auto* cmd = app.add_subcommand(
-      "inspect", "Describe an ONNX model: inputs, outputs, opsets, op histogram, unsupported ops, "
-                 "parameters. Exit: 0 all ops supported, 1 some are not, 2 unreadable model.");
+  auto* cmd = app.add_subcommand("inspect",
+                                 "Describe an ONNX model: inputs, outputs, opsets, op histogram, unsupported ops, "
+                                 "parameters. Exit: 0 all ops supported, 1 some are not, 2 unreadable model.");
   cmd->add_option("model", *path, "the .onnx file")->required();
   return [path](const Context&) {
     bool supported = false;

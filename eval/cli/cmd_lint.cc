@@ -1,12 +1,12 @@
 // qeval lint: what a TensorRT build of a Q/DQ ONNX model will trip over (docs/lint.md).
 #include <fmt/format.h>
 
-#include "eval/cli/command.h"
 #include "base/exit_codes.h"
-#include "eval/run/infer.h"
+#include "base/files.h"
+#include "eval/cli/command.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/quant/lint.h"
-#include "base/files.h"
+#include "eval/run/infer.h"
 
 namespace qeval::cli {
 namespace {

@@ -3,12 +3,12 @@
 
 #include <filesystem>
 
+#include "base/exit_codes.h"
+#include "base/progress.h"
 #include "eval/cli/command.h"
 #include "eval/cli/report_context.h"
-#include "base/exit_codes.h"
-#include "eval/run/gate.h"
-#include "base/progress.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/gate.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/run_report_build.h"
 #include "eval/run/run_state.h"
@@ -57,7 +57,8 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
   std::vector<eval::RunStateInfo> infos;
   for (const auto& d : a.dirs) {
     const fs::path f = fs::is_directory(d) ? fs::path(d) / eval::kRunStateFile : fs::path(d);
-    if (!fs::exists(f)) throw InputError(d + ": no " + std::string(eval::kRunStateFile) + " (not a qeval run --out folder)");
+    if (!fs::exists(f))
+      throw InputError(d + ": no " + std::string(eval::kRunStateFile) + " (not a qeval run --out folder)");
     states.push_back(f);
     infos.push_back(eval::read_run_state_info(f));
     if (infos.back().key != infos.front().key)
@@ -90,9 +91,10 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
       ++missing;
     }
   if (missing)
-    throw InputError(fmt::format("{} of {} units are in none of the given folders (the first: {}); merge every "
-                                 "shard's --out",
-                                 missing, result.done.size(), first_missing));
+    throw InputError(
+        fmt::format("{} of {} units are in none of the given folders (the first: {}); merge every "
+                    "shard's --out",
+                    missing, result.done.size(), first_missing));
   eval::save_run_state(out / eval::kRunStateFile, result, *driver, key, infos.front().spec_json, spec.source);
   eval::ReportContext rc = report_context(ctx);
   reports::RunReport report = eval::build_run_report(spec, *driver, result, rc);
@@ -105,13 +107,13 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
 
 Runner add_merge(CLI::App& app) {
   auto a = std::make_shared<MergeArgs>();
-  auto* cmd = app.add_subcommand(
-      "merge",
-      "Combine the --out folders of `qeval run --shard I/N` runs (same config) into the report a\n"
-      "single run gives, bit for bit: report.json, report.html, junit.xml, the images and a merged\n"
-      "run-state.msgpack under --out. docs/run-config.md shows a Slurm job array and a Kubernetes\n"
-      "indexed Job. Exit: 0 gate passed, 1 gate failed, 2 bad input (a folder of another run, a\n"
-      "missing shard, overlapping shards).");
+  auto* cmd =
+      app.add_subcommand("merge",
+                         "Combine the --out folders of `qeval run --shard I/N` runs (same config) into the report a\n"
+                         "single run gives, bit for bit: report.json, report.html, junit.xml, the images and a merged\n"
+                         "run-state.msgpack under --out. docs/run-config.md shows a Slurm job array and a Kubernetes\n"
+                         "indexed Job. Exit: 0 gate passed, 1 gate failed, 2 bad input (a folder of another run, a\n"
+                         "missing shard, overlapping shards).");
   cmd->add_option("dirs", a->dirs, "the shards' --out folders (or their run-state.msgpack)")->required();
   cmd->add_option("--out", a->out, "output folder (default qeval-run)");
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); default: the shards' config's");

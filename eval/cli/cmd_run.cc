@@ -5,14 +5,14 @@
 #include <csignal>
 #include <filesystem>
 
+#include "base/exit_codes.h"
+#include "base/progress.h"
 #include "eval/cli/command.h"
 #include "eval/cli/interrupt.h"
 #include "eval/cli/report_context.h"
-#include "base/exit_codes.h"
-#include "eval/run/gate.h"
-#include "base/progress.h"
 #include "eval/run/compare_recipes.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/gate.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/run_report_build.h"
 #include "eval/run/run_state.h"
@@ -75,7 +75,8 @@ int run_run(const RunArgs& a, const Context& ctx) {
     try {
       info = eval::read_run_state_info(state);
     } catch (const InputError& e) {
-      throw InputError(std::string(e.what()) + ": the saved state of an earlier run is unreadable (truncated or "
+      throw InputError(std::string(e.what()) +
+                       ": the saved state of an earlier run is unreadable (truncated or "
                        "damaged); rerun with --fresh to start over (it replaces the state), or remove the file");
     }
     const std::string misfit = info.key == key ? eval::run_state_fits(info, *driver) : std::string();
@@ -88,11 +89,13 @@ int run_run(const RunArgs& a, const Context& ctx) {
       if (shard)  // keep only this shard's units: the state may hold others (a whole run's)
         for (std::size_t i = 0; i < result.done.size(); ++i)
           if (result.done[i] && std::find(options.units.begin(), options.units.end(), i) == options.units.end())
-            throw InputError(state.string() + " holds units outside shard " + a.shard + "; use another --out or --fresh");
+            throw InputError(state.string() + " holds units outside shard " + a.shard +
+                             "; use another --out or --fresh");
     } else if (info.key == key) {
       fmt::print(stderr, "qeval run: {} cannot be reused ({}): starting afresh\n", state.string(), misfit);
     } else {
-      fmt::print(stderr, "qeval run: {} is of another run (config or models changed): starting afresh\n", state.string());
+      fmt::print(stderr, "qeval run: {} is of another run (config or models changed): starting afresh\n",
+                 state.string());
     }
   }
   if (result.reused)
@@ -119,8 +122,10 @@ int run_run(const RunArgs& a, const Context& ctx) {
       fmt::print(stderr,
                  "qeval run: {} received: stopped with {} of {} units finished, saved in {} (no report written).\n"
                  "Resume with:\n  {}\n",
-                 sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", done, wanted, state.string(),
-                 resume_command(ctx.command_line));
+                 sig == SIGINT    ? "SIGINT"
+                 : sig == SIGTERM ? "SIGTERM"
+                                  : "a signal",
+                 done, wanted, state.string(), resume_command(ctx.command_line));
       return 128 + sig;
     }
   }
@@ -153,8 +158,9 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts (overrides the config's \"count\")")
       ->check(whole_number_at_least(1));
-  cmd->add_option("--shard", a->shard, "I/N: run only the I-th of N contiguous slices of the units (qeval merge "
-                                       "combines the shards' --out folders)");
+  cmd->add_option("--shard", a->shard,
+                  "I/N: run only the I-th of N contiguous slices of the units (qeval merge "
+                  "combines the shards' --out folders)");
   cmd->add_flag("--no-layers", a->no_layers, "skip per-layer observation (final outputs only; faster)");
   cmd->add_flag("--fresh", a->fresh, "ignore finished units saved in --out (run-state.msgpack) and run all again");
   return [a](const Context& ctx) { return run_run(*a, ctx); };

@@ -6,15 +6,15 @@
 #include <cmath>
 #include <string_view>
 
+#include "base/exit_codes.h"
+#include "base/files.h"
 #include "datasets/image_io.h"
 #include "datasets/mask_io.h"
 #include "datasets/npy.h"
 #include "eval/cli/command.h"
-#include "base/exit_codes.h"
 #include "eval/pipelines/segmentation.h"
 #include "kernels/error.h"
 #include "metrics/segmentation.h"
-#include "base/files.h"
 
 namespace qeval::cli {
 namespace {
@@ -27,7 +27,8 @@ struct SegmentArgs {
 // "X,Y" or "X,Y,LABEL" (label 1 foreground, 0 background).
 eval::SegmentationPoint parse_point(const std::string& text) {
   auto bad = [&](const std::string& why) -> eval::SegmentationPoint {
-    throw InputError("--point '" + text + "': " + why + " (expected X,Y or X,Y,LABEL with LABEL 1 = "
+    throw InputError("--point '" + text + "': " + why +
+                     " (expected X,Y or X,Y,LABEL with LABEL 1 = "
                      "foreground, 0 = background; X, Y in image pixels)");
   };
   std::vector<std::string> parts;
@@ -104,24 +105,22 @@ int run_segment(const SegmentArgs& a) {
   if (ref) {
     const auto iou = metrics::mask_iou(*ref, r.mask);
     const auto bf = metrics::boundary_f_score(*ref, r.mask);
-    fmt::print("  IoU vs {} {:.4f}, boundary F {:.4f} (tolerance {} px)\n", a.ref_mask, iou.iou, bf.f,
-               bf.tolerance_px);
+    fmt::print("  IoU vs {} {:.4f}, boundary F {:.4f} (tolerance {} px)\n", a.ref_mask, iou.iou, bf.f, bf.tolerance_px);
   }
-  fmt::print("  encode {:.1f} ms, decode {:.1f} ms\n",
-             std::chrono::duration<double, std::milli>(t1 - t0).count(),
+  fmt::print("  encode {:.1f} ms, decode {:.1f} ms\n", std::chrono::duration<double, std::milli>(t1 - t0).count(),
              std::chrono::duration<double, std::milli>(t2 - t1).count());
   return base::kExitPass;
 }
 
 Runner add_segment(CLI::App& app) {
   auto a = std::make_shared<SegmentArgs>();
-  auto* cmd = app.add_subcommand(
-      "segment",
-      "Segment the object under point prompts with a segmentation pipeline (SAM-style image\n"
-      "encoder + mask decoder; pipeline.json: docs/segment.md) and write the mask as a PNG\n"
-      "(255 = object). Prints the decoder's predicted IoU, and the IoU and boundary F score\n"
-      "against --ref-mask. Exit: 0 done, 2 bad input (unreadable image, point outside the image,\n"
-      "bad label, ...).");
+  auto* cmd =
+      app.add_subcommand("segment",
+                         "Segment the object under point prompts with a segmentation pipeline (SAM-style image\n"
+                         "encoder + mask decoder; pipeline.json: docs/segment.md) and write the mask as a PNG\n"
+                         "(255 = object). Prints the decoder's predicted IoU, and the IoU and boundary F score\n"
+                         "against --ref-mask. Exit: 0 done, 2 bad input (unreadable image, point outside the image,\n"
+                         "bad label, ...).");
   cmd->add_option("--pipeline", a->pipeline, "the pipeline folder (or its pipeline.json), e.g. models/tiny-sam")
       ->required();
   cmd->add_option("--image", a->image, "the image (PNG or JPEG; gray or RGB)")->required();
@@ -130,8 +129,10 @@ Runner add_segment(CLI::App& app) {
                   "(repeatable)")
       ->required();
   cmd->add_option("--out", a->out, "the mask PNG to write")->required();
-  cmd->add_option("--precision", a->precision,
-                  "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
+  cmd->add_option(
+         "--precision", a->precision,
+         "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels "
+         "store them, FP32 accumulation); fp16-strict or bf16-strict: every op's output rounded (docs/precision.md)")
       ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--ref-mask", a->ref_mask, "a reference mask (gray PNG, non-zero = object) to score against");
   cmd->add_option("--logits", a->logits, "also write the mask logits (float32 [H, W] .npy)");

@@ -3,17 +3,17 @@
 
 #include <filesystem>
 
-#include "eval/cli/command.h"
 #include "base/exit_codes.h"
-#include "eval/run/gate.h"
+#include "base/files.h"
 #include "base/progress.h"
+#include "eval/cli/command.h"
 #include "eval/quant/recipe.h"
+#include "eval/run/gate.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/outputs.h"
 #include "eval/run/triage.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
-#include "base/files.h"
 #include "reports/json_text.h"
 #include "reports/triage_report.h"
 
@@ -33,8 +33,9 @@ int run_triage(const TriageArgs& a, const Context& ctx) {
   if (a.count > 0) spec.count = a.count;
   if (!a.gate.empty()) spec.gate = a.gate;
   if (spec.gate.empty())
-    throw InputError(a.config + ": triage needs a gate to search for: --gate G.json or \"gate\" in the config "
-                                "(docs/gate.md)");
+    throw InputError(a.config +
+                     ": triage needs a gate to search for: --gate G.json or \"gate\" in the config "
+                     "(docs/gate.md)");
   const eval::Gate gate = eval::load_gate(spec.gate, eval::GateMetrics::kRun);
   const fs::path out = a.out;
   const eval::OutFolderLock lock(out, ctx.command_line);  // the previous report stays until replaced
@@ -77,7 +78,8 @@ Runner add_triage(CLI::App& app) {
   cmd->add_option("--config", a->config, "the run config (JSON, docs/run-config.md)")->required();
   cmd->add_option("--variant", a->variant, "the recipe variant to triage (a name in the config's variants)")
       ->required();
-  cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"; required if it has none");
+  cmd->add_option("--gate", a->gate,
+                  "gate file (docs/gate.md); overrides the config's \"gate\"; required if it has none");
   cmd->add_option("--out", a->out, "output folder (default qeval-triage)");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts (overrides the config's \"count\")")
       ->check(whole_number_at_least(1));

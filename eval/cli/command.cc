@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <limits>
 #include <ctime>
+#include <limits>
 #include <system_error>
 
 #include "kernels/error.h"
@@ -36,10 +36,13 @@ CLI::Validator whole_number_at_least(std::int64_t min) {
         std::int64_t v = 0;
         const char* end = text.data() + text.size();
         const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-        if (ec == std::errc::result_out_of_range) return "'" + text + "' is too large (" + expected + " that fits an int)";
-        if (text.empty() || ec != std::errc() || ptr != end) return "'" + text + "' is not a whole number (" + expected + ")";
+        if (ec == std::errc::result_out_of_range)
+          return "'" + text + "' is too large (" + expected + " that fits an int)";
+        if (text.empty() || ec != std::errc() || ptr != end)
+          return "'" + text + "' is not a whole number (" + expected + ")";
         if (v < min) return text + " is too small (" + expected + ")";
-        if (v > std::numeric_limits<int>::max()) return "'" + text + "' is too large (" + expected + " that fits an int)";
+        if (v > std::numeric_limits<int>::max())
+          return "'" + text + "' is too large (" + expected + " that fits an int)";
         return {};
       },
       "INT>=" + std::to_string(min));

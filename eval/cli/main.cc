@@ -1,7 +1,7 @@
 // The qeval command line: parsing, --threads, and the exit codes (0 pass, 1 gate failed, 2 bad
 // input, 3 internal). The verbs live in cli/cmd_*.cc and register themselves (cli/command.h).
-#include <CLI/CLI.hpp>
 #include <tbb/global_control.h>
+#include <CLI/CLI.hpp>
 
 #include <malloc.h>
 
@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "eval/cli/command.h"
 #include "base/exit_codes.h"
+#include "eval/cli/command.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
 
@@ -30,16 +30,16 @@ std::string join_args(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace qeval;
-  CLI::App app{"qeval: accuracy and image-quality evaluation for quantized diffusion and vision "
-               "models.\n\nExit codes: 0 pass, 1 gate failed, 2 bad input or usage, 3 internal "
-               "error.",
-               "qeval"};
+  CLI::App app{
+      "qeval: accuracy and image-quality evaluation for quantized diffusion and vision "
+      "models.\n\nExit codes: 0 pass, 1 gate failed, 2 bad input or usage, 3 internal "
+      "error.",
+      "qeval"};
   app.set_version_flag("--version", std::string("qeval ") + QEVAL_VERSION);
   app.require_subcommand(1);
   app.fallthrough();  // global options (--threads) are accepted after the verb too
   int threads = 0;
-  app.add_option("--threads", threads, "worker threads (default: all cores)")
-      ->check(cli::whole_number_at_least(0));
+  app.add_option("--threads", threads, "worker threads (default: all cores)")->check(cli::whole_number_at_least(0));
 
   std::vector<std::pair<CLI::App*, cli::Runner>> verbs;
   for (const auto& c : cli::registered_commands()) {
@@ -56,10 +56,11 @@ int main(int argc, char** argv) {
       std::string names;
       for (const auto& [sub, run] : verbs) names += (names.empty() ? "" : ", ") + sub->get_name();
       const auto rest = app.remaining();
-      const auto verb = std::find_if(rest.begin(), rest.end(), [](const std::string& a) { return !a.starts_with("-"); });
+      const auto verb =
+          std::find_if(rest.begin(), rest.end(), [](const std::string& a) { return !a.starts_with("-"); });
       if (verb != rest.end())
-        std::fprintf(stderr, "qeval: unknown command '%s' (commands: %s; qeval --help describes them)\n",
-                     verb->c_str(), names.c_str());
+        std::fprintf(stderr, "qeval: unknown command '%s' (commands: %s; qeval --help describes them)\n", verb->c_str(),
+                     names.c_str());
       else
         std::fprintf(stderr, "qeval: a command is required (commands: %s; qeval --help describes them)\n",
                      names.c_str());

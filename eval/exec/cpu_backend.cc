@@ -8,10 +8,10 @@
 #include <unordered_map>
 
 #include "eval/exec/plan.h"
-#include "kernels/error.h"
-#include "kernels/numeric.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/error.h"
+#include "kernels/numeric.h"
 
 namespace qeval::eval {
 
@@ -92,7 +92,8 @@ class ElementwiseChainKernel final : public FusedKernel {
       const std::int64_t q = (i / repeat) % period;
       // repeat 1: consecutive elements read consecutive values, copied up to the wrap; otherwise
       // a run of one value up to the next repeat boundary.
-      const std::int64_t n = repeat == 1 ? std::min(period - q, i0 + len - i) : std::min(repeat - i % repeat, i0 + len - i);
+      const std::int64_t n =
+          repeat == 1 ? std::min(period - q, i0 + len - i) : std::min(repeat - i % repeat, i0 + len - i);
       if (repeat == 1) std::memcpy(out + (i - i0), other + q, std::size_t(n) * sizeof(float));
       else std::fill_n(out + (i - i0), n, other[q]);
       i += n;

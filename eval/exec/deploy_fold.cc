@@ -69,7 +69,8 @@ DeploymentFold fold_for_deployment(const Graph& g, const std::vector<Node>& node
     if (prod != producer.end() && readers[bn.inputs[0]] == 1) {
       const Node& conv = nodes[prod->second];
       const Tensor* w = conv.op_type == "Conv" && conv.domain.empty() && conv.inputs.size() >= 2
-                            ? float_weight(g, conv.inputs[1]) : nullptr;
+                            ? float_weight(g, conv.inputs[1])
+                            : nullptr;
       const Tensor* b = conv.has_input(2) ? float_weight(g, conv.inputs[2]) : nullptr;
       if (w && w->rank() >= 3 && w->dim(0) == c && (!conv.has_input(2) || (b && b->numel() == c))) {
         Tensor wf(DType::kFloat32, w->shape());
@@ -78,7 +79,8 @@ DeploymentFold fold_for_deployment(const Graph& g, const std::vector<Node>& node
         for (std::int64_t oc = 0; oc < c; ++oc) {
           for (std::int64_t k = 0; k < per; ++k)
             wf.data<float>()[oc * per + k] = float(double(w->data<float>()[oc * per + k]) * p.s[std::size_t(oc)]);
-          bias[std::size_t(oc)] = (b ? double(b->data<float>()[oc]) : 0.0) * p.s[std::size_t(oc)] + p.shift[std::size_t(oc)];
+          bias[std::size_t(oc)] =
+              (b ? double(b->data<float>()[oc]) : 0.0) * p.s[std::size_t(oc)] + p.shift[std::size_t(oc)];
         }
         Node folded = conv;
         folded.name = bn.name;

@@ -14,10 +14,10 @@
 namespace qeval::eval {
 
 struct DeploymentFold {
-  std::vector<Node> nodes;                  // the nodes given, rewritten; same order, folded ones dropped
-  std::map<std::string, Tensor> weights;    // the folded weights (float32), read by the rewritten nodes
-  std::size_t into_conv = 0;                // BatchNormalizations folded into their Conv
-  std::size_t standalone = 0;               // BatchNormalizations reduced to scale and shift
+  std::vector<Node> nodes;                // the nodes given, rewritten; same order, folded ones dropped
+  std::map<std::string, Tensor> weights;  // the folded weights (float32), read by the rewritten nodes
+  std::size_t into_conv = 0;              // BatchNormalizations folded into their Conv
+  std::size_t standalone = 0;             // BatchNormalizations reduced to scale and shift
 };
 
 // Rewrites `nodes` (a graph's, or a session's after Q/DQ fusion) of `graph`:

@@ -140,8 +140,7 @@ class Session::Execution::State final : public ValueLender {
     const bool take_over = step.view && (!observer_ || (!retain_ && !observer_->reads_view_inputs())) &&
                            !p.constants[std::size_t(in0)] && !aliased_[std::size_t(in0)] &&
                            slots_[std::size_t(in0)].capacity() > 0 &&
-                           std::find(step.release.begin(), step.release.end(), in0) != step.release.end() &&
-                           !kept(in0);
+                           std::find(step.release.begin(), step.release.end(), in0) != step.release.end() && !kept(in0);
     if (take_over) {
       const int id = step.out[0];
       const ValueMeta& m = p.metas[std::size_t(id)];
@@ -155,9 +154,9 @@ class Session::Execution::State final : public ValueLender {
       if (!step.members.empty() && step.fused->can_stream() && !retain_ && pieces) {
         const std::size_t last = step.out.size() - 1;
         const ValueMeta& m = p.metas[std::size_t(step.out[last])];
-        streamed = m.dtype == DType::kFloat32 &&
-                   pieces->begin_stream(s_.nodes_, std::span<const std::size_t>(step.member_nodes.data(), last),
-                                           m.shape);
+        streamed =
+            m.dtype == DType::kFloat32 &&
+            pieces->begin_stream(s_.nodes_, std::span<const std::size_t>(step.member_nodes.data(), last), m.shape);
       }
       try {
         outs_.clear();
@@ -170,10 +169,9 @@ class Session::Execution::State final : public ValueLender {
           outs_.push_back(output_slot(id));
         }
         if (streamed) {
-          step.fused->run_streamed(ins_, *outs_.back(), [&](std::size_t member, std::int64_t offset,
-                                                            const float* values, std::int64_t count) {
-            pieces->on_piece(member, offset, values, count);
-          });
+          step.fused->run_streamed(ins_, *outs_.back(),
+                                   [&](std::size_t member, std::int64_t offset, const float* values,
+                                       std::int64_t count) { pieces->on_piece(member, offset, values, count); });
           if (!pieces->end_stream()) {  // again, writing every member
             streamed = false;
             for (std::size_t o = 0; o + 1 < step.out.size(); ++o) outs_[o] = output_slot(step.out[o]);
@@ -255,7 +253,7 @@ class Session::Execution::State final : public ValueLender {
     return result;
   }
 
- KeptValue keep(const Tensor* v) override {
+  KeptValue keep(const Tensor* v) override {
     // A value in a slot is freed when it dies; constants and the caller's inputs are not.
     const std::less<const Tensor*> before;
     if (slots_.empty() || before(v, slots_.data()) || !before(v, slots_.data() + slots_.size())) {
@@ -325,8 +323,8 @@ std::map<std::string, const Tensor*> borrowed(const std::map<std::string, Tensor
 Session::Execution::Execution(Session& session, const std::map<std::string, Tensor>& inputs, Observer* observer,
                               bool retain)
     : Execution(session, borrowed(inputs), observer, retain) {}
-Session::Execution::Execution(Session& session, const std::map<std::string, const Tensor*>& inputs,
-                              Observer* observer, bool retain)
+Session::Execution::Execution(Session& session, const std::map<std::string, const Tensor*>& inputs, Observer* observer,
+                              bool retain)
     : state_(std::make_unique<State>(session, inputs, observer, retain)) {}
 Session::Execution::~Execution() = default;
 bool Session::Execution::done() const { return state_->done(); }
@@ -336,6 +334,5 @@ const std::vector<Node>& Session::Execution::nodes() const { return state_->node
 std::size_t Session::Execution::next_index() const { return state_->next_index(); }
 void Session::Execution::step() { state_->step(); }
 std::map<std::string, Tensor> Session::Execution::finish() { return state_->finish(); }
-
 
 }  // namespace qeval::eval

@@ -96,7 +96,9 @@ void Session::fuse(Plan& p) const {
       const Plan::Step& st = p.steps[std::size_t(next)];
       // The scores times / divided by a constant scalar (on either side for Mul), shape kept.
       const bool mul = op_is(std::size_t(next), "Mul");
-      const int c = st.in.size() != 2 ? -1 : st.in[0] == scores ? st.in[1] : (mul && st.in[1] == scores ? st.in[0] : -1);
+      const int c = st.in.size() != 2    ? -1
+                    : st.in[0] == scores ? st.in[1]
+                                         : (mul && st.in[1] == scores ? st.in[0] : -1);
       const Tensor* value = c >= 0 ? p.constants[std::size_t(c)].get() : nullptr;
       if (!value || value->dtype() != DType::kFloat32 || value->numel() != 1 || st.out.size() != 1 ||
           meta(st.out[0]).shape != meta(scores).shape)

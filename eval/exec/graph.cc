@@ -34,15 +34,14 @@ std::size_t Node::input_count() const {
   return n;
 }
 
-#define QEVAL_ATTR_GETTER(Type, Name, KindValue, Field)                                        \
-  Type Node::Name(const std::string& attr, const Type& fallback) const {                      \
-    auto it = attributes.find(attr);                                                          \
-    if (it == attributes.end()) return fallback;                                              \
-    if (it->second.kind != Attribute::Kind::KindValue)                                        \
-      throw InputError(describe() + ": attribute '" + attr + "' should be " +                 \
-                       kind_name(Attribute::Kind::KindValue) + ", is " +                      \
-                       kind_name(it->second.kind));                                           \
-    return it->second.Field;                                                                  \
+#define QEVAL_ATTR_GETTER(Type, Name, KindValue, Field)                                                               \
+  Type Node::Name(const std::string& attr, const Type& fallback) const {                                              \
+    auto it = attributes.find(attr);                                                                                  \
+    if (it == attributes.end()) return fallback;                                                                      \
+    if (it->second.kind != Attribute::Kind::KindValue)                                                                \
+      throw InputError(describe() + ": attribute '" + attr + "' should be " + kind_name(Attribute::Kind::KindValue) + \
+                       ", is " + kind_name(it->second.kind));                                                         \
+    return it->second.Field;                                                                                          \
   }
 
 QEVAL_ATTR_GETTER(std::int64_t, get_int, kInt, i)

@@ -50,10 +50,10 @@ struct Attribute {
 };
 
 struct Node {
-  std::string name;     // never empty: unnamed nodes get "<op_type>_<index>"
+  std::string name;  // never empty: unnamed nodes get "<op_type>_<index>"
   std::string op_type;
-  std::string domain;   // "" is the default ONNX domain (ai.onnx)
-  int opset = 0;        // the model's opset version for this node's domain
+  std::string domain;                // "" is the default ONNX domain (ai.onnx)
+  int opset = 0;                     // the model's opset version for this node's domain
   std::vector<std::string> inputs;   // "" marks an omitted optional input
   std::vector<std::string> outputs;  // "" marks an omitted optional output
   std::map<std::string, Attribute> attributes;
@@ -64,8 +64,7 @@ struct Node {
   std::int64_t get_int(const std::string& attr, const std::int64_t& fallback) const;
   float get_float(const std::string& attr, const float& fallback) const;
   std::string get_string(const std::string& attr, const std::string& fallback) const;
-  std::vector<std::int64_t> get_ints(const std::string& attr,
-                                     const std::vector<std::int64_t>& fallback = {}) const;
+  std::vector<std::int64_t> get_ints(const std::string& attr, const std::vector<std::int64_t>& fallback = {}) const;
   std::vector<float> get_floats(const std::string& attr, const std::vector<float>& fallback = {}) const;
   const Tensor* get_tensor(const std::string& attr) const;  // nullptr when absent
   // "node 'conv1' (Conv)": the prefix of every error about this node.
@@ -89,12 +88,12 @@ struct ValueInfo {
 };
 
 struct Graph {
-  std::string source;                      // file name, for messages
-  std::map<std::string, int> opsets;       // domain -> version ("" = ai.onnx)
-  std::vector<ValueInfo> inputs;           // runtime inputs (initializers excluded)
+  std::string source;                 // file name, for messages
+  std::map<std::string, int> opsets;  // domain -> version ("" = ai.onnx)
+  std::vector<ValueInfo> inputs;      // runtime inputs (initializers excluded)
   std::vector<ValueInfo> outputs;
   std::unordered_map<std::string, Tensor> initializers;  // includes Constant node outputs
-  std::vector<Node> nodes;                 // topologically sorted
+  std::vector<Node> nodes;                               // topologically sorted
   std::int64_t parameter_count() const;
 };
 

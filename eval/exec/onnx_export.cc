@@ -5,9 +5,9 @@
 
 #include <limits>
 
+#include "base/files.h"
 #include "eval/exec/onnx_import.h"
 #include "kernels/error.h"
-#include "base/files.h"
 
 namespace qeval::eval {
 
@@ -36,9 +36,18 @@ void fill_value_info(onnx::ValueInfoProto* v, const ValueInfo& info) {
 void fill_attribute(onnx::AttributeProto* p, const std::string& name, const Attribute& a, const Node& node) {
   p->set_name(name);
   switch (a.kind) {
-    case Attribute::Kind::kInt: p->set_type(onnx::AttributeProto::INT); p->set_i(a.i); break;
-    case Attribute::Kind::kFloat: p->set_type(onnx::AttributeProto::FLOAT); p->set_f(a.f); break;
-    case Attribute::Kind::kString: p->set_type(onnx::AttributeProto::STRING); p->set_s(a.s); break;
+    case Attribute::Kind::kInt:
+      p->set_type(onnx::AttributeProto::INT);
+      p->set_i(a.i);
+      break;
+    case Attribute::Kind::kFloat:
+      p->set_type(onnx::AttributeProto::FLOAT);
+      p->set_f(a.f);
+      break;
+    case Attribute::Kind::kString:
+      p->set_type(onnx::AttributeProto::STRING);
+      p->set_s(a.s);
+      break;
     case Attribute::Kind::kInts:
       p->set_type(onnx::AttributeProto::INTS);
       for (auto v : a.ints) p->add_ints(v);

@@ -58,8 +58,8 @@ bool inside_folder(const fs::path& folder, const fs::path& inner) {
 // file nobody checked (`../../etc/passwd`, `/dev/zero`, a FIFO that blocks forever), and weights
 // come back out in output tensors. Offset and length are checked against the file's size before
 // the tensor is allocated.
-Tensor read_external_data(const onnx::TensorProto& p, const fs::path& external_dir, DType dtype,
-                          const Shape& shape, std::size_t nbytes, const std::string& context) {
+Tensor read_external_data(const onnx::TensorProto& p, const fs::path& external_dir, DType dtype, const Shape& shape,
+                          std::size_t nbytes, const std::string& context) {
   std::string location, offset_text, length_text;
   bool has_offset = false, has_length = false;
   for (const auto& kv : p.external_data()) {
@@ -74,9 +74,8 @@ Tensor read_external_data(const onnx::TensorProto& p, const fs::path& external_d
   const std::int64_t offset = has_offset ? parse_external_number(offset_text, "offset", where) : 0;
   const std::int64_t length = has_length ? parse_external_number(length_text, "length", where) : -1;
   if (length >= 0 && static_cast<std::uint64_t>(length) != nbytes)
-    throw InputError(where + ": length " + std::to_string(length) + " does not match shape " +
-                     shape_to_string(shape) + " (" + std::to_string(nbytes) + " bytes of " +
-                     std::string(dtype_name(dtype)) + ")");
+    throw InputError(where + ": length " + std::to_string(length) + " does not match shape " + shape_to_string(shape) +
+                     " (" + std::to_string(nbytes) + " bytes of " + std::string(dtype_name(dtype)) + ")");
 
   const fs::path rel(location);
   if (rel.has_root_name() || rel.has_root_directory())
@@ -121,14 +120,12 @@ DType dtype_from_onnx(int type, const std::string& context) {
     case onnx::TensorProto::UINT32: return DType::kUInt32;
     case onnx::TensorProto::UINT64: return DType::kUInt64;
     case onnx::TensorProto::BFLOAT16: return DType::kBFloat16;
-    case 17: return DType::kFloat8E4M3FN;    // added in ONNX 1.14; not in this proto's enum
+    case 17: return DType::kFloat8E4M3FN;  // added in ONNX 1.14; not in this proto's enum
     case 18: return DType::kFloat8E4M3FNUZ;
     case 19: return DType::kFloat8E5M2;
     case 20: return DType::kFloat8E5M2FNUZ;
-    case onnx::TensorProto::STRING:
-      throw InputError(context + ": string tensors are not supported");
-    default:
-      throw InputError(context + ": unsupported element type " + std::to_string(type));
+    case onnx::TensorProto::STRING: throw InputError(context + ": string tensors are not supported");
+    default: throw InputError(context + ": unsupported element type " + std::to_string(type));
   }
 }
 
@@ -155,8 +152,7 @@ int onnx_type_of(DType t) {
   return onnx::TensorProto::UNDEFINED;
 }
 
-Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_dir,
-                         const std::string& context) {
+Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_dir, const std::string& context) {
   const DType dtype = dtype_from_onnx(p.data_type(), context);
   Shape shape(p.dims().begin(), p.dims().end());
   for (auto d : shape)
@@ -174,8 +170,8 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_di
     return read_external_data(p, external_dir, dtype, shape, nbytes, context);
   if (p.has_raw_data()) {
     if (p.raw_data().size() != nbytes)
-      throw InputError(context + ": raw_data has " + std::to_string(p.raw_data().size()) +
-                       " bytes, shape " + shape_to_string(shape) + " needs " + std::to_string(nbytes));
+      throw InputError(context + ": raw_data has " + std::to_string(p.raw_data().size()) + " bytes, shape " +
+                       shape_to_string(shape) + " needs " + std::to_string(nbytes));
     Tensor t = allocate_checked(dtype, shape, nbytes, context);
     if (nbytes) std::memcpy(t.raw(), p.raw_data().data(), nbytes);  // little-endian host
     return t;
@@ -240,13 +236,21 @@ ValueInfo value_info(const onnx::ValueInfoProto& v, const std::string& context) 
   return info;
 }
 
-Attribute convert_attribute(const onnx::AttributeProto& a, const fs::path& external_dir,
-                            const std::string& context) {
+Attribute convert_attribute(const onnx::AttributeProto& a, const fs::path& external_dir, const std::string& context) {
   Attribute out;
   switch (a.type()) {
-    case onnx::AttributeProto::INT: out.kind = Attribute::Kind::kInt; out.i = a.i(); break;
-    case onnx::AttributeProto::FLOAT: out.kind = Attribute::Kind::kFloat; out.f = a.f(); break;
-    case onnx::AttributeProto::STRING: out.kind = Attribute::Kind::kString; out.s = a.s(); break;
+    case onnx::AttributeProto::INT:
+      out.kind = Attribute::Kind::kInt;
+      out.i = a.i();
+      break;
+    case onnx::AttributeProto::FLOAT:
+      out.kind = Attribute::Kind::kFloat;
+      out.f = a.f();
+      break;
+    case onnx::AttributeProto::STRING:
+      out.kind = Attribute::Kind::kString;
+      out.s = a.s();
+      break;
     case onnx::AttributeProto::INTS:
       out.kind = Attribute::Kind::kInts;
       out.ints.assign(a.ints().begin(), a.ints().end());
@@ -263,8 +267,7 @@ Attribute convert_attribute(const onnx::AttributeProto& a, const fs::path& exter
       out.kind = Attribute::Kind::kTensor;
       out.t = tensor_from_proto(a.t(), external_dir, context + " attribute '" + a.name() + "'");
       break;
-    default:
-      out.kind = Attribute::Kind::kUnsupported;  // graphs, sparse tensors: rejected by the op
+    default: out.kind = Attribute::Kind::kUnsupported;  // graphs, sparse tensors: rejected by the op
   }
   return out;
 }
@@ -289,16 +292,18 @@ Tensor constant_value(const Node& node) {
     else t.data<std::int64_t>()[0] = a.i;
     return t;
   };
-  for (auto [attr, dtype] : {std::pair{"value_float", DType::kFloat32}, {"value_floats", DType::kFloat32},
-                             {"value_int", DType::kInt64}, {"value_ints", DType::kInt64}})
+  for (auto [attr, dtype] : {std::pair{"value_float", DType::kFloat32},
+                             {"value_floats", DType::kFloat32},
+                             {"value_int", DType::kInt64},
+                             {"value_ints", DType::kInt64}})
     if (auto t = scalar_or_list(attr, dtype)) return std::move(*t);
   fail(node, "Constant without a supported value attribute (value, value_float(s), value_int(s))");
 }
 
 }  // namespace
 
-Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
-                 const fs::path& external_dir, const ImportOptions& options) {
+Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name, const fs::path& external_dir,
+                 const ImportOptions& options) {
   if (bytes.empty()) throw InputError(name + ": file is empty");
   onnx::ModelProto model;
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
@@ -318,7 +323,8 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
   for (const auto& init : graph.initializer()) {
     if (!init_names.insert(init.name()).second)
       throw InputError(name + ": two initializers are named '" + init.name() + "'");
-    g.initializers.emplace(init.name(), tensor_from_proto(init, external_dir, name + ": initializer '" + init.name() + "'"));
+    g.initializers.emplace(init.name(),
+                           tensor_from_proto(init, external_dir, name + ": initializer '" + init.name() + "'"));
   }
   for (const auto& in : graph.input())
     if (!init_names.count(in.name())) g.inputs.push_back(value_info(in, name));
@@ -337,8 +343,7 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
     names.insert(n.name);
     auto opset = g.opsets.find(n.domain);
     if (opset == g.opsets.end())
-      throw InputError(name + ": " + n.describe() + " uses domain '" + n.domain +
-                       "', which the model does not import");
+      throw InputError(name + ": " + n.describe() + " uses domain '" + n.domain + "', which the model does not import");
     n.opset = opset->second;
     n.inputs.assign(p.input().begin(), p.input().end());
     n.outputs.assign(p.output().begin(), p.output().end());
@@ -363,9 +368,10 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
                          "', which is a graph input's name (a value has one producer)");
       auto [it, fresh] = producer.emplace(o, i);
       if (!fresh)
-        throw InputError(name + ": " + (it->second == i ? nodes[i].describe() + " lists output '" + o + "' twice"
-                                                         : nodes[it->second].describe() + " and " + nodes[i].describe() +
-                                                               " both produce '" + o + "' (a value has one producer)"));
+        throw InputError(name + ": " +
+                         (it->second == i ? nodes[i].describe() + " lists output '" + o + "' twice"
+                                          : nodes[it->second].describe() + " and " + nodes[i].describe() +
+                                                " both produce '" + o + "' (a value has one producer)"));
     }
   std::vector<int> state(nodes.size(), 0);  // 0 new, 1 on stack, 2 done
   std::vector<std::size_t> order;
@@ -420,7 +426,8 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name,
   for (const auto& n : g.nodes) {
     for (std::size_t i = 0; i < n.inputs.size(); ++i)
       if (!n.inputs[i].empty() && !known.count(n.inputs[i]))
-        fail(n, "input " + std::to_string(i) + " '" + n.inputs[i] + "' is not produced by any node, initializer or graph input");
+        fail(n, "input " + std::to_string(i) + " '" + n.inputs[i] +
+                    "' is not produced by any node, initializer or graph input");
     for (const auto& o : n.outputs)
       if (!o.empty()) known.insert(o);
   }

@@ -177,7 +177,8 @@ class Upgrader {
         for (const auto& o : n.outputs)
           if (o == v) producer = &n;
       if (!producer || producer->inputs.empty() || producer->inputs[0].empty()) break;
-      if (producer->op_type == "Cast") return dtype_from_onnx(static_cast<int>(producer->get_int("to", 1)), where(*producer));
+      if (producer->op_type == "Cast")
+        return dtype_from_onnx(static_cast<int>(producer->get_int("to", 1)), where(*producer));
       v = producer->inputs[0];
     }
     return DType::kFloat32;
@@ -188,9 +189,14 @@ class Upgrader {
     switch (t) {
       case DType::kFloat32: s.data<float>()[0] = static_cast<float>(v); break;
       case DType::kFloat64: s.data<double>()[0] = v; break;
-      case DType::kFloat16: reinterpret_cast<std::uint16_t*>(s.raw())[0] = to_float16(static_cast<float>(v)).bits; break;
-      case DType::kBFloat16: reinterpret_cast<std::uint16_t*>(s.raw())[0] = to_bfloat16(static_cast<float>(v)).bits; break;
-      default: unsupported(n, "an attribute value of element type " + std::string(dtype_name(t)) + " cannot become an input");
+      case DType::kFloat16:
+        reinterpret_cast<std::uint16_t*>(s.raw())[0] = to_float16(static_cast<float>(v)).bits;
+        break;
+      case DType::kBFloat16:
+        reinterpret_cast<std::uint16_t*>(s.raw())[0] = to_bfloat16(static_cast<float>(v)).bits;
+        break;
+      default:
+        unsupported(n, "an attribute value of element type " + std::string(dtype_name(t)) + " cannot become an input");
     }
     return s;
   }
@@ -244,9 +250,9 @@ class Upgrader {
       changed = true;
       note_ = "axes attribute -> input";
     }
-    static const std::set<std::string> reduce_axes_input_at_18{
-        "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
-        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
+    static const std::set<std::string> reduce_axes_input_at_18{"ReduceMax",    "ReduceMin",       "ReduceMean",
+                                                               "ReduceProd",   "ReduceL1",        "ReduceL2",
+                                                               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
     if (crosses(18) && reduce_axes_input_at_18.count(op) && n.has("axes")) {
       ints_to_input(n, "axes", 1);
       changed = true;
@@ -330,10 +336,8 @@ class Upgrader {
     // Before 11 an absent bound was -+FLT_MAX; from 11 it is the type's own limit, which only
     // differs for double, so double gets both bounds written out.
     const bool both = t == DType::kFloat64;
-    if (n.has("min") || both)
-      attribute_to_input(n, "min", 1, scalar(t, n.get_float("min", -FLT_MAX), n));
-    if (n.has("max") || both)
-      attribute_to_input(n, "max", 2, scalar(t, n.get_float("max", FLT_MAX), n));
+    if (n.has("min") || both) attribute_to_input(n, "min", 1, scalar(t, n.get_float("min", -FLT_MAX), n));
+    if (n.has("max") || both) attribute_to_input(n, "max", 2, scalar(t, n.get_float("max", FLT_MAX), n));
     note_ = "min/max attributes -> inputs (" + std::string(dtype_name(t)) + ")";
     return true;
   }
@@ -412,8 +416,7 @@ class Upgrader {
     }
     if (crosses(14)) {
       while (n.outputs.size() > 1 && n.outputs.back().empty()) n.outputs.pop_back();
-      if (n.outputs.size() > 1)
-        unsupported(n, "output 1 ('" + n.outputs[1] + "') asks for training-mode statistics");
+      if (n.outputs.size() > 1) unsupported(n, "output 1 ('" + n.outputs[1] + "') asks for training-mode statistics");
     }
     return changed;
   }

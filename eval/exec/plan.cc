@@ -19,8 +19,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
   std::string key;
   for (const auto& in : graph_.inputs) {
     auto it = input_shapes.find(in.name);
-    if (it == input_shapes.end())
-      throw InputError(graph_.source + ": input '" + in.name + "' was not given");
+    if (it == input_shapes.end()) throw InputError(graph_.source + ": input '" + in.name + "' was not given");
     shapes.push_back(it->second);
     key += shape_to_string(it->second);
     if (auto v = int_values.find(in.name); v != int_values.end())

@@ -77,7 +77,7 @@ struct Session::Plan {
     std::size_t node;          // for a fused step: its last node
     std::vector<int> in, out;  // value ids; -1 for omitted
     bool folded = false;
-    std::vector<int> release;  // runtime values dead after this step
+    std::vector<int> release;            // runtime values dead after this step
     std::shared_ptr<FusedKernel> fused;  // runs instead of the node's op when set
     // An observed fused step: its nodes' steps (indices into Plan::steps, in order); `out` holds
     // every member's output and run_all writes them all.
@@ -90,8 +90,8 @@ struct Session::Plan {
   std::vector<ValueMeta> metas;
   std::vector<std::shared_ptr<const Tensor>> constants;  // per value id, null for runtime values
   std::vector<Rounding> rounding;
-  std::vector<Step> steps;        // one per node: what observers see
-  std::vector<Step> fused_steps;  // steps with fusable node groups replaced; empty if none
+  std::vector<Step> steps;           // one per node: what observers see
+  std::vector<Step> fused_steps;     // steps with fusable node groups replaced; empty if none
   std::vector<Step> observed_steps;  // the same groups keeping every member's output; empty if none
   // The buffers of the last execution that retained them all, reused by the next one in place
   // (the same values at the same sizes: no pool search, no new pages).

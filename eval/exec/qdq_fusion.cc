@@ -155,10 +155,10 @@ QdqFusion fuse_qdq(const Graph& graph) {
       ok = weight_ok(index, *b, 0, 0) && index.initializer(b->inputs[0])->rank() >= 3;
     } else if (matmul) {
       // A constant weight (scale per tensor or per column), or a second activation.
-      ok = index.initializer(b->inputs[0]) ? weight_ok(index, *b, 0, 1) &&
-                                                 (index.initializer(b->inputs[0])->rank() == 2 ||
-                                                  one_value(*index.shape_of(b->inputs[1])))
-                                           : activation_ok(index, *b);
+      ok = index.initializer(b->inputs[0])
+               ? weight_ok(index, *b, 0, 1) &&
+                     (index.initializer(b->inputs[0])->rank() == 2 || one_value(*index.shape_of(b->inputs[1])))
+               : activation_ok(index, *b);
     } else {
       const bool trans_b = n.get_int("transB", 0) != 0;
       ok = n.get_int("transA", 0) == 0 && weight_ok(index, *b, 2, trans_b ? 0 : 1);

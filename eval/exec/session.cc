@@ -9,10 +9,10 @@
 #include <limits>
 #include <unordered_map>
 
+#include "eval/exec/deploy_fold.h"
 #include "eval/exec/plan.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
-#include "eval/exec/deploy_fold.h"
 
 namespace qeval::eval {
 
@@ -48,7 +48,9 @@ std::optional<Precision> precision_from_name(std::string_view name) {
 }
 
 Session::Session(const Graph& graph, SessionOptions options)
-    : graph_(graph), options_(options), pool_(options.pool ? options.pool : std::make_shared<BufferPool>()),
+    : graph_(graph),
+      options_(options),
+      pool_(options.pool ? options.pool : std::make_shared<BufferPool>()),
       backend_(options.backend ? options.backend : cpu_backend()) {
   if (options_.integer_qdq) {
     quant::QdqFusion fusion = quant::fuse_qdq(graph);
@@ -73,8 +75,8 @@ Session::Session(const Graph& graph, SessionOptions options)
       if (node.has_input(i)) constant_graph_inputs_.insert(node.inputs[i]);
   }
   for (const auto& [name, t] : folded_weights_)
-    weights_.emplace(name, std::make_shared<const Tensor>(rounded(t, rounding_for(DType::kFloat32, DType::kFloat32,
-                                                                                    options_.precision))));
+    weights_.emplace(name, std::make_shared<const Tensor>(
+                               rounded(t, rounding_for(DType::kFloat32, DType::kFloat32, options_.precision))));
   for (const auto& [name, t] : graph.initializers) {
     const Rounding r = rounding_for(storage_type(t.dtype()), t.dtype(), options_.precision);
     if (storage_type(t.dtype()) == t.dtype() && (r == Rounding::kNone || t.dtype() != DType::kFloat32)) {

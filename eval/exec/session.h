@@ -9,8 +9,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <span>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -67,8 +67,7 @@ class Session {
   // Runs the graph. Inputs are matched by name and checked against the model's declared element
   // types and fixed dimensions (InputError names the input, the expected and the given shape/type).
   // Outputs come back in their declared element types (float16 outputs as float16 bits).
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs,
-                                    Observer* observer = nullptr);
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, Observer* observer = nullptr);
   // The same with the caller's tensors by address (not copied; they must stay alive for the run).
   std::map<std::string, Tensor> run(const std::map<std::string, const Tensor*>& inputs, Observer* observer = nullptr);
 
@@ -87,7 +86,7 @@ class Session {
     Execution(const Execution&) = delete;
     Execution& operator=(const Execution&) = delete;
     bool done() const;
-    const Node& next_node() const;  // the node step() runs next (not done()); of a group, the last
+    const Node& next_node() const;   // the node step() runs next (not done()); of a group, the last
     std::size_t next_index() const;  // its index in Session::nodes()
     // Every node step() runs next, in order (indices in Session::nodes()): one, or a group that
     // runs as one kernel (attention, a chain of elementwise ops), each observed as if alone.
@@ -144,7 +143,7 @@ class Session {
 
   const Graph& graph_;
   SessionOptions options_;
-  std::vector<Node> nodes_;                // what runs (see nodes())
+  std::vector<Node> nodes_;  // what runs (see nodes())
   std::vector<quant::FusedNode> fused_;
   std::vector<std::unique_ptr<Op>> ops_;  // one per node of nodes_
   // Initializers in storage form, converted and rounded once per session; those needing neither
@@ -156,8 +155,8 @@ class Session {
   // planned as constants.
   std::set<std::string> constant_graph_inputs_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;  // key: input shapes + int input values
-  std::shared_ptr<BufferPool> pool_;  // activation buffers, kept across runs (maybe shared)
-  std::shared_ptr<Backend> backend_;  // runs the steps (options.backend or the CPU's)
+  std::shared_ptr<BufferPool> pool_;                    // activation buffers, kept across runs (maybe shared)
+  std::shared_ptr<Backend> backend_;                    // runs the steps (options.backend or the CPU's)
   std::size_t peak_bytes_ = 0;
   std::size_t live_peak_bytes_ = 0;
 };

@@ -24,18 +24,19 @@ base::JsonConfig load_root(const fs::path& dir_or_file) {
   const fs::path path = pipeline_json_path(dir_or_file);
   if (!fs::exists(path))
     throw InputError(path.string() + ": no such file" +
-                     (fs::is_directory(dir_or_file) ? " (a pipeline folder holds a pipeline.json)" : "") +
-                     " (see " + kPipelineDoc + ")");
+                     (fs::is_directory(dir_or_file) ? " (a pipeline folder holds a pipeline.json)" : "") + " (see " +
+                     kPipelineDoc + ")");
   base::JsonConfig root = base::JsonConfig::load(path, kPipelineDoc);
   if (root.get_string("format") != kFormat)
     root.fail("\"format\" must be \"" + std::string(kFormat) + "\", got \"" + root.get_string("format") + "\"");
   if (root.get_int("version") != kVersion)
-    root.fail("\"version\" " + std::to_string(root.get_int("version")) + " is not supported (this qeval reads version " +
-              std::to_string(kVersion) + ")");
+    root.fail("\"version\" " + std::to_string(root.get_int("version")) +
+              " is not supported (this qeval reads version " + std::to_string(kVersion) + ")");
   return root;
 }
 
-int positive_int(const base::JsonConfig& c, const std::string& key, long long max, std::optional<long long> fallback = {}) {
+int positive_int(const base::JsonConfig& c, const std::string& key, long long max,
+                 std::optional<long long> fallback = {}) {
   long long v = fallback && !c.has(key) ? *fallback : c.get_int(key);
   if (v < 1 || v > max)
     base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kPipelineDoc)
@@ -81,14 +82,13 @@ SchedulerConfig read_scheduler(const base::JsonConfig& c) {
                         ? BetaSchedule::kLinear
                         : BetaSchedule::kScaledLinear;
   const std::string p = c.get_choice("prediction_type", {"epsilon", "v_prediction", "sample"}, "epsilon");
-  s.prediction_type = p == "epsilon" ? PredictionType::kEpsilon
+  s.prediction_type = p == "epsilon"        ? PredictionType::kEpsilon
                       : p == "v_prediction" ? PredictionType::kVPrediction
                                             : PredictionType::kSample;
   s.timestep_spacing = parse_timestep_spacing(c.get_choice("timestep_spacing", {"leading", "trailing", "linspace"},
                                                            s.type == SchedulerType::kDdim ? "leading" : "linspace"));
   const long long offset = c.get_int("steps_offset", s.steps_offset);
-  if (offset < 0 || offset >= s.num_train_timesteps)
-    at(c, "steps_offset").fail("must be in [0, num_train_timesteps)");
+  if (offset < 0 || offset >= s.num_train_timesteps) at(c, "steps_offset").fail("must be in [0, num_train_timesteps)");
   s.steps_offset = static_cast<int>(offset);
   s.set_alpha_to_one = c.get_bool("set_alpha_to_one", s.set_alpha_to_one);
   s.clip_sample = c.get_bool("clip_sample", s.clip_sample);
@@ -99,9 +99,7 @@ SchedulerConfig read_scheduler(const base::JsonConfig& c) {
 
 }  // namespace
 
-std::string_view pipeline_task_name(PipelineTask t) {
-  return t == PipelineTask::kTxt2Img ? "txt2img" : "segmentation";
-}
+std::string_view pipeline_task_name(PipelineTask t) { return t == PipelineTask::kTxt2Img ? "txt2img" : "segmentation"; }
 
 fs::path pipeline_json_path(const fs::path& dir_or_file) {
   return fs::is_directory(dir_or_file) ? dir_or_file / "pipeline.json" : dir_or_file;
@@ -133,9 +131,7 @@ std::string_view prediction_type_name(PredictionType p) {
   return "?";
 }
 
-std::string_view beta_schedule_name(BetaSchedule b) {
-  return b == BetaSchedule::kLinear ? "linear" : "scaled_linear";
-}
+std::string_view beta_schedule_name(BetaSchedule b) { return b == BetaSchedule::kLinear ? "linear" : "scaled_linear"; }
 
 SchedulerType parse_scheduler_type(const std::string& name) {
   if (name == "ddim") return SchedulerType::kDdim;

@@ -29,10 +29,10 @@ enum class TimestepSpacing { kLeading, kTrailing, kLinspace };
 enum class PredictionType { kEpsilon, kVPrediction, kSample };
 enum class SchedulerType { kDdim, kEulerDiscrete };
 
-std::string_view scheduler_type_name(SchedulerType t);          // "ddim", "euler"
-std::string_view timestep_spacing_name(TimestepSpacing s);      // "leading", ...
-std::string_view prediction_type_name(PredictionType p);        // "epsilon", "v_prediction", "sample"
-std::string_view beta_schedule_name(BetaSchedule b);            // "linear", "scaled_linear"
+std::string_view scheduler_type_name(SchedulerType t);      // "ddim", "euler"
+std::string_view timestep_spacing_name(TimestepSpacing s);  // "leading", ...
+std::string_view prediction_type_name(PredictionType p);    // "epsilon", "v_prediction", "sample"
+std::string_view beta_schedule_name(BetaSchedule b);        // "linear", "scaled_linear"
 // The inverse of the names above; InputError listing the valid names.
 SchedulerType parse_scheduler_type(const std::string& name);
 TimestepSpacing parse_timestep_spacing(const std::string& name);
@@ -99,7 +99,7 @@ struct Txt2ImgConfig {
   double default_guidance_scale = 7.5;
   std::string default_negative_prompt;
   std::filesystem::path calibration_prompts, evaluation_prompts;  // empty when not given
-  std::vector<std::string> variant_names() const;  // every name under any model's "variants"
+  std::vector<std::string> variant_names() const;                 // every name under any model's "variants"
 
   Shape latent_shape() const { return {1, latent_channels, latent_height, latent_width}; }
 };

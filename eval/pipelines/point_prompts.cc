@@ -7,11 +7,11 @@
 #include <map>
 #include <sstream>
 
+#include "base/file_names.h"
 #include "base/input_file.h"
+#include "base/json_config.h"
 #include "datasets/mask_io.h"
 #include "datasets/scenes.h"
-#include "base/file_names.h"
-#include "base/json_config.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
@@ -21,8 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 base::JsonConfig at(const base::JsonConfig& c, const std::string& key) {
-  return base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key,
-                    kSegmentDoc);
+  return base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kSegmentDoc);
 }
 
 std::uint64_t get_uint64(const base::JsonConfig& c, const std::string& key) {
@@ -44,7 +43,8 @@ SceneRef read_scene(const base::JsonConfig& s) {
   r.seed = get_uint64(s, "seed");
   r.index = get_uint64(s, "index");
   long long size = s.get_int("size", r.size);
-  if (size < 16 || size > 1024) at(s, "size").fail("must be in [16, 1024] (datasets/scenes.h), got " + std::to_string(size));
+  if (size < 16 || size > 1024)
+    at(s, "size").fail("must be in [16, 1024] (datasets/scenes.h), got " + std::to_string(size));
   r.size = static_cast<int>(size);
   return r;
 }
@@ -58,8 +58,7 @@ std::vector<SegmentationPoint> read_points(const base::JsonConfig& c) {
   for (std::size_t i = 0; i < pts.value().size(); ++i) {
     base::JsonConfig p(pts.value()[i], pts.source(), pts.path() + "[" + std::to_string(i) + "]", kSegmentDoc);
     const auto& v = p.value();
-    if (!v.is_array() || v.size() < 2 || v.size() > 3)
-      p.fail("a point is [x, y] or [x, y, label], got " + v.dump());
+    if (!v.is_array() || v.size() < 2 || v.size() > 3) p.fail("a point is [x, y] or [x, y, label], got " + v.dump());
     for (std::size_t k = 0; k < 2; ++k)
       if (!v[k].is_number() || !std::isfinite(v[k].get<double>()) || v[k].get<double>() < 0)
         p.fail(std::string(k == 0 ? "x" : "y") + " must be a non-negative number (pixels), got " + v[k].dump());
@@ -77,8 +76,9 @@ std::vector<SegmentationPoint> read_points(const base::JsonConfig& c) {
 }  // namespace
 
 std::string PointPrompt::image_key() const {
-  if (scene) return "scene:" + std::to_string(scene->seed) + ":" + std::to_string(scene->index) + ":" +
-                    std::to_string(scene->size);
+  if (scene)
+    return "scene:" + std::to_string(scene->seed) + ":" + std::to_string(scene->index) + ":" +
+           std::to_string(scene->size);
   return "image:" + image.lexically_normal().string();
 }
 
@@ -106,9 +106,10 @@ PointPromptSet parse_point_prompts(const std::string& text, const fs::path& sour
       at(c, "id").fail("'" + p.id + "' was already used on line " + std::to_string(it->second));
     // qeval run writes each prompt's images under images/<file_name_for(id)>/.
     if (auto [it, fresh] = folders.emplace(base::file_name_key(p.id), std::pair{p.id, line}); !fresh)
-      at(c, "id").fail(fmt::format("'{}' and '{}' (line {}) both give the image folder name '{}' (characters "
-                                   "outside [A-Za-z0-9_.-] become '_', case is ignored): rename one",
-                                   p.id, it->second.first, it->second.second, base::file_name_for(p.id)));
+      at(c, "id").fail(
+          fmt::format("'{}' and '{}' (line {}) both give the image folder name '{}' (characters "
+                      "outside [A-Za-z0-9_.-] become '_', case is ignored): rename one",
+                      p.id, it->second.first, it->second.second, base::file_name_for(p.id)));
     if (c.has("image") == c.has("scene"))
       c.fail("give exactly one of 'image' (a file) or 'scene' ({\"seed\", \"index\"[, \"size\"]})");
     if (c.has("image")) {
@@ -127,9 +128,11 @@ PointPromptSet parse_point_prompts(const std::string& text, const fs::path& sour
       } else if (m.is_object()) {
         base::JsonConfig mo = c.object("mask");
         mo.allow_keys({"object"});
-        if (!p.scene) mo.fail("{\"object\": k} names an object of a scene; this prompt has an image file (give the mask's file)");
+        if (!p.scene)
+          mo.fail("{\"object\": k} names an object of a scene; this prompt has an image file (give the mask's file)");
         long long k = mo.get_int("object");
-        if (k < 0 || k > 2) at(mo, "object").fail("must be 0, 1 or 2 (a scene has one to three objects), got " + std::to_string(k));
+        if (k < 0 || k > 2)
+          at(mo, "object").fail("must be 0, 1 or 2 (a scene has one to three objects), got " + std::to_string(k));
         p.scene_object = static_cast<int>(k);
       } else {
         at(c, "mask").fail("must be a mask file or {\"object\": k} for a scene");
@@ -157,8 +160,8 @@ PromptInputs load_prompt_inputs(const PointPrompt& p, const fs::path& source, in
     if (p.scene_object >= 0) {
       if (p.scene_object >= static_cast<int>(s.masks.size()))
         throw InputError(where + ": mask object " + std::to_string(p.scene_object) + " but scene " +
-                         std::to_string(p.scene->index) + " of seed " + std::to_string(p.scene->seed) +
-                         " has " + std::to_string(s.masks.size()) + " object(s)");
+                         std::to_string(p.scene->index) + " of seed " + std::to_string(p.scene->seed) + " has " +
+                         std::to_string(s.masks.size()) + " object(s)");
       Tensor m(DType::kUInt8, {s.image.height, s.image.width});
       const auto& src = s.masks[std::size_t(p.scene_object)];
       for (std::size_t i = 0; i < src.size(); ++i) m.data<std::uint8_t>()[i] = src[i] ? 1 : 0;
@@ -186,8 +189,8 @@ PromptInputs load_prompt_inputs(const PointPrompt& p, const fs::path& source, in
   for (std::size_t i = 0; i < p.points.size(); ++i) {
     const auto& pt = p.points[i];
     if (!(pt.x < double(w) && pt.y < double(h)))
-      throw InputError(where + fmt::format(": point {} ({}, {}) lies outside the ", i + 1, pt.x, pt.y) + std::to_string(w) + "x" +
-                       std::to_string(h) + " image");
+      throw InputError(where + fmt::format(": point {} ({}, {}) lies outside the ", i + 1, pt.x, pt.y) +
+                       std::to_string(w) + "x" + std::to_string(h) + " image");
   }
   return out;
 }

@@ -22,13 +22,13 @@ struct SceneRef {
 };
 
 struct PointPrompt {
-  std::string id;  // unique within the set; "line N" when the line gives none
-  int line = 0;    // 1-based line in the file
-  std::filesystem::path image;     // resolved against the set's folder; empty for a scene
-  std::optional<SceneRef> scene;   // exactly one of image / scene
+  std::string id;                 // unique within the set; "line N" when the line gives none
+  int line = 0;                   // 1-based line in the file
+  std::filesystem::path image;    // resolved against the set's folder; empty for a scene
+  std::optional<SceneRef> scene;  // exactly one of image / scene
   std::vector<SegmentationPoint> points;
-  std::filesystem::path mask;      // reference mask image, resolved; empty when none
-  int scene_object = -1;           // reference mask = the scene's object k (0-based); -1 when none
+  std::filesystem::path mask;  // reference mask image, resolved; empty when none
+  int scene_object = -1;       // reference mask = the scene's object k (0-based); -1 when none
   bool has_reference_mask() const { return !mask.empty() || scene_object >= 0; }
   // Prompts with equal keys share an image: the evaluator encodes it once.
   std::string image_key() const;
@@ -50,13 +50,12 @@ PointPromptSet parse_point_prompts(const std::string& text, const std::filesyste
 
 // A prompt's pixels and reference mask, checked against each other and the points.
 struct PromptInputs {
-  Tensor planes;              // float32 [channels, H, W] on 0..255 (image_planes)
+  Tensor planes;               // float32 [channels, H, W] on 0..255 (image_planes)
   std::optional<Tensor> mask;  // uint8 [H, W] 0/1
 };
 // Loads the image (or renders the scene) and the reference mask. InputError naming the prompt:
 // unreadable files, a mask of another size than the image, a scene object that does not exist,
 // a point outside the image.
-PromptInputs load_prompt_inputs(const PointPrompt& prompt, const std::filesystem::path& source,
-                                int channels);
+PromptInputs load_prompt_inputs(const PointPrompt& prompt, const std::filesystem::path& source, int channels);
 
 }  // namespace qeval::eval

@@ -7,11 +7,11 @@
 #include <set>
 #include <sstream>
 
-#include "base/input_file.h"
 #include "base/file_names.h"
+#include "base/input_file.h"
 #include "base/json_config.h"
-#include "kernels/error.h"
 #include "base/utf8.h"
+#include "kernels/error.h"
 
 namespace qeval::eval {
 
@@ -48,10 +48,10 @@ TextPromptSet parse_text_prompts(const std::string& text, const std::filesystem:
   // of the evaluation and then fail writing report.json (exit 3, no report).
   for (std::size_t i = 0; i < lines.size(); ++i)
     if (const auto at = base::first_invalid_utf8(lines[i]))
-      throw InputError(fmt::format("{}:{}: not UTF-8 text (byte 0x{:02X} at column {}); prompt files must be "
-                                   "UTF-8 (see {})",
-                                   source.string(), i + 1, static_cast<unsigned char>(lines[i][*at]), *at + 1,
-                                   kPromptsDoc));
+      throw InputError(
+          fmt::format("{}:{}: not UTF-8 text (byte 0x{:02X} at column {}); prompt files must be "
+                      "UTF-8 (see {})",
+                      source.string(), i + 1, static_cast<unsigned char>(lines[i][*at]), *at + 1, kPromptsDoc));
   std::set<std::string> ids;
   std::map<std::string, std::pair<std::string, int>> folders;  // lower-cased folder name -> id, line
   for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -81,11 +81,11 @@ TextPromptSet parse_text_prompts(const std::string& text, const std::filesystem:
     // qeval run writes each prompt's images to images/<file_name_for(id)>/: two ids may not share
     // one (compared ignoring case, as on case-insensitive file systems).
     if (auto [it, fresh] = folders.emplace(base::file_name_key(p.id), std::pair{p.id, line}); !fresh)
-      throw InputError(fmt::format("{}: id '{}' and id '{}' (line {}) both give the image folder name '{}' "
-                                   "(characters outside [A-Za-z0-9_.-] become '_', case is ignored; {}): "
-                                   "rename one",
-                                   where, p.id, it->second.first, it->second.second, base::file_name_for(p.id),
-                                   kPromptsDoc));
+      throw InputError(
+          fmt::format("{}: id '{}' and id '{}' (line {}) both give the image folder name '{}' "
+                      "(characters outside [A-Za-z0-9_.-] become '_', case is ignored; {}): "
+                      "rename one",
+                      where, p.id, it->second.first, it->second.second, base::file_name_for(p.id), kPromptsDoc));
     set.prompts.push_back(std::move(p));
   }
   if (set.prompts.empty()) throw InputError(source.string() + ": no prompts in the file (see " + kPromptsDoc + ")");

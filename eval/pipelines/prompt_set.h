@@ -11,11 +11,11 @@
 namespace qeval::eval {
 
 struct TextPrompt {
-  std::string id;      // "p001" (1-based line) unless the JSONL line gives one
-  int line = 0;        // 1-based line in the file
+  std::string id;  // "p001" (1-based line) unless the JSONL line gives one
+  int line = 0;    // 1-based line in the file
   std::string prompt;
-  std::optional<std::uint64_t> seed;            // JSONL only: this prompt's own seed
-  std::optional<std::string> negative_prompt;   // JSONL only
+  std::optional<std::uint64_t> seed;           // JSONL only: this prompt's own seed
+  std::optional<std::string> negative_prompt;  // JSONL only
 };
 
 struct TextPromptSet {

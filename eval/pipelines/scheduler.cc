@@ -136,14 +136,13 @@ Scheduler::Scheduler(const SchedulerConfig& config, int n) : config_(config) {
                        " steps, spacing " + std::string(timestep_spacing_name(config.timestep_spacing)) + ")");
   }
   std::vector<double> full(alphas_cumprod_.size());
-  for (std::size_t i = 0; i < full.size(); ++i)
-    full[i] = std::sqrt((1.0 - alphas_cumprod_[i]) / alphas_cumprod_[i]);
+  for (std::size_t i = 0; i < full.size(); ++i) full[i] = std::sqrt((1.0 - alphas_cumprod_[i]) / alphas_cumprod_[i]);
   for (double v : t) sigmas_.push_back(f32(np_interp_unit_grid(v, full)));
   sigmas_.push_back(0.0);
   timesteps_ = t;
   const double max_sigma = *std::max_element(sigmas_.begin(), sigmas_.end());
-  init_noise_sigma_ = config.timestep_spacing == TimestepSpacing::kLeading ? std::sqrt(max_sigma * max_sigma + 1.0)
-                                                                          : max_sigma;
+  init_noise_sigma_ =
+      config.timestep_spacing == TimestepSpacing::kLeading ? std::sqrt(max_sigma * max_sigma + 1.0) : max_sigma;
 }
 
 double Scheduler::model_input_divisor(int i) const {
@@ -205,12 +204,9 @@ void Scheduler::step(int i, std::span<const float> model_output, std::span<const
   for (std::size_t k = 0; k < n; ++k) {
     const float x = sample[k], m = model_output[k];
     float x0;
-    if (pred == PredictionType::kEpsilon)
-      x0 = x - sigma * m;
-    else if (pred == PredictionType::kSample)
-      x0 = m;
-    else
-      x0 = m * v_out + x / sigma2p1;
+    if (pred == PredictionType::kEpsilon) x0 = x - sigma * m;
+    else if (pred == PredictionType::kSample) x0 = m;
+    else x0 = m * v_out + x / sigma2p1;
     const float derivative = (x - x0) / sigma;
     prev[k] = x + derivative * dt;
   }

@@ -32,8 +32,7 @@ std::string join(const std::vector<std::string>& v) {
 
 // The value at `key` as its own JsonConfig, so that errors name the key path.
 base::JsonConfig at(const base::JsonConfig& c, const std::string& key) {
-  return base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key,
-                    kSegmentDoc);
+  return base::JsonConfig(c.value().at(key), c.source(), c.path().empty() ? key : c.path() + "." + key, kSegmentDoc);
 }
 
 std::string non_empty_string(const base::JsonConfig& c, const std::string& key, const std::string& fallback) {
@@ -46,8 +45,8 @@ int int_in(const base::JsonConfig& c, const std::string& key, long long lo, long
            std::optional<long long> fallback = {}) {
   long long v = fallback && !c.has(key) ? *fallback : c.get_int(key);
   if (v < lo || v > hi)
-    at(c, key).fail("must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "], got " + std::to_string(v));
+    at(c, key).fail("must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                    std::to_string(v));
   return static_cast<int>(v);
 }
 
@@ -68,8 +67,7 @@ std::vector<float> per_channel(const base::JsonConfig& c, const std::string& key
   if (!c.has(key)) c.fail("missing required key '" + key + "'");
   std::vector<double> v = c.get_numbers(key);
   if (static_cast<int>(v.size()) != channels)
-    at(c, key).fail("needs one value per channel (" + std::to_string(channels) + "), got " +
-                    std::to_string(v.size()));
+    at(c, key).fail("needs one value per channel (" + std::to_string(channels) + "), got " + std::to_string(v.size()));
   std::vector<float> out;
   for (double x : v) {
     if (!std::isfinite(x) || (positive && !(x > 0)))
@@ -96,16 +94,15 @@ bool is_float_type(DType t) { return t == DType::kFloat32 || t == DType::kFloat1
 // Checks that `graph` has exactly the inputs `inputs` and at least the outputs `outputs`, all of
 // float32/float16 type; returns the declared inputs in the order given.
 std::vector<const ValueInfo*> check_io(const Graph& graph, const std::string& model_key,
-                                       const SegmentationConfig& config,
-                                       const std::vector<std::string>& inputs,
+                                       const SegmentationConfig& config, const std::vector<std::string>& inputs,
                                        const std::vector<std::string>& outputs) {
   const std::string where = config.source.string() + ": " + model_key + " (" + graph.source + ")";
   std::vector<const ValueInfo*> found;
   for (const auto& name : inputs) {
     const ValueInfo* v = find_value(graph.inputs, name);
     if (!v)
-      throw InputError(where + ": the model has no input '" + name + "' (its inputs: " +
-                       value_names(graph.inputs) + ") (see " + kSegmentDoc + ")");
+      throw InputError(where + ": the model has no input '" + name + "' (its inputs: " + value_names(graph.inputs) +
+                       ") (see " + kSegmentDoc + ")");
     if (!is_float_type(v->dtype))
       throw InputError(where + ": input '" + name + "' is " + std::string(dtype_name(v->dtype)) +
                        "; the segmentation pipeline feeds float32 or float16");
@@ -118,8 +115,8 @@ std::vector<const ValueInfo*> check_io(const Graph& graph, const std::string& mo
   for (const auto& name : outputs) {
     const ValueInfo* v = find_value(graph.outputs, name);
     if (!v)
-      throw InputError(where + ": the model has no output '" + name + "' (its outputs: " +
-                       value_names(graph.outputs) + ") (see " + kSegmentDoc + ")");
+      throw InputError(where + ": the model has no output '" + name + "' (its outputs: " + value_names(graph.outputs) +
+                       ") (see " + kSegmentDoc + ")");
     if (!is_float_type(v->dtype))
       throw InputError(where + ": output '" + name + "' is " + std::string(dtype_name(v->dtype)) +
                        ", expected float32 or float16");
@@ -154,9 +151,8 @@ Tensor resize_planes(const Tensor& planes, std::int64_t oh, std::int64_t ow, boo
   options.mode = kernels::ResizeMode::kLinear;
   options.coordinates = kernels::ResizeCoordinates::kHalfPixel;
   options.antialias = antialias;
-  std::vector<kernels::ResizeAxis> axes = {{c, c, 1.0},
-                                           {h, oh, double(oh) / double(h)},
-                                           {w, ow, double(ow) / double(w)}};
+  std::vector<kernels::ResizeAxis> axes = {
+      {c, c, 1.0}, {h, oh, double(oh) / double(h)}, {w, ow, double(ow) / double(w)}};
   kernels::resize<float>(planes.data<float>(), out.data<float>(), axes, options);
   return out;
 }
@@ -212,7 +208,8 @@ SegmentationConfig read_segmentation_config(const fs::path& dir_or_file) {
   c.mask_threshold = static_cast<float>(threshold);
   c.single_mask_index = int_in(dec, "single_mask_index", 0, 1023, c.single_mask_index);
   const std::set<std::string> dec_inputs = {c.decoder_embeddings, c.decoder_point_coords, c.decoder_point_labels};
-  if (dec_inputs.size() != 3) dec.fail("image_embeddings, point_coords and point_labels must name three different inputs");
+  if (dec_inputs.size() != 3)
+    dec.fail("image_embeddings, point_coords and point_labels must name three different inputs");
 
   base::JsonConfig img = root.object("image");
   img.allow_keys({"channels", "height", "width", "pixel_mean", "pixel_std", "resize"});
@@ -244,9 +241,8 @@ SegmentationPipeline::SegmentationPipeline(SegmentationConfig config)
     : config_(std::move(config)), graphs_(std::make_unique<Graphs>()) {
   auto load = [&](const fs::path& file, const char* key, const std::string& variant) {
     if (!fs::exists(file))
-      throw InputError(config_.source.string() + ": " + key +
-                       (variant.empty() ? ".model" : ".variants." + variant) + ": " + file.string() +
-                       ": no such file");
+      throw InputError(config_.source.string() + ": " + key + (variant.empty() ? ".model" : ".variants." + variant) +
+                       ": " + file.string() + ": no such file");
     return load_onnx(file);
   };
   const SegmentationConfig& c = config_;
@@ -255,7 +251,9 @@ SegmentationPipeline::SegmentationPipeline(SegmentationConfig config)
     const ValueInfo& v = *in[0];
     if (v.has_shape) {
       const std::string where = c.source.string() + ": " + kEncoderKey + " (" + g.source + "): input '" + v.name + "'";
-      if (v.dims.size() != 4) throw InputError(where + " has rank " + std::to_string(v.dims.size()) + ", expected [batch, channels, height, width]");
+      if (v.dims.size() != 4)
+        throw InputError(where + " has rank " + std::to_string(v.dims.size()) +
+                         ", expected [batch, channels, height, width]");
       const std::int64_t want[4] = {1, c.channels, c.height, c.width};
       const char* what[4] = {"batch", "channels", "height", "width"};
       for (int i = 0; i < 4; ++i)
@@ -317,11 +315,11 @@ SegmentationSessions SegmentationPipeline::make_sessions(const SessionOptions& o
 
 Tensor SegmentationPipeline::preprocess(const Tensor& planes, ImageEmbedding* embedding) const {
   const SegmentationConfig& c = config_;
-  if (planes.dtype() != DType::kFloat32 || planes.rank() != 3 || planes.dim(0) != c.channels ||
-      planes.dim(1) < 1 || planes.dim(2) < 1)
-    throw InputError("segmentation: the image must be float32 [" + std::to_string(c.channels) +
-                     ", H, W] for " + c.source.string() + ", got " +
-                     std::string(dtype_name(planes.dtype())) + " " + shape_to_string(planes.shape()));
+  if (planes.dtype() != DType::kFloat32 || planes.rank() != 3 || planes.dim(0) != c.channels || planes.dim(1) < 1 ||
+      planes.dim(2) < 1)
+    throw InputError("segmentation: the image must be float32 [" + std::to_string(c.channels) + ", H, W] for " +
+                     c.source.string() + ", got " + std::string(dtype_name(planes.dtype())) + " " +
+                     shape_to_string(planes.shape()));
   const std::int64_t h = planes.dim(1), w = planes.dim(2);
   std::int64_t sh = c.height, sw = c.width;
   if (c.resize == SegmentationResize::kLongestSide && (h != c.height || w != c.width)) {
@@ -349,8 +347,8 @@ Tensor SegmentationPipeline::preprocess(const Tensor& planes, ImageEmbedding* em
   return x;
 }
 
-ImageEmbedding SegmentationPipeline::encode(Session& encoder, const Tensor& planes,
-                                            ModelCallObserver* observer, std::string_view context) const {
+ImageEmbedding SegmentationPipeline::encode(Session& encoder, const Tensor& planes, ModelCallObserver* observer,
+                                            std::string_view context) const {
   ImageEmbedding e;
   Tensor x = preprocess(planes, &e);
   const ValueInfo* in = find_value(encoder.graph().inputs, config_.encoder_input);
@@ -362,8 +360,7 @@ ImageEmbedding SegmentationPipeline::encode(Session& encoder, const Tensor& plan
   auto outputs = encoder.run(inputs, node_observer);
   if (observer) observer->end(call, outputs);
   auto it = outputs.find(config_.encoder_output);
-  if (it == outputs.end())
-    throw InputError(encoder.graph().source + ": no output '" + config_.encoder_output + "'");
+  if (it == outputs.end()) throw InputError(encoder.graph().source + ": no output '" + config_.encoder_output + "'");
   e.embeddings = std::move(it->second);
   return e;
 }
@@ -374,13 +371,12 @@ std::pair<Tensor, Tensor> SegmentationPipeline::point_inputs(const ImageEmbeddin
   for (std::size_t i = 0; i < points.size(); ++i) {
     const SegmentationPoint& p = points[i];
     if (p.label != 0 && p.label != 1)
-      throw InputError("segmentation: point " + std::to_string(i + 1) + " " + point_text(p) +
-                       " has label " + std::to_string(p.label) + "; labels are 1 (foreground) or 0 (background)");
+      throw InputError("segmentation: point " + std::to_string(i + 1) + " " + point_text(p) + " has label " +
+                       std::to_string(p.label) + "; labels are 1 (foreground) or 0 (background)");
     if (!(p.x >= 0 && p.x < double(e.image_width) && p.y >= 0 && p.y < double(e.image_height)))
-      throw InputError("segmentation: point " + std::to_string(i + 1) + " " + point_text(p) +
-                       " lies outside the " + std::to_string(e.image_width) + "x" +
-                       std::to_string(e.image_height) + " image (x in [0, " + std::to_string(e.image_width) +
-                       "), y in [0, " + std::to_string(e.image_height) + "))");
+      throw InputError("segmentation: point " + std::to_string(i + 1) + " " + point_text(p) + " lies outside the " +
+                       std::to_string(e.image_width) + "x" + std::to_string(e.image_height) + " image (x in [0, " +
+                       std::to_string(e.image_width) + "), y in [0, " + std::to_string(e.image_height) + "))");
   }
   const std::int64_t n = std::int64_t(points.size()) + (config_.append_padding_point ? 1 : 0);
   Tensor coords(DType::kFloat32, {1, n, 2}), labels(DType::kFloat32, {1, n});  // padding: (0, 0), -1
@@ -399,9 +395,8 @@ std::pair<Tensor, Tensor> SegmentationPipeline::point_inputs(const ImageEmbeddin
 }
 
 SegmentationResult SegmentationPipeline::decode(Session& decoder, const ImageEmbedding& e,
-                                                std::span<const SegmentationPoint> points,
-                                                ModelCallObserver* observer, std::string_view context,
-                                                int call_index) const {
+                                                std::span<const SegmentationPoint> points, ModelCallObserver* observer,
+                                                std::string_view context, int call_index) const {
   const SegmentationConfig& c = config_;
   auto [coords, labels] = point_inputs(e, points);
   const Graph& g = decoder.graph();
@@ -468,8 +463,8 @@ SegmentationResult SegmentationPipeline::decode(Session& decoder, const ImageEmb
 Tensor image_planes(const datasets::Image& image, int channels, const std::string& name) {
   const int colors = image.color_channels();
   if (colors != 1 && colors != channels)
-    throw InputError(name + ": a " + image.color_type() + " image; the pipeline takes " +
-                     std::to_string(channels) + " channel" + (channels == 1 ? "" : "s"));
+    throw InputError(name + ": a " + image.color_type() + " image; the pipeline takes " + std::to_string(channels) +
+                     " channel" + (channels == 1 ? "" : "s"));
   const std::int64_t h = image.height(), w = image.width(), n = h * w;
   const float scale = image.bit_depth == 16 ? 255.0f / 65535.0f : 1.0f;
   Tensor out(DType::kFloat32, {channels, h, w});

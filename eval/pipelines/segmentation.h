@@ -18,9 +18,9 @@
 
 #include "datasets/image_io.h"
 #include "eval/exec/graph.h"
+#include "eval/exec/session.h"
 #include "eval/pipelines/model_call.h"
 #include "eval/pipelines/pipeline_config.h"
-#include "eval/exec/session.h"
 #include "kernels/tensor.h"
 
 namespace qeval::eval {
@@ -76,15 +76,15 @@ struct SegmentationSessions {
 
 // An image as the encoder saw it, ready for any number of prompts.
 struct ImageEmbedding {
-  Tensor embeddings;                           // the encoder's output as returned
+  Tensor embeddings;                                 // the encoder's output as returned
   std::int64_t image_height = 0, image_width = 0;    // the caller's image
   std::int64_t scaled_height = 0, scaled_width = 0;  // its size inside the encoder's input
 };
 
 struct SegmentationResult {
-  Tensor logits;        // float32 [image H, W]: the chosen mask's logits at the image's size
-  Tensor mask;          // uint8 [image H, W]: 1 where logit > mask_threshold
-  Tensor model_logits;  // float32 [h, w]: the chosen mask as the decoder returned it (no resampling)
+  Tensor logits;                       // float32 [image H, W]: the chosen mask's logits at the image's size
+  Tensor mask;                         // uint8 [image H, W]: 1 where logit > mask_threshold
+  Tensor model_logits;                 // float32 [h, w]: the chosen mask as the decoder returned it (no resampling)
   float iou_prediction = 0;            // the decoder's predicted IoU of the chosen mask
   std::vector<float> iou_predictions;  // of every mask the decoder returned
 };
@@ -105,8 +105,7 @@ class SegmentationPipeline {
   const Graph& image_encoder(const std::string& variant = "") const;
   const Graph& mask_decoder(const std::string& variant = "") const;
   // Sessions over a variant's graphs (valid while this pipeline lives).
-  SegmentationSessions make_sessions(const SessionOptions& options = {},
-                                     const std::string& variant = "") const;
+  SegmentationSessions make_sessions(const SessionOptions& options = {}, const std::string& variant = "") const;
 
   // The image as the encoder reads it: `planes` float32 [C, H, W] raw 8-bit samples (0..255) ->
   // float32 [1, C, height, width], resized (bilinear, half-pixel centres, antialiased when
@@ -115,14 +114,13 @@ class SegmentationPipeline {
   Tensor preprocess(const Tensor& planes, ImageEmbedding* embedding = nullptr) const;
 
   // Runs the encoder once. `context` is passed to the observer (e.g. the prompt set entry's id).
-  ImageEmbedding encode(Session& image_encoder, const Tensor& planes,
-                        ModelCallObserver* observer = nullptr, std::string_view context = {}) const;
+  ImageEmbedding encode(Session& image_encoder, const Tensor& planes, ModelCallObserver* observer = nullptr,
+                        std::string_view context = {}) const;
   // Runs the decoder for one prompt (`call`: the index reported to the observer). InputError when
   // there is no point, a point lies outside the image ([0, W) x [0, H)) or a label is not 0/1.
   SegmentationResult decode(Session& mask_decoder, const ImageEmbedding& embedding,
-                            std::span<const SegmentationPoint> points,
-                            ModelCallObserver* observer = nullptr, std::string_view context = {},
-                            int call = 0) const;
+                            std::span<const SegmentationPoint> points, ModelCallObserver* observer = nullptr,
+                            std::string_view context = {}, int call = 0) const;
 
   // The decoder's point inputs for a prompt: coords float32 [1, N, 2] in encoder-input pixels and
   // labels float32 [1, N] (the padding point appended when configured).

@@ -30,7 +30,7 @@ void append_utf8(std::string& out, std::uint32_t cp) {
 
 // CLIP's (GPT-2's) bytes_to_unicode: printable bytes map to themselves, the others to 256 + n.
 struct ByteSymbols {
-  std::array<std::string, 256> encode;                 // byte -> UTF-8 of its symbol
+  std::array<std::string, 256> encode;                     // byte -> UTF-8 of its symbol
   std::unordered_map<std::uint32_t, std::uint8_t> decode;  // symbol code point -> byte
   ByteSymbols() {
     int n = 0;
@@ -104,8 +104,8 @@ std::string read_text_file(const std::filesystem::path& path, const char* what) 
 
 }  // namespace
 
-ClipTokenizer ClipTokenizer::from_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt,
-                                        const ClipTokenizerOptions& options) {
+ClipTokenizer ClipTokenizer::from_files(const std::filesystem::path& vocab_json,
+                                        const std::filesystem::path& merges_txt, const ClipTokenizerOptions& options) {
   if (options.max_length < 2)
     throw InputError("tokenizer max_length must be >= 2, got " + std::to_string(options.max_length));
   ClipTokenizer t;
@@ -117,7 +117,8 @@ ClipTokenizer ClipTokenizer::from_files(const std::filesystem::path& vocab_json,
   } catch (const nlohmann::json::exception& e) {
     throw InputError(vocab_json.string() + ": not valid JSON: " + e.what());
   }
-  if (!vocab.is_object() || vocab.empty()) throw InputError(vocab_json.string() + ": expected a JSON object token -> id");
+  if (!vocab.is_object() || vocab.empty())
+    throw InputError(vocab_json.string() + ": expected a JSON object token -> id");
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > (1 << 24))
       throw InputError(vocab_json.string() + ": id of token \"" + token + "\" is not an integer in [0, 2^24]");
@@ -148,7 +149,8 @@ ClipTokenizer ClipTokenizer::from_files(const std::filesystem::path& vocab_json,
     if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
     const std::size_t sp = line.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
-      throw InputError(merges_txt.string() + ":" + std::to_string(line_no) + ": expected \"left right\", got \"" + line + "\"");
+      throw InputError(merges_txt.string() + ":" + std::to_string(line_no) + ": expected \"left right\", got \"" +
+                       line + "\"");
     const std::string merged = line.substr(0, sp) + line.substr(sp + 1);
     if (!t.vocab_.count(merged))
       throw InputError(merges_txt.string() + ":" + std::to_string(line_no) + ": merged token \"" + merged +

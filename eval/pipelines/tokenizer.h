@@ -12,8 +12,8 @@
 namespace qeval::eval {
 
 struct ClipTokenizerOptions {
-  int max_length = 77;                       // ids per prompt, BOS and EOS included
-  std::string pad_token = "<|endoftext|>";   // SD 1.x pads with EOS; SD 2.x tokenizers use "!"
+  int max_length = 77;                      // ids per prompt, BOS and EOS included
+  std::string pad_token = "<|endoftext|>";  // SD 1.x pads with EOS; SD 2.x tokenizers use "!"
 };
 
 // Text -> ids the way CLIP's tokenizer does it:
@@ -56,8 +56,8 @@ class ClipTokenizer {
   std::vector<std::string> bpe(const std::string& piece) const;
 
   std::unordered_map<std::string, std::int64_t> vocab_;
-  std::vector<std::string> id_to_token_;            // id -> token ("" for ids the file skips)
-  std::unordered_map<std::string, int> ranks_;      // "left right" -> rank
+  std::vector<std::string> id_to_token_;        // id -> token ("" for ids the file skips)
+  std::unordered_map<std::string, int> ranks_;  // "left right" -> rank
   std::int64_t bos_id_ = 0, eos_id_ = 0, pad_id_ = 0;
   int max_length_ = 77;
 };

@@ -18,13 +18,9 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-std::string key_of(const Txt2ImgConfig& c, const std::string& key) {
-  return c.source.string() + ": " + key;
-}
+std::string key_of(const Txt2ImgConfig& c, const std::string& key) { return c.source.string() + ": " + key; }
 
 void require_file(const fs::path& p, const std::string& where) {
   if (!fs::is_regular_file(p)) throw InputError(where + ": no such file: " + p.string());
@@ -54,8 +50,8 @@ void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
     if (std::find(types.begin(), types.end(), v->dtype) == types.end()) {
       std::string want;
       for (DType t : types) want += (want.empty() ? "" : " or ") + std::string(dtype_name(t));
-      throw InputError(where + ": input '" + name + "' is " + std::string(dtype_name(v->dtype)) + ", pipeline.json says " +
-                       want);
+      throw InputError(where + ": input '" + name + "' is " + std::string(dtype_name(v->dtype)) +
+                       ", pipeline.json says " + want);
     }
   }
   for (const auto& v : g.inputs)
@@ -69,7 +65,8 @@ void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
                        }() +
                        ")");
   if (!find_value(g.outputs, output))
-    throw InputError(where + ": the model has no output '" + output + "' (its outputs: " + list_values(g.outputs) + ")");
+    throw InputError(where + ": the model has no output '" + output + "' (its outputs: " + list_values(g.outputs) +
+                     ")");
 }
 
 const std::vector<DType> kFloatTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
@@ -108,7 +105,9 @@ Tensor timestep_tensor(double t, DType type, std::int64_t batch) {
       // numpy's astype truncates, as diffusers' ONNX pipeline does with float timesteps.
       case DType::kInt64: out.data<std::int64_t>()[b] = static_cast<std::int64_t>(t); break;
       case DType::kInt32: out.data<std::int32_t>()[b] = static_cast<std::int32_t>(t); break;
-      case DType::kFloat16: reinterpret_cast<std::uint16_t*>(out.raw())[b] = to_float16(static_cast<float>(t)).bits; break;
+      case DType::kFloat16:
+        reinterpret_cast<std::uint16_t*>(out.raw())[b] = to_float16(static_cast<float>(t)).bits;
+        break;
       default: out.data<float>()[b] = static_cast<float>(t); break;
     }
   }
@@ -224,10 +223,8 @@ std::map<std::string, Tensor> encoder_inputs_of(const Txt2ImgModels& models, con
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::vector<std::int64_t> e = models.tokenizer.encode(texts[std::size_t(b)]);
     for (std::int64_t k = 0; k < len; ++k) {
-      if (id_type == DType::kInt64)
-        ids.data<std::int64_t>()[b * len + k] = e[std::size_t(k)];
-      else
-        ids.data<std::int32_t>()[b * len + k] = static_cast<std::int32_t>(e[std::size_t(k)]);
+      if (id_type == DType::kInt64) ids.data<std::int64_t>()[b * len + k] = e[std::size_t(k)];
+      else ids.data<std::int32_t>()[b * len + k] = static_cast<std::int32_t>(e[std::size_t(k)]);
     }
   }
   std::map<std::string, Tensor> in;
@@ -302,7 +299,8 @@ datasets::Rgb8 image_to_rgb8(const Tensor& image01) {
   for (std::size_t i = 0; i < plane; ++i)
     for (std::size_t ch = 0; ch < 3; ++ch) {
       const float x = p[ch * plane + i];
-      out.pixels[i * 3 + ch] = static_cast<std::uint8_t>(std::nearbyint((x == x ? std::clamp(x, 0.0f, 1.0f) : 0.0f) * 255.0f));
+      out.pixels[i * 3 + ch] =
+          static_cast<std::uint8_t>(std::nearbyint((x == x ? std::clamp(x, 0.0f, 1.0f) : 0.0f) * 255.0f));
     }
   return out;
 }

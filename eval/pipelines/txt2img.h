@@ -15,10 +15,10 @@
 
 #include "datasets/image_io.h"
 #include "eval/exec/graph.h"
+#include "eval/exec/session.h"
 #include "eval/pipelines/model_call.h"
 #include "eval/pipelines/pipeline_config.h"
 #include "eval/pipelines/scheduler.h"
-#include "eval/exec/session.h"
 #include "eval/pipelines/tokenizer.h"
 
 namespace qeval::eval {
@@ -74,9 +74,9 @@ Txt2ImgRequest default_request(const Txt2ImgConfig& config, std::string prompt, 
 // What the step hook sees after each scheduler step. Tensors are float32 [1, C, h, w] except
 // unet_output ([2, C, h, w]: uncond then cond; [1, ...] without guidance).
 struct Txt2ImgStep {
-  int index = 0;          // 0-based step
-  int count = 0;          // steps in the run
-  double timestep = 0;    // the UNet's timestep
+  int index = 0;        // 0-based step
+  int count = 0;        // steps in the run
+  double timestep = 0;  // the UNet's timestep
   const Tensor& latent_before;
   const Tensor& unet_output;
   const Tensor& noise_pred;  // guided

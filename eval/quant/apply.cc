@@ -95,9 +95,8 @@ AppliedRecipe apply_recipe(const Graph& graph, const Selection& selection, const
   Graph& g = out.graph;
   out.opset_from = g.opsets.count("") ? g.opsets.at("") : 0;
   const bool int8 = recipe.format == QuantFormat::kInt8;
-  const OpsetUpgrade up = upgrade_opset(g, int8 ? 13 : 19,
-                                        int8 ? "for INT8 Q/DQ nodes, which need opset 13"
-                                             : "for FP8 Q/DQ nodes, which need opset 19");
+  const OpsetUpgrade up = upgrade_opset(
+      g, int8 ? 13 : 19, int8 ? "for INT8 Q/DQ nodes, which need opset 13" : "for FP8 Q/DQ nodes, which need opset 19");
   out.opset_to = g.opsets.at("");
   out.opset_rewritten_nodes = up.rewritten_nodes;
   out.opset_rewrites = up.notes;
@@ -125,9 +124,8 @@ AppliedRecipe apply_recipe(const Graph& graph, const Selection& selection, const
                          std::to_string(act.input) + " (" + act.role +
                          "): it was calibrated for another recipe or model; recalibrate");
       if (!(range->amax > 0) || !std::isfinite(range->amax))
-        throw InputError("node '" + t.node + "' input " + std::to_string(act.input) + " ('" +
-                         node.inputs[act.input] + "'): amax must be finite and > 0, got " +
-                         std::to_string(range->amax));
+        throw InputError("node '" + t.node + "' input " + std::to_string(act.input) + " ('" + node.inputs[act.input] +
+                         "'): amax must be finite and > 0, got " + std::to_string(range->amax));
       const std::string prefix = quantizer_prefix(t.node, act.role);
       std::string x = node.inputs[act.input];
       if (sm && act.role == "input") {
@@ -167,7 +165,8 @@ AppliedRecipe apply_recipe(const Graph& graph, const Selection& selection, const
         if (static_cast<std::int64_t>(sm->scale.size()) != in_channels)
           throw InputError("SmoothQuant scales of node '" + t.node + "' have " + std::to_string(sm->scale.size()) +
                            " channels, weight '" + t.weight_name + "' has " + std::to_string(in_channels));
-        for (std::int64_t e = 0; e < w.numel(); ++e) wd[e] *= sm->scale[static_cast<std::size_t>((e / in_inner) % in_channels)];
+        for (std::int64_t e = 0; e < w.numel(); ++e)
+          wd[e] *= sm->scale[static_cast<std::size_t>((e / in_inner) % in_channels)];
         out.smoothed_layers++;
       }
       WeightQuant wq;
@@ -185,8 +184,7 @@ AppliedRecipe apply_recipe(const Graph& graph, const Selection& selection, const
         // An all-zero channel quantizes to zeros with any scale; 1 keeps the scale valid.
         scales[c] = wq.amax[c] > 0 && std::isfinite(wq.amax[c]) ? wq.amax[c] / fmax : 1.0f;
         if (!std::isfinite(wq.amax[c]))
-          throw InputError(graph.source + ": weight '" + t.weight_name + "' of node '" + t.node +
-                           "' holds inf or NaN");
+          throw InputError(graph.source + ": weight '" + t.weight_name + "' of node '" + t.node + "' holds inf or NaN");
       }
       Tensor q(quant_dtype(recipe.format), shape);
       auto* qd = reinterpret_cast<std::uint8_t*>(q.raw());

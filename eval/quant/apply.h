@@ -27,8 +27,8 @@ struct AppliedRecipe {
   std::vector<WeightQuant> weights;
   int quantized_activations = 0;
   int smoothed_layers = 0;
-  int opset_from = 0, opset_to = 0;  // default-domain opset before and after
-  int opset_rewritten_nodes = 0;     // nodes the opset upgrade rewrote (eval/exec/opset_upgrade.h)
+  int opset_from = 0, opset_to = 0;         // default-domain opset before and after
+  int opset_rewritten_nodes = 0;            // nodes the opset upgrade rewrote (eval/exec/opset_upgrade.h)
   std::vector<std::string> opset_rewrites;  // one line per rewritten node (OpsetUpgrade::notes)
 };
 

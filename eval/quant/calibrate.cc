@@ -9,12 +9,12 @@
 #include <sstream>
 
 #include "base/file_names.h"
+#include "base/files.h"
 #include "datasets/npy.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric.h"
 #include "metrics/calibration.h"
-#include "base/files.h"
 
 namespace qeval::eval::quant {
 
@@ -97,8 +97,8 @@ struct RangeCollector::Slot {
 
 RangeCollector::RangeCollector(const Graph& graph, const Selection& selection, const Recipe& recipe)
     : graph_(graph), recipe_(recipe), targets_(selection.targets) {
-  const bool histogram = recipe.calibration.method == CalibrationMethod::kEntropy ||
-                         recipe.calibration.method == CalibrationMethod::kMse;
+  const bool histogram =
+      recipe.calibration.method == CalibrationMethod::kEntropy || recipe.calibration.method == CalibrationMethod::kMse;
   for (std::size_t t = 0; t < targets_.size(); ++t) {
     for (const auto& act : targets_[t].activations) {
       auto slot = std::make_unique<Slot>();
@@ -137,8 +137,8 @@ void RangeCollector::on_node(const NodeEvent& e) {
       if (s.channel_amax.empty()) s.channel_amax.assign(k, 0.0f);
       if (s.channel_amax.size() != k)
         throw InputError(e.node.describe() + ": input " + std::to_string(s.act.input) +
-                         " changed its channel count during calibration (" +
-                         std::to_string(s.channel_amax.size()) + " -> " + std::to_string(k) + ")");
+                         " changed its channel count during calibration (" + std::to_string(s.channel_amax.size()) +
+                         " -> " + std::to_string(k) + ")");
       for (std::size_t i = 0; i < v.size(); ++i) {
         const float a = std::fabs(v[i]);
         float& m = s.channel_amax[i % k];
@@ -157,7 +157,8 @@ void RangeCollector::on_node(const NodeEvent& e) {
             if (j >= static_cast<std::uint64_t>(s.search_rows)) continue;
             dst = static_cast<std::size_t>(j);
           }
-          std::copy(v.begin() + static_cast<std::ptrdiff_t>(r * k), v.begin() + static_cast<std::ptrdiff_t>((r + 1) * k),
+          std::copy(v.begin() + static_cast<std::ptrdiff_t>(r * k),
+                    v.begin() + static_cast<std::ptrdiff_t>((r + 1) * k),
                     s.rows.begin() + static_cast<std::ptrdiff_t>(dst * k));
         }
       }
@@ -178,7 +179,8 @@ double smoothed_layer_mse(const std::vector<float>& x, std::int64_t rows, const 
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t k = 0; k < K; ++k) {
       const float xs = x[static_cast<std::size_t>(r * K + k)] * (1.0f / s[static_cast<std::size_t>(k)]);
-      xq[static_cast<std::size_t>(r * K + k)] = act_scale > 0 ? dequantize(quantize_int8(xs, act_scale), act_scale, 0) : 0.0f;
+      xq[static_cast<std::size_t>(r * K + k)] =
+          act_scale > 0 ? dequantize(quantize_int8(xs, act_scale), act_scale, 0) : 0.0f;
     }
   std::vector<float> col_amax(static_cast<std::size_t>(N), 0.0f);
   for (std::int64_t k = 0; k < K; ++k)
@@ -243,8 +245,8 @@ CalibrationResult RangeCollector::finish(int total_steps) const {
       const LinearWeight w = linear_weight(graph_, t);
       if (static_cast<std::int64_t>(s.channel_amax.size()) != w.k)
         throw InputError(graph_.source + ": node '" + t.node + "': activation has " +
-                         std::to_string(s.channel_amax.size()) + " channels, weight '" + t.weight_name +
-                         "' has " + std::to_string(w.k) + " input channels");
+                         std::to_string(s.channel_amax.size()) + " channels, weight '" + t.weight_name + "' has " +
+                         std::to_string(w.k) + " input channels");
       std::vector<float> w_amax(static_cast<std::size_t>(w.k), 0.0f);
       for (std::int64_t k = 0; k < w.k; ++k)
         for (std::int64_t n = 0; n < w.n; ++n)
@@ -264,13 +266,13 @@ CalibrationResult RangeCollector::finish(int total_steps) const {
         kernels::sgemm(gs, 1.0f, s.rows.data(), wkn.data(), 0.0f, y_ref.data());
         const bool per_channel = recipe_.weights == WeightGranularity::kPerChannel;
         const std::vector<float> ones(static_cast<std::size_t>(w.k), 1.0f);
-        sm.mse_unsmoothed = smoothed_layer_mse(s.rows, rows, w, ones, smoothed_act_amax(s.channel_amax, ones),
-                                               per_channel, y_ref);
+        sm.mse_unsmoothed =
+            smoothed_layer_mse(s.rows, rows, w, ones, smoothed_act_amax(s.channel_amax, ones), per_channel, y_ref);
         sm.mse = std::numeric_limits<double>::infinity();
         for (double alpha : recipe_.smoothquant.alpha_grid) {
           auto scale = smoothing_scale(s.channel_amax, w_amax, alpha);
-          const double e = smoothed_layer_mse(s.rows, rows, w, scale, smoothed_act_amax(s.channel_amax, scale),
-                                              per_channel, y_ref);
+          const double e =
+              smoothed_layer_mse(s.rows, rows, w, scale, smoothed_act_amax(s.channel_amax, scale), per_channel, y_ref);
           if (e < sm.mse) {
             sm.mse = e;
             sm.alpha = alpha;
@@ -287,9 +289,9 @@ CalibrationResult RangeCollector::finish(int total_steps) const {
           amax = s.steps.percentile_amax(total_steps, cal.percentile, cal.collect);
           break;
         case CalibrationMethod::kEntropy:
-          amax = s.hist->counts().size() < 2 ? s.steps.overall_max()
-                                             : metrics::entropy_amax(s.hist->counts(), s.hist->edges(), 8,
-                                                                     cal.stride, cal.start_bin);
+          amax = s.hist->counts().size() < 2
+                     ? s.steps.overall_max()
+                     : metrics::entropy_amax(s.hist->counts(), s.hist->edges(), 8, cal.stride, cal.start_bin);
           break;
         case CalibrationMethod::kMse: {
           if (s.hist->counts().size() < 2) {
@@ -300,8 +302,8 @@ CalibrationResult RangeCollector::finish(int total_steps) const {
             if (recipe_.format == QuantFormat::kInt8) return metrics::fake_quant_int8(x, m);
             const float scale = static_cast<float>(m / fmax);
             const float q = static_cast<float>(x) / scale;
-            const float r8 = recipe_.format == QuantFormat::kFp8E4M3 ? to_float(to_float8_e4m3fn(q))
-                                                                     : to_float(to_float8_e5m2(q));
+            const float r8 =
+                recipe_.format == QuantFormat::kFp8E4M3 ? to_float(to_float8_e4m3fn(q)) : to_float(to_float8_e5m2(q));
             return double(r8) * scale;
           };
           const int start = std::min(cal.start_bin, static_cast<int>(s.hist->counts().size()) - 1);
@@ -358,8 +360,12 @@ json CalibrationResult::to_json() const {
   j["elapsed_s"] = elapsed_s;
   j["activations"] = json::array();
   for (const auto& a : activations) {
-    json e{{"node", a.node}, {"input", a.input}, {"role", a.role}, {"amax", a.amax},
-           {"step_max", floats_json(a.step_max)}, {"step_mean", floats_json(a.step_mean)}};
+    json e{{"node", a.node},
+           {"input", a.input},
+           {"role", a.role},
+           {"amax", a.amax},
+           {"step_max", floats_json(a.step_max)},
+           {"step_mean", floats_json(a.step_mean)}};
     if (!a.note.empty()) e["note"] = a.note;
     j["activations"].push_back(std::move(e));
   }
@@ -443,8 +449,8 @@ std::map<std::string, Tensor> read_tensor_sample(const fs::path& folder, const G
   for (const auto& in : graph.inputs) {
     const fs::path file = folder / (base::file_name_for(in.name) + ".npy");
     if (!fs::exists(file))
-      throw InputError(folder.string() + ": sample lacks " + file.filename().string() + " for model input '" +
-                       in.name + "'");
+      throw InputError(folder.string() + ": sample lacks " + file.filename().string() + " for model input '" + in.name +
+                       "'");
     sample.emplace(in.name, datasets::read_npy(file));
   }
   return sample;
@@ -518,8 +524,7 @@ std::string graph_fingerprint(const Graph& g) {
   return hex64(h);
 }
 
-CalibrationResult calibrate(const Graph& graph, const Selection& selection, const Recipe& recipe,
-                            CalibrationSet& set) {
+CalibrationResult calibrate(const Graph& graph, const Selection& selection, const Recipe& recipe, CalibrationSet& set) {
   const auto start = std::chrono::steady_clock::now();
   RangeCollector collector(graph, selection, recipe);
   const int steps = set.run(graph, collector);
@@ -539,8 +544,7 @@ std::string calibration_cache_key(const std::string& recipe_fp, const std::strin
 
 CalibrationResult calibrate_cached(const Graph& graph, const Selection& selection, const Recipe& recipe,
                                    CalibrationSet& set, const fs::path& cache_dir, bool* cache_hit) {
-  const std::string recipe_fp = recipe.fingerprint(), model_fp = graph_fingerprint(graph),
-                    data_fp = set.fingerprint();
+  const std::string recipe_fp = recipe.fingerprint(), model_fp = graph_fingerprint(graph), data_fp = set.fingerprint();
   const fs::path file = cache_dir / (calibration_cache_key(recipe_fp, model_fp, data_fp) + ".json");
   if (cache_hit) *cache_hit = false;
   std::error_code ec;

@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/exec/graph.h"
+#include "eval/exec/session.h"
 #include "eval/quant/recipe.h"
 #include "eval/quant/select.h"
-#include "eval/exec/session.h"
 
 namespace qeval::eval::quant {
 
@@ -36,7 +36,7 @@ struct ActivationRange {
 struct Smoothing {
   std::string node;
   double alpha = 0;
-  std::vector<float> scale;      // s_j per input channel
+  std::vector<float> scale;            // s_j per input channel
   double mse = 0, mse_unsmoothed = 0;  // layer output MSE on the sampled rows (alpha search only)
 };
 
@@ -45,9 +45,9 @@ struct CalibrationResult {
   std::string recipe_name;
   std::string method;
   int total_steps = 0;
-  long calls = 0;                 // model runs observed
+  long calls = 0;  // model runs observed
   double elapsed_s = 0;
-  std::vector<ActivationRange> activations;  // selection order
+  std::vector<ActivationRange> activations;    // selection order
   std::map<std::string, Smoothing> smoothing;  // by node
 
   const ActivationRange* find(const std::string& node, std::size_t input) const;
@@ -121,8 +121,7 @@ std::map<std::string, Tensor> read_tensor_sample(const std::filesystem::path& fo
 std::string graph_fingerprint(const Graph& graph);
 
 // Runs the calibration set and computes the result (no cache).
-CalibrationResult calibrate(const Graph& graph, const Selection& selection, const Recipe& recipe,
-                            CalibrationSet& set);
+CalibrationResult calibrate(const Graph& graph, const Selection& selection, const Recipe& recipe, CalibrationSet& set);
 
 // As calibrate, reusing <cache_dir>/<key>.json when present (key: recipe + model + data
 // fingerprints) and storing new results there. `cache_hit` says which happened.

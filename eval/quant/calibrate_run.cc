@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "base/files.h"
 #include "eval/exec/onnx_export.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/quant/segmentation_calibration.h"
 #include "eval/quant/txt2img_calibration.h"
 #include "kernels/error.h"
-#include "base/files.h"
 
 namespace qeval::eval::quant {
 
@@ -44,7 +44,8 @@ json scales_document(const Recipe& recipe, const CalibratedModel& m, const Appli
   j["weights"] = json::array();
   for (const auto& w : applied.weights)
     j["weights"].push_back({{"node", w.node}, {"weight", w.weight}, {"axis", w.axis}, {"amax", w.amax}});
-  j["opset"] = {{"from", applied.opset_from}, {"to", applied.opset_to},
+  j["opset"] = {{"from", applied.opset_from},
+                {"to", applied.opset_to},
                 {"rewritten_nodes", applied.opset_rewritten_nodes},
                 {"rewrites", applied.opset_rewrites}};
   return j;
@@ -114,8 +115,9 @@ CalibrateSummary run_calibrate(const CalibrateOptions& o) {
   Recipe recipe = load_recipe(o.recipe);
   const bool pipeline = !o.pipeline.empty();
   if (pipeline == !o.model.empty())
-    throw InputError("qeval calibrate: give either --pipeline DIR (txt2img: per-step UNet calibration; "
-                     "segmentation: image encoder and mask decoder on point prompts) or --model M.onnx with --data DIR");
+    throw InputError(
+        "qeval calibrate: give either --pipeline DIR (txt2img: per-step UNet calibration; "
+        "segmentation: image encoder and mask decoder on point prompts) or --model M.onnx with --data DIR");
   if (pipeline && read_pipeline_task(o.pipeline) == PipelineTask::kSegmentation)
     return run_segmentation(o, std::move(recipe));
   CalibrateSummary s;
@@ -135,7 +137,8 @@ CalibrateSummary run_calibrate(const CalibrateOptions& o) {
   }
   m.selection = select_nodes(*graph, s.recipe);
   if (pipeline) {
-    Txt2ImgCalibrationSet set(*models, read_prompt_lines(default_prompts(o, models->config.calibration_prompts), o.limit),
+    Txt2ImgCalibrationSet set(*models,
+                              read_prompt_lines(default_prompts(o, models->config.calibration_prompts), o.limit),
                               o.steps, 0, o.progress);
     calibrate_into(m, s.recipe, *graph, set, o);
   } else {

@@ -15,14 +15,14 @@ namespace qeval::eval::quant {
 
 struct CalibrateOptions {
   std::filesystem::path recipe;
-  std::filesystem::path model;  // single-model calibration: the .onnx ...
-  std::filesystem::path data;   // ... and its calibration samples (TensorCalibrationSet::from_folder)
+  std::filesystem::path model;     // single-model calibration: the .onnx ...
+  std::filesystem::path data;      // ... and its calibration samples (TensorCalibrationSet::from_folder)
   std::filesystem::path pipeline;  // txt2img: the UNet per step; segmentation: encoder and decoder ...
   std::filesystem::path prompts;   // ... on these prompts (default: pipeline.json's calibration set)
   std::size_t limit = 0;           // at most this many prompts (0 = all)
   int steps = 0;                   // denoising steps (0 = the pipeline's default)
   bool progress = false;           // progress line on stderr
-  std::filesystem::path out;    // scales.json, quantized.onnx (segmentation: in <out>/<model>/)
+  std::filesystem::path out;       // scales.json, quantized.onnx (segmentation: in <out>/<model>/)
   std::optional<std::filesystem::path> cache_dir;  // nullopt: no cache
 };
 

@@ -47,12 +47,10 @@ std::vector<ComputeCost> compute_costs(const Graph& g, const std::map<std::strin
     const Shape* b = w ? &w->shape() : shape_of(shapes, n.inputs[1]);
     if (op == "Conv") {
       // Each output element reads Cin/group x kernel weights: W is [Cout, Cin/group, k...].
-      if (y && w && w->rank() >= 1 && w->dim(0) > 0)
-        c.macs = double(shape_numel(*y)) * double(w->numel() / w->dim(0));
+      if (y && w && w->rank() >= 1 && w->dim(0) > 0) c.macs = double(shape_numel(*y)) * double(w->numel() / w->dim(0));
     } else if (op == "ConvTranspose") {
       // Each input element scatters into Cout/group x kernel outputs: W is [Cin, Cout/group, k...].
-      if (a && w && w->rank() >= 1 && w->dim(0) > 0)
-        c.macs = double(shape_numel(*a)) * double(w->numel() / w->dim(0));
+      if (a && w && w->rank() >= 1 && w->dim(0) > 0) c.macs = double(shape_numel(*a)) * double(w->numel() / w->dim(0));
     } else if (op == "MatMul") {
       std::optional<std::int64_t> k;
       if (a && !a->empty()) k = a->back();
@@ -115,7 +113,8 @@ SpeedEstimate estimate_speed(const LintReport& lint, std::optional<double> quant
                                     100 * share, quantized, total));
   } else {
     share = total ? double(quantized) / double(total) : 0.0;
-    e.reasons.push_back(fmt::format("{} of {} Conv/MatMul/Gemm quantized (shapes unknown: node share)", quantized, total));
+    e.reasons.push_back(
+        fmt::format("{} of {} Conv/MatMul/Gemm quantized (shapes unknown: node share)", quantized, total));
   }
   if (count("fp8-target")) {
     e.speed = SpeedClass::kUnsupported;
@@ -133,16 +132,20 @@ SpeedEstimate estimate_speed(const LintReport& lint, std::optional<double> quant
     }
   if (attention) {
     e.speed = SpeedClass::kSlowerRisk;
-    e.reasons.push_back(fmt::format("attention-int8: {} INT8 attention matmul(s) TensorRT's fused MHA does not take "
-                                    "(unfused INT8 attention can be slower than FP16)", attention));
+    e.reasons.push_back(
+        fmt::format("attention-int8: {} INT8 attention matmul(s) TensorRT's fused MHA does not take "
+                    "(unfused INT8 attention can be slower than FP16)",
+                    attention));
   }
   if (standalone) {
     e.reasons.push_back("Q/DQ left unfused (" + standalone_rules + ")");
     if (share < kMostlyQuantizedMacShare) e.speed = SpeedClass::kSlowerRisk;
   }
-  if (weight_only) e.reasons.push_back(fmt::format("weight-only: {} GEMM(s) with only the weight quantized", weight_only));
+  if (weight_only)
+    e.reasons.push_back(fmt::format("weight-only: {} GEMM(s) with only the weight quantized", weight_only));
   if (count("weight-only"))
-    e.reasons.push_back(fmt::format("weight-only: {} node(s) with no weight-only kernel on this target", count("weight-only")));
+    e.reasons.push_back(
+        fmt::format("weight-only: {} node(s) with no weight-only kernel on this target", count("weight-only")));
   if (e.speed == SpeedClass::kSlowerRisk) return e;
   e.speed = share >= kMostlyQuantizedMacShare ? SpeedClass::kFaster : SpeedClass::kAboutFp16;
   return e;

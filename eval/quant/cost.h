@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "eval/exec/graph.h"
-#include "eval/quant/lint.h"
 #include "eval/exec/session.h"
+#include "eval/quant/lint.h"
 
 namespace qeval::eval::quant {
 

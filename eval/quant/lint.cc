@@ -12,8 +12,8 @@
 
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/ops/op.h"
-#include "eval/quant/recipe.h"
 #include "eval/exec/session.h"
+#include "eval/quant/recipe.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 
@@ -50,8 +50,7 @@ const char* reason_name(HighPrecisionReason r) {
 int parse_target(const std::string& text) {
   static const std::map<std::string, int> targets{{"sm75", 75}, {"sm80", 80}, {"sm86", 86}, {"sm89", 89}, {"sm90", 90}};
   auto it = targets.find(text);
-  if (it == targets.end())
-    throw InputError("--target '" + text + "': expected one of sm75, sm80, sm86, sm89, sm90");
+  if (it == targets.end()) throw InputError("--target '" + text + "': expected one of sm75, sm80, sm86, sm89, sm90");
   return it->second;
 }
 
@@ -62,7 +61,8 @@ constexpr int kWeightOnlyGemmMinSm = 80;  // weight-only GEMM kernels: Ampere an
 constexpr std::int64_t kInt8MhaMaxSequence = 512;
 
 bool is_quantize(const Node& n) {
-  return (n.domain.empty() && n.op_type == "QuantizeLinear") || (n.domain == "trt" && n.op_type == "TRT_FP8QuantizeLinear");
+  return (n.domain.empty() && n.op_type == "QuantizeLinear") ||
+         (n.domain == "trt" && n.op_type == "TRT_FP8QuantizeLinear");
 }
 bool is_dequantize(const Node& n) {
   return (n.domain.empty() && n.op_type == "DequantizeLinear") ||
@@ -75,20 +75,24 @@ bool is_compute(const Node& n) {
 
 // What a dequantized activation may flow through before reaching the op that consumes it.
 const std::set<std::string>& forward_through_ops() {
-  static const std::set<std::string> s{"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                                       "Identity", "Slice", "Split", "Concat"};
+  static const std::set<std::string> s{"Reshape",  "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                                       "Identity", "Slice",     "Split",   "Concat"};
   return s;
 }
 // Ops with an INT8 implementation in TensorRT: the weighted ops and batched matmuls (Q/DQ fusion),
 // Add (the residual add fused into a convolution), pooling and the activations onnx-tensorrt's
 // operator matrix lists with INT8.
 const std::set<std::string>& int8_ops() {
-  static const std::set<std::string> s{
-      "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "AveragePool", "MaxPool", "GlobalAveragePool",
-      "GlobalMaxPool", "GlobalLpPool", "LpPool", "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "Tanh",
-      "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Softsign", "ThresholdedRelu", "Round", "Sign",
-      "Pad", "Gather", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice",
-      "Split", "Concat"};
+  static const std::set<std::string> s{"Conv",          "ConvTranspose", "MatMul",    "Gemm",
+                                       "Add",           "AveragePool",   "MaxPool",   "GlobalAveragePool",
+                                       "GlobalMaxPool", "GlobalLpPool",  "LpPool",    "Relu",
+                                       "LeakyRelu",     "PRelu",         "Clip",      "Sigmoid",
+                                       "Tanh",          "HardSigmoid",   "HardSwish", "Elu",
+                                       "Selu",          "Softplus",      "Softsign",  "ThresholdedRelu",
+                                       "Round",         "Sign",          "Pad",       "Gather",
+                                       "Reshape",       "Transpose",     "Squeeze",   "Unsqueeze",
+                                       "Flatten",       "Identity",      "Slice",     "Split",
+                                       "Concat"};
   return s;
 }
 
@@ -177,7 +181,8 @@ std::string nonzero_values(const Tensor& zp) {
     }
   }
   if (count == 0) return "";
-  return fmt::format("{} of {} value{} non-zero (first: {})", count, zp.numel(), zp.numel() == 1 ? " is" : "s are", first);
+  return fmt::format("{} of {} value{} non-zero (first: {})", count, zp.numel(), zp.numel() == 1 ? " is" : "s are",
+                     first);
 }
 
 // One Q or DQ node's parameters.
@@ -186,9 +191,9 @@ struct QdqParams {
   enum class Granularity { kPerTensor, kPerAxis, kBlocked } granularity = Granularity::kPerTensor;
   bool axis_given = false;
   std::int64_t axis = 1;
-  std::string zero_point;        // its name
-  std::string nonzero;           // nonzero_values() of a constant zero point
-  bool on_activation = false;    // quantizes a run-time value (not a weight)
+  std::string zero_point;      // its name
+  std::string nonzero;         // nonzero_values() of a constant zero point
+  bool on_activation = false;  // quantizes a run-time value (not a weight)
 };
 
 // How a node input is fed through Q/DQ: its DequantizeLinear, possibly behind reshapes/transposes.
@@ -323,8 +328,8 @@ class Linter {
  private:
   const Node& node(std::size_t i) const { return g_.nodes[i]; }
 
-  void add(const std::string& rule, Severity severity, std::optional<std::size_t> n,
-           std::vector<std::string> related, std::string message, std::string fix) {
+  void add(const std::string& rule, Severity severity, std::optional<std::size_t> n, std::vector<std::string> related,
+           std::string message, std::string fix) {
     LintFinding f;
     f.rule = rule;
     f.severity = severity;
@@ -352,7 +357,7 @@ class Linter {
         const Tensor& scale = g_.initializers.at(n.inputs[1]);
         if (scale.numel() > 1)
           p.granularity = n.get_int("block_size", 0) > 0 || scale.rank() >= 2 ? QdqParams::Granularity::kBlocked
-                                                                               : QdqParams::Granularity::kPerAxis;
+                                                                              : QdqParams::Granularity::kPerAxis;
       }
       p.axis_given = n.has("axis");
       p.axis = n.get_int("axis", 1);
@@ -373,9 +378,7 @@ class Linter {
       std::optional<std::size_t> pair_q;
       if (is_dequantize(n) && n.has_input(0))
         if (auto q = ix_.producer_of(n.inputs[0]); q && is_quantize(node(*q))) pair_q = *q;
-      auto reported_on_pair = [&](const std::string& rule) {
-        return pair_q && errors_[*pair_q].count(rule) > 0;
-      };
+      auto reported_on_pair = [&](const std::string& rule) { return pair_q && errors_[*pair_q].count(rule) > 0; };
       auto related = [&]() -> std::vector<std::string> {
         std::vector<std::string> v;
         if (pair_q) v.push_back(node(*pair_q).name);
@@ -389,8 +392,9 @@ class Linter {
         if (!reported_on_pair("unsupported-type")) {
           std::string why = "TensorRT's Q/DQ layers quantize to INT8 or FP8 E4M3 only";
           if (p.type == DType::kUInt8)
-            why += " (its ONNX parser rejects UINT8 data and reads a UINT8 zero point as INT8, which "
-                   "changes the quantized range)";
+            why +=
+                " (its ONNX parser rejects UINT8 data and reads a UINT8 zero point as INT8, which "
+                "changes the quantized range)";
           add("unsupported-type", Severity::kError, i, related(),
               fmt::format("quantizes to {}: {}", quant_type_name(p.type), why),
               "re-export with int8 (symmetric, zero point 0) or float8e4m3fn Q/DQ");
@@ -435,17 +439,30 @@ class Linter {
 
   // ONNX Runtime's operator-oriented quantization (QOperator format): no TensorRT importer.
   void check_operator_format() {
-    static const std::set<std::string> qoperator{
-        "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QLinearAdd",
-        "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool",
-        "QLinearConcat", "QLinearSoftmax", "QGemm", "QAttention", "DynamicQuantizeMatMul"};
+    static const std::set<std::string> qoperator{"QLinearConv",
+                                                 "QLinearMatMul",
+                                                 "ConvInteger",
+                                                 "MatMulInteger",
+                                                 "DynamicQuantizeLinear",
+                                                 "QLinearAdd",
+                                                 "QLinearMul",
+                                                 "QLinearSigmoid",
+                                                 "QLinearLeakyRelu",
+                                                 "QLinearAveragePool",
+                                                 "QLinearGlobalAveragePool",
+                                                 "QLinearConcat",
+                                                 "QLinearSoftmax",
+                                                 "QGemm",
+                                                 "QAttention",
+                                                 "DynamicQuantizeMatMul"};
     for (std::size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = node(i);
       if ((!n.domain.empty() && n.domain != "com.microsoft") || !qoperator.count(n.op_type)) continue;
       has_qoperator_ = true;
       add("qoperator-format", Severity::kError, i, {},
-          n.op_type + " is ONNX Runtime's operator-oriented quantization: TensorRT's ONNX parser has no "
-                      "importer for it (TensorRT reads quantization as QuantizeLinear/DequantizeLinear only)",
+          n.op_type +
+              " is ONNX Runtime's operator-oriented quantization: TensorRT's ONNX parser has no "
+              "importer for it (TensorRT reads quantization as QuantizeLinear/DequantizeLinear only)",
           "re-quantize in QDQ format (ONNX Runtime's quantize_static with QuantFormat.QDQ, ModelOpt, or qeval "
           "calibrate), symmetric and with INT8 weights per output channel");
     }
@@ -530,9 +547,9 @@ class Linter {
       const bool has_weight = std::any_of(ops.begin(), ops.end(), [](const Operand& o) { return o.weight; });
 
       if (quantized.empty()) {
-        const bool excluded = category_level(ln.category) > 0 && diffusers_unet &&
-                              (std::regex_search(n.name, defaults) ||
-                               (!weight_name.empty() && std::regex_search(weight_name, defaults)));
+        const bool excluded =
+            category_level(ln.category) > 0 && diffusers_unet &&
+            (std::regex_search(n.name, defaults) || (!weight_name.empty() && std::regex_search(weight_name, defaults)));
         ln.reason = excluded ? HighPrecisionReason::kExcluded : HighPrecisionReason::kNotSelected;
       } else if (has_weight && plain.size() == 1 && !plain[0]->weight) {
         weight_only(i, ln, ops, blockers);
@@ -666,7 +683,8 @@ class Linter {
     metas_tried_ = true;
     std::set<std::string> unsupported;
     for (const auto& n : g_.nodes)
-      if (!find_op(n.domain, n.op_type, n.opset)) unsupported.insert((n.domain.empty() ? "" : n.domain + "::") + n.op_type);
+      if (!find_op(n.domain, n.op_type, n.opset))
+        unsupported.insert((n.domain.empty() ? "" : n.domain + "::") + n.op_type);
     if (!unsupported.empty()) {
       add("attention-shapes", Severity::kWarning, std::nullopt, {},
           "the INT8 attention checks were skipped: qeval cannot infer shapes through " +
@@ -681,17 +699,18 @@ class Linter {
         shapes[in.name] = it->second;
         continue;
       }
-      const bool fixed = in.has_shape && std::all_of(in.dims.begin(), in.dims.end(), [](std::int64_t d) { return d >= 0; });
+      const bool fixed =
+          in.has_shape && std::all_of(in.dims.begin(), in.dims.end(), [](std::int64_t d) { return d >= 0; });
       if (fixed) {
         shapes[in.name] = in.dims;
         continue;
       }
       std::string dims = "[";
       for (std::size_t d = 0; d < in.dims.size(); ++d)
-        dims += (d ? ", " : "") + (in.dims[d] >= 0 ? std::to_string(in.dims[d])
-                                                   : (in.dim_params[d].empty() ? "?" : in.dim_params[d]));
-      throw InputError(g_.source + ": the INT8 attention checks need concrete shapes, and input '" + in.name +
-                       "' is " + (in.has_shape ? dims + "]" : "of unknown shape") + ": pass --shape " + in.name +
+        dims += (d ? ", " : "") +
+                (in.dims[d] >= 0 ? std::to_string(in.dims[d]) : (in.dim_params[d].empty() ? "?" : in.dim_params[d]));
+      throw InputError(g_.source + ": the INT8 attention checks need concrete shapes, and input '" + in.name + "' is " +
+                       (in.has_shape ? dims + "]" : "of unknown shape") + ": pass --shape " + in.name +
                        "=D0,D1,... (repeatable, as for qeval infer)");
     }
     SessionOptions plain;
@@ -720,7 +739,8 @@ class Linter {
           s_kv = b[b.size() - 2];
         }
         std::vector<std::string> why;
-        if (head != 16 && head != 32 && head != 64) why.push_back(fmt::format("head size {} is not 16, 32 or 64", head));
+        if (head != 16 && head != 32 && head != 64)
+          why.push_back(fmt::format("head size {} is not 16, 32 or 64", head));
         if (s_q > kInt8MhaMaxSequence || s_kv > kInt8MhaMaxSequence)
           why.push_back(fmt::format("sequence length {} exceeds {}", std::max(s_q, s_kv), kInt8MhaMaxSequence));
         if (!why.empty())
@@ -781,7 +801,8 @@ class Linter {
       std::vector<std::string> int8, high;
       for (std::size_t c : consumers) {
         const Node& cn = node(c);
-        const bool capable = is_quantize(cn) || is_dequantize(cn) || (cn.domain.empty() && int8_ops().count(cn.op_type));
+        const bool capable =
+            is_quantize(cn) || is_dequantize(cn) || (cn.domain.empty() && int8_ops().count(cn.op_type));
         (capable ? int8 : high).push_back(fmt::format("{} ({})", cn.name, cn.op_type));
       }
       if (high.empty()) continue;
@@ -825,7 +846,8 @@ LintReport lint_graph(const Graph& graph, const LintOptions& options) { return L
 // ---- the report -----------------------------------------------------------------------------------
 
 int LintReport::count(Severity s) const {
-  return static_cast<int>(std::count_if(findings.begin(), findings.end(), [&](const LintFinding& f) { return f.severity == s; }));
+  return static_cast<int>(
+      std::count_if(findings.begin(), findings.end(), [&](const LintFinding& f) { return f.severity == s; }));
 }
 int LintReport::count(ComputeState s) const {
   return static_cast<int>(std::count_if(nodes.begin(), nodes.end(), [&](const LintNode& n) { return n.state == s; }));
@@ -871,17 +893,27 @@ nlohmann::ordered_json LintReport::to_json() const {
   j["schema_version"] = 1;
   j["model"] = model;
   j["target"] = target_sm ? json("sm" + std::to_string(target_sm)) : json(nullptr);
-  j["counts"] = {{"error", count(Severity::kError)}, {"warning", count(Severity::kWarning)}, {"note", count(Severity::kInfo)}};
+  j["counts"] = {
+      {"error", count(Severity::kError)}, {"warning", count(Severity::kWarning)}, {"note", count(Severity::kInfo)}};
   json fs = json::array();
   for (const auto& f : findings)
-    fs.push_back({{"rule", f.rule}, {"severity", severity_name(f.severity)}, {"node", f.node}, {"op_type", f.op_type},
-                  {"related", f.related}, {"message", f.message}, {"fix", f.fix}});
+    fs.push_back({{"rule", f.rule},
+                  {"severity", severity_name(f.severity)},
+                  {"node", f.node},
+                  {"op_type", f.op_type},
+                  {"related", f.related},
+                  {"message", f.message},
+                  {"fix", f.fix}});
   j["findings"] = fs;
   json by_category = json::array();
   for (const auto& [c, r] : category_rows(nodes))
-    by_category.push_back({{"category", category_name(c)}, {"total", r.total}, {"quantized", r.quantized},
-                           {"weight_only", r.weight_only}, {"not_selected", r.not_selected},
-                           {"excluded", r.excluded}, {"unfusable", r.unfusable}});
+    by_category.push_back({{"category", category_name(c)},
+                           {"total", r.total},
+                           {"quantized", r.quantized},
+                           {"weight_only", r.weight_only},
+                           {"not_selected", r.not_selected},
+                           {"excluded", r.excluded},
+                           {"unfusable", r.unfusable}});
   json formats = json::object();
   for (const auto& [f, k] : format_counts(nodes)) formats[f] = k;
   j["summary"] = {{"qdq_nodes", qdq_nodes},
@@ -896,15 +928,20 @@ nlohmann::ordered_json LintReport::to_json() const {
                   {"by_category", by_category}};
   json ns = json::array();
   for (const auto& n : nodes)
-    ns.push_back({{"name", n.name}, {"op_type", n.op_type}, {"category", category_name(n.category)},
-                  {"state", compute_state_name(n.state)}, {"format", n.format}, {"reason", reason_name(n.reason)},
+    ns.push_back({{"name", n.name},
+                  {"op_type", n.op_type},
+                  {"category", category_name(n.category)},
+                  {"state", compute_state_name(n.state)},
+                  {"format", n.format},
+                  {"reason", reason_name(n.reason)},
                   {"detail", n.detail}});
   j["nodes"] = ns;
   return j;
 }
 
 std::string LintReport::to_text(std::size_t max_per_rule) const {
-  std::string s = fmt::format("qeval lint: {} ({})\n", model, target_sm ? fmt::format("target sm{}", target_sm) : "no --target");
+  std::string s =
+      fmt::format("qeval lint: {} ({})\n", model, target_sm ? fmt::format("target sm{}", target_sm) : "no --target");
   const int e = count(Severity::kError), w = count(Severity::kWarning), n = count(Severity::kInfo);
   s += fmt::format("{} Q/DQ nodes; {} error{}, {} warning{}, {} note{}\n", qdq_nodes, e, e == 1 ? "" : "s", w,
                    w == 1 ? "" : "s", n, n == 1 ? "" : "s");
@@ -925,7 +962,8 @@ std::string LintReport::to_text(std::size_t max_per_rule) const {
     }
     s += "  fix: " + f.fix + "\n";
   }
-  for (const auto& [rule, k] : hidden) s += fmt::format("\n... {} more '{}' finding{} (all of them in --json)\n", k, rule, k == 1 ? "" : "s");
+  for (const auto& [rule, k] : hidden)
+    s += fmt::format("\n... {} more '{}' finding{} (all of them in --json)\n", k, rule, k == 1 ? "" : "s");
 
   s += fmt::format("\nConv/MatMul/Gemm: {} nodes: {} quantized", nodes.size(), count(ComputeState::kQuantized));
   const auto formats = format_counts(nodes);
@@ -938,7 +976,8 @@ std::string LintReport::to_text(std::size_t max_per_rule) const {
                    count(ComputeState::kWeightOnly), count(ComputeState::kHighPrecision),
                    count(HighPrecisionReason::kNotSelected), count(HighPrecisionReason::kExcluded),
                    count(HighPrecisionReason::kUnfusable));
-  for (auto reason : {HighPrecisionReason::kNotSelected, HighPrecisionReason::kExcluded, HighPrecisionReason::kUnfusable}) {
+  for (auto reason :
+       {HighPrecisionReason::kNotSelected, HighPrecisionReason::kExcluded, HighPrecisionReason::kUnfusable}) {
     std::vector<std::string> names;
     for (const auto& node : nodes)
       if (node.state == ComputeState::kHighPrecision && node.reason == reason) names.push_back(node.name);

@@ -146,8 +146,8 @@ void check_patterns(const base::JsonConfig& root, const char* key, const std::ve
       base::compile_user_regex(patterns[i]);
     } catch (const std::regex_error& e) {
       const std::string shown = patterns[i].size() > 80 ? patterns[i].substr(0, 80) + "..." : patterns[i];
-      root.fail(std::string(key) + "[" + std::to_string(i) + "]: '" + shown +
-                "' is not a valid regular expression (" + e.what() + ")");
+      root.fail(std::string(key) + "[" + std::to_string(i) + "]: '" + shown + "' is not a valid regular expression (" +
+                e.what() + ")");
     }
   }
 }
@@ -163,10 +163,11 @@ CalibrationSpec parse_calibration(const base::JsonConfig& c) {
     spec.method = CalibrationMethod::kPercentile;
     spec.percentile = c.get_number("percentile", 1.0);
     if (!(spec.percentile > 0 && spec.percentile <= 1))
-      c.fail("percentile must be in (0, 1] (the fraction of denoising steps, from the first, "
-             "whose amax counts), got " + std::to_string(spec.percentile));
-    const std::string collect =
-        c.get_choice("collect", {"min-mean", "mean-max", "global_min", "min-max"}, "min-mean");
+      c.fail(
+          "percentile must be in (0, 1] (the fraction of denoising steps, from the first, "
+          "whose amax counts), got " +
+          std::to_string(spec.percentile));
+    const std::string collect = c.get_choice("collect", {"min-mean", "mean-max", "global_min", "min-max"}, "min-mean");
     spec.collect = collect == "min-mean"     ? CollectMethod::kMinMean
                    : collect == "mean-max"   ? CollectMethod::kMeanMax
                    : collect == "global_min" ? CollectMethod::kGlobalMin
@@ -207,8 +208,7 @@ SmoothQuantSpec parse_smoothquant(const base::JsonConfig& c) {
     if (c.has("alpha_grid") || c.has("search_rows"))
       c.fail("alpha_grid and search_rows only apply with \"alpha\": \"search\"");
     spec.alpha = a.get<double>();
-    if (!(spec.alpha >= 0 && spec.alpha <= 1))
-      c.fail("alpha must be in [0, 1], got " + std::to_string(spec.alpha));
+    if (!(spec.alpha >= 0 && spec.alpha <= 1)) c.fail("alpha must be in [0, 1], got " + std::to_string(spec.alpha));
   } else {
     c.fail("alpha must be a number in [0, 1] or \"search\"");
   }
@@ -218,9 +218,8 @@ SmoothQuantSpec parse_smoothquant(const base::JsonConfig& c) {
 }  // namespace
 
 Recipe parse_recipe(const base::JsonConfig& root) {
-  root.allow_keys({"name", "description", "format", "weights", "activations", "level",
-                   "default_exclusions", "include", "exclude", "other_matmuls", "exclude_nodes", "calibration",
-                   "smoothquant"});
+  root.allow_keys({"name", "description", "format", "weights", "activations", "level", "default_exclusions", "include",
+                   "exclude", "other_matmuls", "exclude_nodes", "calibration", "smoothquant"});
   Recipe r;
   r.source = root.source();
   r.name = root.get_string("name", std::filesystem::path(root.source()).stem().string());
@@ -246,8 +245,11 @@ Recipe parse_recipe(const base::JsonConfig& root) {
     if (r.exclude_nodes[i].empty()) root.fail("exclude_nodes[" + std::to_string(i) + "]: an empty node name");
   r.calibration = parse_calibration(root.object("calibration"));
   if (r.calibration.method == CalibrationMethod::kEntropy && r.format != QuantFormat::kInt8)
-    root.object("calibration").fail("entropy calibration is defined for int8 (128 quantization bins); "
-                                    "use max, percentile or mse for " + fmt);
+    root.object("calibration")
+        .fail(
+            "entropy calibration is defined for int8 (128 quantization bins); "
+            "use max, percentile or mse for " +
+            fmt);
   if (auto sq = root.optional_object("smoothquant")) {
     r.smoothquant = parse_smoothquant(*sq);
     if (r.format != QuantFormat::kInt8)
@@ -256,8 +258,6 @@ Recipe parse_recipe(const base::JsonConfig& root) {
   return r;
 }
 
-Recipe load_recipe(const std::filesystem::path& path) {
-  return parse_recipe(base::JsonConfig::load(path, kDoc));
-}
+Recipe load_recipe(const std::filesystem::path& path) { return parse_recipe(base::JsonConfig::load(path, kDoc)); }
 
 }  // namespace qeval::eval::quant

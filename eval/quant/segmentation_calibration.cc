@@ -40,9 +40,9 @@ SegmentationCalibrationSet::SegmentationCalibrationSet(const SegmentationPipelin
 
 std::string SegmentationCalibrationSet::fingerprint() const {
   const SegmentationConfig& c = pipeline_.config();
-  std::string s = fmt::format("segmentation/image={}x{}x{}/resize={}/padding_point={}/image_encoder={}", c.channels,
-                              c.height, c.width, int(c.resize), int(c.append_padding_point),
-                              graph_fingerprint(pipeline_.image_encoder()));
+  std::string s =
+      fmt::format("segmentation/image={}x{}x{}/resize={}/padding_point={}/image_encoder={}", c.channels, c.height,
+                  c.width, int(c.resize), int(c.append_padding_point), graph_fingerprint(pipeline_.image_encoder()));
   for (float v : c.pixel_mean) s += fmt::format("/m{}", v);
   for (float v : c.pixel_std) s += fmt::format("/s{}", v);
   std::uint64_t h = fnv1a64(s.data(), s.size());

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "eval/pipelines/segmentation.h"
 #include "eval/pipelines/point_prompts.h"
+#include "eval/pipelines/segmentation.h"
 #include "eval/quant/apply.h"
 #include "eval/quant/calibrate.h"
 

@@ -61,15 +61,14 @@ const std::set<std::string>& gelu_ops() {
 }
 // Ops a feed-forward activation is built of (GEGLU: Slice/Split + Erf + Mul; tanh GELU).
 const std::set<std::string>& ff_path_ops() {
-  static const std::set<std::string> s{"Add", "Sub", "Mul", "Div", "Slice", "Split", "Reshape",
-                                       "Transpose", "Cast", "Identity", "Pow"};
+  static const std::set<std::string> s{"Add",     "Sub",       "Mul",  "Div",      "Slice", "Split",
+                                       "Reshape", "Transpose", "Cast", "Identity", "Pow"};
   return s;
 }
 // Ops between a q/k/v projection and the attention MatMul (head split, scaling, bias).
 const std::set<std::string>& qkv_path_ops() {
-  static const std::set<std::string> s{"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                                       "Identity", "Cast", "Split", "Slice", "Add", "Sub", "Mul",
-                                       "Div", "Concat"};
+  static const std::set<std::string> s{"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast",
+                                       "Split",   "Slice",     "Add",     "Sub",       "Mul",     "Div",      "Concat"};
   return s;
 }
 // Ops between the QK^T MatMul and its Softmax (scale, mask) and after the Softmax.
@@ -84,8 +83,7 @@ const std::set<std::string>& prob_path_ops() {
 
 // Depth-limited search forward from node `start` through `through` ops for a node satisfying
 // `goal` (checked on every node reached, before the pass-through test).
-bool reaches_forward(const Graph& g, const Links& l, std::size_t start, int depth,
-                     const std::set<std::string>& through,
+bool reaches_forward(const Graph& g, const Links& l, std::size_t start, int depth, const std::set<std::string>& through,
                      const std::function<bool(std::size_t)>& goal) {
   if (depth == 0) return false;
   for (const auto& o : g.nodes[start].outputs) {
@@ -103,8 +101,7 @@ bool reaches_forward(const Graph& g, const Links& l, std::size_t start, int dept
 
 // Depth-limited search backward from value `v`.
 bool reaches_backward(const Graph& g, const Links& l, const std::string& v, int depth,
-                      const std::set<std::string>& through,
-                      const std::function<bool(std::size_t)>& goal) {
+                      const std::set<std::string>& through, const std::function<bool(std::size_t)>& goal) {
   if (depth == 0) return false;
   auto it = l.producer.find(v);
   if (it == l.producer.end()) return false;
@@ -112,8 +109,7 @@ bool reaches_backward(const Graph& g, const Links& l, const std::string& v, int 
   if (goal(it->second)) return true;
   if (!p.domain.empty() || !through.count(p.op_type)) return false;
   for (const auto& in : p.inputs)
-    if (!in.empty() && !is_constant(g, in) && reaches_backward(g, l, in, depth - 1, through, goal))
-      return true;
+    if (!in.empty() && !is_constant(g, in) && reaches_backward(g, l, in, depth - 1, through, goal)) return true;
   return false;
 }
 
@@ -144,13 +140,12 @@ std::vector<QuantTarget> classify_nodes(const Graph& g) {
     if (n.op_type == "Conv" && n.input_count() >= 2 && !is_constant(g, n.inputs[0]) && weight_rank(1) >= 3) {
       t.category = NodeCategory::kConv;
       t.weight_out_axis = 0;
-    } else if (n.op_type == "MatMul" && n.input_count() == 2 && !is_constant(g, n.inputs[0]) &&
-               weight_rank(1) == 2) {
+    } else if (n.op_type == "MatMul" && n.input_count() == 2 && !is_constant(g, n.inputs[0]) && weight_rank(1) == 2) {
       t.category = NodeCategory::kOtherLinear;
       t.weight_out_axis = 1;  // [K, N]
       t.weight_in_axis = 0;
-    } else if (n.op_type == "Gemm" && n.input_count() >= 2 && !is_constant(g, n.inputs[0]) &&
-               weight_rank(1) == 2 && n.get_int("transA", 0) == 0) {
+    } else if (n.op_type == "Gemm" && n.input_count() >= 2 && !is_constant(g, n.inputs[0]) && weight_rank(1) == 2 &&
+               n.get_int("transA", 0) == 0) {
       t.category = NodeCategory::kOtherLinear;
       const bool trans_b = n.get_int("transB", 0) != 0;
       t.weight_out_axis = trans_b ? 0 : 1;
@@ -188,8 +183,7 @@ std::vector<QuantTarget> classify_nodes(const Graph& g) {
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     QuantTarget& t = out[i];
     if (t.category != NodeCategory::kOtherLinear) continue;
-    if (reaches_forward(g, links, i, 8, qkv_path_ops(), is_attention))
-      t.category = NodeCategory::kQkvProjection;
+    if (reaches_forward(g, links, i, 8, qkv_path_ops(), is_attention)) t.category = NodeCategory::kQkvProjection;
     else if (reaches_forward(g, links, i, 4, ff_path_ops(), gelu) ||
              reaches_backward(g, links, g.nodes[i].inputs[0], 5, ff_path_ops(), gelu))
       t.category = NodeCategory::kFeedForward;
@@ -203,7 +197,8 @@ bool is_diffusers_unet(const Graph& g) {
   };
   if (input("sample")) return true;
   auto named = [&](const char* part) {
-    return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.name.find(part) != std::string::npos; }) ||
+    return std::any_of(g.nodes.begin(), g.nodes.end(),
+                       [&](const Node& n) { return n.name.find(part) != std::string::npos; }) ||
            std::any_of(g.initializers.begin(), g.initializers.end(),
                        [&](const auto& w) { return w.first.find(part) != std::string::npos; });
   };
@@ -238,8 +233,9 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
     if (level == 0 && !other) continue;
     s.candidates[static_cast<std::size_t>(t.category)]++;
     bool on = other || recipe.level >= level;
-    std::string why = on ? "" : "recipe level " + level_string(recipe.level) + " < " + level_string(level) + " (" +
-                                    category_name(t.category) + ")";
+    std::string why = on ? ""
+                         : "recipe level " + level_string(recipe.level) + " < " + level_string(level) + " (" +
+                               category_name(t.category) + ")";
     if (on && default_exclusions && matches(defaults, t)) {
       on = false;
       s.excluded_by_default++;
@@ -269,12 +265,11 @@ Selection select_nodes(const Graph& g, const Recipe& recipe, bool allow_empty) {
   if (s.targets.empty() && !allow_empty) {
     int total = 0;
     for (int c : s.candidates) total += c;
-    throw InputError(recipe.source + ": recipe '" + recipe.name + "' selects no node of " + g.source +
-                     " (" + std::to_string(total) + " quantizable nodes; level " +
-                     level_string(recipe.level) + ", " + std::to_string(s.excluded_by_default) +
-                     " removed by the default exclusions, " + std::to_string(s.excluded_by_pattern) +
-                     " by 'exclude'" +
-                     (s.excluded_by_name ? ", " + std::to_string(s.excluded_by_name) + " by 'exclude_nodes'" : "") + ")");
+    throw InputError(
+        recipe.source + ": recipe '" + recipe.name + "' selects no node of " + g.source + " (" + std::to_string(total) +
+        " quantizable nodes; level " + level_string(recipe.level) + ", " + std::to_string(s.excluded_by_default) +
+        " removed by the default exclusions, " + std::to_string(s.excluded_by_pattern) + " by 'exclude'" +
+        (s.excluded_by_name ? ", " + std::to_string(s.excluded_by_name) + " by 'exclude_nodes'" : "") + ")");
   }
   return s;
 }

@@ -65,8 +65,8 @@ struct LeftOut {
 };
 
 struct Selection {
-  std::vector<QuantTarget> targets;  // in graph order
-  std::vector<LeftOut> left_out;     // every other candidate, in graph order
+  std::vector<QuantTarget> targets;                  // in graph order
+  std::vector<LeftOut> left_out;                     // every other candidate, in graph order
   std::array<int, kNodeCategoryCount> candidates{};  // by category, before level and patterns
   std::array<int, kNodeCategoryCount> selected{};
   int excluded_by_default = 0;  // level-selected nodes the demo's default exclusions removed

@@ -17,8 +17,8 @@ std::vector<std::string> read_prompt_lines(const std::filesystem::path& path, st
   return prompts;
 }
 
-Txt2ImgCalibrationSet::Txt2ImgCalibrationSet(const Txt2ImgModels& models, std::vector<std::string> prompts,
-                                             int steps, std::uint64_t first_seed, bool progress)
+Txt2ImgCalibrationSet::Txt2ImgCalibrationSet(const Txt2ImgModels& models, std::vector<std::string> prompts, int steps,
+                                             std::uint64_t first_seed, bool progress)
     : models_(models),
       prompts_(std::move(prompts)),
       steps_(steps > 0 ? steps : models.config.default_steps),
@@ -27,10 +27,10 @@ Txt2ImgCalibrationSet::Txt2ImgCalibrationSet(const Txt2ImgModels& models, std::v
 
 std::string Txt2ImgCalibrationSet::fingerprint() const {
   std::string s = "txt2img/steps=" + std::to_string(steps_) + "/seed=" + std::to_string(first_seed_) +
-                  "/guidance=" + std::to_string(models_.config.default_guidance_scale) + "/negative=" +
-                  models_.config.default_negative_prompt + "/scheduler=" +
-                  std::string(scheduler_type_name(models_.config.scheduler.type)) + "/text_encoder=" +
-                  graph_fingerprint(*models_.text_encoder);
+                  "/guidance=" + std::to_string(models_.config.default_guidance_scale) +
+                  "/negative=" + models_.config.default_negative_prompt +
+                  "/scheduler=" + std::string(scheduler_type_name(models_.config.scheduler.type)) +
+                  "/text_encoder=" + graph_fingerprint(*models_.text_encoder);
   for (const auto& p : prompts_) s += "\n" + p;
   return fnv1a64_hex(s.data(), s.size());
 }
@@ -41,8 +41,7 @@ std::string Txt2ImgCalibrationSet::describe() const {
 
 int Txt2ImgCalibrationSet::run(const Graph& reference, RangeCollector& collector) {
   Txt2ImgSessions sessions = Txt2ImgSessions::create(models_);
-  if (&reference != models_.unet.get())
-    sessions.unet = std::make_shared<Session>(reference);
+  if (&reference != models_.unet.get()) sessions.unet = std::make_shared<Session>(reference);
   // Every UNet call filed under its denoising step; the other models run unobserved.
   ModelCallObserverFn observer([&](const ModelCall& call) -> Observer* {
     if (call.model != "unet") return nullptr;

@@ -10,15 +10,15 @@
 #include <cmath>
 #include <limits>
 
-#include "datasets/image_io.h"
 #include "base/progress.h"
+#include "datasets/image_io.h"
 #include "kernels/error.h"
 #include "kernels/pooling.h"
 #include "metrics/metric_registry.h"
 #include "metrics/stats.h"
+#include "qeval/version.h"
 #include "reports/heatmap.h"
 #include "reports/metric_format.h"
-#include "qeval/version.h"
 
 namespace qeval::eval {
 
@@ -38,8 +38,8 @@ struct PreparedPair {
 };
 
 // Loads both sides and makes them comparable, or sets row.error and returns nullopt.
-std::optional<PreparedPair> prepare(const datasets::ImagePairEntry& entry,
-                                    const CompareImagesOptions& options, reports::PairRow& row) {
+std::optional<PreparedPair> prepare(const datasets::ImagePairEntry& entry, const CompareImagesOptions& options,
+                                    reports::PairRow& row) {
   auto fail = [&](const char* kind, std::string message) {
     row.error_kind = kind;
     row.error = std::move(message);
@@ -59,21 +59,19 @@ std::optional<PreparedPair> prepare(const datasets::ImagePairEntry& entry,
   row.bit_depth = ref.bit_depth;
   row.color_type = ref.color_type();
   if (ref.width() != test.width() || ref.height() != test.height())
-    return fail("size_mismatch", fmt::format("reference is {}x{}, test is {}x{}", ref.width(),
-                                             ref.height(), test.width(), test.height()));
+    return fail("size_mismatch", fmt::format("reference is {}x{}, test is {}x{}", ref.width(), ref.height(),
+                                             test.width(), test.height()));
   if (ref.bit_depth != test.bit_depth)
-    return fail("bit_depth_mismatch", fmt::format("reference is {}-bit, test is {}-bit",
-                                                  ref.bit_depth, test.bit_depth));
+    return fail("bit_depth_mismatch",
+                fmt::format("reference is {}-bit, test is {}-bit", ref.bit_depth, test.bit_depth));
   if (ref.color_channels() != test.color_channels())
-    return fail("channel_mismatch", "reference is " + ref.color_type() + ", test is " +
-                                        test.color_type());
+    return fail("channel_mismatch", "reference is " + ref.color_type() + ", test is " + test.color_type());
   int channels = ref.color_channels();
   if (ref.has_alpha || test.has_alpha) {
     if (options.alpha == AlphaMode::kIgnore) {
       row.notes.push_back("alpha channel ignored (--alpha compare includes it)");
     } else if (ref.has_alpha != test.has_alpha) {
-      return fail("channel_mismatch", "reference is " + ref.color_type() + ", test is " +
-                                          test.color_type() +
+      return fail("channel_mismatch", "reference is " + ref.color_type() + ", test is " + test.color_type() +
                                           ": only one side has alpha (--alpha ignore drops it)");
     } else {
       channels += 1;
@@ -82,8 +80,8 @@ std::optional<PreparedPair> prepare(const datasets::ImagePairEntry& entry,
   }
   row.channels = channels;
   const double peak = options.peak.value_or(ref.peak());
-  return PreparedPair{first_planes(std::move(ref.planes), channels),
-                      first_planes(std::move(test.planes), channels), peak};
+  return PreparedPair{first_planes(std::move(ref.planes), channels), first_planes(std::move(test.planes), channels),
+                      peak};
 }
 
 double max_abs_difference(const Tensor& a, const Tensor& b) {
@@ -96,8 +94,7 @@ double max_abs_difference(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-reports::PairRow compare_pair(const datasets::ImagePairEntry& entry,
-                              const CompareImagesOptions& options) {
+reports::PairRow compare_pair(const datasets::ImagePairEntry& entry, const CompareImagesOptions& options) {
   reports::PairRow row;
   row.name = entry.name;
   if (entry.ref) row.ref_path = entry.ref->string();
@@ -118,8 +115,7 @@ reports::PairRow compare_pair(const datasets::ImagePairEntry& entry,
 }
 
 std::vector<reports::PairRow> compare_pairs(const std::vector<datasets::ImagePairEntry>& entries,
-                                            const CompareImagesOptions& options,
-                                            const std::function<void()>& on_done) {
+                                            const CompareImagesOptions& options, const std::function<void()>& on_done) {
   std::vector<reports::PairRow> rows(entries.size());
   tbb::parallel_for(std::size_t(0), entries.size(), [&](std::size_t i) {
     // Isolated: a thread waiting inside this pair's parallel metric kernels must not start another
@@ -191,8 +187,8 @@ datasets::Rgb8 image_thumbnail(const Tensor& planes, double peak, int f) {
                                       kernels::PoolMode::kAverage, &out.height, &out.width);
     if (k == 0) out.pixels.resize(pooled.size() * out.channels);
     for (std::size_t p = 0; p < pooled.size(); ++p)
-      out.pixels[p * out.channels + k] = static_cast<std::uint8_t>(
-          std::clamp(std::lround(pooled[p] / peak * 255.0), 0L, 255L));
+      out.pixels[p * out.channels + k] =
+          static_cast<std::uint8_t>(std::clamp(std::lround(pooled[p] / peak * 255.0), 0L, 255L));
   }
   return out;
 }
@@ -227,8 +223,7 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
     const auto* p = r->metric(metrics::keys::kPsnrDb);
     return std::pair(s && s->value ? *s->value : 2.0, p && p->value ? *p->value : 1e9);
   };
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [&](auto* a, auto* b) { return key(a) < key(b); });
+  std::stable_sort(candidates.begin(), candidates.end(), [&](auto* a, auto* b) { return key(a) < key(b); });
   candidates.resize(std::min(candidates.size(), static_cast<std::size_t>(std::max(0, options.worst))));
 
   std::vector<std::optional<reports::ImageStrip>> strips(candidates.size());
@@ -249,8 +244,8 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
     strip.ref_png = datasets::encode_png(image_thumbnail(pair->ref, pair->peak, f));
     strip.test_png = datasets::encode_png(image_thumbnail(pair->test, pair->peak, f));
     strip.heatmap_png = datasets::encode_png(heat.image);
-    strip.heatmap_legend = fmt::format("|diff|: black 0, bright >= {:.3g} (p99.9; max {:g} of {:g})",
-                                       scale, row->max_abs_diff, pair->peak);
+    strip.heatmap_legend = fmt::format("|diff|: black 0, bright >= {:.3g} (p99.9; max {:g} of {:g})", scale,
+                                       row->max_abs_diff, pair->peak);
     strips[idx] = std::move(strip);
   });
   std::vector<reports::ImageStrip> out;
@@ -259,13 +254,13 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
   return out;
 }
 
-reports::CompareImagesReport run_compare_images(const CompareImagesOptions& options,
-                                                const Gate& gate, bool show_progress) {
+reports::CompareImagesReport run_compare_images(const CompareImagesOptions& options, const Gate& gate,
+                                                bool show_progress) {
   const auto start = std::chrono::steady_clock::now();
   auto entries = datasets::pair_image_sets(options.ref_dir, options.test_dir);
   if (entries.empty())
-    throw InputError("no images (.png, .jpg, .jpeg) found in " + options.ref_dir.string() +
-                     " or " + options.test_dir.string());
+    throw InputError("no images (.png, .jpg, .jpeg) found in " + options.ref_dir.string() + " or " +
+                     options.test_dir.string());
 
   reports::CompareImagesReport report;
   report.tool_version = QEVAL_VERSION;
@@ -274,8 +269,7 @@ reports::CompareImagesReport run_compare_images(const CompareImagesOptions& opti
     report.pairs = compare_pairs(entries, options, [&] { progress.tick(); });
   }
   GateOutcome outcome = evaluate_gate(gate, gate_samples(report.pairs));
-  for (std::size_t i = 0; i < report.pairs.size(); ++i)
-    report.pairs[i].failed_checks = outcome.failed_checks[i];
+  for (std::size_t i = 0; i < report.pairs.size(); ++i) report.pairs[i].failed_checks = outcome.failed_checks[i];
   report.gate = std::move(outcome.section);
   report.summary = summarize_rows(report.pairs);
   report.worst = worst_strips(report.pairs, options);
@@ -291,8 +285,7 @@ reports::CompareImagesReport run_compare_images(const CompareImagesOptions& opti
   const metrics::ImageMetricOptions metric_options{options.peak.value_or(255.0), convention};
   for (const auto& metric : metrics::image_metrics())
     for (auto& c : metric->conventions(metric_options)) report.conventions.push_back(std::move(c));
-  report.elapsed_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 

@@ -28,8 +28,7 @@ struct CompareImagesOptions {
 
 // Compares one pair. Never throws for bad input: a missing side, an unreadable file or a size,
 // channel or bit-depth mismatch becomes the row's error with its reason.
-reports::PairRow compare_pair(const datasets::ImagePairEntry& entry,
-                              const CompareImagesOptions& options);
+reports::PairRow compare_pair(const datasets::ImagePairEntry& entry, const CompareImagesOptions& options);
 
 // All pairs, in parallel; rows come back in the entries' order. on_done is called once per pair
 // (from worker threads; it must be thread-safe).
@@ -59,7 +58,7 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
 
 // The whole job short of writing files: pair, compare, gate, summarise. Throws InputError when
 // either folder is missing or both hold no image.
-reports::CompareImagesReport run_compare_images(const CompareImagesOptions& options,
-                                                const Gate& gate, bool show_progress);
+reports::CompareImagesReport run_compare_images(const CompareImagesOptions& options, const Gate& gate,
+                                                bool show_progress);
 
 }  // namespace qeval::eval

@@ -23,8 +23,9 @@ RunSpec recipe_run_spec(RunSpec base, const std::vector<fs::path>& recipes, Prec
   if (recipes.empty()) throw InputError("--recipes: give at least one recipe file (docs/recipes.md)");
   VariantSpec reference = base.reference_variant();
   if (!reference.recipe.empty() || !reference.onnx.empty())
-    throw InputError((base.source.empty() ? std::string("the config") : base.source.string()) + ": the reference variant '" +
-                     reference.name + "' must be a precision variant (fp32, fp16, bf16) to compare recipes against");
+    throw InputError((base.source.empty() ? std::string("the config") : base.source.string()) +
+                     ": the reference variant '" + reference.name +
+                     "' must be a precision variant (fp32, fp16, bf16) to compare recipes against");
   base.variants = {reference};
   base.reference = reference.name;
   std::set<std::string> names = {reference.name};
@@ -33,11 +34,11 @@ RunSpec recipe_run_spec(RunSpec base, const std::vector<fs::path>& recipes, Prec
     std::error_code ec;
     const fs::path canonical = fs::weakly_canonical(file, ec);
     if (!fs::is_regular_file(file)) throw InputError("--recipes " + file.string() + ": no such file");
-    if (!seen.insert(ec ? file : canonical).second)
-      throw InputError("--recipes " + file.string() + ": given twice");
+    if (!seen.insert(ec ? file : canonical).second) throw InputError("--recipes " + file.string() + ": given twice");
     const quant::Recipe recipe = quant::load_recipe(file);  // InputError naming the file and key
     std::string name = recipe.name.empty() ? file.stem().string() : recipe.name;
-    for (int k = 2; names.count(name); ++k) name = (recipe.name.empty() ? file.stem().string() : recipe.name) + "-" + std::to_string(k);
+    for (int k = 2; names.count(name); ++k)
+      name = (recipe.name.empty() ? file.stem().string() : recipe.name) + "-" + std::to_string(k);
     names.insert(name);
     base.variants.push_back(VariantSpec{name, precision, file, {}, {}});
   }
@@ -100,8 +101,8 @@ std::int64_t float_param_count(const Graph& g) {
 }  // namespace
 
 std::optional<reports::ModelQuantization> model_quantization(const std::string& model, const Graph& reference,
-                                                            const Graph* variant,
-                                                            const std::map<std::string, Shape>& call) {
+                                                             const Graph* variant,
+                                                             const std::map<std::string, Shape>& call) {
   reports::ModelQuantization q;
   q.model = model;
   q.params = float_param_count(reference);
@@ -277,7 +278,8 @@ reports::RecipeComparison build_recipe_comparison(const RunSpec& spec, const Run
         ++row.compute_nodes;
         const auto st = state.find(cost.name);
         const bool quantized = st != state.end() && st->second == quant::ComputeState::kQuantized;
-        const bool weight_quantized = quantized || (st != state.end() && st->second == quant::ComputeState::kWeightOnly);
+        const bool weight_quantized =
+            quantized || (st != state.end() && st->second == quant::ComputeState::kWeightOnly);
         row.quantized_nodes += quantized;
         if (weight_quantized) row.params_quantized += cost.params;
         if (!cost.macs) {

@@ -35,7 +35,7 @@ class CallShapes {
  private:
   std::string reference_;
   mutable std::mutex mu_;
-  std::map<std::string, std::map<std::string, Shape>> shapes_;  // model -> value -> shape
+  std::map<std::string, std::map<std::string, Shape>> shapes_;     // model -> value -> shape
   std::map<std::string, std::pair<std::string, int>> first_call_;  // model -> (context, step) recorded
 };
 
@@ -46,8 +46,8 @@ class CallShapes {
 // quantized (a precision variant). nullopt when lint cannot run on the variant (e.g. it needs
 // shapes that were not recorded). `macs` stay empty when a shape is unknown.
 std::optional<reports::ModelQuantization> model_quantization(const std::string& model, const Graph& costs,
-                                                            const Graph* variant,
-                                                            const std::map<std::string, Shape>& call);
+                                                             const Graph* variant,
+                                                             const std::map<std::string, Shape>& call);
 
 struct CompareRecipesSettings {
   int target_sm = 89;  // TensorRT target of the speed classes

@@ -10,9 +10,9 @@
 #include <map>
 #include <mutex>
 
-#include "datasets/npy.h"
 #include "base/file_names.h"
 #include "base/progress.h"
+#include "datasets/npy.h"
 #include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
 
@@ -110,11 +110,11 @@ RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<Bu
       std::map<fs::path, base::FileNamer> by_dir;
     };
     auto files = std::make_shared<TensorFiles>();
-    result.observation.full_tensors = [root, files](const std::string& variant, const ModelCall& call,
-                                                    const Node& node, const Tensor& value) {
+    result.observation.full_tensors = [root, files](const std::string& variant, const ModelCall& call, const Node& node,
+                                                    const Tensor& value) {
       fs::path dir = root / base::file_name_for(std::string(call.context)) / base::file_name_for(variant) /
                      base::file_name_for(call.step >= 0 ? fmt::format("{}_step{:03d}", call.model, call.step)
-                                                  : std::string(call.model));
+                                                        : std::string(call.model));
       std::string stem;
       {
         std::lock_guard<std::mutex> lock(files->mutex);
@@ -134,8 +134,10 @@ RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<Bu
 }
 
 void merge_unit(RunResult& result, std::size_t i, UnitOutcome&& u, UnitObservation* recycle) {
-  if (i >= result.units.size()) throw InputError(fmt::format("unit {} is not one of this run's {}", i, result.units.size()));
-  if (result.done[i]) throw InputError(fmt::format("unit {} ({}) is there twice", i, u.samples.empty() ? "" : u.samples[0].id));
+  if (i >= result.units.size())
+    throw InputError(fmt::format("unit {} is not one of this run's {}", i, result.units.size()));
+  if (result.done[i])
+    throw InputError(fmt::format("unit {} ({}) is there twice", i, u.samples.empty() ? "" : u.samples[0].id));
   const std::size_t nvar = result.variants.size();
   for (std::size_t v = 0; v < nvar && v < u.layers.calls.size(); ++v) {
     u.layers.calls[v].merge_into(result.layers[v]);
@@ -207,7 +209,8 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
       merge_unit(result, i, std::move(u), &layers);
       // Saved after every unit, so a run killed at any point loses at most the units in flight.
       if (options.checkpoint) {
-        result.elapsed_s = elapsed_at_start + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        result.elapsed_s =
+            elapsed_at_start + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         options.checkpoint(result);
       }
     }

@@ -52,11 +52,11 @@ inline reports::MetricInfo output_nonfinite_info() { return metric_info(metrics:
 
 // One variant's result on one unit.
 struct VariantOutcome {
-  std::string error;  // empty when it ran
+  std::string error;                          // empty when it ran
   std::vector<metrics::MetricValue> metrics;  // against the reference; empty for the reference
   bool identical = false;
   double elapsed_ms = 0;
-  std::string image_path, heatmap_path;           // relative to the output folder; "" when not written
+  std::string image_path, heatmap_path;                  // relative to the output folder; "" when not written
   std::vector<std::uint8_t> thumbnail_png, heatmap_png;  // for report.html
   std::string heatmap_legend;
 };
@@ -184,9 +184,9 @@ class RunDriver : public PipelineGraphs, public CalibrationSource, public UnitRu
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec);
 
 struct EvaluatorOptions {
-  std::filesystem::path out_dir;  // images go here; empty: nothing written
-  bool progress = false;          // a progress bar on stderr
-  int workers = 0;                // parallel units (0: TBB's concurrency)
+  std::filesystem::path out_dir;   // images go here; empty: nothing written
+  bool progress = false;           // a progress bar on stderr
+  int workers = 0;                 // parallel units (0: TBB's concurrency)
   std::vector<std::size_t> units;  // the units to run (a shard); empty: all
   // Called (under the merge lock) after every unit is merged, and once at the end: where the run
   // state is saved so that a rerun skips finished units. RunResult::elapsed_s is current then.
@@ -194,7 +194,7 @@ struct EvaluatorOptions {
   // Polled before each unit: true makes every worker stop once its current unit is merged
   // (SIGINT/SIGTERM); run_units then returns with the rest not done.
   std::function<bool()> stop;
-  bool interleave = true;  // UnitContext::interleave
+  bool interleave = true;           // UnitContext::interleave
   std::size_t lockstep_window = 1;  // UnitContext::lockstep_window
 };
 
@@ -209,7 +209,7 @@ struct RunResult {
   RunObservation observation;      // layers (may be empty)
   std::vector<LayerCells> layers;  // per variant, pooled over units
   std::vector<std::optional<NonFiniteHit>> first_nonfinite;  // per variant, of the lowest unit
-  std::vector<std::vector<StepSeries>> series;  // per variant, pooled over units
+  std::vector<std::vector<StepSeries>> series;               // per variant, pooled over units
   double elapsed_s = 0;  // this process's part (run_units); the whole run's is elapsed_before_s + this
 };
 

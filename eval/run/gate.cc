@@ -47,8 +47,8 @@ namespace {
   throw InputError(source + ": " + what + " (see docs/gate.md)");
 }
 
-void check_keys(const json& obj, std::initializer_list<const char*> allowed,
-                const std::string& source, const std::string& where) {
+void check_keys(const json& obj, std::initializer_list<const char*> allowed, const std::string& source,
+                const std::string& where) {
   for (const auto& item : obj.items()) {
     const std::string key = item.key();  // a named copy: lambdas may not capture bindings (clang 14)
     if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) {
@@ -144,8 +144,9 @@ void parse_summary(const json& c, const char* default_stat, const std::string& s
 Gate parse_gate(const std::string& text, const std::string& source, GateMetrics metrics) {
   json j = base::parse_json_text(text, source, "docs/gate.md");
   if (!j.is_object()) bad(source, "the gate must be a JSON object");
-  check_keys(j, {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors", "layers", "steps",
-                 "max_nonfinite", "allow_nonfinite"},
+  check_keys(j,
+             {"description", "checks", "per_pair", "max_failed_pair_share", "max_errors", "layers", "steps",
+              "max_nonfinite", "allow_nonfinite"},
              source, "top level");
   Gate g;
   g.source = source;
@@ -234,16 +235,24 @@ Gate parse_gate(const std::string& text, const std::string& source, GateMetrics 
     }
   }
   auto variant_of = [](const std::string& v) { return v.empty() ? std::string() : ", variant '" + v + "'"; };
-  check_bounds_can_meet(g.checks, "checks", [&](const GateCheck& c) {
-    return fmt::format("metric '{}' ({}{})", c.metric, c.stat, variant_of(c.variant));
-  }, source);
-  check_bounds_can_meet(g.layer_checks, "layers", [&](const LayerGateCheck& c) {
-    return fmt::format("layer column '{}' ({}{}{})", c.column, c.stat, variant_of(c.variant),
-                       c.nodes.empty() ? "" : ", nodes '" + c.nodes + "'");
-  }, source);
-  check_bounds_can_meet(g.step_checks, "steps", [&](const StepGateCheck& c) {
-    return fmt::format("step metric '{}' of {} {} ({}{})", c.metric, c.quantity, c.mode, c.stat, variant_of(c.variant));
-  }, source);
+  check_bounds_can_meet(
+      g.checks, "checks",
+      [&](const GateCheck& c) { return fmt::format("metric '{}' ({}{})", c.metric, c.stat, variant_of(c.variant)); },
+      source);
+  check_bounds_can_meet(
+      g.layer_checks, "layers",
+      [&](const LayerGateCheck& c) {
+        return fmt::format("layer column '{}' ({}{}{})", c.column, c.stat, variant_of(c.variant),
+                           c.nodes.empty() ? "" : ", nodes '" + c.nodes + "'");
+      },
+      source);
+  check_bounds_can_meet(
+      g.step_checks, "steps",
+      [&](const StepGateCheck& c) {
+        return fmt::format("step metric '{}' of {} {} ({}{})", c.metric, c.quantity, c.mode, c.stat,
+                           variant_of(c.variant));
+      },
+      source);
   if (j.contains("max_nonfinite")) {
     const json& v = j["max_nonfinite"];
     if (!v.is_number_integer() || v.get<long long>() < 0) bad(source, "'max_nonfinite' must be a non-negative integer");
@@ -261,8 +270,7 @@ Gate parse_gate(const std::string& text, const std::string& source, GateMetrics 
   }
   if (j.contains("max_errors")) {
     const json& v = j["max_errors"];
-    if (!v.is_number_integer() || v.get<long long>() < 0)
-      bad(source, "'max_errors' must be a non-negative integer");
+    if (!v.is_number_integer() || v.get<long long>() < 0) bad(source, "'max_errors' must be a non-negative integer");
     g.max_errors = v.get<std::size_t>();
   }
   return g;
@@ -281,8 +289,10 @@ void check_gate_metrics(const Gate& gate, const std::vector<std::string>& known)
 }
 
 static std::string nonfinite_detail(std::size_t samples, std::uint64_t values, const char* what) {
-  return fmt::format("{} {} NaN/Inf where the reference is finite ({} value(s)); the gate does not set "
-                     "'allow_nonfinite'", samples, what, values);
+  return fmt::format(
+      "{} {} NaN/Inf where the reference is finite ({} value(s)); the gate does not set "
+      "'allow_nonfinite'",
+      samples, what, values);
 }
 
 GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& samples) {
@@ -314,14 +324,13 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
     std::optional<double> value = metrics::compute_stat(check.spec, values);
     std::string detail;
     if (values.empty()) {
-      detail = fmt::format("no compared pair has a value for {} ({} not applicable)", check.metric,
-                           missing);
+      detail = fmt::format("no compared pair has a value for {} ({} not applicable)", check.metric, missing);
     } else {
       auto [lo, hi] = std::minmax_element(named.begin(), named.end());
       auto summary = metrics::summarize(values);
       detail = fmt::format("{} = {} over {} pairs; min {} ({}), median {}, max {} ({})", check.stat,
-                           value ? fmt_num(*value) : "n/a", values.size(), fmt_num(lo->first),
-                           *lo->second, fmt_num(summary->median), fmt_num(hi->first), *hi->second);
+                           value ? fmt_num(*value) : "n/a", values.size(), fmt_num(lo->first), *lo->second,
+                           fmt_num(summary->median), fmt_num(hi->first), *hi->second);
       if (unbounded) detail += fmt::format("; {} identical (unbounded)", unbounded);
       if (missing) detail += fmt::format("; {} not applicable", missing);
     }
@@ -353,7 +362,8 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
     }
     ++compared;
     if (s.nonfinite && !gate.allow_nonfinite)
-      out.failed_checks[i].push_back(fmt::format("{} output value(s) NaN/Inf where the reference is finite", s.nonfinite));
+      out.failed_checks[i].push_back(
+          fmt::format("{} output value(s) NaN/Inf where the reference is finite", s.nonfinite));
     for (const auto& [metric, bound] : gate.per_pair) {
       auto it = s.values.find(metric);
       if (it == s.values.end() || !it->second) continue;  // not applicable: not checked
@@ -383,13 +393,13 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
     row.op = "<=";
     row.threshold = gate.max_failed_pair_share;
     row.value = compared ? double(failed) / double(compared) : 0.0;
-    row.name = fmt::format("share of pairs {} <= {}",
-                           gate.per_pair.empty() ? "with NaN/Inf where the reference is finite"
-                                                 : "below per-pair thresholds",
-                           fmt_num(row.threshold));
+    row.name =
+        fmt::format("share of pairs {} <= {}",
+                    gate.per_pair.empty() ? "with NaN/Inf where the reference is finite" : "below per-pair thresholds",
+                    fmt_num(row.threshold));
     row.passed = *row.value <= gate.max_failed_pair_share;
-    row.detail = fmt::format("{} of {} compared pairs failed", failed, compared) +
-                 (failed ? ": " + list(failed_names) : "");
+    row.detail =
+        fmt::format("{} of {} compared pairs failed", failed, compared) + (failed ? ": " + list(failed_names) : "");
     out.section.checks.push_back(std::move(row));
   }
   reports::GateCheckRow err;
@@ -400,12 +410,11 @@ GateOutcome evaluate_gate(const Gate& gate, const std::vector<GateSample>& sampl
   err.value = double(errors.size());
   err.name = fmt::format("pairs that could not be compared <= {}", gate.max_errors);
   err.passed = errors.size() <= gate.max_errors;
-  err.detail = errors.empty() ? "every pair was compared"
-                              : fmt::format("{} pair(s): ", errors.size()) + list(errors);
+  err.detail = errors.empty() ? "every pair was compared" : fmt::format("{} pair(s): ", errors.size()) + list(errors);
   out.section.checks.push_back(std::move(err));
 
-  out.section.passed = std::all_of(out.section.checks.begin(), out.section.checks.end(),
-                                   [](const auto& c) { return c.passed; });
+  out.section.passed =
+      std::all_of(out.section.checks.begin(), out.section.checks.end(), [](const auto& c) { return c.passed; });
   return out;
 }
 

@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "datasets/npy.h"
 #include "base/file_names.h"
+#include "base/files.h"
+#include "datasets/npy.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/qdq_fusion.h"
 #include "kernels/error.h"
-#include "base/files.h"
 #include "reports/json_text.h"
 
 namespace qeval::eval {
@@ -59,8 +59,11 @@ class DumpObserver final : public Observer {
       const std::string& name = e.node.outputs[i];
       const std::string& file = names_.stem(name);
       datasets::write_npy(dir_ / (file + ".npy"), *e.outputs[i]);
-      index_.push_back({{"tensor", name}, {"file", file + ".npy"}, {"node", e.node.name},
-                        {"op_type", e.node.op_type}, {"folded", e.folded}});
+      index_.push_back({{"tensor", name},
+                        {"file", file + ".npy"},
+                        {"node", e.node.name},
+                        {"op_type", e.node.op_type},
+                        {"folded", e.folded}});
     }
   }
   std::size_t count() const { return index_.size(); }
@@ -95,8 +98,8 @@ InferResult run_infer(const InferOptions& options) {
     Tensor t = datasets::read_npy(file);
     if (auto s = options.shapes.find(in.name); s != options.shapes.end()) {
       if (shape_numel(s->second) != t.numel())
-        throw InputError("--shape " + in.name + "=" + shape_to_string(s->second) + ": " + file.string() +
-                         " has " + std::to_string(t.numel()) + " elements " + shape_to_string(t.shape()));
+        throw InputError("--shape " + in.name + "=" + shape_to_string(s->second) + ": " + file.string() + " has " +
+                         std::to_string(t.numel()) + " elements " + shape_to_string(t.shape()));
       t = t.reshaped(s->second);
     }
     inputs.emplace(in.name, std::move(t));
@@ -126,12 +129,12 @@ InferResult run_infer(const InferOptions& options) {
     const std::string file = output_names.stem(out.name) + ".npy";
     datasets::write_npy(options.outputs_dir / file, t);
     result.outputs.push_back({out.name, t.shape(), file});
-    index.push_back({{"tensor", out.name}, {"file", file}, {"shape", t.shape()},
-                     {"dtype", std::string(dtype_name(t.dtype()))}});
+    index.push_back(
+        {{"tensor", out.name}, {"file", file}, {"shape", t.shape()}, {"dtype", std::string(dtype_name(t.dtype()))}});
   }
   // The name -> file mapping, since several names can share a sanitised stem.
   base::write_file_atomic(options.outputs_dir / "outputs.json",
-                             reports::dump_json_utf8_safe(nlohmann::json{{"outputs", index}}, 1) + "\n");
+                          reports::dump_json_utf8_safe(nlohmann::json{{"outputs", index}}, 1) + "\n");
   if (dump) {
     dump->write_index();
     result.dumped = dump->count();
@@ -144,12 +147,14 @@ std::string inspect_model(const fs::path& model, bool* all_supported) {
   options.require_supported_ops = false;
   Graph g = load_onnx(model, options);
   std::string s = fmt::format("model: {}\nopsets:", model.string());
-  for (const auto& [domain, version] : g.opsets) s += fmt::format(" {}={}", domain.empty() ? "ai.onnx" : domain, version);
+  for (const auto& [domain, version] : g.opsets)
+    s += fmt::format(" {}={}", domain.empty() ? "ai.onnx" : domain, version);
   auto dims = [](const ValueInfo& v) {
     if (!v.has_shape) return std::string("(unknown shape)");
     std::string d = "[";
     for (std::size_t i = 0; i < v.dims.size(); ++i)
-      d += (i ? ", " : "") + (v.dims[i] >= 0 ? std::to_string(v.dims[i]) : (v.dim_params[i].empty() ? "?" : v.dim_params[i]));
+      d += (i ? ", " : "") +
+           (v.dims[i] >= 0 ? std::to_string(v.dims[i]) : (v.dim_params[i].empty() ? "?" : v.dim_params[i]));
     return d + "]";
   };
   s += "\ninputs:\n";
@@ -164,10 +169,12 @@ std::string inspect_model(const fs::path& model, bool* all_supported) {
     if (!find_op(n.domain, n.op_type, n.opset)) unsupported[key] = unsupported_reason(n.domain, n.op_type, n.opset);
   }
   s += fmt::format("nodes: {}\n", g.nodes.size());
-  for (const auto& [op, count] : histogram) s += fmt::format("  {:<28}{:>6}{}\n", op, count, unsupported.count(op) ? "  (unsupported)" : "");
+  for (const auto& [op, count] : histogram)
+    s += fmt::format("  {:<28}{:>6}{}\n", op, count, unsupported.count(op) ? "  (unsupported)" : "");
   std::int64_t bytes = 0;
   for (const auto& [name, t] : g.initializers) bytes += static_cast<std::int64_t>(t.nbytes());
-  s += fmt::format("parameters: {} in {} initializers ({:.2f} MB)\n", g.parameter_count(), g.initializers.size(), bytes / 1e6);
+  s += fmt::format("parameters: {} in {} initializers ({:.2f} MB)\n", g.parameter_count(), g.initializers.size(),
+                   bytes / 1e6);
   const quant::QdqFusion fusion = quant::fuse_qdq(g);
   if (fusion.fused.empty()) {
     s += "integer execution (Q/DQ fusion): none\n";

@@ -19,7 +19,7 @@ struct InferOptions {
   // --shape NAME=D0,D1,...: the input file is reshaped to this shape (same element count).
   std::map<std::string, Shape> shapes;
   std::optional<std::filesystem::path> dump_dir;  // --dump-all: every node output as .npy
-  bool integer_qdq = true;  // false (--float-qdq): no Q/DQ fusion, DQ then float ops
+  bool integer_qdq = true;                        // false (--float-qdq): no Q/DQ fusion, DQ then float ops
 };
 
 struct InferResult {
@@ -28,10 +28,10 @@ struct InferResult {
     Shape shape;
     std::string file;  // in outputs_dir: FileNamer's stem + ".npy" (base/file_names.h)
   };
-  std::vector<Output> outputs;                         // in the graph's order
-  std::size_t dumped = 0;                              // tensors written by --dump-all
-  double elapsed_ms = 0;                               // the run itself, without I/O
-  std::vector<std::string> fused;                      // nodes run on int8 kernels (Q/DQ fusion)
+  std::vector<Output> outputs;     // in the graph's order
+  std::size_t dumped = 0;          // tensors written by --dump-all
+  double elapsed_ms = 0;           // the run itself, without I/O
+  std::vector<std::string> fused;  // nodes run on int8 kernels (Q/DQ fusion)
 };
 
 // Inputs are read from <stem>.npy and outputs written as <stem>.npy, stems given by one FileNamer

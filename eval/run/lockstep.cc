@@ -26,9 +26,7 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
   void on_node(const NodeEvent& e) override;
   // A view's statistics come from its input's by address (Recent) or from its own output; the
   // reference's inputs are captured for local error, and a node hook may read any event.
-  bool reads_view_inputs() const override {
-    return (capture_ && o_.run_.local_error) || o_.run_.hooks(o_.variant_);
-  }
+  bool reads_view_inputs() const override { return (capture_ && o_.run_.local_error) || o_.run_.hooks(o_.variant_); }
   PieceObserver* pieces() override { return this; }
 
  private:
@@ -59,8 +57,8 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
 // A variant's chain members are streamed when all that their events would do is the one-pass error
 // against the reference's output: no node hook, no full tensors, no per-channel clipping (it reads
 // the output by rows), no view reading the statistics back.
-bool LockstepObserver::NodeObserver::begin_stream(const std::vector<Node>& nodes,
-                                                   std::span<const std::size_t> members, const Shape& shape) {
+bool LockstepObserver::NodeObserver::begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members,
+                                                  const Shape& shape) {
   const RunObservation& run = o_.run_;
   if (capture_ || !compare_ || run.hooks(o_.variant_) || run.full_tensors) return false;
   if (streamed_.size() < members.size()) streamed_.resize(members.size());
@@ -144,10 +142,10 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
       if (cap) cap->consumed(std::size_t(layer));
     }
   } consumed{compare_ && layer >= 0 ? &cap : nullptr, layer};
-  const Tensor* out = e.folded || e.outputs.empty() || !e.outputs[0] || e.outputs[0]->dtype() != DType::kFloat32 ||
-                              layer < 0
-                          ? nullptr
-                          : e.outputs[0];
+  const Tensor* out =
+      e.folded || e.outputs.empty() || !e.outputs[0] || e.outputs[0]->dtype() != DType::kFloat32 || layer < 0
+          ? nullptr
+          : e.outputs[0];
   // This event's statistics, appended to the unit's log at the end.
   LayerCell* cell = out ? &o_.event_ : nullptr;
   if (cell) cell->clear();
@@ -162,9 +160,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   if (out && info->view && !e.inputs.empty() && e.inputs[0])
     for (Recent& r : o_.recent_)
       if (r.value == e.inputs[0] && r.act.count + r.act.nan + r.act.inf == std::uint64_t(out->numel())) from = &r;
-  if (from && !capture_ &&
-      !(from->err && ref_node->inputs[0] ==
-                         run.space->node_of(from->layer).outputs[0]))
+  if (from && !capture_ && !(from->err && ref_node->inputs[0] == run.space->node_of(from->layer).outputs[0]))
     from = nullptr;  // no error to take: compute
   const bool keep_recent = out && info->feeds_view;
   std::optional<double> energy;
@@ -211,7 +207,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     r.value = out;
     r.layer = std::size_t(layer);
     std::swap(r.act, o_.scratch_);  // no copy: the scratch is cleared or assigned before each use
-    if (from) r.act.clipped = 0;  // a view's own clipping is not the next view's
+    if (from) r.act.clipped = 0;    // a view's own clipping is not the next view's
     r.err = error;
     r.energy = energy;
   }
@@ -251,15 +247,13 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
       anomaly = inf > ref_inf;
     }
     if (anomaly)
-      o_.unit_.first_nonfinite[o_.variant_] =
-          NonFiniteHit{o_.unit_index_, o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type,
-                     nan, inf};
+      o_.unit_.first_nonfinite[o_.variant_] = NonFiniteHit{
+          o_.unit_index_, o_.sample_, call_.step, std::string(call_.model), e.node.name, e.node.op_type, nan, inf};
   }
 }
 
 LockstepObserver::LockstepObserver(const RunObservation& run, std::size_t variant, UnitObservation& unit,
-                                   Capture& capture, ObservedNodes& nodes, std::string sample,
-                                   std::size_t unit_index)
+                                   Capture& capture, ObservedNodes& nodes, std::string sample, std::size_t unit_index)
     : run_(run),
       variant_(variant),
       unit_(unit),
@@ -388,7 +382,8 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
   const ObservedModel& om = v.models[model];
   const LocalPlan& plan = om.local[node];
   auto narrow = narrow_.find({variant, model});
-  if (narrow == narrow_.end()) narrow = narrow_.emplace(std::make_pair(variant, model), narrow_float_values(*om.graph)).first;
+  if (narrow == narrow_.end())
+    narrow = narrow_.emplace(std::make_pair(variant, model), narrow_float_values(*om.graph)).first;
   Entry e;
   std::map<std::string, DType> types;
   for (const auto& [var_value, ref_value] : plan.inputs) {
@@ -484,7 +479,8 @@ void LockstepLocalErrors::start(std::string_view model, const std::vector<std::s
   variants_.clear();
   if (model_ < 0) return;
   for (std::size_t v : variants)
-    if (v != run_.reference && !run_.variants[v].models[std::size_t(model_)].local_waits.empty()) variants_.push_back(v);
+    if (v != run_.reference && !run_.variants[v].models[std::size_t(model_)].local_waits.empty())
+      variants_.push_back(v);
   waits_.resize(variants_.size());
   for (std::size_t k = 0; k < variants_.size(); ++k)
     waits_[k] = run_.variants[variants_[k]].models[std::size_t(model_)].local_waits;

@@ -84,8 +84,8 @@ enum class Form : std::uint8_t { kNone, kConvBatchNorm, kMatMulAdd, kLayerNorm }
 
 struct FormEnd {
   Form form = Form::kNone;
-  int layer = -1;                // Conv+BN: the Conv; MatMul+Add: the MatMul
-  std::string x, gamma, beta;    // LayerNormalization: its input, scale and bias ("" if none)
+  int layer = -1;              // Conv+BN: the Conv; MatMul+Add: the MatMul
+  std::string x, gamma, beta;  // LayerNormalization: its input, scale and bias ("" if none)
 };
 struct LayerForms {
   std::vector<int> end_of;    // per node: the end of the form it is an inner node of, -1 for none
@@ -179,7 +179,8 @@ LayerForms find_layer_forms(const Graph& g) {
     if (n.op_type == "BatchNormalization" && n.inputs.size() >= 5 &&
         std::all_of(n.inputs.begin() + 1, n.inputs.begin() + 5, [&](const std::string& v) { return is_const(v); })) {
       const int conv = node_of(n.inputs[0], "Conv");
-      if (conv >= 0 && is_const(g.nodes[std::size_t(conv)].inputs.at(1))) claim(e, {Form::kConvBatchNorm, conv, {}, {}, {}}, {conv});
+      if (conv >= 0 && is_const(g.nodes[std::size_t(conv)].inputs.at(1)))
+        claim(e, {Form::kConvBatchNorm, conv, {}, {}, {}}, {conv});
       continue;
     }
     if (n.op_type == "Add") {
@@ -291,8 +292,7 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g, const LayerForm
       return std::uint64_t(4);
     }
     const Node& n = g.nodes[p->second.node];
-    if (depth < 8 && !n.inputs.empty() &&
-        (is_quantization_plumbing(n) || is_float_cast(n)))
+    if (depth < 8 && !n.inputs.empty() && (is_quantization_plumbing(n) || is_float_cast(n)))
       return value_sig(n.inputs[0], depth + 1);
     if (n.op_type == "Constant") {
       std::uint64_t h = 5;
@@ -317,9 +317,15 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g, const LayerForm
         case Attribute::Kind::kInt: h = mix(h, std::uint64_t(a.i)); break;
         case Attribute::Kind::kFloat: h = mix(h, std::hash<float>{}(a.f)); break;
         case Attribute::Kind::kString: h = hash_str(h, a.s); break;
-        case Attribute::Kind::kInts: for (auto v : a.ints) h = mix(h, std::uint64_t(v)); break;
-        case Attribute::Kind::kFloats: for (auto v : a.floats) h = mix(h, std::hash<float>{}(v)); break;
-        case Attribute::Kind::kStrings: for (const auto& v : a.strings) h = hash_str(h, v); break;
+        case Attribute::Kind::kInts:
+          for (auto v : a.ints) h = mix(h, std::uint64_t(v));
+          break;
+        case Attribute::Kind::kFloats:
+          for (auto v : a.floats) h = mix(h, std::hash<float>{}(v));
+          break;
+        case Attribute::Kind::kStrings:
+          for (const auto& v : a.strings) h = hash_str(h, v);
+          break;
         default: break;
       }
     }
@@ -569,12 +575,14 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
   for (const Node& n : ref.nodes) {
     const bool shape = n.op_type == "Shape" || n.op_type == "Size" ||
                        (n.op_type != "Constant" && !n.inputs.empty() &&
-                        std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) {
-                          if (in.empty() || shape_values.count(in)) return true;
-                          auto w = ref.initializers.find(in);
-                          return w != ref.initializers.end() && w->second.dtype() == DType::kInt64;
-                        }) &&
-                        std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return shape_values.count(in) > 0; }));
+                        std::all_of(n.inputs.begin(), n.inputs.end(),
+                                    [&](const std::string& in) {
+                                      if (in.empty() || shape_values.count(in)) return true;
+                                      auto w = ref.initializers.find(in);
+                                      return w != ref.initializers.end() && w->second.dtype() == DType::kInt64;
+                                    }) &&
+                        std::any_of(n.inputs.begin(), n.inputs.end(),
+                                    [&](const std::string& in) { return shape_values.count(in) > 0; }));
     if (shape)
       for (const auto& o : n.outputs) shape_values.insert(o);
   }
@@ -595,9 +603,10 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
                             var.nodes[v].op_type + ", compared at " + ref.nodes[std::size_t(end)].name + ")";
     }
     m.unmatched.push_back({"reference", n.name, n.op_type,
-                           !in_form.empty() ? in_form
+                           !in_form.empty()  ? in_form
                            : ref_constant[i] ? "computes a constant from weights (the variant may hold it computed)"
-                           : is_float_cast(n) ? "a float Cast (the reference's own precision change): no variant counterpart"
+                           : is_float_cast(n)
+                               ? "a float Cast (the reference's own precision change): no variant counterpart"
                            : shape ? "shape computation (no activations; the variant may have folded it)"
                                    : "no variant node of this name, output tensor or structure"});
   }

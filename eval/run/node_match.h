@@ -33,10 +33,10 @@ struct NodeMatch {
   std::vector<int> ref_of_variant;  // per variant node: the reference node's index, -1 for none
   std::vector<int> variant_of_ref;  // per reference node: the variant node's index, -1 for none
   std::size_t by_name = 0, by_output = 0, by_structure = 0;  // nodes matched by each method
-  std::size_t plumbing = 0;  // variant nodes set aside: quantization plumbing, unmatched float Casts,
-                             // the rest of a layer's rewritten form (ConvInteger behind a matched Mul,
-                             // a Conv before the BatchNormalization matched to a folded Conv, the
-                             // chain of a decomposed LayerNormalization)
+  std::size_t plumbing = 0;     // variant nodes set aside: quantization plumbing, unmatched float Casts,
+                                // the rest of a layer's rewritten form (ConvInteger behind a matched Mul,
+                                // a Conv before the BatchNormalization matched to a folded Conv, the
+                                // chain of a decomposed LayerNormalization)
   std::vector<char> set_aside;  // per variant node: one of those (local runs include them)
   std::vector<UnmatchedNodeInfo> unmatched;
 };
@@ -62,8 +62,8 @@ NodeMatch match_nodes(const Graph& reference, const Graph& variant);
 // topological order, and for each value they read from outside (not an initializer) the reference
 // value holding the same data (the output of the matched reference node, or the same graph input).
 struct LocalPlan {
-  std::vector<std::size_t> nodes;                              // variant node indices
-  std::vector<std::pair<std::string, std::string>> inputs;     // variant value -> reference value
+  std::vector<std::size_t> nodes;                           // variant node indices
+  std::vector<std::pair<std::string, std::string>> inputs;  // variant value -> reference value
   std::string error;  // why there is no plan (e.g. an input whose producer has no match); "" if ok
   bool ok() const { return error.empty(); }
 };

@@ -52,7 +52,8 @@ std::string format_of_type(DType t) {
 std::string quantize_format(const Node& q, const Graph& g) {
   if (q.op_type == "TRT_FP8QuantizeLinear") return "fp8_e4m3";
   if (q.has_input(2))
-    if (auto zp = g.initializers.find(q.inputs[2]); zp != g.initializers.end()) return format_of_type(zp->second.dtype());
+    if (auto zp = g.initializers.find(q.inputs[2]); zp != g.initializers.end())
+      return format_of_type(zp->second.dtype());
   return "uint8";
 }
 
@@ -182,9 +183,8 @@ std::uint32_t count32(std::uint64_t n) {
 }  // namespace
 
 CallLog::Error CallLog::error_of(const metrics::ErrorStats& e) {
-  return {count32(e.count),      count32(e.nonfinite),    count32(e.calls),
-          count32(e.cosine_calls), single_term(e.ref_sq), single_term(e.err_sq),
-          single_term(e.cosine_sum), e.max_abs};
+  return {count32(e.count),      count32(e.nonfinite),  count32(e.calls),          count32(e.cosine_calls),
+          single_term(e.ref_sq), single_term(e.err_sq), single_term(e.cosine_sum), e.max_abs};
 }
 
 void CallLog::reserve(std::size_t events) {
@@ -250,10 +250,13 @@ void CallLog::merge_into(LayerCells& cells) const {
   // merge. Asked for ahead: a cell kFar entries on, its histogram's counts kNear on (by then the
   // cell that points to them is in cache).
   constexpr std::size_t kFar = 8, kNear = 4;
-  auto ahead = [&](std::size_t j) { return j < entries_.size() ? cells.find(entries_[j].layer, entries_[j].step) : nullptr; };
+  auto ahead = [&](std::size_t j) {
+    return j < entries_.size() ? cells.find(entries_[j].layer, entries_[j].step) : nullptr;
+  };
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     if (const LayerCell* f = ahead(i + kFar))
-      for (std::size_t off = 0; off < sizeof(LayerCell); off += 64) __builtin_prefetch(reinterpret_cast<const char*>(f) + off, 1);
+      for (std::size_t off = 0; off < sizeof(LayerCell); off += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(f) + off, 1);
     if (const LayerCell* f = ahead(i + kNear)) f->act.abs_hist.prefetch();
     const Entry& e = entries_[i];
     LayerCell& c = cells.at(e.layer, e.step);
@@ -323,7 +326,8 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
   om.layer_of_node.assign(vg.nodes.size(), -1);
   for (std::size_t i = 0; i < vg.nodes.size(); ++i) om.index_of.emplace(vg.nodes[i].name, i);
   for (std::size_t i = 0; i < vg.nodes.size(); ++i)
-    if (om.match.ref_of_variant[i] >= 0) om.layer_of_node[i] = int(space.layer(model, std::size_t(om.match.ref_of_variant[i])));
+    if (om.match.ref_of_variant[i] >= 0)
+      om.layer_of_node[i] = int(space.layer(model, std::size_t(om.match.ref_of_variant[i])));
   // Quantizer ranges: the output of node p feeds QuantizeLinear q (scale s, symmetric format of
   // largest value M): values beyond s * M are clipped. Several quantizers: the smallest range.
   // Behind SmoothQuant's pre-scale Mul(x, m) (m per channel of the last axis) channel c of x clips
@@ -392,8 +396,7 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
       std::string f;
       if (auto w = vg.initializers.find(dq.inputs[0]); w != vg.initializers.end())
         f = format_of_type(w->second.dtype());
-      else if (auto q = producer.find(dq.inputs[0]); q != producer.end())
-        f = quantize_format(vg.nodes[q->second], vg);
+      else if (auto q = producer.find(dq.inputs[0]); q != producer.end()) f = quantize_format(vg.nodes[q->second], vg);
       if (!f.empty() && (om.format[i].empty() || om.format[i] == f)) om.format[i] = f;
       else if (!f.empty() && om.format[i] != f) om.format[i] += "+" + f;
     }
@@ -481,7 +484,8 @@ void Capture::forget() {
 
 const Tensor* Capture::find(const std::string& name) const {
   if (const Value v = value(name); v.tensor) return v.tensor;
-  const int layer = valid && space_ && model_index_ >= 0 ? space_->layer_of_output(std::size_t(model_index_), name) : -1;
+  const int layer =
+      valid && space_ && model_index_ >= 0 ? space_->layer_of_output(std::size_t(model_index_), name) : -1;
   return layer >= 0 ? output(std::size_t(layer)).tensor : nullptr;
 }
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "eval/exec/graph.h"
+#include "eval/exec/session.h"
 #include "eval/pipelines/model_call.h"
 #include "eval/run/node_match.h"
-#include "eval/exec/session.h"
 #include "metrics/activation_stats.h"
 
 namespace qeval::eval {
@@ -115,9 +115,9 @@ class LayerCells {
 
   std::shared_ptr<const LayerSpace> space_;
   std::vector<std::unique_ptr<LayerCell[]>> chunks_;
-  std::vector<std::uint32_t> keys_;                   // per cell in use: its index_ key
-  std::vector<std::int32_t> index_;                   // per (step, layer): its cell, -1 for none
-  std::vector<char> touched_;                         // per layer: has cells now
+  std::vector<std::uint32_t> keys_;  // per cell in use: its index_ key
+  std::vector<std::int32_t> index_;  // per (step, layer): its cell, -1 for none
+  std::vector<char> touched_;        // per layer: has cells now
 };
 
 // One variant's statistics of one unit as a log of what each node event added, written and read
@@ -173,10 +173,10 @@ struct NonFiniteHit {
 
 // A variant's graphs as the observation sees them (built once, shared by all threads).
 struct ObservedModel {
-  const Graph* graph = nullptr;     // the variant's graph of this model
-  NodeMatch match;                  // against the reference's graph
-  std::vector<int> layer_of_node;   // variant node -> layer, -1 for none
-  std::vector<float> clip_amax;     // per variant node: its output's quantizer range (+inf: none)
+  const Graph* graph = nullptr;    // the variant's graph of this model
+  NodeMatch match;                 // against the reference's graph
+  std::vector<int> layer_of_node;  // variant node -> layer, -1 for none
+  std::vector<float> clip_amax;    // per variant node: its output's quantizer range (+inf: none)
   // Per variant node whose quantizers sit behind SmoothQuant's per-channel pre-scale: the range per
   // channel of the last axis (empty: clip_amax applies to every element). clip_amax is then the
   // smallest of them.
@@ -184,7 +184,7 @@ struct ObservedModel {
   // Per variant node: the format of its quantized inputs ("int8", "fp8_e4m3", ...; "" = none): the
   // node reads a DequantizeLinear output.
   std::vector<std::string> format;
-  std::vector<LocalPlan> local;     // per variant node; empty when local error is off
+  std::vector<LocalPlan> local;  // per variant node; empty when local error is off
   // Local error in lockstep (LocalErrorsInLockstep): per reference node of the model, the variant
   // nodes whose local run waits for it to have run (their counterpart and their inputs' producers;
   // for a graph input, its first reader); per variant node, how many reference nodes it waits for
@@ -209,8 +209,7 @@ struct ObservedVariant {
 
 // Builds a variant's view: node matching, layers, quantizer ranges (from symmetric per-tensor
 // QuantizeLinear nodes: amax = scale * the format's largest value), local plans when asked.
-ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Graph& variant_graph,
-                            bool local_error);
+ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Graph& variant_graph, bool local_error);
 
 // The reference's values of one model call: copies (the executor reuses its buffers; storage kept
 // across calls and reused when a value's size fits), or, in a lockstep call (`borrowing`), the
@@ -267,8 +266,8 @@ class Capture {
 
  private:
   struct Slot {
-    Tensor tensor;    // a copy
-    KeptValue kept;   // or the execution's value (borrowing)
+    Tensor tensor;   // a copy
+    KeptValue kept;  // or the execution's value (borrowing)
     std::uint64_t generation = 0;
     std::optional<double> energy;
     unsigned pending = 0;  // readers yet to come (borrowed values only)
@@ -280,11 +279,11 @@ class Capture {
   int model_index_ = -1;
   std::unordered_map<std::string, Slot> slots_;  // values that are no layer's first output
   std::vector<Slot> outputs_;                    // per layer
-  std::vector<std::uint64_t> ran_;  // per layer: the generation in which its reference node ran
-  std::vector<char> measured_;      // per layer: with statistics, when it ran
-  std::vector<std::size_t> waiting_;  // layers whose borrowed output may have readers to come
-  std::vector<Slot*> waiting_named_;  // the same for values kept by name (in slots_: stable)
-  std::vector<std::size_t> ran_now_;  // layers marked ran since take_ran()
+  std::vector<std::uint64_t> ran_;               // per layer: the generation in which its reference node ran
+  std::vector<char> measured_;                   // per layer: with statistics, when it ran
+  std::vector<std::size_t> waiting_;             // layers whose borrowed output may have readers to come
+  std::vector<Slot*> waiting_named_;             // the same for values kept by name (in slots_: stable)
+  std::vector<std::size_t> ran_now_;             // layers marked ran since take_ran()
   std::uint64_t generation_ = 0;
 };
 
@@ -296,8 +295,8 @@ struct UnitObservation {
 };
 
 // Where full tensors go when asked (variant, call, node, tensor); called on the unit's thread.
-using TensorSink = std::function<void(const std::string& variant, const ModelCall& call, const Node& node,
-                                      const Tensor& value)>;
+using TensorSink =
+    std::function<void(const std::string& variant, const ModelCall& call, const Node& node, const Tensor& value)>;
 // Sees every node event of every variant's observed model calls, called on the unit's thread
 // (compare-recipes records the shapes of one call of each model from the reference's).
 using NodeHook = std::function<void(const std::string& variant, const ModelCall& call, const NodeEvent& event)>;
@@ -357,12 +356,12 @@ class ObservedNodes {
   // The node's entries of its ObservedModel in one place: on_node reads them for every node of
   // four interleaved executions, and each array of its own missed cache.
   struct Info {
-    bool known = false;          // a node of the variant's graph (by name)
+    bool known = false;  // a node of the variant's graph (by name)
     bool view = false, feeds_view = false;
-    int layer = -1;              // -1: no reference counterpart
+    int layer = -1;  // -1: no reference counterpart
     float clip_amax = 0;
     const std::vector<float>* channel_clip_amax = nullptr;  // null when there are none
-    std::vector<std::size_t> graph_inputs;  // inputs that are graph inputs
+    std::vector<std::size_t> graph_inputs;                  // inputs that are graph inputs
   };
   // nullptr for a node the variant's graph does not have.
   const Info* find(const RunObservation& run, std::size_t variant, int model, const Node& node, std::size_t index) {

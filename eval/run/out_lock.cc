@@ -56,8 +56,10 @@ OutFolderLock::OutFolderLock(const fs::path& folder, const std::string& command_
     if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
       // A filesystem without locks (some network and FUSE mounts): running unguarded beats not
       // running at all, but say so.
-      std::fprintf(stderr, "qeval: warning: --out %s: the filesystem does not lock %s (%s): another qeval "
-                   "writing into this folder would not be noticed\n", folder.c_str(), file.c_str(), std::strerror(err));
+      std::fprintf(stderr,
+                   "qeval: warning: --out %s: the filesystem does not lock %s (%s): another qeval "
+                   "writing into this folder would not be noticed\n",
+                   folder.c_str(), file.c_str(), std::strerror(err));
       return;  // fd_ stays open (closed by the destructor); nothing is held
     }
     std::string holder = err == EWOULDBLOCK ? read_all(fd_) : std::string();
@@ -66,8 +68,8 @@ OutFolderLock::OutFolderLock(const fs::path& folder, const std::string& command_
     if (err != EWOULDBLOCK)
       throw InputError("--out " + folder.string() + ": cannot lock " + file.string() + ": " + std::strerror(err));
     if (holder.empty()) holder = "a process that has not written its name yet";
-    throw InputError("--out " + folder.string() + " is in use by another qeval (" + holder + "; lock " +
-                     file.string() + "): wait for it to finish or give another --out");
+    throw InputError("--out " + folder.string() + " is in use by another qeval (" + holder + "; lock " + file.string() +
+                     "): wait for it to finish or give another --out");
   }
   const std::string text = holder_text(int(::getpid())) + ": " + command_line + "\n";
   // Whoever reads it holds no lock: a short write beside a reader shows at worst a cut-off name.

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "eval/run/compare_images.h"
+#include "base/files.h"
 #include "eval/pipelines/segmentation.h"
+#include "eval/run/compare_images.h"
 #include "eval/run/metric_names.h"
 #include "kernels/pooling.h"
-#include "base/files.h"
 #include "reports/heatmap.h"
 
 namespace qeval::eval {
@@ -81,8 +81,8 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
   }
   double max_diff = 0;
   out.heatmap_png = datasets::encode_png(fixed_scale_heatmap(ref_planes, planes, f, max_diff));
-  out.heatmap_legend = fmt::format("largest {:g} of 255 (fixed scale: bright >= {:g})", max_diff,
-                                   reports::kDifferenceScale255);
+  out.heatmap_legend =
+      fmt::format("largest {:g} of 255 (fixed scale: bright >= {:g})", max_diff, reports::kDifferenceScale255);
   if (!out_dir.empty()) {
     out.heatmap_path = (dir / (base::file_name_for(variant) + "_diff.png")).generic_string();
     write_png(out_dir, out.heatmap_path, out.heatmap_png);

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/image_io.h"
 #include "base/file_names.h"
+#include "datasets/image_io.h"
 #include "eval/run/evaluator.h"
 
 namespace qeval::eval {

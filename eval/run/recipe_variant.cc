@@ -85,9 +85,10 @@ fs::path calibration_prompts(const VariantSpec& v, const RunSpec& run, const fs:
                              const fs::path& pipeline_file) {
   const fs::path prompts = run.calibration.prompts.empty() ? pipeline_default : run.calibration.prompts;
   if (prompts.empty())
-    throw InputError(fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
-                                 "{{\"prompts\": ...}} in the run config ({})",
-                                 v.name, pipeline_file.string(), kRunConfigDoc));
+    throw InputError(
+        fmt::format("variant '{}': {} names no calibration prompts; give \"calibration\": "
+                    "{{\"prompts\": ...}} in the run config ({})",
+                    v.name, pipeline_file.string(), kRunConfigDoc));
   return prompts;
 }
 

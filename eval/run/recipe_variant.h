@@ -31,11 +31,11 @@ struct QuantizedModel {
 // A recipe applied to a pipeline: a graph per model (the reference's where it quantizes nothing).
 struct RecipeGraphs {
   std::map<std::string, std::shared_ptr<const Graph>> graphs;
-  quant::Recipe parsed;                   // the recipe as read
-  std::vector<QuantizedModel> quantized;  // in the pipeline's model order
-  reports::Artifact recipe;               // name, file, fingerprint
+  quant::Recipe parsed;                          // the recipe as read
+  std::vector<QuantizedModel> quantized;         // in the pipeline's model order
+  reports::Artifact recipe;                      // name, file, fingerprint
   std::optional<reports::Artifact> calibration;  // the calibration set
-  bool cache_hit = false;                 // every quantized model's scales came from the cache
+  bool cache_hit = false;                        // every quantized model's scales came from the cache
   double calibration_s = 0;
 };
 

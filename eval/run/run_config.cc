@@ -58,7 +58,8 @@ void require_exists(const base::JsonConfig& c, const std::string& key, const fs:
 
 int get_count(const base::JsonConfig& c, const std::string& key, int fallback, int min) {
   const long long v = c.get_int(key, fallback);
-  if (v < min || v > 1'000'000) child_of(c, key).fail(fmt::format("must be an integer in [{}, 1000000], got {}", min, v));
+  if (v < min || v > 1'000'000)
+    child_of(c, key).fail(fmt::format("must be an integer in [{}, 1000000], got {}", min, v));
   return int(v);
 }
 
@@ -84,8 +85,9 @@ VariantSpec parse_variant(const base::JsonConfig& v, const PipelineKind& kind) {
         if (oc.has(m)) s.onnx[m] = oc.get_path(m);
       if (s.onnx.empty()) oc.fail("names no model");
     } else {
-      child_of(v, "onnx").fail("must be a file name (the UNet / image encoder / single model) or an object "
-                               "{model name: file}");
+      child_of(v, "onnx").fail(
+          "must be a file name (the UNet / image encoder / single model) or an object "
+          "{model name: file}");
     }
     for (const auto& [m, p] : s.onnx)
       if (!fs::is_regular_file(p)) child_of(v, "onnx").fail("no such file: " + p.string() + " (" + m + ")");
@@ -102,8 +104,9 @@ const PipelineKind& detect_kind(const base::JsonConfig& root, const fs::path& pi
   if (!fs::exists(pipeline)) child_of(root, "pipeline").fail("no such file or folder: " + pipeline.string());
   const PipelineKind* kind = pipeline_kind_of(pipeline);
   if (!kind && fs::is_directory(pipeline))
-    child_of(root, "pipeline").fail((pipeline / "pipeline.json").string() +
-                                    ": no such file (a pipeline folder holds a pipeline.json; docs/pipelines.md)");
+    child_of(root, "pipeline")
+        .fail((pipeline / "pipeline.json").string() +
+              ": no such file (a pipeline folder holds a pipeline.json; docs/pipelines.md)");
   if (!kind) {
     std::string kinds;
     for (const PipelineKind* k : pipeline_kinds()) kinds += (kinds.empty() ? "" : ", ") + k->name;
@@ -120,8 +123,8 @@ OutputSpec parse_output(const base::JsonConfig& o, const std::string& name) {
   s.name = name;
   if (!o.has("kind")) o.fail("missing 'kind' (tensor, mask, matte or image)");
   const std::string kind = o.get_choice("kind", {"tensor", "mask", "matte", "image"});
-  s.kind = kind == "tensor" ? OutputKind::kTensor
-           : kind == "mask" ? OutputKind::kMask
+  s.kind = kind == "tensor"  ? OutputKind::kTensor
+           : kind == "mask"  ? OutputKind::kMask
            : kind == "matte" ? OutputKind::kMatte
                              : OutputKind::kImage;
   const bool masklike = s.kind == OutputKind::kMask || s.kind == OutputKind::kMatte;
@@ -132,8 +135,9 @@ OutputSpec parse_output(const base::JsonConfig& o, const std::string& name) {
     s.threshold = float(t);
   } else if (s.kind == OutputKind::kMask) {
     // Logits (threshold 0) and probabilities (0.5) both occur: no default can be right for both.
-    o.fail("kind 'mask' needs 'threshold' (foreground where value > threshold: 0 for logits, 0.5 for "
-           "probabilities)");
+    o.fail(
+        "kind 'mask' needs 'threshold' (foreground where value > threshold: 0 for logits, 0.5 for "
+        "probabilities)");
   }
   if (o.has("range")) {
     if (s.kind != OutputKind::kImage) child_of(o, "range").fail("only applies to kind 'image', not '" + kind + "'");
@@ -164,9 +168,9 @@ void check_variants(RunSpec& s, const base::JsonConfig& root) {
 
 RunSpec parse_run_config(const std::string& text, const fs::path& source) {
   const base::JsonConfig root = base::JsonConfig::parse(text, source.string(), kRunConfigDoc);
-  root.allow_keys({"description", "pipeline", "inputs", "prompts", "first", "count", "seeds", "steps",
-                   "guidance_scale", "scheduler", "negative_prompt", "variants", "reference", "observe",
-                   "calibration", "gate", "save_images", "outputs"});
+  root.allow_keys({"description", "pipeline", "inputs", "prompts", "first", "count", "seeds", "steps", "guidance_scale",
+                   "scheduler", "negative_prompt", "variants", "reference", "observe", "calibration", "gate",
+                   "save_images", "outputs"});
   RunSpec s;
   s.source = source;
   s.pipeline = root.get_path("pipeline");
@@ -203,8 +207,7 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
     if (!(g >= 0 && g <= 100)) child_of(root, "guidance_scale").fail("must be in [0, 100]");
     s.guidance_scale = g;
   }
-  if (root.has("scheduler"))
-    s.scheduler = parse_scheduler_type(root.get_choice("scheduler", {"ddim", "euler"}));
+  if (root.has("scheduler")) s.scheduler = parse_scheduler_type(root.get_choice("scheduler", {"ddim", "euler"}));
   if (root.has("negative_prompt")) s.negative_prompt = root.get_string("negative_prompt");
 
   if (!root.has("variants")) root.fail("missing required key 'variants'");
@@ -240,8 +243,9 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
   s.save_images = root.get_bool("save_images", true);
   if (root.has("outputs")) {
     if (!kind.judged_outputs)
-      child_of(root, "outputs").fail("only applies to " + pipeline_kinds_with(&PipelineKind::judged_outputs) +
-                                     "; this pipeline is " + kind.name);
+      child_of(root, "outputs")
+          .fail("only applies to " + pipeline_kinds_with(&PipelineKind::judged_outputs) + "; this pipeline is " +
+                kind.name);
     const auto o = root.optional_object("outputs");
     if (!o || o->value().empty())
       child_of(root, "outputs").fail("must be a non-empty object {output name: {\"kind\": ...}}");
@@ -278,12 +282,12 @@ RunSpec default_run_config() {
   VariantSpec fp16{"fp16", Precision::kFp16, {}, {}, {}};
   s.variants = {fp32, fp16};
   // The shipped recipes, the rest of the network in FP16 (TensorRT's --int8/--fp8 with --fp16).
-  for (const auto& [name, file] : {std::pair<std::string, std::string>{"int8-l3", "int8-level3.json"},
-                                   {"fp8-l4", "fp8-level4.json"}}) {
+  for (const auto& [name, file] :
+       {std::pair<std::string, std::string>{"int8-l3", "int8-level3.json"}, {"fp8-l4", "fp8-level4.json"}}) {
     const fs::path recipe = data / "recipes" / file;
     if (fs::is_regular_file(recipe)) s.variants.push_back(VariantSpec{name, Precision::kFp16, recipe, {}, {}});
   }
-  s.calibration.count = 32;  // of prompts/tiny_calib.txt, at the run's 20 steps (cached after the first run)
+  s.calibration.count = 32;           // of prompts/tiny_calib.txt, at the run's 20 steps (cached after the first run)
   s.gate = s.pipeline / "gate.json";  // the shipped release gate (docs/gate.md)
   s.reference = "fp32";
   return s;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "eval/pipelines/pipeline_config.h"
 #include "eval/exec/session.h"
+#include "eval/pipelines/pipeline_config.h"
 
 namespace qeval::eval {
 
@@ -40,7 +40,7 @@ std::string_view output_kind_name(OutputKind k);  // "tensor" | "mask" | "matte"
 struct OutputSpec {
   std::string name;  // the graph output
   OutputKind kind = OutputKind::kTensor;
-  float threshold = 0.5f;                // mask / matte: foreground where value > threshold
+  float threshold = 0.5f;                 // mask / matte: foreground where value > threshold
   double range_lo = 0.0, range_hi = 1.0;  // image: values are clamped to [lo, hi], peak = hi - lo
 };
 
@@ -72,8 +72,8 @@ struct RunSpec {
   // Prompts (txt2img: a text prompt set; segmentation: a point-prompt set) or, for a single model,
   // a folder of input samples. Default: the pipeline's evaluation set.
   std::filesystem::path inputs;
-  int first = 0;  // skip this many prompts
-  int count = 0;  // then take this many (0 = all)
+  int first = 0;                           // skip this many prompts
+  int count = 0;                           // then take this many (0 = all)
   std::vector<std::uint64_t> seeds = {0};  // txt2img: each prompt runs once per seed
 
   // txt2img overrides of pipeline.json's defaults.

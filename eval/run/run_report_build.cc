@@ -137,7 +137,8 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   cfg.pipeline = driver.kind().name;
   std::vector<const Graph*> ref_graphs;
   for (const auto& m : driver.models()) ref_graphs.push_back(res.variants[r].graphs.at(m).get());
-  cfg.model = {driver.description().name, spec.pipeline.string(), ctx.fingerprints ? graphs_fingerprint(ref_graphs) : ""};
+  cfg.model = {driver.description().name, spec.pipeline.string(),
+               ctx.fingerprints ? graphs_fingerprint(ref_graphs) : ""};
   cfg.inputs = driver.description().inputs;
   if (ctx.fingerprints) cfg.inputs.fingerprint = file_fingerprint(cfg.inputs.path);
   for (const auto& v : res.variants)
@@ -250,7 +251,8 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
     if (count) rep.variants[v].summary.timings.emplace_back("ms_per_sample", total / double(count));
     if (res.variants[v].calibration)
       rep.variants[v].summary.timings.emplace_back(
-          res.variants[v].calibration_cache_hit ? "calibration_s_cached" : "calibration_s", res.variants[v].calibration_s);
+          res.variants[v].calibration_cache_hit ? "calibration_s_cached" : "calibration_s",
+          res.variants[v].calibration_s);
   }
 
   if (layers_on) {
@@ -307,7 +309,8 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
           if (const LayerCell* c = res.layers[v].find(l, s)) {
             pooled.merge(*c);
             if (std::isfinite(clip[k]) && c->act.clipped > 0)
-              table.out_of_range_steps[k] = std::isnan(table.out_of_range_steps[k]) ? 1 : table.out_of_range_steps[k] + 1;
+              table.out_of_range_steps[k] =
+                  std::isnan(table.out_of_range_steps[k]) ? 1 : table.out_of_range_steps[k] + 1;
           }
         if (std::isfinite(clip[k]) && std::isnan(table.out_of_range_steps[k])) table.out_of_range_steps[k] = 0;
         ColumnsWanted wk = want;
@@ -362,8 +365,8 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   // Per-step error curves.
   for (std::size_t v = 0; v < nv; ++v)
     for (const StepSeries& s : res.series[v])
-      for (const std::string_view metric : {metrics::keys::kSqnrDb, metrics::keys::kRelL2, metrics::keys::kCosine,
-                                            metrics::keys::kMaxAbs}) {
+      for (const std::string_view metric :
+           {metrics::keys::kSqnrDb, metrics::keys::kRelL2, metrics::keys::kCosine, metrics::keys::kMaxAbs}) {
         reports::StepCurve c;
         c.variant = res.variants[v].spec.name;
         c.quantity = s.quantity;
@@ -382,7 +385,8 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
 
   for (std::size_t v = 0; v < nv; ++v)
     if (const auto& hit = res.first_nonfinite[v])
-      rep.nonfinite.push_back({res.variants[v].spec.name, hit->sample, hit->step, hit->node, hit->op, hit->nan, hit->inf});
+      rep.nonfinite.push_back(
+          {res.variants[v].spec.name, hit->sample, hit->step, hit->node, hit->op, hit->nan, hit->inf});
   return rep;
 }
 
@@ -395,7 +399,8 @@ std::string fmt_num(double v) {
 
 // NaN/Inf values of layer k in `table` beyond the reference's own (`ref_table`, null when the
 // reference was not observed; its attention masks' -inf are by design); 0 when not measured.
-double nonfinite_beyond_reference(const reports::LayerTable& table, const reports::LayerTable* ref_table, std::size_t k) {
+double nonfinite_beyond_reference(const reports::LayerTable& table, const reports::LayerTable* ref_table,
+                                  std::size_t k) {
   const float x = reports::cell(table.stats.nonfinite, k);
   const float base = ref_table ? reports::cell(ref_table->stats.nonfinite, k) : 0.0f;
   return std::isnan(x) ? 0.0 : std::max(0.0, double(x) - (std::isnan(base) ? 0.0 : double(base)));
@@ -410,7 +415,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
     if (!v.empty() && !names.count(v))
       throw InputError(gate.source + ": " + where + " names variant '" + v + "', which this run does not have");
   };
-  for (std::size_t i = 0; i < gate.checks.size(); ++i) check_variant(gate.checks[i].variant, fmt::format("checks[{}]", i));
+  for (std::size_t i = 0; i < gate.checks.size(); ++i)
+    check_variant(gate.checks[i].variant, fmt::format("checks[{}]", i));
   for (std::size_t i = 0; i < gate.layer_checks.size(); ++i)
     check_variant(gate.layer_checks[i].variant, fmt::format("layers[{}]", i));
   for (std::size_t i = 0; i < gate.step_checks.size(); ++i)
@@ -442,7 +448,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
   // The layer checks' node patterns (load_gate checked them), compiled once for every variant.
   std::vector<std::optional<std::regex>> node_patterns(gate.layer_checks.size());
   for (std::size_t i = 0; i < gate.layer_checks.size(); ++i)
-    if (!gate.layer_checks[i].nodes.empty()) node_patterns[i].emplace(gate.layer_checks[i].nodes, std::regex::ECMAScript);
+    if (!gate.layer_checks[i].nodes.empty())
+      node_patterns[i].emplace(gate.layer_checks[i].nodes, std::regex::ECMAScript);
   for (const auto& variant : rep.variants) {
     if (variant.reference) continue;
     // Sample checks.
@@ -461,8 +468,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         g.error_text = sr.error;
         for (const auto& info : rep.metrics) {
           const auto* m = sr.metric(info.key);
-          g.values[info.key] = m ? metrics::counted_value(metrics::find_metric(info.key), m->value, sr.identical)
-                                 : std::nullopt;
+          g.values[info.key] =
+              m ? metrics::counted_value(metrics::find_metric(info.key), m->value, sr.identical) : std::nullopt;
         }
         if (const auto* m = sr.metric(kOutputNonfiniteMetric); m && m->value) g.nonfinite = std::uint64_t(*m->value);
         samples.push_back(std::move(g));
@@ -496,7 +503,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
       if (table)
         for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k) {
           if (nodes && !std::regex_search(rep.layers[k].name, *nodes)) continue;
-          if (nonfinite_beyond_reference(*table, ref_table, k) > 0 && diverged++ == 0) first_diverged = rep.layers[k].name;
+          if (nonfinite_beyond_reference(*table, ref_table, k) > 0 && diverged++ == 0)
+            first_diverged = rep.layers[k].name;
         }
       if (table)
         for (const auto& c : reports::kLayerColumns)
@@ -514,15 +522,16 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
       const std::string scope = nodes ? fmt::format(" matching '{}'", lc.nodes) : std::string();
       const bool fail_diverged = diverged && !gate.allow_nonfinite;
       std::string detail =
-          nodes && matched == 0 && table
-              ? fmt::format("no layer name matches '{}'", lc.nodes)
+          nodes && matched == 0 && table ? fmt::format("no layer name matches '{}'", lc.nodes)
           : values.empty()
               ? "no layer has a value (were layers observed? is this column measured for this variant?)"
               : fmt::format("{} = {} over {} layers{}; worst {} ({})", lc.stat, value ? fmt_num(*value) : "n/a",
                             values.size(), scope, fmt_num(worst->first), rep.layers[worst->second].name);
       if (fail_diverged)
-        detail += fmt::format("; {} layer(s) NaN/Inf where the reference is finite (first '{}'); the gate does not "
-                              "set 'allow_nonfinite'", diverged, first_diverged);
+        detail += fmt::format(
+            "; {} layer(s) NaN/Inf where the reference is finite (first '{}'); the gate does not "
+            "set 'allow_nonfinite'",
+            diverged, first_diverged);
       for (int side = 0; side < 2; ++side) {
         const auto& bound = side == 0 ? lc.bound.min : lc.bound.max;
         if (!bound) continue;
@@ -534,11 +543,11 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
         row.value = value;
         row.name = fmt::format("layer {} {} {} {}{}", lc.column, lc.stat, row.op, fmt_num(*bound),
                                nodes ? fmt::format(" (nodes ~ {})", lc.nodes) : std::string());
-        row.passed = !fail_diverged && value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
+        row.passed =
+            !fail_diverged && value && !std::isnan(*value) && (side == 0 ? *value >= *bound : *value <= *bound);
         row.detail = detail;
         row.variant = variant.name;
-        if (layers_off)
-          not_measured(row, "this run did not observe layers (--no-layers or observe.layers false)");
+        if (layers_off) not_measured(row, "this run did not observe layers (--no-layers or observe.layers false)");
         else if (local_off && lc.column.rfind("local_", 0) == 0)
           not_measured(row, "this run did not measure local error (observe.local_error false)");
         rep.gate.checks.push_back(std::move(row));
@@ -564,10 +573,10 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
       const auto value = metrics::compute_stat(sc.spec, values);
       const std::string what = sc.quantity + " " + sc.mode + " " + sc.metric;
       const std::string detail =
-          values.empty() ? "no " + what + " curve (a diffusion pipeline with teacher forcing on?)"
-                         : fmt::format("{} = {} over {} steps; worst {} at step {}", sc.stat,
-                                       value ? fmt_num(*value) : "n/a", values.size(), fmt_num(worst->first),
-                                       worst->second);
+          values.empty()
+              ? "no " + what + " curve (a diffusion pipeline with teacher forcing on?)"
+              : fmt::format("{} = {} over {} steps; worst {} at step {}", sc.stat, value ? fmt_num(*value) : "n/a",
+                            values.size(), fmt_num(worst->first), worst->second);
       for (int side = 0; side < 2; ++side) {
         const auto& bound = side == 0 ? sc.bound.min : sc.bound.max;
         if (!bound) continue;
@@ -590,7 +599,8 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
       // Values the reference does not have (its attention masks' -inf are by design).
       double total = 0;
       if (table)
-        for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k) total += nonfinite_beyond_reference(*table, ref_table, k);
+        for (std::size_t k = 0; k < table->stats.nonfinite.size(); ++k)
+          total += nonfinite_beyond_reference(*table, ref_table, k);
       reports::GateCheckRow row;
       row.metric = "nonfinite";
       row.stat = "count";
@@ -602,11 +612,13 @@ void apply_run_gate(const Gate& gate, reports::RunReport& rep) {
       row.detail = !table ? "layers were not observed: no NaN/Inf count" : fmt::format("{} non-finite values", total);
       for (const auto& hit : rep.nonfinite)
         if (hit.variant == variant.name)
-          row.detail += fmt::format("; first at node '{}' ({}) step {} of sample {}", hit.node, hit.op, hit.step, hit.sample);
+          row.detail +=
+              fmt::format("; first at node '{}' ({}) step {} of sample {}", hit.node, hit.op, hit.step, hit.sample);
       row.variant = variant.name;
       if (layers_off)
-        not_measured(row, "this run did not observe layers (--no-layers or observe.layers false): NaN/Inf inside "
-                          "the network not counted (final outputs are checked by the sample checks)");
+        not_measured(row,
+                     "this run did not observe layers (--no-layers or observe.layers false): NaN/Inf inside "
+                     "the network not counted (final outputs are checked by the sample checks)");
       rep.gate.checks.push_back(std::move(row));
     }
   }

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <string>
 
-#include "eval/run/gate.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/gate.h"
 #include "reports/run_report_model.h"
 
 namespace qeval::eval {

@@ -11,12 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/files.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/pipeline_kind.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
-#include "base/files.h"
 
 namespace qeval::eval {
 
@@ -210,7 +210,8 @@ std::string run_key(const RunSpec& spec, const RunDriver& driver, const std::vec
     for (const auto& p : quant::tensor_sample_folders(inputs)) all += p.string() + "\n";
   }
   for (const auto& v : variants)
-    for (const auto& [model, graph] : v.graphs) all += v.spec.name + "/" + model + "=" + quant::graph_fingerprint(*graph) + "\n";
+    for (const auto& [model, graph] : v.graphs)
+      all += v.spec.name + "/" + model + "=" + quant::graph_fingerprint(*graph) + "\n";
   return quant::fnv1a64_hex(all.data(), all.size());
 }
 
@@ -323,9 +324,9 @@ void save_run_state(const fs::path& file, const RunResult& r, const RunDriver& d
   json nonfinite = json::array();
   for (std::size_t v = 0; v < r.variants.size(); ++v) {
     const auto& hit = r.first_nonfinite[v];
-    nonfinite.push_back(hit ? json::array({hit->unit, hit->sample, hit->step, hit->model, hit->node, hit->op, hit->nan,
-                                           hit->inf})
-                            : json(nullptr));
+    nonfinite.push_back(
+        hit ? json::array({hit->unit, hit->sample, hit->step, hit->model, hit->node, hit->op, hit->nan, hit->inf})
+            : json(nullptr));
   }
   base::AtomicFileWriter file_out(file);
   MsgPack m(file_out);
@@ -470,8 +471,8 @@ void merge_run_state(const fs::path& file, const std::string& key, const RunDriv
       }
       const json& h = j.at("nonfinite")[v];
       if (!h.is_null()) {
-        NonFiniteHit hit{h.at(0).get<std::size_t>(), h.at(1).get<std::string>(), h.at(2).get<int>(),
-                         h.at(3).get<std::string>(), h.at(4).get<std::string>(), h.at(5).get<std::string>(),
+        NonFiniteHit hit{h.at(0).get<std::size_t>(),   h.at(1).get<std::string>(),  h.at(2).get<int>(),
+                         h.at(3).get<std::string>(),   h.at(4).get<std::string>(),  h.at(5).get<std::string>(),
                          h.at(6).get<std::uint64_t>(), h.at(7).get<std::uint64_t>()};
         auto& first = into.first_nonfinite[v];
         if (!first || hit.unit < first->unit) first = hit;

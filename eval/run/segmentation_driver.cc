@@ -4,18 +4,18 @@
 
 #include <chrono>
 
+#include "base/files.h"
 #include "datasets/mask_io.h"
-#include "eval/run/compare_images.h"
 #include "eval/exec/onnx_import.h"
-#include "eval/pipelines/segmentation.h"
 #include "eval/pipelines/point_prompts.h"
+#include "eval/pipelines/segmentation.h"
 #include "eval/quant/segmentation_calibration.h"
+#include "eval/run/compare_images.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/outputs.h"
 #include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
 #include "metrics/segmentation.h"
-#include "base/files.h"
 
 namespace qeval::eval {
 
@@ -72,10 +72,8 @@ class SegmentationDriver : public RunDriver {
   std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& v) const override {
     std::map<std::string, std::shared_ptr<const Graph>> out;
     for (const std::string m : {"image_encoder", "mask_decoder"}) {
-      if (auto it = v.onnx.find(m); it != v.onnx.end())
-        out[m] = std::make_shared<const Graph>(load_onnx(it->second));
-      else
-        out[m] = graph(m, v.pipeline_variant);  // InputError for a variant no model lists
+      if (auto it = v.onnx.find(m); it != v.onnx.end()) out[m] = std::make_shared<const Graph>(load_onnx(it->second));
+      else out[m] = graph(m, v.pipeline_variant);  // InputError for a variant no model lists
     }
     return out;
   }
@@ -123,9 +121,8 @@ class SegmentationDriver : public RunDriver {
     std::vector<std::unique_ptr<LockstepObserver>> observers(nv);
     if (ctx.observation)
       for (std::size_t v = 0; v < nv; ++v)
-        observers[v] =
-            std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, set_.prompts[u.prompts[0]].id,
-                                               index);
+        observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes,
+                                                          set_.prompts[u.prompts[0]].id, index);
     auto local_errors = [&] {
       if (!ctx.observation) return;
       for (std::size_t v : order)
@@ -166,7 +163,9 @@ class SegmentationDriver : public RunDriver {
         o.identical = cmp.logits.identical();
         o.metrics.push_back({metrics::keys::kMaskIou, cmp.iou.iou, {}, ""});
         o.metrics.push_back({metrics::keys::kBoundaryF, cmp.boundary.f, {}, ""});
-        o.metrics.push_back({metric_info(metrics::keys::kSqnrDb, kLogits).key, cmp.logits.sqnr_db, {},
+        o.metrics.push_back({metric_info(metrics::keys::kSqnrDb, kLogits).key,
+                             cmp.logits.sqnr_db,
+                             {},
                              cmp.logits.sqnr_db ? "" : "identical logits"});
         o.metrics.push_back({metrics::keys::kFlippedFraction, cmp.flipped_fraction, {}, ""});
         o.metrics.push_back({kOutputNonfiniteMetric, double(cmp.logits.diverged), {}, ""});
@@ -176,11 +175,12 @@ class SegmentationDriver : public RunDriver {
         o.heatmap_png = datasets::encode_png(difference_heatmap(a, b, 255.0, 1).image);
         o.heatmap_legend = "pixels whose mask differs from the reference's: bright";
         if (!ctx.out_dir.empty()) {
-          o.heatmap_path = (fs::path("images") / base::file_name_for(p.id) / (base::file_name_for(variants[v].spec.name) + "_diff.png"))
+          o.heatmap_path = (fs::path("images") / base::file_name_for(p.id) /
+                            (base::file_name_for(variants[v].spec.name) + "_diff.png"))
                                .generic_string();
           fs::create_directories((ctx.out_dir / o.heatmap_path).parent_path());
           base::write_file_atomic(ctx.out_dir / o.heatmap_path,
-                                     std::string(o.heatmap_png.begin(), o.heatmap_png.end()));
+                                  std::string(o.heatmap_png.begin(), o.heatmap_png.end()));
         }
       }
     }

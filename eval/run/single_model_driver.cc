@@ -92,7 +92,8 @@ std::uint64_t compare_output(const OutputSpec& spec, const Tensor& ref, const Te
     case OutputKind::kMask:
     case OutputKind::kMatte: {
       // One [H, W] plane: every dimension before the last two must be 1.
-      const bool plane = shape.size() >= 2 && std::all_of(shape.begin(), shape.end() - 2, [](auto d) { return d == 1; });
+      const bool plane =
+          shape.size() >= 2 && std::all_of(shape.begin(), shape.end() - 2, [](auto d) { return d == 1; });
       if (!plane) {
         error = fmt::format("output '{}' has shape {}: kind '{}' needs one [H, W] plane (leading dimensions of 1)",
                             spec.name, shape_text(shape), output_kind_name(spec.kind));
@@ -105,7 +106,12 @@ std::uint64_t compare_output(const OutputSpec& spec, const Tensor& ref, const Te
       out.push_back({key(metrics::keys::kFlippedFraction), cmp.flipped_fraction, {}, ""});
       metrics::ErrorStats e;
       e.add(cmp.logits, a.numel());
-      out.push_back({key(metrics::keys::kSqnrDb), e.sqnr_db(), {}, identical ? "identical" : diverged ? kDivergedNote : ""});
+      out.push_back({key(metrics::keys::kSqnrDb),
+                     e.sqnr_db(),
+                     {},
+                     identical  ? "identical"
+                     : diverged ? kDivergedNote
+                                : ""});
       break;
     }
     case OutputKind::kImage: {
@@ -117,22 +123,26 @@ std::uint64_t compare_output(const OutputSpec& spec, const Tensor& ref, const Te
       }
       if (diverged || te.nonfinite_ref || te.nonfinite_test) {
         // Unbounded error where the test diverged (as SQNR's -inf); undefined otherwise.
-        out.push_back({key(metrics::keys::kPsnrDb), diverged ? std::optional<double>(-kInf) : std::nullopt, {}, kDivergedNote});
-        out.push_back({key(metrics::keys::kSsim), std::nullopt, {}, diverged ? kDivergedNote : "NaN/Inf in the reference"});
+        out.push_back(
+            {key(metrics::keys::kPsnrDb), diverged ? std::optional<double>(-kInf) : std::nullopt, {}, kDivergedNote});
+        out.push_back(
+            {key(metrics::keys::kSsim), std::nullopt, {}, diverged ? kDivergedNote : "NaN/Inf in the reference"});
         break;
       }
       // The metrics take [C, H, W] on [0, peak]: clamp to the range, then shift it to start at 0.
       const Shape chw(shape.end() - 3, shape.end());
       auto on_range = [&](const Tensor& t) {
         Tensor x = t.reshaped(chw);
-        for (float& v : x.span<float>())
-          v = float(std::clamp(double(v), spec.range_lo, spec.range_hi) - spec.range_lo);
+        for (float& v : x.span<float>()) v = float(std::clamp(double(v), spec.range_lo, spec.range_hi) - spec.range_lo);
         return x;
       };
       const Tensor x = on_range(a), y = on_range(b);
       const double peak = spec.range_hi - spec.range_lo;
       const auto p = metrics::psnr(x, y, peak);
-      out.push_back({key(metrics::keys::kPsnrDb), p.psnr_db ? p.psnr_db : std::optional<double>(kInf), {}, p.psnr_db ? "" : "identical"});
+      out.push_back({key(metrics::keys::kPsnrDb),
+                     p.psnr_db ? p.psnr_db : std::optional<double>(kInf),
+                     {},
+                     p.psnr_db ? "" : "identical"});
       const auto ss = metrics::ssim(x, y, metrics::SsimConvention::kWang, peak);
       out.push_back({key(metrics::keys::kSsim), ss.ssim, {}, ss.note});
       break;
@@ -150,13 +160,15 @@ class SingleModelDriver : public RunDriver {
  public:
   explicit SingleModelDriver(const RunSpec& spec)
       : RunDriver(pipeline_kind("single-model")),
-        model_path_(spec.pipeline), graph_(std::make_shared<const Graph>(load_onnx(spec.pipeline))) {
+        model_path_(spec.pipeline),
+        graph_(std::make_shared<const Graph>(load_onnx(spec.pipeline))) {
     inputs_ = spec.inputs;
     const auto folders = quant::tensor_sample_folders(inputs_);
     const std::size_t first = std::min<std::size_t>(std::size_t(spec.first), folders.size());
     std::size_t last = folders.size();
     if (spec.count > 0) last = std::min(last, first + std::size_t(spec.count));
-    if (first >= last) throw InputError(fmt::format("{}: 'first' {} skips every sample", spec.source.string(), spec.first));
+    if (first >= last)
+      throw InputError(fmt::format("{}: 'first' {} skips every sample", spec.source.string(), spec.first));
     samples_.assign(folders.begin() + std::ptrdiff_t(first), folders.begin() + std::ptrdiff_t(last));
     outputs_ = spec.outputs;
     for (const auto& o : outputs_) {
@@ -177,16 +189,15 @@ class SingleModelDriver : public RunDriver {
       if (it->has_shape) {
         const auto& d = it->dims;
         auto ones = [](auto b, auto e) { return std::all_of(b, e, [](std::int64_t x) { return x == 1 || x < 0; }); };
-        const bool fits = o.kind == OutputKind::kTensor ? true
-                          : o.kind == OutputKind::kImage
-                              ? d.size() == 3 || (d.size() == 4 && (d[0] == 1 || d[0] < 0))
-                              : d.size() >= 2 && ones(d.begin(), d.end() - 2);
+        const bool fits = o.kind == OutputKind::kTensor  ? true
+                          : o.kind == OutputKind::kImage ? d.size() == 3 || (d.size() == 4 && (d[0] == 1 || d[0] < 0))
+                                                         : d.size() >= 2 && ones(d.begin(), d.end() - 2);
         if (!fits)
-          throw InputError(fmt::format("{}: output '{}' is declared {}: kind '{}' needs {} (see {})", where, o.name,
-                                       shape_text(d), output_kind_name(o.kind),
-                                       o.kind == OutputKind::kImage ? "[C, H, W] or [1, C, H, W]"
-                                                                    : "one [H, W] plane (leading dimensions of 1)",
-                                       kRunConfigDoc));
+          throw InputError(fmt::format(
+              "{}: output '{}' is declared {}: kind '{}' needs {} (see {})", where, o.name, shape_text(d),
+              output_kind_name(o.kind),
+              o.kind == OutputKind::kImage ? "[C, H, W] or [1, C, H, W]" : "one [H, W] plane (leading dimensions of 1)",
+              kRunConfigDoc));
       }
     }
     RunDescription& d = description_;
@@ -215,9 +226,10 @@ class SingleModelDriver : public RunDriver {
   // The model, calibrated on the run's calibration samples (a single model has no default set).
   CalibrationData calibration_data(const VariantSpec& v, const RunSpec& spec, bool) const override {
     if (spec.calibration.prompts.empty())
-      throw InputError(fmt::format("variant '{}': a recipe on a single model needs calibration samples: "
-                                   "\"calibration\": {{\"prompts\": FOLDER}} (the qeval infer --inputs layout; {})",
-                                   v.name, kRunConfigDoc));
+      throw InputError(
+          fmt::format("variant '{}': a recipe on a single model needs calibration samples: "
+                      "\"calibration\": {{\"prompts\": FOLDER}} (the qeval infer --inputs layout; {})",
+                      v.name, kRunConfigDoc));
     const fs::path folder = spec.calibration.prompts;
     auto set = [this, folder](const std::string&) -> std::unique_ptr<quant::CalibrationSet> {
       return std::make_unique<quant::TensorCalibrationSet>(quant::TensorCalibrationSet::from_folder(folder, *graph_));
@@ -270,7 +282,8 @@ class SingleModelDriver : public RunDriver {
     std::vector<std::unique_ptr<LockstepObserver>> observers(nv);
     if (ctx.observation)
       for (std::size_t v : order)
-        observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, id, index);
+        observers[v] =
+            std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, id, index);
     if (ctx.observation && ctx.interleave) {
       // Every variant's call in lockstep with the reference's, node by node (as txt2img's model
       // calls): the capture borrows the reference's values instead of copying every one (a
@@ -320,8 +333,8 @@ class SingleModelDriver : public RunDriver {
     }
     o.identical = identical;
     // +inf SQNR (identical) is carried by `identical`; -inf (diverged) is a value.
-    push_error_metrics(e, identical, diverged, false, [](const char* m) { return metric_info(m, kPooledOutputs).key; },
-                       o.metrics);
+    push_error_metrics(
+        e, identical, diverged, false, [](const char* m) { return metric_info(m, kPooledOutputs).key; }, o.metrics);
     o.metrics.push_back({kOutputNonfiniteMetric, double(diverged), {}, ""});
   }
 

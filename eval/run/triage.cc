@@ -64,8 +64,8 @@ Gate gate_for_candidates(Gate gate, const std::string& variant) {
 class ConfigEvaluator {
  public:
   ConfigEvaluator(const RunSpec& spec, const RunDriver& driver, const BuiltVariant& reference,
-                  const BuiltVariant& target, const RecipeGraphs& recipe, std::vector<QNode> nodes,
-                  Gate gate, reports::MetricInfo metric, const TriageOptions& options)
+                  const BuiltVariant& target, const RecipeGraphs& recipe, std::vector<QNode> nodes, Gate gate,
+                  reports::MetricInfo metric, const TriageOptions& options)
       : spec_(spec),
         driver_(driver),
         reference_(reference),
@@ -227,17 +227,20 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
   const VariantSpec target_spec = *it;
   const VariantSpec reference_spec = spec.reference_variant();
   if (target_spec.name == reference_spec.name)
-    throw InputError(fmt::format("--variant {}: that is the reference of {}; triage a variant compared with it "
-                                 "(variants: {})",
-                                 options.variant, where, names));
+    throw InputError(
+        fmt::format("--variant {}: that is the reference of {}; triage a variant compared with it "
+                    "(variants: {})",
+                    options.variant, where, names));
   if (target_spec.recipe.empty())
-    throw InputError(fmt::format("--variant {}: {} gives it no recipe; triage searches which nodes of a recipe "
-                                 "variant to keep in high precision (\"recipe\": FILE, docs/run-config.md)",
-                                 options.variant, where));
+    throw InputError(
+        fmt::format("--variant {}: {} gives it no recipe; triage searches which nodes of a recipe "
+                    "variant to keep in high precision (\"recipe\": FILE, docs/run-config.md)",
+                    options.variant, where));
   if (gate_in.checks.empty() && gate_in.layer_checks.empty() && gate_in.step_checks.empty())
-    throw InputError(fmt::format("{}: triage needs a gate with checks to search for (--gate G.json or \"gate\" in "
-                                 "the config; docs/gate.md)",
-                                 gate_in.source));
+    throw InputError(
+        fmt::format("{}: triage needs a gate with checks to search for (--gate G.json or \"gate\" in "
+                    "the config; docs/gate.md)",
+                    gate_in.source));
   const Gate gate = gate_for_candidates(gate_in, target_spec.name);
   if (gate.checks.empty() && gate.layer_checks.empty() && gate.step_checks.empty())
     throw InputError(fmt::format("{}: every check names another variant than '{}'", gate_in.source, target_spec.name));
@@ -251,8 +254,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
   if (mi == infos.end()) {
     std::string keys;
     for (const auto& m : infos) keys += (keys.empty() ? "" : ", ") + m.key;
-    throw InputError(fmt::format("metric '{}': a {} pipeline reports {}", metric_key,
-                                 driver->kind().name, keys));
+    throw InputError(fmt::format("metric '{}': a {} pipeline reports {}", metric_key, driver->kind().name, keys));
   }
   const reports::MetricInfo metric = *mi;
 
@@ -324,7 +326,8 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
       for (std::size_t l = 0; l < rr.layers.size(); ++l)
         for (auto& tn : report.nodes)
           if (tn.name == rr.layers[l].name && tn.model == rr.layers[l].component) {
-            const float s = reports::cell(table->stats.local_sqnr_db, l), r = reports::cell(table->stats.local_rel_l2, l);
+            const float s = reports::cell(table->stats.local_sqnr_db, l),
+                        r = reports::cell(table->stats.local_rel_l2, l);
             if (!std::isnan(s)) tn.local_sqnr_db = s;
             if (!std::isnan(r)) tn.local_rel_l2 = r;
           }
@@ -340,7 +343,8 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     auto local_key = [&](std::size_t k) {
       return report.nodes[k].local_sqnr_db.value_or(std::numeric_limits<double>::infinity());
     };
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return local_key(a) < local_key(b); });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return local_key(a) < local_key(b); });
     for (std::size_t r = 0; r < n; ++r) report.nodes[order[r]].rank_local = r + 1;
   }
 
@@ -378,8 +382,8 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
       for (auto& tn : report.nodes) tn.score = -tn.local_sqnr_db.value_or(std::numeric_limits<double>::infinity());
     if (options.progress)
       fmt::print(stderr, "qeval triage: every node kept: {} {} ({}); {} ranking runs, {:.1f} s\n", metric.key,
-                 fmt_metric(report.metric_none), report.none_passed ? "passes" : "fails the gate",
-                 report.ranking_runs, seconds_since(t1));
+                 fmt_metric(report.metric_none), report.none_passed ? "passes" : "fails the gate", report.ranking_runs,
+                 seconds_since(t1));
   }
   // The rank: score, then local SQNR (worse first), then topological order.
   std::vector<std::size_t> ranked(n);
@@ -401,8 +405,9 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
       const auto t1 = Clock::now();
       reports::TriageSearch s;
       s.strategy = "greedy";
-      s.description = "keep nodes in rank order until the gate passes, then re-quantize each kept node "
-                      "(latest first) whose return still passes; every set verified by a run";
+      s.description =
+          "keep nodes in rank order until the gate passes, then re-quantize each kept node "
+          "(latest first) whose return still passes; every set verified by a run";
       base::Progress progress("qeval triage: greedy", n, options.progress && base::stderr_is_terminal());
       KeptSet kept(n, 0);
       std::vector<std::size_t> added;
@@ -463,8 +468,8 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
   // 4. The chosen set: the fewest nodes among passing searches, then the fewest runs.
   const reports::TriageSearch* best = nullptr;
   for (const auto& s : report.searches)
-    if (s.passed && (!best || s.kept.size() < best->kept.size() ||
-                     (s.kept.size() == best->kept.size() && s.runs < best->runs)))
+    if (s.passed &&
+        (!best || s.kept.size() < best->kept.size() || (s.kept.size() == best->kept.size() && s.runs < best->runs)))
       best = &s;
   quant::Recipe r = recipe.parsed;
   if (best) {
@@ -477,9 +482,8 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
         "{} runs; gate {}).",
         recipe.parsed.description,
         recipe.parsed.description.empty() ? "" : (recipe.parsed.description.back() == '.' ? " " : ". "),
-        target_spec.name, metric.key,
-        "mean", fmt_metric(report.metric_full), fmt_metric(best->metric), best->kept.size(), n, report.precision,
-        best->strategy, best->runs, gate_in.source);
+        target_spec.name, metric.key, "mean", fmt_metric(report.metric_full), fmt_metric(best->metric),
+        best->kept.size(), n, report.precision, best->strategy, best->runs, gate_in.source);
     for (const auto& k : best->kept)
       if (std::find(r.exclude_nodes.begin(), r.exclude_nodes.end(), k) == r.exclude_nodes.end())
         r.exclude_nodes.push_back(k);

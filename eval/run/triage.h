@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "eval/run/gate.h"
 #include "eval/quant/recipe.h"
+#include "eval/run/gate.h"
 #include "eval/run/run_config.h"
 #include "reports/run_report_model.h"
 #include "reports/triage_report_model.h"
@@ -19,12 +19,12 @@
 namespace qeval::eval {
 
 struct TriageOptions {
-  std::string variant;          // the recipe variant to triage (a name in spec.variants)
-  std::string metric;           // ranking metric; "" = the gate's first check's, else the pipeline's first
-  bool sensitivity = true;      // rank by per-node runs (2 per node); false: by local error only
-  std::size_t batch = 12;       // configurations evaluated together (one reference pass)
-  bool progress = false;        // progress lines on stderr
-  int workers = 0;              // parallel units (0: TBB's concurrency)
+  std::string variant;      // the recipe variant to triage (a name in spec.variants)
+  std::string metric;       // ranking metric; "" = the gate's first check's, else the pipeline's first
+  bool sensitivity = true;  // rank by per-node runs (2 per node); false: by local error only
+  std::size_t batch = 12;   // configurations evaluated together (one reference pass)
+  bool progress = false;    // progress lines on stderr
+  int workers = 0;          // parallel units (0: TBB's concurrency)
 };
 
 struct TriageOutcome {

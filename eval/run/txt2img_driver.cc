@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "eval/pipelines/txt2img.h"
 #include "eval/pipelines/prompt_set.h"
+#include "eval/pipelines/txt2img.h"
 #include "eval/quant/txt2img_calibration.h"
 #include "eval/run/outputs.h"
 #include "eval/run/recipe_variant.h"
@@ -42,8 +42,10 @@ class Txt2ImgDriver : public RunDriver {
     const Txt2ImgConfig& c = models_.config;
     prompts_path_ = spec.inputs.empty() ? c.evaluation_prompts : spec.inputs;
     if (prompts_path_.empty())
-      throw InputError(c.source.string() + " names no evaluation prompts (\"prompts\": {\"evaluation\": ...}); give "
-                       "\"prompts\" in the run config (" + std::string(kRunConfigDoc) + ")");
+      throw InputError(c.source.string() +
+                       " names no evaluation prompts (\"prompts\": {\"evaluation\": ...}); give "
+                       "\"prompts\" in the run config (" +
+                       std::string(kRunConfigDoc) + ")");
     TextPromptSet set = read_text_prompts(prompts_path_);
     const std::size_t first = std::min<std::size_t>(std::size_t(spec.first), set.prompts.size());
     std::size_t last = set.prompts.size();
@@ -89,8 +91,8 @@ class Txt2ImgDriver : public RunDriver {
     if (!v.pipeline_variant.empty()) {
       const auto names = c.variant_names();
       if (std::find(names.begin(), names.end(), v.pipeline_variant) == names.end())
-        throw InputError(fmt::format("variant '{}': {} lists no variant '{}'", v.name, c.source.string(),
-                                     v.pipeline_variant));
+        throw InputError(
+            fmt::format("variant '{}': {} lists no variant '{}'", v.name, c.source.string(), v.pipeline_variant));
     }
     for (const auto& [m, files] : all) {
       const std::string name(txt2img_model_name(m));
@@ -172,7 +174,8 @@ class Txt2ImgDriver : public RunDriver {
     std::vector<std::unique_ptr<LockstepObserver>> observers(nv);
     if (ctx.observation)
       for (std::size_t v = 0; v < nv; ++v)
-        observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes, info.id, index);
+        observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes,
+                                                          info.id, index);
     auto observer = [&](std::size_t v) -> ModelCallObserver* { return observers[v].get(); };
     auto local_errors = [&] {
       if (!ctx.observation) return;
@@ -193,15 +196,16 @@ class Txt2ImgDriver : public RunDriver {
     // pool once its readers have compared, as in an unobserved run. `model`: which of a
     // variant's sessions runs; inputs_of(v, graph) the inputs of variant v's call; `who`: the
     // variants that run it, the reference first (outputs of the others stay empty).
-    auto lockstep_call = [&](const ModelCall& call, std::shared_ptr<Session> Txt2ImgSessions::*model,
-                             auto&& inputs_of, const std::vector<std::size_t>& who) {
+    auto lockstep_call = [&](const ModelCall& call, std::shared_ptr<Session> Txt2ImgSessions::*model, auto&& inputs_of,
+                             const std::vector<std::size_t>& who) {
       std::vector<std::map<std::string, Tensor>> inputs(nv);  // alive until the executions finish
       return run_call_in_lockstep(
           call, who, r, observers, *ctx.capture,
           [&](std::size_t v, Observer* observer) {
             Session& session = *(th.sessions[v].*model);
             inputs[v] = inputs_of(v, session.graph());
-            return std::make_unique<Session::Execution>(session, inputs[v], observer, v == r && ctx.observation->local_error);
+            return std::make_unique<Session::Execution>(session, inputs[v], observer,
+                                                        v == r && ctx.observation->local_error);
           },
           local_errors, ms, ctx.lockstep_window);
     };
@@ -215,8 +219,9 @@ class Txt2ImgDriver : public RunDriver {
         if (!shares) encoding.push_back(v);
       }
       if (ctx.observation && ctx.interleave) {
-        auto outputs = lockstep_call(Txt2ImgRun::text_encoder_call(info.id), &Txt2ImgSessions::text_encoder,
-                                     [&](std::size_t v, const Graph& g) { return runs[v].encoder_inputs(g); }, encoding);
+        auto outputs = lockstep_call(
+            Txt2ImgRun::text_encoder_call(info.id), &Txt2ImgSessions::text_encoder,
+            [&](std::size_t v, const Graph& g) { return runs[v].encoder_inputs(g); }, encoding);
         th.sessions[r].text_encoder->drop_retained();  // to the pool, for the UNet
         for (std::size_t v : encoding)
           timed(v, [&] { runs[v].set_text_embeddings(th.sessions[v].text_encoder->graph(), outputs[v]); });
@@ -239,7 +244,8 @@ class Txt2ImgDriver : public RunDriver {
         out.series[v] = {{"noise_pred", "free-running", std::vector<metrics::ErrorStats>(std::size_t(steps))},
                          {"latent", "free-running", std::vector<metrics::ErrorStats>(std::size_t(steps))}};
         if (ctx.teacher_forced)
-          out.series[v].push_back({"noise_pred", "teacher-forced", std::vector<metrics::ErrorStats>(std::size_t(steps))});
+          out.series[v].push_back(
+              {"noise_pred", "teacher-forced", std::vector<metrics::ErrorStats>(std::size_t(steps))});
       }
     // One denoising step of variant i, timed and observed.
     auto step = [&](std::size_t i) {
@@ -253,9 +259,9 @@ class Txt2ImgDriver : public RunDriver {
       return prediction;
     };
     auto observed_steps = [&](int t) {
-      auto outputs = lockstep_call(Txt2ImgRun::unet_call(t, info.id), &Txt2ImgSessions::unet,
-                                   [&](std::size_t v, const Graph& g) { return runs[v].unet_inputs(g, runs[v].latent(), t); },
-                                   order);
+      auto outputs = lockstep_call(
+          Txt2ImgRun::unet_call(t, info.id), &Txt2ImgSessions::unet,
+          [&](std::size_t v, const Graph& g) { return runs[v].unet_inputs(g, runs[v].latent(), t); }, order);
       std::vector<Txt2ImgRun::Prediction> predictions(nv);
       for (std::size_t v : order) {
         timed(v, [&] {
@@ -308,8 +314,9 @@ class Txt2ImgDriver : public RunDriver {
     // VAE decoder and the images (observed: in lockstep, as the UNet's calls).
     std::vector<Tensor> decoded(nv);  // [3, H, W] on [0, 1], before 8-bit rounding
     if (ctx.observation && ctx.interleave) {
-      auto outputs = lockstep_call(Txt2ImgRun::vae_call(info.id), &Txt2ImgSessions::vae_decoder,
-                                   [&](std::size_t v, const Graph& g) { return runs[v].decoder_inputs(g); }, order);
+      auto outputs = lockstep_call(
+          Txt2ImgRun::vae_call(info.id), &Txt2ImgSessions::vae_decoder,
+          [&](std::size_t v, const Graph& g) { return runs[v].decoder_inputs(g); }, order);
       th.sessions[r].vae_decoder->drop_retained();
       for (std::size_t v : order)
         timed(v, [&] { decoded[v] = runs[v].image(th.sessions[v].vae_decoder->graph(), outputs[v]); });

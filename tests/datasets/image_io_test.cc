@@ -32,8 +32,7 @@ TEST(ImageIo, PngRoundTripGrayRgbRgba) {
     const float* p = back.planes.data<float>();
     for (int y = 0; y < 9; ++y)
       for (int x = 0; x < 17; ++x)
-        for (int c = 0; c < channels; ++c)
-          ASSERT_EQ(p[(c * 9 + y) * 17 + x], img.pixels[(y * 17 + x) * channels + c]);
+        for (int c = 0; c < channels; ++c) ASSERT_EQ(p[(c * 9 + y) * 17 + x], img.pixels[(y * 17 + x) * channels + c]);
   }
 }
 

@@ -32,8 +32,7 @@ TEST(MaskIo, EqualColorChannelsAreAMaskOtherColorsAreNot) {
     mask_from_image(decode_image(encode_png(rgb), "rgb.png"), "rgb.png");
     FAIL() << "colored mask accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("rgb.png: not a mask: pixel (x 2, y 1)"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("rgb.png: not a mask: pixel (x 2, y 1)"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_mask("/nonexistent/mask.png"), InputError);
 }

@@ -56,15 +56,15 @@ std::string parse_error(const std::vector<std::uint8_t>& bytes) {
 }
 
 // Evaluates `haystack` once (it is often a call that throws).
-#define EXPECT_HAS(haystack, needle)                                  \
-  do {                                                                \
-    const std::string haystack_ = (haystack);                         \
+#define EXPECT_HAS(haystack, needle)                                   \
+  do {                                                                 \
+    const std::string haystack_ = (haystack);                          \
     EXPECT_NE(haystack_.find(needle), std::string::npos) << haystack_; \
   } while (0)
 
 // A version `major`.0 file around a hand-written header dict (padded to 64 bytes like numpy's).
-std::vector<std::uint8_t> npy_with_header(const std::string& dict,
-                                          const std::vector<std::uint8_t>& data = {}, int major = 1) {
+std::vector<std::uint8_t> npy_with_header(const std::string& dict, const std::vector<std::uint8_t>& data = {},
+                                          int major = 1) {
   const std::size_t len_bytes = major == 1 ? 2 : 4;
   std::string header = dict;
   while ((8 + len_bytes + header.size() + 1) % 64) header += ' ';
@@ -143,8 +143,8 @@ TEST(NpyFixtures, CoverLayoutsByteOrdersAndVersions) {
   EXPECT_GE(zero_d, 1);
   EXPECT_GE(three_d, 3);
   EXPECT_EQ(versions, (std::set<std::string>{"1.0", "2.0", "3.0"}));
-  for (const char* d : {"float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
-                        "uint32", "int64", "uint64", "bool"})
+  for (const char* d : {"float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                        "uint64", "bool"})
     EXPECT_TRUE(dtypes.count(d)) << d;
 }
 
@@ -298,7 +298,7 @@ TEST(NpyHeader, AcceptsAnyKeyOrderSpacingQuotesAndTrailingCommas) {
            "{ 'descr' : '<f4' ,\n\t'fortran_order':False,'shape':( 2 ,3 , ) , }",
            "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (2, 3)}",
            "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }",  // Python 2 longs
-           "{'descr': 'f4', 'fortran_order': False, 'shape': (2, 3), }",    // no byte order: host
+           "{'descr': 'f4', 'fortran_order': False, 'shape': (2, 3), }",     // no byte order: host
            "{'descr': '=f4', 'fortran_order': False, 'shape': (2, 3), }",
            "  {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}  \r\n",
        }) {
@@ -321,8 +321,8 @@ TEST(NpyHeader, HandBuiltFortranOrderAndBoolBytes) {
   const Tensor t = parse_npy(npy_with_header(fortran, f32_bytes({0, 3, 1, 4, 2, 5})), "t");
   for (int i = 0; i < 6; ++i) EXPECT_EQ(t.data<float>()[i], float(i));
   // numpy reads any nonzero bool byte as True; a C++ bool must hold exactly 0 or 1.
-  const Tensor b = parse_npy(npy_with_header("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
-                                             {0, 2, 255}), "t");
+  const Tensor b =
+      parse_npy(npy_with_header("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", {0, 2, 255}), "t");
   const auto* raw = reinterpret_cast<const std::uint8_t*>(b.raw());
   EXPECT_EQ(raw[0], 0);
   EXPECT_EQ(raw[1], 1);
@@ -358,7 +358,8 @@ TEST(NpyErrors, TruncationAndTrailingBytesAreNamedWithSizes) {
   const auto bytes = serialize_npy(t);  // 128-byte header + 24 bytes of data
   auto cut = bytes;
   cut.resize(bytes.size() - 1);
-  EXPECT_HAS(parse_error(cut), "t.npy: truncated .npy data: shape [2, 3] of '<f4' needs 24 bytes of data, the file has 23");
+  EXPECT_HAS(parse_error(cut),
+             "t.npy: truncated .npy data: shape [2, 3] of '<f4' needs 24 bytes of data, the file has 23");
   cut.resize(9);
   EXPECT_HAS(parse_error(cut), "too short for the header length field");
   cut = bytes;
@@ -414,7 +415,8 @@ TEST(NpyErrors, MalformedDictsNameTheProblem) {
   // 'L' suffixes are a Python 2 relic numpy only accepts in versions 1.0 and 2.0.
   EXPECT_HAS(parse_error(npy_with_header(f4_dict("(2L,)"), f32_bytes({1, 2}), 3)), "expected an integer dimension");
   // The message points at the offending place.
-  EXPECT_HAS(parse_error(npy_with_header(f4_dict("(2, -3)"), f32_bytes({1, 2}))), "at offset 54 of the header, near \"', 'fortran_order': False, 'shape': (2, -3), }\"");
+  EXPECT_HAS(parse_error(npy_with_header(f4_dict("(2, -3)"), f32_bytes({1, 2}))),
+             "at offset 54 of the header, near \"', 'fortran_order': False, 'shape': (2, -3), }\"");
 }
 
 TEST(NpyErrors, UnsupportedDtypesAreNamed) {
@@ -428,9 +430,9 @@ TEST(NpyErrors, UnsupportedDtypesAreNamed) {
   EXPECT_HAS(with_descr("<f4\x01"), "unsupported dtype '<f4\\x01'");
   EXPECT_HAS(with_descr(""), "unsupported dtype ''");
   EXPECT_HAS(with_descr("|O"), "t.npy: object arrays (dtype '|O') are not supported");
-  EXPECT_HAS(parse_error(npy_with_header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }",
-                                         {0, 0, 0, 0})),
-             "t.npy: unsupported dtype: structured arrays");
+  EXPECT_HAS(
+      parse_error(npy_with_header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", {0, 0, 0, 0})),
+      "t.npy: unsupported dtype: structured arrays");
 }
 
 TEST(NpyErrors, OversizedHeadersAndShapesAreRefusedBeforeAllocating) {
@@ -439,8 +441,7 @@ TEST(NpyErrors, OversizedHeadersAndShapesAreRefusedBeforeAllocating) {
   EXPECT_HAS(parse_error(big), "t.npy: .npy header length 1048577 bytes exceeds the 1 MiB limit");
   EXPECT_HAS(parse_error(npy_with_header(f4_dict("(4294967296, 4294967296)"))),
              "shape [4294967296, 4294967296] has too many elements (the element count overflows");
-  EXPECT_HAS(parse_error(npy_with_header(f4_dict("(4611686018427387904,)"))),
-             "(its byte size overflows 64 bits)");
+  EXPECT_HAS(parse_error(npy_with_header(f4_dict("(4611686018427387904,)"))), "(its byte size overflows 64 bits)");
   // A shape far larger than the data is a truncation, not a terabyte allocation.
   EXPECT_HAS(parse_error(npy_with_header(f4_dict("(1000000000000,)"), f32_bytes({1}))),
              "truncated .npy data: shape [1000000000000] of '<f4' needs 4000000000000 bytes of data, the file has 4");

@@ -37,8 +37,13 @@ std::vector<GoldenCase> golden_cases() {
     if (line.empty() || line[0] == '#') continue;
     const auto f = split_tabs(line);
     if (f.size() != 9) throw std::runtime_error("bad scenes.tsv line: " + line);
-    cases.push_back({std::stoull(f[0]), std::stoull(f[1]), {std::stoi(f[2]), std::stoi(f[3]), std::stoi(f[4])},
-                     f[5], f[6], f[7], f[8]});
+    cases.push_back({std::stoull(f[0]),
+                     std::stoull(f[1]),
+                     {std::stoi(f[2]), std::stoi(f[3]), std::stoi(f[4])},
+                     f[5],
+                     f[6],
+                     f[7],
+                     f[8]});
   }
   return cases;
 }
@@ -48,8 +53,8 @@ std::string objects_field(const SceneDescription& d) {
   for (const SceneObject& o : d.objects) {
     if (!s.empty()) s += ';';
     s += std::to_string(static_cast<int>(o.shape)) + ',' + std::to_string(static_cast<int>(o.color)) + ',' +
-         std::to_string(static_cast<int>(o.size)) + ',' + std::to_string(o.cell) + ',' +
-         std::to_string(o.center_x) + ',' + std::to_string(o.center_y) + ',' + std::to_string(o.radius);
+         std::to_string(static_cast<int>(o.size)) + ',' + std::to_string(o.cell) + ',' + std::to_string(o.center_x) +
+         ',' + std::to_string(o.center_y) + ',' + std::to_string(o.radius);
   }
   return s;
 }
@@ -96,8 +101,7 @@ TEST(Scenes, MatchPythonGoldensExactly) {
     const std::size_t plane = std::size_t(c.options.size) * c.options.size;
     int diffs = 0;
     for (std::size_t p = 0; p < plane; ++p)
-      for (int k = 0; k < 3; ++k)
-        diffs += s.image.pixels[3 * p + k] != static_cast<std::uint8_t>(g[k * plane + p]);
+      for (int k = 0; k < 3; ++k) diffs += s.image.pixels[3 * p + k] != static_cast<std::uint8_t>(g[k * plane + p]);
     EXPECT_EQ(diffs, 0);
 
     const Image bits = load_image(data_dir() / "scenes" / (c.file + "_masks.png"));
@@ -106,8 +110,7 @@ TEST(Scenes, MatchPythonGoldensExactly) {
     ASSERT_EQ(s.masks.size(), s.description.objects.size());
     int mask_diffs = 0;
     for (std::size_t i = 0; i < s.masks.size(); ++i)
-      for (std::size_t p = 0; p < plane; ++p)
-        mask_diffs += (s.masks[i][p] != 0) != ((static_cast<int>(b[p]) >> i) & 1);
+      for (std::size_t p = 0; p < plane; ++p) mask_diffs += (s.masks[i][p] != 0) != ((static_cast<int>(b[p]) >> i) & 1);
     EXPECT_EQ(mask_diffs, 0);
   }
 }
@@ -196,13 +199,12 @@ TEST(SceneCaptions, ParseInvertsTheGrammar) {
 }
 
 TEST(SceneCaptions, ParseRejectsOtherText) {
-  for (const char* bad : {"a photo of a cat", "a red circle at the top on a blue wall",
-                          "a red circle somewhere on a plain blue background",
-                          "an red circle at the top on a plain blue background",
-                          "a medium red circle at the top on a plain blue background",
-                          "a red blob at the top on a plain blue background",
-                          "a red circle at the top and a red circle at the top and a red circle at the top on a "
-                          "plain blue background"}) {
+  for (const char* bad :
+       {"a photo of a cat", "a red circle at the top on a blue wall",
+        "a red circle somewhere on a plain blue background", "an red circle at the top on a plain blue background",
+        "a medium red circle at the top on a plain blue background", "a red blob at the top on a plain blue background",
+        "a red circle at the top and a red circle at the top and a red circle at the top on a "
+        "plain blue background"}) {
     EXPECT_THROW(parse_scene_caption(bad), InputError) << bad;
   }
   try {

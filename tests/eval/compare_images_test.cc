@@ -110,7 +110,8 @@ TEST_F(CompareImagesTest, AlphaCompareNeedsAlphaOnBothSides) {
 
 TEST_F(CompareImagesTest, GateAllowancesPassTheRun) {
   Gate g = parse_gate(R"({"checks": [{"metric": "ssim", "stat": "min", "min": 0.1}],
-                         "max_errors": 4})", "g");
+                         "max_errors": 4})",
+                      "g");
   auto r = run_compare_images(options_, g, false);
   EXPECT_TRUE(r.gate.passed);
 }

@@ -29,8 +29,18 @@ std::vector<double> as_doubles(const Tensor& t) {
     switch (t.dtype()) {
       case DType::kFloat32: v[i] = t.data<float>()[i]; break;
       case DType::kFloat64: v[i] = t.data<double>()[i]; break;
-      case DType::kFloat16: { std::uint16_t u; std::memcpy(&u, b + 2 * i, 2); v[i] = to_float(float16{u}); break; }
-      case DType::kBFloat16: { std::uint16_t u; std::memcpy(&u, b + 2 * i, 2); v[i] = to_float(bfloat16{u}); break; }
+      case DType::kFloat16: {
+        std::uint16_t u;
+        std::memcpy(&u, b + 2 * i, 2);
+        v[i] = to_float(float16{u});
+        break;
+      }
+      case DType::kBFloat16: {
+        std::uint16_t u;
+        std::memcpy(&u, b + 2 * i, 2);
+        v[i] = to_float(bfloat16{u});
+        break;
+      }
       case DType::kFloat8E4M3FN: v[i] = to_float(float8_e4m3fn{b[i]}); break;
       case DType::kFloat8E5M2: v[i] = to_float(float8_e5m2{b[i]}); break;
       case DType::kFloat8E4M3FNUZ: v[i] = to_float(float8_e4m3fnuz{b[i]}); break;
@@ -171,9 +181,8 @@ TEST(OnnxConformance, NodeTestsOfImplementedOpsPass) {
     }
   }
   log << "passed " << passed << ", failed " << failed << ", skipped " << skipped << "\n";
-  std::printf("ONNX node tests: %d run, %d passed, %d failed, %d skipped (unsupported); list in %s\n",
-              passed + failed, passed, failed, skipped,
-              (fs::path(QEVAL_BINARY).parent_path() / "onnx_conformance.txt").c_str());
+  std::printf("ONNX node tests: %d run, %d passed, %d failed, %d skipped (unsupported); list in %s\n", passed + failed,
+              passed, failed, skipped, (fs::path(QEVAL_BINARY).parent_path() / "onnx_conformance.txt").c_str());
   // Guards against a runner that silently runs nothing.
   EXPECT_GE(passed + failed, 100);
 }
@@ -202,8 +211,8 @@ TEST(OnnxConformance, OldOpsetNodeTestsPassAfterTheOpsetUpgrade) {
         ++not_loaded;
         std::string why = e.what();
         auto pos = why.find('\n');
-        log << "SKIP " << test << " (opset " << proto_opset << "): not loaded: "
-            << (pos == std::string::npos ? why : why.substr(pos + 3)) << "\n";
+        log << "SKIP " << test << " (opset " << proto_opset
+            << "): not loaded: " << (pos == std::string::npos ? why : why.substr(pos + 3)) << "\n";
       }
       continue;
     }
@@ -218,7 +227,13 @@ TEST(OnnxConformance, OldOpsetNodeTestsPassAfterTheOpsetUpgrade) {
     if (opset < kOldestUpgradableOpset) {
       ++too_old;
       log << "SKIP " << test << " (opset " << opset << "): below opset " << kOldestUpgradableOpset << "\n";
-      EXPECT_THROW({ Graph g = *graph; upgrade_opset(g, 13); }, InputError) << test;
+      EXPECT_THROW(
+          {
+            Graph g = *graph;
+            upgrade_opset(g, 13);
+          },
+          InputError)
+          << test;
       continue;
     }
     for (int target : {13, 19}) {
@@ -249,8 +264,9 @@ TEST(OnnxConformance, OldOpsetNodeTestsPassAfterTheOpsetUpgrade) {
   }
   log << not_loaded + old_tests << " node tests below opset 13: " << not_loaded << " not loaded (ops qeval lacks), "
       << too_old << " below opset 7, " << bad_data << " with bad test data\n";
-  std::printf("ONNX node tests below opset 13: %d; %d not loaded (ops qeval lacks), %d below opset %d, %d bad test data\n",
-              not_loaded + old_tests, not_loaded, too_old, kOldestUpgradableOpset, bad_data);
+  std::printf(
+      "ONNX node tests below opset 13: %d; %d not loaded (ops qeval lacks), %d below opset %d, %d bad test data\n",
+      not_loaded + old_tests, not_loaded, too_old, kOldestUpgradableOpset, bad_data);
   for (const auto& [target, c] : counts) {
     log << "upgraded to " << target << ": " << c[0] + c[1] << " run, " << c[0] << " passed, " << c[1] << " failed, "
         << c[2] << " skipped (unsupported)\n";

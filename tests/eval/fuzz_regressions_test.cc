@@ -6,12 +6,12 @@
 #include <cstring>
 #include <string>
 
-#include "eval/run/gate.h"
 #include "base/json_config.h"
 #include "eval/exec/onnx_import.h"
-#include "eval/quant/recipe.h"
-#include "eval/run/run_config.h"
 #include "eval/exec/session.h"
+#include "eval/quant/recipe.h"
+#include "eval/run/gate.h"
+#include "eval/run/run_config.h"
 #include "kernels/error.h"
 #include "test_util.h"
 
@@ -47,7 +47,8 @@ TEST(FuzzRegressions, RunConfigPathTooLongForTheSystemIsAnInputError) {
   expect_input_error(
       [&] {
         eval::parse_run_config(R"({"pipeline": "models/tiny-sd", "variants": [{"name": "a"},
-                                 {"name": "b", "recipe": ")" + name + R"("}]})",
+                                 {"name": "b", "recipe": ")" +
+                                   name + R"("}]})",
                                testing::source_dir() / "fuzz-run.json");
       },
       {"recipe", "File name too long"});
@@ -128,8 +129,11 @@ TEST(FuzzRegressions, ResizeScaleBeyondInt64IsAnInputError) {
   for (std::int64_t d : g.inputs[0].dims) shape.push_back(d);
   const Tensor x(DType::kFloat32, shape);
   eval::Session session(g);
-  expect_input_error([&] { session.run(std::map<std::string, Tensor>{{g.inputs[0].name, x}}); },
-                     {"Upsample", "output dimension 0", "not a size"});
+  expect_input_error(
+      [&] {
+        session.run(std::map<std::string, Tensor>{{g.inputs[0].name, x}});
+      },
+      {"Upsample", "output dimension 0", "not a size"});
 }
 
 // fuzz_onnx_loader: a node with more outputs than its op gives (Log with 2) threw std::logic_error
@@ -142,13 +146,17 @@ TEST(FuzzRegressions, NodeWithMoreOutputsThanItsOpIsAnInputError) {
   for (std::int64_t d : g.inputs[0].dims) shape.push_back(d < 0 ? 2 : d);
   const Tensor x(DType::kFloat32, shape);
   eval::Session session(g);
-  expect_input_error([&] { session.run(std::map<std::string, Tensor>{{g.inputs[0].name, x}}); },
-                     {"(Log)", "has 2 outputs; the op gives 1"});
+  expect_input_error(
+      [&] {
+        session.run(std::map<std::string, Tensor>{{g.inputs[0].name, x}});
+      },
+      {"(Log)", "has 2 outputs; the op gives 1"});
 }
 
 // fuzz_gate: a check's "stat" given as a number threw nlohmann's type_error (exit 3).
 TEST(FuzzRegressions, GateStatThatIsNotAStringIsAnInputError) {
-  const std::string text = testing::read_text(testing::source_dir() / "tests/fuzz/corpus/gate/finding-stat-not-a-string.json");
+  const std::string text =
+      testing::read_text(testing::source_dir() / "tests/fuzz/corpus/gate/finding-stat-not-a-string.json");
   ASSERT_FALSE(text.empty());
   expect_input_error([&] { eval::parse_gate(text, "g.json", eval::GateMetrics::kRun); },
                      {"g.json", "checks[0]", "'stat' must be a string", "0.97"});
@@ -231,8 +239,8 @@ TEST(FuzzRegressions, ResizeOfAnEmptyAxisRuns) {
 // has no elements divided by its in_channels x out_channels per group while deciding whether to
 // pack it at plan time. A model that loads plans and runs, or is an InputError; never a signal.
 TEST(FuzzRegressions, ConvTransposeWithAnEmptyWeightPlansWithoutDividingByZero) {
-  const eval::Graph g = eval::load_onnx(testing::source_dir() /
-                                        "tests/fuzz/corpus/onnx_loader/finding-convtranspose-empty-weight.onnx");
+  const eval::Graph g =
+      eval::load_onnx(testing::source_dir() / "tests/fuzz/corpus/onnx_loader/finding-convtranspose-empty-weight.onnx");
   try {
     eval::Session session(g);
     session.run(fuzz_inputs(g));

@@ -24,7 +24,8 @@ TEST(Gate, ParsesTheDocumentedFormat) {
     "checks": [{"metric": "ssim", "stat": "mean", "min": 0.95},
                {"metric": "psnr_db", "stat": "p5", "min": 30, "max": 80}],
     "per_pair": {"ssim": {"min": 0.9}},
-    "max_failed_pair_share": 0.1, "max_errors": 2})", "g.json");
+    "max_failed_pair_share": 0.1, "max_errors": 2})",
+                      "g.json");
   ASSERT_EQ(g.checks.size(), 2u);
   EXPECT_EQ(g.checks[1].spec.kind, metrics::StatSpec::Kind::kPercentile);
   EXPECT_EQ(*g.checks[1].bound.max, 80);
@@ -60,8 +61,7 @@ TEST(Gate, TyposAreErrorsNotSilentPasses) {
             std::string::npos);
   EXPECT_NE(parse_error(R"({"checks": [{"metric": "ssim", "stat": "avg", "min": 1}]})").find("unknown statistic"),
             std::string::npos);
-  EXPECT_NE(parse_error(R"({"checks": [{"metric": "ssim"}]})").find("checks[0]: needs 'min'"),
-            std::string::npos);
+  EXPECT_NE(parse_error(R"({"checks": [{"metric": "ssim"}]})").find("checks[0]: needs 'min'"), std::string::npos);
   EXPECT_NE(parse_error(R"({"checks": [{"metric": "ssim", "minimum": 1}]})").find("unknown key 'minimum'"),
             std::string::npos);
   EXPECT_NE(parse_error(R"({"max_failed_pair_share": 2})").find("[0, 1]"), std::string::npos);
@@ -105,7 +105,8 @@ TEST(Gate, StatisticsAndVerdicts) {
   Gate g = parse_gate(R"({"checks": [{"metric": "ssim", "stat": "mean", "min": 0.95},
                                      {"metric": "ssim", "stat": "min", "min": 0.75},
                                      {"metric": "psnr_db", "stat": "min", "min": 20}],
-                         "max_errors": 1})", "g");
+                         "max_errors": 1})",
+                      "g");
   GateOutcome o = evaluate_gate(g, samples());
   ASSERT_EQ(o.section.checks.size(), 4u);  // 3 checks + the error budget
   const auto& mean = o.section.checks[0];
@@ -129,7 +130,8 @@ TEST(Gate, NotApplicableMetricCannotPass) {
 
 TEST(Gate, PerPairShareAndErrorsAreCounted) {
   Gate g = parse_gate(R"({"per_pair": {"ssim": {"min": 0.9}, "psnr_db": {"min": 30}},
-                         "max_failed_pair_share": 0.34})", "g");
+                         "max_failed_pair_share": 0.34})",
+                      "g");
   GateOutcome o = evaluate_gate(g, samples());
   ASSERT_EQ(o.failed_checks.size(), 4u);
   EXPECT_TRUE(o.failed_checks[0].empty());
@@ -139,8 +141,7 @@ TEST(Gate, PerPairShareAndErrorsAreCounted) {
   const auto& share = o.section.checks[0];
   EXPECT_NEAR(*share.value, 1.0 / 3.0, 1e-12);
   EXPECT_TRUE(share.passed);
-  EXPECT_NE(share.detail.find("b.png (psnr_db 25 < 30, ssim 0.8 < 0.9)"), std::string::npos)
-      << share.detail;
+  EXPECT_NE(share.detail.find("b.png (psnr_db 25 < 30, ssim 0.8 < 0.9)"), std::string::npos) << share.detail;
   const auto& errors = o.section.checks[1];
   EXPECT_FALSE(errors.passed);  // default: no error allowed
   EXPECT_NE(errors.detail.find("d.png (missing in test set)"), std::string::npos);

@@ -9,23 +9,23 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cstdlib>
+#include <thread>
 
+#include "base/file_names.h"
+#include "base/input_file.h"
+#include "base/json_config.h"
+#include "base/utf8.h"
 #include "datasets/image_io.h"
 #include "datasets/image_limits.h"
 #include "datasets/image_set.h"
-#include "base/input_file.h"
 #include "datasets/npy.h"
-#include "base/file_names.h"
-#include "eval/run/gate.h"
-#include "base/json_config.h"
 #include "eval/pipelines/prompt_set.h"
+#include "eval/run/gate.h"
+#include "input_error.h"
 #include "kernels/error.h"
 #include "onnx_builder.h"
 #include "reports/json_text.h"
-#include "base/utf8.h"
-#include "input_error.h"
 #include "test_util.h"
 
 namespace qeval::eval {
@@ -96,7 +96,8 @@ TEST(ImagePairing, ASecondTestFileWithTheSameStemIsReportedNotDropped) {
 
 TEST(NonRegularFiles, EachIsNamedForWhatItIsAndAFifoNeverBlocks) {
   testing::ScratchDir dir("non-regular");
-  for (const char* name : {"dir.png", "dangling.png", "loop.png", "fifo.png", "ok.png"}) write_png(dir / "ref" / name, 4);
+  for (const char* name : {"dir.png", "dangling.png", "loop.png", "fifo.png", "ok.png"})
+    write_png(dir / "ref" / name, 4);
   write_png(dir / "test/ok.png", 4);
   fs::create_directories(dir / "test/dir.png");
   fs::create_symlink("/nonexistent/qeval/target.png", dir / "test/dangling.png");
@@ -140,9 +141,9 @@ TEST(NonRegularFiles, EachIsNamedForWhatItIsAndAFifoNeverBlocks) {
       if (fd >= 0) ::close(fd);
     }
   });
-  for (const std::string& command : {std::string("run --config "), "compare-images --ref " + (dir / "ref").string() + " --test " +
-                                                          (dir / "test").string() + " --out " + (dir / "o2").string() +
-                                                          " --gate "}) {
+  for (const std::string& command :
+       {std::string("run --config "), "compare-images --ref " + (dir / "ref").string() + " --test " +
+                                          (dir / "test").string() + " --out " + (dir / "o2").string() + " --gate "}) {
     const auto cli = testing::run_qeval(command + fifo.string());
     EXPECT_EQ(cli.code, 2) << command << cli.out;
     EXPECT_TRUE(contains(cli.out, fifo.string() + ": is a FIFO (named pipe), not a regular file")) << cli.out;
@@ -183,7 +184,9 @@ TEST(Utf8, AFileNameThatIsNotUtf8IsComparedAndEscapedInTheReports) {
 
 TEST(Utf8, APromptFileThatIsNotUtf8FailsAtLoadWithFileAndLine) {
   testing::ScratchDir dir("utf8-prompts");
-  const fs::path plain = testing::write_text(dir, "p.txt", "a red cube\na gr\xE9" "en sphere\n");
+  const fs::path plain = testing::write_text(dir, "p.txt",
+                                             "a red cube\na gr\xE9"
+                                             "en sphere\n");
   const std::string e = input_error([&] { read_text_prompts(plain); });
   EXPECT_TRUE(contains(e, plain.string() + ":2: not UTF-8 text (byte 0xE9 at column 5)")) << e;
   const fs::path jsonl = testing::write_text(dir, "p.jsonl", "{\"prompt\": \"ok\"}\n{\"prompt\": \"\xFF\"}\n");
@@ -221,14 +224,16 @@ TEST(FileNames, OneRuleAndUniqueStemsPerFolder) {
 TEST(FileNames, InferWritesEveryOutputToItsOwnFileAndTheMapping) {
   testing::ScratchDir dir("infer-names");
   testing::OnnxBuilder b;
-  b.input("x", onnx::TensorProto::FLOAT, {3}).output("a/b", onnx::TensorProto::FLOAT).output("a:b", onnx::TensorProto::FLOAT);
+  b.input("x", onnx::TensorProto::FLOAT, {3})
+      .output("a/b", onnx::TensorProto::FLOAT)
+      .output("a:b", onnx::TensorProto::FLOAT);
   b.node("Relu", {"x"}, {"a/b"}, "relu");
   b.node("Neg", {"x"}, {"a:b"}, "neg");
   testing::write_bytes(dir / "m.onnx", b.bytes());
   fs::create_directories(dir / "in");
   datasets::write_npy(dir / "in/x.npy", testing::floats({3}, {1, -2, 3}));
-  const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                                    " --outputs " + (dir / "out").string());
+  const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " +
+                                    (dir / "in").string() + " --outputs " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "output a/b [3] -> " + (dir / "out").string() + "/a_b.npy")) << r.out;
   EXPECT_TRUE(contains(r.out, "output a:b [3] -> " + (dir / "out").string() + "/a_b__2.npy")) << r.out;
@@ -243,9 +248,9 @@ TEST(FileNames, InferWritesEveryOutputToItsOwnFileAndTheMapping) {
   EXPECT_EQ(index[1].at("shape"), nlohmann::json::array({3}));
 
   // --dump-all follows the same rule (the graph outputs are node outputs too).
-  const auto d = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " +
-                                    (dir / "in").string() + " --outputs " + (dir / "out").string() + " --dump-all " +
-                                    (dir / "dump").string());
+  const auto d =
+      testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
+                         " --outputs " + (dir / "out").string() + " --dump-all " + (dir / "dump").string());
   ASSERT_EQ(d.code, 0) << d.out;
   EXPECT_TRUE(fs::exists(dir / "dump/a_b.npy") && fs::exists(dir / "dump/a_b__2.npy"));
 }
@@ -277,8 +282,10 @@ std::vector<std::uint8_t> png_claiming(std::uint32_t width, std::uint32_t height
 TEST(PixelLimit, DecodersCheckTheHeaderBeforeAllocating) {
   const auto huge = png_claiming(20000, 20000);
   const std::string e = input_error([&] { datasets::decode_image(huge, "big.png"); });
-  EXPECT_TRUE(contains(e, "big.png: PNG too large: the image is 20000x20000 = 400000000 pixels, more than the limit "
-                          "of 67108864 (QEVAL_MAX_PIXELS raises it)")) << e;
+  EXPECT_TRUE(contains(e,
+                       "big.png: PNG too large: the image is 20000x20000 = 400000000 pixels, more than the limit "
+                       "of 67108864 (QEVAL_MAX_PIXELS raises it)"))
+      << e;
   // An explicit limit, and the limit at its edge.
   const auto small = datasets::encode_png(testing::pattern(10, 10, 3, 7));
   EXPECT_TRUE(contains(input_error([&] { datasets::decode_image(small, "s.png", 99); }), "10x10 = 100 pixels"));
@@ -292,7 +299,8 @@ TEST(PixelLimit, DecodersCheckTheHeaderBeforeAllocating) {
   ASSERT_LT(sof + 9, jpeg.size());
   jpeg[sof + 5] = 30000 >> 8, jpeg[sof + 6] = 30000 & 255, jpeg[sof + 7] = 30000 >> 8, jpeg[sof + 8] = 30000 & 255;
   EXPECT_TRUE(contains(input_error([&] { datasets::decode_image(jpeg, "big.jpg"); }),
-                       "big.jpg: JPEG too large: the image is 30000x30000")) << "jpeg";
+                       "big.jpg: JPEG too large: the image is 30000x30000"))
+      << "jpeg";
 }
 
 TEST(PixelLimit, TheEnvironmentVariableOverridesItAndIsChecked) {
@@ -310,7 +318,8 @@ TEST(PixelLimit, TheEnvironmentVariableOverridesItAndIsChecked) {
   const auto fits = testing::run_qeval(args);
   EXPECT_EQ(fits.code, 0) << fits.out;
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_TRUE(contains(r.out, "a.png: PNG too large: the image is 24x16 = 384 pixels, more than the limit of 383")) << r.out;
+  EXPECT_TRUE(contains(r.out, "a.png: PNG too large: the image is 24x16 = 384 pixels, more than the limit of 383"))
+      << r.out;
   EXPECT_TRUE(contains(bad.out, "QEVAL_MAX_PIXELS='abc': expected a positive whole number")) << bad.out;
   // A tiny file claiming 20000 x 20000 is refused from its header (it cost 1.2 GB before).
   testing::write_bytes(dir / "ref/b.png", png_claiming(20000, 20000));
@@ -344,34 +353,41 @@ TEST(CliMessages, NumbersAndVerbsInPlainWords) {
 }
 
 TEST(CliMessages, AGateWhoseMinExceedsItsMaxIsRejected) {
-  const std::string one = input_error([] {
-    parse_gate(R"({"checks": [{"metric": "ssim", "min": 0.9, "max": 0.5}]})", "g.json");
-  });
-  EXPECT_TRUE(contains(one, "g.json: checks[0]: metric 'ssim' (mean) must be >= 0.9 and <= 0.5: min is greater than max"))
+  const std::string one =
+      input_error([] { parse_gate(R"({"checks": [{"metric": "ssim", "min": 0.9, "max": 0.5}]})", "g.json"); });
+  EXPECT_TRUE(
+      contains(one, "g.json: checks[0]: metric 'ssim' (mean) must be >= 0.9 and <= 0.5: min is greater than max"))
       << one;
   const std::string two = input_error([] {
     parse_gate(R"({"checks": [{"metric": "psnr_db", "stat": "p5", "min": 40},
                                {"metric": "ssim", "max": 1},
-                               {"metric": "psnr_db", "stat": "p5", "max": 30}]})", "g.json");
+                               {"metric": "psnr_db", "stat": "p5", "max": 30}]})",
+               "g.json");
   });
   EXPECT_TRUE(contains(two, "g.json: checks[0] and checks[2]: metric 'psnr_db' (p5) must be >= 40 and <= 30")) << two;
-  const std::string pair = input_error([] { parse_gate(R"({"per_pair": {"ssim": {"min": 0.9, "max": 0.8}}})", "g.json"); });
+  const std::string pair =
+      input_error([] { parse_gate(R"({"per_pair": {"ssim": {"min": 0.9, "max": 0.8}}})", "g.json"); });
   EXPECT_TRUE(contains(pair, "g.json: per_pair.ssim: metric 'ssim' must be >= 0.9 and <= 0.8")) << pair;
   // Different statistics or variants bound different quantities; min == max is a valid bound.
   EXPECT_NO_THROW(parse_gate(R"({"checks": [{"metric": "ssim", "stat": "min", "min": 0.9},
                                             {"metric": "ssim", "stat": "max", "max": 0.5},
-                                            {"metric": "psnr_db", "min": 30, "max": 30}]})", "g.json"));
-  EXPECT_TRUE(contains(input_error([] {
-    parse_gate(R"({"layers": [{"column": "acc_sqnr_db", "min": 20}, {"column": "acc_sqnr_db", "max": 10}]})", "g.json");
-  }), "layers[0] and layers[1]: layer column 'acc_sqnr_db' (min) must be >= 20 and <= 10"));
+                                            {"metric": "psnr_db", "min": 30, "max": 30}]})",
+                             "g.json"));
+  EXPECT_TRUE(contains(
+      input_error([] {
+        parse_gate(R"({"layers": [{"column": "acc_sqnr_db", "min": 20}, {"column": "acc_sqnr_db", "max": 10}]})",
+                   "g.json");
+      }),
+      "layers[0] and layers[1]: layer column 'acc_sqnr_db' (min) must be >= 20 and <= 10"));
 
   testing::ScratchDir dir("gate-min-max");
-  const fs::path gate = testing::write_text(dir, "gate.json", R"({"checks": [{"metric": "ssim", "min": 0.9, "max": 0.5}]})");
+  const fs::path gate =
+      testing::write_text(dir, "gate.json", R"({"checks": [{"metric": "ssim", "min": 0.9, "max": 0.5}]})");
   write_png(dir / "ref/a.png", 9);
   write_png(dir / "test/a.png", 9);
-  const auto r = testing::run_qeval("compare-images --ref " + (dir / "ref").string() + " --test " +
-                                    (dir / "test").string() + " --out " + (dir / "out").string() + " --gate " +
-                                    gate.string());
+  const auto r =
+      testing::run_qeval("compare-images --ref " + (dir / "ref").string() + " --test " + (dir / "test").string() +
+                         " --out " + (dir / "out").string() + " --gate " + gate.string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, gate.string() + ": checks[0]: metric 'ssim'")) << r.out;
 }

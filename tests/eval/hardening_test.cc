@@ -13,16 +13,16 @@
 #include <limits>
 #include <thread>
 
-#include "datasets/npy.h"
-#include "eval/run/gate.h"
-#include "eval/run/infer.h"
 #include "base/json_config.h"
+#include "datasets/npy.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/session.h"
+#include "eval/run/gate.h"
+#include "eval/run/infer.h"
+#include "input_error.h"
 #include "kernels/error.h"
 #include "onnx_builder.h"
 #include "reports/run_report.h"
-#include "input_error.h"
 #include "test_util.h"
 
 namespace qeval::eval {
@@ -55,7 +55,7 @@ void expect_runtime_division_wraps(int onnx_type) {
   Graph g = b.graph();
   Session s(g);
   std::vector<T> a(80, T(7)), d(80, T(-2));
-  a[0] = kMin, d[0] = T(-1);   // traps in C++: SIGFPE on x86
+  a[0] = kMin, d[0] = T(-1);  // traps in C++: SIGFPE on x86
   a[1] = kMin, d[1] = T(1);
   a[2] = T(5), d[2] = T(-1);
   a[3] = std::numeric_limits<T>::max(), d[3] = T(-1);
@@ -76,7 +76,9 @@ TEST(IntegerDivision, MinimumByMinusOneWrapsAtRunTime) {
 // Both operands constant: planning the model folds the Div, which crashed before anything ran.
 TEST(IntegerDivision, MinimumByMinusOneWrapsWhenFoldedAtPlanTime) {
   OnnxBuilder b;
-  b.input("x", onnx::TensorProto::FLOAT, {1}).output("q64", onnx::TensorProto::INT64).output("q32", onnx::TensorProto::INT32);
+  b.input("x", onnx::TensorProto::FLOAT, {1})
+      .output("q64", onnx::TensorProto::INT64)
+      .output("q32", onnx::TensorProto::INT32);
   b.initializer_i64("a64", {std::numeric_limits<std::int64_t>::min(), 9});
   b.initializer_i64("b64", {-1, -1});
   b.initializer_raw<std::int32_t>("a32", onnx::TensorProto::INT32, {std::numeric_limits<std::int32_t>::min()}, {1});
@@ -200,7 +202,8 @@ TEST(ExternalData, LocationsOutsideTheModelsFolderAreRejected) {
   EXPECT_TRUE(contains(up, "'../outside.bin'")) << up;
   EXPECT_TRUE(contains(up, "outside the model's folder")) << up;
 
-  const std::string deep = load_error(write_external_model(dir.path(), {{"location", "../../../../../../../etc/passwd"}}));
+  const std::string deep =
+      load_error(write_external_model(dir.path(), {{"location", "../../../../../../../etc/passwd"}}));
   EXPECT_TRUE(contains(deep, "outside the model's folder")) << deep;
 
   for (const char* absolute : {"/etc/passwd", "/dev/zero"}) {
@@ -355,8 +358,9 @@ TEST(TensorSizes, InferShapeOptionsThatOverflowExitTwo) {
   testing::write_bytes(dir / "m.onnx", b.bytes());
   fs::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "x.npy", floats({4}, {1, 2, 3, 4}));
-  const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                                    " --outputs " + (dir / "out").string() + " --shape x=4294967296,4294967296,4294967296");
+  const auto r =
+      testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
+                         " --outputs " + (dir / "out").string() + " --shape x=4294967296,4294967296,4294967296");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "more elements than fit in 64 bits")) << r.out;
 }
@@ -462,8 +466,8 @@ TEST(OutOfMemory, AnExpandOfARuntimeInputTooLargeForTheMachineExitsTwo) {
   testing::write_bytes(dir / "m.onnx", b.bytes());
   fs::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "x.npy", floats({1}, {1}));
-  const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                                    " --outputs " + (dir / "out").string());
+  const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " +
+                                    (dir / "in").string() + " --outputs " + (dir / "out").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "node 'expand' (Expand)") && contains(r.out, "[1048576, 33554432]") &&
               contains(r.out, "140737488355328 bytes"))
@@ -538,8 +542,9 @@ TEST(OutOfMemory, AFailedAllocationWhileRunningNamesTheNode) {
 TEST(JsonNumbers, OutOfRangeNumbersAreInputErrorsNamingTheFileAndKey) {
   const std::string top = input_error([] { base::JsonConfig::parse(R"({"count": 1e999})", "cfg.json"); });
   EXPECT_TRUE(contains(top, "cfg.json: count: a number is out of range") && contains(top, "1e999")) << top;
-  const std::string nested = input_error(
-      [] { base::JsonConfig::parse(R"({"variants": [{"name": "a"}, {"name": "b", "alpha": [1, -1e999]}]})", "cfg.json"); });
+  const std::string nested = input_error([] {
+    base::JsonConfig::parse(R"({"variants": [{"name": "a"}, {"name": "b", "alpha": [1, -1e999]}]})", "cfg.json");
+  });
   EXPECT_TRUE(contains(nested, "cfg.json: variants[1].alpha[1]: a number is out of range")) << nested;
   const std::string gate =
       input_error([] { parse_gate(R"({"checks": [{"metric": "psnr_db", "min": 1e999}]})", "gate.json"); });

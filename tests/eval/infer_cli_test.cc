@@ -32,8 +32,8 @@ TEST(InferCli, RunsAModelOnNpyFilesAndDumpsIntermediates) {
   write_model(dir / "m.onnx");
   std::filesystem::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "in_x_0.npy", floats({2, 3}, {1, 1, 1, -2, 0, -1}));
-  auto r = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                 " --outputs " + (dir / "out").string() + " --dump-all " + (dir / "dump").string());
+  auto r = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() + " --outputs " +
+                 (dir / "out").string() + " --dump-all " + (dir / "dump").string());
   ASSERT_EQ(r.code, 0) << r.out;
   Tensor y = datasets::read_npy(dir / "out" / "out_y.npy");
   ASSERT_EQ(y.shape(), (Shape{2, 3}));

@@ -19,7 +19,8 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(JsonConfig, ReadsTypedValuesWithDefaults) {
   auto c = base::JsonConfig::parse(R"({"a": "x", "n": 2.5, "i": 3, "b": true, "s": ["p", "q"],
-                                 "o": {"k": 1}, "arr": [{"k": 2}]})", "cfg.json");
+                                 "o": {"k": 1}, "arr": [{"k": 2}]})",
+                                   "cfg.json");
   EXPECT_EQ(c.get_string("a"), "x");
   EXPECT_EQ(c.get_string("missing", "d"), "d");
   EXPECT_DOUBLE_EQ(c.get_number("n"), 2.5);
@@ -32,20 +33,20 @@ TEST(JsonConfig, ReadsTypedValuesWithDefaults) {
 }
 
 TEST(JsonConfig, ErrorsNameFileKeyPathAndValidChoices) {
-  auto c = base::JsonConfig::parse(R"({"cal": {"method": "maxx", "n": "3"}, "typo": 1})", "r.json",
-                             "docs/recipes.md");
-  EXPECT_EQ(error_of([&] { c.allow_keys({"cal", "format"}); }),
+  auto c = base::JsonConfig::parse(R"({"cal": {"method": "maxx", "n": "3"}, "typo": 1})", "r.json", "docs/recipes.md");
+  EXPECT_EQ(error_of([&] {
+              c.allow_keys({"cal", "format"});
+            }),
             "r.json: unknown key 'typo' (valid keys: cal, format) (see docs/recipes.md)");
-  EXPECT_EQ(error_of([&] { c.object("cal").get_choice("method", {"max", "entropy"}); }),
+  EXPECT_EQ(error_of([&] {
+              c.object("cal").get_choice("method", {"max", "entropy"});
+            }),
             "r.json: cal.method: 'maxx' is not one of: max, entropy (see docs/recipes.md)");
-  EXPECT_EQ(error_of([&] { c.object("cal").get_int("n"); }),
-            "r.json: cal.n: must be an integer (see docs/recipes.md)");
-  EXPECT_EQ(error_of([&] { c.get_string("format"); }),
-            "r.json: missing required key 'format' (see docs/recipes.md)");
+  EXPECT_EQ(error_of([&] { c.object("cal").get_int("n"); }), "r.json: cal.n: must be an integer (see docs/recipes.md)");
+  EXPECT_EQ(error_of([&] { c.get_string("format"); }), "r.json: missing required key 'format' (see docs/recipes.md)");
   EXPECT_NE(error_of([] { base::JsonConfig::parse("{", "bad.json"); }).find("bad.json: not valid JSON"),
             std::string::npos);
-  EXPECT_EQ(error_of([] { base::JsonConfig::parse("[1]", "arr.json"); }),
-            "arr.json: the file must hold a JSON object");
+  EXPECT_EQ(error_of([] { base::JsonConfig::parse("[1]", "arr.json"); }), "arr.json: the file must hold a JSON object");
 }
 
 TEST(JsonConfig, PathsAreRelativeToTheFile) {

@@ -71,8 +71,15 @@ TEST(LoaderRobustness, StructuredMutationsLoadOrFailCleanly) {
   }
   ASSERT_GE(seeds.size(), 5u);
   std::mt19937_64 rng(2121);
-  const std::int64_t edges[] = {0, 1, -1, 3, std::int64_t(1) << 31, std::int64_t(1) << 32, std::int64_t(1) << 40,
-                                std::int64_t(1) << 62, std::numeric_limits<std::int64_t>::max(),
+  const std::int64_t edges[] = {0,
+                                1,
+                                -1,
+                                3,
+                                std::int64_t(1) << 31,
+                                std::int64_t(1) << 32,
+                                std::int64_t(1) << 40,
+                                std::int64_t(1) << 62,
+                                std::numeric_limits<std::int64_t>::max(),
                                 std::numeric_limits<std::int64_t>::min()};
   const char* numbers[] = {"abc", "", "-1", "0", "16", "99999999999999999999", "12abc", " 4"};
   const char* locations[] = {"../w.bin", "/etc/passwd", "/dev/zero", "w.bin", "", ".", ".."};

@@ -30,8 +30,8 @@ Tensor make_i64(const std::vector<std::int64_t>& v) {
 
 // Runs one node: input 0 is the graph input "x", the others are initializers (nullopt: omitted).
 std::vector<Tensor> run_op(const std::string& op_type, int opset, const Tensor& x,
-                           const std::vector<std::optional<Tensor>>& rest,
-                           std::map<std::string, Attribute> attrs, int outputs = 1) {
+                           const std::vector<std::optional<Tensor>>& rest, std::map<std::string, Attribute> attrs,
+                           int outputs = 1) {
   Graph g;
   g.source = "nn_ops_test";
   g.opsets[""] = opset;
@@ -147,7 +147,8 @@ TEST(NnOps, SoftmaxStridedAndContiguousPathsAgree) {
     for (int o = 0; o < outer; ++o)
       for (int k = 0; k < n; ++k)
         for (int j = 0; j < inner; ++j)
-          ASSERT_EQ(a.data<float>()[at(o, k, j)], b.data<float>()[at_t(o, k, j)]) << op << " " << o << "," << k << "," << j;
+          ASSERT_EQ(a.data<float>()[at(o, k, j)], b.data<float>()[at_t(o, k, j)])
+              << op << " " << o << "," << k << "," << j;
   }
 }
 
@@ -220,7 +221,8 @@ TEST(NnOps, LayerNormalizationBroadcastsScaleWithinTheNormalisedShape) {
   std::vector<float> v(24);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i % 5) - 1.5f * float(i / 12);
   const std::vector<float> w = {1, 2, 3, 4};
-  const Tensor y = run_op("LayerNormalization", 17, make({2, 3, 4}, v), {make({1, 4}, w)}, {{"axis", Attribute::of_int(1)}})[0];
+  const Tensor y =
+      run_op("LayerNormalization", 17, make({2, 3, 4}, v), {make({1, 4}, w)}, {{"axis", Attribute::of_int(1)}})[0];
   auto ref = normalise_groups(v, 12, double(1e-5f));
   for (std::size_t i = 0; i < ref.size(); ++i) ref[i] *= w[i % 4];
   EXPECT_LT(max_abs_diff(y, ref), 1e-6);
@@ -252,7 +254,8 @@ TEST(NnOps, GroupNormalizationOnLargeMeanInputsPerGroupAndPerChannelAffine) {
   EXPECT_LT(max_abs_diff(y21, ref21), 5e-6);
   // A per-channel scale at opset 18 is a model error that names the opset-21 semantics.
   try {
-    run_op("GroupNormalization", 18, make({n, c, 5, 7}, v), {make({c}, cs), make({c}, cb)}, {{"num_groups", Attribute::of_int(groups)}});
+    run_op("GroupNormalization", 18, make({n, c, 5, 7}, v), {make({c}, cs), make({c}, cb)},
+           {{"num_groups", Attribute::of_int(groups)}});
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("GroupNormalization-21"), std::string::npos) << e.what();
@@ -272,9 +275,11 @@ TEST(NnOps, InstanceNormalizationOnLargeMeanInputs) {
 TEST(NnOps, BatchNormalizationTrainingModeIsUnsupportedNotWrong) {
   const Tensor x = make({1, 2, 1, 1}, {1, 2});
   const Tensor p = make({2}, {1, 1});
-  EXPECT_THROW(run_op("BatchNormalization", 15, x, {p, p, p, p}, {{"training_mode", Attribute::of_int(1)}}), UnsupportedError);
-  const Tensor y = run_op("BatchNormalization", 15, x, {make({2}, {2, 3}), make({2}, {1, -1}), make({2}, {0.5f, 1}),
-                                                        make({2}, {4, 0.25f})}, {{"epsilon", Attribute::of_float(0)}})[0];
+  EXPECT_THROW(run_op("BatchNormalization", 15, x, {p, p, p, p}, {{"training_mode", Attribute::of_int(1)}}),
+               UnsupportedError);
+  const Tensor y = run_op("BatchNormalization", 15, x,
+                          {make({2}, {2, 3}), make({2}, {1, -1}), make({2}, {0.5f, 1}), make({2}, {4, 0.25f})},
+                          {{"epsilon", Attribute::of_float(0)}})[0];
   EXPECT_FLOAT_EQ(y.data<float>()[0], (1 - 0.5f) / 2 * 2 + 1);
   EXPECT_FLOAT_EQ(y.data<float>()[1], (2 - 1) / 0.5f * 3 - 1);
 }
@@ -316,8 +321,12 @@ TEST(NnOps, MaxPoolWithCeilModeAndDilationsMatchesANaiveWindow) {
   // kernel 3, stride 2, dilation 2, pads 1/1, ceil: (9 + 2 - 5) / 2 -> ceil 3 + 1 = 4 rows,
   // (11 + 2 - 5) / 2 = 4 + 1 = 5 columns.
   auto out = run_op("MaxPool", 12, make({1, 1, h, w}, v), {},
-                    {{"kernel_shape", Attribute::of_ints({3, 3})}, {"strides", Attribute::of_ints({2, 2})}, {"dilations", Attribute::of_ints({2, 2})},
-                     {"pads", Attribute::of_ints({1, 1, 1, 1})}, {"ceil_mode", Attribute::of_int(1)}}, 2);
+                    {{"kernel_shape", Attribute::of_ints({3, 3})},
+                     {"strides", Attribute::of_ints({2, 2})},
+                     {"dilations", Attribute::of_ints({2, 2})},
+                     {"pads", Attribute::of_ints({1, 1, 1, 1})},
+                     {"ceil_mode", Attribute::of_int(1)}},
+                    2);
   ASSERT_EQ(out[0].shape(), (Shape{1, 1, 4, 5}));
   EXPECT_EQ(max_abs_diff(out[0], naive_pool(v, h, w, 4, 5, {3, 2, 2, 1, 1}, true, false)), 0.0);
   // Indices point at the maxima (row-major).
@@ -330,7 +339,9 @@ TEST(NnOps, CeilModeDropsAWindowThatWouldStartInTheTrailingPadding) {
   // start at padded index 6 = past the input; PyTorch and ONNX drop it: 3 outputs.
   const std::vector<float> v = {1, 2, 3, 4, 5};
   const Tensor y = run_op("MaxPool", 12, make({1, 1, 5}, v), {},
-                          {{"kernel_shape", Attribute::of_ints({2})}, {"strides", Attribute::of_ints({2})}, {"pads", Attribute::of_ints({1, 1})},
+                          {{"kernel_shape", Attribute::of_ints({2})},
+                           {"strides", Attribute::of_ints({2})},
+                           {"pads", Attribute::of_ints({1, 1})},
                            {"ceil_mode", Attribute::of_int(1)}})[0];
   ASSERT_EQ(y.shape(), (Shape{1, 1, 3}));
   EXPECT_EQ(y.data<float>()[0], 1);
@@ -345,15 +356,18 @@ TEST(NnOps, AveragePoolCeilModeCountsPaddingButNotTheOverhang) {
   // covers padded rows 8..10 of which only row 8 is declared padding.
   for (int include : {0, 1}) {
     const Tensor y = run_op("AveragePool", 19, make({1, 1, h, w}, v), {},
-                            {{"kernel_shape", Attribute::of_ints({3, 3})}, {"strides", Attribute::of_ints({2, 2})},
-                             {"pads", Attribute::of_ints({1, 1, 1, 1})}, {"ceil_mode", Attribute::of_int(1)},
+                            {{"kernel_shape", Attribute::of_ints({3, 3})},
+                             {"strides", Attribute::of_ints({2, 2})},
+                             {"pads", Attribute::of_ints({1, 1, 1, 1})},
+                             {"ceil_mode", Attribute::of_int(1)},
                              {"count_include_pad", Attribute::of_int(include)}})[0];
     ASSERT_EQ(y.shape(), (Shape{1, 1, 5, 5}));
     EXPECT_LT(max_abs_diff(y, naive_pool(v, h, w, 5, 5, {3, 2, 1, 1, 1}, false, include == 1)), 1e-6) << include;
   }
   // Dilations (opset 19): kernel 2 dilated by 3 spans 4 positions.
   const Tensor yd = run_op("AveragePool", 19, make({1, 1, h, w}, v), {},
-                           {{"kernel_shape", Attribute::of_ints({2, 2})}, {"dilations", Attribute::of_ints({3, 3})},
+                           {{"kernel_shape", Attribute::of_ints({2, 2})},
+                            {"dilations", Attribute::of_ints({3, 3})},
                             {"pads", Attribute::of_ints({2, 2, 2, 2})}})[0];
   ASSERT_EQ(yd.shape(), (Shape{1, 1, 9, 9}));
   EXPECT_LT(max_abs_diff(yd, naive_pool(v, h, w, 9, 9, {2, 1, 3, 2, 2}, false, false)), 1e-6);
@@ -428,8 +442,8 @@ std::vector<double> ref_coeffs(double ratio, double scale, const RefResize& o) {
 
 // One output coordinate x along a 1-D signal: the reference's _interpolate_1d_with_x, including
 // its edge padding and "n nearest neighbours, ties to the left" selection.
-double ref_interp_1d(const std::vector<double>& data, double scale, std::int64_t out_size, double x,
-                     const RefResize& o, double roi0 = 0, double roi1 = 1) {
+double ref_interp_1d(const std::vector<double>& data, double scale, std::int64_t out_size, double x, const RefResize& o,
+                     double roi0 = 0, double roi1 = 1) {
   const double in = double(data.size());
   const double length = scale * in;
   double xo = 0;
@@ -473,8 +487,8 @@ double ref_interp_1d(const std::vector<double>& data, double scale, std::int64_t
 }
 
 // 2-D resize of each [H, W] plane: interpolate every input row at x, then the column at y.
-std::vector<double> ref_resize_2d(const std::vector<float>& x, int planes, int h, int w, double sh, double sw,
-                                  int oh, int ow, const RefResize& o, std::vector<double> roi = {0, 0, 1, 1}) {
+std::vector<double> ref_resize_2d(const std::vector<float>& x, int planes, int h, int w, double sh, double sw, int oh,
+                                  int ow, const RefResize& o, std::vector<double> roi = {0, 0, 1, 1}) {
   std::vector<double> out;
   for (int p = 0; p < planes; ++p)
     for (int i = 0; i < oh; ++i)
@@ -493,7 +507,7 @@ struct ResizeCase {
   const char* name;
   RefResize ref;
   int opset;
-  int oh, ow;          // output size (given as sizes when scales are empty)
+  int oh, ow;             // output size (given as sizes when scales are empty)
   double sh = 0, sw = 0;  // scales, or 0 to give sizes
 };
 
@@ -575,8 +589,10 @@ TEST(NnOps, ResizeCropAndResizeExtrapolatesAndAxesSelectDimensions) {
   const std::vector<double> roi = {0.2, -0.1, 1.3, 0.6};
   const Tensor y = run_op("Resize", 18, make({1, 1, h, w}, v),
                           {make({4}, {0.2f, -0.1f, 1.3f, 0.6f}), std::nullopt, make_i64({9, 8})},
-                          {{"mode", Attribute::of_string("linear")}, {"coordinate_transformation_mode", Attribute::of_string("tf_crop_and_resize")},
-                           {"extrapolation_value", Attribute::of_float(-7)}, {"axes", Attribute::of_ints({2, 3})}})[0];
+                          {{"mode", Attribute::of_string("linear")},
+                           {"coordinate_transformation_mode", Attribute::of_string("tf_crop_and_resize")},
+                           {"extrapolation_value", Attribute::of_float(-7)},
+                           {"axes", Attribute::of_ints({2, 3})}})[0];
   ASSERT_EQ(y.shape(), (Shape{1, 1, 9, 8}));
   std::vector<double> roi_f;
   for (double r : roi) roi_f.push_back(double(float(r)));
@@ -592,7 +608,8 @@ TEST(NnOps, ResizeKeepAspectRatioPolicy) {
   // sizes 12x12 for a 6x9 image: not_larger takes min(2, 1.333) -> 8x12; not_smaller -> 12x18.
   for (auto [policy, oh, ow, s] : {std::tuple{"not_larger", 8, 12, 12.0 / 9}, std::tuple{"not_smaller", 12, 18, 2.0}}) {
     const Tensor y = run_op("Resize", 18, make({1, 1, 6, 9}, v), {std::nullopt, std::nullopt, make_i64({12, 12})},
-                            {{"mode", Attribute::of_string("linear")}, {"axes", Attribute::of_ints({2, 3})},
+                            {{"mode", Attribute::of_string("linear")},
+                             {"axes", Attribute::of_ints({2, 3})},
                              {"keep_aspect_ratio_policy", Attribute::of_string(policy)}})[0];
     ASSERT_EQ(y.shape(), (Shape{1, 1, oh, ow})) << policy;
     EXPECT_LT(max_abs_diff(y, ref_resize_2d(v, 1, 6, 9, s, s, oh, ow, RefResize{})), 2e-6) << policy;
@@ -602,17 +619,20 @@ TEST(NnOps, ResizeKeepAspectRatioPolicy) {
 TEST(NnOps, LegacyUpsampleAndResize10NearestFloorUpCeilDown) {
   const std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};
   // Upsample-9, scales 1 x 2.5: x / 2.5 floored.
-  const Tensor up = run_op("Upsample", 9, make({1, 1, 2, 4}, v), {make({4}, {1, 1, 1, 2.5f})}, {{"mode", Attribute::of_string("nearest")}})[0];
+  const Tensor up = run_op("Upsample", 9, make({1, 1, 2, 4}, v), {make({4}, {1, 1, 1, 2.5f})},
+                           {{"mode", Attribute::of_string("nearest")}})[0];
   ASSERT_EQ(up.shape(), (Shape{1, 1, 2, 10}));
   const float want_up[] = {1, 1, 1, 2, 2, 3, 3, 3, 4, 4};
   for (int j = 0; j < 10; ++j) EXPECT_EQ(up.data<float>()[j], want_up[j]) << j;
   // Resize-10 shrinking by 0.6: x / 0.6 rounded up (the ONNX opset-10 test's [[1, 3]]).
-  const Tensor down = run_op("Resize", 10, make({1, 1, 2, 4}, v), {make({4}, {1, 1, 0.6f, 0.6f})}, {{"mode", Attribute::of_string("nearest")}})[0];
+  const Tensor down = run_op("Resize", 10, make({1, 1, 2, 4}, v), {make({4}, {1, 1, 0.6f, 0.6f})},
+                             {{"mode", Attribute::of_string("nearest")}})[0];
   ASSERT_EQ(down.shape(), (Shape{1, 1, 1, 2}));
   EXPECT_EQ(down.data<float>()[0], 1);
   EXPECT_EQ(down.data<float>()[1], 3);
   // Linear at opset 10 is asymmetric: x / 2 -> 0, 0.5, 1, 1.5, ... clamped at the edge.
-  const Tensor lin = run_op("Resize", 10, make({1, 1, 1, 4}, {1, 2, 3, 4}), {make({4}, {1, 1, 1, 2})}, {{"mode", Attribute::of_string("linear")}})[0];
+  const Tensor lin = run_op("Resize", 10, make({1, 1, 1, 4}, {1, 2, 3, 4}), {make({4}, {1, 1, 1, 2})},
+                            {{"mode", Attribute::of_string("linear")}})[0];
   const float want_lin[] = {1, 1.5f, 2, 2.5f, 3, 3.5f, 4, 4};
   for (int j = 0; j < 8; ++j) EXPECT_FLOAT_EQ(lin.data<float>()[j], want_lin[j]) << j;
 }
@@ -621,14 +641,16 @@ TEST(NnOps, ResizeNearestGathersAnyTypeAndLinearOfIntegersIsUnsupported) {
   Tensor x(DType::kUInt8, {1, 1, 2, 2});
   const std::uint8_t px[] = {10, 200, 30, 255};
   std::copy(px, px + 4, x.data<std::uint8_t>());
-  const Tensor y = run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", Attribute::of_string("nearest")}})[0];
+  const Tensor y =
+      run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", Attribute::of_string("nearest")}})[0];
   ASSERT_EQ(y.dtype(), DType::kUInt8);
   ASSERT_EQ(y.shape(), (Shape{1, 1, 4, 4}));
   // half_pixel + round_prefer_floor at scale 2: output i reads input (i + 0.5) / 2 - 0.5 rounded.
   const std::uint8_t want[] = {10, 10, 200, 200, 10, 10, 200, 200, 30, 30, 255, 255, 30, 30, 255, 255};
   for (int i = 0; i < 16; ++i) EXPECT_EQ(y.data<std::uint8_t>()[i], want[i]) << i;
-  EXPECT_THROW(run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", Attribute::of_string("linear")}}),
-               UnsupportedError);
+  EXPECT_THROW(
+      run_op("Resize", 13, x, {std::nullopt, make({4}, {1, 1, 2, 2})}, {{"mode", Attribute::of_string("linear")}}),
+      UnsupportedError);
   // Upsample-7 takes its scales as an attribute.
   Attribute scales;
   scales.kind = Attribute::Kind::kFloats;

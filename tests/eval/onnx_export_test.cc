@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "eval/exec/onnx_import.h"
-#include "eval/quant/mini_block.h"
 #include "eval/exec/session.h"
+#include "eval/quant/mini_block.h"
 #include "kernels/error.h"
 #include "test_util.h"
 
@@ -68,9 +68,8 @@ TEST(OnnxExport, MiniBlockRoundTripsAndRunsIdentically) {
   const Graph g = testing::mini_unet_block().graph();
   const Graph back = reimport(g);
   expect_same_graph(g, back);
-  std::map<std::string, Tensor> in{
-      {"sample", testing::floats({1, 2, 4, 4}, testing::seeded_values(32, 1, 1.0f))},
-      {"temb", testing::floats({1, 3}, {0.3f, -0.2f, 0.9f})}};
+  std::map<std::string, Tensor> in{{"sample", testing::floats({1, 2, 4, 4}, testing::seeded_values(32, 1, 1.0f))},
+                                   {"temb", testing::floats({1, 3}, {0.3f, -0.2f, 0.9f})}};
   Session a(g), b(back);
   expect_bitwise_equal(a.run(in), b.run(in));
   // Same graph, same bytes (initializers are written in name order).

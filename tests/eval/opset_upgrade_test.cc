@@ -10,10 +10,10 @@
 #include <random>
 
 #include "datasets/npy.h"
-#include "eval/onnx_builder.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/ops/op.h"
 #include "eval/exec/session.h"
+#include "eval/onnx_builder.h"
 #include "kernels/error.h"
 #include "test_util.h"
 
@@ -110,13 +110,12 @@ OpsetUpgrade expect_same_outputs(const Graph& g, int target, const Tensor& x, do
     std::int64_t differing = 0, first = -1;
     for (std::int64_t i = 0; i < w.numel(); ++i) {
       const float a = w.data<float>()[i], b = o.data<float>()[i];
-      const bool same = tolerance == 0 ? std::memcmp(&a, &b, 4) == 0
-                                       : std::fabs(a - b) <= tolerance * std::max(1.0f, std::fabs(a));
+      const bool same =
+          tolerance == 0 ? std::memcmp(&a, &b, 4) == 0 : std::fabs(a - b) <= tolerance * std::max(1.0f, std::fabs(a));
       if (!same && differing++ == 0) first = i;
     }
-    EXPECT_EQ(differing, 0) << name << ": first at " << first << ": "
-                            << (first >= 0 ? w.data<float>()[first] : 0.0f) << " vs "
-                            << (first >= 0 ? o.data<float>()[first] : 0.0f);
+    EXPECT_EQ(differing, 0) << name << ": first at " << first << ": " << (first >= 0 ? w.data<float>()[first] : 0.0f)
+                            << " vs " << (first >= 0 ? o.data<float>()[first] : 0.0f);
   }
   return report;
 }
@@ -207,7 +206,8 @@ TEST(OpsetUpgrade, MixedNearestScalesAreUnsupported) {
                    "some axes and shrinks others"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("cannot be upgraded to opset 13 (for INT8 Q/DQ nodes, which need opset 13)"), std::string::npos) << e;
+  EXPECT_NE(e.find("cannot be upgraded to opset 13 (for INT8 Q/DQ nodes, which need opset 13)"), std::string::npos)
+      << e;
 }
 
 TEST(OpsetUpgrade, Resize11TfHalfPixelForNnBecomesHalfPixel) {
@@ -257,7 +257,9 @@ TEST(OpsetUpgrade, PadAttributesBecomeInputs) {
   for (const char* mode : {"constant", "reflect", "edge"}) {
     OldGraph o(9, {1, 2, 3, 4});
     o.node("Pad", {"x"}, {"y"},
-           {{"mode", Attribute::of_string(mode)}, {"pads", ints({0, 0, 1, 2, 0, 0, 2, 1})}, {"value", Attribute::of_float(1.25f)}});
+           {{"mode", Attribute::of_string(mode)},
+            {"pads", ints({0, 0, 1, 2, 0, 0, 2, 1})},
+            {"value", Attribute::of_float(1.25f)}});
     o.output("y");
     expect_same_outputs(o.g, 13, random_tensor({1, 2, 3, 4}, 8));
     expect_same_outputs(o.g, 19, random_tensor({1, 2, 3, 4}, 8));
@@ -274,7 +276,14 @@ TEST(OpsetUpgrade, SliceTopKSqueezeUnsqueezeReduceSumSplitAttributesBecomeInputs
   o.node("TopK", {"x"}, {"tv", "ti"}, {{"k", Attribute::of_int(3)}, {"axis", Attribute::of_int(2)}});
   o.node("Split", {"x"}, {"p0", "p1"}, {{"axis", Attribute::of_int(2)}, {"split", ints({3, 5})}});
   o.node("Split", {"x"}, {"e0", "e1"}, {{"axis", Attribute::of_int(2)}});
-  o.output("r").output("m").output("tv").output("ti", DType::kInt64).output("p0").output("p1").output("e0").output("e1");
+  o.output("r")
+      .output("m")
+      .output("tv")
+      .output("ti", DType::kInt64)
+      .output("p0")
+      .output("p1")
+      .output("e0")
+      .output("e1");
   Graph up = o.g;
   const OpsetUpgrade r13 = upgrade_opset(up, 13);
   EXPECT_EQ(r13.rewritten_nodes, 6);  // all but the ReduceMean (input from 18) and the equal Split

@@ -59,29 +59,39 @@ TEST(PointPrompts, ErrorsNameTheLineTheKeyAndTheRule) {
   const std::string ok = "{\"image\": \"a.png\", \"points\": [[1, 2]]}\n";
   expect(ok + "{\"image\": \"a.png\", \"points\": [[1, 2]]\n", "/data/set.jsonl:2: not valid JSON");
   expect(ok + "[1, 2]\n", "/data/set.jsonl:2: the file must hold a JSON object");
-  expect("{\"image\": \"a.png\", \"point\": [[1, 2]]}", "/data/set.jsonl:1: unknown key 'point' (valid keys: id, image, scene, points, mask)");
+  expect("{\"image\": \"a.png\", \"point\": [[1, 2]]}",
+         "/data/set.jsonl:1: unknown key 'point' (valid keys: id, image, scene, points, mask)");
   expect("{\"points\": [[1, 2]]}", ":1: give exactly one of 'image' (a file) or 'scene'");
   expect("{\"image\": \"a.png\", \"scene\": {\"seed\": 1, \"index\": 2}, \"points\": [[1, 2]]}", "give exactly one of");
   expect("{\"image\": \"a.png\"}", ":1: missing required key 'points'");
   expect("{\"image\": \"a.png\", \"points\": []}", ":1: points: must be a non-empty array");
-  expect("{\"image\": \"a.png\", \"points\": [[1, 2], [3]]}", ":1: points[1]: a point is [x, y] or [x, y, label], got [3]");
-  expect("{\"image\": \"a.png\", \"points\": [[1, 2, 2]]}", "points[0]: label must be 1 (foreground) or 0 (background), got 2");
+  expect("{\"image\": \"a.png\", \"points\": [[1, 2], [3]]}",
+         ":1: points[1]: a point is [x, y] or [x, y, label], got [3]");
+  expect("{\"image\": \"a.png\", \"points\": [[1, 2, 2]]}",
+         "points[0]: label must be 1 (foreground) or 0 (background), got 2");
   expect("{\"image\": \"a.png\", \"points\": [[1, 2, -1]]}", "label must be 1 (foreground) or 0 (background), got -1");
-  expect("{\"image\": \"a.png\", \"points\": [[-1, 2]]}", "points[0]: x must be a non-negative number (pixels), got -1");
+  expect("{\"image\": \"a.png\", \"points\": [[-1, 2]]}",
+         "points[0]: x must be a non-negative number (pixels), got -1");
   expect("{\"image\": \"a.png\", \"points\": [[1, \"2\"]]}", "y must be a non-negative number (pixels), got \"2\"");
-  expect("{\"scene\": {\"seed\": -4, \"index\": 2}, \"points\": [[1, 2]]}", ":1: scene.seed: must be a non-negative integer");
-  expect("{\"scene\": {\"seed\": 1, \"index\": 2, \"size\": 8}, \"points\": [[1, 2]]}", "scene.size: must be in [16, 1024]");
+  expect("{\"scene\": {\"seed\": -4, \"index\": 2}, \"points\": [[1, 2]]}",
+         ":1: scene.seed: must be a non-negative integer");
+  expect("{\"scene\": {\"seed\": 1, \"index\": 2, \"size\": 8}, \"points\": [[1, 2]]}",
+         "scene.size: must be in [16, 1024]");
   expect("{\"scene\": {\"seed\": 1, \"idx\": 2}, \"points\": [[1, 2]]}", "scene: unknown key 'idx'");
   expect("{\"image\": \"a.png\", \"points\": [[1, 2]], \"mask\": {\"object\": 0}}",
          "mask: {\"object\": k} names an object of a scene; this prompt has an image file");
   expect("{\"scene\": {\"seed\": 1, \"index\": 2}, \"points\": [[1, 2]], \"mask\": {\"object\": 3}}",
          "mask.object: must be 0, 1 or 2");
   expect("{\"image\": \"a.png\", \"points\": [[1, 2]], \"mask\": 7}", "mask: must be a mask file or {\"object\": k}");
-  expect("{\"id\": \"x\", \"image\": \"a.png\", \"points\": [[1, 2]]}\n{\"id\": \"x\", \"image\": \"b.png\", \"points\": [[1, 2]]}",
-         "/data/set.jsonl:2: id: 'x' was already used on line 1");
+  expect(
+      "{\"id\": \"x\", \"image\": \"a.png\", \"points\": [[1, 2]]}\n{\"id\": \"x\", \"image\": \"b.png\", \"points\": "
+      "[[1, 2]]}",
+      "/data/set.jsonl:2: id: 'x' was already used on line 1");
   // Ids name image folders in a run: a/b and A:b would share images/a_b/ (case ignored).
-  expect("{\"id\": \"a/b\", \"image\": \"a.png\", \"points\": [[1, 2]]}\n{\"id\": \"A:b\", \"image\": \"b.png\", \"points\": [[1, 2]]}",
-         "/data/set.jsonl:2: id: 'A:b' and 'a/b' (line 1) both give the image folder name 'A_b'");
+  expect(
+      "{\"id\": \"a/b\", \"image\": \"a.png\", \"points\": [[1, 2]]}\n{\"id\": \"A:b\", \"image\": \"b.png\", "
+      "\"points\": [[1, 2]]}",
+      "/data/set.jsonl:2: id: 'A:b' and 'a/b' (line 1) both give the image folder name 'A_b'");
   expect("\n\n", "/data/set.jsonl: no prompts");
   try {
     read_point_prompts("/nonexistent/set.jsonl");
@@ -102,8 +112,10 @@ TEST(PointPrompts, LoadsImagesScenesAndReferenceMasks) {
   testing::write_bytes(dir / "small.png", datasets::encode_png(datasets::mask_image(small)));
   auto set = parse_point_prompts(
       "{\"id\": \"file\", \"image\": \"scene.png\", \"points\": [[33, 56]], \"mask\": \"mask.png\"}\n"
-      "{\"id\": \"scene\", \"scene\": {\"seed\": 6221146, \"index\": 1}, \"points\": [[33, 56]], \"mask\": {\"object\": 1}}\n"
-      "{\"id\": \"no-object\", \"scene\": {\"seed\": 6221146, \"index\": 1}, \"points\": [[3, 5]], \"mask\": {\"object\": 2}}\n"
+      "{\"id\": \"scene\", \"scene\": {\"seed\": 6221146, \"index\": 1}, \"points\": [[33, 56]], \"mask\": "
+      "{\"object\": 1}}\n"
+      "{\"id\": \"no-object\", \"scene\": {\"seed\": 6221146, \"index\": 1}, \"points\": [[3, 5]], \"mask\": "
+      "{\"object\": 2}}\n"
       "{\"id\": \"outside\", \"scene\": {\"seed\": 6221146, \"index\": 1}, \"points\": [[3, 64.5]]}\n"
       "{\"id\": \"small\", \"image\": \"scene.png\", \"points\": [[3, 5]], \"mask\": \"small.png\"}\n"
       "{\"id\": \"missing\", \"image\": \"missing.png\", \"points\": [[3, 5]]}\n",
@@ -123,11 +135,14 @@ TEST(PointPrompts, LoadsImagesScenesAndReferenceMasks) {
     return "(no error)";
   };
   EXPECT_NE(error(2).find("set.jsonl:3 (id no-object): mask object 2 but scene 1 of seed 6221146 has 2 object(s)"),
-            std::string::npos) << error(2);
+            std::string::npos)
+      << error(2);
   EXPECT_NE(error(3).find("set.jsonl:4 (id outside): point 1 (3, 64.5) lies outside the 64x64 image"),
-            std::string::npos) << error(3);
+            std::string::npos)
+      << error(3);
   EXPECT_NE(error(4).find("set.jsonl:5 (id small): the reference mask is 64x32 but the image is 64x64"),
-            std::string::npos) << error(4);
+            std::string::npos)
+      << error(4);
   EXPECT_NE(error(5).find("set.jsonl:6 (id missing): "), std::string::npos) << error(5);
   EXPECT_NE(error(5).find("missing.png"), std::string::npos) << error(5);
 }

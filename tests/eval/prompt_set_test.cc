@@ -29,7 +29,8 @@ TEST(TextPrompts, PlainTextSkipsBlankAndCommentLines) {
 
 TEST(TextPrompts, JsonLinesCarrySeedsNegativePromptsAndIds) {
   const auto s = parse_text_prompts(
-      "{\"prompt\": \"a cat\", \"seed\": 42, \"negative_prompt\": \"blurry\"}\n{\"prompt\": \"a dog\", \"id\": \"dog\"}\n",
+      "{\"prompt\": \"a cat\", \"seed\": 42, \"negative_prompt\": \"blurry\"}\n{\"prompt\": \"a dog\", \"id\": "
+      "\"dog\"}\n",
       "p.jsonl");
   ASSERT_EQ(s.prompts.size(), 2u);
   EXPECT_EQ(*s.prompts[0].seed, 42u);
@@ -52,16 +53,17 @@ TEST(TextPrompts, ErrorsNameFileAndLine) {
 // error naming both lines (a/b and a:b both become a_b; A_b too, on a case-insensitive disk).
 TEST(TextPrompts, IdsThatShareAnImageFolderNameAreRejected) {
   for (const char* second : {"a:b", "A_b"}) {
-    const std::string text = std::string("{\"prompt\": \"x\", \"id\": \"a/b\"}\n{\"prompt\": \"y\", \"id\": \"") +
-                             second + "\"}";
+    const std::string text =
+        std::string("{\"prompt\": \"x\", \"id\": \"a/b\"}\n{\"prompt\": \"y\", \"id\": \"") + second + "\"}";
     const std::string e = error_of(text);
     EXPECT_NE(e.find("p.txt:2"), std::string::npos) << e;
     EXPECT_NE(e.find("'a/b' (line 1)"), std::string::npos) << e;
     EXPECT_NE(e.find("both give the image folder name"), std::string::npos) << e;
   }
   // Distinct folder names still load.
-  EXPECT_EQ(parse_text_prompts("{\"prompt\": \"x\", \"id\": \"a/b\"}\n{\"prompt\": \"y\", \"id\": \"a/c\"}",
-                               "p.txt").prompts.size(), 2u);
+  EXPECT_EQ(parse_text_prompts("{\"prompt\": \"x\", \"id\": \"a/b\"}\n{\"prompt\": \"y\", \"id\": \"a/c\"}", "p.txt")
+                .prompts.size(),
+            2u);
 }
 
 TEST(TextPrompts, ShippedSetsRead) {

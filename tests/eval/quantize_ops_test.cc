@@ -36,7 +36,8 @@ std::string safe_name(std::string s) {
 // Bitwise equality, NaN matching any NaN (payloads differ between implementations).
 std::string bit_difference(const Tensor& expected, const Tensor& actual) {
   if (expected.dtype() != actual.dtype())
-    return "type " + std::string(dtype_name(actual.dtype())) + ", expected " + std::string(dtype_name(expected.dtype()));
+    return "type " + std::string(dtype_name(actual.dtype())) + ", expected " +
+           std::string(dtype_name(expected.dtype()));
   if (expected.shape() != actual.shape())
     return "shape " + shape_to_string(actual.shape()) + ", expected " + shape_to_string(expected.shape());
   const std::size_t es = dtype_size(expected.dtype());
@@ -73,7 +74,8 @@ TEST(QdqReferences, QuantizedFormsMatchOnnxRuntimeBitForBit) {
     Graph g = load_onnx(dir / "model.onnx");
     Session s(g);
     std::map<std::string, Tensor> inputs;
-    for (const auto& in : g.inputs) inputs.emplace(in.name, datasets::read_npy(dir / "inputs" / (safe_name(in.name) + ".npy")));
+    for (const auto& in : g.inputs)
+      inputs.emplace(in.name, datasets::read_npy(dir / "inputs" / (safe_name(in.name) + ".npy")));
     auto outputs = s.run(inputs);
     // trt-domain cases: ORT cannot run them; their reference is the equivalent standard graph's.
     fs::path expected_dir = dir / "outputs";
@@ -98,12 +100,14 @@ Graph qdq_graph(int opset, const std::vector<std::int64_t>& x_dims, int q_type, 
                 const std::vector<std::pair<std::string, std::int64_t>>& attrs = {}, bool with_zp = true) {
   OnnxBuilder b(opset);
   b.input("x", kF32, x_dims).output("y", kF32);
-  auto& q = b.node("QuantizeLinear", with_zp ? std::vector<std::string>{"x", "x_scale", "x_zp"}
-                                             : std::vector<std::string>{"x", "x_scale"},
-                   {"xq"}, "quant_x");
-  auto& dq = b.node("DequantizeLinear", with_zp ? std::vector<std::string>{"xq", "x_scale", "x_zp"}
-                                                : std::vector<std::string>{"xq", "x_scale"},
-                    {"y"}, "dequant_x");
+  auto& q =
+      b.node("QuantizeLinear",
+             with_zp ? std::vector<std::string>{"x", "x_scale", "x_zp"} : std::vector<std::string>{"x", "x_scale"},
+             {"xq"}, "quant_x");
+  auto& dq =
+      b.node("DequantizeLinear",
+             with_zp ? std::vector<std::string>{"xq", "x_scale", "x_zp"} : std::vector<std::string>{"xq", "x_scale"},
+             {"y"}, "dequant_x");
   for (const auto& [k, v] : attrs) {
     for (auto* n : {&q, &dq}) {
       auto* a = n->add_attribute();
@@ -172,10 +176,12 @@ TEST(QuantizeLinear, RuntimeScaleOfZeroFailsAtRun) {
 }
 
 TEST(QuantizeLinear, AxisOutOfRangeIsAnInputError) {
-  Graph g = qdq_graph(13, {2, 3}, kI8, [&](OnnxBuilder& b) {
-    b.initializer("x_scale", {0.1f, 0.2f, 0.3f}, {3});
-    b.initializer_raw<std::int8_t>("x_zp", kI8, {0, 0, 0}, {3});
-  }, {{"axis", 2}});
+  Graph g = qdq_graph(13, {2, 3}, kI8,
+                      [&](OnnxBuilder& b) {
+                        b.initializer("x_scale", {0.1f, 0.2f, 0.3f}, {3});
+                        b.initializer_raw<std::int8_t>("x_zp", kI8, {0, 0, 0}, {3});
+                      },
+                      {{"axis", 2}});
   expect_error(error_of(g, floats({2, 3}, {1, 2, 3, 4, 5, 6})), {"quant_x", "axis 2 is out of range", "x 'x'"});
 }
 
@@ -194,10 +200,12 @@ TEST(QuantizeLinear, ScaleAndZeroPointShapeMismatchesAreInputErrors) {
   });
   expect_error(error_of(zp_shape, x), {"quant_x", "y_zero_point 'x_zp' has shape []", "[3]"});
   // Blocked scale with the wrong number of blocks (block 2 along axis 1 of [2, 3] needs [2, 2]).
-  Graph blocked = qdq_graph(21, {2, 3}, kI8, [&](OnnxBuilder& b) {
-    b.initializer("x_scale", {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}, {2, 3});
-    b.initializer_raw<std::int8_t>("x_zp", kI8, {0, 0, 0, 0, 0, 0}, {2, 3});
-  }, {{"axis", 1}, {"block_size", 2}});
+  Graph blocked = qdq_graph(21, {2, 3}, kI8,
+                            [&](OnnxBuilder& b) {
+                              b.initializer("x_scale", {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}, {2, 3});
+                              b.initializer_raw<std::int8_t>("x_zp", kI8, {0, 0, 0, 0, 0, 0}, {2, 3});
+                            },
+                            {{"axis", 1}, {"block_size", 2}});
   expect_error(error_of(blocked, x), {"quant_x", "blocked scales", "must have shape [2, 2]"});
   // Opset 10 has no per-axis scales.
   Graph opset10 = qdq_graph(10, {2, 3}, kI8, [&](OnnxBuilder& b) {

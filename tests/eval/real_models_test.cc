@@ -12,9 +12,9 @@
 #include "datasets/npy.h"
 #include "eval/exec/deploy_fold.h"
 #include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
 #include "eval/quant/calibrate_run.h"
 #include "eval/run/node_match.h"
-#include "eval/exec/session.h"
 #include "metrics/segmentation.h"
 #include "metrics/tensor_error.h"
 #include "test_util.h"
@@ -129,7 +129,8 @@ Graph renamed_export(const Graph& g, std::map<std::string, std::string>& tensor)
     Node& n = renamed.nodes[i];
     n.name = "/export2/" + std::to_string(i * 7 % 1000) + "_" + n.op_type;
     for (auto& o : n.outputs)
-      if (!o.empty() && std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == o; }))
+      if (!o.empty() &&
+          std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == o; }))
         o = tensor[o] = std::to_string(tensor.size()).insert(0, 1, 't');  // not "t" + ...: GCC 12 -Wrestrict
   }
   for (auto& n : renamed.nodes)
@@ -149,8 +150,8 @@ TEST(RealModels, PpOcrLayersMatchAcrossAnExportWithOtherNames) {
     std::size_t layers = 0;
     for (const Node& n : ref.nodes) layers += n.op_type != "Constant";
     EXPECT_EQ(m.by_name, 0u) << c.folder;
-    EXPECT_GE(m.by_structure + m.by_output, layers - layers / 100) << c.folder << ": " << m.unmatched.size()
-                                                                    << " unmatched";
+    EXPECT_GE(m.by_structure + m.by_output, layers - layers / 100)
+        << c.folder << ": " << m.unmatched.size() << " unmatched";
     // Matched means the same layer: every match pairs the node with its own original.
     std::size_t wrong = 0;
     for (std::size_t i = 0; i < renamed.nodes.size(); ++i)
@@ -343,8 +344,9 @@ TEST(RealModels, IsnetDynamicInt8ExportMatchesTheFp16ExportConvForConv) {
   EXPECT_GE(m.by_output, 119u);
   EXPECT_EQ(count_quantized_nodes(int8), 119u);  // every conv runs quantized
   EXPECT_EQ(count_quantized_nodes(fp16), 0u);
-  std::printf("  ISNet quint8 vs fp16: %zu by name, %zu by output tensor, %zu by structure, %zu set aside, %zu unmatched\n",
-              m.by_name, m.by_output, m.by_structure, m.plumbing, m.unmatched.size());
+  std::printf(
+      "  ISNet quint8 vs fp16: %zu by name, %zu by output tensor, %zu by structure, %zu set aside, %zu unmatched\n",
+      m.by_name, m.by_output, m.by_structure, m.plumbing, m.unmatched.size());
   // The quantized side is accounted for node by node; what the FP16 export has and the INT8 one
   // does not (its Casts, the Resize size computations ORT folded) is listed with what it is.
   for (const auto& u : m.unmatched) {

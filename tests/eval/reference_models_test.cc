@@ -70,8 +70,8 @@ struct Difference {
 
   std::string describe() const {
     std::ostringstream s;
-    s << "rel L2 " << rel_l2 << ", max abs diff " << max_abs << " at flat index " << max_abs_index
-      << ", reference rms " << ref_rms << ", non-finite elements " << nonfinite;
+    s << "rel L2 " << rel_l2 << ", max abs diff " << max_abs << " at flat index " << max_abs_index << ", reference rms "
+      << ref_rms << ", non-finite elements " << nonfinite;
     return s.str();
   }
 };
@@ -133,8 +133,7 @@ class ReferenceModels : public ::testing::TestWithParam<std::string> {
 
 TEST_F(ReferenceModels, DataFoldersAreComplete) {
   const auto names = model_names();
-  ASSERT_FALSE(names.empty()) << "no model folders under " << models_dir()
-                              << " (run tools/make_reference_models.py)";
+  ASSERT_FALSE(names.empty()) << "no model folders under " << models_dir() << " (run tools/make_reference_models.py)";
   for (const auto& name : names) {
     const fs::path f = models_dir() / name;
     EXPECT_TRUE(fs::is_regular_file(f / "model.onnx")) << f;

@@ -11,8 +11,8 @@
 
 #include "datasets/npy.h"
 #include "datasets/scenes.h"
-#include "eval/pipelines/segmentation.h"
 #include "eval/pipelines/point_prompts.h"
+#include "eval/pipelines/segmentation.h"
 #include "kernels/error.h"
 #include "metrics/segmentation.h"
 #include "metrics/tensor_error.h"
@@ -269,7 +269,11 @@ TEST(SegmentationPipeline, PipelineJsonIsFullyValidated) {
   expect([](auto& j) { j["imagee"] = 1; }, "unknown key 'imagee' (valid keys: format, version, task");
   expect([](auto& j) { j["task"] = "txt2img"; }, "task: is \"txt2img\": this is not a segmentation pipeline");
   expect([](auto& j) { j["version"] = 2; }, "\"version\" 2 is not supported");
-  expect([](auto& j) { j["image"]["pixel_mean"] = {1, 2}; }, "image.pixel_mean: needs one value per channel (3), got 2");
+  expect(
+      [](auto& j) {
+        j["image"]["pixel_mean"] = {1, 2};
+      },
+      "image.pixel_mean: needs one value per channel (3), got 2");
   expect([](auto& j) { j["image"]["pixel_std"] = {1, 0, 1}; }, "image.pixel_std: values must be finite and positive");
   expect([](auto& j) { j["image"]["resize"] = "crop"; }, "image.resize: 'crop' is not one of: stretch, longest_side");
   expect([](auto& j) { j["image"]["height"] = 32; },
@@ -279,11 +283,15 @@ TEST(SegmentationPipeline, PipelineJsonIsFullyValidated) {
   expect([](auto& j) { j["mask_decoder"]["outputs"]["masks"] = "low_res_masks"; },
          "the model has no output 'low_res_masks' (its outputs: masks, iou_predictions)");
   expect([](auto& j) { j["mask_decoder"]["point_labels"] = "point_coords"; }, "must name three different inputs");
-  expect([](auto& j) { j["mask_decoder"]["single_mask_index"] = -1; }, "single_mask_index: must be an integer in [0, 1023], got -1");
+  expect([](auto& j) { j["mask_decoder"]["single_mask_index"] = -1; },
+         "single_mask_index: must be an integer in [0, 1023], got -1");
   expect([](auto& j) { j["mask_decoder"]["model"] = "nowhere.onnx"; }, "mask_decoder.model: ");
   expect([](auto& j) { j["mask_decoder"]["model"] = "nowhere.onnx"; }, "nowhere.onnx: no such file");
-  expect([](auto& j) { j["image_encoder"]["variants"] = {{"int8", 3}}; },
-         "image_encoder.variants.int8: must be the path of the variant's .onnx file");
+  expect(
+      [](auto& j) {
+        j["image_encoder"]["variants"] = {{"int8", 3}};
+      },
+      "image_encoder.variants.int8: must be the path of the variant's .onnx file");
   EXPECT_NE(load_error([](auto&) {}).find("(no error)"), std::string::npos);
 
   testing::ScratchDir dir("seg-missing");
@@ -292,7 +300,8 @@ TEST(SegmentationPipeline, PipelineJsonIsFullyValidated) {
     FAIL();
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("pipeline.json: no such file (a pipeline folder holds a pipeline.json)"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 

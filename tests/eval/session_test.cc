@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <fstream>
+#include <numeric>
 #include <thread>
 
 #include "eval/exec/onnx_import.h"
@@ -64,7 +64,8 @@ TEST(OnnxImport, UnsupportedOpsAreListedAtLoadWithNameOpDomainOpset) {
   OnnxBuilder dom;
   dom.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
   dom.node("Relu", {"x"}, {"y"}, "r", "com.example");
-  EXPECT_NE(load_error(dom.bytes()).find("uses domain 'com.example', which the model does not import"), std::string::npos);
+  EXPECT_NE(load_error(dom.bytes()).find("uses domain 'com.example', which the model does not import"),
+            std::string::npos);
 }
 
 TEST(OnnxImport, DanglingInputsAndCyclesAreRejected) {
@@ -178,9 +179,11 @@ TEST(Session, InputsAreCheckedByNameTypeAndShape) {
     return "";
   };
   EXPECT_NE(error({}).find("missing input 'x'"), std::string::npos);
-  EXPECT_NE(error({{"x", floats({2, 3}, std::vector<float>(6))}}).find("has shape [2, 3], the model expects [d0, 4]"), std::string::npos);
+  EXPECT_NE(error({{"x", floats({2, 3}, std::vector<float>(6))}}).find("has shape [2, 3], the model expects [d0, 4]"),
+            std::string::npos);
   EXPECT_NE(error({{"x", Tensor(DType::kInt64, {2, 4})}}).find("must be float32, got int64"), std::string::npos);
-  EXPECT_NE(error({{"x", floats({1, 4}, std::vector<float>(4))}, {"extra", Tensor()}}).find("no input named 'extra'"), std::string::npos);
+  EXPECT_NE(error({{"x", floats({1, 4}, std::vector<float>(4))}, {"extra", Tensor()}}).find("no input named 'extra'"),
+            std::string::npos);
 }
 
 // MatMul -> Mul -> Softmax -> MatMul runs as one attention kernel without an observer: the scores
@@ -307,7 +310,8 @@ TEST(Session, ElementwiseChainsAreFusedWithTheSameBytes) {
 TEST(Session, ElementwiseChainsTakeBroadcastOperandsAndEndInAQuantizer) {
   for (bool with_zero_point : {true, false}) {
     OnnxBuilder b;
-    b.input("in", onnx::TensorProto::FLOAT, {2, 6, 20, 30}).output("y", with_zero_point ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8);
+    b.input("in", onnx::TensorProto::FLOAT, {2, 6, 20, 30})
+        .output("y", with_zero_point ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8);
     std::vector<float> s(30), c(6), m(120);
     for (std::size_t i = 0; i < s.size(); ++i) s[i] = 0.5f + 0.03f * float(i);
     for (std::size_t i = 0; i < c.size(); ++i) c[i] = -0.7f + 0.25f * float(i);
@@ -349,7 +353,8 @@ TEST(Session, ElementwiseChainsTakeBroadcastOperandsAndEndInAQuantizer) {
 // rounds every op's output. Observed and unobserved runs agree in both modes.
 TEST(Session, Fp16DeploymentRoundsOnlyWhereAFusedKernelStoresItsOutput) {
   OnnxBuilder b;
-  b.input("x", onnx::TensorProto::FLOAT, {1, 2, 8, 8}).output("y", onnx::TensorProto::FLOAT)
+  b.input("x", onnx::TensorProto::FLOAT, {1, 2, 8, 8})
+      .output("y", onnx::TensorProto::FLOAT)
       .output("o", onnx::TensorProto::FLOAT);
   std::vector<float> w(2 * 2 * 3 * 3);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.1f * std::sin(float(i) * 1.3f + 0.2f);
@@ -487,7 +492,8 @@ TEST(Session, ViewOpsTakeOverTheBufferOfAnInputThatDiesThere) {
   EXPECT_EQ(0, std::memcmp(y.raw(), want.raw(), y.nbytes()));
   for (std::int64_t r = 0; r < 64; ++r) {
     double sum = 0;
-    for (std::int64_t c = 0; c < 1024; ++c) sum += 0.5 * (std::fabs(v[std::size_t(r * 1024 + c)]) - v[std::size_t(r * 1024 + c)]);
+    for (std::int64_t c = 0; c < 1024; ++c)
+      sum += 0.5 * (std::fabs(v[std::size_t(r * 1024 + c)]) - v[std::size_t(r * 1024 + c)]);
     EXPECT_NEAR(y.data<float>()[r], sum, 1e-3) << r;
   }
   const std::size_t tensor = 64 * 1024 * sizeof(float);
@@ -586,7 +592,8 @@ TEST(Session, ConvTemporariesAreLentByTheThreadNotKeptPerOp) {
       prev = y;
     }
     const Graph g = b.graph();
-    const std::map<std::string, Tensor> inputs = {{"x", floats({1, 4, 256, 256}, std::vector<float>(4 * 256 * 256, 1.0f))}};
+    const std::map<std::string, Tensor> inputs = {
+        {"x", floats({1, 4, 256, 256}, std::vector<float>(4 * 256 * 256, 1.0f))}};
     auto heap = [] {
       const struct mallinfo2 m = mallinfo2();
       return m.uordblks + m.hblkhd;  // in use: heap chunks and mmapped blocks
@@ -602,7 +609,8 @@ TEST(Session, ConvTemporariesAreLentByTheThreadNotKeptPerOp) {
     // GEMM's per-thread panels (thread_scratch); one padded input per Conv would be 8.5 MB more.
     EXPECT_LE(held, Session::pool_allocated_bytes(*options.pool) + padded + 1024 * 1024);
     EXPECT_GT(held, Session::pool_allocated_bytes(*options.pool));
-  }).join();
+  })
+      .join();
 }
 
 // Stepping an execution by hand gives run()'s outputs; with `retain` every value an observer saw
@@ -679,8 +687,9 @@ TEST(Session, PreparedWeightsGiveTheSameBitsAsUnpreparedOps) {
     Shape x, w;
     int trans_b = -1;  // Gemm's transB
   };
-  for (const Case& c : {Case{"MatMul", {2, 40, 48}, {48, 56}}, Case{"Gemm", {70, 48}, {56, 48}, 1},
-                        Case{"Conv", {1, 16, 12, 12}, {24, 16, 3, 3}}, Case{"ConvTranspose", {1, 16, 12, 12}, {16, 8, 4, 4}}}) {
+  for (const Case& c :
+       {Case{"MatMul", {2, 40, 48}, {48, 56}}, Case{"Gemm", {70, 48}, {56, 48}, 1},
+        Case{"Conv", {1, 16, 12, 12}, {24, 16, 3, 3}}, Case{"ConvTranspose", {1, 16, 12, 12}, {16, 8, 4, 4}}}) {
     OnnxBuilder b;
     b.input("x", onnx::TensorProto::FLOAT, c.x).output("y", onnx::TensorProto::FLOAT);
     b.initializer("w", ramp(std::size_t(shape_numel(c.w)), 0.37f), c.w);

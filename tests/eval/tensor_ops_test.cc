@@ -18,7 +18,6 @@
 namespace qeval::eval {
 namespace {
 
-
 // A one-node graph: inputs named in0, in1, ... (runtime inputs, or initializers where given),
 // outputs out0, out1, ...
 struct OneNode {
@@ -253,9 +252,9 @@ TEST(TensorOps, SliceWithNegativeStepsAndClampingMatchesReference) {
       {{-1, big}, {small, -100}, {1, 2}, {-1, -2}},  // full reverse, clamped both ends
       {{5, 60, 1}, {0, 3, 8}, {0, 1, 2}, {-2, -7, 3}},
       {{0}, {big}, {-2}, {4}},
-      {{2}, {2}, {0}, {1}},       // empty
-      {{-3}, {-1}, {2}, {-1}},    // start before end with a negative step: empty
-      {{100}, {-100}, {1}, {-1}}, // start clamped to dim - 1
+      {{2}, {2}, {0}, {1}},        // empty
+      {{-3}, {-1}, {2}, {-1}},     // start before end with a negative step: empty
+      {{100}, {-100}, {1}, {-1}},  // start clamped to dim - 1
   };
   for (const auto& c : cases) {
     OneNode g("Slice", 13, {x, i64(c.starts), i64(c.ends), i64(c.axes), i64(c.steps)});
@@ -279,7 +278,9 @@ TEST(TensorOps, SliceWithNegativeStepsAndClampingMatchesReference) {
 
 TEST(TensorOps, SliceBeforeOpset10TakesAttributes) {
   OneNode g("Slice", 9, {iota_tensor<float>({4, 5})},
-            {{"starts", Attribute::of_ints({1, -2})}, {"ends", Attribute::of_ints({3, 1000})}, {"axes", Attribute::of_ints({0, 1})}});
+            {{"starts", Attribute::of_ints({1, -2})},
+             {"ends", Attribute::of_ints({3, 1000})},
+             {"axes", Attribute::of_ints({0, 1})}});
   Tensor y = g.run1();
   ASSERT_EQ(y.shape(), (Shape{2, 2}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{8, 9, 13, 14}));
@@ -449,7 +450,8 @@ TEST(TensorOps, RangeConstantOfShapeTriluCumSumTopK) {
   EXPECT_EQ(y.dtype(), DType::kInt32);
   EXPECT_EQ(values<std::int32_t>(y), std::vector<std::int32_t>(6, 7));
 
-  OneNode t("Trilu", 14, {iota_tensor<float>({2, 3, 4}), make<std::int64_t>({}, {-1})}, {{"upper", Attribute::of_int(0)}});
+  OneNode t("Trilu", 14, {iota_tensor<float>({2, 3, 4}), make<std::int64_t>({}, {-1})},
+            {{"upper", Attribute::of_int(0)}});
   Tensor l = t.run1();
   for (std::int64_t i = 0; i < l.numel(); ++i) {
     auto idx = unravel(i, l.shape());
@@ -465,7 +467,8 @@ TEST(TensorOps, RangeConstantOfShapeTriluCumSumTopK) {
   auto out = k.run();
   EXPECT_TRUE(std::isnan(out[0].data<float>()[0]));
   EXPECT_EQ(values<std::int64_t>(out[1]), (std::vector<std::int64_t>{1, 3, 0}));
-  OneNode ks("TopK", 11, {make<float>({1, 5}, {3, std::nanf(""), 3, 5, 1}), i64({3})}, {{"largest", Attribute::of_int(0)}}, 2);
+  OneNode ks("TopK", 11, {make<float>({1, 5}, {3, std::nanf(""), 3, 5, 1}), i64({3})},
+             {{"largest", Attribute::of_int(0)}}, 2);
   EXPECT_EQ(values<std::int64_t>(ks.run()[1]), (std::vector<std::int64_t>{4, 0, 2}));
 }
 
@@ -537,14 +540,26 @@ std::vector<double> naive_reduce(const Tensor& x, const std::vector<bool>& mask,
   std::vector<double> out;
   for (const auto& g : groups) {
     double r = 0;
-    if (op == "ReduceSum") for (double v : g) r += v;
-    if (op == "ReduceMean") { for (double v : g) r += v; r /= double(g.size()); }
+    if (op == "ReduceSum")
+      for (double v : g) r += v;
+    if (op == "ReduceMean") {
+      for (double v : g) r += v;
+      r /= double(g.size());
+    }
     if (op == "ReduceMax") r = *std::max_element(g.begin(), g.end());
     if (op == "ReduceMin") r = *std::min_element(g.begin(), g.end());
-    if (op == "ReduceProd") { r = 1; for (double v : g) r *= v; }
-    if (op == "ReduceL1") for (double v : g) r += std::fabs(v);
-    if (op == "ReduceSumSquare") for (double v : g) r += v * v;
-    if (op == "ReduceLogSumExp") { for (double v : g) r += std::exp(v); r = std::log(r); }
+    if (op == "ReduceProd") {
+      r = 1;
+      for (double v : g) r *= v;
+    }
+    if (op == "ReduceL1")
+      for (double v : g) r += std::fabs(v);
+    if (op == "ReduceSumSquare")
+      for (double v : g) r += v * v;
+    if (op == "ReduceLogSumExp") {
+      for (double v : g) r += std::exp(v);
+      r = std::log(r);
+    }
     out.push_back(r);
   }
   return out;

@@ -81,14 +81,14 @@ TEST(Attention, SameBitsAsTheUnfusedOps) {
   AttentionShape bf16 = shape(1, 50, 33, 16, 8, ScoreScale::kDiv, 4.0f);
   bf16.round_scores = bf16.round_probs = RoundTo::kBf16;
   const std::vector<AttentionShape> cases = {
-      shape(3, 300, 200, 40, 24),                      // packed path, several row blocks, edge tiles
-      shape(2, 64, 4096, 32, 32),                      // long keys: row blocks of one panel
+      shape(3, 300, 200, 40, 24),                       // packed path, several row blocks, edge tiles
+      shape(2, 64, 4096, 32, 32),                       // long keys: row blocks of one panel
       shape(1, 29, 700, 300, 20, ScoreScale::kDiv, 8),  // head_dim over one k block
-      shape(4, 16, 77, 32, 32, ScoreScale::kNone),     // cross-attention sizes, no scale
-      shape(4, 100, 300, 16, 16),                      // 16-wide heads: one-vector micro-kernel
-      shape(2, 8, 8, 4, 4),                            // small: sgemm's reference loops
-      shape(3, 4, 100, 64, 64),                        // 4 query rows: sgemm's few-rows kernel
-      shape(1, 40, 30, 2, 30),                         // scores small, output product packed: mixed
+      shape(4, 16, 77, 32, 32, ScoreScale::kNone),      // cross-attention sizes, no scale
+      shape(4, 100, 300, 16, 16),                       // 16-wide heads: one-vector micro-kernel
+      shape(2, 8, 8, 4, 4),                             // small: sgemm's reference loops
+      shape(3, 4, 100, 64, 64),                         // 4 query rows: sgemm's few-rows kernel
+      shape(1, 40, 30, 2, 30),                          // scores small, output product packed: mixed
       fp16,
       bf16,
   };
@@ -102,7 +102,8 @@ TEST(Attention, SameBitsAsTheUnfusedOps) {
     std::vector<float> got(want.size(), std::nanf(""));
     attention(s, q.data(), kt.data(), v.data(), got.data(), scratch);
     EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-        << "batch " << s.batch << ", L " << s.q_len << ", Lk " << s.kv_len << ", d " << s.head_dim << ", dv " << s.v_dim;
+        << "batch " << s.batch << ", L " << s.q_len << ", Lk " << s.kv_len << ", d " << s.head_dim << ", dv "
+        << s.v_dim;
     // Kept intermediates: the unfused ops' outputs, to the bit (what an observer sees).
     std::vector<float> scores(u.scores.size(), std::nanf("")), scaled(u.scores.size(), std::nanf("")),
         probs(u.scores.size(), std::nanf("")), out(want.size(), std::nanf(""));

@@ -26,8 +26,8 @@ std::string describe(const ConvParams& p) {
   };
   return "batch " + std::to_string(p.batch) + ", channels " + std::to_string(p.in_channels) + "->" +
          std::to_string(p.out_channels) + ", groups " + std::to_string(p.groups) + ", in " + list(p.in_spatial) +
-         ", kernel " + list(p.kernel) + ", strides " + list(p.strides) + ", dilations " + list(p.dilations) + ", pads " +
-         list(p.pads_begin) + "/" + list(p.pads_end) + ", out " + list(p.out_spatial);
+         ", kernel " + list(p.kernel) + ", strides " + list(p.strides) + ", dilations " + list(p.dilations) +
+         ", pads " + list(p.pads_begin) + "/" + list(p.pads_end) + ", out " + list(p.out_spatial);
 }
 
 ConvParams make(std::int64_t batch, std::int64_t cin, std::int64_t cout, std::int64_t groups,
@@ -97,13 +97,13 @@ std::vector<ConvParams> conv_cases() {
   v.push_back(make(1, 3, 5, 1, {7, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));
   v.push_back(make(2, 4, 6, 2, {11, 6}, {3, 2}, {2, 1}, {1, 2}, {0, 1}, {2, 0}));
   v.push_back(make(1, 6, 9, 3, {13, 17}, {5, 3}, {3, 2}, {2, 1}, {4, 0}, {1, 3}));
-  v.push_back(make(2, 40, 19, 1, {9, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));       // k = 360: two k blocks
-  v.push_back(make(1, 16, 130, 1, {8, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));      // rows past one MC block
-  v.push_back(make(1, 300, 20, 1, {5, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}));      // pointwise, k > 256
-  v.push_back(make(1, 8, 8, 1, {37, 41}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}));       // strided pointwise
-  v.push_back(make(1, 5, 7, 1, {3, 3}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}));         // 1x1 output
-  v.push_back(make(1, 2, 3, 1, {4, 5}, {1, 4}, {1, 3}, {1, 1}, {2, 2}, {2, 2}));         // padding wider than kernel
-  v.push_back(make(1, 4, 4, 2, {70, 3}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));        // columns across rows of tiles
+  v.push_back(make(2, 40, 19, 1, {9, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));  // k = 360: two k blocks
+  v.push_back(make(1, 16, 130, 1, {8, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));  // rows past one MC block
+  v.push_back(make(1, 300, 20, 1, {5, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}));  // pointwise, k > 256
+  v.push_back(make(1, 8, 8, 1, {37, 41}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}));   // strided pointwise
+  v.push_back(make(1, 5, 7, 1, {3, 3}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}));     // 1x1 output
+  v.push_back(make(1, 2, 3, 1, {4, 5}, {1, 4}, {1, 3}, {1, 1}, {2, 2}, {2, 2}));     // padding wider than kernel
+  v.push_back(make(1, 4, 4, 2, {70, 3}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));    // columns across rows of tiles
   // Depthwise (one input channel per group), with channel multipliers and a 1-channel input.
   v.push_back(make(2, 6, 6, 6, {10, 13}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}));
   v.push_back(make(1, 4, 8, 4, {9, 11}, {5, 3}, {2, 3}, {1, 2}, {2, 0}, {1, 2}));
@@ -134,7 +134,9 @@ std::vector<ConvParams> conv_cases() {
   return v;
 }
 
-void conv_unpacked(const ConvParams& p, const float* x, const float* w, const float* b, float* y) { conv(p, x, w, b, y); }
+void conv_unpacked(const ConvParams& p, const float* x, const float* w, const float* b, float* y) {
+  conv(p, x, w, b, y);
+}
 void conv_transpose_unpacked(const ConvParams& p, const float* x, const float* w, const float* b, float* y) {
   conv_transpose(p, x, w, b, y);
 }
@@ -207,7 +209,8 @@ TEST(ConvTranspose, MatchesReference) {
     std::int64_t terms = p.in_channels / p.groups;
     for (auto k : p.kernel) terms *= k;
     expect_close(p, conv_transpose_unpacked, conv_transpose_reference, conv_transpose_weight_size(p), terms, true, rng);
-    expect_close(p, conv_transpose_unpacked, conv_transpose_reference, conv_transpose_weight_size(p), terms, false, rng);
+    expect_close(p, conv_transpose_unpacked, conv_transpose_reference, conv_transpose_weight_size(p), terms, false,
+                 rng);
   }
 }
 
@@ -218,7 +221,8 @@ TEST(Conv, KnownValues) {
   std::vector<float> x(25), w(9, 1.0f), y(25);
   for (int i = 0; i < 25; ++i) x[std::size_t(i)] = float(i);
   conv(p, x.data(), w.data(), nullptr, y.data());
-  const float want[] = {12, 21, 27, 33, 24, 33, 54, 63, 72, 51, 63, 99, 108, 117, 81, 93, 144, 153, 162, 111, 72, 111, 117, 123, 84};
+  const float want[] = {12,  21, 27, 33,  24,  33,  54,  63, 72,  51,  63,  99, 108,
+                        117, 81, 93, 144, 153, 162, 111, 72, 111, 117, 123, 84};
   for (int i = 0; i < 25; ++i) EXPECT_EQ(y[std::size_t(i)], want[i]) << i;
 }
 

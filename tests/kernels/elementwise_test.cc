@@ -37,8 +37,8 @@ TEST(BroadcastMap, MatchesTheOdometerWalkOnEveryPattern) {
       {{3, 1, 5, 1}, {1, 4, 1, 6}},        // alternating broadcast
       {{2, 3, 1, 7}, {2, 1, 4, 7}},
       {{1, 1, 1}, {1, 1, 1}},
-      {{0, 4}, {4}},                       // empty
-      {{16, 1, 300}, {16, 300, 1}},        // transposed broadcast
+      {{0, 4}, {4}},                 // empty
+      {{16, 1, 300}, {16, 300, 1}},  // transposed broadcast
   };
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-2, 2);
@@ -53,12 +53,15 @@ TEST(BroadcastMap, MatchesTheOdometerWalkOnEveryPattern) {
       }
       return o;
     }();
-    std::vector<float> a(std::size_t(std::max<std::int64_t>(1, shape_numel(c.a)))), b(std::size_t(std::max<std::int64_t>(1, shape_numel(c.b))));
+    std::vector<float> a(std::size_t(std::max<std::int64_t>(1, shape_numel(c.a)))),
+        b(std::size_t(std::max<std::int64_t>(1, shape_numel(c.b))));
     for (auto& x : a) x = u(rng);
     for (auto& x : b) x = u(rng);
     const std::size_t n = std::size_t(shape_numel(out));
     std::vector<float> want(n), got(n, std::nanf(""));
-    for_each_broadcast(out, c.a, c.b, [&](std::int64_t i, std::int64_t ia, std::int64_t ib) { want[std::size_t(i)] = a[std::size_t(ia)] - b[std::size_t(ib)]; });
+    for_each_broadcast(out, c.a, c.b, [&](std::int64_t i, std::int64_t ia, std::int64_t ib) {
+      want[std::size_t(i)] = a[std::size_t(ia)] - b[std::size_t(ib)];
+    });
     broadcast_map(out, c.a, c.b, a.data(), b.data(), got.data(), [](float x, float y) { return x - y; });
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float)))
         << shape_to_string(c.a) << " op " << shape_to_string(c.b);
@@ -120,8 +123,18 @@ TEST(SigmoidVectorisable, WithinThreeUlpOfTheExactValue) {
 
 TEST(VectorMath, SixteenLaneFormsGiveTheScalarFormsBits) {
   // Every 509th float bit pattern of both signs (NaNs and infinities included), plus specials.
-  std::vector<float> x = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                          std::nanf(""), 0.921875f, -0.921875f, 4.0f, -87.4f, 88.5f, 1e-30f, -1e-30f};
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::nanf(""),
+                          0.921875f,
+                          -0.921875f,
+                          4.0f,
+                          -87.4f,
+                          88.5f,
+                          1e-30f,
+                          -1e-30f};
   for (std::uint64_t bits = 0; bits <= 0xffffffffu; bits += 509) {
     float f;
     const auto b = static_cast<std::uint32_t>(bits);

@@ -103,16 +103,17 @@ void expect_matches_oracle(GemmFn fn, const char* name, const Case& cs, const Op
 std::vector<Case> cases() {
   std::vector<Case> v;
   // Degenerate and tail shapes around the micro-tile (14 x 32) and k block (256).
-  const std::int64_t shapes[][3] = {{1, 1, 1},     {1, 37, 5},     {37, 1, 5},     {1, 1, 300},  {17, 33, 65},
+  const std::int64_t shapes[][3] = {{1, 1, 1},     {1, 37, 5},     {37, 1, 5},     {1, 1, 300},   {17, 33, 65},
                                     {14, 32, 256}, {15, 33, 257},  {13, 31, 255},  {28, 64, 512}, {3, 100, 1},
-                                    {100, 3, 2},   {113, 97, 300}, {129, 257, 31}, {2, 513, 40}, {300, 47, 513},
+                                    {100, 3, 2},   {113, 97, 300}, {129, 257, 31}, {2, 513, 40},  {300, 47, 513},
                                     {5, 5, 0},     {0, 5, 5},      {5, 0, 5}};
   for (const auto& s : shapes)
     for (int t = 0; t < 4; ++t) v.push_back({bool(t & 1), bool(t & 2), s[0], s[1], s[2], 1.0f, 0.0f});
   // The few-rows path: every m up to 4, column tails around its 64-wide tile and 256-wide chunks.
   for (std::int64_t m = 1; m <= 4; ++m)
     for (const std::int64_t n : {1, 63, 64, 65, 300})
-      for (int t = 0; t < 4; ++t) v.push_back({bool(t & 1), bool(t & 2), m, n, 70 + 13 * m, 0.5f, t == 3 ? 1.5f : 0.0f, t});
+      for (int t = 0; t < 4; ++t)
+        v.push_back({bool(t & 1), bool(t & 2), m, n, 70 + 13 * m, 0.5f, t == 3 ? 1.5f : 0.0f, t});
   // alpha/beta variants and strided operands.
   v.push_back({false, false, 45, 70, 300, 0.5f, -1.5f});
   v.push_back({true, true, 45, 70, 300, -2.0f, 1.0f});
@@ -123,8 +124,8 @@ std::vector<Case> cases() {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::int64_t> dim(1, 200);
   for (int i = 0; i < 24; ++i)
-    v.push_back({bool(i & 1), bool(i & 2), dim(rng), dim(rng), dim(rng) * (i % 3 == 0 ? 3 : 1), i % 5 == 0 ? 0.75f : 1.0f,
-                 i % 4 == 0 ? 0.5f : 0.0f, i % 6 == 0 ? 5 : 0});
+    v.push_back({bool(i & 1), bool(i & 2), dim(rng), dim(rng), dim(rng) * (i % 3 == 0 ? 3 : 1),
+                 i % 5 == 0 ? 0.75f : 1.0f, i % 4 == 0 ? 0.5f : 0.0f, i % 6 == 0 ? 5 : 0});
   return v;
 }
 
@@ -134,9 +135,9 @@ TEST(Gemm, PackedAndReferenceMatchDoubleOracle) {
     const Operands o = make_operands(cs, rng);
     expect_matches_oracle(sgemm_packed, "sgemm_packed", cs, o);
     expect_matches_oracle(sgemm_reference, "sgemm_reference", cs, o);
-    expect_matches_oracle(
-        [](const GemmShape& g, float al, const float* a, const float* b, float be, float* c) { sgemm(g, al, a, b, be, c); },
-        "sgemm", cs, o);
+    expect_matches_oracle([](const GemmShape& g, float al, const float* a, const float* b, float be,
+                             float* c) { sgemm(g, al, a, b, be, c); },
+                          "sgemm", cs, o);
     if (cs.m <= 4) expect_matches_oracle(sgemm_few_rows, "sgemm_few_rows", cs, o);
   }
 }
@@ -243,7 +244,7 @@ TEST(Gemm, GenericIntegerProductsAreExact) {
 }
 
 TEST(Gemm, GenericDoubleMatchesLoops) {
-  const double a[] = {1, 2, 3, 4, 5, 6};  // 2 x 3
+  const double a[] = {1, 2, 3, 4, 5, 6};     // 2 x 3
   const double b[] = {7, 8, 9, 10, 11, 12};  // 3 x 2
   double c[4];
   gemm_generic<double>({false, false, 2, 2, 3, 3, 2, 2}, a, b, c);

@@ -77,16 +77,16 @@ TEST(Int8Conv, MatchesTheDefinitionOverGeometries) {
   check(params(2, 6, 10, 1, {9, 11}, {3, 3}, 1, 1, 1), seed++, 0);
   check(params(1, 6, 8, 2, {12, 7}, {3, 2}, 2, 1, 0), seed++, -3);
   check(params(1, 5, 7, 1, {10, 10}, {3, 3}, 1, 2, 2), seed++, 17);
-  check(params(1, 9, 9, 1, {8, 8}, {1, 1}, 1, 1, 0), seed++, 3);   // 1x1, padded at the end
+  check(params(1, 9, 9, 1, {8, 8}, {1, 1}, 1, 1, 0), seed++, 3);  // 1x1, padded at the end
   ConvParams direct = params(1, 9, 9, 1, {8, 8}, {1, 1}, 1, 1, 0);
   direct.pads_end = {0, 0};
   direct.out_spatial = conv_output_spatial(direct);
   check(direct, seed++, 0);  // 1x1 stride 1 unpadded: x read in place, no im2col
-  check(params(2, 8, 8, 8, {9, 9}, {3, 3}, 1, 1, 1), seed++, -128);  // depthwise
-  check(params(1, 4, 6, 2, {15}, {4}, 2, 1, 1), seed++, 5);         // 1-D
+  check(params(2, 8, 8, 8, {9, 9}, {3, 3}, 1, 1, 1), seed++, -128);     // depthwise
+  check(params(1, 4, 6, 2, {15}, {4}, 2, 1, 1), seed++, 5);             // 1-D
   check(params(1, 3, 4, 1, {4, 5, 6}, {2, 3, 3}, 1, 1, 1), seed++, 0);  // 3-D
-  check(params(1, 64, 40, 1, {16, 16}, {3, 3}, 1, 1, 1), seed++, 0);  // k = 576, several GEMM blocks
-  check(params(2, 6, 10, 1, {9, 11}, {3, 3}, 1, 1, 1), seed++, -7);   // the scratch smaller again
+  check(params(1, 64, 40, 1, {16, 16}, {3, 3}, 1, 1, 1), seed++, 0);    // k = 576, several GEMM blocks
+  check(params(2, 6, 10, 1, {9, 11}, {3, 3}, 1, 1, 1), seed++, -7);     // the scratch smaller again
 }
 
 // Depthwise (and channel-multiplier) convolutions over random geometries: both kernels against the

@@ -128,8 +128,7 @@ TEST(Int8Gemm, EpilogueGivesTheSameFloatsAsASecondPassOverTheSums) {
     const auto b = random_int8(std::size_t(k * n), 9 + unsigned(n));
     std::vector<std::int32_t> row_add(static_cast<std::size_t>(m)), col_add(static_cast<std::size_t>(n));
     std::vector<float> row_scale(static_cast<std::size_t>(m)), col_scale(static_cast<std::size_t>(n)),
-        row_bias(static_cast<std::size_t>(m)),
-        col_bias(static_cast<std::size_t>(n));
+        row_bias(static_cast<std::size_t>(m)), col_bias(static_cast<std::size_t>(n));
     for (auto& v : row_add) v = add(rng);
     for (auto& v : col_add) v = add(rng);
     for (auto& v : row_scale) v = scale(rng);
@@ -150,7 +149,8 @@ TEST(Int8Gemm, EpilogueGivesTheSameFloatsAsASecondPassOverTheSums) {
       if (mask & 0x20) e.col_bias = col_bias.data();
       std::vector<float> want(std::size_t(m * ldo), -3.0f);
       for (std::int64_t i = 0; i < m; ++i)
-        for (std::int64_t j = 0; j < n; ++j) want[std::size_t(i * ldo + j)] = epilogue_value(sums[std::size_t(i * ldo + j)], i, j, e);
+        for (std::int64_t j = 0; j < n; ++j)
+          want[std::size_t(i * ldo + j)] = epilogue_value(sums[std::size_t(i * ldo + j)], i, j, e);
       std::vector<std::int32_t> pass(sums);
       int8_epilogue(pass.data(), m, n, ldo, e);
       for (std::int64_t i = 0; i < m; ++i)

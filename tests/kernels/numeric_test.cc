@@ -128,8 +128,7 @@ std::uint32_t overflow_code(const Format& f, bool negative, bool saturate) {
 // 0x80 for fnuz, F16C's for float16 (quiet, top payload bits kept), onnx.reference's for bfloat16.
 std::uint32_t nan_code(const Format& f, std::uint32_t float_bits) {
   const bool negative = (float_bits >> 31) != 0;
-  if (std::string(f.name) == "float16")
-    return (negative ? 0x8000u : 0u) | 0x7e00u | ((float_bits >> 13) & 0x3ffu);
+  if (std::string(f.name) == "float16") return (negative ? 0x8000u : 0u) | 0x7e00u | ((float_bits >> 13) & 0x3ffu);
   if (std::string(f.name) == "bfloat16") return 0x7fc0;
   if (f.specials == Specials::kFnuz) return 0x80;
   return with_sign(f, 0x7f, negative);
@@ -259,8 +258,7 @@ TEST(NumericEncode, MidpointsTieToEvenAndNeighboursRoundToNearest) {
         const float s = negative ? -1.0f : 1.0f;
         for (bool saturate : {true, false}) {
           auto expect_code = [&](std::uint32_t c) {
-            return c > f.max_code ? overflow_code(f, negative, saturate)
-                                  : with_sign(f, c, negative);
+            return c > f.max_code ? overflow_code(f, negative, saturate) : with_sign(f, c, negative);
           };
           ASSERT_EQ(f.encode(s * mid_f, saturate), expect_code(even)) << "tie after code " << lo;
           ASSERT_EQ(f.encode(s * above, saturate), expect_code(hi)) << "above tie, code " << lo;
@@ -336,8 +334,8 @@ TEST(NumericEncode, OverflowWithAndWithoutSaturation) {
 }
 
 TEST(NumericEncode, NaNInputsGiveNaNWhateverSaturate) {
-  const std::uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fc02000u,
-                                0x7fffffffu, 0xffbfffffu};
+  const std::uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u,
+                                0x7fc02000u, 0x7fffffffu, 0xffbfffffu};
   for (const Format& f : all_formats()) {
     SCOPED_TRACE(f.name);
     for (std::uint32_t n : nans) {
@@ -362,8 +360,8 @@ TEST(NumericEncode, NaNInputsGiveNaNWhateverSaturate) {
 }
 
 TEST(NumericEncode, TinyValuesUnderflowToSubnormalsAndSignedZero) {
-  const float tiny_values[] = {1e-30f, std::numeric_limits<float>::denorm_min(),
-                               std::numeric_limits<float>::min(), 0.0f};
+  const float tiny_values[] = {1e-30f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+                               0.0f};
   for (const Format& f : all_formats()) {
     SCOPED_TRACE(f.name);
     const double min_sub = ref_magnitude(f, 1);
@@ -374,10 +372,10 @@ TEST(NumericEncode, TinyValuesUnderflowToSubnormalsAndSignedZero) {
         auto code = [&](std::uint32_t c) { return with_sign(f, c, negative); };
         EXPECT_EQ(enc(min_sub), code(1));
         EXPECT_EQ(enc(0.75 * min_sub), code(1));
-        EXPECT_EQ(enc(0.5 * min_sub), code(0));   // tie -> 0 (even); sign kept where -0 exists
+        EXPECT_EQ(enc(0.5 * min_sub), code(0));  // tie -> 0 (even); sign kept where -0 exists
         EXPECT_EQ(enc(0.25 * min_sub), code(0));
-        EXPECT_EQ(enc(1.5 * min_sub), code(2));   // tie between 1 and 2 -> 2
-        EXPECT_EQ(enc(2.5 * min_sub), code(2));   // tie between 2 and 3 -> 2
+        EXPECT_EQ(enc(1.5 * min_sub), code(2));  // tie between 1 and 2 -> 2
+        EXPECT_EQ(enc(2.5 * min_sub), code(2));  // tie between 2 and 3 -> 2
         EXPECT_EQ(enc(3.5 * min_sub), code(4));
         for (float t : tiny_values) {
           if (std::string(f.name) == "bfloat16" && t != 0.0f && t >= min_sub / 2) continue;
@@ -475,8 +473,7 @@ TEST(NumericFloat16, EncodeIsNearestRepresentableOnRandomFloats) {
 
 TEST(NumericFloat16, BulkF16cPathMatchesPortablePath) {
   std::vector<float> values;
-  for (std::uint32_t c = 0; c < 0x10000u; ++c)
-    values.push_back(to_float(float16{std::uint16_t(c)}));
+  for (std::uint32_t c = 0; c < 0x10000u; ++c) values.push_back(to_float(float16{std::uint16_t(c)}));
   const Format f16 = all_formats()[0];
   for (std::uint32_t lo = 0; lo <= f16.max_code; ++lo) {
     const float mid = float((ref_magnitude(f16, lo) + ref_magnitude(f16, lo + 1)) / 2);
@@ -497,8 +494,7 @@ TEST(NumericFloat16, BulkF16cPathMatchesPortablePath) {
   round_to_float16_portable(portable.data(), portable.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
     ASSERT_EQ(bits_of(fast[i]), bits_of(portable[i])) << std::hex << bits_of(values[i]);
-    ASSERT_EQ(bits_of(portable[i]), bits_of(round_to_float16(values[i])))
-        << std::hex << bits_of(values[i]);
+    ASSERT_EQ(bits_of(portable[i]), bits_of(round_to_float16(values[i]))) << std::hex << bits_of(values[i]);
   }
   // Lengths and misalignments that exercise the SIMD tails (masked or scalar).
   for (std::size_t offset = 0; offset < 3; ++offset) {
@@ -507,8 +503,7 @@ TEST(NumericFloat16, BulkF16cPathMatchesPortablePath) {
       std::vector<float> b = a;
       round_to_float16(a.data() + offset, n);
       for (std::size_t i = offset; i < offset + n; ++i) b[i] = round_to_float16(b[i]);
-      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-          << "n " << n << " offset " << offset;
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "n " << n << " offset " << offset;
     }
   }
   RecordProperty("f16c", float16_bulk_uses_f16c() ? "yes" : "no");
@@ -561,8 +556,9 @@ TensorData read_tensor_proto(const std::filesystem::path& path) {
       p = q_end;
       if (field == 9) t.raw.assign(reinterpret_cast<const char*>(q), std::size_t(v));
       if (field == 4) {
-        for (; q + 4 <= q_end; q += 4) t.float_data.push_back(from_bits(std::uint32_t(q[0]) |
-            std::uint32_t(q[1]) << 8 | std::uint32_t(q[2]) << 16 | std::uint32_t(q[3]) << 24));
+        for (; q + 4 <= q_end; q += 4)
+          t.float_data.push_back(from_bits(std::uint32_t(q[0]) | std::uint32_t(q[1]) << 8 | std::uint32_t(q[2]) << 16 |
+                                           std::uint32_t(q[3]) << 24));
       }
       while ((field == 1 || field == 5) && q < q_end) {
         if (!read_varint(q, q_end, v)) throw fail();
@@ -572,8 +568,8 @@ TensorData read_tensor_proto(const std::filesystem::path& path) {
     } else if (wire == 5) {
       if (end - p < 4) throw fail();
       if (field == 4) {
-        t.float_data.push_back(from_bits(std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 |
-                                         std::uint32_t(p[2]) << 16 | std::uint32_t(p[3]) << 24));
+        t.float_data.push_back(from_bits(std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 |
+                                         std::uint32_t(p[3]) << 24));
       }
       p += 4;
     } else if (wire == 1) {
@@ -595,8 +591,8 @@ std::vector<std::uint32_t> tensor_bits(const TensorData& t) {
   if (t.data_type == kFloat) {
     if (!t.raw.empty()) {
       for (std::size_t i = 0; i + 4 <= t.raw.size(); i += 4)
-        out.push_back(std::uint32_t(r[i]) | std::uint32_t(r[i + 1]) << 8 |
-                      std::uint32_t(r[i + 2]) << 16 | std::uint32_t(r[i + 3]) << 24);
+        out.push_back(std::uint32_t(r[i]) | std::uint32_t(r[i + 1]) << 8 | std::uint32_t(r[i + 2]) << 16 |
+                      std::uint32_t(r[i + 3]) << 24);
     } else {
       for (float v : t.float_data) out.push_back(bits_of(v));
     }
@@ -619,8 +615,7 @@ std::vector<std::uint32_t> tensor_bits(const TensorData& t) {
 const std::filesystem::path kOnnxNodeTests = "/usr/share/libonnx-testdata/data/node";
 
 // Input and expected output bits of an ONNX node test, or empty when it is not installed.
-bool load_onnx_case(const std::string& name, std::vector<std::uint32_t>* in,
-                    std::vector<std::uint32_t>* out) {
+bool load_onnx_case(const std::string& name, std::vector<std::uint32_t>* in, std::vector<std::uint32_t>* out) {
   const auto dir = kOnnxNodeTests / name / "test_data_set_0";
   if (!std::filesystem::exists(dir / "input_0.pb")) return false;
   *in = tensor_bits(read_tensor_proto(dir / "input_0.pb"));
@@ -630,16 +625,13 @@ bool load_onnx_case(const std::string& name, std::vector<std::uint32_t>* in,
 
 TEST(NumericOnnxConformance, CastFloatToFloat16) {
   std::vector<std::uint32_t> in, want;
-  if (!load_onnx_case("test_cast_FLOAT_to_FLOAT16", &in, &want))
-    GTEST_SKIP() << "libonnx-testdata not installed";
-  for (std::size_t i = 0; i < in.size(); ++i)
-    EXPECT_EQ(to_float16(from_bits(in[i])).bits, want[i]) << "element " << i;
+  if (!load_onnx_case("test_cast_FLOAT_to_FLOAT16", &in, &want)) GTEST_SKIP() << "libonnx-testdata not installed";
+  for (std::size_t i = 0; i < in.size(); ++i) EXPECT_EQ(to_float16(from_bits(in[i])).bits, want[i]) << "element " << i;
 }
 
 TEST(NumericOnnxConformance, CastFloat16ToFloat) {
   std::vector<std::uint32_t> in, want;
-  if (!load_onnx_case("test_cast_FLOAT16_to_FLOAT", &in, &want))
-    GTEST_SKIP() << "libonnx-testdata not installed";
+  if (!load_onnx_case("test_cast_FLOAT16_to_FLOAT", &in, &want)) GTEST_SKIP() << "libonnx-testdata not installed";
   for (std::size_t i = 0; i < in.size(); ++i) {
     const float got = to_float(float16{std::uint16_t(in[i])});
     if (std::isnan(from_bits(want[i]))) EXPECT_TRUE(std::isnan(got)) << "element " << i;
@@ -649,16 +641,14 @@ TEST(NumericOnnxConformance, CastFloat16ToFloat) {
 
 TEST(NumericOnnxConformance, CastBFloat16ToFloat) {
   std::vector<std::uint32_t> in, want;
-  if (!load_onnx_case("test_cast_BFLOAT16_to_FLOAT", &in, &want))
-    GTEST_SKIP() << "libonnx-testdata not installed";
+  if (!load_onnx_case("test_cast_BFLOAT16_to_FLOAT", &in, &want)) GTEST_SKIP() << "libonnx-testdata not installed";
   for (std::size_t i = 0; i < in.size(); ++i)
     EXPECT_EQ(bits_of(to_float(bfloat16{std::uint16_t(in[i])})), want[i]) << "element " << i;
 }
 
 TEST(NumericOnnxConformance, CastFloatToBFloat16) {
   std::vector<std::uint32_t> in, want;
-  if (!load_onnx_case("test_cast_FLOAT_to_BFLOAT16", &in, &want))
-    GTEST_SKIP() << "libonnx-testdata not installed";
+  if (!load_onnx_case("test_cast_FLOAT_to_BFLOAT16", &in, &want)) GTEST_SKIP() << "libonnx-testdata not installed";
   // ONNX <= 1.13 generated this case by truncation (x >> 16); from 1.14 onnx.reference rounds to
   // nearest even, as we do. Each element must match one of the two rules, and ours must be RNE.
   int truncated = 0;
@@ -683,8 +673,8 @@ TEST(NumericQuantize, RoundsHalfToEven) {
   EXPECT_EQ(quantize_int8(0.5f, 1.0f), 0);
   EXPECT_EQ(quantize_int8(-0.5f, 1.0f), 0);
   EXPECT_EQ(quantize_int8(std::nextafter(2.5f, kInf), 1.0f), 3);
-  EXPECT_EQ(quantize_int8(5.0f, 2.0f), 2);   // 5 / 2 = 2.5
-  EXPECT_EQ(quantize_int8(7.0f, 2.0f), 4);   // 3.5
+  EXPECT_EQ(quantize_int8(5.0f, 2.0f), 2);  // 5 / 2 = 2.5
+  EXPECT_EQ(quantize_int8(7.0f, 2.0f), 4);  // 3.5
   EXPECT_EQ(quantize_uint8(2.5f, 1.0f), 2);
   EXPECT_EQ(quantize_uint8(3.5f, 1.0f), 4);
   EXPECT_EQ(quantize_uint8(-0.5f, 1.0f, 10), 10);
@@ -704,8 +694,8 @@ TEST(NumericQuantize, SaturatesAndAppliesZeroPoint) {
   EXPECT_EQ(quantize_int8(-129.0f, 1.0f), -128);
   EXPECT_EQ(quantize_int8(kInf, 1.0f), 127);
   EXPECT_EQ(quantize_int8(-kInf, 1.0f), -128);
-  EXPECT_EQ(quantize_int8(1e30f, 1e-30f), 127);   // quotient overflows float to inf
-  EXPECT_EQ(quantize_int8(1.0f, 0.0f), 127);      // x / 0 = inf
+  EXPECT_EQ(quantize_int8(1e30f, 1e-30f), 127);  // quotient overflows float to inf
+  EXPECT_EQ(quantize_int8(1.0f, 0.0f), 127);     // x / 0 = inf
   EXPECT_EQ(quantize_uint8(300.0f, 1.0f), 255);
   EXPECT_EQ(quantize_uint8(-3.0f, 1.0f), 0);
   EXPECT_EQ(quantize_uint8(kInf, 1.0f), 255);
@@ -729,8 +719,7 @@ TEST(NumericQuantize, SaturatesAndAppliesZeroPoint) {
 
 TEST(NumericQuantize, DequantizeInvertsQuantizeOnEveryCode) {
   for (float scale : {0.1f, 0.0173f, 1.0f / 127.0f, 3.0f}) {
-    for (int q = -128; q <= 127; ++q)
-      ASSERT_EQ(quantize_int8(dequantize(q, scale, 0), scale), q) << "scale " << scale;
+    for (int q = -128; q <= 127; ++q) ASSERT_EQ(quantize_int8(dequantize(q, scale, 0), scale), q) << "scale " << scale;
     for (int zp : {0, 128, 255}) {
       for (int q = 0; q <= 255; ++q)
         ASSERT_EQ(quantize_uint8(dequantize(q, scale, zp), scale, zp), q) << "scale " << scale;
@@ -760,7 +749,8 @@ TEST(NumericEncode, Float8E4M3FNRoundingInFloatEqualsEncodeThenDecode) {
       const float want = to_float(to_float8_e4m3fn(v, saturate));
       const float got = round_to_float8_e4m3fn(v, saturate);
       if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(want)) {
-        ADD_FAILURE() << std::hex << "bits 0x" << bits << " saturate " << saturate << ": got " << got << ", want " << want;
+        ADD_FAILURE() << std::hex << "bits 0x" << bits << " saturate " << saturate << ": got " << got << ", want "
+                      << want;
         return false;
       }
     }

@@ -15,9 +15,9 @@ TEST(Pooling, AverageAndMaxWithPartialBlocks) {
   auto avg = pool_plane(p.data(), 3, 3, 2, PoolMode::kAverage, &h, &w);
   ASSERT_EQ(h, 2);
   ASSERT_EQ(w, 2);
-  EXPECT_FLOAT_EQ(avg[0], 3.0f);   // (1 + 2 + 4 + 5) / 4
-  EXPECT_FLOAT_EQ(avg[1], 4.5f);   // (3 + 6) / 2
-  EXPECT_FLOAT_EQ(avg[2], 7.5f);   // (7 + 8) / 2
+  EXPECT_FLOAT_EQ(avg[0], 3.0f);  // (1 + 2 + 4 + 5) / 4
+  EXPECT_FLOAT_EQ(avg[1], 4.5f);  // (3 + 6) / 2
+  EXPECT_FLOAT_EQ(avg[2], 7.5f);  // (7 + 8) / 2
   EXPECT_FLOAT_EQ(avg[3], 9.0f);
   auto mx = pool_plane(p.data(), 3, 3, 2, PoolMode::kMax, &h, &w);
   EXPECT_FLOAT_EQ(mx[0], 5.0f);

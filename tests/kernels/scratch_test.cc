@@ -31,7 +31,8 @@ TEST(Lent, OneObjectPerThreadServesEveryCallerAndNestedLendsGetAnother) {
     EXPECT_EQ(again.get(), first);
     EXPECT_EQ(again->size, 1000u);
     EXPECT_EQ(thread_lent_bytes(), 10 * sizeof(float));
-  }).join();
+  })
+      .join();
 }
 
 TEST(Lent, ConvCallsWithoutScratchShareThisThreadsLentOne) {

@@ -62,7 +62,8 @@ TEST(SoftmaxRows, SpecialValuesFollowTheMath) {
       for (const float special : {nan, kInf}) {
         x[std::size_t(at)] = special;
         softmax_rows(x.data(), y.data(), 1, n, false);
-        for (std::int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isnan(y[std::size_t(i)])) << n << " " << at << " " << special;
+        for (std::int64_t i = 0; i < n; ++i)
+          ASSERT_TRUE(std::isnan(y[std::size_t(i)])) << n << " " << at << " " << special;
       }
       // -inf entries (masked positions) get exactly 0 and the rest still sum to 1.
       x[std::size_t(at)] = -kInf;

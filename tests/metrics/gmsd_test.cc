@@ -96,8 +96,8 @@ TEST(Gmsd, IsReportedAndGatedByCompareImages) {
     return testing::run_qeval("compare-images --ref " + (dir / "ref").string() + " --test " + (dir / "test").string() +
                               " --gate " + gate.string() + " --out " + (dir / out).string());
   };
-  const auto pass = run(R"({"checks": [{"metric": "gmsd", "stat": "max", "max": 0.05}], "per_pair": {"gmsd": {"max": 0.05}}})",
-                        "pass");
+  const auto pass = run(
+      R"({"checks": [{"metric": "gmsd", "stat": "max", "max": 0.05}], "per_pair": {"gmsd": {"max": 0.05}}})", "pass");
   ASSERT_EQ(pass.code, 0) << pass.out;
   const json report = testing::read_json(dir / "pass/report.json");
   EXPECT_NEAR(report["pairs"][0]["metrics"]["gmsd"].get<double>(), expected, kGmsdTol);

@@ -39,8 +39,7 @@ const std::vector<Case>& cases() {
   return c;
 }
 
-void expect_optional(const json& expected, std::optional<double> actual, double tol,
-                     const std::string& what) {
+void expect_optional(const json& expected, std::optional<double> actual, double tol, const std::string& what) {
   if (expected.is_null()) {
     EXPECT_FALSE(actual.has_value()) << what << " should be null, got " << actual.value_or(0);
   } else {

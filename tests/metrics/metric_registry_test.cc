@@ -44,7 +44,7 @@ TEST(MetricRegistry, QualifiedKeysResolveToTheirMetric) {
   EXPECT_EQ(find_metric("sigmoid_0.tmp_0.max_abs"), find_metric(keys::kMaxAbs));
   EXPECT_EQ(find_metric("x.psnr_y_db"), find_metric(keys::kPsnrYDb));  // the longest key it ends with
   EXPECT_EQ(find_metric("max_abs_diff"), find_metric(keys::kMaxAbsDiff));
-  EXPECT_EQ(find_metric("psnr"), nullptr);     // a metric's name, not a key
+  EXPECT_EQ(find_metric("psnr"), nullptr);      // a metric's name, not a key
   EXPECT_EQ(find_metric("xsqnr_db"), nullptr);  // no separator
   EXPECT_EQ(find_metric("absmax"), nullptr);
   EXPECT_THROW(metric_def("no_such_metric"), std::logic_error);
@@ -95,8 +95,8 @@ std::vector<std::string> string_literals(const std::string& src) {
       i = src.find("*/", i + 2);
       if (i == std::string::npos) break;
       i += 2;
-    } else if (c == 'R' && i + 1 < src.size() && src[i + 1] == '"' && (i == 0 || !std::isalnum(uint8_t(src[i - 1])) ||
-                                                                      src[i - 1] == '8' || src[i - 1] == 'u')) {
+    } else if (c == 'R' && i + 1 < src.size() && src[i + 1] == '"' &&
+               (i == 0 || !std::isalnum(uint8_t(src[i - 1])) || src[i - 1] == '8' || src[i - 1] == 'u')) {
       const std::size_t open = src.find('(', i + 2);
       const std::string end = ")" + src.substr(i + 2, open - i - 2) + "\"";
       const std::size_t close = src.find(end, open);
@@ -122,7 +122,8 @@ std::vector<std::string> string_literals(const std::string& src) {
 }
 
 TEST(MetricNames, TheLexerFindsLiteralsAndSkipsComments) {
-  const auto lits = string_literals("a = \"x\\\"y\"; // \"no\"\n/* \"no\" */ b = R\"d(r\"aw)d\"; c = '\"'; 1'000; \"z\"");
+  const auto lits =
+      string_literals("a = \"x\\\"y\"; // \"no\"\n/* \"no\" */ b = R\"d(r\"aw)d\"; c = '\"'; 1'000; \"z\"");
   EXPECT_EQ(lits, (std::vector<std::string>{"x\\\"y", "r\"aw", "z"}));
 }
 
@@ -147,8 +148,8 @@ TEST(MetricNames, NoMetricNameIsSpelledInEvalOrReports) {
   std::set<std::string> layer_columns;  // report.json's per-layer columns (reports::kLayerColumns)
   for (const auto& c : reports::kLayerColumns) layer_columns.insert(c.key);
   const std::set<std::pair<std::string, std::string>> other_identity = {
-      {"eval/quant/recipe.cc", "mse"},     // the MSE calibration method of a recipe
-      {"eval/quant/calibrate.cc", "mse"},  // its cache field
+      {"eval/quant/recipe.cc", "mse"},        // the MSE calibration method of a recipe
+      {"eval/quant/calibrate.cc", "mse"},     // its cache field
       {"eval/run/gate.cc", "max_nonfinite"},  // gate file keys (docs/gate.md)
       {"eval/run/gate.cc", "allow_nonfinite"},
   };

@@ -61,8 +61,7 @@ TEST(SegmentationMetrics, MatchDavisReferenceExactly) {
     for (const auto& b : c["boundary"]) {
       const std::string what = name + " tolerance " + std::to_string(b["tolerance_px"].get<int>());
       if (b["davis_default"].get<bool>()) {
-        EXPECT_EQ(davis_boundary_tolerance_px(ref.dim(0), ref.dim(1)), b["tolerance_px"].get<int>())
-            << name;
+        EXPECT_EQ(davis_boundary_tolerance_px(ref.dim(0), ref.dim(1)), b["tolerance_px"].get<int>()) << name;
         expect_boundary(b, boundary_f_score(ref, test), what + " (DAVIS default)");
       } else {
         expect_boundary(b, boundary_f_score(ref, test, b["tolerance_px"].get<int>()), what);

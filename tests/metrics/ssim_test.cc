@@ -28,8 +28,7 @@ TEST(Ssim, IdenticalImagesScoreOne) {
   Tensor a = random_planes(3, 40, 53, 1);
   for (auto conv : {SsimConvention::kWang, SsimConvention::kMatlab, SsimConvention::kSkimageDefault})
     EXPECT_NEAR(*ssim(a, a, conv, 255).ssim, 1.0, 1e-7);
-  EXPECT_NEAR(*ms_ssim(random_planes(1, 170, 180, 2), random_planes(1, 170, 180, 2), 255).ms_ssim,
-              1.0, 1e-7);
+  EXPECT_NEAR(*ms_ssim(random_planes(1, 170, 180, 2), random_planes(1, 170, 180, 2), 255).ms_ssim, 1.0, 1e-7);
 }
 
 // Odd widths exercise the vector tails; heights that are not multiples of the strip size exercise
@@ -76,8 +75,7 @@ TEST(Ssim, SixteenBitScaleGivesTheSameScoreAsEightBit) {
   Tensor a16 = a, b16 = b;
   for (auto* t : {&a16, &b16})
     for (float& v : t->span<float>()) v *= 257.0f;
-  EXPECT_NEAR(*ssim(a, b, SsimConvention::kWang, 255).ssim,
-              *ssim(a16, b16, SsimConvention::kWang, 65535).ssim, 1e-6);
+  EXPECT_NEAR(*ssim(a, b, SsimConvention::kWang, 255).ssim, *ssim(a16, b16, SsimConvention::kWang, 65535).ssim, 1e-6);
 }
 
 TEST(Ssim, ResultDoesNotDependOnThreadCount) {

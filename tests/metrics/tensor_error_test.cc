@@ -10,8 +10,7 @@
 namespace qeval::metrics {
 namespace {
 
-void expect_rel(const nlohmann::json& expected, std::optional<double> actual, double rel,
-                const std::string& what) {
+void expect_rel(const nlohmann::json& expected, std::optional<double> actual, double rel, const std::string& what) {
   if (expected.is_null()) {
     EXPECT_FALSE(actual.has_value()) << what;
     return;

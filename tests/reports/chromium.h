@@ -36,15 +36,16 @@ inline std::string find_chromium() {
 
 // Runs headless Chromium on `url` with `mode_args`; stdout to out_file, stderr (console messages
 // with --enable-logging=stderr) to err_file. Returns the exit status.
-inline int run_chromium(const std::string& chromium, const std::filesystem::path& profile,
-                        const std::string& mode_args, const std::string& url,
-                        const std::filesystem::path& out_file, const std::filesystem::path& err_file) {
-  const std::string cmd =
-      "timeout 120 '" + chromium + "' --headless --no-sandbox --disable-gpu --no-first-run "
-      "--disable-background-networking --disable-extensions --disable-sync --mute-audio "
-      "--host-resolver-rules='MAP * ~NOTFOUND' --enable-logging=stderr --v=0 "
-      "--user-data-dir='" + profile.string() + "' " + mode_args + " '" + url + "' > '" +
-      out_file.string() + "' 2> '" + err_file.string() + "'";
+inline int run_chromium(const std::string& chromium, const std::filesystem::path& profile, const std::string& mode_args,
+                        const std::string& url, const std::filesystem::path& out_file,
+                        const std::filesystem::path& err_file) {
+  const std::string cmd = "timeout 120 '" + chromium +
+                          "' --headless --no-sandbox --disable-gpu --no-first-run "
+                          "--disable-background-networking --disable-extensions --disable-sync --mute-audio "
+                          "--host-resolver-rules='MAP * ~NOTFOUND' --enable-logging=stderr --v=0 "
+                          "--user-data-dir='" +
+                          profile.string() + "' " + mode_args + " '" + url + "' > '" + out_file.string() + "' 2> '" +
+                          err_file.string() + "'";
   int status = std::system(cmd.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -99,7 +100,8 @@ struct Layout {
 // `width` x 1000 and reads the measurements back; also leaves a screenshot out_dir/<stem>-<width>.png
 // (the page as a person at that width sees its top).
 inline Layout measure_layout(const std::string& chromium, const std::filesystem::path& profile,
-                             const std::filesystem::path& page, const std::filesystem::path& out_dir, int width = 1400) {
+                             const std::filesystem::path& page, const std::filesystem::path& out_dir,
+                             int width = 1400) {
   static constexpr const char* kScript = R"JS(<script>window.addEventListener('load',function(){
  const W=document.documentElement.clientWidth,out={viewport:W,scrollWidth:document.documentElement.scrollWidth,beyond:[],scrolled:[],sections:[]};
  const name=e=>e.tagName.toLowerCase()+(e.id?'#'+e.id:'')+(typeof e.className==='string'&&e.className.trim()?'.'+e.className.trim().split(/\s+/).join('.'):'');
@@ -128,7 +130,8 @@ inline Layout measure_layout(const std::string& chromium, const std::filesystem:
   const std::string size = "--window-size=" + std::to_string(width) + ",1000";
   L.rc = run_chromium(chromium, profile, size + " --virtual-time-budget=5000 --dump-dom",
                       "file://" + std::filesystem::absolute(copy).string(), dir / "dom.html", dir / "chromium.log");
-  run_chromium(chromium, profile, "--hide-scrollbars " + size + " --screenshot='" + (out_dir / (tag + ".png")).string() + "'",
+  run_chromium(chromium, profile,
+               "--hide-scrollbars " + size + " --screenshot='" + (out_dir / (tag + ".png")).string() + "'",
                "file://" + std::filesystem::absolute(page).string(), dir / "screenshot.out", dir / "screenshot.log");
   auto read = [](const std::filesystem::path& p) {
     std::ifstream f(p);
@@ -146,8 +149,10 @@ inline Layout measure_layout(const std::string& chromium, const std::filesystem:
     return L;
   }
   std::string text = dom.substr(a + open.size(), b - a - open.size());
-  for (auto [from, to] : {std::pair<std::string, std::string>{"&gt;", ">"}, {"&lt;", "<"}, {"&quot;", "\""}, {"&amp;", "&"}})
-    for (std::size_t k = 0; (k = text.find(from, k)) != std::string::npos; k += to.size()) text.replace(k, from.size(), to);
+  for (auto [from, to] :
+       {std::pair<std::string, std::string>{"&gt;", ">"}, {"&lt;", "<"}, {"&quot;", "\""}, {"&amp;", "&"}})
+    for (std::size_t k = 0; (k = text.find(from, k)) != std::string::npos; k += to.size())
+      text.replace(k, from.size(), to);
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) {
     L.log += "\n(layout-check is not JSON: " + text + ")";

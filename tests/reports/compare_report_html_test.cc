@@ -15,8 +15,8 @@ TEST(CompareImagesHtml, SamplePairsAreReadableAt1400PxInHeadlessChromium) {
   const std::filesystem::path src = testing::source_dir();
   const std::filesystem::path out = testing::test_output_dir("compare_images_html");
   const auto r = testing::run_qeval("compare-images --ref " + (src / "samples/ref").string() + " --test " +
-                                    (src / "samples/test").string() + " --gate " + (src / "samples/gate.json").string() +
-                                    " --out " + out.string());
+                                    (src / "samples/test").string() + " --gate " +
+                                    (src / "samples/gate.json").string() + " --out " + out.string());
   ASSERT_EQ(r.code, 0) << r.out;
   testing::ScratchDir profile("chromium-profile-compare-images");
   const testing::Layout layout = testing::measure_layout(chromium, profile.path(), out / "report.html", out, 1400);

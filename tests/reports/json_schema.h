@@ -31,10 +31,10 @@ class JsonSchema {
   using json = nlohmann::json;
 
   static const std::set<std::string>& supported() {
-    static const std::set<std::string> k = {
-        "$schema", "$id",   "$defs",    "$ref",      "title",     "description", "type",
-        "properties", "required", "additionalProperties", "items", "minItems", "enum", "const",
-        "anyOf",   "minimum", "maximum", "minLength", "pattern"};
+    static const std::set<std::string> k = {"$schema",     "$id",      "$defs",      "$ref",     "title",
+                                            "description", "type",     "properties", "required", "additionalProperties",
+                                            "items",       "minItems", "enum",       "const",    "anyOf",
+                                            "minimum",     "maximum",  "minLength",  "pattern"};
     return k;
   }
 
@@ -73,8 +73,7 @@ class JsonSchema {
     if (type == "null") return v.is_null();
     if (type == "number") return v.is_number();
     if (type == "integer")
-      return v.is_number_integer() ||
-             (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+      return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
     throw std::invalid_argument("unknown type '" + type + "'");
   }
 
@@ -84,8 +83,7 @@ class JsonSchema {
     return n;
   }
 
-  void validate(const json& s, const json& v, const std::string& path,
-                std::vector<std::string>& errors) const {
+  void validate(const json& s, const json& v, const std::string& path, std::vector<std::string>& errors) const {
     if (s.is_boolean()) {
       if (!s.get<bool>()) errors.push_back(path + ": not allowed here");
       return;
@@ -153,10 +151,8 @@ class JsonSchema {
           validate(s["properties"][item.key()], item.value(), child, errors);
         } else if (s.contains("additionalProperties")) {
           const json& extra = s["additionalProperties"];
-          if (extra.is_boolean() && !extra.get<bool>())
-            errors.push_back(child + ": key not allowed by the schema");
-          else
-            validate(extra, item.value(), child, errors);
+          if (extra.is_boolean() && !extra.get<bool>()) errors.push_back(child + ": key not allowed by the schema");
+          else validate(extra, item.value(), child, errors);
         }
       }
     }

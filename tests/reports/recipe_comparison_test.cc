@@ -71,7 +71,8 @@ RecipeComparison comparison() {
   c.quality_metric = "psnr_db";
   c.layer_column = "local_sqnr_db";
   c.gate.source = "models/tiny-sd/gate.json";
-  c.gate.checks.push_back({"psnr_db mean >= 30", "psnr_db", "mean", ">=", 30, 38.3, true, "mean over 8", "int8-level3"});
+  c.gate.checks.push_back(
+      {"psnr_db mean >= 30", "psnr_db", "mean", ">=", 30, 38.3, true, "mean over 8", "int8-level3"});
   c.rows = {row("int8-level3", true, 38.26, 3.36e8), row("<b>naive</b>", false, 42.9, 4.0e8),
             row("no-shapes", true, 40.0, std::nullopt)};
   c.run_report = "run/report.html";
@@ -128,10 +129,10 @@ TEST(RecipeComparison, RendersInHeadlessChromiumWithoutErrors) {
   const std::string& dom = page.dom;
   testing::expect_rendered_cleanly(page);
   EXPECT_NE(dom.find("<circle"), std::string::npos);
-  const int rc = testing::run_chromium(chromium, profile.path(),
-                             "--hide-scrollbars --window-size=1280,1600 --screenshot='" + (out / "report.png").string() +
-                                 "'",
-                             url, out / "screenshot.out", out / "screenshot.log");
+  const int rc = testing::run_chromium(
+      chromium, profile.path(),
+      "--hide-scrollbars --window-size=1280,1600 --screenshot='" + (out / "report.png").string() + "'", url,
+      out / "screenshot.out", out / "screenshot.log");
   EXPECT_EQ(rc, 0) << read_text(out / "screenshot.log");
   EXPECT_TRUE(std::filesystem::exists(out / "report.png"));
   // Every decision column visible at 1400 px (they were behind a horizontal scroll even at 2400).

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "base/files.h"
 #include "kernels/error.h"
 #include "reports/compare_report.h"
-#include "base/files.h"
 #include "reports/heatmap.h"
 #include "reports/html.h"
 #include "test_util.h"
@@ -25,8 +25,8 @@ CompareImagesReport sample_report() {
   ok.channels = 3;
   ok.bit_depth = 8;
   ok.color_type = "rgb";
-  ok.metrics = {{"psnr_db", 31.5, {31.0, 32.0, 31.6}, ""}, {"ssim", 0.95, {}, ""},
-                {"ms_ssim", std::nullopt, {}, "too small"}};
+  ok.metrics = {
+      {"psnr_db", 31.5, {31.0, 32.0, 31.6}, ""}, {"ssim", 0.95, {}, ""}, {"ms_ssim", std::nullopt, {}, "too small"}};
   ok.failed_checks = {"ssim 0.95 < 0.96"};
   PairRow same;
   same.name = "same.png";
@@ -40,10 +40,9 @@ CompareImagesReport sample_report() {
   r.gate.passed = false;
   r.gate.source = "gate.json";
   r.gate.checks = {{"ssim mean >= 0.96", "ssim", "mean", ">=", 0.96, 0.975, true, "why", ""},
-                   {"psnr_db min >= 30", "psnr_db", "min", ">=", 30,
-                    std::numeric_limits<double>::infinity(), true, "all identical", ""},
-                   {"pairs that could not be compared <= 0", "errors", "count", "<=", 0, 1, false,
-                    "1 pair", ""}};
+                   {"psnr_db min >= 30", "psnr_db", "min", ">=", 30, std::numeric_limits<double>::infinity(), true,
+                    "all identical", ""},
+                   {"pairs that could not be compared <= 0", "errors", "count", "<=", 0, 1, false, "1 pair", ""}};
   r.worst = {{"a<b>.png", "SSIM 0.95", {1, 2, 3}, {4, 5}, {6}, "legend"}};
   return r;
 }
@@ -67,8 +66,7 @@ TEST(CompareReport, JsonCarriesTheSchemaFields) {
   EXPECT_FALSE(j["gate"]["passed"].get<bool>());
   ASSERT_EQ(j["gate"]["checks"].size(), 3u);
   for (const auto& c : j["gate"]["checks"])
-    for (const char* key : {"name", "threshold", "value", "passed", "detail"})
-      EXPECT_TRUE(c.contains(key)) << key;
+    for (const char* key : {"name", "threshold", "value", "passed", "detail"}) EXPECT_TRUE(c.contains(key)) << key;
   EXPECT_TRUE(j["gate"]["checks"][1]["value"].is_null());
   EXPECT_TRUE(j["gate"]["checks"][1]["value_unbounded"].get<bool>());
   EXPECT_EQ(j["summary"]["errors"], 1);
@@ -121,7 +119,7 @@ TEST(Files, AtomicWriterInPiecesCommitsOrLeavesTheTargetAlone) {
     base::AtomicFileWriter out(target);
     out.write("new ");
     EXPECT_EQ(files(), 2);  // the temporary beside the target
-  }  // not committed (an error on the way): the target keeps its bytes, the temporary is gone
+  }                         // not committed (an error on the way): the target keeps its bytes, the temporary is gone
   auto bytes = testing::read_bytes(target);
   EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "old");
   EXPECT_EQ(files(), 1);
@@ -161,10 +159,10 @@ TEST(Files, Base64MatchesRfc4648Vectors) {
 TEST(Heatmap, RampEndsAndNaN) {
   std::vector<float> v = {0.0f, 10.0f, 20.0f, NAN};
   auto rgb = heatmap_rgb(v, 10.0f);
-  EXPECT_EQ(rgb[0] + rgb[1] + rgb[2], 0 + 0 + 4);      // darkest
-  EXPECT_EQ(rgb[3], 252);                              // brightest at the scale
-  EXPECT_EQ(rgb[6], rgb[3]);                           // clamped above the scale
-  EXPECT_EQ(rgb[9], 255);                              // NaN: magenta
+  EXPECT_EQ(rgb[0] + rgb[1] + rgb[2], 0 + 0 + 4);  // darkest
+  EXPECT_EQ(rgb[3], 252);                          // brightest at the scale
+  EXPECT_EQ(rgb[6], rgb[3]);                       // clamped above the scale
+  EXPECT_EQ(rgb[9], 255);                          // NaN: magenta
   EXPECT_EQ(rgb[10], 0);
 }
 

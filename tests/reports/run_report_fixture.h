@@ -47,25 +47,40 @@ inline reports::RunReport synthetic_run_report(const SyntheticRunShape& shape = 
 
   Variant ref{"fp32", VariantKind::kPrecision, "fp32", {}, {}, true, 412, 0, 0, 0, 0, {}, {}, {}};
   Variant fp16{"fp16", VariantKind::kPrecision, "fp16", {}, {}, false, 412, 0, 0, 0, 0, {}, {}, {}};
-  Variant int8{"int8-l3", VariantKind::kRecipe, "fp16",
-               Artifact{"int8-level3", "recipes/int8_level3.json", "sha256:5e6f7a8b"}, {}, false,
-               412, 261, 0, 0, 0, {}, {}, {{"unet", "/conv_in/Conv", "Conv", "default exclusion"}}};
-  Variant fp8{"fp8-qdq", VariantKind::kOnnx, "fp16", {},
-              Artifact{"unet_fp8_qdq", "exports/unet_fp8_qdq.onnx", "sha256:9c0d1e2f"}, false,
-              412, 240, 380, 0, 28, {}, {}, {}};
-  fp8.unmatched = {{"variant", "/up_blocks.1/attn/QuantizeLinear_7", "QuantizeLinear",
-                    "Q/DQ pair around a node with no reference counterpart"},
-                   {"reference", "up_blocks.1.attn.to_out.1", "Dropout",
-                    "removed by the exporter; no structural match"},
-                   {"variant", "fused_gelu_3", "Gelu", "fused from 4 reference nodes"}};
+  Variant int8{"int8-l3", VariantKind::kRecipe,
+               "fp16",    Artifact{"int8-level3", "recipes/int8_level3.json", "sha256:5e6f7a8b"},
+               {},        false,
+               412,       261,
+               0,         0,
+               0,         {},
+               {},        {{"unet", "/conv_in/Conv", "Conv", "default exclusion"}}};
+  Variant fp8{"fp8-qdq",
+              VariantKind::kOnnx,
+              "fp16",
+              {},
+              Artifact{"unet_fp8_qdq", "exports/unet_fp8_qdq.onnx", "sha256:9c0d1e2f"},
+              false,
+              412,
+              240,
+              380,
+              0,
+              28,
+              {},
+              {},
+              {}};
+  fp8.unmatched = {
+      {"variant", "/up_blocks.1/attn/QuantizeLinear_7", "QuantizeLinear",
+       "Q/DQ pair around a node with no reference counterpart"},
+      {"reference", "up_blocks.1.attn.to_out.1", "Dropout", "removed by the exporter; no structural match"},
+      {"variant", "fused_gelu_3", "Gelu", "fused from 4 reference nodes"}};
   r.variants = {ref, fp16, int8, fp8};
 
   // Layers: a UNet-like sequence of blocks.
-  const char* ops[] = {"Conv", "GroupNormalization", "Sigmoid", "Mul", "Conv", "Add",
-                       "MatMul", "Softmax", "MatMul", "Gemm"};
+  const char* ops[] = {"Conv", "GroupNormalization", "Sigmoid", "Mul", "Conv", "Add", "MatMul", "Softmax", "MatMul",
+                       "Gemm"};
   for (int i = 0; i < shape.layers; ++i) {
     const int block = i / 10;
-    const std::string part = block < 2 ? fmt::format("down_blocks.{}", block)
+    const std::string part = block < 2   ? fmt::format("down_blocks.{}", block)
                              : block < 4 ? fmt::format("mid_block.{}", block - 2)
                                          : fmt::format("up_blocks.{}", block - 4);
     r.layers.push_back({fmt::format("{}/{}_{}", part, ops[i % 10], i), ops[i % 10], "unet"});
@@ -75,8 +90,8 @@ inline reports::RunReport synthetic_run_report(const SyntheticRunShape& shape = 
   auto base_sqnr = [&](std::size_t v, std::size_t l) -> float {
     if (v == 0) return std::numeric_limits<float>::infinity();
     float local = v == 1 ? 62.0f : v == 2 ? 31.0f : 27.0f;
-    if (v >= 2 && (l % 10 == 7)) local -= 9.0f;     // softmax outputs quantize badly
-    if (v == 2 && l == L / 2 + 7) local = 6.5f;     // the culprit
+    if (v >= 2 && (l % 10 == 7)) local -= 9.0f;  // softmax outputs quantize badly
+    if (v == 2 && l == L / 2 + 7) local = 6.5f;  // the culprit
     return local;
   };
   auto rel_from_sqnr = [](float db) { return std::pow(10.0f, -db / 20.0f); };
@@ -117,7 +132,8 @@ inline reports::RunReport synthetic_run_report(const SyntheticRunShape& shape = 
         sc.mean.push_back(0.05f * noise(rng));
         sc.std.push_back(absmax * 0.2f);
         sc.nonfinite.push_back(0);
-        sc.clip_rate.push_back(quantized && absmax > amax ? 1e-4f * (absmax - amax) : (quantized ? 0.0f : kNotMeasured));
+        sc.clip_rate.push_back(quantized && absmax > amax ? 1e-4f * (absmax - amax)
+                                                          : (quantized ? 0.0f : kNotMeasured));
         worst_absmax = std::max(worst_absmax, absmax);
         out_of_range += quantized && absmax > amax;
       }
@@ -188,9 +204,9 @@ inline reports::RunReport synthetic_run_report(const SyntheticRunShape& shape = 
   }
 
   // Samples.
-  const char* prompts[] = {"a red circle above a blue square", "two green triangles on grey",
-                           "a yellow star left of a purple circle", "three small blue squares",
-                           "an orange ring below a white cross", "a big black circle",
+  const char* prompts[] = {"a red circle above a blue square",       "two green triangles on grey",
+                           "a yellow star left of a purple circle",  "three small blue squares",
+                           "an orange ring below a white cross",     "a big black circle",
                            "a pink square right of a cyan triangle", "four dots in a row"};
   for (int p = 0; p < shape.prompts; ++p) {
     SampleRow row;
@@ -221,8 +237,7 @@ inline reports::RunReport synthetic_run_report(const SyntheticRunShape& shape = 
                        {"ms_ssim", std::nullopt, {}, "image smaller than 161 px"}};
         if (shape.images) {
           res.image.png = datasets::encode_png(out);
-          res.heatmap.png = datasets::encode_png(
-              {48, 48, 3, reports::heatmap_rgb(diff, float(2 * amp))});
+          res.heatmap.png = datasets::encode_png({48, 48, 3, reports::heatmap_rgb(diff, float(2 * amp))});
           res.heatmap_legend = fmt::format("|diff|: black 0, bright >= {}", 2 * amp);
         }
         res.image.path = fmt::format("images/{}/{}.png", res.variant, row.id);
@@ -257,18 +272,17 @@ inline reports::RunReport synthetic_run_report(const SyntheticRunShape& shape = 
     double psnr = sum.metrics[0].mean, ssim_p5 = sum.metrics[1].p5;
     r.gate.checks.push_back({"psnr_db mean >= 30", "psnr_db", "mean", ">=", 30, psnr, psnr >= 30,
                              fmt::format("mean {:.2f} over {} samples", psnr, sum.metrics[0].count), name});
-    r.gate.checks.push_back({"ssim p5 >= 0.9", "ssim", "p5", ">=", 0.9, ssim_p5, ssim_p5 >= 0.9,
-                             fmt::format("p5 {:.4f}", ssim_p5), name});
+    r.gate.checks.push_back(
+        {"ssim p5 >= 0.9", "ssim", "p5", ">=", 0.9, ssim_p5, ssim_p5 >= 0.9, fmt::format("p5 {:.4f}", ssim_p5), name});
     float worst = std::numeric_limits<float>::infinity();
     for (float x : r.layer_tables[v].stats.local_sqnr_db) worst = std::min(worst, x);
-    r.gate.checks.push_back({"worst-layer local SQNR >= 10 dB", "local_sqnr_db", "min", ">=", 10,
-                             double(worst), worst >= 10, "lowest over all layers", name});
+    r.gate.checks.push_back({"worst-layer local SQNR >= 10 dB", "local_sqnr_db", "min", ">=", 10, double(worst),
+                             worst >= 10, "lowest over all layers", name});
     const bool nan = name == "fp8-qdq";
     r.gate.checks.push_back({"no NaN/Inf", "nonfinite", "count", "<=", 0, nan ? 1.0 : 0.0, !nan,
                              nan ? "Inf in " + r.layers[L - 3].name : "none", name});
   }
-  r.gate.passed = std::all_of(r.gate.checks.begin(), r.gate.checks.end(),
-                              [](const auto& c) { return c.passed; });
+  r.gate.passed = std::all_of(r.gate.checks.begin(), r.gate.checks.end(), [](const auto& c) { return c.passed; });
   return r;
 }
 

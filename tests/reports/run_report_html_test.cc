@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "datasets/image_io.h"
-#include "reports/run_report.h"
 #include "reports/chromium.h"
+#include "reports/run_report.h"
 #include "reports/run_report_fixture.h"
 #include "test_util.h"
 
@@ -20,17 +20,17 @@ namespace {
 
 using testing::read_text;
 
-using testing::find_chromium;
 using testing::DomDump;
 using testing::dump_dom;
-using testing::run_chromium;
 using testing::expect_readable_at;
+using testing::find_chromium;
 using testing::Layout;
 using testing::measure_layout;
+using testing::run_chromium;
 
-const char* const kSections[] = {"verdict",   "gate",       "variants",   "samples",
-                                 "layers",    "timestep-heatmap", "step-curves", "histograms",
-                                 "nonfinite", "unmatched",  "unquantized", "config"};
+const char* const kSections[] = {"verdict",          "gate",        "variants",   "samples",   "layers",
+                                 "timestep-heatmap", "step-curves", "histograms", "nonfinite", "unmatched",
+                                 "unquantized",      "config"};
 
 TEST(RunReportHtml, IsSelfContainedWithEverySection) {
   const std::string h = render_html(testing::synthetic_run_report());
@@ -46,7 +46,8 @@ TEST(RunReportHtml, IsSelfContainedWithEverySection) {
   // The culprit layer ranks first for int8 (lowest local SQNR).
   const auto layers = h.find("id=\"layers-2\"");
   ASSERT_NE(layers, std::string::npos);
-  EXPECT_NE(h.find("<td class=\"num\">1</td><td class=\"name\">mid_block.1/Softmax_37</td>", layers), std::string::npos);
+  EXPECT_NE(h.find("<td class=\"num\">1</td><td class=\"name\">mid_block.1/Softmax_37</td>", layers),
+            std::string::npos);
   // Names are escaped everywhere, including inside the embedded heatmap data.
   RunReport r = testing::synthetic_run_report({.prompts = 2, .layers = 12, .steps = 4, .images = false});
   r.layers[1].name = "</script><b>x";
@@ -70,8 +71,7 @@ TEST(RunReportHtml, StaysSmallWithHundredsOfLayers) {
   RunReport r = testing::synthetic_run_report({.prompts = 8, .layers = 400, .steps = 20, .images = false});
   const auto start = std::chrono::steady_clock::now();
   const std::string h = render_html(r);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // 400 layers x 20 steps x 4 variants: the heatmap data is the bulk; keep the page light to open.
   EXPECT_LT(h.size(), 4u << 20) << h.size();
   EXPECT_LT(ms, 2000.0);
@@ -100,16 +100,17 @@ TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
   EXPECT_NE(dom.find("<option value=\"drift_calib\">"), std::string::npos);
   EXPECT_NE(dom.find("(log)"), std::string::npos);  // the legend was drawn
   // Rows are grouped into blocks by name (drawn in the margin when rows are too thin to name).
-  EXPECT_TRUE(std::regex_search(dom, std::regex("aria-label=\"[0-9]+ layer rows in [0-9]+ blocks: [^\"]*up_blocks\\.1 \\([0-9]+\\)")))
+  EXPECT_TRUE(std::regex_search(
+      dom, std::regex("aria-label=\"[0-9]+ layer rows in [0-9]+ blocks: [^\"]*up_blocks\\.1 \\([0-9]+\\)")))
       << "no block labels on the timestep heatmap";
   // The difference heatmaps have one labelled scale for the whole report.
   EXPECT_NE(dom.find("id=\"diff-legend\""), std::string::npos);
 
   // 2. A screenshot of the top of the page: it shows the red FAIL banner.
-  const int rc = run_chromium(chromium, profile.path(),
-                    "--hide-scrollbars --window-size=1280,2400 --screenshot='" +
-                        (out / "report.png").string() + "'",
-                    url, out / "screenshot.out", out / "screenshot.log");
+  const int rc =
+      run_chromium(chromium, profile.path(),
+                   "--hide-scrollbars --window-size=1280,2400 --screenshot='" + (out / "report.png").string() + "'",
+                   url, out / "screenshot.out", out / "screenshot.log");
   ASSERT_EQ(rc, 0) << read_text(out / "screenshot.log");
   const datasets::Image shot = datasets::load_image(out / "report.png");
   EXPECT_EQ(shot.width(), 1280);
@@ -118,10 +119,8 @@ TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
   const float* px = shot.planes.data<float>();
   const std::size_t plane = std::size_t(shot.width()) * std::size_t(shot.height());
   for (std::size_t i = 0; i < std::size_t(shot.width()) * 400; ++i)
-    banner += std::abs(px[i] - 179) < 6 && std::abs(px[plane + i] - 38) < 6 &&
-              std::abs(px[2 * plane + i] - 30) < 6;
-  EXPECT_GT(banner, 20000u) << "the FAIL banner (#b3261e) is not in the top 400 rows of "
-                            << (out / "report.png");
+    banner += std::abs(px[i] - 179) < 6 && std::abs(px[plane + i] - 38) < 6 && std::abs(px[2 * plane + i] - 30) < 6;
+  EXPECT_GT(banner, 20000u) << "the FAIL banner (#b3261e) is not in the top 400 rows of " << (out / "report.png");
 
   // 3. At 1400 px: no horizontal scrolling (page or tables), every section, the red banner.
   const Layout layout = measure_layout(chromium, profile.path(), out / "report.html", out, 1400);

@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "kernels/error.h"
+#include "reports/json_schema.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"
-#include "reports/json_schema.h"
 #include "reports/run_report_fixture.h"
 #include "test_util.h"
 
@@ -31,8 +31,7 @@ std::string joined(const std::vector<std::string>& v) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 TEST(JsonSchemaValidator, ChecksTheKeywordsItSupports) {
@@ -56,10 +55,8 @@ TEST(JsonSchemaValidator, ChecksTheKeywordsItSupports) {
   EXPECT_NE(all.find("$.s: does not match"), std::string::npos) << all;
   EXPECT_NE(all.find("$.a: fewer than 1 items"), std::string::npos) << all;
   EXPECT_NE(all.find("$.z: key not allowed"), std::string::npos) << all;
-  EXPECT_EQ(joined(s.validate(json::parse(R"({"n": 1.5, "k": "a"})"))),
-            "$.n: expected type \"integer\", found 1.5\n");
-  EXPECT_NE(joined(s.validate(json::parse(R"({"k": "a"})"))).find("missing required key \"n\""),
-            std::string::npos);
+  EXPECT_EQ(joined(s.validate(json::parse(R"({"n": 1.5, "k": "a"})"))), "$.n: expected type \"integer\", found 1.5\n");
+  EXPECT_NE(joined(s.validate(json::parse(R"({"k": "a"})"))).find("missing required key \"n\""), std::string::npos);
   // A keyword the validator does not implement must not be skipped silently.
   EXPECT_THROW(testing::JsonSchema(json::parse(R"({"oneOf": [true]})")), std::invalid_argument);
   EXPECT_THROW(testing::JsonSchema(json::parse(R"({"properties": {"a": {"$ref": "#/$defs/nope"}}})")),
@@ -71,8 +68,7 @@ TEST(RunReport, WrittenReportsMatchThePublishedSchema) {
   RunReport r = testing::synthetic_run_report();
   testing::ScratchDir dir("runreport-schema");
   write_run_report(r, dir.path());
-  for (const char* f : {"report.json", "report.html", "junit.xml"})
-    EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
+  for (const char* f : {"report.json", "report.html", "junit.xml"}) EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
   json j = testing::read_json(dir / "report.json");
   auto errors = schema.validate(j);
   EXPECT_TRUE(errors.empty()) << joined(errors);
@@ -95,9 +91,9 @@ TEST(RunReport, WrittenReportsMatchThePublishedSchema) {
   bad["gate"].erase("checks");
   bad["layers"]["tables"][0]["stats"]["sqnr"] = json::array();
   const std::string all = joined(schema.validate(bad));
-  for (const char* path : {"$.variants[2].kind", "$.layers.tables[1].stats.local_sqnr_db[3]",
-                           "$.samples[0].results[1].metrics.ssim", "$.gate: missing required key",
-                           "$.layers.tables[0].stats.sqnr"})
+  for (const char* path :
+       {"$.variants[2].kind", "$.layers.tables[1].stats.local_sqnr_db[3]", "$.samples[0].results[1].metrics.ssim",
+        "$.gate: missing required key", "$.layers.tables[0].stats.sqnr"})
     EXPECT_NE(all.find(path), std::string::npos) << path << "\n" << all;
 }
 
@@ -115,8 +111,7 @@ TEST(RunReport, ReaderRoundTripsEverythingButThumbnails) {
     for (const auto& col : kLayerColumns) {
       EXPECT_TRUE(same_bits(back.layer_tables[v].stats.*col.column, r.layer_tables[v].stats.*col.column))
           << r.layer_tables[v].variant << " " << col.key;
-      EXPECT_TRUE(same_bits(back.timesteps.tables[v].stats.*col.column,
-                            r.timesteps.tables[v].stats.*col.column))
+      EXPECT_TRUE(same_bits(back.timesteps.tables[v].stats.*col.column, r.timesteps.tables[v].stats.*col.column))
           << r.layer_tables[v].variant << " steps " << col.key;
     }
   EXPECT_TRUE(same_bits(back.layer_tables[2].calib_amax, r.layer_tables[2].calib_amax));
@@ -188,29 +183,33 @@ TEST(RunReport, ReaderErrorsNameTheFileAndKeyPath) {
   EXPECT_EQ(error_of([](json& j) { j["schema_version"] = "2.0"; }),
             "out/report.json: schema_version: this qeval reads report schema 1.x, found \"2.0\" "
             "(see docs/report.md)");
-  EXPECT_NE(error_of([](json& j) { j["variants"][1].erase("kind"); })
-                .find("out/report.json: variants[1]: missing key 'kind'"),
+  EXPECT_NE(error_of([](json& j) {
+              j["variants"][1].erase("kind");
+            }).find("out/report.json: variants[1]: missing key 'kind'"),
             std::string::npos);
-  EXPECT_NE(error_of([](json& j) { j["variants"][2]["kind"] = "int4"; })
-                .find("variants[2].kind: expected one of"),
+  EXPECT_NE(error_of([](json& j) { j["variants"][2]["kind"] = "int4"; }).find("variants[2].kind: expected one of"),
             std::string::npos);
-  EXPECT_NE(error_of([](json& j) { j["layers"]["tables"][1]["stats"]["acc_sqnr_db"].erase(0); })
-                .find("layers.tables[1].stats.acc_sqnr_db: expected 4 values (or none), found 3"),
+  EXPECT_NE(error_of([](json& j) {
+              j["layers"]["tables"][1]["stats"]["acc_sqnr_db"].erase(0);
+            }).find("layers.tables[1].stats.acc_sqnr_db: expected 4 values (or none), found 3"),
             std::string::npos);
-  EXPECT_NE(error_of([](json& j) { j["timesteps"]["tables"][0]["stats"]["absmax"][0] = "big"; })
-                .find("timesteps.tables[0].stats.absmax[0]: expected a number, null, \"inf\""),
+  EXPECT_NE(error_of([](json& j) {
+              j["timesteps"]["tables"][0]["stats"]["absmax"][0] = "big";
+            }).find("timesteps.tables[0].stats.absmax[0]: expected a number, null, \"inf\""),
             std::string::npos);
-  EXPECT_NE(error_of([](json& j) { j["histograms"][0]["variant"] = "int4"; })
-                .find("histograms[0].variant: unknown variant \"int4\""),
+  EXPECT_NE(error_of([](json& j) {
+              j["histograms"][0]["variant"] = "int4";
+            }).find("histograms[0].variant: unknown variant \"int4\""),
             std::string::npos);
-  EXPECT_NE(error_of([](json& j) { j["timesteps"]["layers"][0] = 99; })
-                .find("timesteps.layers[0]: layer index 99 >= 4 layers"),
+  EXPECT_NE(error_of([](json& j) {
+              j["timesteps"]["layers"][0] = 99;
+            }).find("timesteps.layers[0]: layer index 99 >= 4 layers"),
             std::string::npos);
-  EXPECT_NE(error_of([](json& j) { j["samples"][0]["results"][1]["status"] = "error"; })
-                .find("samples[0].results[1].status: \"error\" contradicts"),
+  EXPECT_NE(error_of([](json& j) {
+              j["samples"][0]["results"][1]["status"] = "error";
+            }).find("samples[0].results[1].status: \"error\" contradicts"),
             std::string::npos);
-  EXPECT_NE(error_of([](json& j) { j["kind"] = "compare-images"; }).find("kind: expected \"run\""),
-            std::string::npos);
+  EXPECT_NE(error_of([](json& j) { j["kind"] = "compare-images"; }).find("kind: expected \"run\""), std::string::npos);
   // A newer minor version with keys this reader does not know is still read.
   EXPECT_EQ(error_of([](json& j) {
               j["schema_version"] = "1.7";
@@ -239,8 +238,7 @@ TEST(RunReport, InconsistentReportsAreRefusedBeforeWriting) {
   for (const char* expected :
        {"2 variants are marked reference; expected exactly 1",
         "layer table int8-l3.local_sqnr_db: 5 values, expected 6 (or none)",
-        "step table fp16.absmax: 19 values, expected 18 (or none)",
-        "histogram of fp32: step 3 outside [-1, 3)",
+        "step table fp16.absmax: 19 values, expected 18 (or none)", "histogram of fp32: step 3 outside [-1, 3)",
         "step curve fp16 noise_pred sqnr_db: 2 values, expected 3 (or none)",
         "sample p001-s42: unknown variant \"fp64\"", "gate check \"psnr_db mean >= 30\": unknown variant \"int4\""})
     EXPECT_NE(all.find(expected), std::string::npos) << expected << "\n" << all;
@@ -265,8 +263,7 @@ TEST(RunReport, JunitListsEveryCheckByVariant) {
   std::size_t failed = 0;
   for (const auto& c : r.gate.checks) failed += !c.passed;
   ASSERT_GT(failed, 0u);
-  EXPECT_NE(x.find(fmt::format("tests=\"{}\" failures=\"{}\"", r.gate.checks.size(), failed)),
-            std::string::npos);
+  EXPECT_NE(x.find(fmt::format("tests=\"{}\" failures=\"{}\"", r.gate.checks.size(), failed)), std::string::npos);
   EXPECT_NE(x.find("classname=\"gate.int8-l3\" name=\"worst-layer local SQNR &gt;= 10 dB\"><failure"),
             std::string::npos);
   EXPECT_NE(x.find("classname=\"gate.fp16\" name=\"no NaN/Inf\"></testcase>"), std::string::npos);
@@ -291,7 +288,8 @@ TEST(RunReport, SummaryTextFitsOneScreen) {
   EXPECT_NE(text.find("worst-layer local SQNR >= 10 dB: value 4.46"), std::string::npos) << text;
   EXPECT_NE(text.find("int8-l3   mid_block.1/Softmax_37 4.46"), std::string::npos) << text;
   EXPECT_NE(text.find("fp8-qdq   up_blocks.1/Softmax_57 (Softmax) step 18, sample p005-s42: 0 NaN, 12 Inf"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("report: out/run/report.html"), std::string::npos);
   // Many variants and failed checks are cut, not scrolled.
   for (int i = 0; i < 12; ++i) {

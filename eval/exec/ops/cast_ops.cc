@@ -111,12 +111,14 @@ class CastOp final : public Op {
         // Widen to float (once-rounded, see round_to_odd_float), then round to the format in bulk.
         float* dst = o.data<float>();
         for (std::int64_t i = 0; i < n; ++i) {
-          if constexpr (std::is_same_v<S, float> || std::is_same_v<S, bool> || sizeof(S) <= 2) dst[i] = static_cast<float>(src[i]);
+          if constexpr (std::is_same_v<S, float> || std::is_same_v<S, bool> || sizeof(S) <= 2)
+            dst[i] = static_cast<float>(src[i]);
           else dst[i] = round_to_odd_float(static_cast<double>(src[i]));
         }
         if (to == DType::kFloat16) round_to_float16(dst, std::size_t(n));
         else if (to == DType::kBFloat16) round_to_bfloat16(dst, std::size_t(n));
-        else for (std::int64_t i = 0; i < n; ++i) dst[i] = round_to_format(dst[i], to, saturate_);
+        else
+          for (std::int64_t i = 0; i < n; ++i) dst[i] = round_to_format(dst[i], to, saturate_);
         return;
       }
       visit_storage(o.dtype(), [&](auto dtag) {

@@ -10,7 +10,6 @@ namespace qeval::eval {
 
 namespace {
 
-
 std::string list_to_string(const std::vector<std::int64_t>& v) {
   std::string s = "[";
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -30,8 +29,7 @@ AutoPad parse_auto_pad(const Node& node) {
 // dilations (defaults applied). Pads and output sizes are each op's own business.
 kernels::ConvParams base_geometry(const Node& node, const ConvAttributes& a, const Shape& x_shape, const Shape& w_shape,
                                   bool transpose) {
-  if (x_shape.size() < 3)
-    fail(node, "X must be [N, C, spatial...], got shape " + shape_to_string(x_shape));
+  if (x_shape.size() < 3) fail(node, "X must be [N, C, spatial...], got shape " + shape_to_string(x_shape));
   const std::size_t r = x_shape.size() - 2;
   if (r > 3)
     throw UnsupportedError(node.describe() + ": " + std::to_string(r) + " spatial dimensions (X " +
@@ -84,7 +82,8 @@ kernels::ConvParams base_params(const Node& node, const ConvAttributes& a, const
   if (x.dtype != DType::kFloat32)
     throw UnsupportedError(node.describe() + ": element type " + type_name(x.declared) +
                            " is not supported (float32, float16 and bfloat16 are)");
-  if (w.dtype != x.dtype) fail(node, "W type " + type_name(w.declared) + " differs from X type " + type_name(x.declared));
+  if (w.dtype != x.dtype)
+    fail(node, "W type " + type_name(w.declared) + " differs from X type " + type_name(x.declared));
   return base_geometry(node, a, x.shape, w.shape, transpose);
 }
 
@@ -99,7 +98,8 @@ class ConvOp final : public Op {
     base_params(node_, attrs_, *in[0], *in[1], false);  // the type rule
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
     if (in.size() > 2 && in[2] && in[2]->shape != Shape{p.out_channels})
-      fail(node_, "B has shape " + shape_to_string(in[2]->shape) + ", expected [" + std::to_string(p.out_channels) + "]");
+      fail(node_,
+           "B has shape " + shape_to_string(in[2]->shape) + ", expected [" + std::to_string(p.out_channels) + "]");
     Shape y{p.batch, p.out_channels};
     y.insert(y.end(), p.out_spatial.begin(), p.out_spatial.end());
     return {meta_like(*in[0], y)};
@@ -132,7 +132,8 @@ kernels::ConvParams conv_transpose_params(const Node& node, const ConvAttributes
                                           const ValueMeta& w) {
   kernels::ConvParams p = base_params(node, a, x, w, true);
   const std::size_t r = p.in_spatial.size();
-  std::vector<std::int64_t> output_padding = output_padding_attr.empty() ? std::vector<std::int64_t>(r, 0) : output_padding_attr;
+  std::vector<std::int64_t> output_padding =
+      output_padding_attr.empty() ? std::vector<std::int64_t>(r, 0) : output_padding_attr;
   if (output_padding.size() != r)
     fail(node, "output_padding " + list_to_string(output_padding) + " needs " + std::to_string(r) + " values");
   // output_shape may list the spatial dimensions or the whole output shape.
@@ -147,8 +148,8 @@ kernels::ConvParams conv_transpose_params(const Node& node, const ConvAttributes
     if (output_padding[i] < 0 || (output_padding[i] >= p.strides[i] && output_padding[i] >= p.dilations[i]))
       fail(node, "output_padding " + list_to_string(output_padding) + " must be below the stride or the dilation");
     // The full extent the kernel reaches from the input, before any padding is removed.
-    const std::int64_t natural = p.strides[i] * (p.in_spatial[i] - 1) + output_padding[i] +
-                                 p.dilations[i] * (p.kernel[i] - 1) + 1;
+    const std::int64_t natural =
+        p.strides[i] * (p.in_spatial[i] - 1) + output_padding[i] + p.dilations[i] * (p.kernel[i] - 1) + 1;
     const bool same = a.auto_pad == AutoPad::kSameUpper || a.auto_pad == AutoPad::kSameLower;
     std::int64_t out = -1;
     if (!output_shape.empty()) out = output_shape[i];
@@ -186,7 +187,8 @@ class ConvTransposeOp final : public Op {
     if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs X and W");
     const kernels::ConvParams p = params(*in[0], *in[1]);
     if (in.size() > 2 && in[2] && in[2]->shape != Shape{p.out_channels})
-      fail(node_, "B has shape " + shape_to_string(in[2]->shape) + ", expected [" + std::to_string(p.out_channels) + "]");
+      fail(node_,
+           "B has shape " + shape_to_string(in[2]->shape) + ", expected [" + std::to_string(p.out_channels) + "]");
     Shape y{p.batch, p.out_channels};
     y.insert(y.end(), p.out_spatial.begin(), p.out_spatial.end());
     return {meta_like(*in[0], y)};
@@ -200,13 +202,15 @@ class ConvTransposeOp final : public Op {
     const std::int64_t per_position = p.in_channels * (p.out_channels / p.groups);
     if (per_position == 0) return;  // an empty weight: nothing to pack (and no division by zero)
     const std::int64_t rows = p.out_channels / p.groups * (kernels::conv_transpose_weight_size(p) / per_position);
-    if (!kernels::sgemm_uses_packing({true, false, rows, in_size, p.in_channels / p.groups, rows, in_size, in_size})) return;
+    if (!kernels::sgemm_uses_packing({true, false, rows, in_size, p.in_channels / p.groups, rows, in_size, in_size}))
+      return;
     packed_.prepare(in[1], [&](const Tensor& w) { return kernels::pack_conv_transpose_weights(p, w.data<float>()); });
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     if (out[0]->numel() == 0) return;  // no output channels (an empty weight): nothing to compute
-    const kernels::ConvParams p = params(meta_of(in[0]->dtype(), in[0]->shape()), meta_of(in[1]->dtype(), in[1]->shape()));
+    const kernels::ConvParams p =
+        params(meta_of(in[0]->dtype(), in[0]->shape()), meta_of(in[1]->dtype(), in[1]->shape()));
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     kernels::conv_transpose(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr,
                             out[0]->data<float>(), packed_.find(in[1]));  // temporaries: lent by this thread
@@ -257,8 +261,8 @@ kernels::ConvParams conv_forward_params(const Node& node, const ConvAttributes& 
     }
     if (p.in_spatial[i] + p.pads_begin[i] + p.pads_end[i] < span)
       fail(node, "the kernel " + list_to_string(p.kernel) + " (dilations " + list_to_string(p.dilations) +
-                     ") does not fit the padded input: X " + shape_to_string(x_shape) + ", pads " + list_to_string(p.pads_begin) +
-                     " / " + list_to_string(p.pads_end));
+                     ") does not fit the padded input: X " + shape_to_string(x_shape) + ", pads " +
+                     list_to_string(p.pads_begin) + " / " + list_to_string(p.pads_end));
   }
   p.out_spatial = kernels::conv_output_spatial(p);
   return p;
@@ -266,7 +270,8 @@ kernels::ConvParams conv_forward_params(const Node& node, const ConvAttributes& 
 
 void register_conv_ops(std::vector<OpSchema>& out) {
   // Conv 1 and 11 compute the same thing (11 reworded auto_pad and pads defaults); 22 added bfloat16.
-  out.push_back({"Conv", "", 1, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ConvOp>(n); }});
+  out.push_back(
+      {"Conv", "", 1, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ConvOp>(n); }});
   // ConvTranspose 1 and 11 likewise (11 clarified output_shape / auto_pad padding); 22 added types.
   out.push_back({"ConvTranspose", "", 1, kMaxOpset,
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ConvTransposeOp>(n); }});

@@ -29,7 +29,8 @@ class CumSumOp final : public Op {
     if (t == DType::kBool || t == DType::kInt8 || t == DType::kUInt8 || t == DType::kInt16 || t == DType::kUInt16)
       fail(node_, "type " + type_name(in[0]->declared) + " is not one of float, double, (u)int32, (u)int64");
     check_index_type(node_, *in[1]);
-    if (shape_numel(in[1]->shape) != 1) fail(node_, "axis must be a scalar, got shape " + shape_to_string(in[1]->shape));
+    if (shape_numel(in[1]->shape) != 1)
+      fail(node_, "axis must be a scalar, got shape " + shape_to_string(in[1]->shape));
     if (in[1]->value) normalize_axis(node_, to_int64s(*in[1]->value)[0], int(in[0]->shape.size()));
     return {meta_like(*in[0], in[0]->shape)};
   }
@@ -76,8 +77,7 @@ class CumSumOp final : public Op {
 class TopKOp final : public Op {
  public:
   explicit TopKOp(const Node& node)
-      : node_(node), axis_(node.get_int("axis", -1)),
-        largest_(node.opset < 11 || node.get_int("largest", 1) != 0) {}
+      : node_(node), axis_(node.get_int("axis", -1)), largest_(node.opset < 11 || node.get_int("largest", 1) != 0) {}
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
     if (in[0]->dtype == DType::kBool) fail(node_, "bool input is not supported by TopK");

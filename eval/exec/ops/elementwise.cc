@@ -30,7 +30,8 @@ T integer_divide(const Node& node, T x, T y) {
 template <class T, class F>
 void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   using R = decltype(f(T{}, T{}));
-  kernels::broadcast_map(out.shape(), a.shape(), b.shape(), a.data<T>(), b.data<T>(), reinterpret_cast<R*>(out.raw()), f);
+  kernels::broadcast_map(out.shape(), a.shape(), b.shape(), a.data<T>(), b.data<T>(), reinterpret_cast<R*>(out.raw()),
+                         f);
 }
 
 // ---- binary arithmetic ---------------------------------------------------------------------
@@ -52,13 +53,18 @@ class ArithOp final : public Op {
                        std::int64_t n) const override {
     // The functors of apply<float> (for Pow: a float32 exponent).
     switch (kind_) {
-      case Arith::kAdd: return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x + z); });
-      case Arith::kSub: return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x - z); });
-      case Arith::kMul: return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x * z); });
-      case Arith::kDiv: return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x / z); });
+      case Arith::kAdd:
+        return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x + z); });
+      case Arith::kSub:
+        return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x - z); });
+      case Arith::kMul:
+        return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x * z); });
+      case Arith::kDiv:
+        return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float z) { return float(x / z); });
       case Arith::kPow:
-        return kernels::binary_run(a, a_step, b, b_step, y, n,
-                                   [](float x, float e) { return std::pow(x, static_cast<float>(static_cast<double>(e))); });
+        return kernels::binary_run(a, a_step, b, b_step, y, n, [](float x, float e) {
+          return std::pow(x, static_cast<float>(static_cast<double>(e)));
+        });
     }
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
@@ -97,8 +103,8 @@ class ArithOp final : public Op {
   }
   template <class T>
   void pow_apply(const Tensor& a, const Tensor& b, Tensor& o) const {
-    if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double> &&
-                  !std::is_same_v<T, std::int32_t> && !std::is_same_v<T, std::int64_t>) {
+    if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double> && !std::is_same_v<T, std::int32_t> &&
+                  !std::is_same_v<T, std::int64_t>) {
       fail(node_, "Pow base type " + std::string(dtype_name(a.dtype())) + " is not supported");
     }
     // The exponent may have another type (opset 12+); compute in double, cast to the base type.
@@ -206,8 +212,9 @@ class VariadicOp final : public Op {
                                 [&](std::int64_t i, std::int64_t ia, std::int64_t) { po[i] = p0[ia]; });
     for (std::size_t k = 1; k < in.size(); ++k) {
       const T* pk = in[k]->data<T>();
-      kernels::for_each_broadcast(o.shape(), o.shape(), in[k]->shape(),
-                                  [&](std::int64_t i, std::int64_t, std::int64_t ib) { po[i] = combine(po[i], pk[ib]); });
+      kernels::for_each_broadcast(
+          o.shape(), o.shape(), in[k]->shape(),
+          [&](std::int64_t i, std::int64_t, std::int64_t ib) { po[i] = combine(po[i], pk[ib]); });
     }
     if (kind_ == Variadic::kMean)
       for (std::int64_t i = 0; i < o.numel(); ++i) po[i] = T(po[i] / T(in.size()));
@@ -389,12 +396,12 @@ class UnaryOp final : public UnaryOpBase {
         // Through run_elementwise, so fused chains (eval/exec/session.cc) run the very same loop.
         const float* px = x.data<float>();
         float* po = o.data<float>();
-        return kernels::for_each_chunk(n, [&](std::int64_t i0, std::int64_t i1) {
-          run_elementwise(px + i0, 1, nullptr, 0, po + i0, i1 - i0);
-        });
+        return kernels::for_each_chunk(
+            n, [&](std::int64_t i0, std::int64_t i1) { run_elementwise(px + i0, 1, nullptr, 0, po + i0, i1 - i0); });
       }
       case DType::kFloat64:
-        return kernels::unary_map(x.data<double>(), o.data<double>(), n, [fn, p](double v) { return double(fn(float(v), p)); });
+        return kernels::unary_map(x.data<double>(), o.data<double>(), n,
+                                  [fn, p](double v) { return double(fn(float(v), p)); });
       case DType::kInt32:
         return kernels::unary_map(x.data<std::int32_t>(), o.data<std::int32_t>(), n,
                                   [fn, p](std::int32_t v) { return std::int32_t(fn(float(v), p)); });
@@ -541,22 +548,32 @@ class ClipOp final : public Op {
 // min(1, max(0, v)) with NaN kept (std::min/std::max return their first argument for a NaN).
 inline float clamp01_keeping_nan(float v) { return v != v ? v : std::max(0.0f, std::min(1.0f, v)); }
 
-#define QEVAL_UNARY(NAME, SINCE, EXPR, PARAMS, INTS)                                          \
-  OpSchema{NAME, "", SINCE, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {               \
-             return make_unary(                                                                \
-                 n, [](float x, const float* p) -> float { (void)p; return EXPR; },            \
-                 std::vector<float> PARAMS, INTS);                                              \
-           }}
+#define QEVAL_UNARY(NAME, SINCE, EXPR, PARAMS, INTS)                       \
+  OpSchema {                                                               \
+    NAME, "", SINCE, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { \
+      return make_unary(                                                   \
+          n,                                                               \
+          [](float x, const float* p) -> float {                           \
+            (void)p;                                                       \
+            return EXPR;                                                   \
+          },                                                               \
+          std::vector<float> PARAMS, INTS);                                \
+    }                                                                      \
+  }
 
 }  // namespace
 
 void register_elementwise_ops(std::vector<OpSchema>& out) {
   auto arith = [](Arith k) {
     switch (k) {
-      case Arith::kAdd: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kAdd); };
-      case Arith::kSub: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kSub); };
-      case Arith::kMul: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kMul); };
-      case Arith::kDiv: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kDiv); };
+      case Arith::kAdd:
+        return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kAdd); };
+      case Arith::kSub:
+        return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kSub); };
+      case Arith::kMul:
+        return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kMul); };
+      case Arith::kDiv:
+        return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kDiv); };
       case Arith::kPow: break;
     }
     return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ArithOp>(n, Arith::kPow); };
@@ -566,13 +583,17 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back({"Mul", "", 7, kMaxOpset, arith(Arith::kMul)});
   out.push_back({"Div", "", 7, kMaxOpset, arith(Arith::kDiv)});
   out.push_back({"Pow", "", 7, kMaxOpset, arith(Arith::kPow)});
-  out.push_back({"Mod", "", 10, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ModOp>(n); }});
+  out.push_back(
+      {"Mod", "", 10, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ModOp>(n); }});
 
   auto variadic = [](Variadic k) -> OpFactory {
     switch (k) {
-      case Variadic::kMin: return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kMin); };
-      case Variadic::kMax: return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kMax); };
-      case Variadic::kSum: return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kSum); };
+      case Variadic::kMin:
+        return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kMin); };
+      case Variadic::kMax:
+        return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kMax); };
+      case Variadic::kSum:
+        return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kSum); };
       case Variadic::kMean: break;
     }
     return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<VariadicOp>(n, Variadic::kMean); };
@@ -582,23 +603,39 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back({"Max", "", 6, kMaxOpset, variadic(Variadic::kMax)});
   out.push_back({"Sum", "", 6, kMaxOpset, variadic(Variadic::kSum)});
   out.push_back({"Mean", "", 6, kMaxOpset, variadic(Variadic::kMean)});
-  out.push_back({"Equal", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kEqual); }});
-  out.push_back({"Greater", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kGreater); }});
-  out.push_back({"Less", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kLess); }});
-  out.push_back({"GreaterOrEqual", "", 12, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kGreaterOrEqual); }});
-  out.push_back({"LessOrEqual", "", 12, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kLessOrEqual); }});
-  out.push_back({"And", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kAnd); }});
-  out.push_back({"Or", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kOr); }});
-  out.push_back({"Xor", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kXor); }});
-  out.push_back({"Not", "", 1, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<NotOp>(n); }});
-  out.push_back({"Where", "", 9, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<WhereOp>(n); }});
-  out.push_back({"Clip", "", 6, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ClipOp>(n); }});
+  out.push_back({"Equal", "", 7, kMaxOpset,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kEqual); }});
+  out.push_back({"Greater", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
+                   return std::make_unique<CompareOp>(n, Compare::kGreater);
+                 }});
+  out.push_back({"Less", "", 7, kMaxOpset,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<CompareOp>(n, Compare::kLess); }});
+  out.push_back({"GreaterOrEqual", "", 12, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
+                   return std::make_unique<CompareOp>(n, Compare::kGreaterOrEqual);
+                 }});
+  out.push_back({"LessOrEqual", "", 12, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
+                   return std::make_unique<CompareOp>(n, Compare::kLessOrEqual);
+                 }});
+  out.push_back({"And", "", 7, kMaxOpset,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kAnd); }});
+  out.push_back({"Or", "", 7, kMaxOpset,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kOr); }});
+  out.push_back({"Xor", "", 7, kMaxOpset,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<LogicOp>(n, Logic::kXor); }});
+  out.push_back(
+      {"Not", "", 1, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<NotOp>(n); }});
+  out.push_back(
+      {"Where", "", 9, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<WhereOp>(n); }});
+  out.push_back(
+      {"Clip", "", 6, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ClipOp>(n); }});
 
   out.push_back({"Neg", "", 6, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
-                   return std::make_unique<IntExactUnaryOp>(n, true, make_unary(n, [](float x, const float*) { return -x; }));
+                   return std::make_unique<IntExactUnaryOp>(n, true,
+                                                            make_unary(n, [](float x, const float*) { return -x; }));
                  }});
   out.push_back({"Abs", "", 6, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
-                   return std::make_unique<IntExactUnaryOp>(n, false, make_unary(n, [](float x, const float*) { return std::fabs(x); }));
+                   return std::make_unique<IntExactUnaryOp>(
+                       n, false, make_unary(n, [](float x, const float*) { return std::fabs(x); }));
                  }});
   out.push_back(QEVAL_UNARY("Sqrt", 6, std::sqrt(x), {}, false));
   out.push_back(QEVAL_UNARY("Exp", 6, std::exp(x), {}, false));
@@ -627,28 +664,37 @@ void register_elementwise_ops(std::vector<OpSchema>& out) {
   out.push_back(QEVAL_UNARY("Softplus", 1, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)), {}, false));
   out.push_back(QEVAL_UNARY("Softsign", 1, x / (1.0f + std::fabs(x)), {}, false));
   out.push_back({"LeakyRelu", "", 6, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
-                   return make_unary(n, [](float x, const float* p) { return x >= 0 ? x : p[0] * x; },
-                                                    std::vector<float>{n.get_float("alpha", 0.01f)});
+                   return make_unary(
+                       n, [](float x, const float* p) { return x >= 0 ? x : p[0] * x; },
+                       std::vector<float>{n.get_float("alpha", 0.01f)});
                  }});
   out.push_back({"Elu", "", 6, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
-                   return make_unary(n, [](float x, const float* p) { return x >= 0 ? x : p[0] * (std::exp(x) - 1.0f); },
-                                                    std::vector<float>{n.get_float("alpha", 1.0f)});
+                   return make_unary(
+                       n, [](float x, const float* p) { return x >= 0 ? x : p[0] * (std::exp(x) - 1.0f); },
+                       std::vector<float>{n.get_float("alpha", 1.0f)});
                  }});
   out.push_back({"HardSigmoid", "", 6, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
-                   return make_unary(n, [](float x, const float* p) { return clamp01_keeping_nan(p[0] * x + p[1]); },
-                                                    std::vector<float>{n.get_float("alpha", 0.2f), n.get_float("beta", 0.5f)});
+                   return make_unary(
+                       n, [](float x, const float* p) { return clamp01_keeping_nan(p[0] * x + p[1]); },
+                       std::vector<float>{n.get_float("alpha", 0.2f), n.get_float("beta", 0.5f)});
                  }});
   out.push_back(QEVAL_UNARY("HardSwish", 14, x * clamp01_keeping_nan(x / 6.0f + 0.5f), {}, false));
   out.push_back({"Gelu", "", 20, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> {
                    const std::string approx = n.get_string("approximate", "none");
                    if (approx == "tanh")
-                     return make_unary(n, [](float x, const float*) {
-                       return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-                     }, std::vector<float>{});
+                     return make_unary(
+                         n,
+                         [](float x, const float*) {
+                           return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+                         },
+                         std::vector<float>{});
                    if (approx != "none") fail(n, "approximate must be 'none' or 'tanh', got '" + approx + "'");
-                   return make_unary(n, [](float x, const float*) {
-                     return 0.5f * x * (1.0f + kernels::erf_vectorisable(x * 0.7071067811865476f));
-                   }, std::vector<float>{});
+                   return make_unary(
+                       n,
+                       [](float x, const float*) {
+                         return 0.5f * x * (1.0f + kernels::erf_vectorisable(x * 0.7071067811865476f));
+                       },
+                       std::vector<float>{});
                  }});
 }
 

@@ -27,10 +27,10 @@ kernels::ConvParams conv_forward_params(const Node& node, const ConvAttributes& 
 
 // Shapes of a numpy matmul: operands promoted to rank >= 2, batch dimensions broadcast.
 struct MatMulPlan {
-  Shape a, b;         // promoted operand shapes
-  Shape batch;        // broadcast batch shape
+  Shape a, b;   // promoted operand shapes
+  Shape batch;  // broadcast batch shape
   std::int64_t m, n, k;
-  Shape out;          // the output shape (promoted dimensions removed)
+  Shape out;  // the output shape (promoted dimensions removed)
 };
 MatMulPlan plan_matmul(const Node& node, const Shape& a_in, const Shape& b_in);
 // For each entry of the broadcast batch, which A and B matrices it multiplies (indices in units of

@@ -86,8 +86,8 @@ class ConcatOp final : public Op {
     for (std::size_t i = 0; i < in.size(); ++i) {
       const Shape& s = in[i]->shape;
       if (in[i]->declared != in[0]->declared)
-        fail(node_, "input '" + node_.inputs[i] + "' is " + type_name(in[i]->declared) + ", input '" +
-                        node_.inputs[0] + "' is " + type_name(in[0]->declared));
+        fail(node_, "input '" + node_.inputs[i] + "' is " + type_name(in[i]->declared) + ", input '" + node_.inputs[0] +
+                        "' is " + type_name(in[0]->declared));
       bool ok = int(s.size()) == rank;
       for (int d = 0; ok && d < rank; ++d) ok = d == axis || s[std::size_t(d)] == s0[std::size_t(d)];
       if (!ok)
@@ -113,7 +113,8 @@ class ConcatOp final : public Op {
     parallel_items(outer, out_chunk / std::int64_t(es), [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t r = b; r < e; ++r)
         for (std::size_t k = 0; k < in.size(); ++k)
-          if (chunk[k]) std::memcpy(o.raw() + r * out_chunk + offset[k], in[k]->raw() + r * chunk[k], std::size_t(chunk[k]));
+          if (chunk[k])
+            std::memcpy(o.raw() + r * out_chunk + offset[k], in[k]->raw() + r * chunk[k], std::size_t(chunk[k]));
     });
   }
 
@@ -189,15 +190,16 @@ class SplitOp final : public Op {
     }
     if (given) {
       if (given->size() != parts)
-        fail(node_, "split has " + std::to_string(given->size()) + " sizes but the node has " +
-                        std::to_string(parts) + " outputs");
+        fail(node_, "split has " + std::to_string(given->size()) + " sizes but the node has " + std::to_string(parts) +
+                        " outputs");
       std::int64_t total = 0;
       for (auto v : *given) {
         if (v < 0) fail(node_, "split has a negative size " + std::to_string(v));
         total += v;
       }
       if (total != dim)
-        fail(node_, "split sizes add up to " + std::to_string(total) + ", but the axis has size " + std::to_string(dim));
+        fail(node_,
+             "split sizes add up to " + std::to_string(total) + ", but the axis has size " + std::to_string(dim));
       return *given;
     }
     if (parts == 0) fail(node_, "has no outputs");
@@ -316,7 +318,8 @@ class PadOp final : public Op {
         fail(node_, "pads " + std::to_string(begin[d]) + ", " + std::to_string(end[d]) + " on axis " +
                         std::to_string(d) + " of shape " + shape_to_string(s) + " leave a negative size");
       if (mode_ != PadMode::kConstant && s[d] == 0 && out[d] > 0)
-        fail(node_, "cannot pad axis " + std::to_string(d) + " of size 0 in mode '" + node_.get_string("mode", "") + "'");
+        fail(node_,
+             "cannot pad axis " + std::to_string(d) + " of size 0 in mode '" + node_.get_string("mode", "") + "'");
       // Wider pads have no agreed meaning: ONNX Runtime rejects them, and the reference
       // (numpy.pad) re-pads from the padded array, which is not a periodic extension.
       const std::int64_t widest = std::max(begin[d], end[d]);
@@ -355,7 +358,8 @@ class PadOp final : public Op {
     const std::int64_t inner = os.back(), rows = o.numel() / inner;
     // The inner run whose source is contiguous: output [lo, hi) <- input [lo - b, hi - b).
     const std::int64_t b = begin.back();
-    const std::int64_t lo = std::clamp<std::int64_t>(b, 0, inner), hi = std::clamp<std::int64_t>(b + s.back(), lo, inner);
+    const std::int64_t lo = std::clamp<std::int64_t>(b, 0, inner),
+                       hi = std::clamp<std::int64_t>(b + s.back(), lo, inner);
     parallel_items(rows, inner, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t row = rb; row < re; ++row) {
         std::byte* dst = o.raw() + std::size_t(row * inner) * es;
@@ -377,7 +381,8 @@ class PadOp final : public Op {
           std::memcpy(dst + std::size_t(j) * es, k < 0 ? fill.data() : row_src + std::size_t(k) * es, es);
         };
         for (std::int64_t j = 0; j < lo; ++j) one(j);
-        if (hi > lo) std::memcpy(dst + std::size_t(lo) * es, row_src + std::size_t(lo - b) * es, std::size_t(hi - lo) * es);
+        if (hi > lo)
+          std::memcpy(dst + std::size_t(lo) * es, row_src + std::size_t(lo - b) * es, std::size_t(hi - lo) * es);
         for (std::int64_t j = hi; j < inner; ++j) one(j);
       }
     });

@@ -51,7 +51,6 @@ std::vector<std::pair<std::int64_t, std::int64_t>> matmul_batch_operands(const M
 
 namespace {
 
-
 [[noreturn]] void unsupported(const Node& node, const std::string& message) {
   throw UnsupportedError(node.describe() + ": " + message);
 }
@@ -106,7 +105,8 @@ class MatMulOp final : public Op {
     if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs two inputs");
     if (in[0]->dtype != in[1]->dtype)
       fail(node_, "input types differ: " + type_name(in[0]->declared) + " and " + type_name(in[1]->declared));
-    if (!numeric_type(in[0]->dtype)) unsupported(node_, "element type " + type_name(in[0]->declared) + " is not supported");
+    if (!numeric_type(in[0]->dtype))
+      unsupported(node_, "element type " + type_name(in[0]->declared) + " is not supported");
     return {meta_like(*in[0], plan_matmul(node_, in[0]->shape, in[1]->shape).out)};
   }
 
@@ -176,16 +176,17 @@ class GemmOp final : public Op {
     if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs A and B");
     const ValueMeta& a = *in[0];
     const ValueMeta& b = *in[1];
-    if (a.dtype != b.dtype) fail(node_, "A and B types differ: " + type_name(a.declared) + " and " + type_name(b.declared));
+    if (a.dtype != b.dtype)
+      fail(node_, "A and B types differ: " + type_name(a.declared) + " and " + type_name(b.declared));
     if (a.dtype != DType::kFloat32 && a.dtype != DType::kFloat64)
       unsupported(node_, "element type " + type_name(a.declared) + " is not supported (float types only)");
     if (a.shape.size() != 2 || b.shape.size() != 2)
       fail(node_, "A and B must be 2-D, got " + shape_to_string(a.shape) + " and " + shape_to_string(b.shape));
     const Dims d = dims(a.shape, b.shape);
     if (d.k != d.k_b)
-      fail(node_, "inner dimensions differ: op(A) is " + std::to_string(d.m) + "x" + std::to_string(d.k) + ", op(B) is " +
-                      std::to_string(d.k_b) + "x" + std::to_string(d.n) + " (transA " + std::to_string(trans_a_) +
-                      ", transB " + std::to_string(trans_b_) + ")");
+      fail(node_, "inner dimensions differ: op(A) is " + std::to_string(d.m) + "x" + std::to_string(d.k) +
+                      ", op(B) is " + std::to_string(d.k_b) + "x" + std::to_string(d.n) + " (transA " +
+                      std::to_string(trans_a_) + ", transB " + std::to_string(trans_b_) + ")");
     if (in.size() > 2 && in[2]) {
       const Shape& c = in[2]->shape;
       if (in[2]->dtype != a.dtype) fail(node_, "C type " + type_name(in[2]->declared) + " differs from A's");
@@ -196,7 +197,8 @@ class GemmOp final : public Op {
         const std::int64_t want = y[2 - c.size() + i];
         ok = c[i] == want || c[i] == 1;
       }
-      if (!ok) fail(node_, "C of shape " + shape_to_string(c) + " does not broadcast to the output " + shape_to_string(y));
+      if (!ok)
+        fail(node_, "C of shape " + shape_to_string(c) + " does not broadcast to the output " + shape_to_string(y));
     }
     return {meta_like(a, {d.m, d.n})};
   }
@@ -206,7 +208,8 @@ class GemmOp final : public Op {
     const Dims d = dims(in[0]->shape, in[1]->shape);
     const std::int64_t ldb = in[1]->shape[1];
     if (!kernels::sgemm_uses_packing({trans_a_, trans_b_, d.m, d.n, d.k, in[0]->shape[1], ldb, d.n})) return;
-    packed_b_.prepare(in[1], [&](const Tensor& b) { return kernels::PackedB(trans_b_, d.k, d.n, b.data<float>(), ldb); });
+    packed_b_.prepare(in[1],
+                      [&](const Tensor& b) { return kernels::PackedB(trans_b_, d.k, d.n, b.data<float>(), ldb); });
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
@@ -237,7 +240,8 @@ class GemmOp final : public Op {
         for (std::int64_t j = 0; j < d.n; ++j) py[i * d.n + j] = pc[i * sc[0] + j * sc[1]];
     }
     if constexpr (std::is_same_v<T, float>) {
-      kernels::sgemm(s, alpha_, a.data<float>(), b.data<float>(), use_c ? beta_ : 0.0f, py, nullptr, packed_b_.find(&b));
+      kernels::sgemm(s, alpha_, a.data<float>(), b.data<float>(), use_c ? beta_ : 0.0f, py, nullptr,
+                     packed_b_.find(&b));
     } else {
       std::vector<T> ab(std::size_t(d.m * d.n));
       kernels::gemm_generic<T>(s, a.data<T>(), b.data<T>(), ab.data());
@@ -296,7 +300,8 @@ Equation parse_equation(const Node& node, std::string eq) {
   std::size_t start = 0;
   while (true) {
     const auto comma = lhs.find(',', start);
-    e.inputs.push_back(parse_term(node, lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    e.inputs.push_back(
+        parse_term(node, lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -333,15 +338,17 @@ struct EinsumPlan {
 
 EinsumPlan plan_einsum(const Node& node, const Equation& eq, const std::vector<Shape>& shapes) {
   if (shapes.size() != eq.inputs.size())
-    fail(node, "equation has " + std::to_string(eq.inputs.size()) + " operands, the node " + std::to_string(shapes.size()));
+    fail(node,
+         "equation has " + std::to_string(eq.inputs.size()) + " operands, the node " + std::to_string(shapes.size()));
   EinsumPlan p;
   std::size_t ellipsis_rank = 0;
   for (std::size_t o = 0; o < shapes.size(); ++o) {
     const auto& t = eq.inputs[o];
     const std::size_t named = t.letters.size() - (t.has_ellipsis ? 1 : 0);
     if (t.has_ellipsis ? shapes[o].size() < named : shapes[o].size() != named)
-      fail(node, "operand " + std::to_string(o) + " has shape " + shape_to_string(shapes[o]) + ", the equation's term has " +
-                     std::to_string(named) + " letters" + (t.has_ellipsis ? " and an ellipsis" : ""));
+      fail(node, "operand " + std::to_string(o) + " has shape " + shape_to_string(shapes[o]) +
+                     ", the equation's term has " + std::to_string(named) + " letters" +
+                     (t.has_ellipsis ? " and an ellipsis" : ""));
     if (t.has_ellipsis) ellipsis_rank = std::max(ellipsis_rank, shapes[o].size() - named);
   }
   std::map<int, std::int64_t> ellipsis_seen;
@@ -358,8 +365,8 @@ EinsumPlan plan_einsum(const Node& node, const Equation& eq, const std::vector<S
           auto [it, fresh] = ellipsis_seen.emplace(label, size);
           if (!fresh && it->second != size) {
             if (it->second != 1 && size != 1)
-              fail(node, "ellipsis dimensions of the operands do not broadcast: " + std::to_string(it->second) + " vs " +
-                             std::to_string(size));
+              fail(node, "ellipsis dimensions of the operands do not broadcast: " + std::to_string(it->second) +
+                             " vs " + std::to_string(size));
             p.ellipsis_broadcasts = true;
             it->second = std::max(it->second, size);
           }
@@ -397,7 +404,8 @@ template <class T>
 void permute(const T* src, const Shape& src_shape, const std::vector<int>& perm, T* dst) {
   const std::size_t r = perm.size();
   std::vector<std::int64_t> src_strides(r, 1), dst_shape(r), strides(r);
-  for (int d = int(r) - 2; d >= 0; --d) src_strides[std::size_t(d)] = src_strides[std::size_t(d) + 1] * src_shape[std::size_t(d) + 1];
+  for (int d = int(r) - 2; d >= 0; --d)
+    src_strides[std::size_t(d)] = src_strides[std::size_t(d) + 1] * src_shape[std::size_t(d) + 1];
   for (std::size_t d = 0; d < r; ++d) {
     dst_shape[d] = src_shape[std::size_t(perm[d])];
     strides[d] = src_strides[std::size_t(perm[d])];
@@ -419,9 +427,18 @@ void permute(const T* src, const Shape& src_shape, const std::vector<int>& perm,
   }
 }
 
-template <class T> struct SumOf { using type = T; };
-template <> struct SumOf<std::int32_t> { using type = std::uint32_t; };  // wraps like numpy, no UB
-template <> struct SumOf<std::int64_t> { using type = std::uint64_t; };
+template <class T>
+struct SumOf {
+  using type = T;
+};
+template <>
+struct SumOf<std::int32_t> {
+  using type = std::uint32_t;
+};  // wraps like numpy, no UB
+template <>
+struct SumOf<std::int64_t> {
+  using type = std::uint64_t;
+};
 
 class EinsumOp final : public Op {
  public:
@@ -437,7 +454,8 @@ class EinsumOp final : public Op {
       shapes.push_back(in[i]->shape);
     }
     if (shapes.empty()) fail(node_, "needs at least one input");
-    if (!numeric_type(in[0]->dtype)) unsupported(node_, "element type " + type_name(in[0]->declared) + " is not supported");
+    if (!numeric_type(in[0]->dtype))
+      unsupported(node_, "element type " + type_name(in[0]->declared) + " is not supported");
     return {meta_like(*in[0], plan_einsum(node_, eq_, shapes).output_shape)};
   }
 
@@ -594,11 +612,14 @@ class EinsumOp final : public Op {
 
 void register_matmul_ops(std::vector<OpSchema>& out) {
   // MatMul 1, 9 and 13 differ only in the types they list.
-  out.push_back({"MatMul", "", 1, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<MatMulOp>(n); }});
+  out.push_back(
+      {"MatMul", "", 1, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<MatMulOp>(n); }});
   // Gemm 7 dropped the `broadcast` attribute for unidirectional broadcasting of C; 11 made C
   // optional (accepted here at every version); 9 and 13 added types.
-  out.push_back({"Gemm", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<GemmOp>(n); }});
-  out.push_back({"Einsum", "", 12, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<EinsumOp>(n); }});
+  out.push_back(
+      {"Gemm", "", 7, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<GemmOp>(n); }});
+  out.push_back({"Einsum", "", 12, kMaxOpset,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<EinsumOp>(n); }});
 }
 
 }  // namespace qeval::eval

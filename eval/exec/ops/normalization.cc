@@ -135,8 +135,7 @@ class LayerNormOp final : public Op {
     affine.channels = static_cast<std::int64_t>(std::max(scale.size(), bias.size()));
     affine.channel_inner = 1;
     std::vector<double> mean(static_cast<std::size_t>(rows)), inv_std(static_cast<std::size_t>(rows));
-    kernels::normalize_rows(x.data<T>(), out[0]->data<T>(), rows, n, epsilon_, affine, mean.data(),
-                            inv_std.data());
+    kernels::normalize_rows(x.data<T>(), out[0]->data<T>(), rows, n, epsilon_, affine, mean.data(), inv_std.data());
     write_stat(out.size() > 1 ? out[1] : nullptr, mean);
     write_stat(out.size() > 2 ? out[2] : nullptr, inv_std);
   }
@@ -161,8 +160,7 @@ class GroupNormOp final : public Op {
  public:
   enum class Kind { kInstance, kGroupPerGroupAffine, kGroupPerChannelAffine };
 
-  GroupNormOp(const Node& node, Kind kind)
-      : node_(node), kind_(kind), epsilon_(node.get_float("epsilon", 1e-5f)) {
+  GroupNormOp(const Node& node, Kind kind) : node_(node), kind_(kind), epsilon_(node.get_float("epsilon", 1e-5f)) {
     if (kind_ != Kind::kInstance) {
       if (!node.has("num_groups")) fail(node, "missing required attribute num_groups");
       groups_ = node.get_int("num_groups", 1);
@@ -192,8 +190,8 @@ class GroupNormOp final : public Op {
         if (kind_ == Kind::kGroupPerGroupAffine && shape_numel(in[i]->shape) == c)
           hint = " (per-channel scale/bias are GroupNormalization-21 semantics; this node is opset " +
                  std::to_string(node_.opset) + ", where they are per group)";
-        fail(node_, "input '" + node_.inputs[i] + "' has shape " + shape_to_string(in[i]->shape) +
-                        ", expected [" + std::to_string(want) + "]" + hint);
+        fail(node_, "input '" + node_.inputs[i] + "' has shape " + shape_to_string(in[i]->shape) + ", expected [" +
+                        std::to_string(want) + "]" + hint);
       }
     }
     return {meta_like(*in[0], xs)};

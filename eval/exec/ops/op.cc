@@ -12,23 +12,19 @@ DType storage_type(DType declared) {
     case DType::kFloat8E4M3FN:
     case DType::kFloat8E5M2:
     case DType::kFloat8E4M3FNUZ:
-    case DType::kFloat8E5M2FNUZ:
-      return DType::kFloat32;
-    default:
-      return declared;
+    case DType::kFloat8E5M2FNUZ: return DType::kFloat32;
+    default: return declared;
   }
 }
 
-void fail(const Node& node, const std::string& message) {
-  throw InputError(node.describe() + ": " + message);
-}
+void fail(const Node& node, const std::string& message) { throw InputError(node.describe() + ": " + message); }
 
-const Tensor& constant_input(const Node& node, std::span<const ValueMeta* const> inputs,
-                             std::size_t i, const char* what) {
+const Tensor& constant_input(const Node& node, std::span<const ValueMeta* const> inputs, std::size_t i,
+                             const char* what) {
   if (i >= inputs.size() || !inputs[i]) fail(node, std::string("missing input ") + what);
   if (!inputs[i]->value)
-    throw UnsupportedError(node.describe() + ": input " + std::to_string(i) + " ('" + node.inputs[i] +
-                           "', " + what + ") must be known at plan time (a constant, or computable "
+    throw UnsupportedError(node.describe() + ": input " + std::to_string(i) + " ('" + node.inputs[i] + "', " + what +
+                           ") must be known at plan time (a constant, or computable "
                            "from static shapes); it depends on runtime data");
   return *inputs[i]->value;
 }
@@ -58,8 +54,7 @@ Shape broadcast_shapes(const Node& node, const Shape& a, const Shape& b) {
     std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      fail(node, "shapes " + shape_to_string(a) + " and " + shape_to_string(b) +
-                     " cannot be broadcast");
+      fail(node, "shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " cannot be broadcast");
     out[i] = da == 1 ? db : da;
   }
   return out;

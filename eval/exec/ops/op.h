@@ -89,8 +89,8 @@ std::string unsupported_reason(std::string_view domain, std::string_view op_type
 // Throws InputError "<node>: <message>".
 [[noreturn]] void fail(const Node& node, const std::string& message);
 // The constant value of input i, or InputError naming the input when it is not constant.
-const Tensor& constant_input(const Node& node, std::span<const ValueMeta* const> inputs,
-                             std::size_t i, const char* what);
+const Tensor& constant_input(const Node& node, std::span<const ValueMeta* const> inputs, std::size_t i,
+                             const char* what);
 // Values of a 1-D (or scalar) int32/int64 tensor.
 std::vector<std::int64_t> to_int64s(const Tensor& t);
 // Normalises a possibly negative axis for a tensor of the given rank; InputError if out of range.
@@ -142,8 +142,7 @@ void visit_storage(DType t, F&& f) {
     case DType::kInt64: return f(std::int64_t{});
     case DType::kUInt64: return f(std::uint64_t{});
     case DType::kBool: return f(bool{});
-    default:
-      throw UnsupportedError("element type " + std::string(dtype_name(t)) + " is not a storage type");
+    default: throw UnsupportedError("element type " + std::string(dtype_name(t)) + " is not a storage type");
   }
 }
 

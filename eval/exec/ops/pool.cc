@@ -30,8 +30,8 @@ class WindowPoolOp : public Op {
     auto_pad_ = node.get_string("auto_pad", "NOTSET");
     ceil_mode_ = node.get_int("ceil_mode", 0) != 0;
     if (strides_.size() != k || dilations_.size() != k || pads_.size() != 2 * k)
-      fail(node, "kernel_shape " + ints_to_string(kernel_) + ", strides " + ints_to_string(strides_) +
-                     ", dilations " + ints_to_string(dilations_) + " and pads " + ints_to_string(pads_) +
+      fail(node, "kernel_shape " + ints_to_string(kernel_) + ", strides " + ints_to_string(strides_) + ", dilations " +
+                     ints_to_string(dilations_) + " and pads " + ints_to_string(pads_) +
                      " disagree on the number of spatial dimensions");
     for (std::size_t i = 0; i < k; ++i)
       if (kernel_[i] < 1 || strides_[i] < 1 || dilations_[i] < 1)
@@ -120,10 +120,15 @@ class MaxPoolOp final : public WindowPoolOp {
     const std::int64_t planes = x.dim(0) * x.dim(1);
     std::int64_t* indices = out.size() > 1 && out[1] ? out[1]->data<std::int64_t>() : nullptr;
     switch (x.dtype()) {
-      case DType::kFloat32: return kernels::max_pool(x.data<float>(), out[0]->data<float>(), indices, planes, w, column_major_);
-      case DType::kFloat64: return kernels::max_pool(x.data<double>(), out[0]->data<double>(), indices, planes, w, column_major_);
-      case DType::kInt8: return kernels::max_pool(x.data<std::int8_t>(), out[0]->data<std::int8_t>(), indices, planes, w, column_major_);
-      case DType::kUInt8: return kernels::max_pool(x.data<std::uint8_t>(), out[0]->data<std::uint8_t>(), indices, planes, w, column_major_);
+      case DType::kFloat32:
+        return kernels::max_pool(x.data<float>(), out[0]->data<float>(), indices, planes, w, column_major_);
+      case DType::kFloat64:
+        return kernels::max_pool(x.data<double>(), out[0]->data<double>(), indices, planes, w, column_major_);
+      case DType::kInt8:
+        return kernels::max_pool(x.data<std::int8_t>(), out[0]->data<std::int8_t>(), indices, planes, w, column_major_);
+      case DType::kUInt8:
+        return kernels::max_pool(x.data<std::uint8_t>(), out[0]->data<std::uint8_t>(), indices, planes, w,
+                                 column_major_);
       default: fail(node_, "unsupported type " + std::string(dtype_name(x.dtype())));
     }
   }
@@ -151,8 +156,7 @@ class AveragePoolOp final : public WindowPoolOp {
     const std::int64_t planes = x.dim(0) * x.dim(1);
     if (x.dtype() == DType::kFloat32)
       kernels::average_pool(x.data<float>(), out[0]->data<float>(), planes, w, count_include_pad_);
-    else
-      kernels::average_pool(x.data<double>(), out[0]->data<double>(), planes, w, count_include_pad_);
+    else kernels::average_pool(x.data<double>(), out[0]->data<double>(), planes, w, count_include_pad_);
   }
 
  private:
@@ -181,10 +185,8 @@ class GlobalPoolOp final : public Op {
     const Tensor& x = *in[0];
     const std::int64_t planes = x.dim(0) * x.dim(1);
     const std::int64_t size = planes == 0 ? 0 : x.numel() / planes;
-    if (x.dtype() == DType::kFloat32)
-      kernels::global_pool(x.data<float>(), out[0]->data<float>(), planes, size, max_);
-    else
-      kernels::global_pool(x.data<double>(), out[0]->data<double>(), planes, size, max_);
+    if (x.dtype() == DType::kFloat32) kernels::global_pool(x.data<float>(), out[0]->data<float>(), planes, size, max_);
+    else kernels::global_pool(x.data<double>(), out[0]->data<double>(), planes, size, max_);
   }
 
  private:
@@ -234,11 +236,10 @@ class MaxUnpoolOp final : public Op {
     std::int64_t bad;
     if (x.dtype() == DType::kFloat32)
       bad = kernels::max_unpool(x.data<float>(), idx, x.numel(), out[0]->data<float>(), inferred, out[0]->shape());
-    else
-      bad = kernels::max_unpool(x.data<double>(), idx, x.numel(), out[0]->data<double>(), inferred, out[0]->shape());
+    else bad = kernels::max_unpool(x.data<double>(), idx, x.numel(), out[0]->data<double>(), inferred, out[0]->shape());
     if (bad >= 0)
-      fail(node_, "index " + std::to_string(idx[bad]) + " at position " + std::to_string(bad) + " of '" + node_.inputs[1] +
-                      "' is outside the unpooled shape " + shape_to_string(inferred));
+      fail(node_, "index " + std::to_string(idx[bad]) + " at position " + std::to_string(bad) + " of '" +
+                      node_.inputs[1] + "' is outside the unpooled shape " + shape_to_string(inferred));
   }
 
  private:
@@ -267,7 +268,8 @@ void register_pool_ops(std::vector<OpSchema>& out) {
   // storage_order and Indices, 10 ceil_mode and dilations, 12 int8/uint8; AveragePool: 10
   // ceil_mode, 19 dilations), so one implementation covers every opset. AveragePool starts at 7:
   // before count_include_pad existed the spec did not say whether padding counts.
-  out.push_back({"MaxPool", "", 1, kMaxOpset, [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<MaxPoolOp>(n); }});
+  out.push_back({"MaxPool", "", 1, kMaxOpset,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<MaxPoolOp>(n); }});
   out.push_back({"AveragePool", "", 7, kMaxOpset,
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<AveragePoolOp>(n); }});
   out.push_back({"GlobalAveragePool", "", 1, kMaxOpset,

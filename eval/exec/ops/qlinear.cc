@@ -25,7 +25,8 @@ bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
 void require_8bit(const Node& node, const ValueMeta& m, std::size_t i, const char* role) {
   if (!is_8bit(m.declared))
-    fail(node, std::string(role) + " '" + node.inputs[i] + "' has type " + type_name(m.declared) + "; int8 or uint8 expected");
+    fail(node, std::string(role) + " '" + node.inputs[i] + "' has type " + type_name(m.declared) +
+                   "; int8 or uint8 expected");
 }
 
 // An 8-bit tensor as int8: uint8 values v become v - 128 (bitwise v ^ 0x80), and the caller
@@ -158,8 +159,8 @@ void integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
 // (kernels::Int8Epilogue), the same floats as integer_matmul and a pass of float(sum) * scale[j].
 // Returns false (nothing written) for any other case.
 bool integer_matmul(const Node& node, const Tensor& a, const std::vector<std::int32_t>& za, const Tensor& b,
-                    const std::vector<std::int32_t>& zb, float* y, const std::vector<float>& scale,
-                    PackedBCache* cache, kernels::PackedInt8A* a_scratch) {
+                    const std::vector<std::int32_t>& zb, float* y, const std::vector<float>& scale, PackedBCache* cache,
+                    kernels::PackedInt8A* a_scratch) {
   const MatMulPlan p = plan_matmul(node, a.shape(), b.shape());
   if (!folds_into_one_product(p, za) || !cache || !cache->cacheable(b) || !a_scratch ||
       std::any_of(zb.begin(), zb.end(), [](std::int32_t z) { return z != 0; }))
@@ -167,7 +168,8 @@ bool integer_matmul(const Node& node, const Tensor& a, const std::vector<std::in
   std::vector<std::int8_t> abuf, bbuf;
   const std::int64_t rows = shape_numel(p.batch) * p.m;
   a_scratch->pack(rows, p.k, as_int8(a, abuf), p.k);
-  const kernels::PackedInt8B& packed_b = cache->get(b, p.k, p.n, [&] { return as_int8(b, bbuf); }, p.n, false);
+  const kernels::PackedInt8B& packed_b = cache->get(
+      b, p.k, p.n, [&] { return as_int8(b, bbuf); }, p.n, false);
   std::vector<std::int32_t> col_add;
   if (za[0] != 0) {
     col_add.resize(std::size_t(p.n));
@@ -274,7 +276,8 @@ class QLinearMatMulOp final : public Op {
   explicit QLinearMatMulOp(const Node& node) : node_(node) {}
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     for (std::size_t i : {0, 1, 3, 4, 6, 7})
-      if (in.size() <= i || !in[i]) fail(node_, "needs 8 inputs (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)");
+      if (in.size() <= i || !in[i])
+        fail(node_, "needs 8 inputs (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)");
     require_8bit(node_, *in[0], 0, "a");
     require_8bit(node_, *in[3], 3, "b");
     const MatMulPlan p = plan_matmul(node_, in[0]->shape, in[3]->shape);
@@ -354,7 +357,8 @@ class QLinearConvOp final : public Op {
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     for (std::size_t i = 0; i < 8; ++i)
       if (in.size() <= i || !in[i])
-        fail(node_, "needs inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point (B optional)");
+        fail(node_,
+             "needs inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point (B optional)");
     require_8bit(node_, *in[0], 0, "x");
     require_8bit(node_, *in[3], 3, "w");
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[3]->shape);
@@ -603,7 +607,8 @@ class FusedGemmOp final : public FusedQdqOp {
     if (in.size() < 5 || !in[0] || !in[3]) fail(node_, "fused Q/DQ Gemm lacks inputs");
     const Shape& a = in[0]->shape;
     const Shape& b = in[3]->shape;
-    if (a.size() != 2 || b.size() != 2) fail(node_, "A and B must be 2-D, got " + shape_to_string(a) + " and " + shape_to_string(b));
+    if (a.size() != 2 || b.size() != 2)
+      fail(node_, "A and B must be 2-D, got " + shape_to_string(a) + " and " + shape_to_string(b));
     const std::int64_t k = trans_b_ ? b[1] : b[0], n = trans_b_ ? b[0] : b[1];
     if (k != a[1]) fail(node_, "inner dimensions differ: A " + shape_to_string(a) + ", B " + shape_to_string(b));
     check_operands(in, n);

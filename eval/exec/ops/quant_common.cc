@@ -14,7 +14,7 @@ std::string input_name(const Node& node, std::size_t i) {
   static const char* const kDq[] = {"x", "x_scale", "x_zero_point"};
   const bool dq = node.op_type.find("Dequantize") != std::string::npos;
   std::string role = node.op_type.find("uantizeLinear") != std::string::npos && i < 3 ? (dq ? kDq : kQ)[i]
-                                                                                        : "input " + std::to_string(i);
+                                                                                      : "input " + std::to_string(i);
   return role + " '" + (i < node.inputs.size() ? node.inputs[i] : std::string()) + "'";
 }
 
@@ -82,9 +82,9 @@ QuantLayout resolve_layout(const Node& node, const QuantAttributes& attrs, const
   Shape want = x;
   want[std::size_t(axis)] = l.scale_axis_dim;
   if (scale != want)
-    fail(node, input_name(node, scale_index) + " has shape " + shape_to_string(scale) + "; blocked scales (block_size " +
-                   std::to_string(l.block) + ", axis " + std::to_string(attrs.axis) + ") for " +
-                   input_name(node, x_index) + " of shape " + shape_to_string(x) + " must have shape " +
+    fail(node, input_name(node, scale_index) + " has shape " + shape_to_string(scale) +
+                   "; blocked scales (block_size " + std::to_string(l.block) + ", axis " + std::to_string(attrs.axis) +
+                   ") for " + input_name(node, x_index) + " of shape " + shape_to_string(x) + " must have shape " +
                    shape_to_string(want));
   return l;
 }
@@ -133,8 +133,8 @@ DType quant_type_from_onnx(const Node& node, std::int64_t code, const char* what
 }
 
 void check_zero_point_meta(const Node& node, const ValueMeta& zp, std::size_t index, const ValueMeta& scale) {
-  const bool both_one = shape_numel(zp.shape) == 1 && zp.shape.size() <= 1 && shape_numel(scale.shape) == 1 &&
-                        scale.shape.size() <= 1;
+  const bool both_one =
+      shape_numel(zp.shape) == 1 && zp.shape.size() <= 1 && shape_numel(scale.shape) == 1 && scale.shape.size() <= 1;
   if (!both_one && zp.shape != scale.shape)
     fail(node, input_name(node, index) + " has shape " + shape_to_string(zp.shape) + ", the scale '" +
                    node.inputs[index - 1] + "' has " + shape_to_string(scale.shape) + " (they must match)");
@@ -150,7 +150,8 @@ std::vector<std::int32_t> zero_point_values(const Node& node, std::size_t index,
         fail(node, input_name(node, index) + " element " + std::to_string(i) + " is " + float_text(v[i]) +
                        ", outside the range of a zero point");
       throw UnsupportedError(node.describe() + ": " + input_name(node, index) + " element " + std::to_string(i) +
-                             " is " + float_text(v[i]) + "; float8 zero points must be 0 (TensorRT's "
+                             " is " + float_text(v[i]) +
+                             "; float8 zero points must be 0 (TensorRT's "
                              "convention; ONNX Runtime ignores them)");
     }
     return out;

@@ -28,8 +28,9 @@ void for_each_run(const QuantLayout& l, F&& f) {
       for (std::int64_t c = c0; c < c1; ++c) f(c * kGrain, std::min(kGrain, n - c * kGrain), 0, 0);
     };
     if (chunks <= 2) body(0, chunks);
-    else tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, chunks),
-                           [&](const tbb::blocked_range<std::int64_t>& r) { body(r.begin(), r.end()); });
+    else
+      tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, chunks),
+                        [&](const tbb::blocked_range<std::int64_t>& r) { body(r.begin(), r.end()); });
     return;
   }
   const std::int64_t rows = l.outer * l.axis_dim;
@@ -83,9 +84,10 @@ class QuantizeLinearOp final : public Op {
       fail(node_, "takes two inputs (x, scale); got a zero point '" + node_.inputs[2] + "'");
     const ValueMeta& x = *in[0];
     const bool x_ok = x.dtype == DType::kFloat32 || x.dtype == DType::kInt32;
-    if (!x_ok || (node_.opset < 19 && flavor_ == Flavor::kOnnx && x.declared != DType::kFloat32 && x.declared != DType::kInt32))
-      fail(node_, "input x '" + node_.inputs[0] + "' has type " + type_name(x.declared) +
-                      "; QuantizeLinear-" + std::to_string(node_.opset) + " takes " +
+    if (!x_ok ||
+        (node_.opset < 19 && flavor_ == Flavor::kOnnx && x.declared != DType::kFloat32 && x.declared != DType::kInt32))
+      fail(node_, "input x '" + node_.inputs[0] + "' has type " + type_name(x.declared) + "; QuantizeLinear-" +
+                      std::to_string(node_.opset) + " takes " +
                       (node_.opset < 19 ? "float or int32" : "float, float16, bfloat16 or int32"));
     check_scale_meta(node_, *in[1], 1);
     const ValueMeta* zp = in.size() > 2 ? in[2] : nullptr;
@@ -159,8 +161,8 @@ class QuantizeLinearOp final : public Op {
               if constexpr (std::is_same_v<X, std::int32_t>) {
                 // onnx.reference divides int32 inputs in double (numpy's int32 / float32).
                 const double r = std::nearbyint(double(src[off + i]) / double(sc)) + z;
-                dst[off + i] = O(std::clamp(r, double(std::numeric_limits<O>::lowest()),
-                                            double(std::numeric_limits<O>::max())));
+                dst[off + i] =
+                    O(std::clamp(r, double(std::numeric_limits<O>::lowest()), double(std::numeric_limits<O>::max())));
               } else {
                 dst[off + i] = quantize_to<O>(src[off + i], sc, z);
               }
@@ -214,7 +216,8 @@ class DequantizeLinearOp final : public Op {
     if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs x and x_scale");
     const ValueMeta& x = *in[0];
     if (flavor_ == Flavor::kTrtFp8) {
-      if (in.size() > 2 && in[2]) fail(node_, "takes two inputs (x, scale); got a zero point '" + node_.inputs[2] + "'");
+      if (in.size() > 2 && in[2])
+        fail(node_, "takes two inputs (x, scale); got a zero point '" + node_.inputs[2] + "'");
       if (x.declared != DType::kUInt8)
         fail(node_, "input x '" + node_.inputs[0] + "' must be uint8 (E4M3FN codes), got " + type_name(x.declared));
     } else {
@@ -294,8 +297,12 @@ class DequantizeLinearOp final : public Op {
 void register_quantize_ops(std::vector<OpSchema>& out) {
   auto q = [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<QuantizeLinearOp>(n, Flavor::kOnnx); };
   auto dq = [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<DequantizeLinearOp>(n, Flavor::kOnnx); };
-  auto trt_q = [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<QuantizeLinearOp>(n, Flavor::kTrtFp8); };
-  auto trt_dq = [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<DequantizeLinearOp>(n, Flavor::kTrtFp8); };
+  auto trt_q = [](const Node& n) -> std::unique_ptr<Op> {
+    return std::make_unique<QuantizeLinearOp>(n, Flavor::kTrtFp8);
+  };
+  auto trt_dq = [](const Node& n) -> std::unique_ptr<Op> {
+    return std::make_unique<DequantizeLinearOp>(n, Flavor::kTrtFp8);
+  };
   // 10: per-tensor; 13: axis; 19: float8, saturate, float16/bfloat16 scales; 21: block_size,
   // output_dtype, 16-bit types. One class reads the attributes each opset defines.
   out.push_back({"QuantizeLinear", "", 10, kMaxOpset, q});

@@ -15,7 +15,6 @@ namespace qeval::eval {
 
 namespace {
 
-
 template <class T>
 bool is_nan(T v) {
   if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
@@ -158,10 +157,9 @@ void walk_all(const T* x, A* acc, const Layout& l, const F& f, const I& ident, c
   if (!l.reduced[0] && l.counts[0] > 1 && total >= 4 * kChunk) {
     const std::int64_t per = total / l.counts[0];
     const std::int64_t grain = std::max<std::int64_t>(1, kChunk / std::max<std::int64_t>(per, 1));
-    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, l.counts[0], std::size_t(grain)),
-                      [&](const tbb::blocked_range<std::int64_t>& r) {
-                        walk(x, acc, l, r.begin(), r.end(), f, ident, combine);
-                      });
+    tbb::parallel_for(
+        tbb::blocked_range<std::int64_t>(0, l.counts[0], std::size_t(grain)),
+        [&](const tbb::blocked_range<std::int64_t>& r) { walk(x, acc, l, r.begin(), r.end(), f, ident, combine); });
     return;
   }
   walk(x, acc, l, 0, l.counts[0], f, ident, combine);
@@ -177,7 +175,10 @@ enum class Reduce { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSu
 class ReduceOp final : public Op {
  public:
   ReduceOp(const Node& node, Reduce kind, bool axes_input)
-      : node_(node), kind_(kind), axes_input_(axes_input), keepdims_(node.get_int("keepdims", 1) != 0),
+      : node_(node),
+        kind_(kind),
+        axes_input_(axes_input),
+        keepdims_(node.get_int("keepdims", 1) != 0),
         noop_(axes_input && node.get_int("noop_with_empty_axes", 0) != 0) {
     if (!axes_input && node.input_count() > 1)
       fail(node, "takes axes as an attribute at opset " + std::to_string(node.opset) + ", not as an input");
@@ -296,25 +297,31 @@ class ReduceOp final : public Op {
       case Reduce::kSum:
       case Reduce::kMean:
       case Reduce::kLogSum:
-        walk_all(x, acc.data(), l, [](A& a, T v) { a += A(v); }, zero, sum);
+        walk_all(
+            x, acc.data(), l, [](A& a, T v) { a += A(v); }, zero, sum);
         if (kind_ == Reduce::kMean) return finish([n](A a) { return a / A(n); });
         if (kind_ == Reduce::kLogSum) return finish([](A a) { return std::log(a); });
         return finish(same);
       case Reduce::kL1:
-        walk_all(x, acc.data(), l, [](A& a, T v) {
-          if constexpr (std::is_signed_v<T> || std::is_floating_point_v<T>) a += v < 0 ? -A(v) : A(v);
-          else a += A(v);
-        }, zero, sum);
+        walk_all(
+            x, acc.data(), l,
+            [](A& a, T v) {
+              if constexpr (std::is_signed_v<T> || std::is_floating_point_v<T>) a += v < 0 ? -A(v) : A(v);
+              else a += A(v);
+            },
+            zero, sum);
         return finish(same);
       case Reduce::kL2:
       case Reduce::kSumSquare:
-        walk_all(x, acc.data(), l, [](A& a, T v) { a += A(v) * A(v); }, zero, sum);
+        walk_all(
+            x, acc.data(), l, [](A& a, T v) { a += A(v) * A(v); }, zero, sum);
         if (kind_ == Reduce::kL2) return finish([](A a) { return std::sqrt(a); });
         return finish(same);
       case Reduce::kProd:
         std::fill(acc.begin(), acc.end(), A(1));
-        walk_all(x, acc.data(), l, [](A& a, T v) { a *= A(v); }, [](const A&) { return A(1); },
-                 [](A& a, const A& b) { a *= b; });
+        walk_all(
+            x, acc.data(), l, [](A& a, T v) { a *= A(v); }, [](const A&) { return A(1); },
+            [](A& a, const A& b) { a *= b; });
         return finish(same);
       case Reduce::kMax:
       case Reduce::kMin: {
@@ -330,15 +337,19 @@ class ReduceOp final : public Op {
         if constexpr (std::is_floating_point_v<A>) {
           const A lowest = -std::numeric_limits<A>::infinity();
           std::fill(acc.begin(), acc.end(), lowest);
-          walk_all(x, acc.data(), l, max, [lowest](const A&) { return lowest; }, max);
+          walk_all(
+              x, acc.data(), l, max, [lowest](const A&) { return lowest; }, max);
           struct State {
             A max, sum;
           };
           std::vector<State> st(static_cast<std::size_t>(m));
           for (std::int64_t o = 0; o < m; ++o) st[std::size_t(o)] = {acc[std::size_t(o)], A(0)};
-          walk_all(x, st.data(), l, [](State& s, T v) { s.sum += std::exp(A(v) - s.max); },
-                   [](const State& s) { return State{s.max, A(0)}; },
-                   [](State& s, const State& p) { s.sum += p.sum; });
+          walk_all(
+              x, st.data(), l, [](State& s, T v) { s.sum += std::exp(A(v) - s.max); },
+              [](const State& s) {
+                return State{s.max, A(0)};
+              },
+              [](State& s, const State& p) { s.sum += p.sum; });
           for (std::int64_t o = 0; o < m; ++o) {
             const State& s = st[std::size_t(o)];
             y[o] = to_output<T>(std::isfinite(s.max) ? s.max + std::log(s.sum) : s.max);
@@ -360,7 +371,10 @@ class ReduceOp final : public Op {
 class ArgOp final : public Op {
  public:
   ArgOp(const Node& node, bool is_max)
-      : node_(node), max_(is_max), axis_(node.get_int("axis", 0)), keepdims_(node.get_int("keepdims", 1) != 0),
+      : node_(node),
+        max_(is_max),
+        axis_(node.get_int("axis", 0)),
+        keepdims_(node.get_int("keepdims", 1) != 0),
         last_(node.opset >= 12 && node.get_int("select_last_index", 0) != 0) {}
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.empty() || !in[0]) fail(node_, "needs an input");
@@ -369,7 +383,9 @@ class ArgOp final : public Op {
     const Shape& s = in[0]->shape;
     if (s.empty()) fail(node_, "input must have rank >= 1");
     const std::size_t axis = std::size_t(normalize_axis(node_, axis_, int(s.size())));
-    if (s[axis] == 0) fail(node_, "cannot take the arg of an empty axis " + std::to_string(axis) + " (shape " + shape_to_string(s) + ")");
+    if (s[axis] == 0)
+      fail(node_,
+           "cannot take the arg of an empty axis " + std::to_string(axis) + " (shape " + shape_to_string(s) + ")");
     Shape out;
     for (std::size_t d = 0; d < s.size(); ++d) {
       if (d != axis) out.push_back(s[d]);
@@ -442,7 +458,8 @@ class ArgOp final : public Op {
       }
     };
     if (outer > 1 && outer * n * inner >= (std::int64_t(1) << 18)) {
-      const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t(1) << 15) / std::max<std::int64_t>(1, n * inner));
+      const std::int64_t grain =
+          std::max<std::int64_t>(1, (std::int64_t(1) << 15) / std::max<std::int64_t>(1, n * inner));
       tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, outer, std::size_t(grain)),
                         [&](const tbb::blocked_range<std::int64_t>& r) { body(r.begin(), r.end()); });
     } else {

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "eval/exec/ops/op.h"
 #include "eval/exec/ops/families.h"
+#include "eval/exec/ops/op.h"
 
 namespace qeval::eval {
 
@@ -18,9 +18,7 @@ std::span<const OpSchema> op_schemas() {
 
 const OpSchema* find_op(std::string_view domain, std::string_view op_type, int opset) {
   for (const auto& s : op_schemas())
-    if (s.domain == domain && s.op_type == op_type && opset >= s.since_version &&
-        opset <= s.until_version)
-      return &s;
+    if (s.domain == domain && s.op_type == op_type && opset >= s.since_version && opset <= s.until_version) return &s;
   return nullptr;
 }
 

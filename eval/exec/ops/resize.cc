@@ -69,8 +69,10 @@ class ResizeOp final : public Op {
     if (mode == "nearest") options_.mode = ResizeMode::kNearest;
     else if (mode == "linear") options_.mode = ResizeMode::kLinear;
     else if (mode == "cubic" && form == Form::kResize) options_.mode = ResizeMode::kCubic;
-    else fail(node, "mode must be " + std::string(form == Form::kResize ? "nearest, linear or cubic" : "nearest or linear") +
-                        ", got '" + mode + "'");
+    else
+      fail(node, "mode must be " +
+                     std::string(form == Form::kResize ? "nearest, linear or cubic" : "nearest or linear") + ", got '" +
+                     mode + "'");
     if (form != Form::kResize) {
       // What these opsets specify (and ONNX Runtime does): x / scale, and for nearest the floor
       // when enlarging, the ceiling when shrinking.
@@ -84,14 +86,17 @@ class ResizeOp final : public Op {
     }
     const std::string coord = node.get_string("coordinate_transformation_mode", "half_pixel");
     if (coord == "half_pixel") options_.coordinates = ResizeCoordinates::kHalfPixel;
-    else if (coord == "half_pixel_symmetric" && node.opset >= 19) options_.coordinates = ResizeCoordinates::kHalfPixelSymmetric;
+    else if (coord == "half_pixel_symmetric" && node.opset >= 19)
+      options_.coordinates = ResizeCoordinates::kHalfPixelSymmetric;
     else if (coord == "pytorch_half_pixel") options_.coordinates = ResizeCoordinates::kPytorchHalfPixel;
     else if (coord == "align_corners") options_.coordinates = ResizeCoordinates::kAlignCorners;
     else if (coord == "asymmetric") options_.coordinates = ResizeCoordinates::kAsymmetric;
-    else if (coord == "tf_half_pixel_for_nn" && node.opset < 13) options_.coordinates = ResizeCoordinates::kTfHalfPixelForNn;
+    else if (coord == "tf_half_pixel_for_nn" && node.opset < 13)
+      options_.coordinates = ResizeCoordinates::kTfHalfPixelForNn;
     else if (coord == "tf_crop_and_resize") options_.coordinates = ResizeCoordinates::kTfCropAndResize;
     else
-      fail(node, "coordinate_transformation_mode '" + coord + "' is not defined at opset " + std::to_string(node.opset));
+      fail(node,
+           "coordinate_transformation_mode '" + coord + "' is not defined at opset " + std::to_string(node.opset));
     const std::string nearest = node.get_string("nearest_mode", "round_prefer_floor");
     if (nearest == "round_prefer_floor") options_.nearest = NearestRounding::kRoundPreferFloor;
     else if (nearest == "round_prefer_ceil") options_.nearest = NearestRounding::kRoundPreferCeil;
@@ -154,8 +159,8 @@ class ResizeOp final : public Op {
     Geometry g;
     if (form_ == Form::kUpsample9) g = plan(x.shape(), nullptr, input(1), nullptr);
     else if (form_ == Form::kResize)
-      g = plan(x.shape(), options_.coordinates == ResizeCoordinates::kTfCropAndResize ? input(1) : nullptr,
-               input(2), input(3));
+      g = plan(x.shape(), options_.coordinates == ResizeCoordinates::kTfCropAndResize ? input(1) : nullptr, input(2),
+               input(3));
     else g = plan(x.shape(), nullptr, nullptr, nullptr);
     // An empty output (an empty input axis resized to 0) has nothing to write; the kernels want
     // input sizes >= 1 (fuzz_onnx_loader: their invalid_argument ended the run with exit 3).
@@ -199,8 +204,7 @@ class ResizeOp final : public Op {
     } else if (scales) {
       scale_values = float_values(*scales);
     }
-    if (!scale_values.empty() && sizes)
-      fail(node_, "both scales and sizes are given; exactly one may be");
+    if (!scale_values.empty() && sizes) fail(node_, "both scales and sizes are given; exactly one may be");
     if (scale_values.empty() && !sizes) fail(node_, "neither scales nor sizes is given");
 
     // A scaled size as a dimension: a cast of NaN or of a value past int64 is undefined behaviour
@@ -295,8 +299,10 @@ class ResizeOp final : public Op {
 void register_resize_ops(std::vector<OpSchema>& out) {
   auto make = [](Form form) {
     switch (form) {
-      case Form::kUpsample7: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ResizeOp>(n, Form::kUpsample7); };
-      case Form::kUpsample9: return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ResizeOp>(n, Form::kUpsample9); };
+      case Form::kUpsample7:
+        return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ResizeOp>(n, Form::kUpsample7); };
+      case Form::kUpsample9:
+        return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ResizeOp>(n, Form::kUpsample9); };
       case Form::kResize: break;
     }
     return +[](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<ResizeOp>(n, Form::kResize); };

@@ -319,7 +319,8 @@ class RangeOp final : public Op {
     if constexpr (std::is_floating_point_v<T>) {
       const T q = std::ceil((limit - start) / delta);  // in T, as the ONNX definition computes it
       if (std::isnan(q)) fail(node_, "start, limit and delta give no finite length");
-      if (q > T(std::int64_t(1) << 40)) fail(node_, "the range is too long (" + std::to_string(double(q)) + " elements)");
+      if (q > T(std::int64_t(1) << 40))
+        fail(node_, "the range is too long (" + std::to_string(double(q)) + " elements)");
       return q > 0 ? std::int64_t(q) : 0;
     } else {
       const std::int64_t diff = std::int64_t(limit) - std::int64_t(start), dl = std::int64_t(delta);
@@ -336,7 +337,9 @@ class RangeOp final : public Op {
 void register_shape_ops(std::vector<OpSchema>& out) {
   auto identity = [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<IdentityOp>(n); };
   auto squeeze = [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<RegroupOp>(n, Regroup::kSqueeze); };
-  auto unsqueeze = [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<RegroupOp>(n, Regroup::kUnsqueeze); };
+  auto unsqueeze = [](const Node& n) -> std::unique_ptr<Op> {
+    return std::make_unique<RegroupOp>(n, Regroup::kUnsqueeze);
+  };
   out.push_back({"Identity", "", 1, kMaxOpset, identity});
   out.push_back({"Dropout", "", 7, kMaxOpset, identity});
   out.push_back({"Shape", "", 1, kMaxOpset, factory<ShapeOp>()});

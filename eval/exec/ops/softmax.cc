@@ -1,6 +1,6 @@
 // Softmax and LogSoftmax (opset < 13: 2-D coercion; 13+: one axis).
-#include "eval/exec/ops/families.h"
 #include "kernels/softmax.h"
+#include "eval/exec/ops/families.h"
 
 namespace qeval::eval {
 
@@ -38,10 +38,8 @@ class SoftmaxOp final : public Op {
       n = s[std::size_t(axis)];
       for (int d = axis + 1; d < rank; ++d) inner *= s[std::size_t(d)];
     }
-    if (x.dtype() == DType::kFloat32)
-      kernels::softmax(x.data<float>(), out[0]->data<float>(), outer, n, inner, log_);
-    else
-      kernels::softmax(x.data<double>(), out[0]->data<double>(), outer, n, inner, log_);
+    if (x.dtype() == DType::kFloat32) kernels::softmax(x.data<float>(), out[0]->data<float>(), outer, n, inner, log_);
+    else kernels::softmax(x.data<double>(), out[0]->data<double>(), outer, n, inner, log_);
   }
 
  private:

@@ -45,7 +45,8 @@ void copy_rows(const T* src, T* dst, const StridedView& v) {
       const T* in = src + off;
       if (is == 1) std::memcpy(out, in, std::size_t(n) * sizeof(T));
       else if (is == 0) std::fill(out, out + n, *in);
-      else for (std::int64_t j = 0; j < n; ++j) out[j] = in[j * is];
+      else
+        for (std::int64_t j = 0; j < n; ++j) out[j] = in[j * is];
       for (int d = r - 2; d >= 0; --d) {
         const std::size_t du = std::size_t(d);
         off += v.strides[du];
@@ -130,8 +131,7 @@ void copy_view(const std::byte* src, std::byte* dst, std::size_t es, StridedView
     if (v.strides.back() != 1 && v.strides.back() != 0 && t >= 0 && v.counts[std::size_t(t)] >= 8 &&
         v.counts.back() >= 8)
       copy_tiled(s, d, v, t);
-    else
-      copy_rows(s, d, v);
+    else copy_rows(s, d, v);
   });
 }
 

@@ -27,11 +27,11 @@ inline void copy_data(const Tensor& in, Tensor& out) {
 // (the model is valid ONNX; qeval plans shapes before running), so the conformance runner and the
 // CLI report it as unsupported rather than as a broken model.
 inline const Tensor& plan_time_input(const Node& node, std::span<const ValueMeta* const> in, std::size_t i,
-                              const char* what) {
+                                     const char* what) {
   if (i >= in.size() || !in[i]) fail(node, std::string("missing input ") + what);
   if (!in[i]->value)
-    throw UnsupportedError(node.describe() + ": input " + std::to_string(i) + " ('" + node.inputs[i] +
-                           "', " + what + ") depends on runtime data; qeval needs it at plan time "
+    throw UnsupportedError(node.describe() + ": input " + std::to_string(i) + " ('" + node.inputs[i] + "', " + what +
+                           ") depends on runtime data; qeval needs it at plan time "
                            "(a constant, or computable from static shapes) to know output shapes");
   return *in[i]->value;
 }
@@ -56,11 +56,13 @@ inline std::int64_t prod(const Shape& s, std::size_t begin, std::size_t end) {
 }
 
 // Normalised, duplicate-free axes for a tensor of `rank`.
-inline std::vector<int> unique_axes(const Node& node, const std::vector<std::int64_t>& axes, int rank, const char* what) {
+inline std::vector<int> unique_axes(const Node& node, const std::vector<std::int64_t>& axes, int rank,
+                                    const char* what) {
   std::vector<int> out;
   for (auto a : axes) {
     if (a < -rank || a >= rank)
-      fail(node, std::string(what) + " value " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+      fail(node,
+           std::string(what) + " value " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
     const int n = int(a < 0 ? a + rank : a);
     if (std::find(out.begin(), out.end(), n) != out.end())
       fail(node, std::string(what) + " has axis " + std::to_string(a) + " more than once");

@@ -25,7 +25,7 @@ std::string generate_args(const std::string& extra) {
 TEST(GenerateCli, WritesTheSameImageAsTheLibraryForAnyThreadCount) {
   testing::ScratchDir dir("generate-cli");
   const auto r1 = run_qeval("--threads 1 " + generate_args("--seed 7 --steps 6 --out " + (dir / "a.png").string() +
-                                                          " --save-latent " + (dir / "a.npy").string()));
+                                                           " --save-latent " + (dir / "a.npy").string()));
   ASSERT_EQ(r1.code, 0) << r1.out;
   EXPECT_HAS(r1.out, "qeval generate: \"" + kPrompt + "\" seed 7 -> ");
   EXPECT_HAS(r1.out, "tiny-sd");
@@ -43,8 +43,10 @@ TEST(GenerateCli, WritesTheSameImageAsTheLibraryForAnyThreadCount) {
   EXPECT_EQ(std::memcmp(latent.raw(), lib.final_latent.raw(), latent.nbytes()), 0);
 
   // Options change the image.
-  const auto r3 = run_qeval(generate_args("--seed 7 --steps 6 --scheduler euler --guidance 3 --negative-prompt 'a red circle' "
-                                          "--precision fp16 --out " + (dir / "c.png").string()));
+  const auto r3 =
+      run_qeval(generate_args("--seed 7 --steps 6 --scheduler euler --guidance 3 --negative-prompt 'a red circle' "
+                              "--precision fp16 --out " +
+                              (dir / "c.png").string()));
   ASSERT_EQ(r3.code, 0) << r3.out;
   EXPECT_HAS(r3.out, "euler 6 steps, guidance 3, fp16");
   EXPECT_NE(testing::read_bytes(dir / "a.png"), testing::read_bytes(dir / "c.png"));
@@ -75,7 +77,8 @@ TEST(GenerateCli, BadInputExitsTwoWithAPreciseMessage) {
   expect_error("generate --pipeline " + (dir / "nowhere").string() + " --prompt x" + out, "nowhere: no such file");
   expect_error("generate --pipeline " + (testing::source_dir() / "models" / "tiny-sam").string() + " --prompt x" + out,
                "task is \"segmentation\"; `qeval generate` runs \"txt2img\" pipelines");
-  expect_error(generate_args("--steps 2 --out " + (dir / "missing-folder" / "x.png").string()), "missing-folder does not exist");
+  expect_error(generate_args("--steps 2 --out " + (dir / "missing-folder" / "x.png").string()),
+               "missing-folder does not exist");
 
   // A pipeline folder whose UNet file is missing, and one with a broken pipeline.json.
   std::filesystem::create_directories(dir / "p");
@@ -84,7 +87,8 @@ TEST(GenerateCli, BadInputExitsTwoWithAPreciseMessage) {
       std::filesystem::copy(e.path(), dir / "p" / e.path().filename(), std::filesystem::copy_options::recursive);
   expect_error("generate --pipeline " + (dir / "p").string() + " --prompt x" + out,
                "pipeline.json: unet.model: no such file: " + (dir / "p" / "unet.onnx").string());
-  std::ofstream(dir / "p" / "pipeline.json") << "{\"format\": \"qeval.pipeline\", \"version\": 1, \"task\": \"txt2img\"}";
+  std::ofstream(dir / "p" / "pipeline.json")
+      << "{\"format\": \"qeval.pipeline\", \"version\": 1, \"task\": \"txt2img\"}";
   expect_error("generate --pipeline " + (dir / "p").string() + " --prompt x" + out, "missing required key 'tokenizer'");
 }
 

@@ -16,7 +16,8 @@ TEST(SeededNoise, BitIdenticalToThePythonReference) {
       {0, {1, 4, 16, 16}}, {1, {1, 4, 16, 16}}, {42, {2, 3, 5}}, {9223372036854775813ull, {1, 4, 16, 16}}};
   for (const auto& [seed, shape] : cases) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    const Tensor want = datasets::read_npy(testing::data_dir() / "tiny_sd" / ("noise_seed" + std::to_string(seed) + ".npy"));
+    const Tensor want =
+        datasets::read_npy(testing::data_dir() / "tiny_sd" / ("noise_seed" + std::to_string(seed) + ".npy"));
     const Tensor got = seeded_noise(seed, shape);
     ASSERT_EQ(got.shape(), want.shape());
     ASSERT_EQ(std::memcmp(got.raw(), want.raw(), got.nbytes()), 0);

@@ -59,10 +59,8 @@ class BadPipelineConfig : public ::testing::Test {
  protected:
   std::string error_for(const std::string& pointer, const json* value) {
     json j = testing::read_json(testing::source_dir() / "models" / "tiny-sd" / "pipeline.json");
-    if (value)
-      j[json::json_pointer(pointer)] = *value;
-    else
-      j[json::json_pointer(pointer).parent_pointer()].erase(json::json_pointer(pointer).back());
+    if (value) j[json::json_pointer(pointer)] = *value;
+    else j[json::json_pointer(pointer).parent_pointer()].erase(json::json_pointer(pointer).back());
     const fs::path p = dir_ / "pipeline.json";
     std::ofstream(p) << j.dump(1);
     try {
@@ -80,8 +78,10 @@ class BadPipelineConfig : public ::testing::Test {
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 TEST_F(BadPipelineConfig, NamesTheKeyAndWhatWasExpected) {
-  EXPECT_HAS(set("/unet/timestep_type", "float64"), "unet.timestep_type: 'float64' is not one of: int64, int32, float32, float16");
-  EXPECT_HAS(set("/text_encoder/input_type", "float32"), "text_encoder.input_type: 'float32' is not one of: int32, int64");
+  EXPECT_HAS(set("/unet/timestep_type", "float64"),
+             "unet.timestep_type: 'float64' is not one of: int64, int32, float32, float16");
+  EXPECT_HAS(set("/text_encoder/input_type", "float32"),
+             "text_encoder.input_type: 'float32' is not one of: int32, int64");
   EXPECT_HAS(set("/unet/modle", "x.onnx"), "unknown key 'modle'");
   EXPECT_HAS(remove("/vae_decoder/scaling_factor"), "vae_decoder: missing required key 'scaling_factor'");
   EXPECT_HAS(set("/vae_decoder/scaling_factor", -1), "vae_decoder.scaling_factor: must be positive");
@@ -128,7 +128,8 @@ TEST_F(BadPipelineConfig, PathsResolveAgainstTheFilesFolder) {
 
 TEST_F(BadPipelineConfig, TaskReaderIgnoresTheRest) {
   // Only format, version and task are read: a segmentation file dispatches without txt2img keys.
-  std::ofstream(dir_ / "pipeline.json") << R"({"format": "qeval.pipeline", "version": 1, "task": "segmentation", "image_encoder": {}})";
+  std::ofstream(dir_ / "pipeline.json")
+      << R"({"format": "qeval.pipeline", "version": 1, "task": "segmentation", "image_encoder": {}})";
   EXPECT_EQ(read_pipeline_task(dir_.path()), PipelineTask::kSegmentation);
   EXPECT_EQ(read_pipeline_task(testing::source_dir() / "models" / "tiny-sam"), PipelineTask::kSegmentation);
 }

@@ -50,10 +50,11 @@ TEST(TinySdPromptFollowing, DrawsAtLeast80PercentOfTheNamedObjects) {
     complete += ok == int(c.size());
   }
   const double share = double(drawn) / objects;
-  std::printf("tiny-sd C++ FP32, %zu prompts, DDIM 20 steps, guidance 5, seed = prompt index: %d of %d objects "
-              "drawn (%.1f%%), %d of %zu prompts complete (%.1f%%), %.1f s\n",
-              prompts.size(), drawn, objects, 100 * share, complete, prompts.size(), 100.0 * complete / prompts.size(),
-              seconds);
+  std::printf(
+      "tiny-sd C++ FP32, %zu prompts, DDIM 20 steps, guidance 5, seed = prompt index: %d of %d objects "
+      "drawn (%.1f%%), %d of %zu prompts complete (%.1f%%), %.1f s\n",
+      prompts.size(), drawn, objects, 100 * share, complete, prompts.size(), 100.0 * complete / prompts.size(),
+      seconds);
   RecordProperty("objects_drawn_percent", std::to_string(100 * share));
   EXPECT_EQ(objects, 137);
   EXPECT_GE(share, 0.80);

@@ -34,7 +34,9 @@ double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 
 
 class SchedulerGoldens : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { goldens_ = new json(testing::read_json(testing::data_dir() / "tiny_sd" / "scheduler_goldens.json")); }
+  static void SetUpTestSuite() {
+    goldens_ = new json(testing::read_json(testing::data_dir() / "tiny_sd" / "scheduler_goldens.json"));
+  }
   static void TearDownTestSuite() { delete goldens_; }
   static json* goldens_;
 };
@@ -145,7 +147,8 @@ TEST(Scheduler, DdimStepWithEpsilonRecoversCleanSampleAtTheEnd) {
   const int last = s.steps() - 1;
   const double a = s.alpha_t()[std::size_t(last)];
   std::vector<float> x0 = {0.5f, -0.25f, 1.0f}, eps = {0.1f, 2.0f, -1.0f}, xt(3), out(3);
-  for (int k = 0; k < 3; ++k) xt[std::size_t(k)] = float(std::sqrt(a) * x0[std::size_t(k)] + std::sqrt(1 - a) * eps[std::size_t(k)]);
+  for (int k = 0; k < 3; ++k)
+    xt[std::size_t(k)] = float(std::sqrt(a) * x0[std::size_t(k)] + std::sqrt(1 - a) * eps[std::size_t(k)]);
   s.step(last, eps, xt, out);  // a_prev = 1: out = x0
   for (int k = 0; k < 3; ++k) EXPECT_NEAR(out[std::size_t(k)], x0[std::size_t(k)], 2e-6);
 }

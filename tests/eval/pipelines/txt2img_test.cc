@@ -26,7 +26,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 Txt2ImgRequest short_request(int steps = 4) {
-  Txt2ImgRequest r = default_request(tiny_sd().config, "a small red circle at the top left on a plain white background", 5);
+  Txt2ImgRequest r =
+      default_request(tiny_sd().config, "a small red circle at the top left on a plain white background", 5);
   r.steps = steps;
   return r;
 }
@@ -57,8 +58,8 @@ TEST(Txt2ImgReference, MatchesThePyTorchPipelineAbove50Db) {
     for (float& v : want.span<float>()) v = std::clamp(v / 2 + 0.5f, 0.0f, 1.0f);
     const auto p = metrics::psnr(want, r.image, 1.0);
     const double psnr = p.psnr_db.value_or(INFINITY);
-    const auto latent_err = metrics::tensor_error(datasets::read_npy(dir / ("ref" + std::to_string(k) + "_latent.npy")),
-                                                  r.final_latent);
+    const auto latent_err =
+        metrics::tensor_error(datasets::read_npy(dir / ("ref" + std::to_string(k) + "_latent.npy")), r.final_latent);
     std::printf("ref%d (%s): image PSNR %.1f dB, final latent relative L2 %.2e\n", k,
                 ref["scheduler"].get<std::string>().c_str(), psnr, latent_err.rel_l2.value());
     EXPECT_GE(psnr, 50.0);
@@ -245,12 +246,12 @@ TEST(Txt2Img, EulerSchedulerAndImageConversion) {
     EXPECT_EQ(rgb.pixels[i * 3 + 1], std::nearbyint(r.image.data<float>()[64 * 64 + i] * 255.0f));
 }
 
-#define EXPECT_INPUT_ERROR(stmt, part)                                              \
-  try {                                                                            \
-    stmt;                                                                          \
-    ADD_FAILURE() << "no InputError";                                              \
-  } catch (const InputError& e) {                                                  \
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();    \
+#define EXPECT_INPUT_ERROR(stmt, part)                                          \
+  try {                                                                         \
+    stmt;                                                                       \
+    ADD_FAILURE() << "no InputError";                                           \
+  } catch (const InputError& e) {                                               \
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what(); \
   }
 
 TEST(Txt2Img, BadRequestsAreInputErrors) {
@@ -296,13 +297,19 @@ class BadTinySdPipeline : public ::testing::Test {
 TEST_F(BadTinySdPipeline, GraphsMustAgreeWithPipelineJson) {
   EXPECT_HAS(load_error("/unet/model", "nowhere/unet.onnx"), "unet.model: no such file: ");
   EXPECT_HAS(load_error("/tokenizer/vocab", "missing.json"), "tokenizer.vocab: no such file");
-  EXPECT_HAS(load_error("/unet/timestep", "t"), "unet.onnx (pipeline.json unet): the model has no input 't' (its inputs: sample (float32), timestep (float32), encoder_hidden_states (float32))");
+  EXPECT_HAS(load_error("/unet/timestep", "t"),
+             "unet.onnx (pipeline.json unet): the model has no input 't' (its inputs: sample (float32), timestep "
+             "(float32), encoder_hidden_states (float32))");
   EXPECT_HAS(load_error("/unet/timestep_type", "int64"), "input 'timestep' is float32, pipeline.json says int64");
   EXPECT_HAS(load_error("/text_encoder/input_type", "int64"), "input 'input_ids' is int32, pipeline.json says int64");
-  EXPECT_HAS(load_error("/vae_decoder/output", "image"), "the model has no output 'image' (its outputs: sample (float32))");
-  EXPECT_HAS(load_error("/unet/model", (testing::tiny_sd_dir() / "vae_decoder.onnx").string()), "has no input 'sample'");
-  EXPECT_HAS(load_error("/unet/variants", nlohmann::json{{"int8", "unet_int8.onnx"}}, "fp16"), "no model lists a variant 'fp16' (variants: int8)");
-  EXPECT_HAS(load_error("/unet/variants", nlohmann::json{{"int8", "unet_int8.onnx"}}, "int8"), "unet.model: no such file: ");
+  EXPECT_HAS(load_error("/vae_decoder/output", "image"),
+             "the model has no output 'image' (its outputs: sample (float32))");
+  EXPECT_HAS(load_error("/unet/model", (testing::tiny_sd_dir() / "vae_decoder.onnx").string()),
+             "has no input 'sample'");
+  EXPECT_HAS(load_error("/unet/variants", nlohmann::json{{"int8", "unet_int8.onnx"}}, "fp16"),
+             "no model lists a variant 'fp16' (variants: int8)");
+  EXPECT_HAS(load_error("/unet/variants", nlohmann::json{{"int8", "unet_int8.onnx"}}, "int8"),
+             "unet.model: no such file: ");
   EXPECT_EQ(load_error("/name", "ok"), "no error");
 }
 
@@ -312,7 +319,8 @@ TEST_F(BadTinySdPipeline, DecoderShapeMustMatchTheImageSection) {
   const auto sessions = Txt2ImgSessions::create(models);
   Txt2ImgRequest req = default_request(models.config, "a red circle in the center on a plain white background", 0);
   req.steps = 1;
-  EXPECT_INPUT_ERROR(generate(models, sessions, req), "output 'sample' has shape [1, 3, 64, 64], pipeline.json's \"image\" says [1, 3, 32, 64]");
+  EXPECT_INPUT_ERROR(generate(models, sessions, req),
+                     "output 'sample' has shape [1, 3, 64, 64], pipeline.json's \"image\" says [1, 3, 32, 64]");
 }
 
 }  // namespace

@@ -46,7 +46,9 @@ void write_fake_sd15(const fs::path& dir) {
   }
   {
     OnnxBuilder b;
-    b.input("sample", kF16, {-1, 4, 8, 8}).input("timestep", kI64, {-1}).input("encoder_hidden_states", kF16, {-1, 77, 1});
+    b.input("sample", kF16, {-1, 4, 8, 8})
+        .input("timestep", kI64, {-1})
+        .input("encoder_hidden_states", kF16, {-1, 77, 1});
     b.output("out_sample", kF16, {-1, 4, 8, 8});
     b.initializer_i64("shape4", {-1, 1, 1, 1});
     f16_scalar(b, "half", 0.5f);
@@ -80,7 +82,8 @@ void write_fake_sd15(const fs::path& dir) {
   auto j = testing::read_json(testing::source_dir() / "docs" / "examples" / "sd15-pipeline.json");
   j["unet"].erase("variants");
   for (const char* t : {"vocab", "merges"})
-    j["tokenizer"][t] = (testing::tiny_sd_dir() / "tokenizer" / (std::string(t) + (t[0] == 'v' ? ".json" : ".txt"))).string();
+    j["tokenizer"][t] =
+        (testing::tiny_sd_dir() / "tokenizer" / (std::string(t) + (t[0] == 'v' ? ".json" : ".txt"))).string();
   j["latent"] = {{"channels", 4}, {"height", 8}, {"width", 8}};
   j["image"] = {{"channels", 3}, {"height", 8}, {"width", 8}, {"range", {-1, 1}}};
   std::ofstream(dir / "pipeline.json") << j.dump(1);
@@ -161,13 +164,15 @@ TEST(Txt2ImgTypes, Sd15InterfaceTypesInt64IdsInt64TimestepFloat16) {
     err += std::pow(double(r.final_latent.data<float>()[k]) - x.data<float>()[k], 2);
     ref += std::pow(double(x.data<float>()[k]), 2);
   }
-  std::printf("fake SD 1.5 (float16 I/O): final latent relative L2 vs the float32 closed form %.2e\n", std::sqrt(err / ref));
+  std::printf("fake SD 1.5 (float16 I/O): final latent relative L2 vs the float32 closed form %.2e\n",
+              std::sqrt(err / ref));
   EXPECT_LT(std::sqrt(err / ref), 5e-3);  // float16 rounding of every value, nothing more
   EXPECT_GT(std::sqrt(ref / double(n)), 0.05);
 
   // The decoder's float16 output: the latent's first three channels / scaling, mapped to [0, 1].
   for (std::size_t k = 0; k < 3 * 64; ++k) {
-    const float want = std::clamp(to_float(to_float16(r.final_latent.data<float>()[k] / 0.18215f)) * 0.5f + 0.5f, 0.0f, 1.0f);
+    const float want =
+        std::clamp(to_float(to_float16(r.final_latent.data<float>()[k] / 0.18215f)) * 0.5f + 0.5f, 0.0f, 1.0f);
     EXPECT_NEAR(r.image.data<float>()[k], want, 1e-6);
   }
 }
@@ -182,7 +187,8 @@ TEST(Txt2ImgTypes, DeclaredTypesMustMatchPipelineJson) {
     Txt2ImgModels::load(dir.path());
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("unet/model.onnx (pipeline.json unet): input 'timestep' is int64, pipeline.json says float32"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "unet/model.onnx (pipeline.json unet): input 'timestep' is int64, pipeline.json says float32"),
               std::string::npos)
         << e.what();
   }

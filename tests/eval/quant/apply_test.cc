@@ -55,7 +55,8 @@ Applied apply(const Graph& g, const Recipe& r) {
 
 TEST(ApplyRecipe, Int8InsertsQdqInTensorRtConvention) {
   const Graph g = testing::mini_unet_block().graph();
-  const Recipe r = recipe(R"("format": "int8", "level": 4, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.8})");
+  const Recipe r =
+      recipe(R"("format": "int8", "level": 4, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.8})");
   const Applied a = apply(g, r);
   const Graph& q = a.applied.graph;
   EXPECT_EQ(a.applied.quantized_activations, 12);
@@ -112,7 +113,8 @@ TEST(ApplyRecipe, Int8InsertsQdqInTensorRtConvention) {
 
 TEST(ApplyRecipe, PerTensorWeightsAndFp8AtOpset19) {
   const Graph g = testing::mini_unet_block().graph();
-  const Recipe r = recipe(R"("format": "fp8_e4m3", "weights": "per_tensor", "level": 3, "calibration": {"method": "max"})");
+  const Recipe r =
+      recipe(R"("format": "fp8_e4m3", "weights": "per_tensor", "level": 3, "calibration": {"method": "max"})");
   const Applied a = apply(g, r);
   const Graph& q = a.applied.graph;
   EXPECT_EQ(a.applied.opset_from, 17);
@@ -138,13 +140,15 @@ TEST(ApplyRecipe, PerTensorWeightsAndFp8AtOpset19) {
 
 TEST(ApplyRecipe, ExportReimportsToTheSameGraph) {
   const Graph g = testing::mini_unet_block().graph();
-  for (const char* body : {R"("format": "int8", "level": 4, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.5})",
-                           R"("format": "fp8_e4m3", "level": 4, "calibration": {"method": "max"})"}) {
+  for (const char* body :
+       {R"("format": "int8", "level": 4, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.5})",
+        R"("format": "fp8_e4m3", "level": 4, "calibration": {"method": "max"})"}) {
     const Applied a = apply(g, recipe(body));
     const std::string bytes = serialize_onnx(a.applied.graph);
     ImportOptions lenient;
     lenient.require_supported_ops = false;
-    const Graph back = parse_onnx({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, "q.onnx", ".", lenient);
+    const Graph back =
+        parse_onnx({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, "q.onnx", ".", lenient);
     ASSERT_EQ(back.nodes.size(), a.applied.graph.nodes.size());
     EXPECT_EQ(back.opsets, a.applied.graph.opsets);
     for (const auto& [k, t] : a.applied.graph.initializers) {
@@ -229,7 +233,8 @@ TEST(ApplyRecipe, RunsInMemoryAndTheExportRunsIdentically) {
   // Limits: int8 keeps ~7 bits, E4M3 3 mantissa bits, E5M2 2.
   const std::pair<const char*, double> cases[] = {
       {R"("format": "int8", "level": 4, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.8})", 0.03},
-      {R"("format": "int8", "level": 2.5, "calibration": {"method": "percentile"}, "smoothquant": {"alpha": "search"})", 0.03},
+      {R"("format": "int8", "level": 2.5, "calibration": {"method": "percentile"}, "smoothquant": {"alpha": "search"})",
+       0.03},
       {R"("format": "fp8_e4m3", "level": 4, "calibration": {"method": "max"})", 0.08},
       {R"("format": "fp8_e5m2", "weights": "per_tensor", "level": 3, "calibration": {"method": "mse"})", 0.2}};
   for (const auto& [body, limit] : cases) {
@@ -244,7 +249,7 @@ TEST(ApplyRecipe, RunsInMemoryAndTheExportRunsIdentically) {
     ASSERT_EQ(q.shape(), qf.shape());
     EXPECT_EQ(std::memcmp(q.raw(), qf.raw(), q.nbytes()), 0);
     const double err = relative_l2(q, fp32);
-    EXPECT_GT(err, 0.0);   // something was quantized
+    EXPECT_GT(err, 0.0);    // something was quantized
     EXPECT_LT(err, limit);  // and the block still computes the same function
     std::printf("  %s: relative L2 vs FP32 %.4f\n", body, err);
   }

@@ -12,9 +12,7 @@
 namespace qeval::eval::quant {
 namespace {
 
-Recipe recipe(const std::string& body) {
-  return parse_recipe(base::JsonConfig::parse("{" + body + "}", "r.json"));
-}
+Recipe recipe(const std::string& body) { return parse_recipe(base::JsonConfig::parse("{" + body + "}", "r.json")); }
 
 std::map<std::string, Tensor> sample(unsigned seed, float scale = 1.0f) {
   auto v = testing::seeded_values(32, seed, scale);
@@ -142,7 +140,8 @@ TEST(Calibrate, HistogramMethodsClipBelowTheMaximum) {
 
 TEST(Calibrate, SmoothQuantScalesFollowModelOptsFormula) {
   const Graph g = testing::mini_unet_block().graph();
-  const Recipe r = recipe(R"("format": "int8", "level": 3, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.8})");
+  const Recipe r =
+      recipe(R"("format": "int8", "level": 3, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.8})");
   const Selection sel = select_nodes(g, r);
   TensorCalibrationSet set({sample(1), sample(2)});
   const CalibrationResult res = calibrate(g, sel, r, set);
@@ -192,7 +191,8 @@ TEST(Calibrate, AlphaSearchNeverLosesToNoSmoothing) {
 TEST(Calibrate, CacheIsKeyedByRecipeModelAndDataAndReused) {
   const Graph g = testing::mini_unet_block().graph();
   testing::ScratchDir dir("calib-cache");
-  const Recipe r = recipe(R"("format": "int8", "level": 2.5, "calibration": {"method": "percentile", "percentile": 1.0}, "smoothquant": {"alpha": 0.5})");
+  const Recipe r = recipe(
+      R"("format": "int8", "level": 2.5, "calibration": {"method": "percentile", "percentile": 1.0}, "smoothquant": {"alpha": 0.5})");
   TensorCalibrationSet set({sample(1), sample(2)});
   bool hit = true;
   const CalibrationResult first = calibrate_cached(g, select_nodes(g, r), r, set, dir.path(), &hit);
@@ -200,7 +200,8 @@ TEST(Calibrate, CacheIsKeyedByRecipeModelAndDataAndReused) {
   const CalibrationResult second = calibrate_cached(g, select_nodes(g, r), r, set, dir.path(), &hit);
   EXPECT_TRUE(hit);
   EXPECT_EQ(first.to_json().dump(), second.to_json().dump());  // floats survive the JSON round trip
-  const Recipe other = recipe(R"("format": "int8", "level": 2.5, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.5})");
+  const Recipe other =
+      recipe(R"("format": "int8", "level": 2.5, "calibration": {"method": "max"}, "smoothquant": {"alpha": 0.5})");
   calibrate_cached(g, select_nodes(g, other), other, set, dir.path(), &hit);
   EXPECT_FALSE(hit);
   TensorCalibrationSet more({sample(1), sample(2), sample(3)});
@@ -216,8 +217,12 @@ TEST(Calibrate, CacheIsKeyedByRecipeModelAndDataAndReused) {
 }
 
 TEST(Calibrate, BadScalesInACalibrationFileNameTheNode) {
-  nlohmann::json j{{"format", "qeval.calibration"}, {"recipe_fingerprint", "a"}, {"model_fingerprint", "b"},
-                   {"data_fingerprint", "c"}, {"total_steps", 1}, {"smoothquant", nlohmann::json::array()},
+  nlohmann::json j{{"format", "qeval.calibration"},
+                   {"recipe_fingerprint", "a"},
+                   {"model_fingerprint", "b"},
+                   {"data_fingerprint", "c"},
+                   {"total_steps", 1},
+                   {"smoothquant", nlohmann::json::array()},
                    {"activations", {{{"node", "/conv1/Conv"}, {"input", 0}, {"role", "input"}, {"amax", 0.0}}}}};
   try {
     CalibrationResult::from_json(j, "scales.json");

@@ -4,11 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include "datasets/npy.h"
 #include "base/json_config.h"
-#include "eval/onnx_builder.h"
+#include "datasets/npy.h"
 #include "eval/exec/onnx_export.h"
 #include "eval/exec/onnx_import.h"
+#include "eval/onnx_builder.h"
 #include "eval/quant/apply.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/mini_block.h"
@@ -187,15 +187,14 @@ TEST(LintQevalExports, Int8Level3ExportIsCleanOnEveryTarget) {
   EXPECT_EQ(to_q.state, ComputeState::kQuantized);
   EXPECT_EQ(to_q.format, "int8");
   EXPECT_EQ(to_q.category, NodeCategory::kQkvProjection);
-  EXPECT_EQ(r.count(ComputeState::kHighPrecision),
-            static_cast<int>(r.nodes.size()) - 15);
+  EXPECT_EQ(r.count(ComputeState::kHighPrecision), static_cast<int>(r.nodes.size()) - 15);
   EXPECT_EQ(r.count(HighPrecisionReason::kExcluded), r.count(ComputeState::kHighPrecision) - 4);
   EXPECT_GT(r.count(HighPrecisionReason::kExcluded), 0);
   for (const auto& n : r.nodes) {
     if (n.reason != HighPrecisionReason::kExcluded) continue;
     EXPECT_TRUE(n.name.find("conv_in") != std::string::npos || n.name.find("conv_out") != std::string::npos ||
-                  n.name.find("conv_shortcut") != std::string::npos || n.name.find("proj_out") != std::string::npos ||
-                  n.name.find("time_emb_proj") != std::string::npos)
+                n.name.find("conv_shortcut") != std::string::npos || n.name.find("proj_out") != std::string::npos ||
+                n.name.find("time_emb_proj") != std::string::npos)
         << n.name;
   }
 }
@@ -218,7 +217,7 @@ TEST(LintQevalExports, Fp8Level4IsAnErrorBelowSm89) {
 
   o.target_sm = 89;
   const LintReport r89 = lint_graph(q, o);
-  EXPECT_EQ(r89.findings.size(), 0u) << rules(r89);  // FP8 attention: the INT8 MHA rules do not apply
+  EXPECT_EQ(r89.findings.size(), 0u) << rules(r89);    // FP8 attention: the INT8 MHA rules do not apply
   EXPECT_EQ(r89.count(ComputeState::kQuantized), 19);  // 5 conv, 2 ff, 6 qkv, 2 other, 2 qk, 2 av
   EXPECT_EQ(lint_node(r89, "/attention/transformer_blocks.0/attn1/MatMul_1").format, "fp8_e4m3fn");
 
@@ -269,9 +268,10 @@ TEST(LintQevalExports, TinySdUnetSummaryAgreesWithTheRecipeSelection) {
   const Graph g = load_onnx(testing::source_dir() / "models/tiny-sd/unet.onnx");
   const Recipe recipe = load_recipe(testing::source_dir() / "recipes/int8-level3.json");
   const Selection sel = select_nodes(g, recipe);
-  TensorCalibrationSet set({{{"sample", testing::floats({1, 4, 16, 16}, testing::seeded_values(1024, 3, 1.0f))},
-                             {"timestep", testing::floats({1}, {500.0f})},
-                             {"encoder_hidden_states", testing::floats({1, 77, 128}, testing::seeded_values(77 * 128, 4, 1.0f))}}});
+  TensorCalibrationSet set(
+      {{{"sample", testing::floats({1, 4, 16, 16}, testing::seeded_values(1024, 3, 1.0f))},
+        {"timestep", testing::floats({1}, {500.0f})},
+        {"encoder_hidden_states", testing::floats({1, 77, 128}, testing::seeded_values(77 * 128, 4, 1.0f))}}});
   const Graph q = apply_recipe(g, sel, recipe, calibrate(g, sel, recipe, set)).graph;
   LintOptions o;
   o.target_sm = 75;
@@ -479,8 +479,9 @@ TEST(LintRules, DqSharedWithAnOpThatHasNoInt8Kernel) {
   const auto f = findings_of(r, "shared-dq");
   ASSERT_EQ(f.size(), 1u) << rules(r);
   EXPECT_EQ(f[0]->node, "/fc/input_quantizer/DequantizeLinear");
-  EXPECT_NE(f[0]->message.find("/fc/MatMul (MatMul) can fuse the DQ, /norm/LayerNormalization (LayerNormalization) cannot"),
-            std::string::npos)
+  EXPECT_NE(
+      f[0]->message.find("/fc/MatMul (MatMul) can fuse the DQ, /norm/LayerNormalization (LayerNormalization) cannot"),
+      std::string::npos)
       << f[0]->message;
   EXPECT_TRUE(findings_of(r, "qdq-no-int8-op").empty());
   EXPECT_EQ(r.nodes[0].state, ComputeState::kQuantized);  // the MatMul itself still fuses
@@ -510,7 +511,8 @@ TEST(LintRules, Int8AttentionSequenceAndHeadSizeLimits) {
   const auto f = findings_of(longer, "attention-int8");
   ASSERT_EQ(f.size(), 2u) << rules(longer);  // BMM1 and BMM2
   EXPECT_EQ(f[0]->node, "/attn/MatMul");
-  EXPECT_NE(f[0]->message.find("INT8 attention BMM1 (Q K^T) (S_q 513, S_kv 513, head size 64): sequence length 513 exceeds 512"),
+  EXPECT_NE(f[0]->message.find(
+                "INT8 attention BMM1 (Q K^T) (S_q 513, S_kv 513, head size 64): sequence length 513 exceeds 512"),
             std::string::npos)
       << f[0]->message;
   const LintReport head = lint(attention_graph(64, 40));
@@ -562,7 +564,8 @@ TEST(LintRules, ModelWithoutQdq) {
   EXPECT_EQ(r.findings[0].rule, "no-qdq");
   EXPECT_EQ(r.count(ComputeState::kQuantized), 0);
   EXPECT_EQ(r.count(HighPrecisionReason::kExcluded), 2);  // conv_in, conv_out
-  EXPECT_EQ(lint_node(r, "/block/conv1/Conv").detail, "category conv (level 1); the graph quantizes no Conv/MatMul/Gemm");
+  EXPECT_EQ(lint_node(r, "/block/conv1/Conv").detail,
+            "category conv (level 1); the graph quantizes no Conv/MatMul/Gemm");
 }
 
 // ---- the command line -----------------------------------------------------------------------------

@@ -60,8 +60,8 @@ inline OnnxBuilder mini_unet_block(int opset = 17) {
   pads(b.node("Conv", {"h0", "block.conv1.weight", "block.conv1.bias"}, {"h1"}, "/block/conv1/Conv"));
   w("block.emb_proj.weight", {4, 3}, 0.5f);
   w("block.emb_proj.bias", {4}, 0.1f);
-  int_attr(b.node("Gemm", {"temb", "block.emb_proj.weight", "block.emb_proj.bias"}, {"e"},
-                  "/block/emb_proj/Gemm"), "transB", 1);
+  int_attr(b.node("Gemm", {"temb", "block.emb_proj.weight", "block.emb_proj.bias"}, {"e"}, "/block/emb_proj/Gemm"),
+           "transB", 1);
   b.initializer_i64("shape_e", {1, 4, 1, 1});
   b.node("Reshape", {"e", "shape_e"}, {"e4"}, "/block/Reshape_e");
   b.node("Add", {"h1", "e4"}, {"h2"}, "/block/Add");

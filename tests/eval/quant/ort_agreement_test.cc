@@ -23,14 +23,13 @@ std::map<std::string, Tensor> unet_block_inputs() {
 }
 
 struct OrtAgreement {
-  double max_diff = 0;  // max |qeval - ORT| over the outputs
+  double max_diff = 0;   // max |qeval - ORT| over the outputs
   double fp32_diff = 0;  // max |qeval FP32 of the unquantized model - ORT|
 };
 
 // Runs a fixture's quantized.onnx through qeval (`options`) and compares each output with ORT's
 // (ort_outputs/), `step(amax)` being the tolerance at an output whose largest magnitude is amax.
-void expect_agreement(const fs::path& dir, const SessionOptions& options, double (*step)(double),
-                      const char* what) {
+void expect_agreement(const fs::path& dir, const SessionOptions& options, double (*step)(double), const char* what) {
   const Graph q = load_onnx(dir / "quantized.onnx");
   Session session(q, options);
   const auto out = session.run(unet_block_inputs());
@@ -59,7 +58,8 @@ TEST(QuantOrtAgreement, Int8ExportMatchesOnnxRuntimeWithinOneQuantizationStep) {
   int qdq = 0;
   for (const auto& n : load_onnx(dir / "quantized.onnx").nodes) qdq += n.op_type == "QuantizeLinear";
   EXPECT_EQ(qdq, 15);
-  expect_agreement(dir, {}, [](double amax) { return amax / 127; }, "int8");  // one int8 step at the output's range
+  expect_agreement(
+      dir, {}, [](double amax) { return amax / 127; }, "int8");  // one int8 step at the output's range
 }
 
 // FP8 (opset 19, float8e4m3fn Q/DQ, level 4: attention matmuls and the softmax output too): ORT's
@@ -83,8 +83,8 @@ TEST(QuantOrtAgreement, Fp8ExportMatchesOnnxRuntime) {
 TEST(QuantCli, CalibrateWritesScalesAndExportAndReusesTheCache) {
   testing::ScratchDir dir("calibrate-cli");
   const std::string common = "calibrate --model " + (testing::data_dir() / "onnx/unet_block/model.onnx").string() +
-                             " --data " + (testing::data_dir() / "onnx/unet_block/inputs").string() +
-                             " --cache " + (dir / "cache").string();
+                             " --data " + (testing::data_dir() / "onnx/unet_block/inputs").string() + " --cache " +
+                             (dir / "cache").string();
   const std::string recipe = (testing::source_dir() / "recipes/fp8-level4.json").string();
   auto r = testing::run_qeval(common + " --recipe " + recipe + " --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;

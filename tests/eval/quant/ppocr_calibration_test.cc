@@ -8,10 +8,10 @@
 
 #include "datasets/npy.h"
 #include "eval/exec/onnx_import.h"
-#include "eval/exec/opset_upgrade.h"
 #include "eval/exec/ops/op.h"
-#include "eval/quant/calibrate_run.h"
+#include "eval/exec/opset_upgrade.h"
 #include "eval/exec/session.h"
+#include "eval/quant/calibrate_run.h"
 #include "test_util.h"
 
 namespace qeval::eval::quant {
@@ -55,7 +55,7 @@ Tensor run_det(const Graph& g, const Tensor& x) {
 
 struct MapAgreement {
   double sqnr_db = 0;
-  double text_iou = 0;   // of the pixels above DB's 0.3 threshold
+  double text_iou = 0;    // of the pixels above DB's 0.3 threshold
   double text_share = 0;  // share of FP32's pixels above it
 };
 
@@ -141,20 +141,26 @@ TEST(PpOcrCalibration, CalibrateAndRunCommandsOnTheDetector) {
   }
   fs::create_directories(dir / "eval" / "0");
   datasets::write_npy(dir / "eval" / "0" / "x.npy", text_page(7));
-  const auto cal = testing::run_qeval("calibrate --recipe " + (testing::source_dir() / "recipes/fp8-level3.json").string() +
-                                      " --model " + det.string() + " --data " + (dir / "calib").string() + " --out " +
-                                      (dir / "fp8").string() + " --cache " + (dir / "cache").string());
+  const auto cal =
+      testing::run_qeval("calibrate --recipe " + (testing::source_dir() / "recipes/fp8-level3.json").string() +
+                         " --model " + det.string() + " --data " + (dir / "calib").string() + " --out " +
+                         (dir / "fp8").string() + " --cache " + (dir / "cache").string());
   ASSERT_EQ(cal.code, 0) << cal.out;
   EXPECT_NE(cal.out.find("opset 11 -> 19"), std::string::npos) << cal.out;
   EXPECT_EQ(testing::read_json(dir / "fp8/scales.json").at("opset").at("to"), 19);
 
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + det.string() + R"(", "inputs": ")" + (dir / "eval").string() + R"(",
-    "calibration": {"prompts": ")" + (dir / "calib").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({
+    "pipeline": ")" + det.string() + R"(", "inputs": ")" +
+                                              (dir / "eval").string() + R"(",
+    "calibration": {"prompts": ")" + (dir / "calib").string() +
+                                              R"(", "cache": ")" + (dir / "cache").string() + R"("},
     "observe": {"local_error": false},
     "variants": [{"name": "fp32"},
-                 {"name": "int8", "recipe": ")" + (testing::source_dir() / "recipes/int8-level3.json").string() + R"("},
-                 {"name": "fp8-export", "onnx": ")" + (dir / "fp8/quantized.onnx").string() + R"("}]})");
+                 {"name": "int8", "recipe": ")" +
+                                              (testing::source_dir() / "recipes/int8-level3.json").string() + R"("},
+                 {"name": "fp8-export", "onnx": ")" +
+                                              (dir / "fp8/quantized.onnx").string() + R"("}]})");
   const auto run = testing::run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
   ASSERT_EQ(run.code, 0) << run.out;
   const auto j = testing::read_json(dir / "out/report.json");

@@ -8,12 +8,12 @@
 #include <cstring>
 #include <random>
 
+#include "../onnx_builder.h"
 #include "datasets/npy.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/qdq_fusion.h"
 #include "eval/exec/session.h"
 #include "kernels/numeric.h"
-#include "../onnx_builder.h"
 #include "test_util.h"
 
 namespace qeval::eval {

@@ -8,7 +8,9 @@
 namespace qeval::eval::quant {
 namespace {
 
-Recipe parse(const std::string& text) { return parse_recipe(base::JsonConfig::parse(text, "r.json", "docs/recipes.md")); }
+Recipe parse(const std::string& text) {
+  return parse_recipe(base::JsonConfig::parse(text, "r.json", "docs/recipes.md"));
+}
 
 std::string error_of(const std::string& text) {
   try {

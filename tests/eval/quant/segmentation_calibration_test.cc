@@ -42,7 +42,7 @@ TEST(SegmentationCalibration, TinySamEncoderPerImageDecoderPerPromptCachedAndExp
   const std::size_t images = SegmentationCalibrationSet(pipeline, prompts, "image_encoder").images();
   EXPECT_EQ(images, 6u);
   EXPECT_EQ(enc.calibration.calls, long(images));  // once per image
-  EXPECT_EQ(dec.calibration.calls, 12);             // once per prompt
+  EXPECT_EQ(dec.calibration.calls, 12);            // once per prompt
   EXPECT_EQ(enc.data_description, "12 point prompts on 6 images");
   EXPECT_GT(enc.selection.targets.size(), 30u);
   EXPECT_GT(dec.selection.targets.size(), 30u);
@@ -142,8 +142,8 @@ TEST(QuantCli, CalibratesASegmentationPipelinesEncoderAndDecoder) {
 
   // Level 1 (Conv only): the decoder has no Conv and is left FP32, said so, nothing written for it.
   r = testing::run_qeval("calibrate --pipeline " + tiny_sam().string() + " --recipe " +
-                         (testing::source_dir() / "recipes/int8-level1.json").string() + " --limit 2 --no-cache --out " +
-                         (dir / "l1").string());
+                         (testing::source_dir() / "recipes/int8-level1.json").string() +
+                         " --limit 2 --no-cache --out " + (dir / "l1").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("mask_decoder: the recipe selects no node of it; left FP32, nothing written"), std::string::npos)
       << r.out;

@@ -15,9 +15,9 @@ namespace qeval::eval::quant {
 namespace {
 
 Recipe recipe(double level, const std::string& extra = "") {
-  return parse_recipe(base::JsonConfig::parse(R"({"format": "int8", "calibration": {"method": "max"}, "level": )" +
-                                            std::to_string(level) + extra + "}",
-                                        "r.json"));
+  return parse_recipe(base::JsonConfig::parse(
+      R"({"format": "int8", "calibration": {"method": "max"}, "level": )" + std::to_string(level) + extra + "}",
+      "r.json"));
 }
 
 int count(const Selection& s, NodeCategory c) { return s.selected[static_cast<std::size_t>(c)]; }
@@ -115,9 +115,11 @@ TEST(SelectNodes, DefaultExclusionsApplyToDiffusersUnetsOnly) {
   // Every candidate left in float is listed with the reason.
   std::map<std::string, std::string> why;
   for (const auto& l : in_unet.left_out) why[l.node] = l.reason;
-  EXPECT_EQ(why.size() + in_unet.targets.size(), std::size_t(std::accumulate(in_unet.candidates.begin(), in_unet.candidates.end(), 0)));
+  EXPECT_EQ(why.size() + in_unet.targets.size(),
+            std::size_t(std::accumulate(in_unet.candidates.begin(), in_unet.candidates.end(), 0)));
   EXPECT_NE(why["/conv_in/Conv"].find("default exclusion"), std::string::npos) << why["/conv_in/Conv"];
-  EXPECT_NE(why["/attn/attn1/to_q/MatMul"].find("recipe level 1 < 2.5"), std::string::npos) << why["/attn/attn1/to_q/MatMul"];
+  EXPECT_NE(why["/attn/attn1/to_q/MatMul"].find("recipe level 1 < 2.5"), std::string::npos)
+      << why["/attn/attn1/to_q/MatMul"];
   for (const auto& l : select_nodes(unet, recipe(1, R"(, "exclude": ["conv1"])"), true).left_out)
     if (l.node == "/block/conv1/Conv") {
       EXPECT_NE(l.reason.find("'exclude'"), std::string::npos) << l.reason;
@@ -201,8 +203,7 @@ TEST(SelectNodes, OtherMatMulsAndExcludedNodesOnTinySam) {
       EXPECT_EQ(t.activations[1].role, "b_bmm");
       EXPECT_FALSE(t.has_weight);
     }
-  const Selection kept = select_nodes(
-      g, recipe(3, R"(, "other_matmuls": true,
+  const Selection kept = select_nodes(g, recipe(3, R"(, "other_matmuls": true,
                      "exclude_nodes": ["/stem/stem.0/conv/Conv", "/stage2/stage2.1/context_module/main/MatMul_1",
                                        "no/such/node"])"));
   EXPECT_EQ(kept.targets.size(), la.targets.size() - 2);
@@ -215,9 +216,9 @@ TEST(SelectNodes, OtherMatMulsAndExcludedNodesOnTinySam) {
 
 TEST(ShippedRecipes, ParseAndSelectTheDocumentedNodesOnTinySd) {
   const Graph g = load_onnx(testing::source_dir() / "models/tiny-sd/unet.onnx");
-  const std::map<std::string, std::size_t> expected{
-      {"int8-level1", 25},  {"int8-level2", 39},  {"int8-level2.5", 81}, {"int8-level3", 95},
-      {"fp8-level3", 95},   {"fp8-level4", 123},  {"int8-naive", 147}};
+  const std::map<std::string, std::size_t> expected{{"int8-level1", 25}, {"int8-level2", 39}, {"int8-level2.5", 81},
+                                                    {"int8-level3", 95}, {"fp8-level3", 95},  {"fp8-level4", 123},
+                                                    {"int8-naive", 147}};
   std::size_t seen = 0;
   for (const auto& e : std::filesystem::directory_iterator(testing::source_dir() / "recipes")) {
     if (e.path().extension() != ".json") continue;

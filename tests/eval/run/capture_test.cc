@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "eval/exec/session.h"
-#include "eval/run/observe.h"
 #include "eval/onnx_builder.h"
+#include "eval/run/observe.h"
 #include "test_util.h"
 
 namespace qeval::eval {

@@ -36,16 +36,18 @@ const nlohmann::json* row_of(const nlohmann::json& j, const std::string& variant
 TEST(CompareRecipesCli, TinySdShippedGatePassesTheGoodRecipesAndFailsTheNaiveOne) {
   testing::ScratchDir dir("compare-recipes-sd");
   const fs::path recipes = testing::source_dir() / "recipes";
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() + R"(", "count": 2, "steps": 8,
-    "calibration": {"count": 16, "cache": ")" + (dir / "cache").string() + R"("},
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() +
+                                              R"(", "count": 2, "steps": 8,
+    "calibration": {"count": 16, "cache": ")" +
+                                              (dir / "cache").string() + R"("},
     "observe": {"models": ["unet"]},
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})");
-  const auto r = run_qeval("compare-recipes --config " + config.string() + " --recipes " +
-                           (recipes / "int8-level3.json").string() + " " + (recipes / "fp8-level4.json").string() +
-                           " " + (recipes / "int8-naive.json").string() + " --gate " +
-                           (testing::source_dir() / "models/tiny-sd/gate.json").string() + " --out " +
-                           (dir / "out").string());
+  const auto r = run_qeval(
+      "compare-recipes --config " + config.string() + " --recipes " + (recipes / "int8-level3.json").string() + " " +
+      (recipes / "fp8-level4.json").string() + " " + (recipes / "int8-naive.json").string() + " --gate " +
+      (testing::source_dir() / "models/tiny-sd/gate.json").string() + " --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;  // at least one recipe passes
   EXPECT_EQ(schema_errors(dir / "out/report.json", "recipe-comparison.schema.json"), "");
   EXPECT_EQ(schema_errors(dir / "out/run/report.json", "report.schema.json"), "");
@@ -91,11 +93,15 @@ TEST(CompareRecipesCli, SingleModelRowsWithSharesSizesAndSpeedClasses) {
   testing::ScratchDir dir("compare-recipes-single");
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
   const fs::path recipes = testing::source_dir() / "recipes";
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
-    "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({
+    "pipeline": ")" + (vit / "model.onnx").string() +
+                                              R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
+    "calibration": {"prompts": ")" + (vit / "inputs").string() +
+                                              R"(", "cache": ")" + (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})");
-  const auto gate = testing::write_text(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "min", "min": 25}]})");
+  const auto gate =
+      testing::write_text(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "min", "min": 25}]})");
   const auto r = run_qeval("compare-recipes --config " + config.string() + " --recipes " +
                            (recipes / "int8-level2.json").string() + " " + (recipes / "int8-level3.json").string() +
                            " " + (recipes / "fp8-level4.json").string() + " --gate " + gate.string() +
@@ -160,11 +166,15 @@ TEST(CompareRecipesCli, SingleModelRowsWithSharesSizesAndSpeedClasses) {
 TEST(CompareRecipesCli, TinySamSharesHaveOneDenominatorForEveryRecipe) {
   testing::ScratchDir dir("compare-recipes-sam");
   const fs::path recipes = testing::source_dir() / "recipes";
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() + R"(", "count": 4,
-    "calibration": {"count": 12, "cache": ")" + (dir / "cache").string() + R"("},
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() +
+                                              R"(", "count": 4,
+    "calibration": {"count": 12, "cache": ")" +
+                                              (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"}, {"name": "bf16", "precision": "bf16"}]})");
-  const auto gate = testing::write_text(dir, "g.json", R"({"checks": [{"metric": "mask_iou", "stat": "mean", "min": 0.9}]})");
+  const auto gate =
+      testing::write_text(dir, "g.json", R"({"checks": [{"metric": "mask_iou", "stat": "mean", "min": 0.9}]})");
   const auto r = run_qeval("compare-recipes --config " + config.string() + " --recipes " +
                            (recipes / "int8-level2.json").string() + " " + (recipes / "int8-level3.json").string() +
                            " --gate " + gate.string() + " --out " + (dir / "out").string());
@@ -199,13 +209,16 @@ TEST(CompareRecipesCli, BadInputIsExitTwoWithThePreciseReason) {
   };
   expect_bad("--recipes " + (dir / "none.json").string(), "none.json: no such file");
   expect_bad("--recipes " + l3 + " " + l3, "given twice");
-  const auto typo = testing::write_text(dir, "typo.json", R"({"format": "int8", "level": 3, "calibraton": {"method": "max"}})");
+  const auto typo =
+      testing::write_text(dir, "typo.json", R"({"format": "int8", "level": 3, "calibraton": {"method": "max"}})");
   expect_bad("--recipes " + typo.string(), "typo.json");
   expect_bad("--recipes " + l3 + " --target sm61", "sm61");
   expect_bad("--config " + (dir / "missing.json").string() + " --recipes " + l3, "missing.json");
-  const auto recipe_ref = testing::write_text(dir, "c.json", R"({"pipeline": ")" +
-                                                      (testing::source_dir() / "models/tiny-sd").string() + R"(",
-    "variants": [{"name": "q", "recipe": ")" + l3 + R"("}, {"name": "fp32"}]})");
+  const auto recipe_ref =
+      testing::write_text(dir, "c.json",
+                          R"({"pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() + R"(",
+    "variants": [{"name": "q", "recipe": ")" +
+                              l3 + R"("}, {"name": "fp32"}]})");
   expect_bad("--config " + recipe_ref.string() + " --recipes " + l3, "must be a precision variant");
   const auto none = run_qeval("compare-recipes --out " + (dir / "out").string());
   EXPECT_EQ(none.code, 2) << none.out;

@@ -78,7 +78,8 @@ std::pair<Tensor, Tensor> grab_fp32_fp16(const Txt2ImgModels& models, const std:
 
 TEST(Evaluator, LockstepErrorsAreExactAndAnIdenticalVariantHasNone) {
   const RunSpec spec = tiny_sd_spec(
-      1, 3, {precision("fp32", Precision::kFp32), precision("same", Precision::kFp32), precision("fp16", Precision::kFp16)});
+      1, 3,
+      {precision("fp32", Precision::kFp32), precision("same", Precision::kFp32), precision("fp16", Precision::kFp16)});
   const RunResult r = run(spec);
   ASSERT_EQ(r.units.size(), 1u);
   const SampleOutcome& s = r.units[0].samples[0];
@@ -98,9 +99,9 @@ TEST(Evaluator, LockstepErrorsAreExactAndAnIdenticalVariantHasNone) {
       const LayerCell* half = r.layers[2].find(l, t);
       if (!same || same->acc.calls == 0) continue;
       ++compared;
-      EXPECT_EQ(same->acc.err_sq, 0.0) << space.node_of(l).name;   // same graph, same options: same bits
+      EXPECT_EQ(same->acc.err_sq, 0.0) << space.node_of(l).name;  // same graph, same options: same bits
       EXPECT_EQ(same->local().err_sq, 0.0) << space.node_of(l).name;
-      EXPECT_EQ(same->act, r.layers[0].find(l, t)->act);           // and the same drift statistics
+      EXPECT_EQ(same->act, r.layers[0].find(l, t)->act);  // and the same drift statistics
       fp16_differs += half->acc.err_sq > 0;
       local_measured += half->local().calls > 0;
     }

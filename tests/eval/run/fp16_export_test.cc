@@ -59,10 +59,11 @@ TEST(Fp16Export, LocalErrorIsTheExportsOwnAndMatchesThePrecisionVariant) {
   std::vector<float> x(2 * 8 * 8);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.3f * float(i)) * 1.3f;
   datasets::write_npy(dir / "inputs" / "s0" / "x.npy", testing::floats({1, 2, 8, 8}, x));
-  const auto config = testing::write_text(dir, "c.json", R"({"pipeline": ")" + ref.string() + R"(", "inputs": ")" +
-                                                             (dir / "inputs").string() + R"(",
+  const auto config =
+      testing::write_text(dir, "c.json",
+                          R"({"pipeline": ")" + ref.string() + R"(", "inputs": ")" + (dir / "inputs").string() + R"(",
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16-strict"}, {"name": "export16", "onnx": ")" +
-                                                             exp16.string() + R"("}]})");
+                              exp16.string() + R"("}]})");
   const auto r = testing::run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = testing::read_json(dir / "out/report.json");

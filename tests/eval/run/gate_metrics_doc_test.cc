@@ -5,8 +5,8 @@
 
 #include <fstream>
 
-#include "eval/run/gate.h"
 #include "eval/run/evaluator.h"
+#include "eval/run/gate.h"
 #include "eval/run/metric_names.h"
 #include "eval/run/run_config.h"
 #include "test_util.h"
@@ -35,12 +35,16 @@ TEST(GateDocs, ListsEveryMetricARunReports) {
   const fs::path vit = src / "tests/data/onnx/vit_block";
   std::string table =
       "| `qeval run` on | metric names a gate may use (`checks[].metric`, `per_pair` keys) |\n|---|---|\n";
-  table += "| a txt2img pipeline (tiny-sd) | " + names(make_run_driver(default_run_config())->description().metrics) + " |\n";
+  table += "| a txt2img pipeline (tiny-sd) | " + names(make_run_driver(default_run_config())->description().metrics) +
+           " |\n";
   table += "| a segmentation pipeline (tiny-sam) | " +
-           names(driver_metrics(R"({"pipeline": ")" + (src / "models/tiny-sam").string() + R"(", "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})")) + " |\n";
+           names(driver_metrics(R"({"pipeline": ")" + (src / "models/tiny-sam").string() +
+                                R"(", "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})")) +
+           " |\n";
   table += "| a single model (outputs pooled) | " +
            names(driver_metrics(R"({"pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" +
-                                (vit / "inputs").string() + R"(", "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})")) +
+                                (vit / "inputs").string() +
+                                R"(", "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})")) +
            " |\n";
   for (OutputKind kind : {OutputKind::kTensor, OutputKind::kMask, OutputKind::kMatte, OutputKind::kImage})
     table += "| a single model, an output of kind `" + std::string(output_kind_name(kind)) + "` | " +

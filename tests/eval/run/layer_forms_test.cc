@@ -8,10 +8,10 @@
 #include <cstring>
 
 #include "datasets/npy.h"
-#include "eval/onnx_builder.h"
 #include "eval/exec/onnx_import.h"
-#include "eval/run/node_match.h"
 #include "eval/exec/session.h"
+#include "eval/onnx_builder.h"
+#include "eval/run/node_match.h"
 #include "metrics/tensor_error.h"
 #include "test_util.h"
 
@@ -166,9 +166,10 @@ TEST(LayerForms, OnnxRuntimesStaticQdqFormWithTheBatchNormalizationFolded) {
          "b_DequantizeLinear");
   b.node("Conv", {"x_DequantizeLinear_Output", "w_DequantizeLinear_Output", "b_DequantizeLinear_Output"}, {"bn_out"},
          "conv");
-  b.node("QuantizeLinear", {"bn_out", "y_scale", "y_zero_point"}, {"bn_out_QuantizeLinear_Output"}, "bn_out_QuantizeLinear");
-  b.node("DequantizeLinear", {"bn_out_QuantizeLinear_Output", "y_scale", "y_zero_point"}, {"bn_out_DequantizeLinear_Output"},
-         "bn_out_DequantizeLinear");
+  b.node("QuantizeLinear", {"bn_out", "y_scale", "y_zero_point"}, {"bn_out_QuantizeLinear_Output"},
+         "bn_out_QuantizeLinear");
+  b.node("DequantizeLinear", {"bn_out_QuantizeLinear_Output", "y_scale", "y_zero_point"},
+         {"bn_out_DequantizeLinear_Output"}, "bn_out_DequantizeLinear");
   b.node("Relu", {"bn_out_DequantizeLinear_Output"}, {"y"}, "relu");
   const Graph var = b.graph("qdq.onnx");
   const NodeMatch m = match_nodes(ref, var);
@@ -326,8 +327,9 @@ Graph layer_norm_graph(bool decomposed, const std::string& names, bool affine = 
   b.initializer(names + "W", ramp(64, 0.01f), {8, 8}).initializer(names + "b", ramp(8, 0.1f), {8});
   const std::string t = names + "t";
   if (!decomposed) {
-    set_int(b.node("LayerNormalization", {"x", names + "gamma", names + "beta"}, {t + "ln"}, names + "LayerNormalization"),
-            "axis", -1);
+    set_int(
+        b.node("LayerNormalization", {"x", names + "gamma", names + "beta"}, {t + "ln"}, names + "LayerNormalization"),
+        "axis", -1);
   } else {
     b.initializer(names + "two", {2.0f}, {}).initializer(names + "eps", {1e-5f}, {});
     set_ints(b.node("ReduceMean", {"x"}, {t + "mean"}, names + "ReduceMean"), "axes", {-1});
@@ -416,8 +418,10 @@ TEST(LayerForms, TorchExportsAtOpset16And17MatchLayerForLayer) {
   }
   {
     const NodeMatch m = match_nodes(g17, g17mm);  // Gemm -> Transpose, MatMul, Add; all names changed
-    std::printf("  torch opset 17 vs its Gemms as MatMul + Add: %zu by name, %zu by output, %zu by structure, %zu set aside, %zu unmatched\n",
-                m.by_name, m.by_output, m.by_structure, m.plumbing, m.unmatched.size());
+    std::printf(
+        "  torch opset 17 vs its Gemms as MatMul + Add: %zu by name, %zu by output, %zu by structure, %zu set aside, "
+        "%zu unmatched\n",
+        m.by_name, m.by_output, m.by_structure, m.plumbing, m.unmatched.size());
     EXPECT_EQ(m.variant_of_ref[index_of(g17, "/head/Gemm")], int(g17mm.nodes.size() - 1));  // the Add writing "logits"
     EXPECT_GE(m.variant_of_ref[index_of(g17, "/attn/Gemm")], 0);
     EXPECT_EQ(g17mm.nodes[std::size_t(m.variant_of_ref[index_of(g17, "/attn/Gemm")])].op_type, "Add");

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "eval/run/observe.h"
 #include "../onnx_builder.h"
+#include "eval/run/observe.h"
 
 namespace qeval::eval {
 namespace {
@@ -40,8 +40,8 @@ Tensor input() {
 }
 
 struct Outcome {
-  LayerCells cells;         // the fp16 variant's statistics
-  std::size_t pool_bytes;   // the activation memory of the call (the sessions' shared pool)
+  LayerCells cells;        // the fp16 variant's statistics
+  std::size_t pool_bytes;  // the activation memory of the call (the sessions' shared pool)
   std::vector<std::map<std::string, Tensor>> outputs;
 };
 

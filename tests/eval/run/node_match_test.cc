@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "eval/run/observe.h"
 #include "eval/exec/session.h"
 #include "eval/onnx_builder.h"
+#include "eval/run/observe.h"
 #include "kernels/numeric.h"
 
 namespace qeval::eval {

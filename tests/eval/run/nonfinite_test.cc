@@ -7,11 +7,11 @@
 #include <limits>
 
 #include "datasets/npy.h"
-#include "eval/run/gate.h"
 #include "eval/exec/session.h"
+#include "eval/onnx_builder.h"
+#include "eval/run/gate.h"
 #include "metrics/activation_stats.h"
 #include "metrics/tensor_error.h"
-#include "eval/onnx_builder.h"
 #include "test_util.h"
 
 namespace qeval {
@@ -91,7 +91,8 @@ TEST(NonFinite, AGateFailsEveryCheckOverADivergedSampleUnlessItAllowsNonFinite) 
                                            {"metric": "output_max_abs", "stat": "max", "max": 100}])";
   // Scores as the old code gave them (62.6 dB over the finite values): only the count tells.
   const std::vector<eval::GateSample> samples = {sample("a", 70, 0.01, 0), sample("b", 62.6, 0.02, 26)};
-  const auto strict = eval::evaluate_gate(eval::parse_gate("{" + checks + "}", "g.json", eval::GateMetrics::kRun), samples);
+  const auto strict =
+      eval::evaluate_gate(eval::parse_gate("{" + checks + "}", "g.json", eval::GateMetrics::kRun), samples);
   EXPECT_FALSE(strict.section.passed);
   for (const auto& row : strict.section.checks)
     if (row.metric == "output_sqnr_db" || row.metric == "output_max_abs") {
@@ -102,8 +103,8 @@ TEST(NonFinite, AGateFailsEveryCheckOverADivergedSampleUnlessItAllowsNonFinite) 
   EXPECT_TRUE(strict.failed_checks[0].empty());
   EXPECT_EQ(strict.failed_checks[1].size(), 1u);
 
-  const auto allowed =
-      eval::evaluate_gate(eval::parse_gate("{" + checks + R"(, "allow_nonfinite": true})", "g.json", eval::GateMetrics::kRun), samples);
+  const auto allowed = eval::evaluate_gate(
+      eval::parse_gate("{" + checks + R"(, "allow_nonfinite": true})", "g.json", eval::GateMetrics::kRun), samples);
   EXPECT_TRUE(allowed.section.passed);
   // Even a gate with no checks at all fails on a diverged sample: an output that went NaN is
   // never a pass by default.
@@ -155,9 +156,11 @@ TEST(NonFinite, ARunWhoseVariantOutputGoesInfFailsItsGateAndSaysSo) {
   const fs::path a = model("ref.onnx", false), v = model("variant.onnx", true);
   fs::create_directories(dir / "inputs" / "s0");
   datasets::write_npy(dir / "inputs" / "s0" / "x.npy", testing::floats({1, 48}, ref));
-  const auto config = testing::write_text(dir, "c.json", R"({"pipeline": ")" + a.string() + R"(", "inputs": ")" +
-                                                             (dir / "inputs").string() + R"(",
-    "variants": [{"name": "fp32"}, {"name": "broken", "onnx": ")" + v.string() + R"("}]})");
+  const auto config =
+      testing::write_text(dir, "c.json",
+                          R"({"pipeline": ")" + a.string() + R"(", "inputs": ")" + (dir / "inputs").string() + R"(",
+    "variants": [{"name": "fp32"}, {"name": "broken", "onnx": ")" +
+                              v.string() + R"("}]})");
   const auto gate = testing::write_text(dir, "g.json", R"({"checks": [
       {"metric": "output_sqnr_db", "stat": "mean", "min": 40}, {"metric": "output_max_abs", "stat": "max", "max": 100}]})");
   const auto r = testing::run_qeval("run --config " + config.string() + " --gate " + gate.string() + " --out " +

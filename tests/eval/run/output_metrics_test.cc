@@ -28,7 +28,8 @@ const std::string kLogits = "head/logits:0", kProb = "prob.map", kExtra = "extra
 
 std::vector<float> input_values() {
   std::vector<float> x(kSide * kSide);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 2.0f * std::sin(0.37f * float(i % kSide) + 0.21f * float(i / kSide));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = 2.0f * std::sin(0.37f * float(i % kSide) + 0.21f * float(i / kSide));
   return x;
 }
 
@@ -64,10 +65,12 @@ struct Fixture {
   }
   // A config comparing the model with its shifted export; `outputs` is the JSON of the key.
   fs::path config(const std::string& name, const std::string& outputs, const std::string& extra = "") const {
-    return testing::write_text(dir, name, R"({"pipeline": ")" + ref.string() + R"(", "inputs": ")" +
-                                              (dir / "inputs").string() + R"(", "observe": {"layers": false},
-      "variants": [{"name": "fp32"}, {"name": "shifted", "onnx": ")" + shifted.string() + R"("}])" +
-                                              (outputs.empty() ? "" : ", \"outputs\": " + outputs) + extra + "}");
+    return testing::write_text(dir, name,
+                               R"({"pipeline": ")" + ref.string() + R"(", "inputs": ")" + (dir / "inputs").string() +
+                                   R"(", "observe": {"layers": false},
+      "variants": [{"name": "fp32"}, {"name": "shifted", "onnx": ")" +
+                                   shifted.string() + R"("}])" + (outputs.empty() ? "" : ", \"outputs\": " + outputs) +
+                                   extra + "}");
   }
 };
 
@@ -254,8 +257,8 @@ TEST(OutputMetrics, ADivergedOutputIsUnboundedAndFailsTheGateUnlessAllowedOrNotJ
     return run_qeval("run --config " + f.config("c.json", outputs).string() + " --gate " + g.string() + " --out " +
                      (f.dir / "out").string());
   };
-  const std::string both = R"({")" + kLogits + R"(": {"kind": "tensor"}, ")" + kProb +
-                           R"(": {"kind": "mask", "threshold": 0.5}})";
+  const std::string both =
+      R"({")" + kLogits + R"(": {"kind": "tensor"}, ")" + kProb + R"(": {"kind": "mask", "threshold": 0.5}})";
   const std::string check = R"("checks": [{"metric": ")" + key + R"(", "stat": "min", "min": 0}])";
   auto r = run_with(both, "{" + check + "}");
   EXPECT_EQ(r.code, 1) << r.out;
@@ -297,14 +300,15 @@ TEST(OutputMetrics, PpOcrDetectionMaskTellsFp16FromFp16Strict) {
   testing::ScratchDir dir("output-metrics-ppocr");
   const fs::path inputs = testing::source_dir() / "tests/data/real_models/ppocr_det/inputs";
   const std::string key = "sigmoid_0.tmp_0.mask_iou";
-  const auto cfg = testing::write_text(dir, "c.json", R"({"pipeline": ")" + model.string() + R"(", "inputs": ")" +
-                                                          inputs.string() + R"(", "observe": {"layers": false},
+  const auto cfg = testing::write_text(
+      dir, "c.json",
+      R"({"pipeline": ")" + model.string() + R"(", "inputs": ")" + inputs.string() + R"(", "observe": {"layers": false},
     "outputs": {"sigmoid_0.tmp_0": {"kind": "mask", "threshold": 0.3}},
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}, {"name": "strict", "precision": "fp16-strict"}]})");
   const auto gate = [&](const std::string& variant) {
-    return testing::write_text(dir, "gate-" + variant + ".json", R"({"checks": [{"metric": ")" + key +
-                                                                      R"(", "stat": "min", "min": 0.99, "variant": ")" +
-                                                                      variant + R"("}], "allow_nonfinite": true})");
+    return testing::write_text(dir, "gate-" + variant + ".json",
+                               R"({"checks": [{"metric": ")" + key + R"(", "stat": "min", "min": 0.99, "variant": ")" +
+                                   variant + R"("}], "allow_nonfinite": true})");
   };
   auto r = run_qeval("run --config " + cfg.string() + " --gate " + gate("fp16").string() + " --out " +
                      (dir / "out").string());
@@ -314,8 +318,8 @@ TEST(OutputMetrics, PpOcrDetectionMaskTellsFp16FromFp16Strict) {
   for (const auto& res : report.at("samples").at(0).at("results")) m[res.at("variant")] = res.at("metrics");
   ASSERT_TRUE(m["fp16"].contains(key) && m["strict"].contains(key)) << report.at("samples").dump();
   const double fp16 = m["fp16"][key].get<double>(), strict = m["strict"][key].get<double>();
-  std::printf("PP-OCRv4 det mask IoU at 0.3: fp16 %.6f, fp16-strict %.6f; boundary F %s / %s; flipped %s / %s\n",
-              fp16, strict, m["fp16"]["sigmoid_0.tmp_0.boundary_f"].dump().c_str(),
+  std::printf("PP-OCRv4 det mask IoU at 0.3: fp16 %.6f, fp16-strict %.6f; boundary F %s / %s; flipped %s / %s\n", fp16,
+              strict, m["fp16"]["sigmoid_0.tmp_0.boundary_f"].dump().c_str(),
               m["strict"]["sigmoid_0.tmp_0.boundary_f"].dump().c_str(),
               m["fp16"]["sigmoid_0.tmp_0.flipped_fraction"].dump().c_str(),
               m["strict"]["sigmoid_0.tmp_0.flipped_fraction"].dump().c_str());

@@ -138,9 +138,9 @@ TEST(PipelineKinds, TheConfigReaderTakesAKindsKeysFromItsRegistration) {
   testing::ScratchDir dir("pipeline-kind-config");
   const fs::path pipe = testing::write_text(dir, "two.fake", "2\n");
   const std::string head = R"({"pipeline": ")" + pipe.string() + R"(", )";
-  const RunSpec s = parse_run_config(head + R"("variants": [{"name": "a"}, {"name": "b", "onnx": ")" +
-                                         (kVit / "model.onnx").string() + R"("}]})",
-                                     "c.json");
+  const RunSpec s = parse_run_config(
+      head + R"("variants": [{"name": "a"}, {"name": "b", "onnx": ")" + (kVit / "model.onnx").string() + R"("}]})",
+      "c.json");
   EXPECT_EQ(s.kind, "fake");
   EXPECT_EQ(s.variants[1].onnx.count("model"), 1u);  // "onnx": FILE replaces the kind's main model
   // Keys for other kinds name the kinds they apply to.
@@ -150,8 +150,7 @@ TEST(PipelineKinds, TheConfigReaderTakesAKindsKeysFromItsRegistration) {
   EXPECT_NE(error_of(head + R"("variants": [{"name": "a"}, {"name": "b", "pipeline_variant": "x"}]})")
                 .find("a fake pipeline has no pipeline.json variants"),
             std::string::npos);
-  EXPECT_NE(error_of(head + R"("variants": [{"name": "a"}, {"name": "b", "onnx": {"unet": "x.onnx"}}]})")
-                .find("unet"),
+  EXPECT_NE(error_of(head + R"("variants": [{"name": "a"}, {"name": "b", "onnx": {"unet": "x.onnx"}}]})").find("unet"),
             std::string::npos);
   // A file no kind claims, and a folder without pipeline.json, are named.
   const fs::path npy = kVit / "inputs/image.npy";
@@ -170,10 +169,11 @@ TEST(PipelineKinds, AKindRegisteredByATestRunsThroughTheRegistry) {
   testing::ScratchDir dir("pipeline-kind-run");
   const fs::path pipe = testing::write_text(dir, "two.fake", "2\n");
   const RunSpec spec = parse_run_config(R"({"pipeline": ")" + pipe.string() + R"(",
-      "observe": {"layers": false}, "calibration": {"cache": ")" + (dir / "cache").string() + R"("},
+      "observe": {"layers": false}, "calibration": {"cache": ")" +
+                                            (dir / "cache").string() + R"("},
       "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
-                   {"name": "int8", "recipe": ")" + (testing::source_dir() / "recipes/int8-level3.json").string() +
-                                            R"("}]})",
+                   {"name": "int8", "recipe": ")" +
+                                            (testing::source_dir() / "recipes/int8-level3.json").string() + R"("}]})",
                                         dir / "c.json");
   const auto driver = make_run_driver(spec);
   ASSERT_NE(dynamic_cast<const FakeDriver*>(driver.get()), nullptr);

@@ -22,15 +22,17 @@ std::string schema_errors(const fs::path& report) {
 
 TEST(RunCli, TinySdTwoPromptsWritesAValidReportAndPassesTheDefaultGate) {
   testing::ScratchDir dir("run-cli-sd");
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() + R"(",
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() +
+                                              R"(",
     "count": 2, "steps": 2,
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})");
   const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
-  for (const char* f : {"report.json", "report.html", "junit.xml", "images/p001-s0/fp32.png",
-                        "images/p001-s0/fp16.png", "images/p002-s0/fp16_diff.png"})
+  for (const char* f : {"report.json", "report.html", "junit.xml", "images/p001-s0/fp32.png", "images/p001-s0/fp16.png",
+                        "images/p002-s0/fp16_diff.png"})
     EXPECT_TRUE(fs::exists(dir / "out" / f)) << f;
   EXPECT_EQ(schema_errors(dir / "out/report.json"), "");
   const auto j = testing::read_json(dir / "out/report.json");
@@ -56,8 +58,10 @@ TEST(RunCli, TinySdTwoPromptsWritesAValidReportAndPassesTheDefaultGate) {
 // thread count given (--threads 1 was written as the core count).
 TEST(RunCli, NoLayersWithTheShippedGatePassesFp16AndSaysWhatWasNotMeasured) {
   testing::ScratchDir dir("run-cli-no-layers");
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() + R"(",
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() +
+                                              R"(",
     "count": 1, "steps": 2,
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})");
   const auto r = run_qeval("--threads 1 run --config " + config.string() + " --gate " +
@@ -80,8 +84,10 @@ TEST(RunCli, NoLayersWithTheShippedGatePassesFp16AndSaysWhatWasNotMeasured) {
 
 TEST(RunCli, TinySamPointPromptsCompareMasks) {
   testing::ScratchDir dir("run-cli-sam");
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() + R"(", "count": 4,
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() +
+                                              R"(", "count": 4,
     "variants": [{"name": "fp32"}, {"name": "bf16", "precision": "bf16"}]})");
   const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
@@ -94,11 +100,16 @@ TEST(RunCli, TinySamPointPromptsCompareMasks) {
 
 TEST(RunCli, TinySamRecipeVariantCalibratesBothModelsAndGivesMaskIou) {
   testing::ScratchDir dir("run-cli-sam-recipe");
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() + R"(", "count": 4,
-    "calibration": {"count": 12, "cache": ")" + (dir / "cache").string() + R"("},
+  const auto config =
+      testing::write_text(dir, "c.json",
+                          R"({
+    "pipeline": ")" + (testing::source_dir() / "models/tiny-sam").string() +
+                              R"(", "count": 4,
+    "calibration": {"count": 12, "cache": ")" +
+                              (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"},
-                 {"name": "int8", "recipe": ")" + (testing::source_dir() / "recipes/int8-level3.json").string() + R"("}]})");
+                 {"name": "int8", "recipe": ")" +
+                              (testing::source_dir() / "recipes/int8-level3.json").string() + R"("}]})");
   const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string() + " --no-layers");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(schema_errors(dir / "out/report.json"), "");
@@ -119,11 +130,16 @@ TEST(RunCli, TinySamRecipeVariantCalibratesBothModelsAndGivesMaskIou) {
 TEST(RunCli, SingleModelWithARecipeVariantCalibratesOnceThenReadsTheCache) {
   testing::ScratchDir dir("run-cli-single");
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
-    "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
+  const auto config =
+      testing::write_text(dir, "c.json",
+                          R"({
+    "pipeline": ")" + (vit / "model.onnx").string() +
+                              R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
+    "calibration": {"prompts": ")" +
+                              (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
-                 {"name": "int8", "recipe": ")" + (testing::source_dir() / "recipes/int8-level3.json").string() + R"("}]})");
+                 {"name": "int8", "recipe": ")" +
+                              (testing::source_dir() / "recipes/int8-level3.json").string() + R"("}]})");
   for (int run = 0; run < 2; ++run) {
     const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
     ASSERT_EQ(r.code, 0) << r.out;

@@ -28,7 +28,8 @@ std::string error_of(const std::string& body) {
 
 TEST(RunConfig, ParsesVariantsOverridesAndObserveOptions) {
   const RunSpec s = parse(R"({
-    "pipeline": ")" + tiny_sd() + R"(", "prompts": "prompts/tiny_eval.txt", "first": 2, "count": 3,
+    "pipeline": ")" + tiny_sd() +
+                          R"(", "prompts": "prompts/tiny_eval.txt", "first": 2, "count": 3,
     "seeds": [7, 9], "steps": 5, "guidance_scale": 3.5, "scheduler": "euler",
     "variants": [{"name": "ref"}, {"name": "half", "precision": "fp16"},
                  {"name": "qdq", "onnx": {"unet": "models/tiny-sd/unet.onnx"}}],
@@ -90,9 +91,9 @@ TEST(RunConfig, ErrorsNameTheKeyAndWhatWasExpected) {
   EXPECT_NE(error_of("{" + p + R"("variants": [{"name": "a"}, {"name": "b", "precision": "int4"}]})")
                 .find("variants[1].precision"),
             std::string::npos);
-  EXPECT_NE(error_of("{" + p + R"("variants": [{"name": "a"}, {"name": "b", "onnx": "nope.onnx"}]})")
-                .find("no such file"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("{" + p + R"("variants": [{"name": "a"}, {"name": "b", "onnx": "nope.onnx"}]})").find("no such file"),
+      std::string::npos);
   EXPECT_NE(error_of("{" + p + two + R"(, "seeds": [-1]})").find("seeds"), std::string::npos);
   EXPECT_NE(error_of("{" + p + two + R"(, "steps": 0})").find("steps"), std::string::npos);
   EXPECT_NE(error_of(R"({"pipeline": ")" + tiny_sam() + "\", " + two + R"(, "steps": 4})")

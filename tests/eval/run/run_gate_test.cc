@@ -43,8 +43,8 @@ TEST(RunGate, ChecksEveryComparedVariantWithLayerStepAndNonFiniteChecks) {
     EXPECT_FALSE(step->passed);
     EXPECT_NE(step->detail.find("at step"), std::string::npos);
   }
-  EXPECT_FALSE(find(r, "fp32", "psnr_db mean >= 0"));   // the reference is not checked
-  EXPECT_TRUE(find(r, "int8-l3", "ssim min >= 2"));     // a check naming a variant applies to it alone
+  EXPECT_FALSE(find(r, "fp32", "psnr_db mean >= 0"));  // the reference is not checked
+  EXPECT_TRUE(find(r, "int8-l3", "ssim min >= 2"));    // a check naming a variant applies to it alone
   EXPECT_FALSE(find(r, "fp16", "ssim min >= 2"));
   // The fp8 export's 12 infinities are beyond the reference's (none there): its check fails.
   const auto* nf = find(r, "fp8-qdq", "NaN/Inf values beyond the reference's <= 0");
@@ -194,8 +194,9 @@ TEST(RunGate, ChecksARunWasToldNotToMeasureAreNotMeasuredRatherThanFailed) {
 
 TEST(RunGate, AVariantTheRunLacksIsAnInputError) {
   reports::RunReport r = testing::synthetic_run_report();
-  EXPECT_THROW(apply_run_gate(parse_gate(R"({"checks": [{"metric": "ssim", "min": 0.9, "variant": "int4"}]})", "g.json"), r),
-               InputError);
+  EXPECT_THROW(
+      apply_run_gate(parse_gate(R"({"checks": [{"metric": "ssim", "min": 0.9, "variant": "int4"}]})", "g.json"), r),
+      InputError);
   EXPECT_THROW(parse_gate(R"({"steps": [{"mode": "sideways", "min": 1}]})", "g.json"), InputError);
   EXPECT_THROW(parse_gate(R"({"layers": [{"column": "sqnr", "min": 1}]})", "g.json"), InputError);
 }

@@ -13,10 +13,10 @@
 #include <fstream>
 #include <thread>
 
+#include "comparable_report.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/run_state.h"
 #include "kernels/error.h"
-#include "comparable_report.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -114,7 +114,9 @@ class RunResume : public ::testing::Test {
     return {"run", "--config", config_.string(), "--out", out.string(), "--threads", "1"};
   }
   static fs::path all_report() { return *dir_ / "all/report.json"; }
-  static std::size_t saved_units(const fs::path& out) { return eval::read_run_state_info(out / eval::kRunStateFile).done.size(); }
+  static std::size_t saved_units(const fs::path& out) {
+    return eval::read_run_state_info(out / eval::kRunStateFile).done.size();
+  }
 
   static testing::ScratchDir* dir_;
   static fs::path config_;
@@ -154,7 +156,8 @@ TEST_F(RunResume, AFolderInUseIsRefusedNamingTheHolderAndKillMinusNineResumesToT
 
   const auto resumed = run_qeval(run_args(out) + " --threads 2");
   ASSERT_EQ(resumed.code, 0) << resumed.out;
-  EXPECT_NE(resumed.out.find("reusing " + std::to_string(saved) + " finished unit(s)"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("reusing " + std::to_string(saved) + " finished unit(s)"), std::string::npos)
+      << resumed.out;
   EXPECT_EQ(comparable(out / "report.json"), comparable(all_report()));
   const json report = testing::read_json(out / "report.json");
   EXPECT_EQ(report["resume"]["reused_units"], saved);

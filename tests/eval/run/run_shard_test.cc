@@ -4,9 +4,9 @@
 
 #include <fstream>
 
+#include "comparable_report.h"
 #include "eval/run/run_state.h"
 #include "kernels/error.h"
-#include "comparable_report.h"
 #include "test_util.h"
 
 namespace qeval {
@@ -33,8 +33,8 @@ TEST(RunShards, MergedShardsAndAResumedRunEqualASingleRun) {
   EXPECT_EQ(testing::read_json(dir / "s1/report.json")["samples"].size(), 1u);  // units 0 of 0..2
   EXPECT_EQ(testing::read_json(dir / "s2/report.json")["samples"].size(), 2u);
   EXPECT_EQ(testing::read_json(dir / "s2/report.json")["config"]["shard"], "2/2");
-  const auto merged = run_qeval("merge " + (dir / "s2").string() + " " + (dir / "s1").string() + " --out " +
-                                (dir / "merged").string());
+  const auto merged =
+      run_qeval("merge " + (dir / "s2").string() + " " + (dir / "s1").string() + " --out " + (dir / "merged").string());
   ASSERT_EQ(merged.code, 0) << merged.out;
   EXPECT_EQ(comparable(dir / "merged/report.json"), comparable(dir / "all/report.json"));
   EXPECT_TRUE(fs::exists(dir / "merged/images/p001-s0/fp16.png"));  // copied from the shard's folder
@@ -66,7 +66,8 @@ TEST(RunShards, ShardsPartitionTheUnitsInOrder) {
   for (std::size_t k = 0; k < all.size(); ++k) EXPECT_EQ(all[k], k);
   EXPECT_TRUE(eval::shard_units(2, 1, 4).empty());  // more shards than units: some are empty
   EXPECT_EQ(eval::parse_shard("3/8"), (std::pair<int, int>{3, 8}));
-  for (const char* bad : {"0/2", "3/2", "2", "a/b", "1/2x", "1/0"}) EXPECT_THROW(eval::parse_shard(bad), InputError) << bad;
+  for (const char* bad : {"0/2", "3/2", "2", "a/b", "1/2x", "1/0"})
+    EXPECT_THROW(eval::parse_shard(bad), InputError) << bad;
 }
 
 }  // namespace

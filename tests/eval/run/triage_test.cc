@@ -30,13 +30,16 @@ std::string src(const std::string& rel) { return (testing::source_dir() / rel).s
 TEST(TriageCli, TinySamEntropyRecipeFallsBackToAFewNodes) {
   testing::ScratchDir dir("triage-sam");
   const std::string head = R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "count": 8,
-    "calibration": {"count": 32, "cache": ")" + (dir / "cache").string() + R"("},)";
-  const auto config = testing::write_text(dir, "c.json", head + R"(
+    "calibration": {"count": 32, "cache": ")" +
+                           (dir / "cache").string() + R"("},)";
+  const auto config = testing::write_text(dir, "c.json",
+                                          head + R"(
     "variants": [{"name": "fp32"}, {"name": "int8-l3-entropy", "recipe": ")" +
-                                                    src("recipes/tiny-sam/int8-level3-entropy.json") + R"("}],
-    "gate": ")" + src("models/tiny-sam/gate.json") + R"("})");
-  const auto r = run_qeval("triage --config " + config.string() + " --variant int8-l3-entropy --out " +
-                           (dir / "out").string());
+                                              src("recipes/tiny-sam/int8-level3-entropy.json") + R"("}],
+    "gate": ")" + src("models/tiny-sam/gate.json") +
+                                              R"("})");
+  const auto r =
+      run_qeval("triage --config " + config.string() + " --variant int8-l3-entropy --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("FOUND"), std::string::npos) << r.out;
   for (const char* f : {"triage.json", "triage.html", "int8-level3-entropy-fallback.json"})
@@ -71,7 +74,8 @@ TEST(TriageCli, TinySamEntropyRecipeFallsBackToAFewNodes) {
 
   // The fallback recipe: the scenario's plus exclude_nodes, the same nodes as the shipped one.
   const auto fallback = eval::quant::load_recipe(dir / "out/int8-level3-entropy-fallback.json");
-  const auto shipped = eval::quant::load_recipe(testing::source_dir() / "recipes/tiny-sam/int8-level3-entropy-fallback.json");
+  const auto shipped =
+      eval::quant::load_recipe(testing::source_dir() / "recipes/tiny-sam/int8-level3-entropy-fallback.json");
   const auto scenario = eval::quant::load_recipe(testing::source_dir() / "recipes/tiny-sam/int8-level3-entropy.json");
   EXPECT_EQ(fallback.exclude_nodes, kept);
   EXPECT_EQ(fallback.fingerprint(), shipped.fingerprint());
@@ -79,10 +83,10 @@ TEST(TriageCli, TinySamEntropyRecipeFallsBackToAFewNodes) {
   EXPECT_EQ(j["override_recipe"]["fingerprint"], "fnv1a64:" + fallback.fingerprint());
 
   // Directly usable by qeval run: recalibrated (another recipe fingerprint), the same IoU.
-  const auto run_config = testing::write_text(dir, "run.json", head + R"(
+  const auto run_config = testing::write_text(dir, "run.json",
+                                              head + R"(
     "variants": [{"name": "fp32"}, {"name": "fallback", "recipe": ")" +
-                                                            (dir / "out/int8-level3-entropy-fallback.json").string() +
-                                                            R"("}]})");
+                                                  (dir / "out/int8-level3-entropy-fallback.json").string() + R"("}]})");
   const auto run = run_qeval("run --config " + run_config.string() + " --no-layers --out " + (dir / "run").string() +
                              " --gate " + src("models/tiny-sam/gate.json"));
   ASSERT_EQ(run.code, 0) << run.out;
@@ -107,11 +111,16 @@ TEST(TriageCli, TinySamEntropyRecipeFallsBackToAFewNodes) {
 // output SQNR >= 41 dB (g.json), in `dir`.
 std::pair<fs::path, fs::path> write_vit_triage(const testing::ScratchDir& dir) {
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
-  const auto config = testing::write_text(dir, "c.json", R"({
-    "pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
-    "calibration": {"prompts": ")" + (vit / "inputs").string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
-    "variants": [{"name": "fp32"}, {"name": "int8", "recipe": ")" + src("recipes/int8-level3.json") + R"("}]})");
-  const auto gate = testing::write_text(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 41}]})");
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({
+    "pipeline": ")" + (vit / "model.onnx").string() +
+                                              R"(", "inputs": ")" + (vit / "inputs").string() + R"(",
+    "calibration": {"prompts": ")" + (vit / "inputs").string() +
+                                              R"(", "cache": ")" + (dir / "cache").string() + R"("},
+    "variants": [{"name": "fp32"}, {"name": "int8", "recipe": ")" +
+                                              src("recipes/int8-level3.json") + R"("}]})");
+  const auto gate =
+      testing::write_text(dir, "g.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 41}]})");
   return {config, gate};
 }
 
@@ -134,7 +143,8 @@ TEST(TriageCli, SingleModelKeepsThePatchEmbedding) {
     EXPECT_EQ(j["searches"][0]["runs"], 1) << rank;  // the first node in rank order suffices
     for (const auto& s : j["searches"]) EXPECT_GE(double(s["metric"]), 41.0) << s["strategy"];
   }
-  const auto easy = testing::write_text(dir, "easy.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 30}]})");
+  const auto easy =
+      testing::write_text(dir, "easy.json", R"({"checks": [{"metric": "output_sqnr_db", "stat": "mean", "min": 30}]})");
   const auto r = run_qeval("triage --config " + config.string() + " --variant int8 --gate " + easy.string() +
                            " --out " + (dir / "easy").string());
   EXPECT_EQ(r.code, 0) << r.out;
@@ -169,36 +179,41 @@ TEST(TriageCli, HtmlRendersInHeadlessChromiumWithoutErrors) {
   EXPECT_NE(dom.find("<div class=\"verdict fail\">FAIL \xc2\xb7 fallback found"), std::string::npos);
   const testing::Layout layout = testing::measure_layout(chromium, profile.path(), out / "triage.html", out, 1400);
   testing::expect_readable_at(layout, 1400, {"searches", "gate", "nodes", "search-greedy", "settings"}, false);
-  const int rc = testing::run_chromium(chromium, profile.path(),
-                             "--hide-scrollbars --window-size=1280,1600 --screenshot='" + (out / "triage.png").string() +
-                                 "'",
-                             url, out / "screenshot.out", out / "screenshot.log");
+  const int rc = testing::run_chromium(
+      chromium, profile.path(),
+      "--hide-scrollbars --window-size=1280,1600 --screenshot='" + (out / "triage.png").string() + "'", url,
+      out / "screenshot.out", out / "screenshot.log");
   EXPECT_EQ(rc, 0) << read_text(out / "screenshot.log");
 }
 
 TEST(TriageCli, BadInputIsExitTwoWithAPreciseMessage) {
   testing::ScratchDir dir("triage-bad");
-  const auto config = testing::write_text(dir, "c.json", R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "count": 2,
+  const auto config = testing::write_text(dir, "c.json",
+                                          R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "count": 2,
     "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
-                 {"name": "q", "recipe": ")" + src("recipes/tiny-sam/int8-level3-entropy.json") + R"("}]})");
+                 {"name": "q", "recipe": ")" + src("recipes/tiny-sam/int8-level3-entropy.json") +
+                                              R"("}]})");
   const auto gate = src("models/tiny-sam/gate.json");
   const std::string base = "triage --config " + config.string() + " --out " + (dir / "out").string();
   struct Case {
     std::string args, expected;
   };
   const std::vector<Case> cases = {
-      {" --variant nope --gate " + gate, "--variant nope: " + config.string() + " has no such variant (variants: fp32, fp16, q)"},
+      {" --variant nope --gate " + gate,
+       "--variant nope: " + config.string() + " has no such variant (variants: fp32, fp16, q)"},
       {" --variant fp32 --gate " + gate, "--variant fp32: that is the reference"},
       {" --variant fp16 --gate " + gate, "gives it no recipe"},
       {" --variant q", "triage needs a gate"},
-      {" --variant q --gate " + gate + " --metric psnr_db", "metric 'psnr_db': a segmentation pipeline reports mask_iou"},
+      {" --variant q --gate " + gate + " --metric psnr_db",
+       "metric 'psnr_db': a segmentation pipeline reports mask_iou"},
   };
   for (const auto& c : cases) {
     const auto r = run_qeval(base + c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.expected), std::string::npos) << c.args << "\n" << r.out;
   }
-  const auto bad_config = testing::write_text(dir, "bad.json", R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "variantz": []})");
+  const auto bad_config =
+      testing::write_text(dir, "bad.json", R"({"pipeline": ")" + src("models/tiny-sam") + R"(", "variantz": []})");
   const auto r = run_qeval("triage --config " + bad_config.string() + " --variant q --gate " + gate);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("variantz"), std::string::npos) << r.out;

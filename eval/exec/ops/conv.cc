@@ -87,6 +87,15 @@ kernels::ConvParams base_params(const Node& node, const ConvAttributes& a, const
   return base_geometry(node, a, x.shape, w.shape, transpose);
 }
 
+// The output of a Conv or ConvTranspose of geometry `p`, after checking the optional bias B.
+ValueMeta output_meta(const Node& node, std::span<const ValueMeta* const> in, const kernels::ConvParams& p) {
+  if (in.size() > 2 && in[2] && in[2]->shape != Shape{p.out_channels})
+    fail(node, "B has shape " + shape_to_string(in[2]->shape) + ", expected [" + std::to_string(p.out_channels) + "]");
+  Shape y{p.batch, p.out_channels};
+  y.insert(y.end(), p.out_spatial.begin(), p.out_spatial.end());
+  return meta_like(*in[0], y);
+}
+
 // ---- Conv -----------------------------------------------------------------------------------
 
 class ConvOp final : public Op {
@@ -97,12 +106,7 @@ class ConvOp final : public Op {
     if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs X and W");
     base_params(node_, attrs_, *in[0], *in[1], false);  // the type rule
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
-    if (in.size() > 2 && in[2] && in[2]->shape != Shape{p.out_channels})
-      fail(node_,
-           "B has shape " + shape_to_string(in[2]->shape) + ", expected [" + std::to_string(p.out_channels) + "]");
-    Shape y{p.batch, p.out_channels};
-    y.insert(y.end(), p.out_spatial.begin(), p.out_spatial.end());
-    return {meta_like(*in[0], y)};
+    return {output_meta(node_, in, p)};
   }
 
   void prepare(std::span<const ValueMeta* const> in) override {
@@ -186,12 +190,7 @@ class ConvTransposeOp final : public Op {
   std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
     if (in.size() < 2 || !in[0] || !in[1]) fail(node_, "needs inputs X and W");
     const kernels::ConvParams p = params(*in[0], *in[1]);
-    if (in.size() > 2 && in[2] && in[2]->shape != Shape{p.out_channels})
-      fail(node_,
-           "B has shape " + shape_to_string(in[2]->shape) + ", expected [" + std::to_string(p.out_channels) + "]");
-    Shape y{p.batch, p.out_channels};
-    y.insert(y.end(), p.out_spatial.begin(), p.out_spatial.end());
-    return {meta_like(*in[0], y)};
+    return {output_meta(node_, in, p)};
   }
 
   void prepare(std::span<const ValueMeta* const> in) override {

@@ -3,6 +3,7 @@
 
 #include "kernels/numeric.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -105,7 +106,10 @@ std::int64_t shape_numel(const Shape& shape) {
   throw std::invalid_argument("shape " + shape_to_string(shape) + " has too many elements");
 }
 
-void Tensor::FreeAligned::operator()(std::byte* p) const { std::free(p); }
+void Tensor::FreeAligned::operator()(std::byte* p) const {
+  if (device) device->release(p);
+  else std::free(p);
+}
 
 Tensor::Tensor(DType dtype, Shape shape)
     : dtype_(dtype),
@@ -114,12 +118,26 @@ Tensor::Tensor(DType dtype, Shape shape)
       capacity_(nbytes()),
       data_(allocate_aligned(nbytes())) {}
 
+Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<DeviceMemory> device)
+    : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)), capacity_(nbytes()) {
+  if (!device) {
+    data_.reset(allocate_aligned(nbytes()));
+    return;
+  }
+  device_ = std::move(device);
+  // A block for empty tensors too, as on the host (a null device pointer means "no storage").
+  data_ = std::unique_ptr<std::byte, FreeAligned>(static_cast<std::byte*>(device_->allocate(std::max<std::size_t>(nbytes(), 1))),
+                                                  FreeAligned{device_.get()});
+}
+
 Tensor::Tensor(const Tensor& other)
-    : dtype_(other.dtype_),
-      shape_(other.shape_),
-      numel_(other.numel_),
-      capacity_(other.nbytes()),
-      data_(allocate_aligned(other.nbytes(), /*zero=*/false)) {
+    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), capacity_(other.nbytes()) {
+  if (other.device_) {
+    *this = Tensor(dtype_, shape_, other.device_);
+    if (numel_) device_->copy(data_.get(), other.data_.get(), nbytes());
+    return;
+  }
+  data_.reset(allocate_aligned(other.nbytes(), /*zero=*/false));
   if (numel_) std::memcpy(data_.get(), other.data_.get(), nbytes());
 }
 
@@ -128,6 +146,7 @@ Tensor::Tensor(Tensor&& other) noexcept
       shape_(std::move(other.shape_)),
       numel_(other.numel_),
       capacity_(other.capacity_),
+      device_(std::move(other.device_)),
       data_(std::move(other.data_)) {
   other.shape_.clear();
   other.numel_ = 0;
@@ -140,6 +159,8 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
     shape_ = std::move(other.shape_);
     numel_ = other.numel_;
     capacity_ = other.capacity_;
+    data_.reset();  // before device_ may change: it frees with the old device
+    device_ = std::move(other.device_);
     data_ = std::move(other.data_);
     other.shape_.clear();
     other.numel_ = 0;
@@ -168,6 +189,36 @@ bool Tensor::reuse_as(DType dtype, const Shape& shape) {
   if (&shape != &shape_) shape_.assign(shape.begin(), shape.end());  // in place: no allocation once the rank fits
   numel_ = n;
   return true;
+}
+
+void Tensor::on_device_error() const {
+  throw std::logic_error("host access to a " + std::string(dtype_name(dtype_)) + " tensor " + shape_to_string(shape_) +
+                         " on " + device_->name());
+}
+
+void* Tensor::device_data() {
+  if (!device_) throw std::logic_error("device access to a tensor in host memory");
+  return data_.get();
+}
+const void* Tensor::device_data() const {
+  if (!device_) throw std::logic_error("device access to a tensor in host memory");
+  return data_.get();
+}
+
+Tensor Tensor::to_host() const {
+  if (!device_) return *this;
+  Tensor t(dtype_, shape_);
+  if (numel_) device_->to_host(t.data_.get(), data_.get(), nbytes());
+  return t;
+}
+
+Tensor Tensor::to_device(const std::shared_ptr<DeviceMemory>& device) const {
+  if (!device) return to_host();
+  if (device_ == device) return *this;
+  const Tensor host = to_host();  // from another device: through host memory
+  Tensor t(dtype_, shape_, device);
+  if (numel_) device->to_device(t.data_.get(), host.data_.get(), nbytes());
+  return t;
 }
 
 void Tensor::check_type(DType requested) const {

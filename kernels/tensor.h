@@ -1,4 +1,5 @@
-// Tensor: a dense, row-major, 64-byte-aligned n-d array with a runtime element type.
+// Tensor: a dense, row-major, 64-byte-aligned n-d array with a runtime element type, in host
+// memory or in a device's memory (DeviceMemory: the CUDA backend's, eval/exec/cuda/).
 #pragma once
 
 #include <cstddef>
@@ -95,11 +96,28 @@ std::optional<std::int64_t> try_shape_numel(const Shape& shape);
 // Bytes of `numel` elements of `dtype`, or nullopt when that overflows size_t.
 std::optional<std::size_t> try_nbytes(DType dtype, std::int64_t numel);
 
+// A device's memory, as a tensor that lives there uses it. The kernels library knows only this
+// interface; a device backend implements it (eval/exec/cuda/). Copies are ordered with the
+// device's work: to_host returns once the bytes are in host memory.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual std::string name() const = 0;  // "cuda:0"
+  // `bytes` (> 0) of device memory, zeroed; std::bad_alloc when the device has not that much free.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* p) noexcept = 0;
+  virtual void to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
+};
+
 class Tensor {
  public:
   Tensor() = default;
-  // Zero-initialised tensor of the given type and shape.
+  // Zero-initialised tensor of the given type and shape, in host memory or, with `device`, in
+  // that device's memory.
   Tensor(DType dtype, Shape shape);
+  Tensor(DType dtype, Shape shape, std::shared_ptr<DeviceMemory> device);
 
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
@@ -114,19 +132,38 @@ class Tensor {
   std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
   bool empty() const { return numel_ == 0; }
 
-  std::byte* raw() { return data_.get(); }
-  const std::byte* raw() const { return data_.get(); }
+  // Host memory; std::logic_error for a tensor on a device (host code never reads device
+  // memory by mistake).
+  std::byte* raw() {
+    if (device_) on_device_error();
+    return data_.get();
+  }
+  const std::byte* raw() const {
+    if (device_) on_device_error();
+    return data_.get();
+  }
 
-  // Typed access; throws std::logic_error when T does not match dtype().
+  // Where the bytes live: null for host memory.
+  const std::shared_ptr<DeviceMemory>& device() const { return device_; }
+  bool on_device() const { return device_ != nullptr; }
+  // The bytes on the device (device kernels); std::logic_error for a tensor in host memory.
+  void* device_data();
+  const void* device_data() const;
+  // A copy in host memory, or on `device` (either way round; a copy also when already there).
+  Tensor to_host() const;
+  Tensor to_device(const std::shared_ptr<DeviceMemory>& device) const;
+
+  // Typed access to host memory; throws std::logic_error when T does not match dtype() or the
+  // tensor is on a device.
   template <class T>
   T* data() {
     check_type(dtype_of<T>::value);
-    return reinterpret_cast<T*>(data_.get());
+    return reinterpret_cast<T*>(raw());
   }
   template <class T>
   const T* data() const {
     check_type(dtype_of<T>::value);
-    return reinterpret_cast<const T*>(data_.get());
+    return reinterpret_cast<const T*>(raw());
   }
   template <class T>
   std::span<T> span() {
@@ -147,15 +184,19 @@ class Tensor {
   bool reuse_as(DType dtype, const Shape& shape);
 
  private:
+  // Frees host memory (device null) or gives device memory back.
   struct FreeAligned {
+    DeviceMemory* device;  // value-initialised (null) by unique_ptr
     void operator()(std::byte* p) const;
   };
   void check_type(DType requested) const;
+  [[noreturn]] void on_device_error() const;
 
   DType dtype_ = DType::kFloat32;
   Shape shape_;
   std::int64_t numel_ = 0;
   std::size_t capacity_ = 0;
+  std::shared_ptr<DeviceMemory> device_;  // declared before data_: outlives it
   std::unique_ptr<std::byte, FreeAligned> data_;
 };
 

@@ -1,14 +1,18 @@
 // The executor's backend seam: what runs a planned step, and where its values live. The graph, the
 // plan (shapes, constant folding, fusion decisions, rounding points, buffer lifetimes) and the
 // observers are the same on every backend; an execution calls only these to run a step. The CPU
-// backend (qeval's kernels, cpu_backend.cc) is the only one today; a CUDA backend implements the
-// same calls for its device (issue 23). Constant sub-graphs are folded on the CPU at plan time.
+// backend is qeval's kernels (cpu_backend.cc). A device backend (CUDA: eval/exec/cuda/) keeps its
+// values in the device's memory (Backend::memory) and compiles each node it runs there at plan
+// time (Backend::compile); a node it does not run runs on the CPU, its inputs copied to host
+// memory and its outputs back, and the plan records which node and why (Session::host_steps).
+// Constant sub-graphs are folded on the CPU at plan time.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -61,18 +65,44 @@ struct ChainStage {
   std::int32_t zero_point = 0;
 };
 
+// A node compiled for a device backend (Backend::compile): runs it on tensors in the device's
+// memory, its outputs allocated there with the planned types and shapes (contents undefined).
+// Inputs are null where omitted; constant inputs arrive as the same device tensor every run.
+class StepKernel {
+ public:
+  virtual ~StepKernel() = default;
+  virtual void run(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  // Runs one node: `op`'s outputs from its inputs (buffers of the planned shapes and types).
+  // Runs one node on tensors in host memory: `op`'s outputs from its inputs (buffers of the
+  // planned shapes and types). A device backend runs here the nodes it did not compile (the CPU's
+  // kernels).
   virtual void run(const Op& op, std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) = 0;
+  // The memory a device backend keeps its values in; null for a backend computing in host memory.
+  virtual std::shared_ptr<DeviceMemory> memory() const { return nullptr; }
+  // Device backends, at plan time: the kernel that runs `node` (its op; its input metas, constant
+  // values set where known, null where omitted; its output metas) on the device. Null with `why`
+  // set ("no CUDA kernel for Op type", "int64 Gather indices") for a node that runs on the CPU.
+  virtual std::unique_ptr<StepKernel> compile(const Node& node, const Op& op,
+                                              std::span<const ValueMeta* const> inputs,
+                                              std::span<const ValueMeta> outputs, std::string& why) {
+    (void)node, (void)op, (void)inputs, (void)outputs;
+    why = "the backend computes in host memory";
+    return nullptr;
+  }
   // The kernels of node groups the plan fuses; each gives the bits of its nodes run one by one.
+  // A backend may return null: the group is not fused (its nodes run one by one). A device
+  // backend's fused kernels get tensors in its memory.
   // MatMul(Q, K^T) -> [scale] -> Softmax -> MatMul(., V):
   virtual std::shared_ptr<FusedKernel> attention(const kernels::AttentionShape& shape) = 0;
   // A chain of elementwise ops, each feeding only the next:
   virtual std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage> stages) = 0;
-  // Rounds a stored float32 value to the format where the plan rounds it (kNone: nothing).
+  // Rounds a stored float32 value to the format where the plan rounds it (kNone: nothing), where
+  // the value is (a device backend gets host tensors too: the outputs of nodes run on the CPU).
   virtual void round(Tensor& value, Rounding rounding) = 0;
 };
 

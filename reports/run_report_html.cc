@@ -765,6 +765,7 @@ std::string render_config(const RunReport& r) {
   for (auto s : c.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s);
   row("seeds", seeds);
   row("threads", std::to_string(c.threads));
+  row("device", esc(c.device));
   if (!c.shard.empty()) row("shard", esc(c.shard));
   for (const auto& [k, v] : c.settings) row(k, esc(v));
   for (const auto& v : r.variants)

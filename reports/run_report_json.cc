@@ -160,6 +160,7 @@ json to_json(const RunReport& r) {
                  {"steps", c.steps},
                  {"seeds", c.seeds},
                  {"threads", c.threads},
+                 {"device", c.device},
                  {"shard", c.shard},
                  {"settings", settings}};
 
@@ -486,6 +487,7 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
   In seeds = c["seeds"];
   for (std::size_t i = 0; i < seeds.size(); ++i) r.config.seeds.push_back(seeds[i].count());
   r.config.threads = int(c["threads"].count());
+  if (c.has("device")) r.config.device = c["device"].str();  // absent before it existed: the CPU
   r.config.shard = c["shard"].str();
   In settings = c["settings"];
   for (std::size_t i = 0; i < settings.size(); ++i)

@@ -48,6 +48,7 @@ struct RunConfig {
   int steps = 0;                        // denoising steps; 0 when the pipeline has none
   std::vector<std::uint64_t> seeds;
   int threads = 0;
+  std::string device = "cpu";  // where the models executed: "cpu" or "cuda:N" (qeval --device)
   std::string shard;                                          // "" for a whole run, else "I/N" (1-based)
   std::vector<std::pair<std::string, std::string>> settings;  // the rest of the config, as given
 };

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "base/exit_codes.h"
 #include "eval/cli/command.h"
 #include "eval/run/infer.h"
@@ -13,6 +15,7 @@ struct InferArgs {
   std::string model, inputs, outputs, precision = "fp32", dump;
   std::vector<std::string> shapes;
   bool float_qdq = false;
+  int repeat = 0;
 };
 
 int run_infer(const InferArgs& a) {
@@ -24,8 +27,19 @@ int run_infer(const InferArgs& a) {
   for (const auto& s : a.shapes) options.shapes.insert(eval::parse_shape_option(s));
   if (!a.dump.empty()) options.dump_dir = a.dump;
   options.integer_qdq = !a.float_qdq;
+  options.repeat = a.repeat;
   auto r = eval::run_infer(options);
-  fmt::print("qeval infer: {} ({} precision) ran in {:.1f} ms\n", a.model, a.precision, r.elapsed_ms);
+  fmt::print("qeval infer: {} ({} precision, {}) ran in {:.1f} ms\n", a.model, a.precision, r.device, r.elapsed_ms);
+  if (!r.repeat_ms.empty()) {
+    std::vector<double> sorted = r.repeat_ms;
+    std::sort(sorted.begin(), sorted.end());
+    fmt::print("  --repeat {}: median {:.2f} ms, min {:.2f} ms, max {:.2f} ms\n", sorted.size(),
+               sorted[sorted.size() / 2], sorted.front(), sorted.back());
+  }
+  if (!r.host_nodes.empty()) {
+    fmt::print("  {} nodes ran on the CPU ({} has no kernel for them):\n", r.host_nodes.size(), r.device);
+    for (const auto& h : r.host_nodes) fmt::print("    {}\n", h);
+  }
   if (!r.fused.empty())
     fmt::print("  int8 kernels (Q/DQ fusion) for {} nodes: {}\n", r.fused.size(), fmt::join(r.fused, ", "));
   for (const auto& out : r.outputs)
@@ -56,6 +70,10 @@ Runner add_infer(CLI::App& app) {
       ->check(CLI::IsMember(eval::precision_names()));
   cmd->add_option("--shape", a->shapes, "NAME=D0,D1,...: reshape that input's array (repeatable)");
   cmd->add_option("--dump-all", a->dump, "folder for every intermediate tensor (.npy)");
+  cmd->add_option("--repeat", a->repeat,
+                  "run N more times after the first and print the median, min and max time (the first run "
+                  "plans the model, packs weights and, on a GPU, uploads them)")
+      ->check(whole_number_at_least(0));
   cmd->add_flag("--float-qdq", a->float_qdq,
                 "run Q/DQ graphs as written (DequantizeLinear, then float Conv/MatMul/Gemm) instead of "
                 "fusing them into int8 x int8 -> int32 kernels (docs/quantized-graphs.md)");

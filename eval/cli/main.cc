@@ -11,6 +11,7 @@
 
 #include "base/exit_codes.h"
 #include "eval/cli/command.h"
+#include "eval/cli/device.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
 
@@ -40,6 +41,11 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options (--threads) are accepted after the verb too
   int threads = 0;
   app.add_option("--threads", threads, "worker threads (default: all cores)")->check(cli::whole_number_at_least(0));
+  std::string device = "cpu";
+  app.add_option("--device", device,
+                 "where models execute: cpu, or cuda[:N] for the CUDA backend on GPU N (default 0); nodes the "
+                 "GPU has no kernel for run on the CPU (docs/gpu.md)")
+      ->default_str("cpu");
 
   std::vector<std::pair<CLI::App*, cli::Runner>> verbs;
   for (const auto& c : cli::registered_commands()) {
@@ -85,6 +91,7 @@ int main(int argc, char** argv) {
                                                   static_cast<std::size_t>(threads));
   const cli::Context context{join_args(argc, argv)};
   try {
+    if (device != "cpu") eval::set_default_backend(cli::backend_for_device(device));
     for (auto& [sub, run] : verbs)
       if (sub->parsed()) return run(context);
   } catch (const InputError& e) {

@@ -19,12 +19,13 @@ inline int worker_threads() {
   return int(std::min<std::size_t>(std::size_t(tbb::this_task_arena::max_concurrency()), limit));
 }
 
-// Tool version, time of creation and command line; callers add threads and shard where they apply.
+// Tool version, time of creation, command line and device; callers add threads and shard where they apply.
 inline eval::ReportContext report_context(const Context& ctx) {
   eval::ReportContext rc;
   rc.tool_version = QEVAL_VERSION;
   rc.created_utc = utc_now();
   rc.command_line = ctx.command_line;
+  rc.device = std::string(eval::default_backend()->name());
   return rc;
 }
 

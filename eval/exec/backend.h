@@ -106,7 +106,11 @@ class Backend {
   virtual void round(Tensor& value, Rounding rounding) = 0;
 };
 
-// qeval's CPU kernels: the default backend (stateless, one shared instance).
+// qeval's CPU kernels (stateless, one shared instance).
 std::shared_ptr<Backend> cpu_backend();
+// The backend of sessions whose options name none: cpu_backend() unless set (qeval --device sets
+// it once, before any session exists).
+std::shared_ptr<Backend> default_backend();
+void set_default_backend(std::shared_ptr<Backend> backend);
 
 }  // namespace qeval::eval

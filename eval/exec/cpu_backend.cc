@@ -176,4 +176,17 @@ std::shared_ptr<Backend> cpu_backend() {
   return cpu;
 }
 
+namespace {
+std::shared_ptr<Backend>& chosen_backend() {
+  static std::shared_ptr<Backend> chosen;
+  return chosen;
+}
+}  // namespace
+
+std::shared_ptr<Backend> default_backend() {
+  const std::shared_ptr<Backend>& b = chosen_backend();
+  return b ? b : cpu_backend();
+}
+void set_default_backend(std::shared_ptr<Backend> backend) { chosen_backend() = std::move(backend); }
+
 }  // namespace qeval::eval

@@ -84,6 +84,7 @@ class Session::Execution::State final : public ValueLender {
     Plan& p = *p_;
     if (retain_) slots_ = std::move(p.retained);
     slots_.resize(p.metas.size());
+    mirrors_.resize(p.metas.size());
     kept_.resize(p.metas.size());
     // Inputs already in storage form with nothing to round are read in place,
     // not copied.
@@ -130,8 +131,11 @@ class Session::Execution::State final : public ValueLender {
     const Plan& p = *p_;
     const Plan::Step& step = (*steps_)[next_++];
     BufferPool& pool = *s_.pool_;
+    // On a device backend a compiled node or a fused group runs on the device, any other node on
+    // the CPU: each input is read where the step runs (copied there once, kept while it lives).
+    const bool on_device = s_.device_ && (step.kernel || step.fused);
     ins_.clear();
-    for (int id : step.in) ins_.push_back(value(id));
+    for (int id : step.in) ins_.push_back(value_at(id, on_device));
     bool streamed = false;  // a chain whose intermediates went to the observer in pieces
     // A view whose input dies here takes the input's buffer (the bytes are already the output's):
     // no copy, no new buffer. Not for an observer that reads the input afterwards, nor when a
@@ -139,7 +143,7 @@ class Session::Execution::State final : public ValueLender {
     const int in0 = step.in.empty() ? -1 : step.in[0];
     const bool take_over = step.view && (!observer_ || (!retain_ && !observer_->reads_view_inputs())) &&
                            !p.constants[std::size_t(in0)] && !aliased_[std::size_t(in0)] &&
-                           slots_[std::size_t(in0)].capacity() > 0 &&
+                           slots_[std::size_t(in0)].capacity() > 0 && mirrors_[std::size_t(in0)].capacity() == 0 &&
                            std::find(step.release.begin(), step.release.end(), in0) != step.release.end() && !kept(in0);
     if (take_over) {
       const int id = step.out[0];
@@ -166,7 +170,7 @@ class Session::Execution::State final : public ValueLender {
             outs_.push_back(nullptr);
             continue;
           }
-          outs_.push_back(output_slot(id));
+          outs_.push_back(output_slot(id, on_device));
         }
         if (streamed) {
           step.fused->run_streamed(ins_, *outs_.back(),
@@ -174,7 +178,7 @@ class Session::Execution::State final : public ValueLender {
                                        std::int64_t count) { pieces->on_piece(member, offset, values, count); });
           if (!pieces->end_stream()) {  // again, writing every member
             streamed = false;
-            for (std::size_t o = 0; o + 1 < step.out.size(); ++o) outs_[o] = output_slot(step.out[o]);
+            for (std::size_t o = 0; o + 1 < step.out.size(); ++o) outs_[o] = output_slot(step.out[o], on_device);
           }
         }
         if (streamed) {
@@ -182,6 +186,8 @@ class Session::Execution::State final : public ValueLender {
           step.fused->run_all(ins_, outs_);  // the members' outputs but the last come rounded
         } else if (step.fused) {
           step.fused->run(ins_, *outs_[0]);
+        } else if (step.kernel) {
+          step.kernel->run(ins_, outs_);
         } else {
           s_.backend_->run(*s_.ops_[step.node], ins_, outs_);
         }
@@ -197,17 +203,26 @@ class Session::Execution::State final : public ValueLender {
       }
     }
     if (observer_) {
+      // Observers read host memory: a device value is copied to the host for them.
       auto notify = [&](const Plan::Step& st, std::span<const Tensor* const> ins) {
         out_views_.clear();
-        for (int id : st.out) out_views_.push_back(value(id));
+        for (int id : st.out) out_views_.push_back(value_at(id, false));
         observer_->on_node(NodeEvent{s_.nodes_[st.node], ins, out_views_, st.folded, st.node, this});
       };
-      if (step.members.empty()) notify(step, ins_);
+      if (step.members.empty()) {
+        if (on_device) {
+          member_ins_.clear();
+          for (int id : step.in) member_ins_.push_back(value_at(id, false));
+          notify(step, member_ins_);
+        } else {
+          notify(step, ins_);
+        }
+      }
       for (std::size_t k = streamed ? step.members.size() - 1 : 0; k < step.members.size(); ++k) {
         // each node of the group, as if it had run alone (the streamed ones had their pieces)
         const Plan::Step& st = p.steps[step.members[k]];
         member_ins_.clear();
-        for (int id : st.in) member_ins_.push_back(value(id));
+        for (int id : st.in) member_ins_.push_back(value_at(id, false));
         notify(st, member_ins_);
       }
     }
@@ -216,14 +231,18 @@ class Session::Execution::State final : public ValueLender {
       Tensor& t = slots_[std::size_t(id)];
       live_ -= t.capacity();
       live_exact_ -= t.nbytes();
+      // What an observer was given: the value in host memory (its slot or its host copy).
+      Tensor& host = t.on_device() ? mirrors_[std::size_t(id)] : t;
+      Tensor& other = t.on_device() ? t : mirrors_[std::size_t(id)];
       if (const std::shared_ptr<KeptValue::State> k = kept_[std::size_t(id)].lock(); k && k->wanted) {
-        k->owned = std::move(t);  // the observer still reads it: the buffer is the handle's now
+        k->owned = std::move(host);  // the observer still reads it: the buffer is the handle's now
         k->live = &k->owned;
         k->pool = s_.pool_;
       } else {
         if (k) k->live = nullptr;  // let go: no longer readable
-        pool.give(std::move(t));
+        pool.give(std::move(host));
       }
+      pool.give(std::move(other));
       kept_[std::size_t(id)].reset();
     }
   }
@@ -237,13 +256,14 @@ class Session::Execution::State final : public ValueLender {
       const ValueMeta& m = p.metas[std::size_t(id)];
       const bool runtime = !p.constants[std::size_t(id)] && !aliased_[std::size_t(id)];
       const bool unique = std::count(p.output_ids.begin(), p.output_ids.end(), id) == 1;
-      if (m.declared == m.dtype && runtime && unique) {
+      if (m.declared == m.dtype && runtime && unique && !slots_[std::size_t(id)].on_device()) {
         result[s_.graph_.outputs[i].name] = std::move(slots_[std::size_t(id)]);  // handed over, no copy
         continue;
       }
-      const Tensor* t = value(id);
+      const Tensor* t = value_at(id, false);
       result[s_.graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
     }
+    for (Tensor& m : mirrors_) s_.pool_->give(std::move(m));
     if (!s_.options_.keep_buffers) {
       slots_.clear();
       s_.pool_->clear();
@@ -256,12 +276,17 @@ class Session::Execution::State final : public ValueLender {
   KeptValue keep(const Tensor* v) override {
     // A value in a slot is freed when it dies; constants and the caller's inputs are not.
     const std::less<const Tensor*> before;
-    if (slots_.empty() || before(v, slots_.data()) || !before(v, slots_.data() + slots_.size())) {
+    auto index_in = [&](const std::vector<Tensor>& ts) -> std::ptrdiff_t {
+      return ts.empty() || before(v, ts.data()) || !before(v, ts.data() + ts.size()) ? -1 : v - ts.data();
+    };
+    std::ptrdiff_t id = index_in(slots_);
+    if (id < 0) id = index_in(mirrors_);  // a device value's host copy
+    if (id < 0) {
       auto k = std::make_shared<KeptValue::State>();
       k->live = v;
       return KeptValue(std::move(k));
     }
-    std::weak_ptr<KeptValue::State>& w = kept_[std::size_t(v - slots_.data())];
+    std::weak_ptr<KeptValue::State>& w = kept_[std::size_t(id)];
     std::shared_ptr<KeptValue::State> k = w.lock();
     if (!k) {
       k = std::make_shared<KeptValue::State>();
@@ -279,11 +304,16 @@ class Session::Execution::State final : public ValueLender {
     return k && k->wanted;
   }
 
-  // The slot of runtime value `id`, holding a buffer of its shape (from the pool).
-  Tensor* output_slot(int id) {
+  // The slot of runtime value `id`, holding a buffer of its shape (from the pool), on the device
+  // or in host memory.
+  Tensor* output_slot(int id, bool on_device) {
     const ValueMeta& m = p_->metas[std::size_t(id)];
     Tensor& t = slots_[std::size_t(id)];
-    if (!retain_ || !t.reuse_as(m.dtype, m.shape)) t = s_.pool_->take(m.dtype, m.shape);
+    const std::shared_ptr<DeviceMemory>& where = on_device ? s_.device_ : nullptr;
+    if (!retain_ || t.device() != where || !t.reuse_as(m.dtype, m.shape)) {
+      if (t.capacity() > 0) s_.pool_->give(std::move(t));
+      t = s_.pool_->take(m.dtype, m.shape, where);
+    }
     live_ += t.capacity();
     live_exact_ += t.nbytes();
     s_.peak_bytes_ = std::max(s_.peak_bytes_, live_);
@@ -298,6 +328,31 @@ class Session::Execution::State final : public ValueLender {
     return &slots_[std::size_t(id)];
   }
 
+  // Value `id` on the device or in host memory: itself when it is there; a constant's device copy
+  // (the session's, made once); a runtime value's copy there, made on first need and released
+  // with the value.
+  const Tensor* value_at(int id, bool on_device) {
+    const Tensor* v = value(id);
+    if (!v || v->on_device() == on_device) return v;
+    if (const auto& c = p_->constants[std::size_t(id)]) {
+      std::shared_ptr<const Tensor>& d = s_.device_constants_[c.get()];
+      if (!d) d = std::make_shared<const Tensor>(c->to_device(s_.device_));
+      return d.get();
+    }
+    Tensor& m = mirrors_[std::size_t(id)];
+    if (m.capacity() == 0 || m.on_device() != on_device) {
+      if (m.capacity() > 0) s_.pool_->give(std::move(m));
+      m = s_.pool_->take(v->dtype(), v->shape(), on_device ? s_.device_ : nullptr);
+      if (v->nbytes() == 0) {
+      } else if (on_device) {
+        s_.device_->to_device(m.device_data(), v->raw(), v->nbytes());
+      } else {
+        v->device()->to_host(m.raw(), v->device_data(), v->nbytes());
+      }
+    }
+    return &m;
+  }
+
   Session& s_;
   Observer* observer_;
   bool retain_;
@@ -305,6 +360,9 @@ class Session::Execution::State final : public ValueLender {
   const std::vector<Plan::Step>* steps_ = nullptr;
   std::size_t next_ = 0;
   std::vector<Tensor> slots_;
+  // A value's copy in the other memory (device backends: a CPU step's device input, or a device
+  // value an observer reads); freed with the value.
+  std::vector<Tensor> mirrors_;
   std::vector<std::weak_ptr<KeptValue::State>> kept_;  // per value id: a handle's, if any
   std::vector<const Tensor*> aliased_;
   std::size_t live_ = 0, live_exact_ = 0;

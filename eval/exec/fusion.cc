@@ -139,6 +139,8 @@ void Session::fuse(Plan& p) const {
     for (std::size_t i = 0; i + 2 < r; ++i) a.batch *= qs[i];
     a.round_scores = round_to(p.rounding[std::size_t(scores)]);
     a.round_probs = round_to(p.rounding[std::size_t(p.steps[sm].out[0])]);
+    std::shared_ptr<FusedKernel> kernel = backend_->attention(a);
+    if (!kernel) continue;  // the backend runs the nodes one by one
     absorbed[s] = absorbed[sm] = absorbed[std::size_t(mm2)] = true;
     std::vector<std::size_t> members{s};
     if (scale_step >= 0) {
@@ -147,7 +149,7 @@ void Session::fuse(Plan& p) const {
     }
     members.insert(members.end(), {sm, std::size_t(mm2)});
     // The fused step stands where the second MatMul stood: Q, K^T and V all exist by then.
-    fused_at[std::size_t(mm2)] = {backend_->attention(a), {q, kt, v}, std::move(members)};
+    fused_at[std::size_t(mm2)] = {std::move(kernel), {q, kt, v}, std::move(members)};
   }
   // Chains of elementwise float ops with the same output shape, each intermediate read only by the
   // next op; the other operand of a binary op is made outside the chain and is a scalar, a tensor of
@@ -253,8 +255,10 @@ void Session::fuse(Plan& p) const {
       members.push_back(t);
     }
     if (members.size() < 2) continue;
+    std::shared_ptr<FusedKernel> kernel = backend_->elementwise_chain(std::move(stages));
+    if (!kernel) continue;
     for (std::size_t m : members) absorbed[m] = true;
-    fused_at[members.back()] = {backend_->elementwise_chain(std::move(stages)), std::move(inputs), members};
+    fused_at[members.back()] = {std::move(kernel), std::move(inputs), members};
   }
 
   if (std::none_of(fused_at.begin(), fused_at.end(), [](const Fused& f) { return f.kernel != nullptr; })) return;

@@ -154,7 +154,14 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       // in_metas may dangle: new_value above grew p.metas.
       for (std::size_t i = 0; i < step.in.size(); ++i)
         in_metas[i] = step.in[i] < 0 ? nullptr : &p.metas[std::size_t(step.in[i])];
-      ops_[n]->prepare(in_metas);
+      if (device_) {  // a device backend: its kernel, or the CPU's op and why
+        std::vector<ValueMeta> outs;
+        for (int id : step.out) outs.push_back(id < 0 ? ValueMeta{} : p.metas[std::size_t(id)]);
+        std::string why;
+        step.kernel = backend_->compile(node, *ops_[n], in_metas, outs, why);
+        if (!step.kernel) p.host_steps.push_back({n, why.empty() ? "no device kernel" : why});
+      }
+      if (!step.kernel) ops_[n]->prepare(in_metas);
     }
     p.steps.push_back(std::move(step));
   }

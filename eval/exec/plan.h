@@ -47,28 +47,35 @@ std::uint64_t max_tensor_bytes();
 // run (the observed step leaves many same-size buffers behind; the oldest is cold).
 class BufferPool {
  public:
-  Tensor take(DType dtype, const Shape& shape) {
+  // A buffer of `dtype` and `shape` in host memory, or in `device`'s memory when given (a device
+  // backend's values). A pool serves one device besides the host.
+  Tensor take(DType dtype, const Shape& shape, const std::shared_ptr<DeviceMemory>& device = nullptr) {
     const std::size_t need = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-    auto it = free_.lower_bound(need);
-    if (it != free_.end() && it->first <= 2 * need + 4096) {
+    auto& free = device ? device_free_ : free_;
+    auto it = free.lower_bound(need);
+    if (it != free.end() && it->first <= 2 * need + 4096 && it->second.device() == device) {
       Tensor t = std::move(it->second);
-      free_.erase(it);
+      free.erase(it);
       t.reuse_as(dtype, shape);
       return t;
     }
-    Tensor t(dtype, shape);
+    Tensor t(dtype, shape, device);
     allocated_ += t.capacity();
     return t;
   }
   std::size_t allocated_bytes() const { return allocated_; }
   void give(Tensor&& t) {
     // Inserted before its equals, so that take()'s lower_bound finds it first (LIFO).
-    if (t.capacity() > 0) free_.emplace_hint(free_.lower_bound(t.capacity()), t.capacity(), std::move(t));
+    auto& free = t.on_device() ? device_free_ : free_;
+    if (t.capacity() > 0) free.emplace_hint(free.lower_bound(t.capacity()), t.capacity(), std::move(t));
   }
-  void clear() { free_.clear(); }
+  void clear() {
+    free_.clear();
+    device_free_.clear();
+  }
 
  private:
-  std::multimap<std::size_t, Tensor> free_;
+  std::multimap<std::size_t, Tensor> free_, device_free_;
   std::size_t allocated_ = 0;
 };
 
@@ -86,6 +93,9 @@ struct Session::Plan {
     // A pure view op (Reshape and kin: the output holds the input's bytes, same type): when its
     // input dies at this step, the output takes over the input's buffer instead of a copy.
     bool view = false;
+    // A device backend's kernel for the node (Backend::compile); null: the node runs on the CPU
+    // (a fused step runs on the device when the device backend made its kernel).
+    std::shared_ptr<StepKernel> kernel;
   };
   std::vector<ValueMeta> metas;
   std::vector<std::shared_ptr<const Tensor>> constants;  // per value id, null for runtime values
@@ -98,6 +108,8 @@ struct Session::Plan {
   std::vector<Tensor> retained;
   std::vector<int> input_ids, output_ids;
   std::unordered_map<std::string, int> ids;
+  // A device backend's plan: the nodes that run on the CPU and why (Session::host_steps).
+  std::vector<HostStep> host_steps;
 };
 
 }  // namespace qeval::eval

@@ -51,7 +51,8 @@ Session::Session(const Graph& graph, SessionOptions options)
     : graph_(graph),
       options_(options),
       pool_(options.pool ? options.pool : std::make_shared<BufferPool>()),
-      backend_(options.backend ? options.backend : cpu_backend()) {
+      backend_(options.backend ? options.backend : default_backend()),
+      device_(backend_->memory()) {
   if (options_.integer_qdq) {
     quant::QdqFusion fusion = quant::fuse_qdq(graph);
     nodes_ = std::move(fusion.nodes);
@@ -94,6 +95,10 @@ Session::~Session() = default;
 std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
 
 std::size_t Session::pool_allocated_bytes(const BufferPool& pool) { return pool.allocated_bytes(); }
+
+std::vector<HostStep> Session::host_steps(const std::map<std::string, Shape>& input_shapes) {
+  return plan_for(input_shapes, {}).host_steps;
+}
 
 void Session::drop_retained() {
   for (auto& [key, plan] : plans_) {

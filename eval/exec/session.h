@@ -51,8 +51,15 @@ struct SessionOptions {
   // The most one tensor a run allocates may take, in bytes; 0: the machine's memory and swap. A
   // larger node output is an InputError naming the node when the plan is made.
   std::uint64_t max_tensor_bytes = 0;
-  // What runs the steps (eval/exec/backend.h); null: qeval's CPU kernels (cpu_backend()).
+  // What runs the steps (eval/exec/backend.h); null: default_backend() (the CPU's unless the
+  // process chose a device: qeval --device).
   std::shared_ptr<Backend> backend = nullptr;
+};
+
+// A node a device backend's plan runs on the CPU, and why (Backend::compile's reason).
+struct HostStep {
+  std::size_t node;  // index in Session::nodes()
+  std::string why;
 };
 
 // Not thread-safe: one Session per thread (sessions over the same Graph share its weights).
@@ -112,6 +119,10 @@ class Session {
   // step, and with a pool shared by the worker's sessions the VAE decoder reuses them).
   void drop_retained();
 
+  // On a device backend: the nodes the plan for these input shapes runs on the CPU, and why
+  // (empty on the CPU backend, whose nodes all run in host memory).
+  std::vector<HostStep> host_steps(const std::map<std::string, Shape>& input_shapes);
+
   // Metas of every value after planning for these input shapes (for inspect and tests).
   std::map<std::string, ValueMeta> infer_metas(const std::map<std::string, Shape>& input_shapes);
 
@@ -156,7 +167,10 @@ class Session {
   std::set<std::string> constant_graph_inputs_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;  // key: input shapes + int input values
   std::shared_ptr<BufferPool> pool_;                    // activation buffers, kept across runs (maybe shared)
-  std::shared_ptr<Backend> backend_;                    // runs the steps (options.backend or the CPU's)
+  std::shared_ptr<Backend> backend_;                    // runs the steps (options.backend or the default)
+  std::shared_ptr<DeviceMemory> device_;                // backend_->memory(): null on the CPU
+  // Constants (weights, folded values) copied to the device once for every plan's device steps.
+  std::unordered_map<const Tensor*, std::shared_ptr<const Tensor>> device_constants_;
   std::size_t peak_bytes_ = 0;
   std::size_t live_peak_bytes_ = 0;
 };

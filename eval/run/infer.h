@@ -20,6 +20,7 @@ struct InferOptions {
   std::map<std::string, Shape> shapes;
   std::optional<std::filesystem::path> dump_dir;  // --dump-all: every node output as .npy
   bool integer_qdq = true;                        // false (--float-qdq): no Q/DQ fusion, DQ then float ops
+  int repeat = 0;  // --repeat: runs after the first, timed (the first plans, packs and uploads weights)
 };
 
 struct InferResult {
@@ -31,7 +32,11 @@ struct InferResult {
   std::vector<Output> outputs;     // in the graph's order
   std::size_t dumped = 0;          // tensors written by --dump-all
   double elapsed_ms = 0;           // the run itself, without I/O
+  std::vector<double> repeat_ms;   // each --repeat run, in order
   std::vector<std::string> fused;  // nodes run on int8 kernels (Q/DQ fusion)
+  std::string device;              // the backend's name ("cpu", "cuda:0")
+  // On a device backend: the nodes that ran on the CPU and why ("Softmax 'sm': no CUDA kernel ...").
+  std::vector<std::string> host_nodes;
 };
 
 // Inputs are read from <stem>.npy and outputs written as <stem>.npy, stems given by one FileNamer

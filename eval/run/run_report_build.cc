@@ -148,6 +148,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   cfg.steps = driver.description().steps;
   if (driver.kind().denoising) cfg.seeds = spec.seeds;
   cfg.threads = ctx.threads;
+  cfg.device = ctx.device;
   cfg.shard = ctx.shard;
   cfg.settings = driver.description().settings;
   cfg.settings.emplace_back("config", spec.source.empty() ? "default (no --config)" : spec.source.string());

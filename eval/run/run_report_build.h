@@ -15,6 +15,7 @@ class CallShapes;  // eval/run/compare_recipes.h
 struct ReportContext {
   std::string tool_version, created_utc, command_line;
   int threads = 0;
+  std::string device = "cpu";  // the models' backend (Backend::name)
   std::string shard;  // "" or "I/N"
   // false: the model, input and export fingerprints stay empty (they hash every weight and the
   // input set; triage builds a report per search step and reads only its metrics and gate).

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "eval/exec/session.h"
 #include "onnx_builder.h"
@@ -104,6 +106,174 @@ TEST(Backend, AGivenBackendRunsEveryStepWithTheCpuBits) {
     EXPECT_GT(counting->runs, runs_before);
     EXPECT_EQ(0, std::memcmp(observed.raw(), want.raw(), want.nbytes())) << precision_name(precision);
   }
+}
+
+// A device whose memory is host memory behind the DeviceMemory interface: tensors there refuse
+// host access like a GPU's, so any path that reads device bytes on the host throws.
+class FakeMemory final : public DeviceMemory {
+ public:
+  std::string name() const override { return "fake:0"; }
+  void* allocate(std::size_t bytes) override {
+    ++allocations;
+    return std::calloc(1, bytes);
+  }
+  void release(void* p) noexcept override {
+    ++releases;
+    std::free(p);
+  }
+  void to_device(void* dst, const void* src, std::size_t bytes) override {
+    ++uploads;
+    std::memcpy(dst, src, bytes);
+  }
+  void to_host(void* dst, const void* src, std::size_t bytes) override {
+    ++downloads;
+    std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+  int allocations = 0, releases = 0, uploads = 0, downloads = 0;
+};
+
+// A device backend over FakeMemory: a compiled node runs the CPU op on host copies of its device
+// inputs and writes its device outputs; Softmax and Transpose are declined (they run on the CPU).
+class FakeDeviceBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "fake"; }
+  std::shared_ptr<DeviceMemory> memory() const override { return memory_; }
+  void run(const Op& op, std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    for (const Tensor* t : in) EXPECT_TRUE(!t || !t->on_device());
+    ++host_runs;
+    op.run(in, out);
+  }
+  std::unique_ptr<StepKernel> compile(const Node& node, const Op& op, std::span<const ValueMeta* const>,
+                                      std::span<const ValueMeta>, std::string& why) override {
+    if (node.op_type == "Softmax" || node.op_type == "Transpose") {
+      why = "fake: no " + node.op_type + " kernel";
+      return nullptr;
+    }
+    return std::make_unique<Kernel>(op, *this);
+  }
+  std::shared_ptr<FusedKernel> attention(const kernels::AttentionShape&) override { return nullptr; }
+  std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage>) override { return nullptr; }
+  void round(Tensor& value, Rounding rounding) override {
+    if (!value.on_device()) return cpu_backend()->round(value, rounding);
+    Tensor host = value.to_host();
+    cpu_backend()->round(host, rounding);
+    memory_->to_device(value.device_data(), host.raw(), host.nbytes());
+  }
+  int host_runs = 0, device_runs = 0;
+
+ private:
+  class Kernel final : public StepKernel {
+   public:
+    Kernel(const Op& op, FakeDeviceBackend& b) : op_(op), b_(b) {}
+    void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+      ++b_.device_runs;
+      std::vector<Tensor> host_in, host_out;
+      std::vector<const Tensor*> ins;
+      std::vector<Tensor*> outs;
+      for (const Tensor* t : in) {
+        EXPECT_TRUE(!t || t->on_device());
+        host_in.push_back(t ? t->to_host() : Tensor());
+      }
+      for (std::size_t i = 0; i < in.size(); ++i) ins.push_back(in[i] ? &host_in[i] : nullptr);
+      for (Tensor* t : out) {
+        EXPECT_TRUE(!t || t->on_device());
+        host_out.push_back(t ? Tensor(t->dtype(), t->shape()) : Tensor());
+      }
+      for (std::size_t i = 0; i < out.size(); ++i) outs.push_back(out[i] ? &host_out[i] : nullptr);
+      op_.run(ins, outs);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        if (out[i]) b_.memory_->to_device(out[i]->device_data(), host_out[i].raw(), host_out[i].nbytes());
+    }
+
+   private:
+    const Op& op_;
+    FakeDeviceBackend& b_;
+  };
+  std::shared_ptr<FakeMemory> memory_ = std::make_shared<FakeMemory>();
+
+ public:
+  FakeMemory& fake() { return *memory_; }
+};
+
+// Every node's output bytes, as an observer sees them (host memory), and one value kept past its
+// release (a reference read after the execution moved on, as lockstep comparison does).
+class Recorder final : public Observer {
+ public:
+  void on_node(const NodeEvent& e) override {
+    for (const Tensor* t : e.outputs) {
+      ASSERT_TRUE(t && !t->on_device()) << e.node.name;
+      outputs[e.node.name] = *t;
+    }
+    if (e.node.name == "add") kept = e.keep(e.outputs[0]);
+  }
+  std::map<std::string, Tensor> outputs;
+  KeptValue kept;
+};
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+TEST(Backend, ADeviceBackendRunsItsNodesOnTheDeviceAndTheRestOnTheCpuWithTheCpuBits) {
+  const Graph g = graph();
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    SCOPED_TRACE(std::string(precision_name(precision)));
+    auto device = std::make_shared<FakeDeviceBackend>();
+    {
+      SessionOptions with{precision};
+      with.backend = device;
+      Session cpu(g, SessionOptions{precision}), dev(g, with);
+      const Tensor want = cpu.run(inputs()).at("y");
+      const Tensor got = dev.run(inputs()).at("y");
+      EXPECT_FALSE(got.on_device());
+      EXPECT_TRUE(same_bytes(got, want));
+      EXPECT_GE(device->device_runs, 6);  // MatMul, Mul, MatMul, Add, Sigmoid, Mul
+      EXPECT_EQ(device->host_runs, 2);    // Softmax, Transpose
+      // The plan says which nodes run on the CPU and why.
+      const auto host = dev.host_steps({{"q", {2, 16, 8}}, {"kt", {2, 8, 16}}, {"v", {2, 16, 4}}});
+      ASSERT_EQ(host.size(), 2u);
+      EXPECT_EQ(dev.nodes()[host[0].node].name, "softmax");
+      EXPECT_EQ(host[0].why, "fake: no Softmax kernel");
+      EXPECT_EQ(dev.nodes()[host[1].node].name, "transpose");
+
+      // Observed: every node's values reach the observer in host memory, equal to the CPU's; a
+      // kept device value stays readable after its release.
+      Recorder on_cpu, on_device;
+      cpu.run(inputs(), &on_cpu);
+      const Tensor observed = dev.run(inputs(), &on_device).at("y");
+      EXPECT_TRUE(same_bytes(observed, want));
+      ASSERT_EQ(on_device.outputs.size(), g.nodes.size());
+      for (const auto& [name, t] : on_cpu.outputs) EXPECT_TRUE(same_bytes(on_device.outputs.at(name), t)) << name;
+      ASSERT_NE(on_device.kept.get(), nullptr);
+      EXPECT_TRUE(same_bytes(*on_device.kept.get(), on_cpu.outputs.at("add")));
+
+      // A retaining execution, twice: the same outputs (device buffers reused in place).
+      const std::map<std::string, Tensor> given = inputs();  // must outlive the executions
+      for (int i = 0; i < 2; ++i) {
+        Session::Execution e(dev, given, nullptr, /*retain=*/true);
+        EXPECT_TRUE(same_bytes(e.finish().at("y"), want));
+      }
+      EXPECT_GT(device->fake().uploads, 0);
+      EXPECT_GT(device->fake().downloads, 0);
+    }
+    // Every device buffer went back when the sessions and kept values were gone.
+    EXPECT_EQ(device->fake().allocations, device->fake().releases);
+  }
+}
+
+TEST(Backend, DeviceTensorsRefuseHostAccess) {
+  auto memory = std::make_shared<FakeMemory>();
+  Tensor t(DType::kFloat32, {2, 3}, memory);
+  EXPECT_TRUE(t.on_device());
+  EXPECT_THROW(t.raw(), std::logic_error);
+  EXPECT_THROW(t.data<float>(), std::logic_error);
+  Tensor host = floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor there = host.to_device(memory);
+  Tensor copy = there;  // a device copy
+  EXPECT_TRUE(copy.on_device());
+  EXPECT_TRUE(same_bytes(copy.to_host(), host));
+  EXPECT_THROW(host.device_data(), std::logic_error);
 }
 
 TEST(Backend, TheDefaultIsTheCpu) {

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
 
 #include "datasets/npy.h"
 #include "eval/run/infer.h"
@@ -48,6 +49,34 @@ TEST(InferCli, RunsAModelOnNpyFilesAndDumpsIntermediates) {
   ASSERT_EQ(index.size(), 2u);
   EXPECT_EQ(index[0]["tensor"], "sum");
   EXPECT_EQ(index[1]["file"], "out_y.npy");
+}
+
+TEST(InferCli, RepeatTimesTheRunsAndAGpuThatIsNotThereIsExitTwo) {
+  testing::ScratchDir dir("infer-device");
+  write_model(dir / "m.onnx");
+  std::filesystem::create_directories(dir / "in");
+  datasets::write_npy(dir / "in" / "in_x_0.npy", floats({2, 3}, {1, 1, 1, -2, 0, -1}));
+  const std::string io =
+      " --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() + " --outputs " + (dir / "out").string();
+  auto timed = qeval("infer --device cpu --repeat 3" + io);
+  ASSERT_EQ(timed.code, 0) << timed.out;
+  EXPECT_NE(timed.out.find("(fp32 precision, cpu)"), std::string::npos) << timed.out;
+  EXPECT_NE(timed.out.find("--repeat 3: median"), std::string::npos) << timed.out;
+
+  auto bad = qeval("infer --device tpu" + io);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("--device tpu: expected cpu, cuda or cuda:N"), std::string::npos) << bad.out;
+  EXPECT_EQ(qeval("infer --device cuda:x" + io).code, 2);
+  // This machine has no GPU (the GPU suite runs elsewhere: scripts/test-gpu.sh); a build without
+  // the CUDA backend says so, one with it names the missing device. Either way nothing is written.
+  if (std::getenv("QEVAL_TEST_HAS_GPU")) GTEST_SKIP() << "QEVAL_TEST_HAS_GPU is set: a GPU is expected here";
+  std::filesystem::remove_all(dir / "out");
+  auto gpu = qeval("infer --device cuda:3" + io);
+  EXPECT_EQ(gpu.code, 2) << gpu.out;
+  EXPECT_TRUE(gpu.out.find("built without the CUDA backend") != std::string::npos ||
+              gpu.out.find("cuda:3") != std::string::npos)
+      << gpu.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
 }
 
 TEST(InferCli, BadInputsExitTwoWithTheReason) {

@@ -32,7 +32,8 @@ unsigned blocks_for(i64 n) {
 }
 
 // Grid-stride loop over [0, n).
-#define QEVAL_FOR(i, n) for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += i64(gridDim.x) * blockDim.x)
+#define QEVAL_FOR(i, n) \
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += i64(gridDim.x) * blockDim.x)
 
 // Offset of operand k for dense index i of the walk.
 __device__ inline i64 walk_offset(const Walk& w, int k, i64 i) {
@@ -177,45 +178,43 @@ __global__ void unary_int_kernel(Unary op, const T* x, T* y, i64 n, T lo, T hi) 
   }
 }
 
-__global__ void not_kernel(const bool* x, bool* y, i64 n) {
-  QEVAL_FOR(i, n) y[i] = !x[i];
-}
+__global__ void not_kernel(const bool* x, bool* y, i64 n) { QEVAL_FOR(i, n) y[i] = !x[i]; }
 
 template <class T>
 __device__ inline T arith(Binary op, T a, T b) {
   if constexpr (std::is_same_v<T, bool>) {
     return a;  // bools only compare
   } else {
-  switch (op) {
-    case Binary::kAdd: return T(a + b);
-    case Binary::kSub: return T(a - b);
-    case Binary::kMul: return T(a * b);
-    case Binary::kDiv:
-      if constexpr (std::is_integral_v<T>) {
-        if (b == 0) return T(0);
-        if (b == T(-1)) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
-      }
-      return T(a / b);
-    case Binary::kPow:
-      if constexpr (std::is_same_v<T, float>) return powf(a, b);
-      else return T(pow(double(a), double(b)));
-    case Binary::kMax:
-      if constexpr (std::is_floating_point_v<T>) {
-        if (a != a) return a;
-        if (b != b) return b;
-      }
-      return a < b ? b : a;
-    case Binary::kMin:
-      if constexpr (std::is_floating_point_v<T>) {
-        if (a != a) return a;
-        if (b != b) return b;
-      }
-      return b < a ? b : a;
-    case Binary::kMod:
-      if constexpr (std::is_floating_point_v<T>) return T(fmod(a, b));
-      else return b == 0 ? T(0) : T(a % b);
-    default: return T(0);
-  }
+    switch (op) {
+      case Binary::kAdd: return T(a + b);
+      case Binary::kSub: return T(a - b);
+      case Binary::kMul: return T(a * b);
+      case Binary::kDiv:
+        if constexpr (std::is_integral_v<T>) {
+          if (b == 0) return T(0);
+          if (b == T(-1)) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
+        }
+        return T(a / b);
+      case Binary::kPow:
+        if constexpr (std::is_same_v<T, float>) return powf(a, b);
+        else return T(pow(double(a), double(b)));
+      case Binary::kMax:
+        if constexpr (std::is_floating_point_v<T>) {
+          if (a != a) return a;
+          if (b != b) return b;
+        }
+        return a < b ? b : a;
+      case Binary::kMin:
+        if constexpr (std::is_floating_point_v<T>) {
+          if (a != a) return a;
+          if (b != b) return b;
+        }
+        return b < a ? b : a;
+      case Binary::kMod:
+        if constexpr (std::is_floating_point_v<T>) return T(fmod(a, b));
+        else return b == 0 ? T(0) : T(a % b);
+      default: return T(0);
+    }
   }
 }
 
@@ -571,7 +570,7 @@ void strided_copy(const void* src, void* dst, int bytes, const Walk& walk, Strea
   by_size(bytes, [&](auto t) {
     using T = decltype(t);
     strided_copy_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const T*>(src), static_cast<T*>(dst),
-                                                                     walk, n);
+                                                                      walk, n);
   });
   check_launch("strided_copy");
 }
@@ -584,7 +583,7 @@ void gather_map(const void* src, void* dst, int bytes, const std::int64_t* map, 
     T f{};
     if (fill) std::memcpy(&f, fill, sizeof(T));
     gather_map_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const T*>(src), static_cast<T*>(dst),
-                                                                   map, n, f);
+                                                                    map, n, f);
   });
   check_launch("gather_map");
 }
@@ -596,7 +595,7 @@ void gather_axis(const void* src, const void* indices, bool indices64, void* dst
   by_size(bytes, [&](auto t) {
     using T = decltype(t);
     gather_axis_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const T*>(src), indices, indices64,
-                                                                    static_cast<T*>(dst), axis, inner, count, n);
+                                                                     static_cast<T*>(dst), axis, inner, count, n);
   });
   check_launch("gather_axis");
 }
@@ -607,13 +606,13 @@ void unary(Unary op, Elem elem, const void* x, void* y, std::int64_t n, float p0
     not_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const bool*>(x), static_cast<bool*>(y), n);
   } else if (elem == Elem::kF32) {
     unary_f32_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(op, static_cast<const float*>(x),
-                                                                  static_cast<float*>(y), n, p0, p1);
+                                                                   static_cast<float*>(y), n, p0, p1);
   } else if (elem == Elem::kI32) {
     unary_int_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(
         op, static_cast<const std::int32_t*>(x), static_cast<std::int32_t*>(y), n, std::int32_t(p0), std::int32_t(p1));
   } else if (elem == Elem::kI64) {
     unary_int_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(op, static_cast<const i64*>(x), static_cast<i64*>(y),
-                                                                  n, i64(p0), i64(p1));
+                                                                   n, i64(p0), i64(p1));
   } else {
     throw std::logic_error("CUDA unary: element type not supported");
   }
@@ -626,7 +625,7 @@ void binary(Binary op, Elem elem, const void* a, const void* b, void* y, const W
   auto go = [&](auto t) {
     using T = decltype(t);
     binary_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
-                                                               y, walk, n);
+                                                                y, walk, n);
   };
   switch (elem) {
     case Elem::kF32: go(float{}); break;
@@ -647,7 +646,7 @@ void where(const void* cond, const void* x, const void* y, void* out, int bytes,
   by_size(bytes, [&](auto t) {
     using T = decltype(t);
     where_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const bool*>(cond), static_cast<const T*>(x),
-                                                              static_cast<const T*>(y), static_cast<T*>(out), walk, n);
+                                                               static_cast<const T*>(y), static_cast<T*>(out), walk, n);
   });
   check_launch("where");
 }
@@ -703,7 +702,7 @@ void batch_norm(const float* x, float* y, std::int64_t outer, std::int64_t chann
   const i64 n = outer * channels * inner;
   if (n == 0) return;
   batch_norm_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, y, channels, inner, scale, bias, mean, var,
-                                                                 epsilon, n);
+                                                                  epsilon, n);
   check_launch("batch_norm");
 }
 
@@ -749,7 +748,7 @@ void resize_axis(const float* x, float* y, std::int64_t outer, std::int64_t in, 
   const i64 n = outer * out * inner;
   if (n == 0) return;
   resize_axis_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, y, in, out, inner, taps, index, weight,
-                                                                  extrapolate, extrapolation_value, n);
+                                                                   extrapolate, extrapolation_value, n);
   check_launch("resize_axis");
 }
 

@@ -37,16 +37,54 @@ void gather_axis(const void* src, const void* indices, bool indices64, void* dst
                  std::int64_t axis, std::int64_t inner, std::int64_t count, Stream s);
 
 enum class Unary : std::uint8_t {
-  kNeg, kAbs, kSqrt, kExp, kLog, kErf, kTanh, kSigmoid, kRelu, kReciprocal, kFloor, kCeil, kRound, kSign, kSin,
-  kCos, kSoftplus, kSoftsign, kLeakyRelu, kElu, kHardSigmoid, kHardSwish, kGeluErf, kGeluTanh, kClip, kNot,
+  kNeg,
+  kAbs,
+  kSqrt,
+  kExp,
+  kLog,
+  kErf,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kReciprocal,
+  kFloor,
+  kCeil,
+  kRound,
+  kSign,
+  kSin,
+  kCos,
+  kSoftplus,
+  kSoftsign,
+  kLeakyRelu,
+  kElu,
+  kHardSigmoid,
+  kHardSwish,
+  kGeluErf,
+  kGeluTanh,
+  kClip,
+  kNot,
 };
 // y[i] = f(x[i]) in float (p0, p1: the op's parameters: LeakyRelu/Elu alpha, HardSigmoid alpha and
 // beta, Clip min and max). kNot takes bools, kNeg/kAbs/kRelu/kSign also int32/int64 (elem).
 void unary(Unary op, Elem elem, const void* x, void* y, std::int64_t n, float p0, float p1, Stream s);
 
 enum class Binary : std::uint8_t {
-  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kMod, kEqual, kGreater, kLess, kGreaterOrEqual, kLessOrEqual, kAnd,
-  kOr, kXor,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,
+  kMod,
+  kEqual,
+  kGreater,
+  kLess,
+  kGreaterOrEqual,
+  kLessOrEqual,
+  kAnd,
+  kOr,
+  kXor,
 };
 // y = f(a, b) over the walk's counts (operand 0: a, 1: b; y dense). Arithmetic on kF32, kF64,
 // kI32, kI64 (integer Div truncates; a zero divisor gives 0); comparisons write bools.
@@ -79,8 +117,8 @@ void reduce_rows(Reduce op, const float* x, float* y, std::int64_t rows, std::in
 
 // Convolution pieces. im2col of one image [c, h, w] into [c * kh * kw, oh * ow].
 struct Conv2d {
-  std::int64_t n, c, h, w;       // input
-  std::int64_t m, oh, ow;        // output channels and size
+  std::int64_t n, c, h, w;  // input
+  std::int64_t m, oh, ow;   // output channels and size
   std::int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   std::int64_t group;
 };

@@ -300,9 +300,10 @@ TEST(CudaConformance, EveryCompiledNodeOfTheOnnxNodeTestsMatchesTheCpuOp) {
   std::vector<std::pair<int, std::string>> reasons;
   for (const auto& [why, n] : r.reasons) reasons.emplace_back(n, why);
   std::sort(reasons.rbegin(), reasons.rend());
-  std::printf("CUDA node tests: %d nodes ran on the device (%d failed, %d not bit-deterministic), %d declined, %d "
-              "folded on the CPU\n",
-              r.compiled, r.failed, r.nondeterministic, r.declined, r.folded);
+  std::printf(
+      "CUDA node tests: %d nodes ran on the device (%d failed, %d not bit-deterministic), %d declined, %d "
+      "folded on the CPU\n",
+      r.compiled, r.failed, r.nondeterministic, r.declined, r.folded);
   std::printf("top reasons for declining:\n");
   for (std::size_t i = 0; i < reasons.size() && i < 25; ++i)
     std::printf("  %4d  %s\n", reasons[i].first, reasons[i].second.c_str());

@@ -44,7 +44,9 @@ class ClosureKernel final : public StepKernel {
   Body body_;
 };
 
-std::unique_ptr<StepKernel> kernel(ClosureKernel::Body body) { return std::make_unique<ClosureKernel>(std::move(body)); }
+std::unique_ptr<StepKernel> kernel(ClosureKernel::Body body) {
+  return std::make_unique<ClosureKernel>(std::move(body));
+}
 
 std::optional<kc::Elem> elem_of(DType t) {
   switch (t) {
@@ -237,15 +239,22 @@ std::unique_ptr<StepKernel> compile_index_map(const Site& s) {
 // ---- elementwise --------------------------------------------------------------------------------
 
 std::optional<kc::Binary> binary_kind(const std::string& t) {
-  static const std::pair<const char*, kc::Binary> kOps[] = {
-      {"Add", kc::Binary::kAdd},         {"Sub", kc::Binary::kSub},
-      {"Mul", kc::Binary::kMul},         {"Div", kc::Binary::kDiv},
-      {"Pow", kc::Binary::kPow},         {"Max", kc::Binary::kMax},
-      {"Min", kc::Binary::kMin},         {"Sum", kc::Binary::kAdd},
-      {"Equal", kc::Binary::kEqual},     {"Greater", kc::Binary::kGreater},
-      {"Less", kc::Binary::kLess},       {"GreaterOrEqual", kc::Binary::kGreaterOrEqual},
-      {"LessOrEqual", kc::Binary::kLessOrEqual}, {"And", kc::Binary::kAnd},
-      {"Or", kc::Binary::kOr},           {"Xor", kc::Binary::kXor}};
+  static const std::pair<const char*, kc::Binary> kOps[] = {{"Add", kc::Binary::kAdd},
+                                                            {"Sub", kc::Binary::kSub},
+                                                            {"Mul", kc::Binary::kMul},
+                                                            {"Div", kc::Binary::kDiv},
+                                                            {"Pow", kc::Binary::kPow},
+                                                            {"Max", kc::Binary::kMax},
+                                                            {"Min", kc::Binary::kMin},
+                                                            {"Sum", kc::Binary::kAdd},
+                                                            {"Equal", kc::Binary::kEqual},
+                                                            {"Greater", kc::Binary::kGreater},
+                                                            {"Less", kc::Binary::kLess},
+                                                            {"GreaterOrEqual", kc::Binary::kGreaterOrEqual},
+                                                            {"LessOrEqual", kc::Binary::kLessOrEqual},
+                                                            {"And", kc::Binary::kAnd},
+                                                            {"Or", kc::Binary::kOr},
+                                                            {"Xor", kc::Binary::kXor}};
   for (const auto& [name, k] : kOps)
     if (t == name) return k;
   return std::nullopt;
@@ -285,8 +294,7 @@ std::unique_ptr<StepKernel> compile_binary(const Site& s, kc::Binary op) {
   return kernel([walks, op, e = *e, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     kc::binary(op, e, in[0]->device_data(), in[1]->device_data(), out[0]->device_data(), walks[0], mem.stream());
     for (std::size_t i = 1; i < walks.size(); ++i)
-      kc::binary(op, e, out[0]->device_data(), in[i + 1]->device_data(), out[0]->device_data(), walks[i],
-                 mem.stream());
+      kc::binary(op, e, out[0]->device_data(), in[i + 1]->device_data(), out[0]->device_data(), walks[i], mem.stream());
   });
 }
 
@@ -304,16 +312,31 @@ std::unique_ptr<StepKernel> compile_where(const Site& s) {
 std::unique_ptr<StepKernel> compile_unary(const Site& s) {
   const Node& n = s.node;
   const std::string& t = n.op_type;
-  static const std::pair<const char*, kc::Unary> kOps[] = {
-      {"Neg", kc::Unary::kNeg},         {"Abs", kc::Unary::kAbs},           {"Sqrt", kc::Unary::kSqrt},
-      {"Exp", kc::Unary::kExp},         {"Log", kc::Unary::kLog},           {"Erf", kc::Unary::kErf},
-      {"Tanh", kc::Unary::kTanh},       {"Sigmoid", kc::Unary::kSigmoid},   {"Relu", kc::Unary::kRelu},
-      {"Reciprocal", kc::Unary::kReciprocal}, {"Floor", kc::Unary::kFloor}, {"Ceil", kc::Unary::kCeil},
-      {"Round", kc::Unary::kRound},     {"Sign", kc::Unary::kSign},         {"Sin", kc::Unary::kSin},
-      {"Cos", kc::Unary::kCos},         {"Softplus", kc::Unary::kSoftplus}, {"Softsign", kc::Unary::kSoftsign},
-      {"LeakyRelu", kc::Unary::kLeakyRelu}, {"Elu", kc::Unary::kElu},       {"HardSigmoid", kc::Unary::kHardSigmoid},
-      {"HardSwish", kc::Unary::kHardSwish}, {"Gelu", kc::Unary::kGeluErf},  {"Clip", kc::Unary::kClip},
-      {"Not", kc::Unary::kNot}};
+  static const std::pair<const char*, kc::Unary> kOps[] = {{"Neg", kc::Unary::kNeg},
+                                                           {"Abs", kc::Unary::kAbs},
+                                                           {"Sqrt", kc::Unary::kSqrt},
+                                                           {"Exp", kc::Unary::kExp},
+                                                           {"Log", kc::Unary::kLog},
+                                                           {"Erf", kc::Unary::kErf},
+                                                           {"Tanh", kc::Unary::kTanh},
+                                                           {"Sigmoid", kc::Unary::kSigmoid},
+                                                           {"Relu", kc::Unary::kRelu},
+                                                           {"Reciprocal", kc::Unary::kReciprocal},
+                                                           {"Floor", kc::Unary::kFloor},
+                                                           {"Ceil", kc::Unary::kCeil},
+                                                           {"Round", kc::Unary::kRound},
+                                                           {"Sign", kc::Unary::kSign},
+                                                           {"Sin", kc::Unary::kSin},
+                                                           {"Cos", kc::Unary::kCos},
+                                                           {"Softplus", kc::Unary::kSoftplus},
+                                                           {"Softsign", kc::Unary::kSoftsign},
+                                                           {"LeakyRelu", kc::Unary::kLeakyRelu},
+                                                           {"Elu", kc::Unary::kElu},
+                                                           {"HardSigmoid", kc::Unary::kHardSigmoid},
+                                                           {"HardSwish", kc::Unary::kHardSwish},
+                                                           {"Gelu", kc::Unary::kGeluErf},
+                                                           {"Clip", kc::Unary::kClip},
+                                                           {"Not", kc::Unary::kNot}};
   std::optional<kc::Unary> op;
   for (const auto& [name, k] : kOps)
     if (t == name) op = k;
@@ -367,20 +390,21 @@ std::unique_ptr<StepKernel> compile_unary(const Site& s) {
 std::unique_ptr<StepKernel> compile_cast(const Site& s) {
   if (!s.has(0)) return s.decline("missing input");
   const auto from = elem_of(s.in[0]->dtype), to = elem_of(s.out[0].dtype);
-  if (!from || !to) return s.decline("cast between " + type_name(s.in[0]->declared) + " and " + type_name(s.out[0].declared));
+  if (!from || !to)
+    return s.decline("cast between " + type_name(s.in[0]->declared) + " and " + type_name(s.out[0].declared));
   const DType d = s.out[0].declared;
-  if (d != s.out[0].dtype && d != DType::kFloat16 && d != DType::kBFloat16)
-    return s.decline("cast to " + type_name(d));
+  if (d != s.out[0].dtype && d != DType::kFloat16 && d != DType::kBFloat16) return s.decline("cast to " + type_name(d));
   if (s.in[0]->dtype == DType::kFloat32 && s.out[0].dtype != DType::kFloat32 && s.out[0].dtype != DType::kFloat64 &&
       s.out[0].dtype != DType::kBool)
     return s.decline("float to integer cast (out-of-range values are the CPU's to define)");
   const int round = d == DType::kFloat16 ? 1 : (d == DType::kBFloat16 ? 2 : 0);
-  return kernel([f = *from, t = *to, round, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
-    const i64 n = in[0]->numel();
-    kc::cast(f, t, in[0]->device_data(), out[0]->device_data(), n, mem.stream());
-    if (round == 1) kc::round_float16(fptr(out[0]), n, mem.stream());
-    if (round == 2) kc::round_bfloat16(fptr(out[0]), n, mem.stream());
-  });
+  return kernel(
+      [f = *from, t = *to, round, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+        const i64 n = in[0]->numel();
+        kc::cast(f, t, in[0]->device_data(), out[0]->device_data(), n, mem.stream());
+        if (round == 1) kc::round_float16(fptr(out[0]), n, mem.stream());
+        if (round == 2) kc::round_bfloat16(fptr(out[0]), n, mem.stream());
+      });
 }
 
 // ---- GEMM ---------------------------------------------------------------------------------------
@@ -476,8 +500,8 @@ std::unique_ptr<StepKernel> compile_conv(const Site& s) {
       kc::conv2d_direct(fptr(in[0]), fptr(in[1]), bias ? fptr(in[2]) : nullptr, fptr(out[0]), p, mem.stream());
     });
   }
-  const bool pointwise = p.kh == 1 && p.kw == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 && p.pw == 0 &&
-                         p.oh == p.h && p.ow == p.w;
+  const bool pointwise =
+      p.kh == 1 && p.kw == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 && p.pw == 0 && p.oh == p.h && p.ow == p.w;
   const i64 ckk = p.c * p.kh * p.kw, spatial = p.oh * p.ow;
   auto scratch = std::make_shared<Scratch>();
   return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
@@ -516,7 +540,8 @@ std::unique_ptr<StepKernel> compile_softmax(const Site& s, bool log) {
 std::unique_ptr<StepKernel> compile_layer_norm(const Site& s) {
   if (!s.all_float(3)) return s.decline("LayerNormalization of a non-float32 input");
   for (std::size_t o = 1; o < s.out.size(); ++o)
-    if (!s.node.outputs[o].empty() && s.out[o].dtype != DType::kFloat32) return s.decline("stash_type other than float");
+    if (!s.node.outputs[o].empty() && s.out[o].dtype != DType::kFloat32)
+      return s.decline("stash_type other than float");
   const Shape& xs = s.in[0]->shape;
   const int axis = normalize_axis(s.node, s.node.get_int("axis", -1), int(xs.size()));
   i64 n = 1;

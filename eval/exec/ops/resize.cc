@@ -162,8 +162,8 @@ class ResizeOp final : public Op {
     Geometry g;
     if (form_ == Form::kUpsample9) g = plan(in[0]->shape, nullptr, input(1), nullptr);
     else if (form_ == Form::kResize)
-      g = plan(in[0]->shape, options_.coordinates == ResizeCoordinates::kTfCropAndResize ? input(1) : nullptr,
-               input(2), input(3));
+      g = plan(in[0]->shape, options_.coordinates == ResizeCoordinates::kTfCropAndResize ? input(1) : nullptr, input(2),
+               input(3));
     else g = plan(in[0]->shape, nullptr, nullptr, nullptr);
     return {g.axes, options_};
   }

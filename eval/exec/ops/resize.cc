@@ -7,6 +7,7 @@
 #include <set>
 
 #include "eval/exec/ops/families.h"
+#include "eval/exec/ops/resize_plan.h"
 #include "kernels/resize.h"
 
 namespace qeval::eval {
@@ -153,6 +154,20 @@ class ResizeOp final : public Op {
     return {1, 2, 3};
   }
 
+  // The geometry and options run() uses for inputs of these metas (resize_plan).
+  ResizePlan device_plan(std::span<const ValueMeta* const> in) const {
+    auto input = [&](std::size_t i) -> const Tensor* {
+      return i < in.size() && in[i] && in[i]->value ? in[i]->value.get() : nullptr;
+    };
+    Geometry g;
+    if (form_ == Form::kUpsample9) g = plan(in[0]->shape, nullptr, input(1), nullptr);
+    else if (form_ == Form::kResize)
+      g = plan(in[0]->shape, options_.coordinates == ResizeCoordinates::kTfCropAndResize ? input(1) : nullptr, input(2),
+               input(3));
+    else g = plan(in[0]->shape, nullptr, nullptr, nullptr);
+    return {g.axes, options_};
+  }
+
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const Tensor& x = *in[0];
     auto input = [&](std::size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
@@ -295,6 +310,12 @@ class ResizeOp final : public Op {
 };
 
 }  // namespace
+
+std::optional<ResizePlan> resize_plan(const Op& op, std::span<const ValueMeta* const> inputs) {
+  const auto* r = dynamic_cast<const ResizeOp*>(&op);
+  if (!r || inputs.empty() || !inputs[0]) return std::nullopt;
+  return r->device_plan(inputs);
+}
 
 void register_resize_ops(std::vector<OpSchema>& out) {
   auto make = [](Form form) {

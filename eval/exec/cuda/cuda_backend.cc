@@ -1,0 +1,923 @@
+// The CUDA backend: device memory (CudaMemory), rounding on the device, and compile(): a
+// StepKernel per node it runs on the GPU (kernels/cuda/ and cuBLAS), null with the reason for the
+// rest. Attributes are read as the CPU ops read them (their helpers where exposed: conv and matmul
+// geometry, resize plans); pure data movement is compiled from the CPU op itself (an index map).
+#include "eval/exec/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "eval/exec/cuda/device_memory.h"
+#include "eval/exec/ops/geometry.h"
+#include "eval/exec/ops/resize_plan.h"
+#include "eval/exec/plan.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/error.h"
+
+namespace qeval::eval {
+namespace {
+
+namespace kc = kernels::cuda;
+using i64 = std::int64_t;
+
+void check_blas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuBLAS ") + what + ": " + cublasGetStatusString(s));
+}
+
+// A node compiled to a closure over device tensors.
+class ClosureKernel final : public StepKernel {
+ public:
+  using Body = std::function<void(std::span<const Tensor* const>, std::span<Tensor* const>)>;
+  explicit ClosureKernel(Body body) : body_(std::move(body)) {}
+  void run(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) override { body_(inputs, outputs); }
+
+ private:
+  Body body_;
+};
+
+std::unique_ptr<StepKernel> kernel(ClosureKernel::Body body) {
+  return std::make_unique<ClosureKernel>(std::move(body));
+}
+
+std::optional<kc::Elem> elem_of(DType t) {
+  switch (t) {
+    case DType::kFloat32: return kc::Elem::kF32;
+    case DType::kFloat64: return kc::Elem::kF64;
+    case DType::kInt8: return kc::Elem::kI8;
+    case DType::kUInt8: return kc::Elem::kU8;
+    case DType::kInt16: return kc::Elem::kI16;
+    case DType::kUInt16: return kc::Elem::kU16;
+    case DType::kInt32: return kc::Elem::kI32;
+    case DType::kUInt32: return kc::Elem::kU32;
+    case DType::kInt64: return kc::Elem::kI64;
+    case DType::kUInt64: return kc::Elem::kU64;
+    case DType::kBool: return kc::Elem::kBool;
+    default: return std::nullopt;
+  }
+}
+
+std::vector<i64> dense_strides(const Shape& s) {
+  std::vector<i64> st(s.size(), 1);
+  for (int d = int(s.size()) - 2; d >= 0; --d) st[std::size_t(d)] = st[std::size_t(d) + 1] * s[std::size_t(d) + 1];
+  return st;
+}
+
+// A walk over `out` with operands of numpy-broadcast shapes (right-aligned, size-1 dims stride 0).
+std::optional<kc::Walk> broadcast_walk(const Shape& out, std::vector<const Shape*> operands) {
+  if (out.size() > std::size_t(kc::kMaxRank) || operands.size() > 4) return std::nullopt;
+  kc::Walk w;
+  w.rank = int(out.size());
+  for (std::size_t d = 0; d < out.size(); ++d) w.counts[d] = out[d];
+  for (std::size_t k = 0; k < operands.size(); ++k) {
+    const Shape& s = *operands[k];
+    if (s.size() > out.size()) return std::nullopt;
+    const auto st = dense_strides(s);
+    const std::size_t lead = out.size() - s.size();
+    for (std::size_t d = 0; d < s.size(); ++d) w.strides[k][lead + d] = s[d] == 1 ? 0 : st[d];
+  }
+  if (w.rank == 0) {
+    w.rank = 1;
+    w.counts[0] = 1;
+  }
+  return w;
+}
+
+// What compile() sees of one node.
+struct Site {
+  const Node& node;
+  const Op& op;
+  std::span<const ValueMeta* const> in;
+  std::span<const ValueMeta> out;
+  std::string& why;
+  CudaMemory& mem;
+  cublasHandle_t blas;
+
+  kc::Stream stream() const { return mem.stream(); }
+  bool has(std::size_t i) const { return i < in.size() && in[i]; }
+  std::nullptr_t decline(std::string reason) const {
+    why = std::move(reason);
+    return nullptr;
+  }
+  bool all_float(std::size_t n) const {
+    for (std::size_t i = 0; i < n && i < in.size(); ++i)
+      if (in[i] && in[i]->dtype != DType::kFloat32) return false;
+    return true;
+  }
+};
+
+const float* fptr(const Tensor* t) { return t ? static_cast<const float*>(t->device_data()) : nullptr; }
+float* fptr(Tensor* t) { return t ? static_cast<float*>(t->device_data()) : nullptr; }
+
+// A device buffer owned by a compiled kernel (scratch, uploaded parameters).
+struct DeviceBuffer {
+  std::shared_ptr<Tensor> t;
+  void* get() const { return t ? t->device_data() : nullptr; }
+};
+DeviceBuffer upload(CudaMemory& mem, const Tensor& host) {
+  auto dev = std::make_shared<Tensor>(host.to_device(mem.shared()));
+  return {dev};
+}
+template <class T>
+DeviceBuffer upload_vector(CudaMemory& mem, const std::vector<T>& v) {
+  Tensor host(dtype_of<T>::value, Shape{i64(v.size())});
+  if (!v.empty()) std::memcpy(host.raw(), v.data(), v.size() * sizeof(T));
+  return upload(mem, host);
+}
+// Scratch of `bytes`, made at the first run and kept (shapes are fixed per plan).
+struct Scratch {
+  std::shared_ptr<Tensor> t;
+  void* get(CudaMemory& mem, std::size_t bytes) {
+    if (!t || t->nbytes() < bytes)
+      t = std::make_shared<Tensor>(DType::kUInt8, Shape{i64(std::max<std::size_t>(bytes, 1))}, mem.shared());
+    return t->device_data();
+  }
+};
+
+// ---- data movement from the CPU op: an index map --------------------------------------------
+
+// Ops whose outputs are selections of their first input's elements (or a fill value), whatever
+// the element type: run on int64 positions (1-based; 0 = fill) at plan time, the map is the
+// kernel (a strided copy when it is affine in the output index, else a device gather).
+bool moves_elements(const Node& n) {
+  static const char* kOps[] = {"Transpose", "Slice",   "Expand",       "Tile",         "Pad",
+                               "Gather",    "Reshape", "Squeeze",      "Unsqueeze",    "Flatten",
+                               "Identity",  "Trilu",   "DepthToSpace", "SpaceToDepth", "GatherElements"};
+  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return n.op_type == o; });
+}
+
+std::unique_ptr<StepKernel> compile_index_map(const Site& s) {
+  const Node& n = s.node;
+  if (s.out.size() != 1) return s.decline("more than one output");
+  for (std::size_t i = 1; i < s.in.size(); ++i)
+    if (s.in[i] && !s.in[i]->value) {
+      if (n.op_type == "Gather" && i == 1) return nullptr;  // runtime indices: the gather kernel
+      return s.decline("input " + std::to_string(i) + " ('" + n.inputs[i] + "') is known only at run time");
+    }
+  if (n.op_type == "Pad" && n.opset < 11 && n.get_float("value", 0.0f) != 0.0f)
+    return s.decline("Pad-2 with a nonzero value attribute");
+  const ValueMeta& x = *s.in[0];
+  const i64 count = shape_numel(x.shape);
+  Tensor positions(DType::kInt64, x.shape);
+  for (i64 i = 0; i < count; ++i) positions.data<i64>()[i] = i + 1;
+  // Pad's constant value input becomes an int64 zero (the fill marker); its value is the fill.
+  std::vector<std::byte> fill(dtype_size(x.dtype), std::byte{0});
+  Tensor zero(DType::kInt64, Shape{});
+  std::vector<const Tensor*> ins;
+  for (std::size_t i = 0; i < s.in.size(); ++i) {
+    if (i == 0) ins.push_back(&positions);
+    else if (!s.in[i]) ins.push_back(nullptr);
+    else if (n.op_type == "Pad" && i == 2) {
+      const Tensor& v = *s.in[i]->value;
+      if (v.numel() > 0) {
+        if (v.dtype() != x.dtype) return s.decline("Pad value type differs from the data's");
+        std::memcpy(fill.data(), v.raw(), fill.size());
+      }
+      ins.push_back(v.numel() > 0 ? &zero : s.in[i]->value.get());
+    } else {
+      ins.push_back(s.in[i]->value.get());
+    }
+  }
+  Tensor map(DType::kInt64, s.out[0].shape);
+  Tensor* outs[] = {&map};
+  try {
+    s.op.run(ins, outs);
+  } catch (const std::exception& e) {
+    return s.decline(std::string("index map: ") + e.what());
+  }
+  const i64 total = map.numel();
+  i64* m = map.data<i64>();
+  for (i64 i = 0; i < total; ++i) m[i] -= 1;
+  const Shape& os = s.out[0].shape;
+  const int es = int(dtype_size(x.dtype));
+  // Affine in the output index? Then a strided copy with no map on the device.
+  bool affine = os.size() <= std::size_t(kc::kMaxRank) && total > 0;
+  kc::Walk w;
+  if (affine) {
+    w.rank = std::max<int>(1, int(os.size()));
+    w.counts[0] = 1;
+    const auto ost = dense_strides(os);
+    w.base[0] = m[0];
+    for (std::size_t d = 0; d < os.size(); ++d) {
+      w.counts[d] = os[d];
+      w.strides[0][d] = os[d] > 1 ? m[ost[d]] - m[0] : 0;
+      w.strides[1][d] = ost[d];
+    }
+    if (m[0] < 0) affine = false;
+    for (i64 i = 0; affine && i < total; ++i) {
+      i64 off = w.base[0], rem = i;
+      for (int d = int(os.size()) - 1; d >= 0; --d) {
+        off += (rem % os[std::size_t(d)]) * w.strides[0][d];
+        rem /= os[std::size_t(d)];
+      }
+      if (off != m[i]) affine = false;
+    }
+  }
+  if (affine || total == 0) {
+    CudaMemory* mem = &s.mem;
+    return kernel([w, es, total, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+      if (total == 0) return;
+      kc::strided_copy(in[0]->device_data(), out[0]->device_data(), es, w, mem->stream());
+    });
+  }
+  DeviceBuffer dmap = upload(s.mem, map);
+  CudaMemory* mem = &s.mem;
+  return kernel([dmap, fill, es, total, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::gather_map(in[0]->device_data(), out[0]->device_data(), es, static_cast<const i64*>(dmap.get()), total,
+                   fill.data(), mem->stream());
+  });
+}
+
+// ---- elementwise --------------------------------------------------------------------------------
+
+std::optional<kc::Binary> binary_kind(const std::string& t) {
+  static const std::pair<const char*, kc::Binary> kOps[] = {{"Add", kc::Binary::kAdd},
+                                                            {"Sub", kc::Binary::kSub},
+                                                            {"Mul", kc::Binary::kMul},
+                                                            {"Div", kc::Binary::kDiv},
+                                                            {"Pow", kc::Binary::kPow},
+                                                            {"Max", kc::Binary::kMax},
+                                                            {"Min", kc::Binary::kMin},
+                                                            {"Sum", kc::Binary::kAdd},
+                                                            {"Equal", kc::Binary::kEqual},
+                                                            {"Greater", kc::Binary::kGreater},
+                                                            {"Less", kc::Binary::kLess},
+                                                            {"GreaterOrEqual", kc::Binary::kGreaterOrEqual},
+                                                            {"LessOrEqual", kc::Binary::kLessOrEqual},
+                                                            {"And", kc::Binary::kAnd},
+                                                            {"Or", kc::Binary::kOr},
+                                                            {"Xor", kc::Binary::kXor}};
+  for (const auto& [name, k] : kOps)
+    if (t == name) return k;
+  return std::nullopt;
+}
+
+std::unique_ptr<StepKernel> compile_binary(const Site& s, kc::Binary op) {
+  const std::size_t n = s.in.size();
+  if (n < 1 || !s.in[0]) return s.decline("missing input");
+  for (std::size_t i = 1; i < n; ++i)
+    if (!s.in[i] || s.in[i]->dtype != s.in[0]->dtype) return s.decline("inputs of different element types");
+  const DType t = s.in[0]->dtype;
+  const auto e = elem_of(t);
+  const bool logic = op == kc::Binary::kAnd || op == kc::Binary::kOr || op == kc::Binary::kXor;
+  const bool arith = op < kc::Binary::kEqual;
+  if (!e || (logic && t != DType::kBool) ||
+      (!logic && t != DType::kFloat32 && t != DType::kFloat64 && t != DType::kInt32 && t != DType::kInt64) ||
+      (op == kc::Binary::kPow && t != DType::kFloat32))
+    return s.decline("element type " + type_name(s.in[0]->declared));
+  if (s.node.op_type == "Div" && t != DType::kFloat32 && t != DType::kFloat64)
+    return s.decline("integer Div (a zero divisor is an error the device cannot raise)");
+  const Shape& os = s.out[0].shape;
+  if (n == 1) {
+    const int es = int(dtype_size(t));
+    auto w = broadcast_walk(os, {&s.in[0]->shape, &os});
+    if (!w) return s.decline("rank above 8");
+    return kernel([w = *w, es, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+      kc::strided_copy(in[0]->device_data(), out[0]->device_data(), es, w, mem.stream());
+    });
+  }
+  if (n > 2 && !arith) return s.decline("comparison with more than two inputs");
+  std::vector<kc::Walk> walks;
+  for (std::size_t i = 1; i < n; ++i) {
+    auto w = broadcast_walk(os, {i == 1 ? &s.in[0]->shape : &os, &s.in[i]->shape});
+    if (!w) return s.decline("rank above 8");
+    walks.push_back(*w);
+  }
+  return kernel([walks, op, e = *e, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::binary(op, e, in[0]->device_data(), in[1]->device_data(), out[0]->device_data(), walks[0], mem.stream());
+    for (std::size_t i = 1; i < walks.size(); ++i)
+      kc::binary(op, e, out[0]->device_data(), in[i + 1]->device_data(), out[0]->device_data(), walks[i], mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_where(const Site& s) {
+  if (s.in.size() < 3 || !s.in[0] || !s.in[1] || !s.in[2]) return s.decline("missing input");
+  auto w = broadcast_walk(s.out[0].shape, {&s.in[0]->shape, &s.in[1]->shape, &s.in[2]->shape});
+  if (!w) return s.decline("rank above 8");
+  const int es = int(dtype_size(s.in[1]->dtype));
+  return kernel([w = *w, es, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::where(in[0]->device_data(), in[1]->device_data(), in[2]->device_data(), out[0]->device_data(), es, w,
+              mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_unary(const Site& s) {
+  const Node& n = s.node;
+  const std::string& t = n.op_type;
+  static const std::pair<const char*, kc::Unary> kOps[] = {{"Neg", kc::Unary::kNeg},
+                                                           {"Abs", kc::Unary::kAbs},
+                                                           {"Sqrt", kc::Unary::kSqrt},
+                                                           {"Exp", kc::Unary::kExp},
+                                                           {"Log", kc::Unary::kLog},
+                                                           {"Erf", kc::Unary::kErf},
+                                                           {"Tanh", kc::Unary::kTanh},
+                                                           {"Sigmoid", kc::Unary::kSigmoid},
+                                                           {"Relu", kc::Unary::kRelu},
+                                                           {"Reciprocal", kc::Unary::kReciprocal},
+                                                           {"Floor", kc::Unary::kFloor},
+                                                           {"Ceil", kc::Unary::kCeil},
+                                                           {"Round", kc::Unary::kRound},
+                                                           {"Sign", kc::Unary::kSign},
+                                                           {"Sin", kc::Unary::kSin},
+                                                           {"Cos", kc::Unary::kCos},
+                                                           {"Softplus", kc::Unary::kSoftplus},
+                                                           {"Softsign", kc::Unary::kSoftsign},
+                                                           {"LeakyRelu", kc::Unary::kLeakyRelu},
+                                                           {"Elu", kc::Unary::kElu},
+                                                           {"HardSigmoid", kc::Unary::kHardSigmoid},
+                                                           {"HardSwish", kc::Unary::kHardSwish},
+                                                           {"Gelu", kc::Unary::kGeluErf},
+                                                           {"Clip", kc::Unary::kClip},
+                                                           {"Not", kc::Unary::kNot}};
+  std::optional<kc::Unary> op;
+  for (const auto& [name, k] : kOps)
+    if (t == name) op = k;
+  if (!op) return nullptr;
+  if (!s.has(0)) return s.decline("missing input");
+  const DType dt = s.in[0]->dtype;
+  float p0 = 0, p1 = 0;
+  switch (*op) {
+    case kc::Unary::kLeakyRelu: p0 = n.get_float("alpha", 0.01f); break;
+    case kc::Unary::kElu: p0 = n.get_float("alpha", 1.0f); break;
+    case kc::Unary::kHardSigmoid:
+      p0 = n.get_float("alpha", 0.2f);
+      p1 = n.get_float("beta", 0.5f);
+      break;
+    case kc::Unary::kGeluErf:
+      if (n.get_string("approximate", "none") == "tanh") op = kc::Unary::kGeluTanh;
+      break;
+    case kc::Unary::kClip:
+      if (dt != DType::kFloat32) return s.decline("Clip of " + type_name(s.in[0]->declared));
+      p0 = -std::numeric_limits<float>::max();
+      p1 = std::numeric_limits<float>::max();
+      if (n.opset < 11) {
+        p0 = n.get_float("min", p0);
+        p1 = n.get_float("max", p1);
+      } else {
+        for (std::size_t i = 1; i < 3; ++i) {
+          if (!s.has(i)) continue;
+          if (!s.in[i]->value) return s.decline("Clip bounds known only at run time");
+          (i == 1 ? p0 : p1) = s.in[i]->value->data<float>()[0];
+        }
+      }
+      break;
+    default: break;
+  }
+  kc::Elem e = kc::Elem::kF32;
+  if (*op == kc::Unary::kNot) {
+    if (dt != DType::kBool) return s.decline("Not of " + type_name(s.in[0]->declared));
+    e = kc::Elem::kBool;
+  } else if (dt == DType::kInt32 || dt == DType::kInt64) {
+    if (*op != kc::Unary::kNeg && *op != kc::Unary::kAbs && *op != kc::Unary::kRelu && *op != kc::Unary::kSign)
+      return s.decline(t + " of " + type_name(s.in[0]->declared));
+    e = dt == DType::kInt32 ? kc::Elem::kI32 : kc::Elem::kI64;
+  } else if (dt != DType::kFloat32) {
+    return s.decline(t + " of " + type_name(s.in[0]->declared));
+  }
+  return kernel([op = *op, e, p0, p1, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::unary(op, e, in[0]->device_data(), out[0]->device_data(), in[0]->numel(), p0, p1, mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_cast(const Site& s) {
+  if (!s.has(0)) return s.decline("missing input");
+  const auto from = elem_of(s.in[0]->dtype), to = elem_of(s.out[0].dtype);
+  if (!from || !to)
+    return s.decline("cast between " + type_name(s.in[0]->declared) + " and " + type_name(s.out[0].declared));
+  const DType d = s.out[0].declared;
+  if (d != s.out[0].dtype && d != DType::kFloat16 && d != DType::kBFloat16) return s.decline("cast to " + type_name(d));
+  if (s.in[0]->dtype == DType::kFloat32 && s.out[0].dtype != DType::kFloat32 && s.out[0].dtype != DType::kFloat64 &&
+      s.out[0].dtype != DType::kBool)
+    return s.decline("float to integer cast (out-of-range values are the CPU's to define)");
+  const int round = d == DType::kFloat16 ? 1 : (d == DType::kBFloat16 ? 2 : 0);
+  return kernel(
+      [f = *from, t = *to, round, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+        const i64 n = in[0]->numel();
+        kc::cast(f, t, in[0]->device_data(), out[0]->device_data(), n, mem.stream());
+        if (round == 1) kc::round_float16(fptr(out[0]), n, mem.stream());
+        if (round == 2) kc::round_bfloat16(fptr(out[0]), n, mem.stream());
+      });
+}
+
+// ---- GEMM ---------------------------------------------------------------------------------------
+
+// Row-major C[m, n] = alpha * op(A) op(B) + beta * C through column-major cuBLAS (C^T = B^T A^T).
+void sgemm(cublasHandle_t h, bool ta, bool tb, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda,
+           const float* b, i64 ldb, float beta, float* c, i64 ldc) {
+  check_blas(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k),
+                         &alpha, b, int(ldb), a, int(lda), &beta, c, int(ldc)),
+             "sgemm");
+}
+
+std::unique_ptr<StepKernel> compile_matmul(const Site& s) {
+  if (!s.has(0) || !s.has(1)) return s.decline("missing input");
+  if (!s.all_float(2)) return s.decline("MatMul of " + type_name(s.in[0]->declared));
+  const MatMulPlan p = plan_matmul(s.node, s.in[0]->shape, s.in[1]->shape);
+  if (p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX) return s.decline("matrix beyond int32 sizes");
+  const auto ops = matmul_batch_operands(p);
+  const i64 m = p.m, n = p.n, k = p.k;
+  // One GEMM when B is a single matrix and A's batch is dense: A's batches stack into rows.
+  bool stacked = !ops.empty();
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].first != i64(i) || ops[i].second != 0) stacked = false;
+  cublasHandle_t h = s.blas;
+  CudaMemory* mem = &s.mem;
+  return kernel([ops, m, n, k, stacked, h, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    const float* a = fptr(in[0]);
+    const float* b = fptr(in[1]);
+    float* c = fptr(out[0]);
+    if (k == 0 || m == 0 || n == 0) {
+      if (out[0]->nbytes()) cudaMemsetAsync(c, 0, out[0]->nbytes(), static_cast<cudaStream_t>(mem->stream()));
+      return;
+    }
+    if (stacked) return sgemm(h, false, false, m * i64(ops.size()), n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      sgemm(h, false, false, m, n, k, 1.0f, a + ops[i].first * m * k, k, b + ops[i].second * k * n, n, 0.0f,
+            c + i64(i) * m * n, n);
+  });
+}
+
+std::unique_ptr<StepKernel> compile_gemm(const Site& s) {
+  if (!s.has(0) || !s.has(1)) return s.decline("missing input");
+  if (!s.all_float(3)) return s.decline("Gemm of " + type_name(s.in[0]->declared));
+  const Node& nd = s.node;
+  const bool ta = nd.get_int("transA", 0) != 0, tb = nd.get_int("transB", 0) != 0;
+  const float alpha = nd.get_float("alpha", 1.0f), beta = nd.get_float("beta", 1.0f);
+  const Shape& as = s.in[0]->shape;
+  const Shape& bs = s.in[1]->shape;
+  if (as.size() != 2 || bs.size() != 2) return s.decline("Gemm operands of rank other than 2");
+  const i64 m = ta ? as[1] : as[0], k = ta ? as[0] : as[1], n = tb ? bs[0] : bs[1];
+  const bool with_c = s.has(2) && beta != 0.0f;
+  std::optional<kc::Walk> cw;
+  if (with_c) {
+    cw = broadcast_walk(s.out[0].shape, {&s.in[2]->shape, &s.out[0].shape});
+    if (!cw) return s.decline("C does not broadcast");
+  }
+  cublasHandle_t h = s.blas;
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    float* y = fptr(out[0]);
+    if (with_c) kc::strided_copy(in[2]->device_data(), y, 4, *cw, mem.stream());
+    sgemm(h, ta, tb, m, n, k, alpha, fptr(in[0]), ta ? m : k, fptr(in[1]), tb ? k : n, with_c ? beta : 0.0f, y, n);
+  });
+}
+
+std::unique_ptr<StepKernel> compile_conv(const Site& s) {
+  if (!s.has(0) || !s.has(1)) return s.decline("missing input");
+  if (!s.all_float(3)) return s.decline("Conv of " + type_name(s.in[0]->declared));
+  const ConvAttributes a = read_conv_attributes(s.node);
+  const kernels::ConvParams cp = conv_forward_params(s.node, a, s.in[0]->shape, s.in[1]->shape);
+  const kernels::ConvGeometry3 g = kernels::conv_geometry3(cp);
+  if (g.in[0] != 1 || g.k[0] != 1 || g.out[0] != 1) return s.decline("3-D convolution");
+  kc::Conv2d p{};
+  p.n = cp.batch;
+  p.c = cp.in_channels;
+  p.h = g.in[1];
+  p.w = g.in[2];
+  p.m = cp.out_channels;
+  p.oh = g.out[1];
+  p.ow = g.out[2];
+  p.kh = g.k[1];
+  p.kw = g.k[2];
+  p.sh = g.s[1];
+  p.sw = g.s[2];
+  p.ph = g.pb[1];
+  p.pw = g.pb[2];
+  p.dh = g.d[1];
+  p.dw = g.d[2];
+  p.group = cp.groups;
+  const bool bias = s.has(2);
+  cublasHandle_t h = s.blas;
+  if (p.group != 1) {
+    return kernel([p, bias, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+      kc::conv2d_direct(fptr(in[0]), fptr(in[1]), bias ? fptr(in[2]) : nullptr, fptr(out[0]), p, mem.stream());
+    });
+  }
+  const bool pointwise =
+      p.kh == 1 && p.kw == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 && p.pw == 0 && p.oh == p.h && p.ow == p.w;
+  const i64 ckk = p.c * p.kh * p.kw, spatial = p.oh * p.ow;
+  auto scratch = std::make_shared<Scratch>();
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    const float* x = fptr(in[0]);
+    const float* w = fptr(in[1]);
+    float* y = fptr(out[0]);
+    float* col = pointwise ? nullptr : static_cast<float*>(scratch->get(mem, std::size_t(ckk * spatial) * 4));
+    for (i64 b = 0; b < p.n; ++b) {
+      const float* xb = x + b * p.c * p.h * p.w;
+      if (!pointwise) kc::im2col(xb, col, p, 0, p.c, mem.stream());
+      sgemm(h, false, false, p.m, spatial, ckk, 1.0f, w, ckk, pointwise ? xb : col, spatial, 0.0f,
+            y + b * p.m * spatial, spatial);
+    }
+    if (bias) kc::add_channel_bias(y, fptr(in[2]), p.n, p.m, spatial, mem.stream());
+  });
+}
+
+// ---- softmax, norms, reductions -------------------------------------------------------------
+
+std::unique_ptr<StepKernel> compile_softmax(const Site& s, bool log) {
+  if (!s.has(0) || !s.all_float(1)) return s.decline("Softmax of a non-float32 input");
+  const Shape& xs = s.in[0]->shape;
+  const int rank = int(xs.size());
+  const int axis = normalize_axis(s.node, s.node.get_int("axis", s.node.opset < 13 ? 1 : -1), std::max(rank, 1));
+  i64 outer = 1, n = 1, inner = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (d < axis) outer *= xs[std::size_t(d)];
+    else if (d == axis || s.node.opset < 13) n *= xs[std::size_t(d)];
+    else inner *= xs[std::size_t(d)];
+  }
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::softmax(fptr(in[0]), fptr(out[0]), outer, n, inner, log, mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_layer_norm(const Site& s) {
+  if (!s.all_float(3)) return s.decline("LayerNormalization of a non-float32 input");
+  for (std::size_t o = 1; o < s.out.size(); ++o)
+    if (!s.node.outputs[o].empty() && s.out[o].dtype != DType::kFloat32)
+      return s.decline("stash_type other than float");
+  const Shape& xs = s.in[0]->shape;
+  const int axis = normalize_axis(s.node, s.node.get_int("axis", -1), int(xs.size()));
+  i64 n = 1;
+  for (std::size_t d = std::size_t(axis); d < xs.size(); ++d) n *= xs[d];
+  const i64 rows = n == 0 ? 0 : shape_numel(xs) / n;
+  for (std::size_t i = 1; i < 3; ++i)
+    if (s.has(i) && shape_numel(s.in[i]->shape) != n && shape_numel(s.in[i]->shape) != 1)
+      return s.decline("scale/bias varying over the leading dimensions");
+  const i64 sn = s.has(1) ? shape_numel(s.in[1]->shape) : 1, bn = s.has(2) ? shape_numel(s.in[2]->shape) : 1;
+  if (s.has(1) && s.has(2) && sn != bn) return s.decline("scale and bias of different lengths");
+  const double eps = s.node.get_float("epsilon", 1e-5f);
+  const bool has_b = s.has(2);
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::normalize_rows(fptr(in[0]), fptr(out[0]), rows, n, eps, fptr(in[1]), has_b ? fptr(in[2]) : nullptr,
+                       std::max(sn, bn), 1, out.size() > 1 ? fptr(out[1]) : nullptr,
+                       out.size() > 2 ? fptr(out[2]) : nullptr, mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_group_norm(const Site& s, bool instance) {
+  if (!s.all_float(3) || !s.has(0)) return s.decline("normalization of a non-float32 input");
+  const Shape& xs = s.in[0]->shape;
+  if (xs.size() < 2) return s.decline("input of rank below 2");
+  const i64 batch = xs[0], c = xs[1];
+  const i64 spatial = c == 0 || batch == 0 ? 0 : shape_numel(xs) / (batch * c);
+  const i64 groups = instance ? c : s.node.get_int("num_groups", 1);
+  if (groups <= 0 || c % groups) return s.decline("channels not divisible by num_groups");
+  const bool per_group = !instance && s.node.opset < 21;
+  const i64 channels = per_group ? groups : c, channel_inner = per_group ? (c / groups) * spatial : spatial;
+  for (std::size_t i = 1; i < 3; ++i)
+    if (!s.has(i) || shape_numel(s.in[i]->shape) != channels) return s.decline("scale/bias length");
+  const double eps = s.node.get_float("epsilon", 1e-5f);
+  const i64 rows = batch * groups, n = (c / groups) * spatial;
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::normalize_rows(fptr(in[0]), fptr(out[0]), rows, n, eps, fptr(in[1]), fptr(in[2]), channels, channel_inner,
+                       nullptr, nullptr, mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_batch_norm(const Site& s) {
+  if (!s.all_float(5)) return s.decline("BatchNormalization of a non-float32 input");
+  if (s.node.opset < 9 && s.node.get_int("spatial", 1) == 0) return s.decline("spatial=0");
+  std::vector<std::vector<double>> params;
+  for (std::size_t i = 1; i < 5; ++i) {
+    if (!s.has(i) || !s.in[i]->value) return s.decline("parameters known only at run time");
+    const Tensor& t = *s.in[i]->value;
+    params.emplace_back(t.data<float>(), t.data<float>() + t.numel());
+  }
+  const Shape& xs = s.in[0]->shape;
+  const i64 outer = xs[0], channels = i64(params[0].size());
+  const i64 inner = outer == 0 || channels == 0 ? 0 : shape_numel(xs) / (outer * channels);
+  std::vector<DeviceBuffer> dev;
+  for (const auto& v : params) dev.push_back(upload_vector(s.mem, v));
+  const double eps = s.node.get_float("epsilon", 1e-5f);
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    auto d = [&](int i) { return static_cast<const double*>(dev[std::size_t(i)].get()); };
+    kc::batch_norm(fptr(in[0]), fptr(out[0]), outer, channels, inner, d(0), d(1), d(2), d(3), eps, mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_reduce(const Site& s, kc::Reduce op) {
+  if (!s.has(0) || s.in[0]->dtype != DType::kFloat32) return s.decline("reduction of a non-float32 input");
+  const Node& nd = s.node;
+  const Shape& xs = s.in[0]->shape;
+  const int rank = int(xs.size());
+  std::vector<i64> axes;
+  if (s.has(1)) {
+    if (!s.in[1]->value) return s.decline("axes known only at run time");
+    axes = to_int64s(*s.in[1]->value);
+  } else {
+    axes = nd.get_ints("axes");
+  }
+  const bool noop = s.has(1) || nd.opset >= 18 ? nd.get_int("noop_with_empty_axes", 0) != 0 : false;
+  std::vector<bool> reduced(std::size_t(rank), axes.empty() && !noop);
+  for (i64 a : axes) reduced[std::size_t(normalize_axis(nd, a, rank))] = true;
+  // Kept dimensions first, reduced last: a permuted copy unless they already are.
+  Shape kept_shape, red_shape;
+  std::vector<int> perm;
+  for (int d = 0; d < rank; ++d)
+    if (!reduced[std::size_t(d)]) kept_shape.push_back(xs[std::size_t(d)]), perm.push_back(d);
+  for (int d = 0; d < rank; ++d)
+    if (reduced[std::size_t(d)]) red_shape.push_back(xs[std::size_t(d)]), perm.push_back(d);
+  bool in_order = true;
+  for (int d = 0; d < rank; ++d) {
+    if (perm[std::size_t(d)] != d && xs[std::size_t(perm[std::size_t(d)])] != 1) in_order = false;
+  }
+  const i64 rows = shape_numel(kept_shape), n = shape_numel(red_shape);
+  if (rank > kc::kMaxRank) return s.decline("rank above 8");
+  kc::Walk w;
+  w.rank = std::max(rank, 1);
+  w.counts[0] = 1;
+  const auto st = dense_strides(xs);
+  Shape permuted;
+  for (int d = 0; d < rank; ++d) permuted.push_back(xs[std::size_t(perm[std::size_t(d)])]);
+  const auto pst = dense_strides(permuted);
+  for (int d = 0; d < rank; ++d) {
+    w.counts[d] = permuted[std::size_t(d)];
+    w.strides[0][d] = st[std::size_t(perm[std::size_t(d)])];
+    w.strides[1][d] = pst[std::size_t(d)];
+  }
+  auto scratch = std::make_shared<Scratch>();
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    const float* x = fptr(in[0]);
+    if (!in_order) {
+      float* t = static_cast<float*>(scratch->get(mem, std::size_t(rows * n) * 4));
+      kc::strided_copy(x, t, 4, w, mem.stream());
+      x = t;
+    }
+    kc::reduce_rows(op, x, fptr(out[0]), rows, n, mem.stream());
+  });
+}
+
+// ---- pooling, resize, gather, concat, split ---------------------------------------------------------
+
+std::unique_ptr<StepKernel> compile_pool(const Site& s) {
+  if (!s.has(0) || s.in[0]->dtype != DType::kFloat32) return s.decline("pooling of a non-float32 input");
+  const Node& nd = s.node;
+  const Shape& xs = s.in[0]->shape;
+  const Shape& os = s.out[0].shape;
+  const bool global = nd.op_type.rfind("Global", 0) == 0;
+  const bool max = nd.op_type == "MaxPool" || nd.op_type == "GlobalMaxPool";
+  if (xs.size() != 4 && xs.size() != 3) return s.decline("pooling over other than 1 or 2 spatial dimensions");
+  if (s.out.size() > 1 && !nd.outputs[1].empty()) return s.decline("MaxPool indices output");
+  const bool one_d = xs.size() == 3;
+  kc::Pool2d p{};
+  p.planes = xs[0] * xs[1];
+  p.h = one_d ? 1 : xs[2];
+  p.w = xs.back();
+  p.oh = one_d ? 1 : os[2];
+  p.ow = os.back();
+  p.kh = p.kw = 1;
+  p.sh = p.sw = p.dh = p.dw = 1;
+  if (global) {
+    p.kh = p.h;
+    p.kw = p.w;
+  } else {
+    if (nd.get_string("auto_pad", "NOTSET") != "NOTSET") return s.decline("auto_pad");
+    const auto k = nd.get_ints("kernel_shape");
+    const std::size_t r = xs.size() - 2;
+    if (k.size() != r) return s.decline("kernel_shape rank");
+    const auto st = nd.get_ints("strides", std::vector<i64>(r, 1));
+    const auto dl = nd.get_ints("dilations", std::vector<i64>(r, 1));
+    const auto pd = nd.get_ints("pads", std::vector<i64>(2 * r, 0));
+    p.kw = k.back();
+    p.sw = st.back();
+    p.dw = dl.back();
+    p.pw = pd[r - 1];
+    p.pad_w_end = pd[2 * r - 1];
+    if (!one_d) {
+      p.kh = k[0];
+      p.sh = st[0];
+      p.dh = dl[0];
+      p.ph = pd[0];
+      p.pad_h_end = pd[2];
+    }
+    p.count_include_pad = nd.get_int("count_include_pad", 0) != 0;
+    if (p.count_include_pad && nd.get_int("ceil_mode", 0) != 0) return s.decline("count_include_pad with ceil_mode");
+  }
+  p.max = max;
+  return kernel([p, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::pool2d(fptr(in[0]), fptr(out[0]), p, mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_resize(const Site& s) {
+  if (!s.has(0)) return s.decline("missing input");
+  auto plan = resize_plan(s.op, s.in);
+  if (!plan) return s.decline("not a Resize op");
+  const kernels::ResizeOptions& o = plan->options;
+  if (o.mode == kernels::ResizeMode::kNearest) return compile_index_map(s);
+  if (s.in[0]->dtype != DType::kFloat32) return s.decline("interpolation of a non-float32 input");
+  if (o.antialias) return s.decline("antialias");
+  struct AxisPass {
+    i64 outer, in, out, inner;
+    int taps;
+    DeviceBuffer index, weight, extrapolate;
+  };
+  std::vector<AxisPass> passes;
+  Shape cur = s.in[0]->shape;
+  for (std::size_t d = 0; d < plan->axes.size(); ++d) {
+    const auto& ax = plan->axes[d];
+    const kernels::AxisFilter f = kernels::resize_filter(ax, o);
+    if (f.identity) continue;
+    AxisPass p;
+    p.outer = 1;
+    for (std::size_t e = 0; e < d; ++e) p.outer *= cur[e];
+    p.inner = 1;
+    for (std::size_t e = d + 1; e < cur.size(); ++e) p.inner *= cur[e];
+    p.in = ax.in;
+    p.out = ax.out;
+    p.taps = f.taps;
+    p.index = upload_vector(s.mem, f.index);
+    p.weight = upload_vector(s.mem, f.weight);
+    if (!f.extrapolate.empty()) p.extrapolate = upload_vector(s.mem, f.extrapolate);
+    passes.push_back(p);
+    cur[d] = ax.out;
+  }
+  const double value = o.extrapolation_value;
+  auto a = std::make_shared<Scratch>(), b = std::make_shared<Scratch>();
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    if (passes.empty()) {
+      cudaMemcpyAsync(out[0]->device_data(), in[0]->device_data(), in[0]->nbytes(), cudaMemcpyDeviceToDevice,
+                      static_cast<cudaStream_t>(mem.stream()));
+      return;
+    }
+    const float* x = fptr(in[0]);
+    for (std::size_t i = 0; i < passes.size(); ++i) {
+      const AxisPass& p = passes[i];
+      float* y = i + 1 == passes.size()
+                     ? fptr(out[0])
+                     : static_cast<float*>((i % 2 ? b : a)->get(mem, std::size_t(p.outer * p.out * p.inner) * 4));
+      kc::resize_axis(x, y, p.outer, p.in, p.out, p.inner, p.taps, static_cast<const i64*>(p.index.get()),
+                      static_cast<const double*>(p.weight.get()), static_cast<const std::uint8_t*>(p.extrapolate.get()),
+                      value, mem.stream());
+      x = y;
+    }
+  });
+}
+
+std::unique_ptr<StepKernel> compile_gather(const Site& s) {
+  if (!s.has(0) || !s.has(1)) return s.decline("missing input");
+  if (s.in[1]->value) return compile_index_map(s);
+  const DType it = s.in[1]->dtype;
+  if (it != DType::kInt64 && it != DType::kInt32) return s.decline("indices of " + type_name(it));
+  const Shape& xs = s.in[0]->shape;
+  const int axis = normalize_axis(s.node, s.node.get_int("axis", 0), int(xs.size()));
+  i64 outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= xs[std::size_t(d)];
+  for (std::size_t d = std::size_t(axis) + 1; d < xs.size(); ++d) inner *= xs[d];
+  const i64 axis_dim = xs[std::size_t(axis)], count = shape_numel(s.in[1]->shape);
+  const int es = int(dtype_size(s.in[0]->dtype));
+  const bool idx64 = it == DType::kInt64;
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::gather_axis(in[0]->device_data(), in[1]->device_data(), idx64, out[0]->device_data(), es, outer, axis_dim,
+                    inner, count, mem.stream());
+  });
+}
+
+// Concat (inputs into slabs of the output) and Split (slabs of the input into outputs) along an axis.
+std::unique_ptr<StepKernel> compile_slabs(const Site& s, bool concat) {
+  const Shape& whole = concat ? s.out[0].shape : s.in[0]->shape;
+  const int rank = int(whole.size());
+  if (rank == 0) return s.decline("scalar");
+  const int axis = normalize_axis(s.node, s.node.get_int("axis", concat ? 1 : 0), rank);
+  i64 outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= whole[std::size_t(d)];
+  for (int d = axis + 1; d < rank; ++d) inner *= whole[std::size_t(d)];
+  const i64 total = whole[std::size_t(axis)];
+  std::vector<std::pair<std::size_t, kc::Walk>> parts;  // (input or output index, walk)
+  i64 offset = 0;
+  const std::size_t count = concat ? s.in.size() : s.out.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    if (concat && !s.in[i]) continue;
+    const Shape& ps = concat ? s.in[i]->shape : s.out[i].shape;
+    if (!concat && s.node.outputs[i].empty()) continue;
+    const i64 a = ps.empty() ? 0 : ps[std::size_t(axis)];
+    kc::Walk w;
+    w.rank = 3;
+    w.counts[0] = outer;
+    w.counts[1] = a;
+    w.counts[2] = inner;
+    const int part = concat ? 0 : 1, slab = concat ? 1 : 0;
+    w.strides[part][0] = a * inner;
+    w.strides[part][1] = inner;
+    w.strides[part][2] = 1;
+    w.strides[slab][0] = total * inner;
+    w.strides[slab][1] = inner;
+    w.strides[slab][2] = 1;
+    w.base[slab] = offset * inner;
+    offset += a;
+    parts.emplace_back(i, w);
+  }
+  const int es = int(dtype_size(concat ? s.out[0].dtype : s.in[0]->dtype));
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    for (const auto& [i, w] : parts) {
+      if (concat) kc::strided_copy(in[i]->device_data(), out[0]->device_data(), es, w, mem.stream());
+      else if (out[i]) kc::strided_copy(in[0]->device_data(), out[i]->device_data(), es, w, mem.stream());
+    }
+  });
+}
+
+// ---- the backend ------------------------------------------------------------------------------------
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : memory_(std::make_shared<CudaMemory>(device)) {
+    check_blas(cublasCreate(&blas_), "cublasCreate");
+    check_blas(cublasSetStream(blas_, static_cast<cudaStream_t>(memory_->stream())), "cublasSetStream");
+    // True FP32 (no TF32, no reduced-precision shortcuts): the numerics contract.
+    check_blas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    name_ = memory_->name();
+  }
+  ~CudaBackend() override {
+    if (blas_) cublasDestroy(blas_);
+  }
+
+  std::string_view name() const override { return name_; }
+  void run(const Op& op, std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) override {
+    op.run(inputs, outputs);
+  }
+  std::shared_ptr<DeviceMemory> memory() const override { return memory_; }
+
+  std::unique_ptr<StepKernel> compile(const Node& node, const Op& op, std::span<const ValueMeta* const> inputs,
+                                      std::span<const ValueMeta> outputs, std::string& why) override {
+    why.clear();
+    Site s{node, op, inputs, outputs, why, *memory_, blas_};
+    if (!node.domain.empty() && node.domain != "ai.onnx") return s.decline("no CUDA kernel for domain " + node.domain);
+    if (outputs.empty()) return s.decline("no outputs");
+    try {
+      auto k = dispatch(s);
+      if (!k && why.empty()) why = "no CUDA kernel for " + node.op_type;
+      return k;
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      return s.decline(std::string("compile failed: ") + e.what());
+    }
+  }
+
+  std::shared_ptr<FusedKernel> attention(const kernels::AttentionShape&) override { return nullptr; }
+  std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage>) override { return nullptr; }
+
+  void round(Tensor& value, Rounding rounding) override {
+    if (rounding == Rounding::kNone) return;
+    if (!value.on_device()) return apply_rounding(value, rounding);
+    if (value.dtype() != DType::kFloat32) return;
+    float* p = static_cast<float*>(value.device_data());
+    if (rounding == Rounding::kFp16) kc::round_float16(p, value.numel(), memory_->stream());
+    else kc::round_bfloat16(p, value.numel(), memory_->stream());
+  }
+
+ private:
+  std::unique_ptr<StepKernel> dispatch(const Site& s) {
+    const std::string& t = s.node.op_type;
+    if (t == "Gather") return compile_gather(s);
+    if (t == "Resize" || t == "Upsample") return compile_resize(s);
+    if (moves_elements(s.node)) return compile_index_map(s);
+    if (auto b = binary_kind(t)) return compile_binary(s, *b);
+    if (t == "Where") return compile_where(s);
+    if (t == "Cast" || t == "CastLike") return compile_cast(s);
+    if (t == "MatMul") return compile_matmul(s);
+    if (t == "Gemm") return compile_gemm(s);
+    if (t == "Conv") return compile_conv(s);
+    if (t == "Softmax") return compile_softmax(s, false);
+    if (t == "LogSoftmax") return compile_softmax(s, true);
+    if (t == "LayerNormalization") return compile_layer_norm(s);
+    if (t == "InstanceNormalization") return compile_group_norm(s, true);
+    if (t == "GroupNormalization") return compile_group_norm(s, false);
+    if (t == "BatchNormalization") return compile_batch_norm(s);
+    if (t == "Concat") return compile_slabs(s, true);
+    if (t == "Split") return compile_slabs(s, false);
+    if (t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool" || t == "GlobalMaxPool")
+      return compile_pool(s);
+    static const std::pair<const char*, kc::Reduce> kReduce[] = {
+        {"ReduceSum", kc::Reduce::kSum},       {"ReduceMean", kc::Reduce::kMean},
+        {"ReduceMax", kc::Reduce::kMax},       {"ReduceMin", kc::Reduce::kMin},
+        {"ReduceProd", kc::Reduce::kProd},     {"ReduceL1", kc::Reduce::kL1},
+        {"ReduceL2", kc::Reduce::kL2},         {"ReduceSumSquare", kc::Reduce::kSumSquare},
+        {"ReduceLogSum", kc::Reduce::kLogSum}, {"ReduceLogSumExp", kc::Reduce::kLogSumExp}};
+    for (const auto& [name, k] : kReduce)
+      if (t == name) return compile_reduce(s, k);
+    return compile_unary(s);
+  }
+
+  std::shared_ptr<CudaMemory> memory_;
+  cublasHandle_t blas_ = nullptr;
+  std::string name_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_cuda_backend(int device) {
+  check_cuda_device(device);
+  return std::make_shared<CudaBackend>(device);
+}
+
+}  // namespace qeval::eval

@@ -1,0 +1,41 @@
+// CudaMemory: a CUDA device's memory for tensors (kernels/tensor.h DeviceMemory) and the one
+// stream every copy and kernel of a backend is ordered on.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/tensor.h"
+
+namespace qeval::eval {
+
+// InputError unless CUDA device `device` exists ("cuda:N: no CUDA device (cudaGetDeviceCount:
+// <driver's reason>)", "cuda:N: out of range: 1 CUDA device (cuda:0)").
+void check_cuda_device(int device);
+
+class CudaMemory final : public DeviceMemory, public std::enable_shared_from_this<CudaMemory> {
+ public:
+  explicit CudaMemory(int device);  // creates the stream; the device must exist
+  ~CudaMemory() override;
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
+
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  void* allocate(std::size_t bytes) override;  // cudaMalloc + zeroing; std::bad_alloc when full
+  void release(void* p) noexcept override;
+  void to_device(void* dst, const void* host_src, std::size_t bytes) override;
+  void to_host(void* host_dst, const void* src, std::size_t bytes) override;  // synchronises
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+
+  int device() const { return device_; }
+  void* stream() const { return stream_; }  // a cudaStream_t
+  void synchronize();
+  std::shared_ptr<DeviceMemory> shared() { return shared_from_this(); }
+
+ private:
+  int device_;
+  void* stream_ = nullptr;
+};
+
+}  // namespace qeval::eval

@@ -1,0 +1,755 @@
+// qeval's CUDA kernels (kernels/cuda/kernels.h): data movement, elementwise maps, rounding,
+// softmax, norms, reductions, convolution pieces, pooling and resize. One file, no heavy templates:
+// nvcc time on CI's 2 cores matters.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cuda/kernels.h"
+
+namespace qeval::kernels::cuda {
+namespace {
+
+using i64 = std::int64_t;
+
+constexpr int kThreads = 256;
+
+cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA kernel ") + what + ": " + cudaGetErrorString(e));
+}
+
+unsigned blocks_for(i64 n) {
+  const i64 b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 64 ? (b < 1 ? 1 : b) : 65535 * 64);
+}
+
+// Grid-stride loop over [0, n).
+#define QEVAL_FOR(i, n) \
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += i64(gridDim.x) * blockDim.x)
+
+// Offset of operand k for dense index i of the walk.
+__device__ inline i64 walk_offset(const Walk& w, int k, i64 i) {
+  i64 off = w.base[k];
+  for (int d = w.rank - 1; d >= 0; --d) {
+    const i64 c = w.counts[d];
+    off += (i % c) * w.strides[k][d];
+    i /= c;
+  }
+  return off;
+}
+
+i64 walk_numel(const Walk& w) {
+  i64 n = 1;
+  for (int d = 0; d < w.rank; ++d) n *= w.counts[d];
+  return n;
+}
+
+// ---- data movement ----------------------------------------------------------------------------
+
+template <class T>
+__global__ void strided_copy_kernel(const T* src, T* dst, Walk w, i64 n) {
+  QEVAL_FOR(i, n) dst[walk_offset(w, 1, i)] = src[walk_offset(w, 0, i)];
+}
+
+template <class T>
+__global__ void gather_map_kernel(const T* src, T* dst, const i64* map, i64 n, T fill) {
+  QEVAL_FOR(i, n) {
+    const i64 m = map[i];
+    dst[i] = m >= 0 ? src[m] : fill;
+  }
+}
+
+template <class T>
+__global__ void gather_axis_kernel(const T* src, const void* idx, bool idx64, T* dst, i64 axis, i64 inner, i64 count,
+                                   i64 n) {
+  QEVAL_FOR(i, n) {
+    const i64 in = i % inner;
+    const i64 j = (i / inner) % count;
+    const i64 o = i / (inner * count);
+    i64 k = idx64 ? static_cast<const i64*>(idx)[j] : i64(static_cast<const std::int32_t*>(idx)[j]);
+    if (k < 0) k += axis;
+    dst[i] = (k >= 0 && k < axis) ? src[(o * axis + k) * inner + in] : T{};
+  }
+}
+
+template <class F>
+void by_size(int bytes, F&& f) {
+  switch (bytes) {
+    case 1: return f(std::uint8_t{});
+    case 2: return f(std::uint16_t{});
+    case 4: return f(std::uint32_t{});
+    case 8: return f(std::uint64_t{});
+    default: throw std::logic_error("CUDA kernels: element size " + std::to_string(bytes));
+  }
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+
+// kernels/elementwise.h's erf_vectorisable and sigmoid_vectorisable, term for term.
+__device__ inline float erf_q(float x) {
+  const float a = fabsf(x);
+  const float t = a * a;
+  float p = -6.024572649039328e-4f;
+  p = p * t + 5.000889301300049e-3f;
+  p = p * t + -2.677295356988907e-2f;
+  p = p * t + 1.1282039433717728e-1f;
+  p = p * t + -3.761252462863922e-1f;
+  p = p * t + 1.2837916612625122e-1f;
+  const float small = a + a * p;
+  const float c = a < 4.0f ? a : 4.0f;
+  float q = 3.3717236647134996e-7f;
+  q = q * c + 1.6803254766273312e-5f;
+  q = q * c + -4.1108153527602553e-4f;
+  q = q * c + 4.09982493147254e-3f;
+  q = q * c + -2.498658187687397e-2f;
+  q = q * c + 1.0812472552061081e-1f;
+  q = q * c + 6.334582567214966e-1f;
+  q = q * c + 1.1294702291488647f;
+  q = q * c + -1.6695375961717218e-4f;
+  const float big = 1.0f - expf(-q);
+  const float r = a < 0.921875f ? small : big;
+  return x == x ? copysignf(r, x) : x;
+}
+
+__device__ inline float sigmoid_q(float x) {
+  const float e = expf(-fabsf(x));
+  const float r = 1.0f / (1.0f + e);
+  return x >= 0.0f ? r : (x == x ? e * r : x);
+}
+
+__device__ inline float clamp01_nan(float v) { return v != v ? v : fmaxf(0.0f, fminf(1.0f, v)); }
+
+__device__ inline float unary_f(Unary op, float x, float p0, float p1) {
+  switch (op) {
+    case Unary::kNeg: return -x;
+    case Unary::kAbs: return fabsf(x);
+    case Unary::kSqrt: return sqrtf(x);
+    case Unary::kExp: return expf(x);
+    case Unary::kLog: return logf(x);
+    case Unary::kErf: return erf_q(x);
+    case Unary::kTanh: return tanhf(x);
+    case Unary::kSigmoid: return sigmoid_q(x);
+    case Unary::kRelu: return x > 0 ? x : (x == x ? 0.0f : x);
+    case Unary::kReciprocal: return 1.0f / x;
+    case Unary::kFloor: return floorf(x);
+    case Unary::kCeil: return ceilf(x);
+    case Unary::kRound: return rintf(x);
+    case Unary::kSign: return x > 0 ? 1.0f : (x < 0 ? -1.0f : x);
+    case Unary::kSin: return sinf(x);
+    case Unary::kCos: return cosf(x);
+    case Unary::kSoftplus: return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x));
+    case Unary::kSoftsign: return x / (1.0f + fabsf(x));
+    case Unary::kLeakyRelu: return x >= 0 ? x : p0 * x;
+    case Unary::kElu: return x >= 0 ? x : p0 * (expf(x) - 1.0f);
+    case Unary::kHardSigmoid: return clamp01_nan(p0 * x + p1);
+    case Unary::kHardSwish: return x * clamp01_nan(x / 6.0f + 0.5f);
+    case Unary::kGeluErf: return 0.5f * x * (1.0f + erf_q(x * 0.7071067811865476f));
+    case Unary::kGeluTanh: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case Unary::kClip: return x != x ? x : (x < p0 ? p0 : (x > p1 ? p1 : x));
+    case Unary::kNot: return x;
+  }
+  return x;
+}
+
+__global__ void unary_f32_kernel(Unary op, const float* x, float* y, i64 n, float p0, float p1) {
+  QEVAL_FOR(i, n) y[i] = unary_f(op, x[i], p0, p1);
+}
+
+template <class T>
+__global__ void unary_int_kernel(Unary op, const T* x, T* y, i64 n, T lo, T hi) {
+  QEVAL_FOR(i, n) {
+    const T v = x[i];
+    switch (op) {
+      case Unary::kNeg: y[i] = T(-v); break;
+      case Unary::kAbs: y[i] = v < 0 ? T(-v) : v; break;
+      case Unary::kRelu: y[i] = v > 0 ? v : T(0); break;
+      case Unary::kSign: y[i] = v > 0 ? T(1) : (v < 0 ? T(-1) : T(0)); break;
+      case Unary::kClip: y[i] = v < lo ? lo : (v > hi ? hi : v); break;
+      default: y[i] = v;
+    }
+  }
+}
+
+__global__ void not_kernel(const bool* x, bool* y, i64 n) { QEVAL_FOR(i, n) y[i] = !x[i]; }
+
+template <class T>
+__device__ inline T arith(Binary op, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a;  // bools only compare
+  } else {
+    switch (op) {
+      case Binary::kAdd: return T(a + b);
+      case Binary::kSub: return T(a - b);
+      case Binary::kMul: return T(a * b);
+      case Binary::kDiv:
+        if constexpr (std::is_integral_v<T>) {
+          if (b == 0) return T(0);
+          if (b == T(-1)) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
+        }
+        return T(a / b);
+      case Binary::kPow:
+        if constexpr (std::is_same_v<T, float>) return powf(a, b);
+        else return T(pow(double(a), double(b)));
+      case Binary::kMax:
+        if constexpr (std::is_floating_point_v<T>) {
+          if (a != a) return a;
+          if (b != b) return b;
+        }
+        return a < b ? b : a;
+      case Binary::kMin:
+        if constexpr (std::is_floating_point_v<T>) {
+          if (a != a) return a;
+          if (b != b) return b;
+        }
+        return b < a ? b : a;
+      case Binary::kMod:
+        if constexpr (std::is_floating_point_v<T>) return T(fmod(a, b));
+        else return b == 0 ? T(0) : T(a % b);
+      default: return T(0);
+    }
+  }
+}
+
+template <class T>
+__device__ inline bool compare(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::kEqual: return a == b;
+    case Binary::kGreater: return a > b;
+    case Binary::kLess: return a < b;
+    case Binary::kGreaterOrEqual: return a >= b;
+    case Binary::kLessOrEqual: return a <= b;
+    case Binary::kAnd: return a && b;
+    case Binary::kOr: return a || b;
+    case Binary::kXor: return bool(a) != bool(b);
+    default: return false;
+  }
+}
+
+template <class T>
+__global__ void binary_kernel(Binary op, const T* a, const T* b, void* y, Walk w, i64 n) {
+  const bool cmp = op >= Binary::kEqual;
+  QEVAL_FOR(i, n) {
+    const T x = a[walk_offset(w, 0, i)];
+    const T z = b[walk_offset(w, 1, i)];
+    if (cmp) static_cast<bool*>(y)[i] = compare(op, x, z);
+    else static_cast<T*>(y)[i] = arith(op, x, z);
+  }
+}
+
+template <class T>
+__global__ void where_kernel(const bool* c, const T* x, const T* y, T* out, Walk w, i64 n) {
+  QEVAL_FOR(i, n) out[i] = c[walk_offset(w, 0, i)] ? x[walk_offset(w, 1, i)] : y[walk_offset(w, 2, i)];
+}
+
+template <class F, class T>
+__global__ void cast_kernel(const F* x, T* y, i64 n) {
+  QEVAL_FOR(i, n) {
+    if constexpr (std::is_same_v<T, bool>) y[i] = x[i] != F(0);
+    else y[i] = static_cast<T>(x[i]);
+  }
+}
+
+template <class F>
+void by_elem(Elem e, F&& f) {
+  switch (e) {
+    case Elem::kF32: return f(float{});
+    case Elem::kF64: return f(double{});
+    case Elem::kI8: return f(std::int8_t{});
+    case Elem::kU8: return f(std::uint8_t{});
+    case Elem::kI16: return f(std::int16_t{});
+    case Elem::kU16: return f(std::uint16_t{});
+    case Elem::kI32: return f(std::int32_t{});
+    case Elem::kU32: return f(std::uint32_t{});
+    case Elem::kI64: return f(std::int64_t{});
+    case Elem::kU64: return f(std::uint64_t{});
+    case Elem::kBool: return f(bool{});
+  }
+}
+
+// ---- rounding (kernels/numeric.cc's integer forms) ----------------------------------------------
+
+__device__ inline std::uint32_t shift_right_rne(std::uint32_t sig, std::uint32_t shift) {
+  return (sig + (1u << (shift - 1)) - 1 + ((sig >> shift) & 1)) >> shift;
+}
+
+__device__ inline std::uint16_t float_bits_to_half(std::uint32_t x) {
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t a = x & 0x7fffffffu;
+  const std::uint32_t nm = (a + 0xfffu + ((a >> 13) & 1) - (112u << 23)) >> 13;
+  const std::uint32_t normal = nm < 0x7c00u ? nm : 0x7c00u;
+  const std::uint32_t e = a >> 23;
+  const std::uint32_t sig = (a & 0x7fffffu) | 0x800000u;
+  const std::uint32_t e2 = e < 112u ? e : 112u;
+  const std::uint32_t sh = 126u - e2;
+  const std::uint32_t shift = sh < 25u ? sh : 25u;
+  const std::uint32_t subnormal = shift_right_rne(sig, shift);
+  const std::uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+  const std::uint32_t mag = a > 0x7f800000u ? nan : (a < 0x38800000u ? subnormal : normal);
+  return static_cast<std::uint16_t>(sign | mag);
+}
+
+__device__ inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  const std::uint32_t em = h & 0x7fffu;
+  const std::uint32_t mant = em & 0x3ffu;
+  const std::uint32_t normal = (em << 13) + (112u << 23);
+  const std::uint32_t special = 0x7f800000u | (mant << 13) | (mant != 0 ? 0x400000u : 0u);
+  const std::uint32_t subnormal = __float_as_uint(__fmul_rn(float(mant), 0x1p-24f));
+  const std::uint32_t mag = em >= 0x7c00u ? special : (em < 0x400u ? subnormal : normal);
+  return __uint_as_float(sign | mag);
+}
+
+__global__ void round_f16_kernel(float* x, i64 n) {
+  QEVAL_FOR(i, n) x[i] = half_to_float(float_bits_to_half(__float_as_uint(x[i])));
+}
+
+__global__ void round_bf16_kernel(float* x, i64 n) {
+  QEVAL_FOR(i, n) {
+    const std::uint32_t b = __float_as_uint(x[i]);
+    const bool nan = (b & 0x7fffffffu) > 0x7f800000u;
+    const std::uint32_t r = (b + 0x7fffu + ((b >> 16) & 1)) >> 16;
+    x[i] = __uint_as_float((nan ? 0x7fc0u : (r & 0xffffu)) << 16);
+  }
+}
+
+// ---- block reductions (fixed order: per-thread strided sums, then a shared-memory tree) -------
+
+template <class T, class Op>
+__device__ T block_reduce(T v, T* shared, Op op) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const T r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+struct AddD {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+struct MaxF {
+  __device__ float operator()(float a, float b) const { return (a != a) ? a : ((b != b) ? b : fmaxf(a, b)); }
+};
+struct MinF {
+  __device__ float operator()(float a, float b) const { return (a != a) ? a : ((b != b) ? b : fminf(a, b)); }
+};
+struct MulD {
+  __device__ double operator()(double a, double b) const { return a * b; }
+};
+
+// Softmax rows (inner == 1): one block a row.
+__global__ void softmax_rows_kernel(const float* x, float* y, i64 n, bool log) {
+  __shared__ float sf[kThreads];
+  __shared__ double sd[kThreads];
+  const float* xr = x + i64(blockIdx.x) * n;
+  float* yr = y + i64(blockIdx.x) * n;
+  float m = -INFINITY;
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x) m = MaxF{}(m, xr[j]);
+  m = block_reduce(m, sf, MaxF{});
+  double s = 0;
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x) s += double(expf(xr[j] - m));
+  s = block_reduce(s, sd, AddD{});
+  if (log) {
+    const float ls = float(::log(s));
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) yr[j] = xr[j] - m - ls;
+  } else {
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) yr[j] = float(double(expf(xr[j] - m)) / s);
+  }
+}
+
+// Softmax along a strided axis (inner > 1): one thread a column.
+__global__ void softmax_cols_kernel(const float* x, float* y, i64 outer, i64 n, i64 inner, bool log) {
+  QEVAL_FOR(t, outer * inner) {
+    const i64 o = t / inner, i = t % inner;
+    const float* xc = x + o * n * inner + i;
+    float* yc = y + o * n * inner + i;
+    float m = -INFINITY;
+    for (i64 j = 0; j < n; ++j) m = MaxF{}(m, xc[j * inner]);
+    double s = 0;
+    for (i64 j = 0; j < n; ++j) s += double(expf(xc[j * inner] - m));
+    if (log) {
+      const float ls = float(::log(s));
+      for (i64 j = 0; j < n; ++j) yc[j * inner] = xc[j * inner] - m - ls;
+    } else {
+      for (i64 j = 0; j < n; ++j) yc[j * inner] = float(double(expf(xc[j * inner] - m)) / s);
+    }
+  }
+}
+
+// kernels::moments: the mean, then centred sums with the mean's rounding corrected.
+__global__ void normalize_rows_kernel(const float* x, float* y, i64 n, double eps, const float* scale,
+                                      const float* bias, i64 channels, i64 channel_inner, float* mean_out,
+                                      float* inv_std_out) {
+  __shared__ double sd[kThreads];
+  const i64 r = blockIdx.x;
+  const float* xr = x + r * n;
+  float* yr = y + r * n;
+  double s = 0;
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x) s += double(xr[j]);
+  const double mean0 = block_reduce(s, sd, AddD{}) / double(n);
+  double c = 0, c2 = 0;
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
+    const double d = double(xr[j]) - mean0;
+    c += d;
+    c2 += d * d;
+  }
+  c = block_reduce(c, sd, AddD{});
+  c2 = block_reduce(c2, sd, AddD{});
+  const double mean = mean0 + c / double(n);
+  double var = (c2 - c * c / double(n)) / double(n);
+  if (var < 0) var = 0;
+  const double inv_std = 1.0 / sqrt(var + eps);
+  if (threadIdx.x == 0) {
+    if (mean_out) mean_out[r] = float(mean);
+    if (inv_std_out) inv_std_out[r] = float(inv_std);
+  }
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
+    const i64 ch = ((r * n + j) / channel_inner) % channels;
+    const double sc = scale ? double(scale[ch]) : 1.0;
+    const double b = bias ? double(bias[ch]) : 0.0;
+    yr[j] = float((double(xr[j]) - mean) * inv_std * sc + b);
+  }
+}
+
+__global__ void batch_norm_kernel(const float* x, float* y, i64 channels, i64 inner, const double* scale,
+                                  const double* bias, const double* mean, const double* var, double eps, i64 n) {
+  QEVAL_FOR(i, n) {
+    const i64 c = (i / inner) % channels;
+    const double a = scale[c] / sqrt(var[c] + eps);
+    y[i] = float((double(x[i]) - mean[c]) * a + bias[c]);
+  }
+}
+
+__global__ void reduce_rows_kernel(Reduce op, const float* x, float* y, i64 n) {
+  __shared__ float sf[kThreads];
+  __shared__ double sd[kThreads];
+  const i64 r = blockIdx.x;
+  const float* xr = x + r * n;
+  if (op == Reduce::kMax || op == Reduce::kMin) {
+    float m = op == Reduce::kMax ? -INFINITY : INFINITY;
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) m = op == Reduce::kMax ? MaxF{}(m, xr[j]) : MinF{}(m, xr[j]);
+    m = op == Reduce::kMax ? block_reduce(m, sf, MaxF{}) : block_reduce(m, sf, MinF{});
+    if (threadIdx.x == 0) y[r] = m;
+    return;
+  }
+  if (op == Reduce::kProd) {
+    double p = 1;
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) p *= double(xr[j]);
+    p = block_reduce(p, sd, MulD{});
+    if (threadIdx.x == 0) y[r] = float(p);
+    return;
+  }
+  float m = 0;
+  if (op == Reduce::kLogSumExp) {
+    m = -INFINITY;
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) m = MaxF{}(m, xr[j]);
+    m = block_reduce(m, sf, MaxF{});
+    if (!isfinite(m)) m = 0;
+  }
+  double s = 0;
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
+    const double v = xr[j];
+    switch (op) {
+      case Reduce::kL1: s += fabs(v); break;
+      case Reduce::kL2:
+      case Reduce::kSumSquare: s += v * v; break;
+      case Reduce::kLogSumExp: s += exp(v - double(m)); break;
+      default: s += v;
+    }
+  }
+  s = block_reduce(s, sd, AddD{});
+  if (threadIdx.x == 0) {
+    switch (op) {
+      case Reduce::kMean: y[r] = float(s / double(n)); break;
+      case Reduce::kL2: y[r] = float(sqrt(s)); break;
+      case Reduce::kLogSum: y[r] = float(::log(s)); break;
+      case Reduce::kLogSumExp: y[r] = float(::log(s) + double(m)); break;
+      default: y[r] = float(s);
+    }
+  }
+}
+
+// ---- convolution, pooling, resize ---------------------------------------------------------------
+
+__global__ void im2col_kernel(const float* x, float* col, Conv2d p, i64 c0, i64 channels) {
+  const i64 spatial = p.oh * p.ow;
+  const i64 n = channels * p.kh * p.kw * spatial;
+  QEVAL_FOR(i, n) {
+    const i64 s = i % spatial;
+    const i64 row = i / spatial;
+    const i64 kx = row % p.kw, ky = (row / p.kw) % p.kh, c = row / (p.kw * p.kh);
+    const i64 ox = s % p.ow, oy = s / p.ow;
+    const i64 iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
+    col[i] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? x[((c0 + c) * p.h + iy) * p.w + ix] : 0.0f;
+  }
+}
+
+__global__ void conv2d_direct_kernel(const float* x, const float* w, const float* bias, float* y, Conv2d p, i64 n) {
+  const i64 cg = p.c / p.group, mg = p.m / p.group;
+  QEVAL_FOR(i, n) {
+    const i64 ox = i % p.ow, oy = (i / p.ow) % p.oh, m = (i / (p.ow * p.oh)) % p.m, b = i / (p.ow * p.oh * p.m);
+    const i64 g = m / mg;
+    float acc = 0;
+    for (i64 c = 0; c < cg; ++c) {
+      const float* xc = x + ((b * p.c + g * cg + c) * p.h) * p.w;
+      const float* wc = w + ((m * cg + c) * p.kh) * p.kw;
+      for (i64 ky = 0; ky < p.kh; ++ky) {
+        const i64 iy = oy * p.sh - p.ph + ky * p.dh;
+        if (iy < 0 || iy >= p.h) continue;
+        for (i64 kx = 0; kx < p.kw; ++kx) {
+          const i64 ix = ox * p.sw - p.pw + kx * p.dw;
+          if (ix < 0 || ix >= p.w) continue;
+          acc = __fadd_rn(acc, __fmul_rn(xc[iy * p.w + ix], wc[ky * p.kw + kx]));
+        }
+      }
+    }
+    y[i] = bias ? acc + bias[m] : acc;
+  }
+}
+
+__global__ void add_channel_bias_kernel(float* y, const float* bias, i64 channels, i64 inner, i64 n) {
+  QEVAL_FOR(i, n) y[i] += bias[(i / inner) % channels];
+}
+
+__global__ void pool2d_kernel(const float* x, float* y, Pool2d p, i64 n) {
+  QEVAL_FOR(i, n) {
+    const i64 ox = i % p.ow, oy = (i / p.ow) % p.oh, plane = i / (p.ow * p.oh);
+    const float* xp = x + plane * p.h * p.w;
+    float m = -INFINITY;
+    double s = 0;
+    i64 count = 0;
+    for (i64 ky = 0; ky < p.kh; ++ky) {
+      const i64 iy = oy * p.sh - p.ph + ky * p.dh;
+      for (i64 kx = 0; kx < p.kw; ++kx) {
+        const i64 ix = ox * p.sw - p.pw + kx * p.dw;
+        const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+        if (inside) {
+          const float v = xp[iy * p.w + ix];
+          m = MaxF{}(m, v);
+          s += v;
+          ++count;
+        } else if (p.count_include_pad && iy < p.h + p.pad_h_end && ix < p.w + p.pad_w_end) {
+          ++count;  // a pad position (not beyond the end pads, which ceil_mode may add)
+        }
+      }
+    }
+    y[i] = p.max ? m : (count ? float(s / double(count)) : 0.0f);
+  }
+}
+
+__global__ void resize_axis_kernel(const float* x, float* y, i64 in, i64 out, i64 inner, int taps, const i64* index,
+                                   const double* weight, const std::uint8_t* extrapolate, double value, i64 n) {
+  QEVAL_FOR(i, n) {
+    const i64 k = i % inner, j = (i / inner) % out, o = i / (inner * out);
+    if (extrapolate && extrapolate[j]) {
+      y[i] = float(value);
+      continue;
+    }
+    double s = 0;
+    for (int t = 0; t < taps; ++t) s += weight[j * taps + t] * double(x[(o * in + index[j * taps + t]) * inner + k]);
+    y[i] = float(s);
+  }
+}
+
+}  // namespace
+
+void strided_copy(const void* src, void* dst, int bytes, const Walk& walk, Stream s) {
+  const i64 n = walk_numel(walk);
+  if (n == 0) return;
+  by_size(bytes, [&](auto t) {
+    using T = decltype(t);
+    strided_copy_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const T*>(src), static_cast<T*>(dst),
+                                                                      walk, n);
+  });
+  check_launch("strided_copy");
+}
+
+void gather_map(const void* src, void* dst, int bytes, const std::int64_t* map, std::int64_t n, const void* fill,
+                Stream s) {
+  if (n == 0) return;
+  by_size(bytes, [&](auto t) {
+    using T = decltype(t);
+    T f{};
+    if (fill) std::memcpy(&f, fill, sizeof(T));
+    gather_map_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const T*>(src), static_cast<T*>(dst),
+                                                                    map, n, f);
+  });
+  check_launch("gather_map");
+}
+
+void gather_axis(const void* src, const void* indices, bool indices64, void* dst, int bytes, std::int64_t outer,
+                 std::int64_t axis, std::int64_t inner, std::int64_t count, Stream s) {
+  const i64 n = outer * count * inner;
+  if (n == 0) return;
+  by_size(bytes, [&](auto t) {
+    using T = decltype(t);
+    gather_axis_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const T*>(src), indices, indices64,
+                                                                     static_cast<T*>(dst), axis, inner, count, n);
+  });
+  check_launch("gather_axis");
+}
+
+void unary(Unary op, Elem elem, const void* x, void* y, std::int64_t n, float p0, float p1, Stream s) {
+  if (n == 0) return;
+  if (op == Unary::kNot) {
+    not_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const bool*>(x), static_cast<bool*>(y), n);
+  } else if (elem == Elem::kF32) {
+    unary_f32_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(op, static_cast<const float*>(x),
+                                                                   static_cast<float*>(y), n, p0, p1);
+  } else if (elem == Elem::kI32) {
+    unary_int_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(
+        op, static_cast<const std::int32_t*>(x), static_cast<std::int32_t*>(y), n, std::int32_t(p0), std::int32_t(p1));
+  } else if (elem == Elem::kI64) {
+    unary_int_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(op, static_cast<const i64*>(x), static_cast<i64*>(y),
+                                                                   n, i64(p0), i64(p1));
+  } else {
+    throw std::logic_error("CUDA unary: element type not supported");
+  }
+  check_launch("unary");
+}
+
+void binary(Binary op, Elem elem, const void* a, const void* b, void* y, const Walk& walk, Stream s) {
+  const i64 n = walk_numel(walk);
+  if (n == 0) return;
+  auto go = [&](auto t) {
+    using T = decltype(t);
+    binary_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                                y, walk, n);
+  };
+  switch (elem) {
+    case Elem::kF32: go(float{}); break;
+    case Elem::kF64: go(double{}); break;
+    case Elem::kI32: go(std::int32_t{}); break;
+    case Elem::kI64: go(i64{}); break;
+    case Elem::kI8: go(std::int8_t{}); break;
+    case Elem::kU8: go(std::uint8_t{}); break;
+    case Elem::kBool: go(bool{}); break;
+    default: throw std::logic_error("CUDA binary: element type not supported");
+  }
+  check_launch("binary");
+}
+
+void where(const void* cond, const void* x, const void* y, void* out, int bytes, const Walk& walk, Stream s) {
+  const i64 n = walk_numel(walk);
+  if (n == 0) return;
+  by_size(bytes, [&](auto t) {
+    using T = decltype(t);
+    where_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const bool*>(cond), static_cast<const T*>(x),
+                                                               static_cast<const T*>(y), static_cast<T*>(out), walk, n);
+  });
+  check_launch("where");
+}
+
+void cast(Elem from, Elem to, const void* x, void* y, std::int64_t n, Stream s) {
+  if (n == 0) return;
+  by_elem(from, [&](auto f) {
+    using F = decltype(f);
+    by_elem(to, [&](auto t) {
+      using T = decltype(t);
+      cast_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const F*>(x), static_cast<T*>(y), n);
+    });
+  });
+  check_launch("cast");
+}
+
+void round_float16(float* x, std::int64_t n, Stream s) {
+  if (n == 0) return;
+  round_f16_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, n);
+  check_launch("round_float16");
+}
+
+void round_bfloat16(float* x, std::int64_t n, Stream s) {
+  if (n == 0) return;
+  round_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, n);
+  check_launch("round_bfloat16");
+}
+
+void softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log, Stream s) {
+  if (outer * n * inner == 0) return;
+  if (inner == 1) {
+    if (outer > 0x7fffffff) throw std::logic_error("CUDA softmax: too many rows");
+    softmax_rows_kernel<<<unsigned(outer), kThreads, 0, stream_of(s)>>>(x, y, n, log);
+  } else {
+    softmax_cols_kernel<<<blocks_for(outer * inner), kThreads, 0, stream_of(s)>>>(x, y, outer, n, inner, log);
+  }
+  check_launch("softmax");
+}
+
+void normalize_rows(const float* x, float* y, std::int64_t rows, std::int64_t n, double epsilon, const float* scale,
+                    const float* bias, std::int64_t channels, std::int64_t channel_inner, float* mean, float* inv_std,
+                    Stream s) {
+  if (rows <= 0 || n <= 0) return;
+  if (rows > 0x7fffffff) throw std::logic_error("CUDA normalize_rows: too many rows");
+  normalize_rows_kernel<<<unsigned(rows), kThreads, 0, stream_of(s)>>>(
+      x, y, n, epsilon, scale, bias, channels < 1 ? 1 : channels, channel_inner < 1 ? 1 : channel_inner, mean, inv_std);
+  check_launch("normalize_rows");
+}
+
+void batch_norm(const float* x, float* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                const double* scale, const double* bias, const double* mean, const double* var, double epsilon,
+                Stream s) {
+  const i64 n = outer * channels * inner;
+  if (n == 0) return;
+  batch_norm_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, y, channels, inner, scale, bias, mean, var,
+                                                                  epsilon, n);
+  check_launch("batch_norm");
+}
+
+void reduce_rows(Reduce op, const float* x, float* y, std::int64_t rows, std::int64_t n, Stream s) {
+  if (rows <= 0) return;
+  if (rows > 0x7fffffff) throw std::logic_error("CUDA reduce_rows: too many rows");
+  reduce_rows_kernel<<<unsigned(rows), kThreads, 0, stream_of(s)>>>(op, x, y, n);
+  check_launch("reduce_rows");
+}
+
+void im2col(const float* x, float* col, const Conv2d& p, std::int64_t channel0, std::int64_t channels, Stream s) {
+  const i64 n = channels * p.kh * p.kw * p.oh * p.ow;
+  if (n == 0) return;
+  im2col_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, col, p, channel0, channels);
+  check_launch("im2col");
+}
+
+void conv2d_direct(const float* x, const float* w, const float* bias, float* y, const Conv2d& p, Stream s) {
+  const i64 n = p.n * p.m * p.oh * p.ow;
+  if (n == 0) return;
+  conv2d_direct_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, w, bias, y, p, n);
+  check_launch("conv2d_direct");
+}
+
+void add_channel_bias(float* y, const float* bias, std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                      Stream s) {
+  const i64 n = outer * channels * inner;
+  if (n == 0) return;
+  add_channel_bias_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(y, bias, channels, inner, n);
+  check_launch("add_channel_bias");
+}
+
+void pool2d(const float* x, float* y, const Pool2d& p, Stream s) {
+  const i64 n = p.planes * p.oh * p.ow;
+  if (n == 0) return;
+  pool2d_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, y, p, n);
+  check_launch("pool2d");
+}
+
+void resize_axis(const float* x, float* y, std::int64_t outer, std::int64_t in, std::int64_t out, std::int64_t inner,
+                 int taps, const std::int64_t* index, const double* weight, const std::uint8_t* extrapolate,
+                 double extrapolation_value, Stream s) {
+  const i64 n = outer * out * inner;
+  if (n == 0) return;
+  resize_axis_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, y, in, out, inner, taps, index, weight,
+                                                                   extrapolate, extrapolation_value, n);
+  check_launch("resize_axis");
+}
+
+}  // namespace qeval::kernels::cuda

@@ -1,0 +1,147 @@
+// qeval's CUDA kernels behind a plain C++ API (device pointers, sizes and strides in elements, a
+// stream as an opaque pointer): no CUDA header needed to call them. Every kernel is deterministic
+// (no atomics; reductions in a fixed order) and computes in the CPU kernels' formulas (double
+// moments for norms, the same erf/sigmoid polynomials). Errors of a launch throw std::runtime_error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qeval::kernels::cuda {
+
+using Stream = void*;  // a cudaStream_t
+inline constexpr int kMaxRank = 8;
+
+// Element types the kernels know (storage types of the executor).
+enum class Elem : std::uint8_t { kF32, kF64, kI8, kU8, kI16, kU16, kI32, kU32, kI64, kU64, kBool };
+
+// An n-d walk over a dense `counts` array: operand k reads element base[k] + sum(i_d * strides[k][d]).
+// Strides may be 0 (broadcast) or negative. Up to 4 operands (the output included where it is
+// strided).
+struct Walk {
+  int rank = 0;
+  std::int64_t counts[kMaxRank] = {};
+  std::int64_t strides[4][kMaxRank] = {};
+  std::int64_t base[4] = {};
+};
+
+// dst[walk operand 1] = src[walk operand 0] for every index of the walk; elements of `bytes`.
+void strided_copy(const void* src, void* dst, int bytes, const Walk& walk, Stream s);
+// dst[i] = map[i] >= 0 ? src[map[i]] : *fill (fill: `bytes` of host memory), i < n.
+void gather_map(const void* src, void* dst, int bytes, const std::int64_t* map, std::int64_t n, const void* fill,
+                Stream s);
+// Gather along an axis: dst[o, j, i] = src[o, idx[j], i] (src [outer, axis, inner], dst [outer,
+// count, inner]); negative indices count from the end; an index out of range gives zero bytes
+// (the plan checks constant indices; runtime ones cannot throw on the device).
+void gather_axis(const void* src, const void* indices, bool indices64, void* dst, int bytes, std::int64_t outer,
+                 std::int64_t axis, std::int64_t inner, std::int64_t count, Stream s);
+
+enum class Unary : std::uint8_t {
+  kNeg,
+  kAbs,
+  kSqrt,
+  kExp,
+  kLog,
+  kErf,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kReciprocal,
+  kFloor,
+  kCeil,
+  kRound,
+  kSign,
+  kSin,
+  kCos,
+  kSoftplus,
+  kSoftsign,
+  kLeakyRelu,
+  kElu,
+  kHardSigmoid,
+  kHardSwish,
+  kGeluErf,
+  kGeluTanh,
+  kClip,
+  kNot,
+};
+// y[i] = f(x[i]) in float (p0, p1: the op's parameters: LeakyRelu/Elu alpha, HardSigmoid alpha and
+// beta, Clip min and max). kNot takes bools, kNeg/kAbs/kRelu/kSign also int32/int64 (elem).
+void unary(Unary op, Elem elem, const void* x, void* y, std::int64_t n, float p0, float p1, Stream s);
+
+enum class Binary : std::uint8_t {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,
+  kMod,
+  kEqual,
+  kGreater,
+  kLess,
+  kGreaterOrEqual,
+  kLessOrEqual,
+  kAnd,
+  kOr,
+  kXor,
+};
+// y = f(a, b) over the walk's counts (operand 0: a, 1: b; y dense). Arithmetic on kF32, kF64,
+// kI32, kI64 (integer Div truncates; a zero divisor gives 0); comparisons write bools.
+void binary(Binary op, Elem elem, const void* a, const void* b, void* y, const Walk& walk, Stream s);
+// out = cond ? x : y over the walk (operands 0: cond, 1: x, 2: y; out dense), elements of `bytes`.
+void where(const void* cond, const void* x, const void* y, void* out, int bytes, const Walk& walk, Stream s);
+// Element type conversion as C++'s static_cast (bool: != 0).
+void cast(Elem from, Elem to, const void* x, void* y, std::int64_t n, Stream s);
+// In place, bit-identical to qeval::round_to_float16 / round_to_bfloat16 (NaN and Inf kept).
+void round_float16(float* x, std::int64_t n, Stream s);
+void round_bfloat16(float* x, std::int64_t n, Stream s);
+
+// Softmax (or log-softmax) of x viewed as [outer, n, inner] along n.
+void softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log, Stream s);
+// Rows of n normalised by their moments (double): y = (x - mean) / sqrt(var + eps) * scale + bias,
+// scale/bias (nullable) indexed by (flat index / channel_inner) % channels. mean/inv_std: `rows`
+// values each, nullable (LayerNormalization's optional outputs, float).
+void normalize_rows(const float* x, float* y, std::int64_t rows, std::int64_t n, double epsilon, const float* scale,
+                    const float* bias, std::int64_t channels, std::int64_t channel_inner, float* mean, float* inv_std,
+                    Stream s);
+// Inference batch norm over [outer, channels, inner] with double parameters on the device.
+void batch_norm(const float* x, float* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                const double* scale, const double* bias, const double* mean, const double* var, double epsilon,
+                Stream s);
+
+enum class Reduce : std::uint8_t { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
+// y[r] = reduce(x[r * n .. r * n + n)) for r < rows, accumulated in double (max/min in float,
+// NaN propagating); n == 0 gives the reduction's identity.
+void reduce_rows(Reduce op, const float* x, float* y, std::int64_t rows, std::int64_t n, Stream s);
+
+// Convolution pieces. im2col of one image [c, h, w] into [c * kh * kw, oh * ow].
+struct Conv2d {
+  std::int64_t n, c, h, w;  // input
+  std::int64_t m, oh, ow;   // output channels and size
+  std::int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  std::int64_t group;
+};
+void im2col(const float* x, float* col, const Conv2d& p, std::int64_t channel0, std::int64_t channels, Stream s);
+// Direct convolution (grouped / depthwise): one thread per output, float accumulation in tap order.
+void conv2d_direct(const float* x, const float* w, const float* bias, float* y, const Conv2d& p, Stream s);
+// y[o, c, i] += bias[c] over [outer, channels, inner].
+void add_channel_bias(float* y, const float* bias, std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                      Stream s);
+
+// 2-D max / average pooling of [n*c, h, w] (pads begin ph/pw; the output size is the plan's).
+struct Pool2d {
+  std::int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+  std::int64_t pad_h_end, pad_w_end;
+  bool max, count_include_pad;
+};
+void pool2d(const float* x, float* y, const Pool2d& p, Stream s);
+
+// One axis of a separable resize of x viewed as [outer, in, inner] into [outer, out, inner]:
+// y[o, j, i] = extrapolate[j] ? value : sum_t weight[j * taps + t] * x[o, index[j * taps + t], i]
+// (weights and the sum in double, as kernels::resize).
+void resize_axis(const float* x, float* y, std::int64_t outer, std::int64_t in, std::int64_t out, std::int64_t inner,
+                 int taps, const std::int64_t* index, const double* weight, const std::uint8_t* extrapolate,
+                 double extrapolation_value, Stream s);
+
+}  // namespace qeval::kernels::cuda

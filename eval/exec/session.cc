@@ -90,7 +90,8 @@ Session::Session(const Graph& graph, SessionOptions options)
   }
 }
 
-Session::~Session() = default;
+// The plans (a device backend's kernels among them) go before the backend they were made by.
+Session::~Session() { plans_.clear(); }
 
 std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
 

@@ -825,6 +825,22 @@ std::unique_ptr<StepKernel> compile_slabs(const Site& s, bool concat) {
 
 // ---- the backend ------------------------------------------------------------------------------------
 
+// A compiled node run under the backend's lock (CudaMemory::lock): sessions on several threads
+// share the stream and the cuBLAS handle.
+class Serialized final : public StepKernel {
+ public:
+  Serialized(std::unique_ptr<StepKernel> kernel, std::shared_ptr<CudaMemory> memory)
+      : kernel_(std::move(kernel)), memory_(std::move(memory)) {}
+  void run(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) override {
+    const auto held = memory_->lock();
+    kernel_->run(inputs, outputs);
+  }
+
+ private:
+  std::unique_ptr<StepKernel> kernel_;
+  std::shared_ptr<CudaMemory> memory_;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : memory_(std::make_shared<CudaMemory>(device)) {
@@ -847,13 +863,15 @@ class CudaBackend final : public Backend {
   std::unique_ptr<StepKernel> compile(const Node& node, const Op& op, std::span<const ValueMeta* const> inputs,
                                       std::span<const ValueMeta> outputs, std::string& why) override {
     why.clear();
+    const auto held = memory_->lock();
     Site s{node, op, inputs, outputs, why, *memory_, blas_};
     if (!node.domain.empty() && node.domain != "ai.onnx") return s.decline("no CUDA kernel for domain " + node.domain);
     if (outputs.empty()) return s.decline("no outputs");
     try {
       auto k = dispatch(s);
       if (!k && why.empty()) why = "no CUDA kernel for " + node.op_type;
-      return k;
+      if (!k) return k;
+      return std::make_unique<Serialized>(std::move(k), memory_);
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const InputError&) {
@@ -870,6 +888,7 @@ class CudaBackend final : public Backend {
     if (rounding == Rounding::kNone) return;
     if (!value.on_device()) return apply_rounding(value, rounding);
     if (value.dtype() != DType::kFloat32) return;
+    const auto held = memory_->lock();
     float* p = static_cast<float*>(value.device_data());
     if (rounding == Rounding::kFp16) kc::round_float16(p, value.numel(), memory_->stream());
     else kc::round_bfloat16(p, value.numel(), memory_->stream());

@@ -47,8 +47,14 @@ CudaMemory::~CudaMemory() {
   }
 }
 
+std::unique_lock<std::recursive_mutex> CudaMemory::lock() {
+  std::unique_lock<std::recursive_mutex> held(mu_);
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  return held;
+}
+
 void* CudaMemory::allocate(std::size_t bytes) {
-  cudaSetDevice(device_);
+  const auto held = lock();
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
@@ -64,11 +70,14 @@ void CudaMemory::release(void* p) noexcept {
   if (!p) return;
   // Work queued on the stream may still read p: cudaFree waits for the device, so nothing is freed
   // under a running kernel.
+  std::lock_guard<std::recursive_mutex> held(mu_);
+  cudaSetDevice(device_);
   cudaFree(p);
 }
 
 void CudaMemory::to_device(void* dst, const void* host_src, std::size_t bytes) {
   if (!bytes) return;
+  const auto held = lock();
   check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, as_stream(stream_)), "cudaMemcpy to device");
   // The host buffer may go away when this returns.
   synchronize();
@@ -76,12 +85,14 @@ void CudaMemory::to_device(void* dst, const void* host_src, std::size_t bytes) {
 
 void CudaMemory::to_host(void* host_dst, const void* src, std::size_t bytes) {
   if (!bytes) return;
+  const auto held = lock();
   check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream_)), "cudaMemcpy to host");
   synchronize();
 }
 
 void CudaMemory::copy(void* dst, const void* src, std::size_t bytes) {
   if (!bytes) return;
+  const auto held = lock();
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream_)), "cudaMemcpy on device");
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kernels/tensor.h"
@@ -28,6 +29,11 @@ class CudaMemory final : public DeviceMemory, public std::enable_shared_from_thi
   void to_host(void* host_dst, const void* src, std::size_t bytes) override;  // synchronises
   void copy(void* dst, const void* src, std::size_t bytes) override;
 
+  // Serialises the backend's work across threads (evaluator workers share one backend: its
+  // stream and cuBLAS handle) and makes this device current on the calling thread (CUDA's current
+  // device is per thread). Re-entrant. Every memory call and kernel takes it.
+  [[nodiscard]] std::unique_lock<std::recursive_mutex> lock();
+
   int device() const { return device_; }
   void* stream() const { return stream_; }  // a cudaStream_t
   void synchronize();
@@ -36,6 +42,7 @@ class CudaMemory final : public DeviceMemory, public std::enable_shared_from_thi
  private:
   int device_;
   void* stream_ = nullptr;
+  std::recursive_mutex mu_;
 };
 
 }  // namespace qeval::eval

@@ -1,0 +1,208 @@
+// The shipped models through the executor on the CUDA backend: the CPU's outputs within rel-L2
+// 1e-5 (fp32), the same bits on every run, observed runs equal to unobserved ones, the nodes that
+// fall back to the CPU listed; and `qeval run --device cuda` with the CPU run's verdicts. Skips,
+// saying why, without a CUDA device. $QEVAL_SOURCE_DIR / $QEVAL_BINARY point at the checkout and
+// the binary where the tests run from a copy (scripts/test-gpu.sh on the GPU machine).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/exec/cuda/cuda_backend.h"
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
+#include "kernels/error.h"
+
+namespace qeval::eval {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path from_env(const char* name, const char* built) {
+  const char* moved = std::getenv(name);
+  return moved && *moved ? moved : built;
+}
+fs::path source_dir() { return from_env("QEVAL_SOURCE_DIR", QEVAL_SOURCE_DIR); }
+
+std::shared_ptr<Backend> cuda_or_reason(std::string& why) {
+  try {
+    return make_cuda_backend(0);
+  } catch (const InputError& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+#define QEVAL_CUDA_OR_SKIP(var)                             \
+  std::string var##_why;                                    \
+  std::shared_ptr<Backend> var = cuda_or_reason(var##_why); \
+  if (!var) GTEST_SKIP() << "no CUDA device: " << var##_why;
+
+double rel_l2(const Tensor& want, const Tensor& got) {
+  const Tensor w = widened_to_float32(want), g = widened_to_float32(got);
+  double num = 0, den = 0;
+  for (std::int64_t i = 0; i < w.numel(); ++i) {
+    const double a = w.data<float>()[i], b = g.data<float>()[i];
+    if (std::isnan(a) != std::isnan(b)) return INFINITY;
+    if (std::isnan(a)) continue;
+    num += (a - b) * (a - b);
+    den += a * a;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+Tensor normal(const Shape& shape, std::uint32_t seed, float scale = 1.0f) {
+  Tensor t(DType::kFloat32, shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  for (float& x : t.span<float>()) x = d(rng);
+  return t;
+}
+
+struct Case {
+  const char* model;  // under models/
+  std::map<std::string, Tensor> (*inputs)();
+};
+
+std::map<std::string, Tensor> text_encoder_inputs() {
+  Tensor ids(DType::kInt32, {2, 77});
+  std::mt19937 rng(7);
+  for (auto& v : ids.span<std::int32_t>()) v = std::int32_t(rng() % 600);
+  return {{"input_ids", std::move(ids)}};
+}
+std::map<std::string, Tensor> unet_inputs() {
+  Tensor t(DType::kFloat32, {2});
+  t.data<float>()[0] = 901.0f;
+  t.data<float>()[1] = 41.0f;
+  return {{"sample", normal({2, 4, 16, 16}, 1)},
+          {"timestep", std::move(t)},
+          {"encoder_hidden_states", normal({2, 77, 128}, 2)}};
+}
+std::map<std::string, Tensor> vae_inputs() { return {{"latent_sample", normal({1, 4, 16, 16}, 3, 4.0f)}}; }
+std::map<std::string, Tensor> sam_encoder_inputs() { return {{"image", normal({1, 3, 64, 64}, 4)}}; }
+std::map<std::string, Tensor> sam_decoder_inputs() {
+  Tensor coords(DType::kFloat32, {1, 2, 2}), labels(DType::kFloat32, {1, 2});
+  const float c[] = {20.0f, 31.0f, 44.0f, 9.0f};
+  std::memcpy(coords.data<float>(), c, sizeof c);
+  labels.data<float>()[0] = 1.0f;
+  labels.data<float>()[1] = 0.0f;
+  return {{"image_embeddings", normal({1, 64, 16, 16}, 5)}, {"point_coords", coords}, {"point_labels", labels}};
+}
+
+const Case kCases[] = {{"tiny-sd/text_encoder.onnx", text_encoder_inputs},
+                       {"tiny-sd/unet.onnx", unet_inputs},
+                       {"tiny-sd/vae_decoder.onnx", vae_inputs},
+                       {"tiny-sam/image_encoder.onnx", sam_encoder_inputs},
+                       {"tiny-sam/mask_decoder.onnx", sam_decoder_inputs}};
+
+// Reads every value an observer is shown (host memory), as qeval run's observers do.
+class Reader final : public Observer {
+ public:
+  void on_node(const NodeEvent& e) override {
+    for (const Tensor* t : e.outputs)
+      if (t && t->dtype() == DType::kFloat32) sum += double(t->data<float>()[0]);
+    ++nodes;
+  }
+  double sum = 0;
+  int nodes = 0;
+};
+
+TEST(CudaModels, ShippedModelsMatchTheCpuAndRepeatTheirBits) {
+  QEVAL_CUDA_OR_SKIP(cuda);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.model);
+    const Graph g = load_onnx(source_dir() / "models" / c.model);
+    const auto inputs = c.inputs();
+    for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+      SCOPED_TRACE(std::string(precision_name(precision)));
+      SessionOptions on_gpu{precision};
+      on_gpu.backend = cuda;
+      Session cpu(g, SessionOptions{precision}), gpu(g, on_gpu);
+      const auto want = cpu.run(inputs);
+      const auto got = gpu.run(inputs);
+      const auto again = gpu.run(inputs);
+      Reader seen_cpu, seen_gpu;
+      cpu.run(inputs, &seen_cpu);
+      const auto observed = gpu.run(inputs, &seen_gpu);
+      EXPECT_EQ(seen_gpu.nodes, seen_cpu.nodes);
+      // fp32: summation order only. fp16: every op's output is rounded to fp16, so an FP32
+      // difference in the last bit can move a value by one fp16 ulp (2^-11 relative) and the
+      // next ops carry it on.
+      const double tolerance = precision == Precision::kFp32 ? 1e-5 : 2e-3;
+      for (const auto& [name, w] : want) {
+        const double rel = rel_l2(w, got.at(name));
+        EXPECT_LE(rel, tolerance) << name;
+        EXPECT_TRUE(same_bits(got.at(name), again.at(name))) << name << ": a second run gave other bits";
+        EXPECT_TRUE(same_bits(got.at(name), observed.at(name))) << name << ": an observed run gave other bits";
+        std::printf("  %-28s %-5s %-24s rel-L2 %.2e\n", c.model, std::string(precision_name(precision)).c_str(),
+                    name.c_str(), rel);
+      }
+      std::map<std::string, Shape> shapes;
+      for (const auto& [name, t] : inputs) shapes.emplace(name, t.shape());
+      const auto host = gpu.host_steps(shapes);
+      std::printf("  %-28s %-5s %zu of %zu nodes on the CPU\n", c.model, std::string(precision_name(precision)).c_str(),
+                  host.size(), gpu.nodes().size());
+      for (const HostStep& h : host)
+        std::printf("      %s '%s': %s\n", gpu.nodes()[h.node].op_type.c_str(), gpu.nodes()[h.node].name.c_str(),
+                    h.why.c_str());
+    }
+  }
+}
+
+struct Cli {
+  int code;
+  std::string out;
+};
+Cli qeval(const std::string& args) {
+  const std::string binary = from_env("QEVAL_BINARY", QEVAL_BINARY).string();
+  FILE* p = popen((binary + " " + args + " 2>&1").c_str(), "r");
+  Cli r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
+
+// The shipped default evaluation (tiny-sd, its variants and gate) on the GPU and on the CPU: the
+// same verdict per check, metrics close, the report saying where it ran.
+TEST(CudaModels, QevalRunOnTheGpuGivesTheCpuVerdicts) {
+  QEVAL_CUDA_OR_SKIP(cuda);
+  const fs::path out = fs::temp_directory_path() / "qeval-gpu-run";
+  fs::remove_all(out);
+  const Cli cpu = qeval("run --count 2 --out " + (out / "cpu").string());
+  const Cli gpu = qeval("run --device cuda --count 2 --out " + (out / "gpu").string());
+  ASSERT_TRUE(cpu.code == 0 || cpu.code == 1) << cpu.out;
+  EXPECT_EQ(gpu.code, cpu.code) << gpu.out;
+  const auto a = read_json(out / "cpu" / "report.json"), b = read_json(out / "gpu" / "report.json");
+  EXPECT_EQ(a["config"]["device"], "cpu");
+  EXPECT_EQ(b["config"]["device"], "cuda:0");
+  ASSERT_EQ(a["gate"]["checks"].size(), b["gate"]["checks"].size());
+  for (std::size_t i = 0; i < a["gate"]["checks"].size(); ++i) {
+    const auto &x = a["gate"]["checks"][i], &y = b["gate"]["checks"][i];
+    EXPECT_EQ(x["passed"], y["passed"]) << x.dump() << "\n" << y.dump();
+    std::printf("  %-40s %-10s cpu %-14s gpu %-14s\n", x["name"].get<std::string>().c_str(),
+                x["variant"].get<std::string>().c_str(), x["value"].dump().c_str(), y["value"].dump().c_str());
+  }
+}
+
+}  // namespace
+}  // namespace qeval::eval

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The one command of the GPU benchmark (issue 23), run on the GPU machine from the repository root:
-#   OUT=DIR [QEVAL=path/to/qeval] [WORK=/tmp/qeval-full] [RUNS=20] [QEVAL_RUNS=5] [MODELS=unet,sdxl-unet]
+#   OUT=DIR [QEVAL=path/to/qeval] [WORK=/tmp/qeval-full] [RUNS=20] [MODELS=unet,sdxl-unet]
 #   [WIDTHS_SCALE=1.0] [LATENT=64] [EXPORT_TIMEOUT=0] [SKIP_EXPORT=1] [DEVICE=cuda] bench/run_gpu.sh
 # 1. PyTorch (bench/gpu/torch_peer.py): one batch-2 UNet call, FP32 with TF32 off and FP16 with SDPA, median of
 #    $RUNS; saves the inputs and PyTorch's FP32 outputs under $WORK/peer. First, so that a failed or slow
@@ -8,10 +8,10 @@
 # 2. exports the full-size random-weight models into $WORK/models (tools/export_full_size.py: the SD-1.5-like
 #    pipeline, then the SDXL-like UNet; FP32 ONNX with external data; each python call limited to
 #    $EXPORT_TIMEOUT seconds, 0 = none), unless SKIP_EXPORT=1;
-# 3. when $QEVAL's `infer` has --device, times `qeval infer --device $DEVICE` ($QEVAL_RUNS processes per
-#    precision: infer has no repeat option, so each time is one call of a fresh process, planning and weight
-#    upload included; the median of the calls after the first is the figure, the first is printed beside it)
-#    on the same inputs, compares its output with PyTorch's FP32 output and prints qeval / PyTorch ratios.
+# 3. when $QEVAL has the global --device option, times `qeval infer --device $DEVICE --repeat $RUNS` per
+#    precision on the same inputs (the figure is --repeat's median of the calls after the first, which plans,
+#    packs and uploads the weights; the first call's time is printed beside it), compares its output with
+#    PyTorch's FP32 output and prints qeval / PyTorch ratios.
 # Everything small lands in $OUT (logs, JSON, the inputs and expected outputs as one tar); the models stay in
 # $WORK. Python: $PYTHON (default python3, the GPU machine's PyTorch). DEVICE=cpu with a small WIDTHS_SCALE
 # and LATENT runs the whole script on a machine without a GPU (PyTorch FP32 only), to test it.
@@ -20,7 +20,6 @@ set -u -o pipefail
 WORK=${WORK:-/tmp/qeval-full}
 PYTHON=${PYTHON:-python3}
 RUNS=${RUNS:-20}
-QEVAL_RUNS=${QEVAL_RUNS:-5}
 WIDTHS_SCALE=${WIDTHS_SCALE:-1.0}
 LATENT=${LATENT:-64}
 MODELS=${MODELS:-unet,sdxl-unet}
@@ -69,8 +68,8 @@ fi
 echo "== qeval"
 if [ -z "$QEVAL" ]; then
   echo "qeval: QEVAL is not set; skipped" | tee "$OUT/qeval.txt"
-elif ! "$QEVAL" infer --help 2>&1 | grep -q -- '--device'; then
-  echo "qeval: $QEVAL infer has no --device option (no CUDA backend in it); skipped" | tee "$OUT/qeval.txt"
+elif ! "$QEVAL" --help 2>&1 | grep -q -- '--device' || ! "$QEVAL" infer --help 2>&1 | grep -q -- '--repeat'; then
+  echo "qeval: $QEVAL lacks the global --device option or infer --repeat; skipped" | tee "$OUT/qeval.txt"
 else
   : >"$OUT/qeval.txt"
   precisions="fp32 fp16"
@@ -78,21 +77,19 @@ else
   for model in ${MODELS//,/ }; do
     dir=$([ "$model" = sdxl-unet ] && echo sdxl_unet || echo unet)
     for prec in $precisions; do
-      times=()
-      for i in $(seq 1 "$QEVAL_RUNS"); do
-        log=$("$QEVAL" infer --device "$DEVICE" --precision "$prec" --model "$WORK/models/$dir/model.onnx" \
-          --inputs "$WORK/peer/$dir/inputs" --outputs "$WORK/qeval/$dir/$prec" 2>&1)
-        rc=$?
-        echo "$log" >>"$OUT/qeval.txt"
-        if [ $rc -ne 0 ]; then echo "qeval $model $prec: exit $rc" | tee -a "$OUT/qeval.txt"; status=1; break; fi
-        times+=("$(echo "$log" | sed -n 's/.* ran in \([0-9.]*\) ms.*/\1/p')")
-      done
-      echo "qeval_times $model $prec ${times[*]}" | tee -a "$OUT/qeval.txt"
+      log=$("$QEVAL" --device "$DEVICE" infer --precision "$prec" --repeat "$RUNS" --model \
+        "$WORK/models/$dir/model.onnx" --inputs "$WORK/peer/$dir/inputs" --outputs "$WORK/qeval/$dir/$prec" 2>&1)
+      rc=$?
+      echo "$log" >>"$OUT/qeval.txt"
+      if [ $rc -ne 0 ]; then echo "qeval $model $prec: exit $rc" | tee -a "$OUT/qeval.txt"; status=1; continue; fi
+      first=$(echo "$log" | sed -n 's/.* ran in \([0-9.]*\) ms.*/\1/p')
+      median=$(echo "$log" | sed -n 's/.*--repeat [0-9]*: median \([0-9.]*\) ms.*/\1/p')
+      echo "qeval_times $model $prec $first $median" | tee -a "$OUT/qeval.txt"
     done
   done
   "$PYTHON" - "$WORK" "$OUT" <<'PY' || status=1
 # qeval / PyTorch ratios, and qeval's output against PyTorch's FP32 output (relative L2).
-import json, os, statistics, sys
+import json, os, sys
 import numpy as np
 work, out = sys.argv[1], sys.argv[2]
 peer = json.load(open(os.path.join(work, "peer", "torch_peer.json")))
@@ -100,22 +97,22 @@ times = {}
 for line in open(os.path.join(out, "qeval.txt")):
     if line.startswith("qeval_times "):
         f = line.split()
-        times[(f[1], f[2])] = [float(t) for t in f[3:] if t]
+        if len(f) == 5:  # model, precision, first call ms, --repeat median ms
+            times[(f[1], f[2])] = (float(f[3]), float(f[4]))
 res = {}
 print("%-10s %-5s %11s %11s %11s %8s %13s" % ("model", "prec", "qeval 1st", "qeval med", "torch med", "ratio",
                                              "rel-L2 fp32"))
-for (model, prec), ts in sorted(times.items()):
+for (model, prec), (first, med) in sorted(times.items()):
     d = "sdxl_unet" if model == "sdxl-unet" else "unet"
     p = peer["models"].get(model, {}).get("precisions", {}).get(prec)
-    if not ts or not p:
+    if not p:
         continue
-    med = statistics.median(ts[1:] or ts)
     q = np.load(os.path.join(work, "qeval", d, prec, "out_sample.npy")).astype(np.float64)
     r = np.load(os.path.join(work, "peer", d, "expected", "out_sample.npy")).astype(np.float64)
     err = float(np.linalg.norm(q - r) / np.linalg.norm(r))
-    res["%s/%s" % (model, prec)] = {"qeval_ms": ts, "qeval_median_ms": med, "torch_median_ms": p["median_ms"],
+    res["%s/%s" % (model, prec)] = {"qeval_first_ms": first, "qeval_median_ms": med, "torch_median_ms": p["median_ms"],
                                     "ratio": med / p["median_ms"], "rel_l2_vs_torch_fp32": err}
-    print("%-10s %-5s %11.2f %11.2f %11.2f %8.2f %13.2e" % (model, prec, ts[0], med, p["median_ms"],
+    print("%-10s %-5s %11.2f %11.2f %11.2f %8.2f %13.2e" % (model, prec, first, med, p["median_ms"],
                                                            med / p["median_ms"], err))
 with open(os.path.join(out, "ratios.json"), "w") as f:
     json.dump(res, f, indent=1)

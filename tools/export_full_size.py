@@ -37,7 +37,6 @@
 import argparse
 import inspect
 import json
-import math
 import os
 import shutil
 import subprocess

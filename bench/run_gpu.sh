@@ -68,7 +68,7 @@ fi
 echo "== qeval"
 if [ -z "$QEVAL" ]; then
   echo "qeval: QEVAL is not set; skipped" | tee "$OUT/qeval.txt"
-elif ! "$QEVAL" --help 2>&1 | grep -q -- '--device' || ! "$QEVAL" infer --help 2>&1 | grep -q -- '--repeat'; then
+elif [[ "$("$QEVAL" --help 2>&1)" != *--device* || "$("$QEVAL" infer --help 2>&1)" != *--repeat* ]]; then
   echo "qeval: $QEVAL lacks the global --device option or infer --repeat; skipped" | tee "$OUT/qeval.txt"
 else
   : >"$OUT/qeval.txt"

@@ -42,18 +42,6 @@ ORT_RUNNER = os.path.join(scenes.REPO, "tools", "ort", "run_reference.js")
 SIZE_BUDGET_BYTES = 25 * 1000 * 1000  # all shipped model files, tiny-sd and tiny-sam together
 
 
-class TextEncoderExport(torch.nn.Module):
-    def __init__(self, text):
-        super().__init__()
-        self.text = text
-
-    def forward(self, input_ids):
-        h = self.text(input_ids)
-        # CLIP's pooled output: the hidden state at the EOS token (the largest id in the vocabulary).
-        pooled = h[torch.arange(h.shape[0]), input_ids.to(torch.int64).argmax(dim=-1)]
-        return h, pooled
-
-
 def rel_l2(a, b):
     a, b = a.astype(np.float64), b.astype(np.float64)
     return float(np.linalg.norm(a - b) / max(1e-30, np.linalg.norm(b)))
@@ -304,7 +292,7 @@ def main():
             "params": {"vae_decoder": M.param_count(vae.decoder) + M.param_count(vae.post_quant_conv),
                        "text_encoder": M.param_count(text), "unet": M.param_count(unet)}}
     info["ort"]["text_encoder.onnx"] = export_and_check(
-        TextEncoderExport(text), [ids], ["input_ids"], ["last_hidden_state", "pooler_output"],
+        M.TextEncoderExport(text), [ids], ["input_ids"], ["last_hidden_state", "pooler_output"],
         {"input_ids": {0: "batch", 1: "sequence"}}, os.path.join(a.out, "text_encoder.onnx"))["ort_rel_l2"]
     with torch.no_grad():
         ctx = text(torch.from_numpy(ids)).numpy()

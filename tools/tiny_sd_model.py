@@ -16,6 +16,10 @@
 #     conv_in, CrossAttnDownBlock2D / UNetMidBlock2DCrossAttn / CrossAttnUpBlock2D of ResnetBlock2D
 #     and Transformer2DModel (GroupNorm, 1x1 conv proj_in/out, BasicTransformerBlock with self-
 #     attention, cross-attention and a GEGLU feed-forward), skip connections, conv_out.
+#     The defaults are tiny-sd's (its exported graphs must not change); the keyword parameters give
+#     the full-size networks of tools/export_full_size.py: a transformer depth per block (0 = diffusers'
+#     DownBlock2D / UpBlock2D, no attention), a head count instead of a head size, linear proj_in/out
+#     (SDXL's use_linear_projection), and SDXL's "text_time" added conditioning (text_embeds + time_ids).
 
 import math
 
@@ -365,35 +369,51 @@ class BasicTransformerBlock(nn.Module):
 
 
 class Transformer2DModel(nn.Module):
-    def __init__(self, channels, heads, cross_attention_dim, groups):
+    def __init__(self, channels, heads, cross_attention_dim, groups, depth=1, use_linear_projection=False):
         super().__init__()
+        self.use_linear_projection = use_linear_projection
+        proj = (lambda: nn.Linear(channels, channels)) if use_linear_projection else (
+            lambda: nn.Conv2d(channels, channels, 1))
         self.norm = nn.GroupNorm(groups, channels, eps=1e-6)
-        self.proj_in = nn.Conv2d(channels, channels, 1)
-        self.transformer_blocks = nn.ModuleList([BasicTransformerBlock(channels, heads, cross_attention_dim)])
-        self.proj_out = nn.Conv2d(channels, channels, 1)
+        self.proj_in = proj()
+        self.transformer_blocks = nn.ModuleList([BasicTransformerBlock(channels, heads, cross_attention_dim)
+                                                 for _ in range(depth)])
+        self.proj_out = proj()
 
     def forward(self, x, context, use_sdpa=False):
         b, c, h, w = x.shape
-        y = self.proj_in(self.norm(x))
-        y = y.permute(0, 2, 3, 1).reshape(b, h * w, c)
+        if self.use_linear_projection:  # diffusers: the projections act on [B, HW, C] tokens
+            y = self.proj_in(self.norm(x).permute(0, 2, 3, 1).reshape(b, h * w, c))
+        else:
+            y = self.proj_in(self.norm(x))
+            y = y.permute(0, 2, 3, 1).reshape(b, h * w, c)
         for blk in self.transformer_blocks:
             y = blk(y, context, use_sdpa)
+        if self.use_linear_projection:
+            return self.proj_out(y).reshape(b, h, w, c).permute(0, 3, 1, 2) + x
         y = y.reshape(b, h, w, c).permute(0, 3, 1, 2)
         return self.proj_out(y) + x
 
 
 class CrossAttnDownBlock2D(nn.Module):
-    def __init__(self, cin, cout, temb, layers, heads, cross_dim, groups, downsample):
+    """depth 0 is diffusers' DownBlock2D (resnets only, no attentions)."""
+
+    def __init__(self, cin, cout, temb, layers, heads, cross_dim, groups, downsample, depth=1,
+                 use_linear_projection=False):
         super().__init__()
         self.resnets = nn.ModuleList([ResnetBlock2D(cin if i == 0 else cout, cout, temb, groups, eps=1e-5)
                                       for i in range(layers)])
-        self.attentions = nn.ModuleList([Transformer2DModel(cout, heads, cross_dim, groups) for _ in range(layers)])
+        self.attentions = nn.ModuleList([Transformer2DModel(cout, heads, cross_dim, groups, depth,
+                                                            use_linear_projection)
+                                         for _ in range(layers)]) if depth else None
         self.downsamplers = nn.ModuleList([Downsample2D(cout)]) if downsample else None
 
     def forward(self, x, temb, context, use_sdpa=False):
         states = []
-        for r, a in zip(self.resnets, self.attentions):
-            x = a(r(x, temb), context, use_sdpa)
+        for i, r in enumerate(self.resnets):
+            x = r(x, temb)
+            if self.attentions is not None:
+                x = self.attentions[i](x, context, use_sdpa)
             states.append(x)
         if self.downsamplers is not None:
             x = self.downsamplers[0](x)
@@ -402,11 +422,12 @@ class CrossAttnDownBlock2D(nn.Module):
 
 
 class UNetMidBlock2DCrossAttn(nn.Module):
-    def __init__(self, channels, temb, heads, cross_dim, groups):
+    def __init__(self, channels, temb, heads, cross_dim, groups, depth=1, use_linear_projection=False):
         super().__init__()
         self.resnets = nn.ModuleList([ResnetBlock2D(channels, channels, temb, groups, eps=1e-5),
                                       ResnetBlock2D(channels, channels, temb, groups, eps=1e-5)])
-        self.attentions = nn.ModuleList([Transformer2DModel(channels, heads, cross_dim, groups)])
+        self.attentions = nn.ModuleList([Transformer2DModel(channels, heads, cross_dim, groups, depth,
+                                                            use_linear_projection)])
 
     def forward(self, x, temb, context, use_sdpa=False):
         x = self.resnets[0](x, temb)
@@ -415,57 +436,89 @@ class UNetMidBlock2DCrossAttn(nn.Module):
 
 
 class CrossAttnUpBlock2D(nn.Module):
-    def __init__(self, prev_out, cout, skip_channels, temb, heads, cross_dim, groups, upsample):
+    """depth 0 is diffusers' UpBlock2D (resnets only, no attentions)."""
+
+    def __init__(self, prev_out, cout, skip_channels, temb, heads, cross_dim, groups, upsample, depth=1,
+                 use_linear_projection=False):
         super().__init__()
         # skip_channels: channels of the skip states this block pops, in the order it pops them.
         self.resnets = nn.ModuleList([ResnetBlock2D((prev_out if i == 0 else cout) + s, cout, temb, groups, eps=1e-5)
                                       for i, s in enumerate(skip_channels)])
-        self.attentions = nn.ModuleList([Transformer2DModel(cout, heads, cross_dim, groups) for _ in skip_channels])
+        self.attentions = nn.ModuleList([Transformer2DModel(cout, heads, cross_dim, groups, depth,
+                                                            use_linear_projection)
+                                         for _ in skip_channels]) if depth else None
         self.upsamplers = nn.ModuleList([Upsample2D(cout)]) if upsample else None
 
     def forward(self, x, skips, temb, context, use_sdpa=False):
-        for r, a in zip(self.resnets, self.attentions):
+        for i, r in enumerate(self.resnets):
             x = torch.cat([x, skips.pop()], dim=1)
-            x = a(r(x, temb), context, use_sdpa)
+            x = r(x, temb)
+            if self.attentions is not None:
+                x = self.attentions[i](x, context, use_sdpa)
         if self.upsamplers is not None:
             x = self.upsamplers[0](x)
         return x
 
 
 class UNet2DConditionModel(nn.Module):
+    """transformer_layers_per_block: depth of each block's Transformer2DModels, 0 = no attention (default 1
+    everywhere); mid_block_layers: the mid block's depth; num_attention_heads: heads per block (int or tuple;
+    default: channels // attention_head_dim); addition_time_embed_dim: SDXL's "text_time" conditioning
+    (time_ids [B, 6] projected to that size each, concatenated after text_embeds
+    [B, projection_class_embeddings_input_dim - 6 * addition_time_embed_dim])."""
+
     def __init__(self, in_channels=4, out_channels=4, block_out_channels=(64, 96), layers_per_block=1,
-                 cross_attention_dim=128, attention_head_dim=32, norm_num_groups=32):
+                 cross_attention_dim=128, attention_head_dim=32, norm_num_groups=32, transformer_layers_per_block=None,
+                 mid_block_layers=1, num_attention_heads=None, use_linear_projection=False,
+                 addition_time_embed_dim=None, projection_class_embeddings_input_dim=None):
         super().__init__()
         ch = block_out_channels
         temb = 4 * ch[0]
         self.time_proj_dim = ch[0]
         self.use_sdpa = False
+        depth = list(transformer_layers_per_block or [1] * len(ch))
+        lin = use_linear_projection
         self.conv_in = nn.Conv2d(in_channels, ch[0], 3, padding=1)
         self.time_embedding = TimestepEmbedding(ch[0], temb)
-        heads = [c // attention_head_dim for c in ch]
+        self.addition_time_embed_dim = addition_time_embed_dim
+        if addition_time_embed_dim:
+            self.add_embedding = TimestepEmbedding(projection_class_embeddings_input_dim, temb)
+        if num_attention_heads is None:
+            heads = [c // attention_head_dim for c in ch]
+        else:
+            heads = list(num_attention_heads) if isinstance(num_attention_heads, (list, tuple)) else (
+                [num_attention_heads] * len(ch))
         self.down_blocks = nn.ModuleList()
         skip_channels = [ch[0]]
         for i, c in enumerate(ch):
             last = i == len(ch) - 1
             self.down_blocks.append(CrossAttnDownBlock2D(ch[max(i - 1, 0)] if i else ch[0], c, temb, layers_per_block,
                                                          heads[i], cross_attention_dim, norm_num_groups,
-                                                         downsample=not last))
+                                                         downsample=not last, depth=depth[i],
+                                                         use_linear_projection=lin))
             skip_channels += [c] * layers_per_block + ([] if last else [c])
-        self.mid_block = UNetMidBlock2DCrossAttn(ch[-1], temb, heads[-1], cross_attention_dim, norm_num_groups)
+        self.mid_block = UNetMidBlock2DCrossAttn(ch[-1], temb, heads[-1], cross_attention_dim, norm_num_groups,
+                                                 mid_block_layers, lin)
         self.up_blocks = nn.ModuleList()
         rev = list(reversed(ch))
         prev = ch[-1]
         for i, c in enumerate(rev):
             pops = [skip_channels.pop() for _ in range(layers_per_block + 1)]
-            self.up_blocks.append(CrossAttnUpBlock2D(prev, c, pops, temb, heads[len(ch) - 1 - i], cross_attention_dim,
-                                                     norm_num_groups, upsample=i < len(ch) - 1))
+            j = len(ch) - 1 - i
+            self.up_blocks.append(CrossAttnUpBlock2D(prev, c, pops, temb, heads[j], cross_attention_dim,
+                                                     norm_num_groups, upsample=i < len(ch) - 1, depth=depth[j],
+                                                     use_linear_projection=lin))
             prev = c
         self.conv_norm_out = nn.GroupNorm(norm_num_groups, ch[0], eps=1e-5)
         self.conv_out = nn.Conv2d(ch[0], out_channels, 3, padding=1)
 
-    def forward(self, sample, timestep, encoder_hidden_states):
+    def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
         # timestep: [B] (any float/int dtype), as diffusers' ONNX exports take it.
         temb = self.time_embedding(timestep_embedding(timestep, self.time_proj_dim).to(sample.dtype))
+        if self.addition_time_embed_dim:  # diffusers' addition_embed_type "text_time" (SDXL)
+            b = time_ids.shape[0]
+            time_embeds = timestep_embedding(time_ids.reshape(-1), self.addition_time_embed_dim).reshape(b, -1)
+            temb = temb + self.add_embedding(torch.cat([text_embeds, time_embeds.to(text_embeds.dtype)], dim=-1))
         x = self.conv_in(sample)
         skips = [x]
         for b in self.down_blocks:
@@ -475,6 +528,20 @@ class UNet2DConditionModel(nn.Module):
         for b in self.up_blocks:
             x = b(x, skips, temb, encoder_hidden_states, self.use_sdpa)
         return self.conv_out(F.silu(self.conv_norm_out(x)))
+
+
+class TextEncoderExport(nn.Module):
+    """text_encoder.onnx: input_ids -> last_hidden_state, pooler_output (tools/export_tiny_sd.py, export_full_size.py)."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.text = text
+
+    def forward(self, input_ids):
+        h = self.text(input_ids)
+        # CLIP's pooled output: the hidden state at the EOS token (the largest id in the vocabulary).
+        pooled = h[torch.arange(h.shape[0]), input_ids.to(torch.int64).argmax(dim=-1)]
+        return h, pooled
 
 
 def build_models():

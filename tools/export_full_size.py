@@ -1,0 +1,376 @@
+#!/usr/bin/python3
+"""Exports full-size random-weight benchmark models (SD-1.5-like and SDXL-like UNets, a CLIP-L-size text encoder, an SD VAE decoder) and the pipeline.json around them, as ONNX with external data."""
+
+# Usage (Debian's python3-torch + python3-onnx here; the GPU machine's python3 there):
+#   /usr/bin/python3 tools/export_full_size.py --out /tmp/full [--only unet,sdxl-unet,text-encoder,vae-decoder,pipeline]
+#                                              [--widths-scale 0.1] [--fp16] [--seed 0] [--check build/qeval]
+#
+# Random weights, never trained: these models exist for speed, memory and scale tests (issues 23 and 24). They
+# are built from tools/tiny_sd_model.py's diffusers-structured modules, with PyTorch's default initialisation
+# after torch.manual_seed(seed + a fixed offset per model), always on the CPU, so that the same seed gives the
+# same weights on every machine, in every model subset (--only) and in bench/gpu/torch_peer.py, which imports
+# build_model() and make_inputs() from here.
+#
+# Written under --out (never commit it; it is GBs at full size):
+#   unet/model.onnx + model.onnx.data          SD-1.5-like UNet: sample, timestep (float32), encoder_hidden_states
+#                                              -> out_sample
+#   sdxl_unet/model.onnx + model.onnx.data     SDXL-like UNet: + text_embeds, time_ids -> out_sample
+#   text_encoder/model.onnx + model.onnx.data  CLIP-L-size: input_ids (int32) -> last_hidden_state, pooler_output
+#   vae_decoder/model.onnx + model.onnx.data   latent_sample -> sample (SD's VAE decoder, 8x upsampling)
+#   pipeline.json + tokenizer/                 qeval's txt2img pipeline over unet, text_encoder and vae_decoder
+#                                              (tiny-sd's tokenizer: its ids are < 622, inside CLIP's vocabulary)
+#   manifest.json                              per model: parameters, bytes, export seconds, configuration
+# Each graph: TorchScript exporter (dynamo=False where the keyword exists), opset 17, constant folding, dynamic
+# batch and spatial sizes (diffusers' convert_stable_diffusion_checkpoint_to_onnx.py names), traced at a small
+# latent; then onnx.save with every tensor over 1 KiB in one model.onnx.data beside model.onnx.
+#
+# --widths-scale S multiplies every width (channels, text width, cross-attention width, head size of the SDXL-like
+# UNet) by S, rounded to GroupNorm's 32 channels (text width to 96, 12 heads x 8): depths, vocabulary and the
+# 77 tokens stay, so a toy-width export has the full-size graph's structure and runs here in seconds.
+# --fp16 exports every model of the call in float16 (inputs and outputs float16, timestep too, as diffusers'
+# converter with --fp16); tracing then runs on CUDA when there is one (Debian's PyTorch 1.13 has no float16
+# convolution or GroupNorm on the CPU).
+# --check QEVAL runs each exported graph with `QEVAL infer` (CPU) on make_inputs() at --latent and prints
+# max-abs and relative L2 against PyTorch FP32 (exit 1 past --check-tol); inputs, PyTorch's and qeval's outputs
+# stay in <model>/check/.
+
+import argparse
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import tiny_sd_model as M  # noqa: E402
+
+OPSET = 17
+MODELS = ("unet", "sdxl-unet", "text-encoder", "vae-decoder")
+DIRS = {"unet": "unet", "sdxl-unet": "sdxl_unet", "text-encoder": "text_encoder", "vae-decoder": "vae_decoder"}
+SEED_OFFSET = {"unet": 1, "sdxl-unet": 2, "text-encoder": 3, "vae-decoder": 4}  # weights of one model never
+# depend on which others a call builds
+DEFAULT_LATENT = {"unet": 64, "sdxl-unet": 128, "text-encoder": None, "vae-decoder": 64}
+TRACE_LATENT = 16  # spatial sizes are dynamic: tracing small is as good and much faster
+SD15_SCALING_FACTOR = 0.18215
+
+# Full-size configurations (diffusers' config.json of the models they imitate).
+SD15_UNET = dict(in_channels=4, out_channels=4, block_out_channels=(320, 640, 1280, 1280), layers_per_block=2,
+                 cross_attention_dim=768, num_attention_heads=8, norm_num_groups=32,
+                 transformer_layers_per_block=(1, 1, 1, 0), mid_block_layers=1)
+SDXL_UNET = dict(in_channels=4, out_channels=4, block_out_channels=(320, 640, 1280), layers_per_block=2,
+                 cross_attention_dim=2048, attention_head_dim=64, norm_num_groups=32,
+                 transformer_layers_per_block=(0, 2, 10), mid_block_layers=10, use_linear_projection=True,
+                 addition_time_embed_dim=256, projection_class_embeddings_input_dim=1280 + 6 * 256)
+SDXL_TEXT_EMBEDS = 1280  # OpenCLIP bigG's pooled projection
+CLIP_L_TEXT = dict(vocab_size=49408, max_position_embeddings=77, hidden_size=768, num_layers=12, num_heads=12,
+                   intermediate_size=3072)
+SD_VAE = dict(in_channels=3, latent_channels=4, block_out_channels=(128, 256, 512, 512), layers_per_block=2,
+              norm_num_groups=32)
+
+
+def scaled(width, scale, quantum):
+    return width if scale == 1.0 else max(quantum, int(round(width * scale / quantum)) * quantum)
+
+
+def configs(scale=1.0):
+    """The four configurations at --widths-scale scale (1.0: the full-size ones above)."""
+    ch = lambda w: scaled(w, scale, 32)  # noqa: E731
+    text_width = scaled(CLIP_L_TEXT["hidden_size"], scale, 96)
+    text = dict(CLIP_L_TEXT, hidden_size=text_width, intermediate_size=4 * text_width)
+    sd15 = dict(SD15_UNET, block_out_channels=tuple(ch(c) for c in SD15_UNET["block_out_channels"]),
+                cross_attention_dim=text_width)
+    time_dim = scaled(SDXL_UNET["addition_time_embed_dim"], scale, 8)
+    text_embeds = ch(SDXL_TEXT_EMBEDS)
+    sdxl = dict(SDXL_UNET, block_out_channels=tuple(ch(c) for c in SDXL_UNET["block_out_channels"]),
+                cross_attention_dim=ch(SDXL_UNET["cross_attention_dim"]),
+                attention_head_dim=scaled(SDXL_UNET["attention_head_dim"], scale, 8),
+                addition_time_embed_dim=time_dim, projection_class_embeddings_input_dim=text_embeds + 6 * time_dim)
+    vae = dict(SD_VAE, block_out_channels=tuple(ch(c) for c in SD_VAE["block_out_channels"]))
+    return {"unet": sd15, "sdxl-unet": sdxl, "text-encoder": text, "vae-decoder": vae}
+
+
+def build_model(name, scale=1.0, seed=0):
+    """The exported module of `name`, seeded, on the CPU, float32, eval mode."""
+    cfg = configs(scale)[name]
+    torch.manual_seed(seed * 1000 + SEED_OFFSET[name])
+    if name in ("unet", "sdxl-unet"):
+        m = M.UNet2DConditionModel(**cfg)
+    elif name == "text-encoder":
+        m = M.TextEncoderExport(M.ClipTextModel(**cfg))
+    else:
+        m = M.VaeDecoderExport(M.AutoencoderKL(**cfg))
+    return m.eval()
+
+
+def param_count(name, module):
+    if name == "vae-decoder":  # the encoder is built (same seeds as a whole VAE) but not exported
+        return M.param_count(module.vae.decoder) + M.param_count(module.vae.post_quant_conv)
+    return M.param_count(module)
+
+
+def io_names(name):
+    """(input names, output names, dynamic axes) as diffusers' ONNX converter and Optimum name them."""
+    img = {0: "batch", 1: "channels", 2: "height", 3: "width"}
+    if name == "text-encoder":
+        return ["input_ids"], ["last_hidden_state", "pooler_output"], {"input_ids": {0: "batch", 1: "sequence"}}
+    if name == "vae-decoder":
+        return ["latent_sample"], ["sample"], {"latent_sample": img}
+    ins = ["sample", "timestep", "encoder_hidden_states"]
+    dyn = {"sample": img, "timestep": {0: "batch"}, "encoder_hidden_states": {0: "batch", 1: "sequence"}}
+    if name == "sdxl-unet":
+        ins += ["text_embeds", "time_ids"]
+        dyn.update({"text_embeds": {0: "batch"}, "time_ids": {0: "batch"}})
+    return ins, ["out_sample"], dyn
+
+
+def make_inputs(name, scale=1.0, latent=None, batch=2, seed=0):
+    """Seeded numpy inputs (float32, int32 ids) in io_names() order; latent None = the model's full size."""
+    cfg = configs(scale)[name]
+    rng = np.random.RandomState(seed * 1000 + 100 + SEED_OFFSET[name])
+    latent = latent or DEFAULT_LATENT[name]
+    if name == "text-encoder":
+        ids = rng.randint(1, 600, (batch, 77)).astype(np.int32)
+        ids[:, 40:] = 621  # EOS (the largest id, so that pooler_output takes it) and padding, as the tokenizer
+        return [ids]
+    if name == "vae-decoder":
+        return [rng.randn(batch, 4, latent, latent).astype(np.float32)]
+    ins = [rng.randn(batch, 4, latent, latent).astype(np.float32),
+           np.array([981.0, 21.0] * batch, dtype=np.float32)[:batch],
+           rng.randn(batch, 77, cfg["cross_attention_dim"]).astype(np.float32)]
+    if name == "sdxl-unet":
+        size = 8.0 * latent  # micro-conditioning: original size, crop top-left, target size
+        ins += [rng.randn(batch, cfg["projection_class_embeddings_input_dim"] - 6 * cfg["addition_time_embed_dim"])
+                .astype(np.float32), np.array([[size, size, 0.0, 0.0, size, size]] * batch, dtype=np.float32)]
+    return ins
+
+
+def to_torch(arrays, dtype, device):
+    out = []
+    for a in arrays:
+        t = torch.from_numpy(a)
+        out.append((t.to(dtype) if t.is_floating_point() else t).to(device))
+    return tuple(out)
+
+
+def private_export_without_shape_inference():
+    """PyTorch's TorchScript exporter entry that can skip ONNX shape inference (torch.onnx.utils._export), or None."""
+    f = getattr(getattr(torch.onnx, "utils", None), "_export", None)
+    if f is None or "onnx_shape_inference" not in inspect.signature(f).parameters:
+        return None
+    return f
+
+
+def export_onnx(name, module, out_dir, fp16, scale, shape_inference=True):
+    """Traces module (at TRACE_LATENT) into out_dir/model.onnx + model.onnx.data; returns (onnx bytes, data bytes)."""
+    names_in, names_out, dyn = io_names(name)
+    device = "cuda" if fp16 and torch.cuda.is_available() else "cpu"
+    dtype = torch.float16 if fp16 else torch.float32
+    if fp16 and device == "cpu":
+        print("  --fp16 without CUDA: tracing float16 on the CPU (PyTorch %s may lack float16 kernels)"
+              % torch.__version__, flush=True)
+    module = module.to(device=device, dtype=dtype)
+    inputs = to_torch(make_inputs(name, scale, latent=TRACE_LATENT if name != "text-encoder" else None), dtype,
+                      device)
+    kwargs = {}
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs["dynamo"] = False  # the TorchScript exporter, as tools/export_tiny_sd.py (PyTorch >= 2.9 default)
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".export-", dir=out_dir)
+    try:
+        raw = os.path.join(tmp, "model.onnx")  # > 2 GB: PyTorch writes one file per tensor beside it
+        export = torch.onnx.export
+        if not shape_inference:
+            export = private_export_without_shape_inference()
+            if export is None:
+                print("  --no-shape-inference: PyTorch %s has no torch.onnx.utils._export(onnx_shape_inference=...); "
+                      "exporting with shape inference" % torch.__version__, flush=True)
+                export = torch.onnx.export
+            else:
+                kwargs = {"onnx_shape_inference": False}
+        try:
+            with torch.no_grad():
+                export(module, inputs, raw, opset_version=OPSET, do_constant_folding=True, input_names=names_in,
+                       output_names=names_out, dynamic_axes=dyn, **kwargs)
+        except RuntimeError as e:
+            if fp16 and device == "cpu" and "Half" in str(e):
+                raise SystemExit("%s: --fp16 needs a CUDA device here: PyTorch %s's CPU kernels lack float16 (%s)"
+                                 % (name, torch.__version__, str(e).splitlines()[0]))
+            raise
+        model = onnx.load(raw)
+        for f in ("model.onnx", "model.onnx.data"):
+            if os.path.exists(os.path.join(out_dir, f)):
+                os.remove(os.path.join(out_dir, f))
+        onnx.save_model(model, os.path.join(out_dir, "model.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=1024)
+        del model
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    onnx.checker.check_model(os.path.join(out_dir, "model.onnx"))  # by path: works past 2 GB
+    module.to(device="cpu", dtype=torch.float32)
+    return (os.path.getsize(os.path.join(out_dir, "model.onnx")),
+            os.path.getsize(os.path.join(out_dir, "model.onnx.data")))
+
+
+def rel_l2(a, b):
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(np.linalg.norm(a - b) / max(1e-30, np.linalg.norm(b)))
+
+
+def check_with_qeval(qeval, name, module, out_dir, scale, latent, seed, fp16):
+    """Runs out_dir/model.onnx in `qeval infer` (CPU) and compares with this module in PyTorch FP32."""
+    names_in, names_out, _ = io_names(name)
+    inputs = make_inputs(name, scale, latent, batch=2, seed=seed)
+    d = os.path.join(out_dir, "check")
+    shutil.rmtree(d, ignore_errors=True)
+    for sub in ("inputs", "expected"):
+        os.makedirs(os.path.join(d, sub))
+    for n, a in zip(names_in, inputs):
+        np.save(os.path.join(d, "inputs", n + ".npy"), a.astype(np.float16) if fp16 and a.dtype == np.float32 else a)
+    with torch.no_grad():
+        ref = module(*to_torch(inputs, torch.float32, "cpu"))
+    ref = (ref,) if isinstance(ref, torch.Tensor) else ref
+    for n, r in zip(names_out, ref):
+        np.save(os.path.join(d, "expected", n + ".npy"), r.numpy())
+    t0 = time.time()
+    p = subprocess.run([qeval, "infer", "--model", os.path.join(out_dir, "model.onnx"), "--inputs",
+                        os.path.join(d, "inputs"), "--outputs", os.path.join(d, "qeval")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        print(p.stdout)
+        raise SystemExit("%s: qeval infer exited %d" % (name, p.returncode))
+    res = {}
+    for n, r in zip(names_out, ref):
+        q = np.load(os.path.join(d, "qeval", n + ".npy")).astype(np.float32)
+        res[n] = {"max_abs": float(np.max(np.abs(q - r.numpy()))), "rel_l2": rel_l2(q, r.numpy()),
+                  "shape": list(q.shape)}
+    return res, time.time() - t0
+
+
+def copy_tokenizer(out):
+    d = os.path.join(out, "tokenizer")
+    os.makedirs(d, exist_ok=True)
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copyfile(os.path.join(REPO, "models", "tiny-sd", "tokenizer", f), os.path.join(d, f))
+
+
+def pipeline_json(latent):
+    """qeval's txt2img pipeline over the SD-1.5-like models (docs/pipelines.md), SD 1.5's scheduler settings."""
+    return {
+        "format": "qeval.pipeline", "version": 1, "task": "txt2img", "name": "full-size-sd15-random",
+        "tokenizer": {"type": "clip_bpe", "vocab": "tokenizer/vocab.json", "merges": "tokenizer/merges.txt",
+                      "max_length": 77, "pad_token": "<|endoftext|>"},
+        "text_encoder": {"model": "text_encoder/model.onnx", "input": "input_ids", "input_type": "int32",
+                         "output": "last_hidden_state"},
+        "unet": {"model": "unet/model.onnx", "sample": "sample", "timestep": "timestep", "timestep_type": "float32",
+                 "encoder_hidden_states": "encoder_hidden_states", "output": "out_sample"},
+        "vae_decoder": {"model": "vae_decoder/model.onnx", "input": "latent_sample", "output": "sample",
+                        "scaling_factor": SD15_SCALING_FACTOR},
+        "latent": {"channels": 4, "height": latent, "width": latent},
+        "image": {"channels": 3, "height": 8 * latent, "width": 8 * latent, "range": [-1, 1]},
+        "scheduler": {"type": "ddim", "num_train_timesteps": 1000, "beta_start": 0.00085, "beta_end": 0.012,
+                      "beta_schedule": "scaled_linear", "prediction_type": "epsilon", "timestep_spacing": "leading",
+                      "steps_offset": 1, "set_alpha_to_one": False, "clip_sample": False},
+        "defaults": {"steps": 20, "guidance_scale": 7.5, "negative_prompt": ""},
+        "noise": {"generator": "splitmix64_box_muller", "doc": "tools/tiny_sd_pipeline.py (seeded_noise)"},
+        "prompts": {"calibration": os.path.join(REPO, "prompts", "tiny_calib.txt"),
+                    "evaluation": os.path.join(REPO, "prompts", "tiny_eval.txt")},
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True, help="output folder (outside the repository: GBs at full size)")
+    ap.add_argument("--only", default="unet,sdxl-unet,text-encoder,vae-decoder,pipeline",
+                    help="comma-separated subset of: unet, sdxl-unet, text-encoder, vae-decoder, pipeline")
+    ap.add_argument("--widths-scale", type=float, default=1.0, help="multiply every width (toy models for tests)")
+    ap.add_argument("--fp16", action="store_true", help="export in float16 (traced on CUDA when available)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--latent", type=int, default=None,
+                    help="latent size of --check inputs and of pipeline.json (default: 64; SDXL-like UNet 128)")
+    ap.add_argument("--check", metavar="QEVAL", help="run each graph in `QEVAL infer` and compare with PyTorch")
+    ap.add_argument("--check-tol", type=float, default=1e-4, help="largest relative L2 --check accepts")
+    ap.add_argument("--no-shape-inference", action="store_true",
+                    help="skip the exporter's ONNX shape inference (private torch.onnx.utils._export): its cost grows "
+                         "faster than the graph (SDXL-like UNet at widths scale 0.1 here: 394 s with, 96 s without)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    a = ap.parse_args()
+    only = [s.strip() for s in a.only.split(",") if s.strip()]
+    for s in only:
+        if s not in MODELS + ("pipeline",):
+            ap.error("--only: '%s' is not one of %s" % (s, ", ".join(MODELS + ("pipeline",))))
+    if a.widths_scale <= 0 or a.widths_scale > 1:
+        ap.error("--widths-scale must be in (0, 1]")
+    torch.set_num_threads(a.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False  # constant folding must compute in true FP32
+    torch.backends.cudnn.allow_tf32 = False
+    os.makedirs(a.out, exist_ok=True)
+    manifest_path = os.path.join(a.out, "manifest.json")
+    manifest = {}
+    if os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    manifest.update({"tool": "tools/export_full_size.py", "torch": torch.__version__, "onnx": onnx.__version__,
+                     "widths_scale": a.widths_scale, "seed": a.seed})
+    models = manifest.setdefault("models", {})
+    failed = False
+    print("%-13s %10s %11s %12s %9s  %s" % ("model", "params", "onnx bytes", "data bytes", "export s", "check"))
+    for name in MODELS:
+        if name not in only:
+            continue
+        t0 = time.time()
+        module = build_model(name, a.widths_scale, a.seed)
+        build_s = time.time() - t0
+        params = param_count(name, module)
+        out_dir = os.path.join(a.out, DIRS[name])
+        t0 = time.time()
+        onnx_bytes, data_bytes = export_onnx(name, module, out_dir, a.fp16, a.widths_scale, not a.no_shape_inference)
+        export_s = time.time() - t0
+        entry = {"dir": DIRS[name], "params": params, "onnx_bytes": onnx_bytes, "data_bytes": data_bytes,
+                 "build_s": round(build_s, 2), "export_s": round(export_s, 2),
+                 "dtype": "float16" if a.fp16 else "float32", "onnx_shape_inference": not a.no_shape_inference,
+                 "config": configs(a.widths_scale)[name]}
+        check = ""
+        if a.check:
+            latent = a.latent if name != "sdxl-unet" or a.latent is None else 2 * a.latent
+            res, check_s = check_with_qeval(a.check, name, module, out_dir, a.widths_scale, latent, a.seed, a.fp16)
+            entry["check"] = res
+            worst = max(r["rel_l2"] for r in res.values())
+            ok = worst <= a.check_tol or (a.fp16 and worst <= 1e-2)
+            failed |= not ok
+            check = "qeval vs torch: " + ", ".join("%s max-abs %.2e rel-L2 %.2e" % (n, r["max_abs"], r["rel_l2"])
+                                                  for n, r in res.items()) + (" ok" if ok else " FAILED")
+            check += " (%.1f s)" % check_s
+        models[name] = entry
+        print("%-13s %9.2fM %11d %12d %9.1f  %s" % (name, params / 1e6, onnx_bytes, data_bytes, export_s, check),
+              flush=True)
+        del module
+    if "pipeline" in only:
+        copy_tokenizer(a.out)
+        latent = a.latent or DEFAULT_LATENT["unet"]
+        with open(os.path.join(a.out, "pipeline.json"), "w") as f:
+            json.dump(pipeline_json(latent), f, indent=2)
+            f.write("\n")
+        missing = [DIRS[n] for n in ("unet", "text-encoder", "vae-decoder")
+                   if not os.path.exists(os.path.join(a.out, DIRS[n], "model.onnx"))]
+        print("pipeline.json: %dx%d images from a %dx%d latent%s" % (
+            8 * latent, 8 * latent, latent, latent,
+            "" if not missing else " (export %s too before running it)" % ", ".join(missing)))
+    with open(manifest_path + ".tmp", "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+    os.replace(manifest_path + ".tmp", manifest_path)
+    if failed:
+        raise SystemExit("qeval and PyTorch disagree past --check-tol %g" % a.check_tol)
+
+
+if __name__ == "__main__":
+    main()

@@ -109,6 +109,8 @@ class DeviceMemory {
   virtual void to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
   virtual void to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
+  // Returns once the device has done all the work given to it (timing, profiling).
+  virtual void synchronize() {}
 };
 
 class Tensor {

@@ -1,7 +1,9 @@
 // Running a plan: one step at a time (Session::Execution), inputs checked against the model,
 // buffers taken from and given back to the pool as values are born and die, observers told.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -136,6 +138,14 @@ class Session::Execution::State final : public ValueLender {
     const bool on_device = s_.device_ && (step.kernel || step.fused);
     ins_.clear();
     for (int id : step.in) ins_.push_back(value_at(id, on_device));
+    // Timed from here: the copies of inputs to where the step runs (weights uploaded once) are not
+    // the step's.
+    const bool profile = profiling();
+    std::chrono::steady_clock::time_point started;
+    if (profile) {
+      if (s_.device_) s_.device_->synchronize();
+      started = std::chrono::steady_clock::now();
+    }
     bool streamed = false;  // a chain whose intermediates went to the observer in pieces
     // A view whose input dies here takes the input's buffer (the bytes are already the output's):
     // no copy, no new buffer. Not for an observer that reads the input afterwards, nor when a
@@ -201,6 +211,16 @@ class Session::Execution::State final : public ValueLender {
             if (id >= 0 && value_id == id) outputs.emplace_back(name, &p.metas[std::size_t(id)]);
         fail_out_of_memory(s_.graph_.source, s_.nodes_[step.node], outputs);
       }
+    }
+    if (profile && !step.folded) {
+      if (s_.device_) s_.device_->synchronize();
+      const Node& node = s_.nodes_[step.node];
+      std::string kind = node.op_type;
+      if (step.fused) kind = node.op_type == "MatMul" ? "fused:attention" : "fused:chain";
+      if (s_.device_ && !on_device) kind = "cpu:" + kind;
+      auto& [count, ms] = s_.profile_[kind];
+      ++count;
+      ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     }
     if (observer_) {
       // Observers read host memory: a device value is copied to the host for them.
@@ -298,6 +318,14 @@ class Session::Execution::State final : public ValueLender {
   }
 
  private:
+  static bool profiling() {
+    static const bool on = [] {
+      const char* v = std::getenv("QEVAL_PROFILE_STEPS");
+      return v && *v && std::string_view(v) != "0";
+    }();
+    return on;
+  }
+
   // Whether a handle still wants runtime value `id` (NodeEvent::keep).
   bool kept(int id) const {
     const std::shared_ptr<KeptValue::State> k = kept_[std::size_t(id)].lock();

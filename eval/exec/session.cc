@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -91,7 +92,22 @@ Session::Session(const Graph& graph, SessionOptions options)
 }
 
 // The plans (a device backend's kernels among them) go before the backend they were made by.
-Session::~Session() { plans_.clear(); }
+Session::~Session() {
+  plans_.clear();
+  if (profile_.empty()) return;
+  std::vector<std::pair<double, std::string>> rows;
+  double total = 0;
+  for (const auto& [kind, v] : profile_) {
+    rows.emplace_back(v.second, kind);
+    total += v.second;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr, "QEVAL_PROFILE_STEPS %s on %s: %.1f ms in steps\n", graph_.source.c_str(),
+               std::string(backend_->name()).c_str(), total);
+  for (const auto& [ms, kind] : rows)
+    std::fprintf(stderr, "  %-28s %6zu steps %10.2f ms %5.1f%%\n", kind.c_str(), profile_[kind].first, ms,
+                 total > 0 ? 100 * ms / total : 0.0);
+}
 
 std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
 

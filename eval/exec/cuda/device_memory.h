@@ -36,7 +36,7 @@ class CudaMemory final : public DeviceMemory, public std::enable_shared_from_thi
 
   int device() const { return device_; }
   void* stream() const { return stream_; }  // a cudaStream_t
-  void synchronize();
+  void synchronize() override;
   std::shared_ptr<DeviceMemory> shared() { return shared_from_this(); }
 
  private:

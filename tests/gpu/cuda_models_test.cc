@@ -182,25 +182,35 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(f);
 }
 
-// The shipped default evaluation (tiny-sd, its variants and gate) on the GPU and on the CPU: the
-// same verdict per check, metrics close, the report saying where it ran.
+// The shipped default evaluation (tiny-sd, its variants and gate) and a tiny-sam one (an INT8
+// recipe calibrated on the device) on the GPU and on the CPU: the same verdict per check, the
+// report saying where it ran.
 TEST(CudaModels, QevalRunOnTheGpuGivesTheCpuVerdicts) {
   QEVAL_CUDA_OR_SKIP(cuda);
   const fs::path out = fs::temp_directory_path() / "qeval-gpu-run";
   fs::remove_all(out);
-  const Cli cpu = qeval("run --count 2 --out " + (out / "cpu").string());
-  const Cli gpu = qeval("run --device cuda --count 2 --out " + (out / "gpu").string());
-  ASSERT_TRUE(cpu.code == 0 || cpu.code == 1) << cpu.out;
-  EXPECT_EQ(gpu.code, cpu.code) << gpu.out;
-  const auto a = read_json(out / "cpu" / "report.json"), b = read_json(out / "gpu" / "report.json");
-  EXPECT_EQ(a["config"]["device"], "cpu");
-  EXPECT_EQ(b["config"]["device"], "cuda:0");
-  ASSERT_EQ(a["gate"]["checks"].size(), b["gate"]["checks"].size());
-  for (std::size_t i = 0; i < a["gate"]["checks"].size(); ++i) {
-    const auto &x = a["gate"]["checks"][i], &y = b["gate"]["checks"][i];
-    EXPECT_EQ(x["passed"], y["passed"]) << x.dump() << "\n" << y.dump();
-    std::printf("  %-40s %-10s cpu %-14s gpu %-14s\n", x["name"].get<std::string>().c_str(),
-                x["variant"].get<std::string>().c_str(), x["value"].dump().c_str(), y["value"].dump().c_str());
+  const std::pair<const char*, std::string> runs[] = {
+      {"tiny-sd", "--count 2"},
+      {"tiny-sam", "--count 8 --config " + (source_dir() / "docs/examples/tiny-sam-triage.json").string()}};
+  for (const auto& [name, args] : runs) {
+    SCOPED_TRACE(name);
+    const fs::path dir = out / name;
+    const Cli cpu = qeval("run " + args + " --out " + (dir / "cpu").string());
+    const Cli gpu = qeval("run --device cuda " + args + " --out " + (dir / "gpu").string());
+    ASSERT_TRUE(cpu.code == 0 || cpu.code == 1) << cpu.out;
+    EXPECT_EQ(gpu.code, cpu.code) << gpu.out;
+    const auto a = read_json(dir / "cpu" / "report.json"), b = read_json(dir / "gpu" / "report.json");
+    EXPECT_EQ(a["config"]["device"], "cpu");
+    EXPECT_EQ(b["config"]["device"], "cuda:0");
+    std::printf("  %s: evaluation %.2f s on the CPU, %.2f s with --device cuda\n", name,
+                a["elapsed_s"].get<double>(), b["elapsed_s"].get<double>());
+    ASSERT_EQ(a["gate"]["checks"].size(), b["gate"]["checks"].size());
+    for (std::size_t i = 0; i < a["gate"]["checks"].size(); ++i) {
+      const auto &x = a["gate"]["checks"][i], &y = b["gate"]["checks"][i];
+      EXPECT_EQ(x["passed"], y["passed"]) << x.dump() << "\n" << y.dump();
+      std::printf("  %-40s %-16s cpu %-14s gpu %-14s\n", x["name"].get<std::string>().c_str(),
+                  x["variant"].get<std::string>().c_str(), x["value"].dump().c_str(), y["value"].dump().c_str());
+    }
   }
 }
 

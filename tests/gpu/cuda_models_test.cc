@@ -155,8 +155,6 @@ TEST(CudaModels, ShippedModelsMatchTheCpuAndRepeatTheirBits) {
         std::printf("  %-28s %-5s %-24s rel-L2 %.2e (fused vs nodes on the GPU %.2e)\n", c.model,
                     std::string(precision_name(precision)).c_str(), name.c_str(), rel, rel_nodes);
       }
-      // Fused groups never allocate what they keep in registers (scores, chain intermediates).
-      EXPECT_LE(gpu.last_live_activation_bytes(), nodes.last_live_activation_bytes());
       std::map<std::string, Shape> shapes;
       for (const auto& [name, t] : inputs) shapes.emplace(name, t.shape());
       const auto host = gpu.host_steps(shapes);

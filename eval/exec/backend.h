@@ -51,8 +51,9 @@ class FusedKernel {
 struct ChainStage {
   const Op* op;
   int arity;
-  int chain_operand;  // binary ops: which operand (0 or 1) is the chain's running value
-  int other = -1;     // binary ops: index of the other operand among the kernel's inputs
+  int chain_operand;           // binary ops: which operand (0 or 1) is the chain's running value
+  const Node* node = nullptr;  // the stage's node (its op type and attributes, for a device backend)
+  int other = -1;              // binary ops: index of the other operand among the kernel's inputs
   bool other_scalar = false;
   // The other operand broadcast over the chain's shape (a per-channel scale or bias): element i
   // reads other[(i / repeat) % period]. period 0: the other operand has the chain's shape.

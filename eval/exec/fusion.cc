@@ -214,7 +214,7 @@ void Session::fuse(Plan& p) const {
     // The first op: its chain input is an operand of the output's shape.
     {
       const Plan::Step& st = p.steps[s];
-      ChainStage first{ops_[st.node].get(), elementwise(s), 0};
+      ChainStage first{ops_[st.node].get(), elementwise(s), 0, &nodes_[st.node]};
       const int chain = meta(st.in[0]).shape == shape ? 0 : 1;
       if (meta(st.in[std::size_t(chain)]).shape != shape) continue;
       inputs.push_back(st.in[std::size_t(chain)]);
@@ -233,7 +233,7 @@ void Session::fuse(Plan& p) const {
       const std::size_t t = std::size_t(next);
       const Plan::Step& st = p.steps[t];
       const int value = p.steps[members.back()].out[0];
-      ChainStage quantizer{nullptr, 1, 0};
+      ChainStage quantizer{nullptr, 1, 0, &nodes_[st.node]};
       if (quantize_stage(t, value, quantizer)) {
         stages.push_back(quantizer);
         members.push_back(t);
@@ -241,7 +241,7 @@ void Session::fuse(Plan& p) const {
       }
       const int arity = elementwise(t);
       if (!arity || meta(st.out[0]).shape != shape) break;
-      ChainStage stage{ops_[st.node].get(), arity, st.in[0] == value ? 0 : 1};
+      ChainStage stage{ops_[st.node].get(), arity, st.in[0] == value ? 0 : 1, &nodes_[st.node]};
       if (arity == 2) {
         const int other = st.in[std::size_t(1 - stage.chain_operand)];
         if (other == value || !broadcast_over(meta(other).shape, shape, stage)) break;

@@ -307,18 +307,23 @@ __device__ inline float half_to_float(std::uint16_t h) {
   return __uint_as_float(sign | mag);
 }
 
-__global__ void round_f16_kernel(float* x, i64 n) {
-  QEVAL_FOR(i, n) x[i] = half_to_float(float_bits_to_half(__float_as_uint(x[i])));
+__device__ inline float round_f16(float x) { return half_to_float(float_bits_to_half(__float_as_uint(x))); }
+
+__device__ inline float round_bf16(float x) {
+  const std::uint32_t b = __float_as_uint(x);
+  const bool nan = (b & 0x7fffffffu) > 0x7f800000u;
+  const std::uint32_t r = (b + 0x7fffu + ((b >> 16) & 1)) >> 16;
+  return __uint_as_float((nan ? 0x7fc0u : (r & 0xffffu)) << 16);
 }
 
-__global__ void round_bf16_kernel(float* x, i64 n) {
-  QEVAL_FOR(i, n) {
-    const std::uint32_t b = __float_as_uint(x[i]);
-    const bool nan = (b & 0x7fffffffu) > 0x7f800000u;
-    const std::uint32_t r = (b + 0x7fffu + ((b >> 16) & 1)) >> 16;
-    x[i] = __uint_as_float((nan ? 0x7fc0u : (r & 0xffffu)) << 16);
-  }
+// The value as round_float16 / round_bfloat16 leave it (kNone: itself).
+__device__ inline float round_as(float x, RoundTo r) {
+  return r == RoundTo::kFp16 ? round_f16(x) : (r == RoundTo::kBf16 ? round_bf16(x) : x);
 }
+
+__global__ void round_f16_kernel(float* x, i64 n) { QEVAL_FOR(i, n) x[i] = round_f16(x[i]); }
+
+__global__ void round_bf16_kernel(float* x, i64 n) { QEVAL_FOR(i, n) x[i] = round_bf16(x[i]); }
 
 // ---- block reductions (fixed order: per-thread strided sums, then a shared-memory tree) -------
 
@@ -495,6 +500,20 @@ __global__ void im2col_kernel(const float* x, float* col, Conv2d p, i64 c0, i64 
   }
 }
 
+// im2col of `images` consecutive images at once: col [image][c * kh * kw][oh * ow].
+__global__ void im2col_images_kernel(const float* x, float* col, Conv2d p, i64 n) {
+  const i64 spatial = p.oh * p.ow, per_image = p.c * p.kh * p.kw * spatial;
+  QEVAL_FOR(i, n) {
+    const i64 b = i / per_image, j = i % per_image;
+    const i64 s = j % spatial;
+    const i64 row = j / spatial;
+    const i64 kx = row % p.kw, ky = (row / p.kw) % p.kh, c = row / (p.kw * p.kh);
+    const i64 ox = s % p.ow, oy = s / p.ow;
+    const i64 iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
+    col[i] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? x[((b * p.c + c) * p.h + iy) * p.w + ix] : 0.0f;
+  }
+}
+
 __global__ void conv2d_direct_kernel(const float* x, const float* w, const float* bias, float* y, Conv2d p, i64 n) {
   const i64 cg = p.c / p.group, mg = p.m / p.group;
   QEVAL_FOR(i, n) {
@@ -559,6 +578,201 @@ __global__ void resize_axis_kernel(const float* x, float* y, i64 in, i64 out, i6
     double s = 0;
     for (int t = 0; t < taps; ++t) s += weight[j * taps + t] * double(x[(o * in + index[j * taps + t]) * inner + k]);
     y[i] = float(s);
+  }
+}
+
+
+// ---- fused attention ------------------------------------------------------------------------------
+
+// Flash-attention style, FP32 without FMA, in a fixed order: a block takes kAttRows query rows of
+// one entry and walks the keys in tiles of kAttKeys. A tile's scores stay in registers (each
+// thread 4 rows x 4 keys, summed over the head dimension in order), scaled and rounded as the
+// unfused ops round them; each row's maximum and sum are kept online (shuffles in a fixed tree);
+// the tile's probabilities go through shared memory into the product with V. The scores never
+// reach global memory. kTwoPass (probabilities rounded to a format, as the unfused Softmax's
+// output is): a first walk finds each row's maximum and sum, a second normalises, rounds and
+// multiplies by V. Otherwise one walk rescales the running output and divides it by the sum at
+// the end. W: output columns per thread in float4 groups (v_dim <= 64 W).
+constexpr int kAttRows = 64, kAttKeys = 64, kAttThreads = 256, kAttProbStride = kAttKeys + 4, kAttMaxDim = 256;
+
+struct AttentionArgs {
+  i64 q_len, kv_len;
+  int d, dv;
+  ScoreScale scale_kind;
+  float scale;
+  RoundTo round_scores, round_scaled, round_probs;
+};
+
+std::size_t attention_shared_bytes(i64 d, i64 dv) {
+  return sizeof(float) * std::size_t(2 * d * kAttRows + kAttKeys * dv + kAttRows * kAttProbStride);
+}
+
+template <int W, bool kTwoPass>
+__global__ void __launch_bounds__(kAttThreads)
+    attention_kernel(AttentionArgs a, const float* __restrict__ q, const float* __restrict__ kt,
+                     const float* __restrict__ v, float* __restrict__ out) {
+  extern __shared__ float4 att_smem[];
+  const int d = a.d, dv = a.dv;
+  const i64 L = a.q_len, Lk = a.kv_len, e = blockIdx.y, i0 = i64(blockIdx.x) * kAttRows;
+  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  float* qs = reinterpret_cast<float*>(att_smem);  // [d][kAttRows]
+  float* ks = qs + d * kAttRows;                   // [d][kAttKeys]
+  float* vs = ks + d * kAttKeys;                   // [kAttKeys][dv]
+  float* ps = vs + kAttKeys * dv;                  // [kAttRows][kAttProbStride]
+  const float* qe = q + e * L * d;
+  const float* ke = kt + e * d * Lk;
+  const float* ve = v + e * Lk * dv;
+  for (int idx = tid; idx < kAttRows * d; idx += kAttThreads) {
+    const int r = idx / d, k = idx % d;
+    qs[k * kAttRows + r] = i0 + r < L ? qe[(i0 + r) * d + k] : 0.0f;
+  }
+  float m[4], l[4], acc[4][4 * W];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4 * W; ++c) acc[i][c] = 0.0f;
+  }
+  for (int pass = kTwoPass ? 0 : 1; pass < 2; ++pass) {
+    const bool stats_only = pass == 0;
+    for (i64 j0 = 0; j0 < Lk; j0 += kAttKeys) {
+      const int jn = int(Lk - j0 < kAttKeys ? Lk - j0 : kAttKeys);
+      __syncthreads();  // the previous tile's readers are done
+      for (int idx = tid; idx < d * kAttKeys; idx += kAttThreads) {
+        const int k = idx / kAttKeys, j = idx % kAttKeys;
+        ks[idx] = j < jn ? ke[i64(k) * Lk + j0 + j] : 0.0f;
+      }
+      if (!stats_only)
+        for (int idx = tid; idx < kAttKeys * dv; idx += kAttThreads) vs[idx] = idx < jn * dv ? ve[j0 * dv + idx] : 0.0f;
+      __syncthreads();
+      float sc[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) sc[i][j] = 0.0f;
+      for (int k = 0; k < d; ++k) {
+        const float4 qa = *reinterpret_cast<const float4*>(qs + k * kAttRows + ty * 4);
+        const float4 kb = *reinterpret_cast<const float4*>(ks + k * kAttKeys + tx * 4);
+        const float qv[4] = {qa.x, qa.y, qa.z, qa.w}, kv[4] = {kb.x, kb.y, kb.z, kb.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) sc[i][j] = sc[i][j] + qv[i] * kv[j];
+      }
+      float p[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float x = round_as(sc[i][j], a.round_scores);
+          if (a.scale_kind == ScoreScale::kMul) x = x * a.scale;
+          else if (a.scale_kind == ScoreScale::kDiv) x = x / a.scale;
+          x = round_as(x, a.round_scaled);
+          sc[i][j] = tx * 4 + j < jn ? x : -INFINITY;
+        }
+        if (kTwoPass && !stats_only) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            p[i][j] = tx * 4 + j < jn ? round_as(expf(sc[i][j] - m[i]) / l[i], a.round_probs) : 0.0f;
+          continue;
+        }
+        float mx = MaxF{}(MaxF{}(sc[i][0], sc[i][1]), MaxF{}(sc[i][2], sc[i][3]));
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) mx = MaxF{}(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        const float mn = MaxF{}(m[i], mx);
+        const float alpha = m[i] == mn ? 1.0f : expf(m[i] - mn);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) p[i][j] = tx * 4 + j < jn ? expf(sc[i][j] - mn) : 0.0f;
+        float rs = (p[i][0] + p[i][1]) + (p[i][2] + p[i][3]);
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) rs = rs + __shfl_xor_sync(0xffffffffu, rs, off);
+        l[i] = l[i] * alpha + rs;
+        m[i] = mn;
+        if (!kTwoPass)
+#pragma unroll
+          for (int c = 0; c < 4 * W; ++c) acc[i][c] = acc[i][c] * alpha;
+      }
+      if (stats_only) continue;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        *reinterpret_cast<float4*>(ps + (ty * 4 + i) * kAttProbStride + tx * 4) =
+            make_float4(p[i][0], p[i][1], p[i][2], p[i][3]);
+      __syncthreads();
+      for (int j = 0; j < jn; ++j) {
+        float pj[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pj[i] = ps[(ty * 4 + i) * kAttProbStride + j];
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+          const int c0 = w * 64 + tx * 4;
+          if (c0 < dv) {
+            const float4 vv = *reinterpret_cast<const float4*>(vs + j * dv + c0);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              acc[i][w * 4 + 0] = acc[i][w * 4 + 0] + pj[i] * vv.x;
+              acc[i][w * 4 + 1] = acc[i][w * 4 + 1] + pj[i] * vv.y;
+              acc[i][w * 4 + 2] = acc[i][w * 4 + 2] + pj[i] * vv.z;
+              acc[i][w * 4 + 3] = acc[i][w * 4 + 3] + pj[i] * vv.w;
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const i64 r = i0 + ty * 4 + i;
+    if (r >= L) continue;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const int c0 = w * 64 + tx * 4;
+      if (c0 >= dv) continue;
+      float* o = out + (e * L + r) * dv + c0;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) o[u] = kTwoPass ? acc[i][w * 4 + u] : acc[i][w * 4 + u] / l[i];
+    }
+  }
+}
+
+__global__ void scale_kernel(const float* x, float* y, i64 n, bool divide, float c) {
+  QEVAL_FOR(i, n) y[i] = divide ? x[i] / c : x[i] * c;
+}
+
+// ---- fused elementwise chains ----------------------------------------------------------------------
+
+// Each element through every stage in registers, with the device functions of the unary and
+// binary kernels (their bits), rounded between stages as the executor rounds the nodes' outputs.
+__global__ void chain_kernel(const __grid_constant__ Chain c, const float* __restrict__ x, void* __restrict__ y, i64 n) {
+  QEVAL_FOR(i, n) {
+    float v = x[i];
+    for (int k = 0; k < c.count; ++k) {
+      const ChainStep& st = c.steps[k];
+      if (st.kind == ChainStep::kQuantizeInt8 || st.kind == ChainStep::kQuantizeUInt8) {
+        // kernels/numeric.h quantize_to: saturate(round_half_even(x / scale) + zero point), NaN -> zp.
+        float qv = rintf(v / st.p0) + float(st.zero_point);
+        qv = qv == qv ? qv : float(st.zero_point);
+        const bool s8 = st.kind == ChainStep::kQuantizeInt8;
+        const float hi = s8 ? 127.0f : 255.0f, lo = s8 ? -128.0f : 0.0f;
+        qv = qv > hi ? hi : qv;
+        qv = qv < lo ? lo : qv;
+        if (s8) static_cast<std::int8_t*>(y)[i] = static_cast<std::int8_t>(qv);
+        else static_cast<std::uint8_t*>(y)[i] = static_cast<std::uint8_t>(qv);
+        break;
+      }
+      if (st.kind == ChainStep::kUnary) {
+        v = unary_f(st.unary, v, st.p0, st.p1);
+      } else {
+        const float o = st.other_scalar ? st.other[0] : (st.period > 0 ? st.other[(i / st.repeat) % st.period] : st.other[i]);
+        v = st.chain_operand == 0 ? arith<float>(st.binary, v, o) : arith<float>(st.binary, o, v);
+      }
+      if (k + 1 == c.count) {
+        static_cast<float*>(y)[i] = v;
+      } else {
+        v = round_as(v, st.rounding);
+        if (st.keep) st.keep[i] = v;
+      }
+    }
   }
 }
 
@@ -720,6 +934,13 @@ void im2col(const float* x, float* col, const Conv2d& p, std::int64_t channel0, 
   check_launch("im2col");
 }
 
+void im2col_images(const float* x, float* col, const Conv2d& p, std::int64_t images, Stream s) {
+  const i64 n = images * p.c * p.kh * p.kw * p.oh * p.ow;
+  if (n == 0) return;
+  im2col_images_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, col, p, n);
+  check_launch("im2col_images");
+}
+
 void conv2d_direct(const float* x, const float* w, const float* bias, float* y, const Conv2d& p, Stream s) {
   const i64 n = p.n * p.m * p.oh * p.ow;
   if (n == 0) return;
@@ -750,6 +971,53 @@ void resize_axis(const float* x, float* y, std::int64_t outer, std::int64_t in, 
   resize_axis_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, y, in, out, inner, taps, index, weight,
                                                                    extrapolate, extrapolation_value, n);
   check_launch("resize_axis");
+}
+
+bool attention_supported(const AttentionShape& s) {
+  if (s.head_dim <= 0 || s.head_dim % 4 || s.head_dim > kAttMaxDim || s.v_dim <= 0 || s.v_dim % 4 ||
+      s.v_dim > kAttMaxDim || s.kv_len <= 0 || s.q_len <= 0 || s.batch <= 0 || s.batch > 65535 ||
+      (s.q_len + kAttRows - 1) / kAttRows > INT32_MAX)
+    return false;
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attention_shared_bytes(s.head_dim, s.v_dim) <= std::size_t(optin);
+}
+
+void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out, Stream st) {
+  if (s.batch <= 0 || s.q_len <= 0 || s.v_dim <= 0) return;
+  if (!attention_supported(s)) throw std::logic_error("CUDA attention: unsupported shape");
+  const AttentionArgs a{s.q_len, s.kv_len, int(s.head_dim), int(s.v_dim), s.scale_kind, s.scale,
+                        s.round_scores, s.round_scaled, s.round_probs};
+  const std::size_t bytes = attention_shared_bytes(s.head_dim, s.v_dim);
+  const dim3 grid(unsigned((s.q_len + kAttRows - 1) / kAttRows), unsigned(s.batch));
+  auto launch = [&](auto kernel) {
+    if (bytes > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess)
+      check_launch("attention (shared memory)");
+    kernel<<<grid, kAttThreads, bytes, stream_of(st)>>>(a, q, kt, v, out);
+  };
+  const bool two = s.round_probs != RoundTo::kNone;
+  if (s.v_dim <= 64) two ? launch(attention_kernel<1, true>) : launch(attention_kernel<1, false>);
+  else if (s.v_dim <= 128) two ? launch(attention_kernel<2, true>) : launch(attention_kernel<2, false>);
+  else two ? launch(attention_kernel<4, true>) : launch(attention_kernel<4, false>);
+  check_launch("attention");
+}
+
+void scale(const float* x, float* y, std::int64_t n, bool divide, float c, Stream s) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, y, n, divide, c);
+  check_launch("scale");
+}
+
+void elementwise_chain(const Chain& c, const float* x, void* y, std::int64_t n, Stream s) {
+  if (n == 0) return;
+  if (c.count < 1 || c.count > kMaxChainSteps) throw std::logic_error("CUDA elementwise chain: stage count");
+  chain_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(c, x, y, n);
+  check_launch("elementwise_chain");
 }
 
 }  // namespace qeval::kernels::cuda

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention.h"
+
 namespace qeval::kernels::cuda {
 
 using Stream = void*;  // a cudaStream_t
@@ -123,6 +125,9 @@ struct Conv2d {
   std::int64_t group;
 };
 void im2col(const float* x, float* col, const Conv2d& p, std::int64_t channel0, std::int64_t channels, Stream s);
+// im2col of `images` consecutive images [c, h, w] of x (all channels) into col [images][c * kh *
+// kw][oh * ow]: one launch for a batch.
+void im2col_images(const float* x, float* col, const Conv2d& p, std::int64_t images, Stream s);
 // Direct convolution (grouped / depthwise): one thread per output, float accumulation in tap order.
 void conv2d_direct(const float* x, const float* w, const float* bias, float* y, const Conv2d& p, Stream s);
 // y[o, c, i] += bias[c] over [outer, channels, inner].
@@ -143,5 +148,46 @@ void pool2d(const float* x, float* y, const Pool2d& p, Stream s);
 void resize_axis(const float* x, float* y, std::int64_t outer, std::int64_t in, std::int64_t out, std::int64_t inner,
                  int taps, const std::int64_t* index, const double* weight, const std::uint8_t* extrapolate,
                  double extrapolation_value, Stream s);
+
+// ---- fused kernels (eval/exec's attention and elementwise-chain groups) ------------------------------
+
+// Whether attention() takes this shape on the current device: head_dim and v_dim multiples of 4 up
+// to 256, kv_len > 0, batch <= 65535, the tiles within the device's shared memory.
+bool attention_supported(const AttentionShape& s);
+// kernels::attention's contract on the device (q [batch, q_len, head_dim], kt [batch, head_dim,
+// kv_len], v [batch, kv_len, v_dim], out [batch, q_len, v_dim], dense): the scores scaled and
+// rounded as the unfused ops round them, softmax rows, the product with V, without ever storing the
+// scores. FP32 without FMA, in a fixed order (the same bits every run). With round_probs the
+// probabilities are normalised and rounded before the product, as the unfused Softmax's output is.
+void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out, Stream st);
+// y[i] = x[i] * c, or x[i] / c (divide): the elementwise Mul / Div by a scalar.
+void scale(const float* x, float* y, std::int64_t n, bool divide, float c, Stream s);
+
+// One stage of an elementwise chain: a unary op, a binary op with its other operand (a scalar, a
+// tensor of the chain's shape, or a block broadcast as other[(i / repeat) % period]), or a
+// terminal per-tensor 8-bit quantizer (p0 the scale). `rounding`: of the stage's output (not the
+// last stage's); `keep`: where the stage's output goes too (observed runs), null: nowhere.
+struct ChainStep {
+  enum Kind : std::uint8_t { kUnary, kBinary, kQuantizeInt8, kQuantizeUInt8 };
+  Kind kind = kUnary;
+  Unary unary = Unary::kNeg;
+  Binary binary = Binary::kAdd;
+  std::uint8_t chain_operand = 0;  // binary: which operand is the running value
+  RoundTo rounding = RoundTo::kNone;
+  bool other_scalar = false;
+  float p0 = 0, p1 = 0;
+  std::int32_t zero_point = 0;
+  const float* other = nullptr;
+  std::int64_t period = 0, repeat = 1;
+  float* keep = nullptr;
+};
+inline constexpr int kMaxChainSteps = 12;
+struct Chain {
+  int count = 0;
+  ChainStep steps[kMaxChainSteps];
+};
+// y (float32, or int8/uint8 after a quantizer) = the chain applied to x, n elements, one pass; each
+// stage computes as unary()/binary() do (the same bits as the nodes run one by one).
+void elementwise_chain(const Chain& c, const float* x, void* y, std::int64_t n, Stream s);
 
 }  // namespace qeval::kernels::cuda

@@ -31,6 +31,7 @@ class CountingBackend final : public Backend {
   }
   std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage> stages) override {
     ++chains;
+    for (const ChainStage& st : stages) chain_nodes.push_back(st.node ? st.node->name : "(no node)");
     return cpu_->elementwise_chain(std::move(stages));
   }
   void round(Tensor& value, Rounding rounding) override {
@@ -38,6 +39,7 @@ class CountingBackend final : public Backend {
     cpu_->round(value, rounding);
   }
   int runs = 0, attentions = 0, chains = 0, roundings = 0;
+  std::vector<std::string> chain_nodes;  // each chain stage's node, in the order they were asked for
 
  private:
   std::shared_ptr<Backend> cpu_ = cpu_backend();
@@ -77,6 +79,18 @@ class Counter final : public Observer {
   void on_node(const NodeEvent&) override { ++nodes; }
   int nodes = 0;
 };
+
+// A device backend maps each chain stage to its own kernels by the stage's node (op type and
+// attributes): every stage names its node.
+TEST(Backend, ChainStagesNameTheirNodes) {
+  auto counting = std::make_shared<CountingBackend>();
+  SessionOptions with;
+  with.backend = counting;
+  const Graph g = graph();  // a session keeps a reference
+  Session through(g, with);
+  (void)through.run(inputs());
+  EXPECT_EQ(counting->chain_nodes, (std::vector<std::string>{"sigmoid", "silu"}));
+}
 
 TEST(Backend, AGivenBackendRunsEveryStepWithTheCpuBits) {
   const Graph g = graph();

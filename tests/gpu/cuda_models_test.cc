@@ -19,6 +19,7 @@
 #include "eval/exec/cuda/cuda_backend.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/session.h"
+#include "gpu/unfused_backend.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
@@ -127,11 +128,14 @@ TEST(CudaModels, ShippedModelsMatchTheCpuAndRepeatTheirBits) {
     const auto inputs = c.inputs();
     for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
       SCOPED_TRACE(std::string(precision_name(precision)));
-      SessionOptions on_gpu{precision};
+      SessionOptions on_gpu{precision}, node_by_node{precision};
       on_gpu.backend = cuda;
-      Session cpu(g, SessionOptions{precision}), gpu(g, on_gpu);
+      node_by_node.backend = std::make_shared<qeval::testing::Unfused>(cuda);
+      Session cpu(g, SessionOptions{precision}), gpu(g, on_gpu), nodes(g, node_by_node);
       const auto want = cpu.run(inputs);
       const auto got = gpu.run(inputs);
+      // The fused kernels (attention, elementwise chains) against the same groups node by node.
+      const auto unfused = nodes.run(inputs);
       const auto again = gpu.run(inputs);
       Reader seen_cpu, seen_gpu;
       cpu.run(inputs, &seen_cpu);
@@ -144,10 +148,12 @@ TEST(CudaModels, ShippedModelsMatchTheCpuAndRepeatTheirBits) {
       for (const auto& [name, w] : want) {
         const double rel = rel_l2(w, got.at(name));
         EXPECT_LE(rel, tolerance) << name;
+        const double rel_nodes = rel_l2(unfused.at(name), got.at(name));
+        EXPECT_LE(rel_nodes, tolerance) << name << ": fused against node by node on the device";
         EXPECT_TRUE(same_bits(got.at(name), again.at(name))) << name << ": a second run gave other bits";
         EXPECT_TRUE(same_bits(got.at(name), observed.at(name))) << name << ": an observed run gave other bits";
-        std::printf("  %-28s %-5s %-24s rel-L2 %.2e\n", c.model, std::string(precision_name(precision)).c_str(),
-                    name.c_str(), rel);
+        std::printf("  %-28s %-5s %-24s rel-L2 %.2e (fused vs nodes on the GPU %.2e)\n", c.model,
+                    std::string(precision_name(precision)).c_str(), name.c_str(), rel, rel_nodes);
       }
       std::map<std::string, Shape> shapes;
       for (const auto& [name, t] : inputs) shapes.emplace(name, t.shape());

@@ -309,8 +309,13 @@ std::unique_ptr<StepKernel> compile_where(const Site& s) {
   });
 }
 
-std::unique_ptr<StepKernel> compile_unary(const Site& s) {
-  const Node& n = s.node;
+// The device's unary function for node `n` on floats, with the parameters its attributes give
+// (Clip's: its bounds as attributes before opset 11; compile_unary reads its bound inputs).
+struct UnarySpec {
+  kc::Unary op;
+  float p0 = 0, p1 = 0;
+};
+std::optional<UnarySpec> unary_of(const Node& n) {
   const std::string& t = n.op_type;
   static const std::pair<const char*, kc::Unary> kOps[] = {{"Neg", kc::Unary::kNeg},
                                                            {"Abs", kc::Unary::kAbs},
@@ -337,31 +342,46 @@ std::unique_ptr<StepKernel> compile_unary(const Site& s) {
                                                            {"Gelu", kc::Unary::kGeluErf},
                                                            {"Clip", kc::Unary::kClip},
                                                            {"Not", kc::Unary::kNot}};
-  std::optional<kc::Unary> op;
+  std::optional<UnarySpec> u;
   for (const auto& [name, k] : kOps)
-    if (t == name) op = k;
-  if (!op) return nullptr;
-  if (!s.has(0)) return s.decline("missing input");
-  const DType dt = s.in[0]->dtype;
-  float p0 = 0, p1 = 0;
-  switch (*op) {
-    case kc::Unary::kLeakyRelu: p0 = n.get_float("alpha", 0.01f); break;
-    case kc::Unary::kElu: p0 = n.get_float("alpha", 1.0f); break;
+    if (t == name) u = UnarySpec{k};
+  if (!u) return std::nullopt;
+  switch (u->op) {
+    case kc::Unary::kLeakyRelu: u->p0 = n.get_float("alpha", 0.01f); break;
+    case kc::Unary::kElu: u->p0 = n.get_float("alpha", 1.0f); break;
     case kc::Unary::kHardSigmoid:
-      p0 = n.get_float("alpha", 0.2f);
-      p1 = n.get_float("beta", 0.5f);
+      u->p0 = n.get_float("alpha", 0.2f);
+      u->p1 = n.get_float("beta", 0.5f);
       break;
     case kc::Unary::kGeluErf:
-      if (n.get_string("approximate", "none") == "tanh") op = kc::Unary::kGeluTanh;
+      if (n.get_string("approximate", "none") == "tanh") u->op = kc::Unary::kGeluTanh;
       break;
     case kc::Unary::kClip:
-      if (dt != DType::kFloat32) return s.decline("Clip of " + type_name(s.in[0]->declared));
-      p0 = -std::numeric_limits<float>::max();
-      p1 = std::numeric_limits<float>::max();
+      u->p0 = -std::numeric_limits<float>::max();
+      u->p1 = std::numeric_limits<float>::max();
       if (n.opset < 11) {
-        p0 = n.get_float("min", p0);
-        p1 = n.get_float("max", p1);
-      } else {
+        u->p0 = n.get_float("min", u->p0);
+        u->p1 = n.get_float("max", u->p1);
+      }
+      break;
+    default: break;
+  }
+  return u;
+}
+
+std::unique_ptr<StepKernel> compile_unary(const Site& s) {
+  const Node& n = s.node;
+  const std::string& t = n.op_type;
+  const std::optional<UnarySpec> u = unary_of(n);
+  if (!u) return nullptr;
+  std::optional<kc::Unary> op = u->op;
+  if (!s.has(0)) return s.decline("missing input");
+  const DType dt = s.in[0]->dtype;
+  float p0 = u->p0, p1 = u->p1;
+  switch (*op) {
+    case kc::Unary::kClip:
+      if (dt != DType::kFloat32) return s.decline("Clip of " + type_name(s.in[0]->declared));
+      if (n.opset >= 11) {
         for (std::size_t i = 1; i < 3; ++i) {
           if (!s.has(i)) continue;
           if (!s.in[i]->value) return s.decline("Clip bounds known only at run time");
@@ -417,6 +437,17 @@ void sgemm(cublasHandle_t h, bool ta, bool tb, i64 m, i64 n, i64 k, float alpha,
              "sgemm");
 }
 
+// `batch` row-major products C_i = A_i B_i, operands `sa` / `sb` / `sc` elements apart (0: one
+// matrix for every i), as one strided-batched GEMM (one launch instead of one a product).
+void sgemm_batched(cublasHandle_t h, i64 m, i64 n, i64 k, const float* a, i64 sa, const float* b, i64 sb, float* c,
+                   i64 sc, i64 batch) {
+  if (batch == 1) return sgemm(h, false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+  const float one = 1.0f, zero = 0.0f;
+  check_blas(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b, int(n), sb, a,
+                                       int(k), sa, &zero, c, int(n), sc, int(batch)),
+             "sgemm (strided batched)");
+}
+
 std::unique_ptr<StepKernel> compile_matmul(const Site& s) {
   if (!s.has(0) || !s.has(1)) return s.decline("missing input");
   if (!s.all_float(2)) return s.decline("MatMul of " + type_name(s.in[0]->declared));
@@ -428,9 +459,15 @@ std::unique_ptr<StepKernel> compile_matmul(const Site& s) {
   bool stacked = !ops.empty();
   for (std::size_t i = 0; i < ops.size(); ++i)
     if (ops[i].first != i64(i) || ops[i].second != 0) stacked = false;
+  // Otherwise one strided-batched GEMM when each operand's entry i is i or 0 (no other broadcast).
+  bool strided = ops.size() > 1 && i64(ops.size()) <= INT32_MAX;
+  const i64 sa = ops.size() > 1 && ops[1].first == 1 ? m * k : 0, sb = ops.size() > 1 && ops[1].second == 1 ? k * n : 0;
+  for (std::size_t i = 0; strided && i < ops.size(); ++i)
+    if (ops[i].first != (sa ? i64(i) : 0) || ops[i].second != (sb ? i64(i) : 0)) strided = false;
   cublasHandle_t h = s.blas;
   CudaMemory* mem = &s.mem;
-  return kernel([ops, m, n, k, stacked, h, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+  return kernel([ops, m, n, k, stacked, strided, sa, sb, h, mem](std::span<const Tensor* const> in,
+                                                                 std::span<Tensor* const> out) {
     const float* a = fptr(in[0]);
     const float* b = fptr(in[1]);
     float* c = fptr(out[0]);
@@ -439,6 +476,7 @@ std::unique_ptr<StepKernel> compile_matmul(const Site& s) {
       return;
     }
     if (stacked) return sgemm(h, false, false, m * i64(ops.size()), n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+    if (strided) return sgemm_batched(h, m, n, k, a, sa, b, sb, c, m * n, i64(ops.size()));
     for (std::size_t i = 0; i < ops.size(); ++i)
       sgemm(h, false, false, m, n, k, 1.0f, a + ops[i].first * m * k, k, b + ops[i].second * k * n, n, 0.0f,
             c + i64(i) * m * n, n);
@@ -503,17 +541,22 @@ std::unique_ptr<StepKernel> compile_conv(const Site& s) {
   const bool pointwise =
       p.kh == 1 && p.kw == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 && p.pw == 0 && p.oh == p.h && p.ow == p.w;
   const i64 ckk = p.c * p.kh * p.kw, spatial = p.oh * p.ow;
+  // Images per launch: the whole batch, unless its columns would pass 256 MiB.
+  const i64 per_image = std::max<i64>(1, ckk * spatial * 4);
+  const i64 images = std::clamp<i64>((i64(256) << 20) / per_image, 1, std::max<i64>(p.n, 1));
   auto scratch = std::make_shared<Scratch>();
   return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     const float* x = fptr(in[0]);
     const float* w = fptr(in[1]);
     float* y = fptr(out[0]);
-    float* col = pointwise ? nullptr : static_cast<float*>(scratch->get(mem, std::size_t(ckk * spatial) * 4));
-    for (i64 b = 0; b < p.n; ++b) {
+    float* col = pointwise ? nullptr : static_cast<float*>(scratch->get(mem, std::size_t(images * ckk * spatial) * 4));
+    for (i64 b = 0; b < p.n; b += images) {
+      const i64 count = std::min(images, p.n - b);
       const float* xb = x + b * p.c * p.h * p.w;
-      if (!pointwise) kc::im2col(xb, col, p, 0, p.c, mem.stream());
-      sgemm(h, false, false, p.m, spatial, ckk, 1.0f, w, ckk, pointwise ? xb : col, spatial, 0.0f,
-            y + b * p.m * spatial, spatial);
+      if (!pointwise) kc::im2col_images(xb, col, p, count, mem.stream());
+      // y_i [m, spatial] = w [m, ckk] x col_i [ckk, spatial]
+      sgemm_batched(h, p.m, spatial, ckk, w, 0, pointwise ? xb : col, ckk * spatial, y + b * p.m * spatial,
+                    p.m * spatial, count);
     }
     if (bias) kc::add_channel_bias(y, fptr(in[2]), p.n, p.m, spatial, mem.stream());
   });
@@ -823,6 +866,124 @@ std::unique_ptr<StepKernel> compile_slabs(const Site& s, bool concat) {
   });
 }
 
+// ---- fused kernels ----------------------------------------------------------------------------------
+
+// MatMul(Q, K^T) -> [Mul | Div by a scalar] -> Softmax -> MatMul(., V) as one device kernel
+// (kc::attention: the scores never exist). Observed (run_all), the members' outputs come from the
+// kernels their nodes run (cuBLAS per entry, the scale, row softmax, rounding as the executor
+// rounds them) and the output from the same fused kernel as run(): the same bits either way.
+class CudaAttention final : public FusedKernel {
+ public:
+  CudaAttention(const kernels::AttentionShape& shape, std::shared_ptr<CudaMemory> memory, cublasHandle_t blas)
+      : shape_(shape), memory_(std::move(memory)), blas_(blas) {}
+  void run(std::span<const Tensor* const> in, Tensor& out) override {
+    const auto held = memory_->lock();
+    kc::attention(shape_, fptr(in[0]), fptr(in[1]), fptr(in[2]), fptr(&out), memory_->stream());
+  }
+  // outputs: the scores, [the scaled scores,] the probabilities, the output.
+  void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
+    const auto held = memory_->lock();
+    const kernels::AttentionShape& a = shape_;
+    const std::size_t n = outputs.size();
+    const i64 L = a.q_len, Lk = a.kv_len, d = a.head_dim, count = a.batch * L * Lk;
+    const float* q = fptr(in[0]);
+    const float* kt = fptr(in[1]);
+    float* scores = fptr(outputs[0]);
+    void* stream = memory_->stream();
+    // As the MatMul node runs it (compile_matmul).
+    sgemm_batched(blas_, L, Lk, d, q, L * d, kt, d * Lk, scores, L * Lk, a.batch);
+    round(scores, count, a.round_scores);
+    const float* x = scores;
+    if (n == 4) {
+      float* scaled = fptr(outputs[1]);
+      kc::scale(scores, scaled, count, a.scale_kind == kernels::ScoreScale::kDiv, a.scale, stream);
+      round(scaled, count, a.round_scaled);
+      x = scaled;
+    }
+    float* probs = fptr(outputs[n - 2]);
+    kc::softmax(x, probs, a.batch * L, Lk, 1, false, stream);
+    round(probs, count, a.round_probs);
+    kc::attention(shape_, q, kt, fptr(in[2]), fptr(outputs[n - 1]), stream);
+  }
+
+ private:
+  void round(float* p, i64 count, kernels::RoundTo r) {
+    if (r == kernels::RoundTo::kFp16) kc::round_float16(p, count, memory_->stream());
+    else if (r == kernels::RoundTo::kBf16) kc::round_bfloat16(p, count, memory_->stream());
+  }
+  kernels::AttentionShape shape_;
+  std::shared_ptr<CudaMemory> memory_;
+  cublasHandle_t blas_;
+};
+
+// A chain of elementwise ops (and a terminal 8-bit quantizer) as one device kernel: each stage the
+// device function its node's kernel uses, rounded between stages as the executor rounds.
+class CudaChain final : public FusedKernel {
+ public:
+  CudaChain(const kc::Chain& chain, std::vector<int> others, std::shared_ptr<CudaMemory> memory)
+      : chain_(chain), others_(std::move(others)), memory_(std::move(memory)) {}
+  void run(std::span<const Tensor* const> in, Tensor& out) override { launch(in, out.device_data(), {}); }
+  void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
+    launch(in, outputs.back()->device_data(), outputs);
+  }
+
+ private:
+  void launch(std::span<const Tensor* const> in, void* y, std::span<Tensor* const> keep) {
+    const auto held = memory_->lock();
+    kc::Chain c = chain_;
+    for (int k = 0; k < c.count; ++k) {
+      kc::ChainStep& st = c.steps[k];
+      if (st.kind == kc::ChainStep::kBinary) st.other = fptr(in[std::size_t(others_[std::size_t(k)])]);
+      st.keep = !keep.empty() && k + 1 < c.count ? fptr(keep[std::size_t(k)]) : nullptr;
+    }
+    kc::elementwise_chain(c, fptr(in[0]), y, in[0]->numel(), memory_->stream());
+  }
+  kc::Chain chain_;
+  std::vector<int> others_;  // per stage: the input index of a binary stage's other operand
+  std::shared_ptr<CudaMemory> memory_;
+};
+
+// The device chain for these stages, or null where a stage has no device form.
+std::shared_ptr<FusedKernel> make_chain(const std::vector<ChainStage>& stages, std::shared_ptr<CudaMemory> memory) {
+  if (stages.empty() || stages.size() > std::size_t(kc::kMaxChainSteps)) return nullptr;
+  kc::Chain c;
+  c.count = int(stages.size());
+  std::vector<int> others;
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    const ChainStage& st = stages[k];
+    kc::ChainStep& d = c.steps[k];
+    if (!st.node || (!st.node->domain.empty() && st.node->domain != "ai.onnx")) return nullptr;
+    d.rounding = round_to(st.rounding);
+    others.push_back(st.other);
+    if (st.quantize != DType::kFloat32) {
+      if (k + 1 != stages.size() || (st.quantize != DType::kInt8 && st.quantize != DType::kUInt8)) return nullptr;
+      d.kind = st.quantize == DType::kInt8 ? kc::ChainStep::kQuantizeInt8 : kc::ChainStep::kQuantizeUInt8;
+      d.p0 = st.scale;
+      d.zero_point = st.zero_point;
+    } else if (st.arity == 1) {
+      const std::optional<UnarySpec> u = unary_of(*st.node);
+      if (!u || u->op == kc::Unary::kNot || u->op == kc::Unary::kClip) return nullptr;
+      d.kind = kc::ChainStep::kUnary;
+      d.unary = u->op;
+      d.p0 = u->p0;
+      d.p1 = u->p1;
+    } else if (st.arity == 2) {
+      const std::optional<kc::Binary> b = binary_kind(st.node->op_type);
+      const std::string& t = st.node->op_type;
+      if (!b || (t != "Add" && t != "Sub" && t != "Mul" && t != "Div" && t != "Pow") || st.other < 0) return nullptr;
+      d.kind = kc::ChainStep::kBinary;
+      d.binary = *b;
+      d.chain_operand = std::uint8_t(st.chain_operand);
+      d.other_scalar = st.other_scalar;
+      d.period = st.period;
+      d.repeat = st.repeat;
+    } else {
+      return nullptr;
+    }
+  }
+  return std::make_shared<CudaChain>(c, std::move(others), std::move(memory));
+}
+
 // ---- the backend ------------------------------------------------------------------------------------
 
 // A compiled node run under the backend's lock (CudaMemory::lock): sessions on several threads
@@ -881,8 +1042,14 @@ class CudaBackend final : public Backend {
     }
   }
 
-  std::shared_ptr<FusedKernel> attention(const kernels::AttentionShape&) override { return nullptr; }
-  std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage>) override { return nullptr; }
+  std::shared_ptr<FusedKernel> attention(const kernels::AttentionShape& shape) override {
+    const auto held = memory_->lock();
+    if (!kc::attention_supported(shape)) return nullptr;  // the nodes run one by one
+    return std::make_shared<CudaAttention>(shape, memory_, blas_);
+  }
+  std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage> stages) override {
+    return make_chain(stages, memory_);
+  }
 
   void round(Tensor& value, Rounding rounding) override {
     if (rounding == Rounding::kNone) return;

@@ -17,6 +17,16 @@ void check(cudaError_t e, const char* what) {
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
+// cudaSetDevice on this thread unless qeval made `device` current here already: every kernel
+// takes the lock, and cudaSetDevice each time was host time per node. (Only this file sets the
+// current device.)
+void make_current(int device) {
+  thread_local int current = -1;
+  if (current == device) return;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  current = device;
+}
+
 }  // namespace
 
 void check_cuda_device(int device) {
@@ -34,7 +44,7 @@ void check_cuda_device(int device) {
 }
 
 CudaMemory::CudaMemory(int device) : device_(device) {
-  check(cudaSetDevice(device), "cudaSetDevice");
+  make_current(device);
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
@@ -49,7 +59,7 @@ CudaMemory::~CudaMemory() {
 
 std::unique_lock<std::recursive_mutex> CudaMemory::lock() {
   std::unique_lock<std::recursive_mutex> held(mu_);
-  check(cudaSetDevice(device_), "cudaSetDevice");
+  make_current(device_);
   return held;
 }
 
@@ -71,7 +81,11 @@ void CudaMemory::release(void* p) noexcept {
   // Work queued on the stream may still read p: cudaFree waits for the device, so nothing is freed
   // under a running kernel.
   std::lock_guard<std::recursive_mutex> held(mu_);
-  cudaSetDevice(device_);
+  try {
+    make_current(device_);
+  } catch (const std::exception&) {
+    return;  // no device to free it on
+  }
   cudaFree(p);
 }
 

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "eval/exec/cuda/cuda_backend.h"
+#include "gpu/gpu_test_util.h"
 #include "eval/exec/graph.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/plan.h"
@@ -25,21 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
-
-// The backend of cuda:0, or null with the reason there is none.
-std::shared_ptr<Backend> cuda_or_reason(std::string& why) {
-  try {
-    return make_cuda_backend(0);
-  } catch (const InputError& e) {
-    why = e.what();
-    return nullptr;
-  }
-}
-
-#define QEVAL_CUDA_OR_SKIP(var)                             \
-  std::string var##_why;                                    \
-  std::shared_ptr<Backend> var = cuda_or_reason(var##_why); \
-  if (!var) GTEST_SKIP() << "no CUDA device: " << var##_why;
 
 std::string bytes_of(const Tensor& t) { return std::string(reinterpret_cast<const char*>(t.raw()), t.nbytes()); }
 

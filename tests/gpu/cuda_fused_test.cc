@@ -17,6 +17,7 @@
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/session.h"
 #include "eval/onnx_builder.h"
+#include "gpu/gpu_test_util.h"
 #include "gpu/unfused_backend.h"
 #include "kernels/error.h"
 
@@ -24,45 +25,9 @@ namespace qeval::eval {
 namespace {
 
 using qeval::testing::OnnxBuilder;
-
-std::shared_ptr<Backend> cuda_or_reason(std::string& why) {
-  try {
-    return make_cuda_backend(0);
-  } catch (const InputError& e) {
-    why = e.what();
-    return nullptr;
-  }
-}
-
-#define QEVAL_CUDA_OR_SKIP(var)                             \
-  std::string var##_why;                                    \
-  std::shared_ptr<Backend> var = cuda_or_reason(var##_why); \
-  if (!var) GTEST_SKIP() << "no CUDA device: " << var##_why;
-
-double rel_l2(const Tensor& want, const Tensor& got) {
-  if (want.shape() != got.shape()) return INFINITY;
-  double num = 0, den = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    const double a = want.data<float>()[i], b = got.data<float>()[i];
-    if (std::isnan(a) != std::isnan(b)) return INFINITY;
-    if (std::isnan(a)) continue;
-    num += (a - b) * (a - b);
-    den += a * a;
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
-Tensor normal(const Shape& shape, std::uint32_t seed, float scale = 1.0f) {
-  Tensor t(DType::kFloat32, shape);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  for (float& x : t.span<float>()) x = d(rng);
-  return t;
-}
+using gpu_test::normal;
+using gpu_test::rel_l2;
+using gpu_test::same_bits;
 
 double best_ms(Session& s, const std::map<std::string, Tensor>& in, int runs) {
   s.run(in);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/exec/cuda/cuda_backend.h"
+#include "gpu/gpu_test_util.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/session.h"
 #include "gpu/unfused_backend.h"
@@ -26,51 +27,15 @@ namespace qeval::eval {
 namespace {
 
 namespace fs = std::filesystem;
+using gpu_test::normal;
+using gpu_test::rel_l2;
+using gpu_test::same_bits;
 
 fs::path from_env(const char* name, const char* built) {
   const char* moved = std::getenv(name);
   return moved && *moved ? moved : built;
 }
 fs::path source_dir() { return from_env("QEVAL_SOURCE_DIR", QEVAL_SOURCE_DIR); }
-
-std::shared_ptr<Backend> cuda_or_reason(std::string& why) {
-  try {
-    return make_cuda_backend(0);
-  } catch (const InputError& e) {
-    why = e.what();
-    return nullptr;
-  }
-}
-
-#define QEVAL_CUDA_OR_SKIP(var)                             \
-  std::string var##_why;                                    \
-  std::shared_ptr<Backend> var = cuda_or_reason(var##_why); \
-  if (!var) GTEST_SKIP() << "no CUDA device: " << var##_why;
-
-double rel_l2(const Tensor& want, const Tensor& got) {
-  const Tensor w = widened_to_float32(want), g = widened_to_float32(got);
-  double num = 0, den = 0;
-  for (std::int64_t i = 0; i < w.numel(); ++i) {
-    const double a = w.data<float>()[i], b = g.data<float>()[i];
-    if (std::isnan(a) != std::isnan(b)) return INFINITY;
-    if (std::isnan(a)) continue;
-    num += (a - b) * (a - b);
-    den += a * a;
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
-Tensor normal(const Shape& shape, std::uint32_t seed, float scale = 1.0f) {
-  Tensor t(DType::kFloat32, shape);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  for (float& x : t.span<float>()) x = d(rng);
-  return t;
-}
 
 struct Case {
   const char* model;  // under models/

@@ -84,6 +84,7 @@ class Session::Execution::State final : public ValueLender {
         int_values[name] = t;
     p_ = &s_.plan_for(shapes, int_values);
     Plan& p = *p_;
+    ++p.executions;
     if (retain_) slots_ = std::move(p.retained);
     slots_.resize(p.metas.size());
     mirrors_.resize(p.metas.size());
@@ -139,8 +140,9 @@ class Session::Execution::State final : public ValueLender {
     ins_.clear();
     for (int id : step.in) ins_.push_back(value_at(id, on_device));
     // Timed from here: the copies of inputs to where the step runs (weights uploaded once) are not
-    // the step's.
-    const bool profile = profiling();
+    // the step's. A plan's first execution is left out (weights packed or uploaded, buffers
+    // allocated, and on a GPU each kernel's module loaded on its first launch).
+    const bool profile = profiling() && p_->executions > 1;
     std::chrono::steady_clock::time_point started;
     if (profile) {
       if (s_.device_) s_.device_->synchronize();

@@ -106,6 +106,7 @@ struct Session::Plan {
   // The buffers of the last execution that retained them all, reused by the next one in place
   // (the same values at the same sizes: no pool search, no new pages).
   std::vector<Tensor> retained;
+  std::size_t executions = 0;  // started so far (QEVAL_PROFILE_STEPS leaves out each plan's first)
   std::vector<int> input_ids, output_ids;
   std::unordered_map<std::string, int> ids;
   // A device backend's plan: the nodes that run on the CPU and why (Session::host_steps).

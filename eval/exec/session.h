@@ -173,7 +173,8 @@ class Session {
   std::unordered_map<const Tensor*, std::shared_ptr<const Tensor>> device_constants_;
   std::size_t peak_bytes_ = 0;
   std::size_t live_peak_bytes_ = 0;
-  // QEVAL_PROFILE_STEPS=1: each step timed (the device synchronised around it), summed by kind
+  // QEVAL_PROFILE_STEPS=1: each step of every execution but a plan's first timed (the device
+  // synchronised around it), summed by kind
   // ("Conv", "cpu:ArgMax", "fused:attention") and printed to stderr when the session ends.
   std::map<std::string, std::pair<std::size_t, double>> profile_;
 };

@@ -9,14 +9,6 @@
 
 namespace qeval::cli {
 
-bool cuda_built() {
-#ifdef QEVAL_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 std::shared_ptr<eval::Backend> backend_for_device(const std::string& device) {
   if (device == "cpu") return eval::cpu_backend();
   int index = 0;

@@ -13,7 +13,4 @@ namespace qeval::cli {
 // says which and why).
 std::shared_ptr<eval::Backend> backend_for_device(const std::string& device);
 
-// Whether this build has the CUDA backend (QEVAL_CUDA at configure time).
-bool cuda_built();
-
 }  // namespace qeval::cli

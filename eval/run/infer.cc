@@ -110,6 +110,7 @@ InferResult run_infer(const InferOptions& options) {
   SessionOptions session_options;
   session_options.precision = options.precision;
   session_options.integer_qdq = options.integer_qdq;
+  session_options.backend = default_backend();
   Session session(graph, session_options);
   std::unique_ptr<DumpObserver> dump;
   if (options.dump_dir) {
@@ -126,7 +127,7 @@ InferResult run_infer(const InferOptions& options) {
     outputs = session.run(inputs);  // outputs come back in host memory: the device work is done
     result.repeat_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  result.device = std::string(session.options().backend ? session.options().backend->name() : default_backend()->name());
+  result.device = std::string(session_options.backend->name());
   std::map<std::string, Shape> shapes;
   for (const auto& [name, t] : inputs) shapes.emplace(name, t.shape());
   for (const HostStep& h : session.host_steps(shapes)) {

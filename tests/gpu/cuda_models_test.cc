@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 
@@ -18,6 +17,7 @@
 
 #include "eval/exec/cuda/cuda_backend.h"
 #include "gpu/gpu_test_util.h"
+#include "test_util.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/session.h"
 #include "gpu/unfused_backend.h"
@@ -132,25 +132,17 @@ TEST(CudaModels, ShippedModelsMatchTheCpuAndRepeatTheirBits) {
   }
 }
 
-struct Cli {
-  int code;
-  std::string out;
-};
-Cli qeval(const std::string& args) {
+// testing::run_qeval with the binary $QEVAL_BINARY names, where the tests run from a copy.
+testing::CliRun qeval(const std::string& args) {
   const std::string binary = from_env("QEVAL_BINARY", QEVAL_BINARY).string();
   FILE* p = popen((binary + " " + args + " 2>&1").c_str(), "r");
-  Cli r{-1, ""};
+  testing::CliRun r;
   if (!p) return r;
   char buf[4096];
   while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  return nlohmann::json::parse(f);
 }
 
 // The shipped default evaluation (tiny-sd, its variants and gate) and a tiny-sam one (an INT8
@@ -166,11 +158,12 @@ TEST(CudaModels, QevalRunOnTheGpuGivesTheCpuVerdicts) {
   for (const auto& [name, args] : runs) {
     SCOPED_TRACE(name);
     const fs::path dir = out / name;
-    const Cli cpu = qeval("run " + args + " --out " + (dir / "cpu").string());
-    const Cli gpu = qeval("run --device cuda " + args + " --out " + (dir / "gpu").string());
+    const testing::CliRun cpu = qeval("run " + args + " --out " + (dir / "cpu").string());
+    const testing::CliRun gpu = qeval("run --device cuda " + args + " --out " + (dir / "gpu").string());
     ASSERT_TRUE(cpu.code == 0 || cpu.code == 1) << cpu.out;
     EXPECT_EQ(gpu.code, cpu.code) << gpu.out;
-    const auto a = read_json(dir / "cpu" / "report.json"), b = read_json(dir / "gpu" / "report.json");
+    const auto a = testing::read_json(dir / "cpu" / "report.json"),
+               b = testing::read_json(dir / "gpu" / "report.json");
     EXPECT_EQ(a["config"]["device"], "cpu");
     EXPECT_EQ(b["config"]["device"], "cuda:0");
     std::printf("  %s: evaluation %.2f s on the CPU, %.2f s with --device cuda\n", name,

@@ -200,10 +200,13 @@ void Session::fuse(Plan& p) const {
       const Plan::Step& st = p.steps[t];
       const int arity = ops_[st.node]->elementwise_arity();
       if (st.folded || absorbed[t] || fused_at[t].kernel || arity == 0 || st.out.size() != 1 || !f32(st.out[0]) ||
-          int(st.in.size()) != arity)
+          int(st.in.size()) < arity)
         return 0;
-      for (int id : st.in)
-        if (!f32(id)) return 0;
+      // Inputs past the arity are parameters the op read from constants in prepare() (Clip's bounds).
+      for (std::size_t i = 0; i < st.in.size(); ++i) {
+        const int id = st.in[i];
+        if (int(i) < arity ? !f32(id) : id >= 0 && !p.constants[std::size_t(id)]) return 0;
+      }
       return arity;
     };
     if (!elementwise(s)) continue;

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <thread>
+#include <utility>
 
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/session.h"
@@ -344,6 +346,52 @@ TEST(Session, ElementwiseChainsTakeBroadcastOperandsAndEndInAQuantizer) {
       EXPECT_GE(observed.last_live_activation_bytes(), 4 * a.nbytes()) << precision_name(precision);
       if (precision != Precision::kFp16) expect_observed_values_of_the_unfused_nodes(g, SessionOptions{precision}, in);
     }
+  }
+}
+
+// Hard-swish as paddle2onnx writes it at opset 11 (Add 3, Clip with constant bounds as inputs, Div
+// 6, Mul by the input) and the same with Clip's attribute bounds (opset 10): each one fused pass (Clip
+// joins the chain) with the bytes of the ops run one by one, NaN and infinities included.
+TEST(Session, ClipWithConstantBoundsJoinsElementwiseChains) {
+  for (int opset : {11, 10}) {
+    SCOPED_TRACE(opset);
+    OnnxBuilder b(opset);
+    b.input("in", onnx::TensorProto::FLOAT, {2, 8, 30, 30}).output("y", onnx::TensorProto::FLOAT);
+    b.initializer("three", {3.0f}, {}).initializer("six", {6.0f}, {});
+    b.node("Neg", {"in"}, {"x"}, "neg");  // x comes from a node: pooled and counted
+    b.node("Add", {"x", "three"}, {"a"}, "add");
+    if (opset >= 11) {
+      b.initializer("zero", {0.0f}, {});
+      b.node("Clip", {"a", "zero", "six"}, {"c"}, "clip");
+    } else {
+      auto& node = b.node("Clip", {"a"}, {"c"}, "clip");
+      for (auto [name, value] : {std::pair{"min", 0.0f}, std::pair{"max", 6.0f}}) {
+        auto* attr = node.add_attribute();
+        attr->set_name(name);
+        attr->set_type(onnx::AttributeProto::FLOAT);
+        attr->set_f(value);
+      }
+    }
+    b.node("Div", {"c", "six"}, {"d"}, "div");
+    b.node("Mul", {"x", "d"}, {"y"}, "mul");
+    const Graph g = b.graph();
+    std::vector<float> v(2 * 8 * 30 * 30);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 5.0f * std::sin(float(i) * 0.017f);
+    v[3] = std::numeric_limits<float>::quiet_NaN();
+    v[4] = std::numeric_limits<float>::infinity();
+    v[5] = -std::numeric_limits<float>::infinity();
+    const std::map<std::string, Tensor> in{{"in", floats({2, 8, 30, 30}, v)}};
+    Session fused(g), observed(g);
+    Recorder rec;
+    const Tensor a = fused.run(in).at("y");
+    const Tensor o = observed.run(in, &rec).at("y");
+    EXPECT_EQ(rec.events.size(), 5u);
+    EXPECT_EQ(0, std::memcmp(a.raw(), o.raw(), a.nbytes()));
+    EXPECT_TRUE(std::isnan(a.data<float>()[3]));
+    // Fused: x and y only; one by one x, a and c (or x, c and d) are live together.
+    EXPECT_LE(fused.last_live_activation_bytes(), 2 * a.nbytes());
+    EXPECT_GE(observed.last_live_activation_bytes(), 3 * a.nbytes());
+    expect_observed_values_of_the_unfused_nodes(g, SessionOptions{}, in);
   }
 }
 

@@ -1,9 +1,12 @@
 // Elementwise ops: broadcasting arithmetic, comparisons, logic, Where, unary math, activations.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "eval/exec/ops/families.h"
 #include "kernels/broadcast.h"
@@ -495,9 +498,34 @@ class ClipOp final : public Op {
       if (in[i] && in[i]->dtype != in[0]->dtype) fail(node_, "min/max type differs from the input");
     return {meta_like(*in[0], in[0]->shape)};
   }
+  // A float Clip whose bounds are attributes or constants joins fused elementwise chains
+  // (eval/exec/fusion.cc): prepare() reads the bounds run() would read.
+  void prepare(std::span<const ValueMeta* const> in) override {
+    chain_ = false;
+    if (in.empty() || !in[0] || in[0]->dtype != DType::kFloat32) return;
+    for (std::size_t i = 1; i < in.size() && node_.opset >= 11; ++i)
+      if (in[i] && (!in[i]->value || in[i]->value->numel() < 1)) return;
+    std::array<const Tensor*, 3> bounds{};
+    for (std::size_t i = 1; i < in.size() && i < 3; ++i) bounds[i] = in[i] ? in[i]->value.get() : nullptr;
+    std::tie(lo_, hi_) = float_bounds(bounds);
+    chain_ = true;
+  }
+  int elementwise_arity() const override { return chain_ ? 1 : 0; }
+  void run_elementwise(const float* a, std::int64_t a_step, const float*, std::int64_t, float* y,
+                       std::int64_t n) const override {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = clamp(a[i * a_step], lo_, hi_);
+  }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     switch (in[0]->dtype()) {
-      case DType::kFloat32: return apply<float>(in, *out[0]);
+      case DType::kFloat32: {
+        std::array<const Tensor*, 3> bounds{};
+        for (std::size_t i = 1; i < in.size() && i < 3; ++i) bounds[i] = in[i];
+        const auto [lo, hi] = float_bounds(bounds);
+        const float* px = in[0]->data<float>();
+        float* po = out[0]->data<float>();
+        for (std::int64_t i = 0; i < out[0]->numel(); ++i) po[i] = clamp(px[i], lo, hi);
+        return;
+      }
       case DType::kFloat64: return apply<double>(in, *out[0]);
       case DType::kInt32: return apply<std::int32_t>(in, *out[0]);
       case DType::kInt64: return apply<std::int64_t>(in, *out[0]);
@@ -542,7 +570,18 @@ class ClipOp final : public Op {
       po[i] = v < lo ? lo : (v > hi ? hi : v);
     }
   }
+  // NaN kept; the bounds are float's finite extremes where not given (ONNX's defaults).
+  static float clamp(float v, float lo, float hi) { return v != v ? v : (v < lo ? lo : (v > hi ? hi : v)); }
+  std::pair<float, float> float_bounds(const std::array<const Tensor*, 3>& in) const {
+    if (node_.opset < 11)
+      return {node_.get_float("min", -std::numeric_limits<float>::max()),
+              node_.get_float("max", std::numeric_limits<float>::max())};
+    return {in[1] ? in[1]->data<float>()[0] : std::numeric_limits<float>::lowest(),
+            in[2] ? in[2]->data<float>()[0] : std::numeric_limits<float>::max()};
+  }
   Node node_;
+  bool chain_ = false;
+  float lo_ = 0.0f, hi_ = 0.0f;
 };
 
 // min(1, max(0, v)) with NaN kept (std::min/std::max return their first argument for a NaN).

@@ -1,5 +1,6 @@
 // Run folders and files the user did not expect (issue 21): a FIFO, folder or device where qeval
-// reads a run folder's file is named at once (never waited on).
+// reads a run folder's file is named at once (never waited on), full tensors come with an index of
+// which name went to which file.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -8,8 +9,10 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "datasets/npy.h"
+#include "eval/run/evaluator.h"
 #include "eval/run/run_state.h"
 #include "input_error.h"
 #include "onnx_builder.h"
@@ -111,6 +114,49 @@ TEST(RunFolderReaders, AFifoAsAShardReportIsNamedByMerge) {
   EXPECT_TRUE(contains(m.run.out, (run.dir / "shard" / "report.json").string() + ": is a FIFO (named pipe)"))
       << m.run.out;
   EXPECT_FALSE(fs::exists(run.dir / "merged" / "report.json"));
+}
+
+// ---- 2. observe.full_tensors: unique files and an index -----------------------------------------
+
+TEST(FullTensors, NamesThatGiveOneFileNameGetTwoFilesAndTheIndexListsBoth) {
+  TinyRun run("full-tensors", R"("observe": {"full_tensors": true}, )");
+  const fs::path out = run.dir / "out";
+  const auto r = testing::run_qeval(run.args(out));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json index = testing::read_json(out / "tensors" / eval::kTensorIndexFile);
+  ASSERT_TRUE(index.contains("tensors")) << index.dump(1);
+  // 2 samples x 2 variants x 2 nodes.
+  ASSERT_EQ(index["tensors"].size(), 8u) << index.dump(1);
+  std::map<std::string, json> by_file;
+  for (const auto& e : index["tensors"]) by_file[e["file"].get<std::string>()] = e;
+  for (const std::string sample : {"s0", "s1"})
+    for (const std::string variant : {"fp32", "fp16"}) {
+      const std::string folder = sample + "/" + variant + "/model/";
+      ASSERT_TRUE(by_file.count(folder + "a_b.npy") && by_file.count(folder + "a_b__2.npy")) << index.dump(1);
+      const json& relu = by_file[folder + "a_b.npy"];
+      const json& neg = by_file[folder + "a_b__2.npy"];
+      EXPECT_EQ(relu["node"], "a/b");
+      EXPECT_EQ(relu["tensor"], "t");
+      EXPECT_EQ(neg["node"], "a:b");
+      EXPECT_EQ(neg["tensor"], "y");
+      EXPECT_EQ(neg["shape"], json::array({1, 8}));
+      EXPECT_EQ(neg["dtype"], "float32");
+      EXPECT_EQ(neg["sample"], sample);
+      EXPECT_EQ(neg["variant"], variant);
+      EXPECT_TRUE(neg["step"].is_null());
+      // Each file holds its own node's output: Relu >= 0, Neg of it <= 0, one the negation of the other.
+      const Tensor a = datasets::read_npy(out / "tensors" / (folder + "a_b.npy"));
+      const Tensor b = datasets::read_npy(out / "tensors" / (folder + "a_b__2.npy"));
+      ASSERT_EQ(a.numel(), 8);
+      ASSERT_EQ(b.numel(), 8);
+      float positive = 0;
+      for (int i = 0; i < 8; ++i) {
+        EXPECT_EQ(a.data<float>()[i], -b.data<float>()[i]);
+        positive = std::max(positive, a.data<float>()[i]);
+      }
+      EXPECT_GT(positive, 0.0f);
+    }
+  EXPECT_EQ(by_file.begin()->second["model"], "model");
 }
 
 }  // namespace

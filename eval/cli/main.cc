@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "base/escaped_stdio.h"
 #include "base/exit_codes.h"
 #include "eval/cli/command.h"
 #include "eval/cli/device.h"
@@ -31,6 +32,7 @@ std::string join_args(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace qeval;
+  base::escape_invalid_utf8_on_stdio();  // a file name that is not UTF-8 prints as \xHH
   CLI::App app{
       "qeval: accuracy and image-quality evaluation for quantized diffusion and vision "
       "models.\n\nExit codes: 0 pass, 1 gate failed, 2 bad input or usage, 3 internal "

@@ -1,6 +1,6 @@
 // Run folders and files the user did not expect (issue 21): a FIFO, folder or device where qeval
 // reads a run folder's file is named at once (never waited on), full tensors come with an index of
-// which name went to which file.
+// which name went to which file, and names that are not UTF-8 print escaped on stdout and stderr.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <map>
 
+#include "base/escaped_stdio.h"
+#include "datasets/image_io.h"
 #include "datasets/npy.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/run_state.h"
@@ -157,6 +159,43 @@ TEST(FullTensors, NamesThatGiveOneFileNameGetTwoFilesAndTheIndexListsBoth) {
       EXPECT_GT(positive, 0.0f);
     }
   EXPECT_EQ(by_file.begin()->second["model"], "model");
+}
+
+// ---- 3. names that are not UTF-8 print escaped on stdout and stderr too ------------------------
+
+TEST(EscapedStdio, ACutSequenceIsHeldAndAnInvalidByteIsNot) {
+  using base::incomplete_utf8_tail;
+  EXPECT_EQ(incomplete_utf8_tail("abc"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("ab\xC3"), 1u);          // the first byte of "é"
+  EXPECT_EQ(incomplete_utf8_tail("ab\xC3\xA9"), 0u);      // "é" whole
+  EXPECT_EQ(incomplete_utf8_tail("ab\xE2\x82"), 2u);      // two bytes of "€"
+  EXPECT_EQ(incomplete_utf8_tail("ab\xF0\x9F\x98"), 3u);  // three bytes of an emoji
+  EXPECT_EQ(incomplete_utf8_tail("ab\xF0"), 1u);          // a 4-byte lead alone
+  EXPECT_EQ(incomplete_utf8_tail("ab\xFF"), 0u);          // never starts a sequence
+  EXPECT_EQ(incomplete_utf8_tail("ab\xE0\x80"), 0u);      // overlong: no continuation helps
+  EXPECT_EQ(incomplete_utf8_tail("ab\x80"), 0u);          // a stray continuation byte
+}
+
+TEST(EscapedStdio, CompareImagesPrintsANonUtf8FileNameEscaped) {
+  testing::ScratchDir dir("stdout-utf8");
+  const std::string name = "pair\xFF\xFEname.png";  // Latin-1 bytes, as an old archive names files
+  testing::write_bytes(dir / "ref" / name, datasets::encode_png(testing::pattern(24, 16, 3, 1)));
+  testing::write_bytes(dir / "test" / name,
+                       datasets::encode_png(testing::perturb(testing::pattern(24, 16, 3, 1), 9, 2)));
+  testing::write_bytes(dir / "test" / ("only\xFF.png"), datasets::encode_png(testing::pattern(24, 16, 3, 3)));
+  const auto r = testing::run_qeval("compare-images --ref " + (dir / "ref").string() + " --test " +
+                                    (dir / "test").string() + " --out " + (dir / "out").string());
+  EXPECT_EQ(r.code, 1) << r.out;  // the unpaired file fails the run
+  EXPECT_EQ(r.out.find('\xFF'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\xFE'), std::string::npos) << r.out;
+  EXPECT_TRUE(contains(r.out, "worst pairs: pair\\xFF\\xFEname.png")) << r.out;
+  EXPECT_TRUE(contains(r.out, "error: only\\xFF.png")) << r.out;
+  // stderr too: an error message naming a folder that is not UTF-8.
+  const auto e = testing::run_qeval("compare-images --ref " + (dir / "no\xFFsuch").string() + " --test " +
+                                    (dir / "test").string() + " --out " + (dir / "out2").string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_EQ(e.out.find('\xFF'), std::string::npos) << e.out;
+  EXPECT_TRUE(contains(e.out, "no\\xFFsuch")) << e.out;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "base/exit_codes.h"
 #include "eval/cli/command.h"
 #include "eval/cli/device.h"
+#include "eval/cli/interrupt.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
 
@@ -92,6 +93,8 @@ int main(int argc, char** argv) {
     limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                   static_cast<std::size_t>(threads));
   const cli::Context context{join_args(argc, argv)};
+  for (auto& [sub, run] : verbs)
+    if (sub->parsed()) cli::watch_stop_signals(sub->get_name());  // before any other thread starts
   try {
     if (device != "cpu") eval::set_default_backend(cli::backend_for_device(device));
     for (auto& [sub, run] : verbs)

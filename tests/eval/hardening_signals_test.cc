@@ -18,6 +18,7 @@
 #include "base/files.h"
 #include "datasets/image_io.h"
 #include "datasets/npy.h"
+#include "eval/run/run_state.h"
 #include "input_error.h"
 #include "onnx_builder.h"
 #include "test_util.h"
@@ -141,6 +142,38 @@ TEST(StopSignals, SigintStopsGenerateWithNoImageAndExits130) {
   EXPECT_TRUE(contains(child.log(), "qeval generate: SIGINT received: stopped; no output file was complete"))
       << child.log();
   EXPECT_EQ(files_under(dir.path()), std::vector<std::string>{"log"});
+}
+
+// qeval run: the first SIGINT lets the units in progress finish (run_resume_test.cc); a second one
+// abandons at once like any other verb: exit 130, said on stderr, no temporary file left, and the
+// state on disk is the last complete one.
+TEST(StopSignals, ASecondSigintAbandonsARunAtOnce) {
+  testing::ScratchDir dir("sigint-twice");
+  const fs::path config =
+      testing::write_text(dir, "c.json",
+                          R"({"pipeline": ")" + (testing::source_dir() / "models/tiny-sd").string() +
+                              R"(", "count": 4, "steps": 2, "observe": {"models": ["unet"]},
+      "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}]})");
+  const fs::path out = dir / "out";
+  Child child({"run", "--config", config.string(), "--out", out.string(), "--threads", "1"}, dir / "log");
+  ASSERT_GT(child.pid(), 0);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(out / eval::kRunStateFile) && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(fs::exists(out / eval::kRunStateFile)) << child.log();
+  ::kill(child.pid(), SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(child.pid(), SIGINT);
+  const std::string how = child.wait();
+  if (how == "exit 0") GTEST_SKIP() << "the run ended before the signals (a fast machine)";
+  EXPECT_EQ(how, "exit 130") << child.log();
+  EXPECT_TRUE(contains(child.log(), "qeval run: SIGINT received: stopping after the unit(s) in progress"))
+      << child.log();
+  EXPECT_TRUE(contains(child.log(), "qeval run: SIGINT received: stopped; ")) << child.log();
+  EXPECT_FALSE(fs::exists(out / "report.json"));
+  for (const std::string& f : files_under(out)) EXPECT_EQ(f.find(".tmp"), std::string::npos) << f;
+  // The state is whole: the units it holds are readable.
+  EXPECT_GE(eval::read_run_state_info(out / eval::kRunStateFile).done.size(), 1u);
 }
 
 // The cleanup itself, deterministic: a child process with one write in progress and one done.

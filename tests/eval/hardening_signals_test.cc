@@ -94,6 +94,21 @@ class Child {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Waits (up to 60 s) until qeval's main thread blocks SIGINT and SIGTERM (/proc's SigBlk), i.e.
+// its watcher takes them: a signal sent earlier would meet the default action, not qeval.
+bool signals_watched(pid_t pid) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const unsigned long long wanted = (1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1));
+  while (std::chrono::steady_clock::now() < end) {
+    const std::string status = testing::read_text("/proc/" + std::to_string(pid) + "/status");
+    const auto at = status.find("SigBlk:\t");
+    if (at != std::string::npos && (std::stoull(status.substr(at + 8, 16), nullptr, 16) & wanted) == wanted)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
+}
+
 // Every file under `dir` (hidden ones too), relative.
 std::vector<std::string> files_under(const fs::path& dir) {
   std::vector<std::string> out;
@@ -116,7 +131,8 @@ TEST(StopSignals, SigtermStopsCompareImagesWithNoReportAndSaysSo) {
                (dir / "out").string(), "--threads", "1"},
               dir / "log");
   ASSERT_GT(child.pid(), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ASSERT_TRUE(signals_watched(child.pid())) << child.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the pairs
   ::kill(child.pid(), SIGTERM);
   const std::string how = child.wait();
   if (how == "exit 0" || how == "exit 1") GTEST_SKIP() << "it ended before SIGTERM (a fast machine)";
@@ -132,7 +148,8 @@ TEST(StopSignals, SigintStopsGenerateWithNoImageAndExits130) {
                "a red square", "--steps", "200", "--out", (dir / "img.png").string(), "--threads", "1"},
               dir / "log");
   ASSERT_GT(child.pid(), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(signals_watched(child.pid())) << child.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // into the denoising loop
   ::kill(child.pid(), SIGINT);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string how = child.wait();

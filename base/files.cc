@@ -8,9 +8,62 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 
 namespace qeval::base {
+
+namespace {
+
+// The process's output in progress. Process-wide by nature: a signal stops the whole process,
+// whichever code was writing.
+struct Tracked {
+  std::mutex mutex;
+  std::set<std::string> temporary;
+  std::size_t completed = 0;
+  std::string last_completed;
+};
+
+Tracked& tracked() {
+  static Tracked* t = new Tracked;  // never destroyed: abandon_temporary_files may hold its lock at exit
+  return *t;
+}
+
+}  // namespace
+
+void track_temporary_file(const std::filesystem::path& tmp) {
+  Tracked& t = tracked();
+  std::lock_guard lock(t.mutex);
+  t.temporary.insert(tmp.string());
+}
+
+void untrack_temporary_file(const std::filesystem::path& tmp) {
+  Tracked& t = tracked();
+  std::lock_guard lock(t.mutex);
+  t.temporary.erase(tmp.string());
+}
+
+bool rename_tracked_file(const std::filesystem::path& tmp, const std::filesystem::path& target) {
+  Tracked& t = tracked();
+  std::lock_guard lock(t.mutex);
+  if (::rename(tmp.c_str(), target.c_str()) != 0) return false;
+  t.temporary.erase(tmp.string());
+  ++t.completed;
+  t.last_completed = target.string();
+  return true;
+}
+
+AbandonedOutput abandon_temporary_files() {
+  Tracked& t = tracked();
+  t.mutex.lock();  // held until the process ends: no rename after this
+  AbandonedOutput a;
+  for (const std::string& f : t.temporary) a.removed += ::unlink(f.c_str()) == 0;
+  t.temporary.clear();
+  a.completed = t.completed;
+  a.last_completed = t.last_completed;
+  return a;
+}
 
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path path) : path_(std::move(path)) {
   std::string tmp_name = ".";
@@ -18,13 +71,17 @@ AtomicFileWriter::AtomicFileWriter(std::filesystem::path path) : path_(std::move
   tmp_name += ".tmp.";
   tmp_name += std::to_string(::getpid());
   tmp_ = path_.parent_path() / tmp_name;
+  track_temporary_file(tmp_);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create temporary file");
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) ::close(fd_);
-  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  if (!tmp_.empty()) {
+    ::unlink(tmp_.c_str());
+    untrack_temporary_file(tmp_);
+  }
 }
 
 void AtomicFileWriter::fail(const std::string& what) {
@@ -32,6 +89,7 @@ void AtomicFileWriter::fail(const std::string& what) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   ::unlink(tmp_.c_str());
+  untrack_temporary_file(tmp_);
   tmp_.clear();
   throw InputError(msg);
 }
@@ -57,7 +115,7 @@ void AtomicFileWriter::commit() {
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) fail("close failed");
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("rename failed");
+  if (!rename_tracked_file(tmp_, path_)) fail("rename failed");
   tmp_.clear();
 }
 

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "base/files.h"
 #include "base/input_file.h"
 #include "kernels/error.h"
 
@@ -604,7 +605,13 @@ void write_npy(const std::filesystem::path& path, const Tensor& t) {
     char suffix[32];
     std::snprintf(suffix, sizeof suffix, ".tmp-%08x%08x", rd(), rd());
     tmp = dir / ("." + base + suffix);
+    base::track_temporary_file(tmp);  // before it exists: a signal's cleanup removes it (base/files.h)
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+      const int err = errno;
+      base::untrack_temporary_file(tmp);
+      errno = err;
+    }
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) throw InputError(name + ": cannot create a temporary file in " + dir.string() + ": " + errno_text());
@@ -617,15 +624,13 @@ void write_npy(const std::filesystem::path& path, const Tensor& t) {
     reason = errno_text();
   }
   std::error_code ec;
-  if (ok) {
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-      ok = false;
-      reason = "cannot rename the temporary file into place: " + ec.message();
-    }
+  if (ok && !base::rename_tracked_file(tmp, path)) {
+    ok = false;
+    reason = "cannot rename the temporary file into place: " + errno_text();
   }
   if (!ok) {
     std::filesystem::remove(tmp, ec);
+    base::untrack_temporary_file(tmp);
     throw InputError(name + ": cannot write .npy file: " + reason);
   }
 }

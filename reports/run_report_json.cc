@@ -5,13 +5,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include "base/files.h"
+#include "base/input_file.h"
 #include "kernels/error.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"
@@ -618,11 +618,11 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
 }
 
 RunReport read_run_report(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path.string() + ": cannot open report");
+  // A FIFO or folder in a shard's place is named, not waited on.
+  const std::string text = base::read_regular_file_text(path);
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw InputError(path.string() + ": not valid JSON: " + e.what());
   } catch (const json::out_of_range& e) {  // a number beyond double's range (1e999)

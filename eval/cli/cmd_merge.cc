@@ -4,6 +4,8 @@
 #include <filesystem>
 
 #include "base/exit_codes.h"
+#include "base/files.h"
+#include "base/input_file.h"
 #include "base/progress.h"
 #include "eval/cli/command.h"
 #include "eval/cli/report_context.h"
@@ -25,15 +27,18 @@ struct MergeArgs {
   std::string out = "qeval-run", gate;
 };
 
-// Copies a sample's images from the shard folder that made them (relative paths are kept).
+// Copies a sample's images from the shard folder that made them (relative paths are kept), each
+// atomically (a merge stopped by a signal leaves no half-copied image); a FIFO or folder in an
+// image's place is named.
 void copy_images(const fs::path& from, const fs::path& to, const eval::UnitOutcome& unit) {
   if (fs::equivalent(from, to)) return;
   for (const auto& s : unit.samples)
     for (const auto& v : s.variants)
       for (const std::string* rel : {&v.image_path, &v.heatmap_path}) {
-        if (rel->empty() || !fs::exists(from / *rel)) continue;
+        if (rel->empty() || base::describe_non_regular(from / *rel) == "no such file") continue;
+        const std::vector<std::uint8_t> bytes = base::read_regular_file(from / *rel);
         fs::create_directories((to / *rel).parent_path());
-        fs::copy_file(from / *rel, to / *rel, fs::copy_options::overwrite_existing);
+        base::write_file_atomic(to / *rel, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
       }
 }
 

@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <memory>
 
+#include "base/escaped_stdio.h"
 #include "base/exit_codes.h"
 #include "eval/cli/command.h"
 #include "eval/cli/device.h"
+#include "eval/cli/interrupt.h"
 #include "kernels/error.h"
 #include "qeval/version.h"
 
@@ -31,6 +33,7 @@ std::string join_args(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace qeval;
+  base::escape_invalid_utf8_on_stdio();  // a file name that is not UTF-8 prints as \xHH
   CLI::App app{
       "qeval: accuracy and image-quality evaluation for quantized diffusion and vision "
       "models.\n\nExit codes: 0 pass, 1 gate failed, 2 bad input or usage, 3 internal "
@@ -90,6 +93,8 @@ int main(int argc, char** argv) {
     limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                   static_cast<std::size_t>(threads));
   const cli::Context context{join_args(argc, argv)};
+  for (auto& [sub, run] : verbs)
+    if (sub->parsed()) cli::watch_stop_signals(sub->get_name());  // before any other thread starts
   try {
     if (device != "cpu") eval::set_default_backend(cli::backend_for_device(device));
     for (auto& [sub, run] : verbs)

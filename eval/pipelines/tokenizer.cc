@@ -2,12 +2,12 @@
 #include "eval/pipelines/tokenizer.h"
 
 #include <array>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "base/input_file.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
@@ -95,11 +95,11 @@ CharClass classify(unsigned char c) {
 }
 
 std::string read_text_file(const std::filesystem::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot open tokenizer " + std::string(what) + " " + path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  try {
+    return base::read_regular_file_text(path);  // a FIFO or folder there is named, not waited on
+  } catch (const InputError& e) {
+    throw InputError("tokenizer " + std::string(what) + ": " + e.what());
+  }
 }
 
 }  // namespace

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "base/file_names.h"
 #include "base/files.h"
+#include "base/input_file.h"
 #include "datasets/npy.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
@@ -550,8 +550,9 @@ CalibrationResult calibrate_cached(const Graph& graph, const Selection& selectio
   std::error_code ec;
   if (fs::exists(file, ec)) {
     try {
-      std::ifstream in(file);
-      CalibrationResult r = CalibrationResult::from_json(json::parse(in), file.string());
+      // Not std::ifstream: a FIFO in the cache blocked; anything but a regular file is recomputed.
+      CalibrationResult r =
+          CalibrationResult::from_json(json::parse(base::read_regular_file_text(file)), file.string());
       if (r.recipe_fingerprint == recipe_fp && r.model_fingerprint == model_fp && r.data_fingerprint == data_fp) {
         if (cache_hit) *cache_hit = true;
         return r;

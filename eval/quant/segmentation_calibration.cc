@@ -3,10 +3,9 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <iterator>
 #include <map>
 
+#include "base/input_file.h"
 #include "base/progress.h"
 #include "kernels/error.h"
 
@@ -51,8 +50,7 @@ std::string SegmentationCalibrationSet::fingerprint() const {
     for (const auto& pt : p.points) line += fmt::format(" {},{},{}", pt.x, pt.y, pt.label);
     h = fnv1a64(line.data(), line.size(), h);
     if (!p.image.empty()) {  // the file's bytes, not only its name
-      std::ifstream in(p.image, std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::vector<std::uint8_t> bytes = base::read_regular_file(p.image);
       h = fnv1a64(bytes.data(), bytes.size(), h);
     }
   }

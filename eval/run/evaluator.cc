@@ -11,10 +11,13 @@
 #include <mutex>
 
 #include "base/file_names.h"
+#include "base/files.h"
+#include "base/input_file.h"
 #include "base/progress.h"
 #include "datasets/npy.h"
 #include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
+#include "reports/json_text.h"
 
 namespace qeval::eval {
 
@@ -104,24 +107,59 @@ RunResult start_run(const RunSpec& spec, const RunDriver& driver, std::vector<Bu
   if (spec.observe.layers) result.observation = make_observation(spec, driver, result.variants, result.reference);
   if (spec.observe.full_tensors && spec.observe.layers && !options.out_dir.empty()) {
     const fs::path root = options.out_dir / "tensors";
-    // Node names that sanitise alike ("a/b", "a:b") get distinct files: one FileNamer per folder.
+    // Node names that sanitise alike ("a/b", "a:b") get distinct files: one FileNamer per folder;
+    // index.json says which name went to which file.
     struct TensorFiles {
       std::mutex mutex;
       std::map<fs::path, base::FileNamer> by_dir;
+      std::map<std::string, nlohmann::json> index;  // by file, relative to tensors/
+      bool changed = false;
     };
     auto files = std::make_shared<TensorFiles>();
+    // A resumed run keeps the entries of the units it reuses (their files stay where they are).
+    if (const fs::path old = root / kTensorIndexFile; base::describe_non_regular(old).empty()) {
+      try {
+        for (const auto& e : nlohmann::json::parse(base::read_regular_file_text(old)).at("tensors"))
+          files->index[e.at("file").get<std::string>()] = e;
+      } catch (const std::exception&) {
+        files->index.clear();  // unreadable: rewritten from this run's tensors
+      }
+    }
     result.observation.full_tensors = [root, files](const std::string& variant, const ModelCall& call, const Node& node,
                                                     const Tensor& value) {
-      fs::path dir = root / base::file_name_for(std::string(call.context)) / base::file_name_for(variant) /
-                     base::file_name_for(call.step >= 0 ? fmt::format("{}_step{:03d}", call.model, call.step)
-                                                        : std::string(call.model));
+      const std::string model =
+          call.step >= 0 ? fmt::format("{}_step{:03d}", call.model, call.step) : std::string(call.model);
+      const fs::path rel = fs::path(base::file_name_for(std::string(call.context))) / base::file_name_for(variant) /
+                           base::file_name_for(model);
       std::string stem;
       {
         std::lock_guard<std::mutex> lock(files->mutex);
-        stem = files->by_dir[dir].stem(node.name);
+        stem = files->by_dir[rel].stem(node.name);
       }
-      fs::create_directories(dir);
-      datasets::write_npy(dir / (stem + ".npy"), value);
+      fs::create_directories(root / rel);
+      const std::string file = (rel / (stem + ".npy")).generic_string();
+      datasets::write_npy(root / file, value);
+      nlohmann::json entry = {{"node", node.name},
+                              {"tensor", node.outputs.empty() ? std::string() : node.outputs[0]},
+                              {"file", file},
+                              {"shape", value.shape()},
+                              {"dtype", std::string(dtype_name(value.dtype()))},
+                              {"sample", std::string(call.context)},
+                              {"variant", variant},
+                              {"model", std::string(call.model)},
+                              {"step", call.step >= 0 ? nlohmann::json(call.step) : nlohmann::json(nullptr)}};
+      std::lock_guard<std::mutex> lock(files->mutex);
+      files->index[file] = std::move(entry);
+      files->changed = true;
+    };
+    result.write_tensor_index = [root, files] {
+      std::lock_guard<std::mutex> lock(files->mutex);
+      if (!files->changed) return;
+      nlohmann::json all = nlohmann::json::array();
+      for (const auto& [file, entry] : files->index) all.push_back(entry);
+      base::write_file_atomic(root / kTensorIndexFile,
+                              reports::dump_json_utf8_safe(nlohmann::json{{"tensors", all}}, 1) + "\n");
+      files->changed = false;
     };
   }
   result.layers.reserve(nvar);
@@ -207,6 +245,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
       // were faulted in (and cleared) again: 7% of an observed 2-thread run's CPU, for ~1% of
       // peak memory.
       merge_unit(result, i, std::move(u), &layers);
+      if (result.write_tensor_index) result.write_tensor_index();
       // Saved after every unit, so a run killed at any point loses at most the units in flight.
       if (options.checkpoint) {
         result.elapsed_s =
@@ -217,6 +256,7 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
   };
   tbb::parallel_for(std::size_t(0), workers, work, tbb::simple_partitioner());
   progress.finish();
+  if (result.write_tensor_index) result.write_tensor_index();
   result.elapsed_s = elapsed_at_start + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (options.checkpoint) options.checkpoint(result);
 }

@@ -198,6 +198,9 @@ struct EvaluatorOptions {
   std::size_t lockstep_window = 1;  // UnitContext::lockstep_window
 };
 
+// observe.full_tensors' index under <out>/tensors/ (RunResult::write_tensor_index).
+inline constexpr const char* kTensorIndexFile = "index.json";
+
 // The merged result of a run, before it becomes a report.
 struct RunResult {
   std::vector<BuiltVariant> variants;
@@ -211,6 +214,10 @@ struct RunResult {
   std::vector<std::optional<NonFiniteHit>> first_nonfinite;  // per variant, of the lowest unit
   std::vector<std::vector<StepSeries>> series;               // per variant, pooled over units
   double elapsed_s = 0;  // this process's part (run_units); the whole run's is elapsed_before_s + this
+  // observe.full_tensors: rewrites <out>/tensors/index.json (which node and tensor went to which
+  // file, shape, dtype) when tensors were written since the last call; run_units calls it after each
+  // unit. Empty when no tensors are kept.
+  std::function<void()> write_tensor_index;
 };
 
 // Builds the variants of `spec` for `driver` (recipe variants are calibrated here, or read from the

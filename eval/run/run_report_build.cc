@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <regex>
 #include <set>
 
+#include "base/input_file.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/compare_recipes.h"
@@ -26,14 +26,16 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// "" when `p` is not a regular file (a folder of samples): a FIFO there is not waited on.
 std::string file_fingerprint(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return "";
+  if (!base::describe_non_regular(p).empty()) return "";
+  const base::RegularFile file = base::open_regular_file(p);
   std::uint64_t h = quant::fnv1a64("file", 4);
   std::vector<char> buf(1 << 16);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    h = quant::fnv1a64(buf.data(), std::size_t(in.gcount()), h);
+  for (std::uint64_t at = 0; at < file.size(); at += buf.size()) {
+    const std::size_t n = std::size_t(std::min<std::uint64_t>(buf.size(), file.size() - at));
+    file.read_at(buf.data(), n, at);
+    h = quant::fnv1a64(buf.data(), n, h);
   }
   return "fnv1a64:" + quant::hex64(h);
 }

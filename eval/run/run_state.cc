@@ -6,12 +6,12 @@
 
 #include <bit>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "base/files.h"
+#include "base/input_file.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/pipeline_kind.h"
@@ -125,9 +125,8 @@ SampleOutcome sample_from(const json& j) {
 }
 
 json read_state_json(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError(file.string() + ": cannot open the run state");
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A FIFO, folder or device in the state's place is named, not waited on (std::ifstream blocked).
+  const std::vector<std::uint8_t> bytes = base::read_regular_file(file);
   json j;
   try {
     j = json::from_msgpack(bytes);
@@ -204,8 +203,7 @@ std::string run_key(const RunSpec& spec, const RunDriver& driver, const std::vec
   // The prompt or input set's content (a folder of samples: its listing).
   const fs::path inputs = driver.description().inputs.path;
   if (fs::is_regular_file(inputs)) {
-    std::ifstream in(inputs, std::ios::binary);
-    all.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    all += base::read_regular_file_text(inputs);
   } else if (fs::is_directory(inputs)) {
     for (const auto& p : quant::tensor_sample_folders(inputs)) all += p.string() + "\n";
   }

@@ -127,6 +127,46 @@ TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
   expect_readable_at(layout, 1400, std::vector<std::string>(std::begin(kSections), std::end(kSections)), false);
 }
 
+// The amplified view: one button swaps every difference image to its x8 form, the captions and
+// the legend say so; pressed again, the fixed scale returns.
+TEST(RunReportHtml, AmplifiedViewToggleSwapsEveryDifferenceImage) {
+  const std::string chromium = find_chromium();
+  ASSERT_FALSE(chromium.empty()) << "headless Chromium is needed for this test (scripts/setup.sh)";
+  const std::filesystem::path out = testing::test_output_dir("run_report_html_x8");
+  RunReport r = testing::synthetic_run_report();
+  std::size_t amplified = 0;
+  for (auto& s : r.samples)
+    for (auto& res : s.results)
+      if (!res.heatmap.empty()) {
+        res.heatmap_amplified = res.image;  // any other picture: the test checks which one shows
+        ++amplified;
+      }
+  ASSERT_GT(amplified, 0u);
+  write_run_report(r, out);
+  std::string page = read_text(out / "report.html");
+  ASSERT_NE(page.find("amplified view: x8"), std::string::npos);
+  // Click, check, click back, check; the verdict goes into the DOM for --dump-dom.
+  const std::string probe = R"(<script>
+(function(){const b=document.querySelector('.gain-toggle'),imgs=[...document.querySelectorAll('img[data-x8]')];
+ const shown=k=>imgs.length>0&&imgs.every(i=>i.getAttribute('src')===i.dataset[k]);
+ const caps=[...document.querySelectorAll('figcaption.diff-cap')];
+ const x1=shown('x1');b.click();
+ const x8=shown('x8')&&caps.every(c=>c.textContent.includes('x8'))&&!document.querySelector('.gain-x8').hidden
+   &&document.querySelector('.gain-x1').hidden&&b.textContent.includes('x1');
+ b.click();const back=shown('x1');
+ document.body.setAttribute('data-gain-check',[x1,x8,back,imgs.length].join(','));})();
+</script></body>)";
+  page.replace(page.rfind("</body>"), 7, probe);
+  std::ofstream(out / "toggle.html") << page;
+  testing::ScratchDir profile("chromium-profile-x8");
+  const DomDump dom =
+      dump_dom(chromium, profile.path(), "file://" + std::filesystem::absolute(out / "toggle.html").string(), out);
+  ASSERT_EQ(dom.rc, 0) << dom.log;
+  EXPECT_EQ(dom.console, "");
+  EXPECT_NE(dom.dom.find("data-gain-check=\"true,true,true,"), std::string::npos)
+      << dom.dom.substr(0, std::min<std::size_t>(dom.dom.size(), 400));
+}
+
 // A single-model run judged per output (many metric columns) and a run whose gate passed: readable
 // at 1400 px too, with a green banner.
 TEST(RunReportHtml, SingleModelWithManyMetricsIsReadableAt1400Px) {

@@ -24,7 +24,8 @@ std::string num(std::string_view metric, std::optional<double> v) {
 }
 
 // Index of the lowest local SQNR (then accumulated) in a table; nullopt when none is measured.
-std::optional<std::size_t> worst_layers_line(const RunReport& r, const LayerTable& t, std::string& out) {
+// `out` gets the three worst, "name value" each.
+std::optional<std::size_t> worst_layers(const RunReport& r, const LayerTable& t, std::vector<std::string>& out) {
   const std::vector<float>& key = !t.stats.local_sqnr_db.empty() ? t.stats.local_sqnr_db : t.stats.acc_sqnr_db;
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < key.size() && i < r.layers.size(); ++i)
@@ -34,7 +35,7 @@ std::optional<std::size_t> worst_layers_line(const RunReport& r, const LayerTabl
   std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(n), order.end(),
                     [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
   for (std::size_t k = 0; k < n; ++k)
-    out += fmt::format("{}{} {}", k ? " | " : "", r.layers[order[k]].name, num(metrics::keys::kSqnrDb, key[order[k]]));
+    out.push_back(fmt::format("{} {}", r.layers[order[k]].name, num(metrics::keys::kSqnrDb, key[order[k]])));
   return order[0];
 }
 
@@ -176,17 +177,36 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
       }
   }
 
-  std::vector<std::pair<std::string, std::string>> worst;  // variant, its worst layers
+  std::vector<std::pair<std::string, std::vector<std::string>>> worst;  // variant, its worst layers
   for (const auto& t : r.layer_tables) {
     const Variant* v = r.variant(t.variant);
     if (!v || v->reference) continue;
-    std::string line;
-    if (worst_layers_line(r, t, line)) worst.emplace_back(t.variant, line);
+    std::vector<std::string> items;
+    if (worst_layers(r, t, items)) worst.emplace_back(t.variant, std::move(items));
   }
   if (!worst.empty()) {
     lines.emplace_back();
     lines.push_back("worst layers (local SQNR dB):");
-    for (std::size_t i = 0; i < worst.size() && i < 4; ++i) labelled(worst[i].first, worst[i].second);
+    // Layers joined by " | ", wrapped between layers under the first one.
+    for (std::size_t i = 0; i < worst.size() && i < 4; ++i) {
+      const auto& [variant, items] = worst[i];
+      std::string line = fmt::format("  {:<{}}  ", variant, name_w);
+      if (line.size() + items[0].size() > width) {
+        lines.push_back("  " + variant);
+        line = "    ";
+      }
+      const std::string indent(line.size(), ' ');
+      for (std::size_t k = 0; k < items.size(); ++k) {
+        const std::string piece = (k ? " | " : "") + items[k];
+        if (k && line.size() + piece.size() > width) {
+          lines.push_back(line + " |");
+          line = indent + items[k];
+        } else {
+          line += piece;
+        }
+      }
+      lines.push_back(line);
+    }
   }
 
   lines.emplace_back();

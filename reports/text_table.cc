@@ -52,16 +52,21 @@ std::string render_text_table(const TextTable& t, std::size_t width) {
   for (std::size_t c = 0; c < n; ++c) w[c] = std::max(t.columns[c].min_width, t.columns[c].header.size());
   for (const auto& row : t.rows)
     for (std::size_t c = 0; c < n && c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
-  std::size_t total = t.indent.size();
-  for (std::size_t c = 0; c < n; ++c) total += w[c] + (c ? t.gap.size() : 0);
+  std::string gap = t.gap;
+  auto total_width = [&] {
+    std::size_t total = t.indent.size();
+    for (std::size_t c = 0; c < n; ++c) total += w[c] + (c ? gap.size() : 0);
+    return total;
+  };
+  if (total_width() > width && gap.size() > 1) gap = " ";  // tighter columns before a block per row
 
   std::string out;
-  if (total <= width || n < 2) {
+  if (total_width() <= width || n < 2) {
     auto line = [&](const std::vector<std::string>& cells) {
       std::string s = t.indent;
       for (std::size_t c = 0; c < n; ++c) {
         const std::string& cell = c < cells.size() ? cells[c] : std::string();
-        s += (c ? t.gap : "") + pad(cell, w[c], t.columns[c].right);
+        s += (c ? gap : "") + pad(cell, w[c], t.columns[c].right);
       }
       out += rstrip(s) + "\n";
     };

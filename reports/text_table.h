@@ -25,9 +25,9 @@ struct TextTable {
   std::string gap = "  ";                      // between columns
 };
 
-// Aligned columns when every line fits `width`; otherwise each row as a block: its first cell on
-// a line of its own, then "header: cell" items joined by ", " and wrapped under it. Every cell
-// appears whole either way. Lines end with '\n'.
+// Aligned columns when every line fits `width` (with `gap`, else with one space); otherwise each row as a block: its
+// first cell on a line of its own, then "header: cell" items joined by ", " and wrapped under it. Every cell appears
+// whole either way. Lines end with '\n'.
 std::string render_text_table(const TextTable& table, std::size_t width);
 
 // `line` wrapped at spaces so each piece fits `width`, continuation lines indented by

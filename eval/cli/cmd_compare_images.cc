@@ -18,10 +18,8 @@ namespace {
 void print_summary(const reports::CompareImagesReport& r, const std::string& out_dir) {
   const std::size_t width = base::stdout_columns();
   const std::size_t errors = r.count_errors();
-  std::string s =
-      reports::wrap_line(fmt::format("qeval compare-images: {} pairs, {} compared, {} could not be compared ({:.2f} s)",
-                                     r.pairs.size(), r.pairs.size() - errors, errors, r.elapsed_s),
-                         width);
+  std::string s = fmt::format("qeval compare-images: {} pairs, {} compared, {} could not be compared ({:.2f} s)\n",
+                              r.pairs.size(), r.pairs.size() - errors, errors, r.elapsed_s);
   reports::TextTable table;
   table.indent = "  ";
   table.gap = " ";
@@ -37,22 +35,22 @@ void print_summary(const reports::CompareImagesReport& r, const std::string& out
     table.rows.push_back(std::move(row));
   }
   s += reports::render_text_table(table, width);
+  // The lines below are never cut and not wrapped either: they name files and errors a reader
+  // searches for whole.
   if (!r.worst.empty()) {
     std::string line = "  worst pairs:";
     for (std::size_t i = 0; i < r.worst.size(); ++i)
       line += fmt::format("{} {} ({})", i ? ";" : "", r.worst[i].name, r.worst[i].caption);
-    s += reports::wrap_line(line, width);
+    s += line + "\n";
   }
   for (const auto& p : r.pairs)
-    if (!p.ok()) s += reports::wrap_line(fmt::format("  error: {}: {}", p.name, p.error), width);
+    if (!p.ok()) s += fmt::format("  error: {}: {}\n", p.name, p.error);
   std::size_t passed = 0;
   for (const auto& c : r.gate.checks) passed += c.passed;
-  s += reports::wrap_line(fmt::format("gate: {} ({} of {} checks passed; {})", r.gate.passed ? "PASSED" : "FAILED",
-                                      passed, r.gate.checks.size(), r.gate.source),
-                          width);
-  for (const auto& c : r.gate.checks)
-    s += reports::wrap_line(fmt::format("  [{}] {}: {}", c.passed ? "pass" : "FAIL", c.name, c.detail), width);
-  s += reports::wrap_line(fmt::format("report: {0}/report.json, {0}/report.html, {0}/junit.xml", out_dir), width);
+  s += fmt::format("gate: {} ({} of {} checks passed; {})\n", r.gate.passed ? "PASSED" : "FAILED", passed,
+                   r.gate.checks.size(), r.gate.source);
+  for (const auto& c : r.gate.checks) s += fmt::format("  [{}] {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);
+  s += fmt::format("report: {0}/report.json, {0}/report.html, {0}/junit.xml\n", out_dir);
   fmt::print("{}", s);
 }
 

@@ -87,24 +87,37 @@ void Progress::tick() {
     draw_bar(done);
     return;
   }
-  // Lines: a finished item is reported unless a line went out less than a period (at most a
-  // second) ago; the last one waits for finish().
+  // Lines: the first finished item is reported at once (the first ETA), later ones unless a line
+  // went out less than a period (at most a second) ago; the last one waits for finish().
   const std::size_t items = done / text_.ticks_per_item;
   if (items == last_items_ || done >= total_) return;
-  if (now - last_draw_ < std::min<std::chrono::milliseconds>(period_, std::chrono::seconds(1))) return;
+  if (last_items_ > 0 && now - last_draw_ < std::min<std::chrono::milliseconds>(period_, std::chrono::seconds(1)))
+    return;
   print_line(done, false);
 }
 
-void Progress::draw_bar(std::size_t done) {
+namespace {
+
+// "label [#####.....] 3/8 units, ...": `status` ("label: 3/8 units, ...") with the bar after the label.
+std::string bar_line(const std::string& label, const std::string& status, std::size_t done, std::size_t total) {
   constexpr std::size_t kWidth = 30;
-  const std::size_t filled = total_ ? kWidth * std::min(done, total_) / total_ : kWidth;
+  const std::size_t filled = total ? kWidth * std::min(done, total) / total : kWidth;
   std::string bar(filled, '#');
   bar.resize(kWidth, '.');
-  std::string s = status(done, false);
-  // "label [#####.....] 3/8 units, ...": the bar after the label.
-  const std::size_t colon = label_.size();
-  s = s.substr(0, colon) + " [" + bar + "]" + s.substr(colon + 1);
-  std::fprintf(stderr, "\r%s\033[K", s.c_str());
+  std::string line = "\r";
+  line.append(status, 0, label.size());
+  line += " [";
+  line += bar;
+  line += "]";
+  line.append(status, label.size() + 1);
+  line += "\033[K";
+  return line;
+}
+
+}  // namespace
+
+void Progress::draw_bar(std::size_t done) {
+  std::fputs(bar_line(label_, status(done, false), done, total_).c_str(), stderr);
   std::fflush(stderr);
 }
 
@@ -130,7 +143,9 @@ void Progress::finish() {
     if (finished_) return;
     finished_ = true;
     if (mode_ == ProgressMode::kBar) {
-      draw_bar(done_.load());
+      // The bar stays; when everything ran, the time becomes the total ("done in 1 min 52 s").
+      const std::size_t done = done_.load();
+      std::fputs(bar_line(label_, status(done, done >= total_), done, total_).c_str(), stderr);
       std::fputc('\n', stderr);
     } else if (mode_ == ProgressMode::kLines) {
       print_line(done_.load(), done_.load() >= total_);

@@ -1,6 +1,7 @@
 // The command line as a user meets it (issue 25): the stdout summary never cut, progress on stderr
 // per --progress (lines with counts and ETA when stderr is not a terminal), one option vocabulary
 // with the old spellings kept as aliases that say so.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -46,9 +47,9 @@ struct ScopedEnv {
 fs::path vit_config(const testing::ScratchDir& dir, int samples, const std::string& fp16_name) {
   const fs::path vit = testing::source_dir() / "tests/data/onnx/vit_block";
   for (int i = 0; i < samples; ++i) {
-    fs::create_directories(dir / "inputs" / ("s" + std::to_string(i)));
-    fs::copy_file(vit / "inputs/image.npy", dir / "inputs" / ("s" + std::to_string(i)) / "image.npy",
-                  fs::copy_options::overwrite_existing);
+    const fs::path sample = dir.path() / "inputs" / fmt::format("s{}", i);
+    fs::create_directories(sample);
+    fs::copy_file(vit / "inputs/image.npy", sample / "image.npy", fs::copy_options::overwrite_existing);
   }
   return testing::write_text(dir, "c.json",
                              R"({"pipeline": ")" + (vit / "model.onnx").string() + R"(", "inputs": ")" +
@@ -141,9 +142,10 @@ TEST(CliVocabulary, OldSpellingsGiveTheSameResultAndSayTheyAreDeprecated) {
   EXPECT_NE(b.err.find("qeval infer: --outputs is deprecated: use --out"), std::string::npos) << b.err;
   ASSERT_TRUE(fs::exists(dir / "a/outputs.json"));
   EXPECT_EQ(testing::read_text(dir / "a/outputs.json"), testing::read_text(dir / "b/outputs.json"));
-  for (const auto& f : fs::directory_iterator(dir / "a"))
-    if (f.path().extension() == ".npy")
-      EXPECT_EQ(testing::read_bytes(f.path()), testing::read_bytes(dir / "b" / f.path().filename())) << f.path();
+  for (const auto& f : fs::directory_iterator(dir / "a")) {
+    if (f.path().extension() != ".npy") continue;
+    EXPECT_EQ(testing::read_bytes(f.path()), testing::read_bytes(dir / "b" / f.path().filename())) << f.path();
+  }
   // Both at once is a usage error.
   EXPECT_EQ(run_qeval(infer + " --out " + (dir / "c").string() + " --outputs " + (dir / "d").string()).code, 2);
 
@@ -162,9 +164,10 @@ TEST(CliVocabulary, OldSpellingsGiveTheSameResultAndSayTheyAreDeprecated) {
     j.erase("elapsed_s");
     return j.dump();
   };
-  for (const char* model : {"image_encoder", "mask_decoder"})
-    if (fs::exists(dir / "cal1" / model / "scales.json"))
-      EXPECT_EQ(scales(dir / "cal1" / model / "scales.json"), scales(dir / "cal2" / model / "scales.json")) << model;
+  for (const char* model : {"image_encoder", "mask_decoder"}) {
+    if (!fs::exists(dir / "cal1" / model / "scales.json")) continue;
+    EXPECT_EQ(scales(dir / "cal1" / model / "scales.json"), scales(dir / "cal2" / model / "scales.json")) << model;
+  }
   EXPECT_TRUE(fs::exists(dir / "cal1/image_encoder/scales.json") || fs::exists(dir / "cal1/mask_decoder/scales.json"));
 }
 

@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 # qeval: the whole command (model loading, tokenizer, N x 20 steps, percentiles, SmoothQuant, export).
 /usr/bin/time -f '{"wall_s": %e, "cpu_s": %U, "sys_s": %S, "max_rss_kb": %M}' -o "$OUT/qeval_time.json" \
   "$BUILD/qeval" --threads "$THREADS" calibrate --pipeline models/tiny-sd --recipe "$RECIPE" \
-  --limit "$N" --no-cache --out "$OUT/qeval" > "$OUT/qeval.txt"
+  --count "$N" --no-cache --out "$OUT/qeval" > "$OUT/qeval.txt"
 /usr/bin/python3 bench/peers/calibration_inputs.py models/tiny-sd prompts/tiny_calib.txt "$N" \
   "$OUT/qeval/scales.json" "$OUT/peer" > "$OUT/peer_inputs.txt"
 /usr/bin/time -f '{"wall_s": %e, "cpu_s": %U, "sys_s": %S, "max_rss_kb": %M}' -o "$OUT/ort_time.json" \

@@ -78,7 +78,7 @@ else
     dir=$([ "$model" = sdxl-unet ] && echo sdxl_unet || echo unet)
     for prec in $precisions; do
       log=$("$QEVAL" --device "$DEVICE" infer --precision "$prec" --repeat "$RUNS" --model \
-        "$WORK/models/$dir/model.onnx" --inputs "$WORK/peer/$dir/inputs" --outputs "$WORK/qeval/$dir/$prec" 2>&1)
+        "$WORK/models/$dir/model.onnx" --inputs "$WORK/peer/$dir/inputs" --out "$WORK/qeval/$dir/$prec" 2>&1)
       rc=$?
       echo "$log" >>"$OUT/qeval.txt"
       if [ $rc -ne 0 ]; then echo "qeval $model $prec: exit $rc" | tee -a "$OUT/qeval.txt"; status=1; continue; fi

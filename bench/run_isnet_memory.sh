@@ -46,7 +46,7 @@ for t in $THREADS; do
            mkdir -p "$OUT/ort_out"
            /usr/bin/time -v node tools/ort/run_reference.js "$MODELS/isnet_fp16.onnx" "$OUT/in" "$OUT/ort_out" > /dev/null 2> "$log" || true
            report "ONNX Runtime (no optimizations), 1 thread" "$log" ;;
-      infer) /usr/bin/time -v "$BUILD/qeval" infer --model "$MODELS/isnet_fp16.onnx" --inputs "$OUT/in" --outputs "$OUT/infer.t$t" \
+      infer) /usr/bin/time -v "$BUILD/qeval" infer --model "$MODELS/isnet_fp16.onnx" --inputs "$OUT/in" --out "$OUT/infer.t$t" \
                --threads "$t" > /dev/null 2> "$log" || true
              report "qeval infer, FP16 export, $t thread(s)" "$log" ;;
       acc|local)

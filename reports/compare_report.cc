@@ -177,16 +177,19 @@ std::string render_html(const CompareImagesReport& r) {
 
   if (!r.worst.empty()) {
     h += "<h2 id=\"worst\">Worst pairs</h2><div class=\"sub\">reference | test | |reference &minus; test| "
-         "(max over channels) <span class=\"legend\" style=\"" +
-         html::legend_gradient() + "\"></span> 0 &rarr; scale in each caption</div>";
+         "(max over channels, in 8-bit levels of the peak), on one fixed scale for every pair: <span "
+         "id=\"diff-legend\">" +
+         html::difference_scale_legend() + "</span></div>";
     for (const auto& s : r.worst) {
       h += "<div class=\"strip\"><b>" + esc(s.name) + "</b> &middot; " + esc(s.caption) + "<div class=\"imgs\">";
       h += "<figure><img alt=\"reference\" src=\"" + html::png_data_uri(s.ref_png) +
            "\"><figcaption>reference</figcaption></figure>";
       h += "<figure><img alt=\"test\" src=\"" + html::png_data_uri(s.test_png) +
            "\"><figcaption>test</figcaption></figure>";
-      h += "<figure><img alt=\"difference\" src=\"" + html::png_data_uri(s.heatmap_png) + "\"><figcaption>" +
-           esc(s.heatmap_legend) + "</figcaption></figure>";
+      h += "<figure>" +
+           html::difference_img("difference", html::png_data_uri(s.heatmap_png),
+                                s.heatmap_x8_png.empty() ? std::string() : html::png_data_uri(s.heatmap_x8_png)) +
+           html::difference_caption(esc(s.heatmap_legend), esc(s.heatmap_x8_legend)) + "</figure>";
       h += "</div></div>";
     }
   }
@@ -229,7 +232,7 @@ std::string render_html(const CompareImagesReport& r) {
   for (const auto& [k, v] : r.conventions) h += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
   h += fmt::format("<tr><th>elapsed</th><td>{:.2f} s</td></tr>", r.elapsed_s);
   h += "</tbody></table>";
-  h += html::page_end();
+  h += html::page_end(html::kGainToggleJs);
   return h;
 }
 

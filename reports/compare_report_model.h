@@ -85,6 +85,9 @@ struct ImageStrip {
   std::string name, caption;
   std::vector<std::uint8_t> ref_png, test_png, heatmap_png;
   std::string heatmap_legend;
+  // The same differences at reports::kAmplifiedGain (the HTML's amplified view).
+  std::vector<std::uint8_t> heatmap_x8_png;
+  std::string heatmap_x8_legend;
 };
 
 struct CompareImagesReport : ReportHeader {

@@ -182,6 +182,39 @@ std::string scale_legend(double scale, int ticks, std::string_view unit) {
   return svg;
 }
 
+std::string difference_scale_legend() {
+  const double x8 = kDifferenceScale255 / kAmplifiedGain;
+  return fmt::format(
+      "<span class=\"gain-x1\">{}</span><span class=\"gain-x8\" hidden>{}</span> (8-bit levels; brighter is a "
+      "larger difference) <button type=\"button\" class=\"gain-toggle\" aria-pressed=\"false\" "
+      "data-x1=\"amplified view: x{:g}\" data-x8=\"fixed scale: x1\">amplified view: x{:g}</button>",
+      scale_legend(kDifferenceScale255, 4, "of 255"),
+      scale_legend(x8, 4, fmt::format("of 255 (x{:g})", kAmplifiedGain)), kAmplifiedGain, kAmplifiedGain);
+}
+
+std::string difference_img(std::string_view alt, const std::string& src, const std::string& src_x8) {
+  std::string h = "<img loading=\"lazy\" alt=\"" + esc(alt) + "\" src=\"" + src + "\"";
+  if (!src_x8.empty()) h += " data-x1=\"" + src + "\" data-x8=\"" + src_x8 + "\"";
+  return h + ">";
+}
+
+std::string difference_caption(const std::string& text, const std::string& text_x8) {
+  return "<figcaption class=\"diff-cap\" data-x1=\"" + esc(text) + "\" data-x8=\"" + esc(text_x8) + "\">" + text +
+         "</figcaption>";
+}
+
+// Swaps every difference heatmap, its caption and the legend between the fixed scale and the
+// amplified view (data-x1 / data-x8).
+const std::string_view kGainToggleJs = R"(
+document.querySelectorAll('.gain-toggle').forEach(b=>b.addEventListener('click',()=>{
+ const on=b.getAttribute('aria-pressed')!=='true',k=on?'x8':'x1';
+ document.querySelectorAll('.gain-toggle').forEach(x=>{x.setAttribute('aria-pressed',String(on));x.textContent=x.dataset[on?'x8':'x1'];});
+ document.querySelectorAll('img[data-x8]').forEach(i=>{i.src=i.dataset[k];});
+ document.querySelectorAll('figcaption.diff-cap').forEach(c=>{c.innerHTML=c.dataset[k];});
+ document.querySelectorAll('.gain-x1').forEach(e=>{e.hidden=on;});
+ document.querySelectorAll('.gain-x8').forEach(e=>{e.hidden=!on;});}));
+)";
+
 std::string ramp_js_array() {
   std::string a = "[";
   for (int i = 0; i <= 8; ++i) {

@@ -37,6 +37,17 @@ std::string scale_legend(double scale, int ticks, std::string_view unit);
 // The ramp as a JS array of [r,g,b] anchors (9, evenly spaced), for canvas heatmaps.
 std::string ramp_js_array();
 
+// The difference heatmaps' one fixed scale (kDifferenceScale255 of 255) and their amplified view
+// (kAmplifiedGain): both legends (the amplified one hidden) and a button that swaps every
+// `difference_img` and `difference_caption` to the amplified form and back. Needs kGainToggleJs
+// in page_end. Without a script the fixed scale shows.
+std::string difference_scale_legend();
+// An <img> of a difference heatmap: `src` on the fixed scale, `src_x8` amplified ("" = none).
+std::string difference_img(std::string_view alt, const std::string& src, const std::string& src_x8);
+// A caption whose text becomes `text_x8` in the amplified view (both HTML).
+std::string difference_caption(const std::string& text, const std::string& text_x8);
+extern const std::string_view kGainToggleJs;
+
 // The coloured PASS/FAIL banner (green/red by `passed`, the gate's verdict); `details` is HTML;
 // `title` replaces the "PASS"/"FAIL" heading (HTML) where more must be said.
 std::string verdict_banner(bool passed, std::string_view details, std::string_view title = {});

@@ -11,7 +11,9 @@
 #include "reports/compare_report.h"
 #include "reports/html.h"
 #include "reports/json_text.h"
+#include "reports/metric_format.h"
 #include "reports/run_report.h"
+#include "reports/text_table.h"
 
 namespace qeval::reports {
 
@@ -287,28 +289,34 @@ std::string render_html(const RecipeComparison& r) {
   return h;
 }
 
-std::string render_summary_text(const RecipeComparison& r, const std::filesystem::path& out_dir) {
+std::string render_summary_text(const RecipeComparison& r, const std::filesystem::path& out_dir, std::size_t width) {
   std::size_t npass = 0;
   for (const auto& row : r.rows) npass += row.gate_passed;
-  std::string s = fmt::format("qeval compare-recipes: {} of {} recipe(s) pass the gate ({})\n", npass, r.rows.size(),
-                              r.gate.source);
-  s += fmt::format("{} | {} | reference {} | speed target {}\n\n", r.config.model.name, r.config.pipeline,
-                   r.config.reference_variant, r.target);
+  std::string s = wrap_line(
+      fmt::format("qeval compare-recipes: {} of {} recipe(s) pass the gate ({})", npass, r.rows.size(), r.gate.source),
+      width);
+  s += wrap_line(fmt::format("{} | {} | reference {} | speed target {}", r.config.model.name, r.config.pipeline,
+                             r.config.reference_variant, r.target),
+                 width);
+  s += "\n";
   const std::string q = r.quality_metric;
-  s += fmt::format("{:<16} {:>5} {:>14} {:>10} {:>8} {:>8} {:>10}  {}\n", "recipe", "gate",
-                   metric_label(r, q) + " mean", "worst lyr", "params", "MACs", "weights", "speed");
+  TextTable table;
+  table.gap = " ";
+  table.columns = {{"recipe", false, 16},   {"gate", true, 5},   {metric_label(r, q) + " mean", true, 14},
+                   {"worst lyr", true, 10}, {"params", true, 8}, {"MACs", true, 8},
+                   {"weights", true, 10},   {"speed", false, 0}};
   for (const auto& row : r.rows) {
     const auto quality = mean_of(row, q);
     auto share = [](std::optional<double> v) { return v ? fmt::format("{:.1f}%", 100 * *v) : std::string("-"); };
-    s += fmt::format("{:<16} {:>5} {:>14} {:>10} {:>8} {:>8} {:>10}  {}\n", row.variant.substr(0, 16),
-                     row.gate_passed ? "pass" : "FAIL", quality ? fmt::format("{:.4g}", *quality) : "-",
-                     row.worst_layers.empty() ? "-" : fmt::format("{:.2f}", row.worst_layers.front().value),
-                     share(row.param_share()), share(row.mac_share()),
-                     fmt::format("{:.2f} MB", double(row.weight_bytes) / 1e6), row.speed_class);
+    table.rows.push_back({row.variant, row.gate_passed ? "pass" : "FAIL", quality ? format_metric(q, *quality) : "-",
+                          row.worst_layers.empty() ? "-" : fmt::format("{:.2f}", row.worst_layers.front().value),
+                          share(row.param_share()), share(row.mac_share()),
+                          fmt::format("{:.2f} MB", double(row.weight_bytes) / 1e6), row.speed_class});
   }
+  s += render_text_table(table, width);
   for (const auto& row : r.rows)
-    for (const auto& f : row.failed_checks) s += "  " + row.variant + " failed: " + f + "\n";
-  if (!out_dir.empty()) s += "\nreport: " + (out_dir / "report.html").string() + "\n";
+    for (const auto& f : row.failed_checks) s += wrap_line("  " + row.variant + " failed: " + f, width);
+  if (!out_dir.empty()) s += "\n" + wrap_line("report: " + (out_dir / "report.html").string(), width);
   return s;
 }
 

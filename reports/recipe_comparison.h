@@ -88,8 +88,9 @@ struct RecipeComparison : ReportHeader {
 
 nlohmann::json to_json(const RecipeComparison& report);
 std::string render_html(const RecipeComparison& report);
-// One screen for stdout: a line per recipe.
-std::string render_summary_text(const RecipeComparison& report, const std::filesystem::path& out_dir = {});
+// One screen for stdout: a line per recipe (a block per recipe when the columns would pass `width`).
+std::string render_summary_text(const RecipeComparison& report, const std::filesystem::path& out_dir = {},
+                                std::size_t width = 100);
 // report.html then report.json (its presence means the report is complete), each atomically.
 void write_recipe_comparison(const RecipeComparison& report, const std::filesystem::path& out_dir);
 

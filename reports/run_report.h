@@ -32,8 +32,11 @@ std::string render_html(const RunReport& report);
 // One test case per gate check, grouped by variant.
 std::string render_junit(const RunReport& report);
 // What `qeval run` prints on stdout: verdict, per-variant summary, failed checks, worst layers,
-// first NaN/Inf and where the report is; at most ~24 lines of at most 100 columns.
-std::string render_summary_text(const RunReport& report, const std::filesystem::path& out_dir = {});
+// first NaN/Inf and where the report is; at most ~24 lines (8 variants). Nothing is cut: the
+// variant table becomes a block per variant when its columns would pass `width`, and long lines
+// wrap (reports/text_table.h).
+std::string render_summary_text(const RunReport& report, const std::filesystem::path& out_dir = {},
+                                std::size_t width = 100);
 
 // What is inconsistent in a report the evaluator filled, one line each (empty when it is sound):
 // duplicate or unknown variant names, not exactly one reference, a column whose length is neither

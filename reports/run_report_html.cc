@@ -74,11 +74,11 @@ std::string quantized_cell(const Variant& v) {
       untouched += (untouched.empty() ? "" : ", ") + esc(q.model);
       continue;
     }
-    lines += fmt::format(
-        "<div><b>{}</b> {} <span class=\"sub\">of MACs &middot; {} of params &middot; {}/{} "
-        "nodes</span></div>",
-        esc(q.model), q.mac_share() ? share_text(q.mac_share()) : "?", share_text(q.param_share()), q.quantized_nodes,
-        q.compute_nodes);
+    // No shapes recorded (--no-layers, or every unit reused from a saved state): no MAC share.
+    const std::string macs_text = q.mac_share() ? share_text(q.mac_share()) + " <span class=\"sub\">of MACs"
+                                                : "<span class=\"sub\">MACs not measured";
+    lines += fmt::format("<div><b>{}</b> {} &middot; {} of params &middot; {}/{} nodes</span></div>", esc(q.model),
+                         macs_text, share_text(q.param_share()), q.quantized_nodes, q.compute_nodes);
   }
   if (lines.empty()) lines = "0% <span class=\"sub\">(nothing quantized)</span>";
   else if (!untouched.empty()) lines += "<div class=\"sub\">0% of " + untouched + "</div>";
@@ -350,10 +350,8 @@ std::string render_samples(const RunReport& r) {
     h += "<h3>Images</h3><div class=\"sub\">reference | each variant | |reference &minus; variant|";
     if (r.config.pipeline == "segmentation") h += ": bright where the variant's mask differs from the reference's";
     else
-      h += fmt::format(
-          ", max over RGB, on one fixed scale for every image of this report: <span "
-          "id=\"diff-legend\">{}</span> (8-bit levels; brighter is a larger difference)",
-          html::scale_legend(kDifferenceScale255, 4, "of 255"));
+      h += ", max over RGB, on one fixed scale for every image of this report: <span id=\"diff-legend\">" +
+           html::difference_scale_legend() + "</span>";
     if (rows.size() < r.samples.size())
       h += fmt::format("; {} of {} samples shown, worst {} first", rows.size(), r.samples.size(),
                        r.metrics.empty() ? "" : esc(r.metrics[0].label));
@@ -373,10 +371,16 @@ std::string render_samples(const RunReport& r) {
       if (!res.image.empty())
         h += "<figure><img loading=\"lazy\" alt=\"" + esc(res.variant) + "\" src=\"" + image_src(res.image) +
              "\"><figcaption>" + caption + (v && v->reference ? " (reference)" : "") + "</figcaption></figure>";
-      if (!res.heatmap.empty())
-        h += "<figure><img loading=\"lazy\" alt=\"difference " + esc(res.variant) + "\" src=\"" +
-             image_src(res.heatmap) + "\"><figcaption>" + esc(res.variant) + " diff &middot; " +
-             esc(res.heatmap_legend) + "</figcaption></figure>";
+      if (!res.heatmap.empty()) {
+        const std::string caption_x1 = esc(res.variant) + " diff &middot; " + esc(res.heatmap_legend);
+        const std::string caption_x8 =
+            esc(res.variant) + fmt::format(" diff x{:g} &middot; bright &ge; {:g} of 255", kAmplifiedGain,
+                                           kDifferenceScale255 / kAmplifiedGain);
+        h += "<figure>" +
+             html::difference_img("difference " + res.variant, image_src(res.heatmap),
+                                  res.heatmap_amplified.empty() ? std::string() : image_src(res.heatmap_amplified)) +
+             html::difference_caption(caption_x1, caption_x8) + "</figure>";
+      }
     }
     h += "</div></div>";
   }
@@ -894,7 +898,7 @@ std::string render_html(const RunReport& r) {
   auto replace = [&](std::string_view what, const std::string& with) { js.replace(js.find(what), what.size(), with); };
   replace("RAMP", html::ramp_js_array());
   replace("LEGEND", "'" + html::legend_gradient().substr(std::string_view("background:").size()) + "'");
-  h += html::page_end(js);
+  h += html::page_end(js + std::string(html::kGainToggleJs));
   return h;
 }
 

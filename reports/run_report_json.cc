@@ -120,6 +120,7 @@ json result_json(const SampleResult& r) {
           {"image", image_json(r.image)},
           {"heatmap", image_json(r.heatmap)},
           {"heatmap_legend", r.heatmap_legend},
+          {"heatmap_amplified", image_json(r.heatmap_amplified)},
           {"elapsed_ms", special_number(r.elapsed_ms)},
           {"failed_checks", r.failed_checks}};
 }
@@ -443,6 +444,7 @@ SampleResult read_result(const In& in, const std::vector<MetricInfo>& order) {
   r.image = read_image(in["image"]);
   r.heatmap = read_image(in["heatmap"]);
   r.heatmap_legend = in["heatmap_legend"].str();
+  if (in.has("heatmap_amplified")) r.heatmap_amplified = read_image(in["heatmap_amplified"]);
   r.elapsed_ms = in["elapsed_ms"].special();
   r.failed_checks = in["failed_checks"].strings();
   return r;

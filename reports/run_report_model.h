@@ -49,7 +49,7 @@ struct RunConfig {
   std::vector<std::uint64_t> seeds;
   int threads = 0;
   std::string device = "cpu";  // where the models executed: "cpu" or "cuda:N" (qeval --device)
-  std::string shard;                                          // "" for a whole run, else "I/N" (1-based)
+  std::string shard;           // "" for a whole run, else "I/N" (1-based)
   std::vector<std::pair<std::string, std::string>> settings;  // the rest of the config, as given
 };
 
@@ -153,6 +153,7 @@ struct SampleResult {
   ImageRef image;              // this variant's output (image, or mask overlay for segmentation)
   ImageRef heatmap;            // |reference - output|; none for the reference
   std::string heatmap_legend;  // what black and bright mean, e.g. "black 0, bright >= 12.5"
+  ImageRef heatmap_amplified;  // the same at reports::kAmplifiedGain (report.html's toggle); may be none
   double elapsed_ms = 0;
   std::vector<std::string> failed_checks;  // per-sample gate bounds this result missed
   bool ok() const { return error.empty(); }

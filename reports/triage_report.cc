@@ -12,6 +12,7 @@
 #include "reports/html.h"
 #include "reports/json_text.h"
 #include "reports/run_report.h"  // artifact_json
+#include "reports/text_table.h"
 
 namespace qeval::reports {
 
@@ -102,7 +103,7 @@ json to_json(const TriageReport& r) {
   return j;
 }
 
-std::string render_summary_text(const TriageReport& r, const std::filesystem::path& out_dir) {
+std::string render_summary_text(const TriageReport& r, const std::filesystem::path& out_dir, std::size_t width) {
   std::string s;
   const TriageSearch* best = r.chosen_search();
   if (r.full_passed)
@@ -137,7 +138,13 @@ std::string render_summary_text(const TriageReport& r, const std::filesystem::pa
     if (!r.override_recipe.path.empty()) s += fmt::format(" | fallback recipe: {}", r.override_recipe.path);
     s += "\n";
   }
-  return s;
+  std::string wrapped;  // long node names and paths wrap, never cut
+  for (std::size_t at = 0, end; at < s.size(); at = end + 1) {
+    end = s.find('\n', at);
+    if (end == std::string::npos) end = s.size();
+    wrapped += wrap_line(std::string_view(s).substr(at, end - at), width);
+  }
+  return wrapped;
 }
 
 std::string render_html(const TriageReport& r) {

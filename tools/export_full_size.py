@@ -242,7 +242,7 @@ def check_with_qeval(qeval, name, module, out_dir, scale, latent, seed, fp16):
         np.save(os.path.join(d, "expected", n + ".npy"), r.numpy())
     t0 = time.time()
     p = subprocess.run([qeval, "infer", "--model", os.path.join(out_dir, "model.onnx"), "--inputs",
-                        os.path.join(d, "inputs"), "--outputs", os.path.join(d, "qeval")],
+                        os.path.join(d, "inputs"), "--out", os.path.join(d, "qeval")],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         print(p.stdout)

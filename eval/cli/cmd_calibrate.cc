@@ -10,7 +10,7 @@ namespace qeval::cli {
 namespace {
 
 struct CalibrateArgs {
-  std::string recipe, model, data, pipeline, prompts, out, cache;
+  std::string recipe, model, data, pipeline, prompts, out = "qeval-calibrate", cache;
   bool no_cache = false;
   std::size_t limit = 0;
   int steps = 0;
@@ -86,9 +86,12 @@ Runner add_calibrate(CLI::App& app) {
   cmd->add_option("--prompts", a->prompts,
                   "calibration prompts for --pipeline: text prompts one a line, or a point-prompt set for "
                   "segmentation (default: pipeline.json's calibration set)");
-  cmd->add_option("--limit", a->limit, "use at most N prompts (default all)");
+  auto* count =
+      cmd->add_option("--count", a->limit, "use only the first N calibration prompts of --pipeline (default all)")
+          ->check(whole_number_at_least(1));
+  add_old_spelling(cmd, count, "--limit", a->limit);
   cmd->add_option("--steps", a->steps, "denoising steps (default: the pipeline's)");
-  cmd->add_option("--out", a->out, "output folder")->required();
+  cmd->add_option("--out", a->out, "output folder (default qeval-calibrate)");
   cmd->add_option("--cache", a->cache, "calibration cache folder (default $XDG_CACHE_HOME/qeval/calibration)");
   cmd->add_flag("--no-cache", a->no_cache, "always calibrate, store nothing");
   return [a](const Context&) { return run_calibrate(*a); };

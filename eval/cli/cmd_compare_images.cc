@@ -4,47 +4,58 @@
 
 #include "base/exit_codes.h"
 #include "base/progress.h"
+#include "base/terminal.h"
 #include "eval/cli/command.h"
 #include "eval/run/compare_images.h"
 #include "kernels/error.h"
 #include "reports/compare_report.h"
 #include "reports/metric_format.h"
+#include "reports/text_table.h"
 
 namespace qeval::cli {
 namespace {
 
 void print_summary(const reports::CompareImagesReport& r, const std::string& out_dir) {
+  const std::size_t width = base::stdout_columns();
   const std::size_t errors = r.count_errors();
-  fmt::print("qeval compare-images: {} pairs, {} compared, {} could not be compared ({:.2f} s)\n", r.pairs.size(),
-             r.pairs.size() - errors, errors, r.elapsed_s);
-  fmt::print("  {:<13}{:>6}{:>11}{:>11}{:>11}{:>11}{:>11}\n", "metric", "pairs", "mean", "min", "p5", "median", "max");
-  for (const auto& s : r.summary) {
-    if (s.count == 0) {
-      fmt::print("  {:<13}{:>6}   {}\n", s.metric, 0, s.unbounded ? "all identical" : "not applicable");
+  std::string s = fmt::format("qeval compare-images: {} pairs, {} compared, {} could not be compared ({:.2f} s)\n",
+                              r.pairs.size(), r.pairs.size() - errors, errors, r.elapsed_s);
+  reports::TextTable table;
+  table.indent = "  ";
+  table.gap = " ";
+  table.columns = {{"metric", false, 12}, {"pairs", true, 5},   {"mean", true, 10}, {"min", true, 10},
+                   {"p5", true, 10},      {"median", true, 10}, {"max", true, 10}};
+  for (const auto& m : r.summary) {
+    if (m.count == 0) {
+      table.rows.push_back({m.metric, "0", m.unbounded ? "all identical" : "not applicable", "", "", "", ""});
       continue;
     }
-    fmt::print("  {:<13}{:>6}", s.metric, s.count);
-    for (double v : {s.mean, s.min, s.p5, s.median, s.max}) fmt::print("{:>11}", reports::format_metric(s.metric, v));
-    fmt::print("\n");
+    std::vector<std::string> row = {m.metric, std::to_string(m.count)};
+    for (double v : {m.mean, m.min, m.p5, m.median, m.max}) row.push_back(reports::format_metric(m.metric, v));
+    table.rows.push_back(std::move(row));
   }
+  s += reports::render_text_table(table, width);
+  // The lines below are never cut and not wrapped either: they name files and errors a reader
+  // searches for whole.
   if (!r.worst.empty()) {
-    fmt::print("  worst pairs:");
+    std::string line = "  worst pairs:";
     for (std::size_t i = 0; i < r.worst.size(); ++i)
-      fmt::print("{} {} ({})", i ? ";" : "", r.worst[i].name, r.worst[i].caption);
-    fmt::print("\n");
+      line += fmt::format("{} {} ({})", i ? ";" : "", r.worst[i].name, r.worst[i].caption);
+    s += line + "\n";
   }
   for (const auto& p : r.pairs)
-    if (!p.ok()) fmt::print("  error: {}: {}\n", p.name, p.error);
+    if (!p.ok()) s += fmt::format("  error: {}: {}\n", p.name, p.error);
   std::size_t passed = 0;
   for (const auto& c : r.gate.checks) passed += c.passed;
-  fmt::print("gate: {} ({} of {} checks passed; {})\n", r.gate.passed ? "PASSED" : "FAILED", passed,
-             r.gate.checks.size(), r.gate.source);
-  for (const auto& c : r.gate.checks) fmt::print("  [{}] {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);
-  fmt::print("report: {0}/report.json, {0}/report.html, {0}/junit.xml\n", out_dir);
+  s += fmt::format("gate: {} ({} of {} checks passed; {})\n", r.gate.passed ? "PASSED" : "FAILED", passed,
+                   r.gate.checks.size(), r.gate.source);
+  for (const auto& c : r.gate.checks) s += fmt::format("  [{}] {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);
+  s += fmt::format("report: {0}/report.json, {0}/report.html, {0}/junit.xml\n", out_dir);
+  fmt::print("{}", s);
 }
 
 struct Args {
-  std::string ref, test, out, gate, ssim = "wang", alpha = "ignore";
+  std::string ref, test, out = "qeval-compare-images", gate, ssim = "wang", alpha = "ignore";
   double peak = 0;
   int worst = 4;
 };
@@ -68,7 +79,7 @@ int run(const Args& a, const Context& ctx) {
   options.worst = a.worst;
   eval::Gate gate = a.gate.empty() ? eval::Gate{} : eval::load_gate(a.gate);
 
-  auto report = eval::run_compare_images(options, gate, base::stderr_is_terminal());
+  auto report = eval::run_compare_images(options, gate, /*show_progress=*/true);
   report.created_utc = utc_now();
   report.command_line = ctx.command_line;
   if (!a.gate.empty()) report.config.emplace_back("gate", a.gate);
@@ -88,7 +99,7 @@ Runner add(CLI::App& app) {
                          "Exit: 0 gate passed, 1 gate failed (or a pair could not be compared), 2 bad input.");
   cmd->add_option("--ref", a->ref, "folder of reference images")->required();
   cmd->add_option("--test", a->test, "folder of test images (same relative paths)")->required();
-  cmd->add_option("--out", a->out, "folder for report.json, report.html, junit.xml")->required();
+  cmd->add_option("--out", a->out, "folder for report.json, report.html, junit.xml (default qeval-compare-images)");
   cmd->add_option("--gate", a->gate,
                   "gate JSON: thresholds on mean/min/percentiles and per pair (docs/gate.md); "
                   "without it the run fails only on pairs that could not be compared");

@@ -6,6 +6,7 @@
 
 #include "base/exit_codes.h"
 #include "base/progress.h"
+#include "base/terminal.h"
 #include "eval/cli/command.h"
 #include "eval/cli/report_context.h"
 #include "eval/quant/lint.h"
@@ -42,12 +43,13 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   const fs::path out = a.out, run_dir = out / "run";
   const eval::OutFolderLock lock(out, ctx.command_line);  // the previous report stays until replaced
 
-  const bool tty = base::stderr_is_terminal();
+  const bool tty = base::progress_settings().mode != base::ProgressMode::kNone;  // progress on stderr
   const auto driver = eval::make_run_driver(spec);
   auto variants = eval::build_variants(spec, *driver, tty);
   eval::EvaluatorOptions options;
   options.out_dir = run_dir;
   options.progress = tty;
+  options.progress_label = "compare-recipes";
   eval::RunResult result = eval::start_run(spec, *driver, std::move(variants), options);
   eval::CallShapes shapes(spec.reference);
   result.observation.node_hook = shapes.hook();
@@ -69,7 +71,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   settings.run_report = "run/report.html";
   const reports::RecipeComparison comparison = eval::build_recipe_comparison(spec, result, report, shapes, settings);
   reports::write_recipe_comparison(comparison, out);
-  fmt::print("{}", reports::render_summary_text(comparison, out));
+  fmt::print("{}", reports::render_summary_text(comparison, out, base::stdout_columns()));
   return comparison.any_passed() ? base::kExitPass : base::kExitGateFailed;
 }
 

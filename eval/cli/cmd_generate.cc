@@ -15,7 +15,8 @@ namespace qeval::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string pipeline, prompt, out, precision = "fp32", scheduler, negative_prompt, variant, noise, latent_out;
+  std::string pipeline, prompt, out = "qeval-generate.png", precision = "fp32", scheduler, negative_prompt, variant,
+                                noise, latent_out;
   std::uint64_t seed = 0;
   std::optional<int> steps;
   std::optional<double> guidance;
@@ -46,7 +47,7 @@ int run_generate(const GenerateArgs& a) {
   eval::SessionOptions options;
   options.precision = *eval::precision_from_name(a.precision);  // CLI11 checked the name
   const auto sessions = eval::Txt2ImgSessions::create(models, options);
-  base::Progress progress("generate", static_cast<std::size_t>(std::max(req.steps, 0)), base::stderr_is_terminal());
+  base::Progress progress("generate", static_cast<std::size_t>(std::max(req.steps, 0)), true, {"steps"});
   eval::Txt2ImgHooks hooks;
   hooks.on_step = [&](eval::Txt2ImgStep&) { progress.tick(); };
   const eval::Txt2ImgResult r = eval::generate(models, sessions, req, hooks);
@@ -77,7 +78,7 @@ Runner add_generate(CLI::App& app) {
                          "Exit: 0 written, 2 bad input (pipeline, model files, prompt, options).");
   cmd->add_option("--pipeline", a->pipeline, "pipeline folder (or its pipeline.json), e.g. models/tiny-sd")->required();
   cmd->add_option("--prompt", a->prompt, "the text")->required();
-  cmd->add_option("--out", a->out, "the PNG to write")->required();
+  cmd->add_option("--out", a->out, "the PNG to write (default qeval-generate.png)");
   cmd->add_option("--seed", a->seed, "initial noise seed (default 0; docs/pipelines.md 'Initial noise')");
   cmd->add_option(
          "--precision", a->precision,

@@ -12,7 +12,7 @@ namespace qeval::cli {
 namespace {
 
 struct InferArgs {
-  std::string model, inputs, outputs, precision = "fp32", dump;
+  std::string model, inputs, outputs = "qeval-infer", precision = "fp32", dump;
   std::vector<std::string> shapes;
   bool float_qdq = false;
   int repeat = 0;
@@ -54,7 +54,7 @@ Runner add_infer(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("infer",
                          "Run one ONNX model through qeval's own kernels: inputs are <input name>.npy files in\n"
-                         "--inputs, outputs are written as <output name>.npy in --outputs (characters outside\n"
+                         "--inputs, outputs are written as <output name>.npy in --out (characters outside\n"
                          "[A-Za-z0-9_.-] in names become '_'; names that then collide get __2, __3, ... in the\n"
                          "graph's order; outputs.json maps names to files: docs/infer.md). --dump-all also writes\n"
                          "every intermediate tensor (Polygraphy's 'mark all', without changing the computation)\n"
@@ -62,7 +62,8 @@ Runner add_infer(CLI::App& app) {
                          "Exit: 0 ran, 2 bad model or inputs.");
   cmd->add_option("--model", a->model, "the .onnx file (external weights beside it)")->required();
   cmd->add_option("--inputs", a->inputs, "folder of <input name>.npy")->required();
-  cmd->add_option("--outputs", a->outputs, "folder for <output name>.npy")->required();
+  auto* out = cmd->add_option("--out", a->outputs, "folder for <output name>.npy (default qeval-infer)");
+  add_old_spelling(cmd, out, "--outputs", a->outputs);
   cmd->add_option(
          "--precision", a->precision,
          "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels "
@@ -85,8 +86,14 @@ Runner add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect",
                                  "Describe an ONNX model: inputs, outputs, opsets, op histogram, unsupported ops, "
                                  "parameters. Exit: 0 all ops supported, 1 some are not, 2 unreadable model.");
-  cmd->add_option("model", *path, "the .onnx file")->required();
+  auto* model = cmd->add_option("--model", *path, "the .onnx file");
+  // The old positional form (`qeval inspect m.onnx`), kept for a release.
+  auto* positional =
+      cmd->add_option("model_file", *path, "deprecated: use --model")->group("Deprecated spellings (still accepted)");
+  positional->each([](const std::string&) { print_deprecation("inspect", "the positional model", "--model"); });
+  positional->excludes(model);
   return [path](const Context&) {
+    if (path->empty()) throw InputError("inspect: --model is required (the .onnx file to describe)");
     bool supported = false;
     fmt::print("{}", eval::inspect_model(*path, &supported));
     return supported ? base::kExitPass : base::kExitGateFailed;

@@ -7,6 +7,7 @@
 #include "base/files.h"
 #include "base/input_file.h"
 #include "base/progress.h"
+#include "base/terminal.h"
 #include "eval/cli/command.h"
 #include "eval/cli/report_context.h"
 #include "eval/run/evaluator.h"
@@ -75,7 +76,7 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
   if (!a.gate.empty()) spec.gate = a.gate;
   const eval::Gate gate = spec.gate.empty() ? eval::Gate{} : eval::load_gate(spec.gate, eval::GateMetrics::kRun);
   const auto driver = eval::make_run_driver(spec);
-  auto variants = eval::build_variants(spec, *driver, base::stderr_is_terminal());
+  auto variants = eval::build_variants(spec, *driver, /*progress=*/true);
   const std::string key = eval::run_key(spec, *driver, variants);
   if (key != infos.front().key)
     throw InputError("the shards ran on other models, prompts or recipes than those found now (run key " +
@@ -106,7 +107,7 @@ int run_merge(const MergeArgs& a, const Context& ctx) {
   take_quantization(report, a.dirs);
   eval::apply_run_gate(gate, report);
   reports::write_run_report(report, out);
-  fmt::print("{}", reports::render_summary_text(report, out));
+  fmt::print("{}", reports::render_summary_text(report, out, base::stdout_columns()));
   return report.gate.passed ? base::kExitPass : base::kExitGateFailed;
 }
 

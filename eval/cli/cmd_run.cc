@@ -49,7 +49,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   // Nothing is removed: the previous report stays until the new one replaces it (atomically).
   const eval::OutFolderLock lock(out, ctx.command_line);
 
-  const bool tty = base::stderr_is_terminal();
+  const bool tty = base::progress_settings().mode != base::ProgressMode::kNone;  // progress on stderr
   const auto driver = eval::make_run_driver(spec);
   {  // a gate metric this run does not measure is an error before anything runs, not after
     std::vector<std::string> keys;

@@ -20,7 +20,7 @@ namespace qeval::cli {
 namespace {
 
 struct SegmentArgs {
-  std::string pipeline, image, out, precision = "fp32", ref_mask, logits;
+  std::string pipeline, image, out = "qeval-segment.png", precision = "fp32", ref_mask, logits;
   std::vector<std::string> points;
 };
 
@@ -128,7 +128,7 @@ Runner add_segment(CLI::App& app) {
                   "X,Y[,LABEL]: a point in image pixels, LABEL 1 foreground (default) or 0 background "
                   "(repeatable)")
       ->required();
-  cmd->add_option("--out", a->out, "the mask PNG to write")->required();
+  cmd->add_option("--out", a->out, "the mask PNG to write (default qeval-segment.png)");
   cmd->add_option(
          "--precision", a->precision,
          "fp32 (default); fp16 or bf16: a deployment (BatchNormalization folded, values rounded where fused kernels "

@@ -6,6 +6,7 @@
 #include "base/exit_codes.h"
 #include "base/files.h"
 #include "base/progress.h"
+#include "base/terminal.h"
 #include "eval/cli/command.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/gate.h"
@@ -45,7 +46,7 @@ int run_triage(const TriageArgs& a, const Context& ctx) {
   options.metric = a.metric;
   options.sensitivity = a.rank == "sensitivity";
   options.batch = a.batch;
-  options.progress = base::stderr_is_terminal();
+  options.progress = base::progress_settings().mode != base::ProgressMode::kNone;
   eval::TriageOutcome t = eval::run_triage(spec, gate, options);
   t.report.tool_version = QEVAL_VERSION;
   t.report.created_utc = utc_now();
@@ -56,7 +57,7 @@ int run_triage(const TriageArgs& a, const Context& ctx) {
     t.report.override_recipe.path = recipe.string();
   }
   reports::write_triage_report(t.report, out);
-  fmt::print("{}", reports::render_summary_text(t.report, out));
+  fmt::print("{}", reports::render_summary_text(t.report, out, base::stdout_columns()));
   return t.passed ? base::kExitPass : base::kExitGateFailed;
 }
 

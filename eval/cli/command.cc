@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <limits>
 #include <system_error>
@@ -60,6 +61,11 @@ CLI::Validator positive_number() {
         return {};
       },
       "NUMBER>0");
+}
+
+void print_deprecation(const std::string& verb, const std::string& old_spelling, const std::string& new_spelling) {
+  std::fprintf(stderr, "qeval %s: %s is deprecated: use %s (same meaning; the old spelling goes in a later release)\n",
+               verb.c_str(), old_spelling.c_str(), new_spelling.c_str());
 }
 
 std::string utc_now() {

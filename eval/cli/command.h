@@ -40,4 +40,21 @@ std::string utc_now();  // ISO 8601, seconds, 'Z'
 CLI::Validator whole_number_at_least(std::int64_t min);
 CLI::Validator positive_number();  // a real number > 0
 
+// The one option vocabulary (docs/cli.md "Options"): --model FILE, --count N, --out PATH (never
+// required: qeval-<verb> by default). An old spelling is kept for a release as an alias: listed in
+// --help under "Deprecated spellings", excluded with the new one, and using it prints one line on
+// stderr, e.g.
+// "qeval calibrate: --limit is deprecated: use --count (same meaning)".
+void print_deprecation(const std::string& verb, const std::string& old_spelling, const std::string& new_spelling);
+template <typename T>
+CLI::Option* add_old_spelling(CLI::App* cmd, CLI::Option* current, const std::string& old_name, T& variable) {
+  CLI::Option* old = cmd->add_option(old_name, variable, "deprecated: use " + current->get_name())
+                         ->group("Deprecated spellings (still accepted)");
+  old->each([verb = cmd->get_name(), old_name, name = current->get_name()](const std::string&) {
+    print_deprecation(verb, old_name, name);
+  });
+  old->excludes(current);
+  return old;
+}
+
 }  // namespace qeval::cli

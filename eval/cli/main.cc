@@ -6,11 +6,14 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "base/escaped_stdio.h"
 #include "base/exit_codes.h"
+#include "base/progress.h"
 #include "eval/cli/command.h"
 #include "eval/cli/device.h"
 #include "eval/cli/interrupt.h"
@@ -49,6 +52,18 @@ int main(int argc, char** argv) {
                  "where models execute: cpu, or cuda[:N] for the CUDA backend on GPU N (default 0); nodes the "
                  "GPU has no kernel for run on the CPU (docs/gpu.md)")
       ->default_str("cpu");
+  std::string progress = "auto";
+  app.add_option("--progress", progress,
+                 "progress on stderr: auto (a bar on a terminal, else a line every 10 s and per finished unit, "
+                 "with counts and ETA), bar, lines, none")
+      ->default_str("auto")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            if (base::parse_progress_mode(text)) return {};
+            return "'" + text + "' is not a progress mode (expected one of " + std::string(base::kProgressModeNames) +
+                   ")";
+          },
+          "auto|bar|lines|none"));
 
   std::vector<std::pair<CLI::App*, cli::Runner>> verbs;
   for (const auto& c : cli::registered_commands()) {
@@ -92,6 +107,17 @@ int main(int argc, char** argv) {
   if (threads > 0)
     limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                   static_cast<std::size_t>(threads));
+  {
+    base::ProgressSettings settings;
+    settings.mode = *base::parse_progress_mode(progress);  // checked by the option's validator
+    // Tests shorten the lines' period (docs/cli.md); anything but a whole number > 0 is ignored.
+    if (const char* ms = std::getenv("QEVAL_PROGRESS_PERIOD_MS")) {
+      char* end = nullptr;
+      const long v = std::strtol(ms, &end, 10);
+      if (end != ms && *end == '\0' && v > 0) settings.period = std::chrono::milliseconds(v);
+    }
+    base::set_progress_settings(settings);
+  }
   const cli::Context context{join_args(argc, argv)};
   for (auto& [sub, run] : verbs)
     if (sub->parsed()) cli::watch_stop_signals(sub->get_name());  // before any other thread starts

@@ -10,6 +10,7 @@
 #include "base/file_names.h"
 #include "base/files.h"
 #include "base/input_file.h"
+#include "base/progress.h"
 #include "datasets/npy.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
@@ -480,10 +481,15 @@ std::string TensorCalibrationSet::describe() const {
 
 int TensorCalibrationSet::run(const Graph& reference, RangeCollector& collector) {
   Session session(reference);
+  // Shown per --progress (libraries' default settings show nothing).
+  base::Progress progress("calibrating " + (recipe_name.empty() ? std::string("model") : recipe_name), samples_.size(),
+                          true, {"samples"});
   for (const auto& sample : samples_) {
     collector.set_step(0);
     session.run(sample, &collector);
+    progress.tick();
   }
+  progress.finish();
   return 1;
 }
 
@@ -527,6 +533,7 @@ std::string graph_fingerprint(const Graph& g) {
 CalibrationResult calibrate(const Graph& graph, const Selection& selection, const Recipe& recipe, CalibrationSet& set) {
   const auto start = std::chrono::steady_clock::now();
   RangeCollector collector(graph, selection, recipe);
+  set.recipe_name = recipe.name;
   const int steps = set.run(graph, collector);
   CalibrationResult r = collector.finish(steps);
   r.recipe_fingerprint = recipe.fingerprint();

@@ -92,6 +92,8 @@ class CalibrationSet {
   // Runs every sample through `reference` with `collector` as observer, calling set_step before
   // each model call (step 0 when the set has no steps). Returns the number of steps.
   virtual int run(const Graph& reference, RangeCollector& collector) = 0;
+  // Set by calibrate() before run(): progress lines say which recipe they calibrate.
+  std::string recipe_name;
 };
 
 // Samples of named input tensors for one model: a folder with one sub-folder per sample, each

@@ -72,7 +72,8 @@ int SegmentationCalibrationSet::run(const Graph& reference, RangeCollector& coll
     collector.set_step(0);
     return &collector;
   });
-  base::Progress progress("calibrating " + model_, images_.size(), progress_ && base::stderr_is_terminal());
+  base::Progress progress("calibrating " + (recipe_name.empty() ? model_ : recipe_name + " (" + model_ + ")"),
+                          images_.size(), progress_, {"images"});
   for (const auto& prompts : images_) {
     const PointPrompt& first = set_.prompts[prompts[0]];
     const PromptInputs inputs = load_prompt_inputs(first, set_.source, pipeline_.config().channels);

@@ -50,7 +50,8 @@ int Txt2ImgCalibrationSet::run(const Graph& reference, RangeCollector& collector
   });
   Txt2ImgHooks hooks;
   hooks.observer = &observer;
-  base::Progress progress("calibrating", prompts_.size(), progress_ && base::stderr_is_terminal());
+  base::Progress progress("calibrating " + (recipe_name.empty() ? std::string("unet") : recipe_name + " (unet)"),
+                          prompts_.size(), progress_, {"prompts"});
   for (std::size_t i = 0; i < prompts_.size(); ++i) {
     Txt2ImgRequest request = default_request(models_.config, prompts_[i], first_seed_ + i);
     request.steps = steps_;

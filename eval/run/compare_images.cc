@@ -12,6 +12,7 @@
 
 #include "base/progress.h"
 #include "datasets/image_io.h"
+#include "eval/run/outputs.h"
 #include "kernels/error.h"
 #include "kernels/pooling.h"
 #include "metrics/metric_registry.h"
@@ -235,17 +236,18 @@ std::vector<reports::ImageStrip> worst_strips(const std::vector<reports::PairRow
     if (!pair) return;  // the file changed since it was compared; nothing to show
     const int h = static_cast<int>(pair->ref.dim(1)), w = static_cast<int>(pair->ref.dim(2));
     const int f = std::max(1, (std::max(h, w) + options.thumbnail_px - 1) / options.thumbnail_px);
-    const DifferenceHeatmap heat = difference_heatmap(pair->ref, pair->test, pair->peak, f);
-    const double scale = heat.scale;
+    // The run report's one fixed scale (8-bit levels, also for 16-bit pairs) and its amplified view.
+    const FixedScaleHeatmaps heat = fixed_scale_heatmaps(pair->ref, pair->test, pair->peak, f);
 
     reports::ImageStrip strip;
     strip.name = row->name;
     strip.caption = headline_caption(*row);
     strip.ref_png = datasets::encode_png(image_thumbnail(pair->ref, pair->peak, f));
     strip.test_png = datasets::encode_png(image_thumbnail(pair->test, pair->peak, f));
-    strip.heatmap_png = datasets::encode_png(heat.image);
-    strip.heatmap_legend = fmt::format("|diff|: black 0, bright >= {:.3g} (p99.9; max {:g} of {:g})", scale,
-                                       row->max_abs_diff, pair->peak);
+    strip.heatmap_png = datasets::encode_png(heat.fixed);
+    strip.heatmap_x8_png = datasets::encode_png(heat.amplified);
+    strip.heatmap_legend = fixed_scale_legend(heat.max_diff_255);
+    strip.heatmap_x8_legend = amplified_legend(heat.max_diff_255);
     strips[idx] = std::move(strip);
   });
   std::vector<reports::ImageStrip> out;
@@ -265,7 +267,7 @@ reports::CompareImagesReport run_compare_images(const CompareImagesOptions& opti
   reports::CompareImagesReport report;
   report.tool_version = QEVAL_VERSION;
   {
-    base::Progress progress("comparing", entries.size(), show_progress);
+    base::Progress progress("compare-images", entries.size(), show_progress, {"pairs"});
     report.pairs = compare_pairs(entries, options, [&] { progress.tick(); });
   }
   GateOutcome outcome = evaluate_gate(gate, gate_samples(report.pairs));

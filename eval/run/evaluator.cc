@@ -204,7 +204,9 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
   const int concurrency = options.workers > 0 ? options.workers : tbb::this_task_arena::max_concurrency();
   const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(n, std::size_t(concurrency)));
 
-  base::Progress progress("qeval run", n * std::size_t(driver.ticks_per_unit()), options.progress);
+  base::Progress progress(
+      options.progress_label, n * std::size_t(driver.ticks_per_unit()), options.progress,
+      {"units", std::size_t(std::max(driver.ticks_per_unit(), 1)), fmt::format("{} variants", result.variants.size())});
   std::atomic<std::size_t> next{0};
   std::mutex merge_mu;
   const double elapsed_at_start = result.elapsed_s;

@@ -59,6 +59,9 @@ struct VariantOutcome {
   std::string image_path, heatmap_path;                  // relative to the output folder; "" when not written
   std::vector<std::uint8_t> thumbnail_png, heatmap_png;  // for report.html
   std::string heatmap_legend;
+  // The same differences amplified (reports::kAmplifiedGain); empty from a run state saved before it.
+  std::string heatmap_x8_path;
+  std::vector<std::uint8_t> heatmap_x8_png;
 };
 
 // Error of one quantity per step (e.g. the UNet's noise prediction, teacher-forced).
@@ -184,10 +187,11 @@ class RunDriver : public PipelineGraphs, public CalibrationSource, public UnitRu
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec);
 
 struct EvaluatorOptions {
-  std::filesystem::path out_dir;   // images go here; empty: nothing written
-  bool progress = false;           // a progress bar on stderr
-  int workers = 0;                 // parallel units (0: TBB's concurrency)
-  std::vector<std::size_t> units;  // the units to run (a shard); empty: all
+  std::filesystem::path out_dir;       // images go here; empty: nothing written
+  bool progress = false;               // progress on stderr (base/progress.h: bar or lines, per --progress)
+  std::string progress_label = "run";  // "run: 3/8 units, 2 variants, ..."
+  int workers = 0;                     // parallel units (0: TBB's concurrency)
+  std::vector<std::size_t> units;      // the units to run (a shard); empty: all
   // Called (under the merge lock) after every unit is merged, and once at the end: where the run
   // state is saved so that a rerun skips finished units. RunResult::elapsed_s is current then.
   std::function<void(const struct RunResult&)> checkpoint;

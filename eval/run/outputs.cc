@@ -33,23 +33,37 @@ void write_png(const fs::path& out_dir, const fs::path& rel, const std::vector<s
   base::write_file_atomic(out_dir / rel, as_string(png));
 }
 
-// |ref - test| in 8-bit levels (max over channels, max-pooled by f so that a small defect survives
-// the thumbnail) on the report's fixed scale (reports::kDifferenceScale255); also the largest value.
-datasets::Rgb8 fixed_scale_heatmap(const Tensor& ref, const Tensor& test, int f, double& max_diff) {
+}  // namespace
+
+FixedScaleHeatmaps fixed_scale_heatmaps(const Tensor& ref, const Tensor& test, double peak, int f) {
   const int c = int(ref.dim(0)), h = int(ref.dim(1)), w = int(ref.dim(2));
   const std::size_t plane = std::size_t(h) * std::size_t(w);
+  const float to_255 = peak > 0 ? float(255.0 / peak) : 1.0f;
   std::vector<float> diff(plane, 0.0f);
   const float* a = ref.data<float>();
   const float* b = test.data<float>();
   for (int k = 0; k < c; ++k)
     for (std::size_t p = 0; p < plane; ++p) diff[p] = std::max(diff[p], std::abs(a[k * plane + p] - b[k * plane + p]));
-  max_diff = diff.empty() ? 0.0 : double(*std::max_element(diff.begin(), diff.end()));
+  if (to_255 != 1.0f)
+    for (float& d : diff) d *= to_255;
+  FixedScaleHeatmaps out;
+  out.max_diff_255 = diff.empty() ? 0.0 : double(*std::max_element(diff.begin(), diff.end()));
   int th = 0, tw = 0;
   const auto pooled = kernels::pool_plane(diff.data(), h, w, f, kernels::PoolMode::kMax, &th, &tw);
-  return datasets::Rgb8{tw, th, 3, reports::heatmap_rgb(pooled, float(reports::kDifferenceScale255))};
+  out.fixed = datasets::Rgb8{tw, th, 3, reports::heatmap_rgb(pooled, float(reports::kDifferenceScale255))};
+  out.amplified = datasets::Rgb8{
+      tw, th, 3, reports::heatmap_rgb(pooled, float(reports::kDifferenceScale255 / reports::kAmplifiedGain))};
+  return out;
 }
 
-}  // namespace
+std::string fixed_scale_legend(double max_diff_255) {
+  return fmt::format("largest {:.3g} of 255 (fixed scale: bright >= {:g})", max_diff_255, reports::kDifferenceScale255);
+}
+
+std::string amplified_legend(double max_diff_255) {
+  return fmt::format("largest {:.3g} of 255 (x{:g}: bright >= {:g})", max_diff_255, reports::kAmplifiedGain,
+                     reports::kDifferenceScale255 / reports::kAmplifiedGain);
+}
 
 void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool is_reference, const fs::path& out_dir,
                    const std::string& unit_id, const std::string& variant, VariantOutcome& out, int thumbnail_px) {
@@ -79,13 +93,15 @@ void image_outcome(const datasets::Rgb8& ref, const datasets::Rgb8& image, bool 
       if (def && def->key == v.key && def->headline) out.metrics.push_back(std::move(v));
     }
   }
-  double max_diff = 0;
-  out.heatmap_png = datasets::encode_png(fixed_scale_heatmap(ref_planes, planes, f, max_diff));
-  out.heatmap_legend =
-      fmt::format("largest {:g} of 255 (fixed scale: bright >= {:g})", max_diff, reports::kDifferenceScale255);
+  const FixedScaleHeatmaps heat = fixed_scale_heatmaps(ref_planes, planes, 255.0, f);
+  out.heatmap_png = datasets::encode_png(heat.fixed);
+  out.heatmap_x8_png = datasets::encode_png(heat.amplified);
+  out.heatmap_legend = fixed_scale_legend(heat.max_diff_255);
   if (!out_dir.empty()) {
     out.heatmap_path = (dir / (base::file_name_for(variant) + "_diff.png")).generic_string();
     write_png(out_dir, out.heatmap_path, out.heatmap_png);
+    out.heatmap_x8_path = (dir / (base::file_name_for(variant) + "_diff_x8.png")).generic_string();
+    write_png(out_dir, out.heatmap_x8_path, out.heatmap_x8_png);
   }
 }
 

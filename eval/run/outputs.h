@@ -16,6 +16,19 @@ namespace qeval::eval {
 // (metrics::MetricDef::headline).
 std::vector<reports::MetricInfo> image_metric_infos();
 
+// |ref - test| in 8-bit levels (planes on [0, peak]; max over channels, max-pooled by f so that a
+// small defect survives the thumbnail) on the reports' fixed scale (reports::kDifferenceScale255)
+// and amplified by reports::kAmplifiedGain; also the largest difference in 8-bit levels. Shared by
+// `qeval run` and compare-images so that both reports draw one scale.
+struct FixedScaleHeatmaps {
+  datasets::Rgb8 fixed, amplified;
+  double max_diff_255 = 0;
+};
+FixedScaleHeatmaps fixed_scale_heatmaps(const Tensor& ref, const Tensor& test, double peak, int f);
+// The captions of those heatmaps: "largest 86 of 255 (fixed scale: bright >= 32)", "... x8: bright >= 4".
+std::string fixed_scale_legend(double max_diff_255);
+std::string amplified_legend(double max_diff_255);
+
 // Fills `out` for `image` (8-bit) against `ref`: metrics and identical (none for the reference
 // itself), the PNG and, for other variants, a difference heatmap, written under
 // out_dir/images/<unit_id>/ when out_dir is set; thumbnails at most `thumbnail_px` wide.

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "base/input_file.h"
+#include "base/terminal.h"
 #include "eval/quant/calibrate.h"
 #include "eval/quant/recipe.h"
 #include "eval/run/compare_recipes.h"
@@ -239,6 +240,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
         sr.image = {o.image_path, o.thumbnail_png};
         if (v != r) sr.heatmap = {o.heatmap_path, o.heatmap_png};
         sr.heatmap_legend = o.heatmap_legend;
+        if (v != r) sr.heatmap_amplified = {o.heatmap_x8_path, o.heatmap_x8_png};
         sr.elapsed_ms = o.elapsed_ms;
         row.results.push_back(std::move(sr));
       }
@@ -633,7 +635,7 @@ int write_run_outputs(const RunSpec& spec, const RunDriver& driver, const RunRes
   reports::RunReport report = build_run_report(spec, driver, result, context);
   apply_run_gate(gate, report);
   reports::write_run_report(report, out_dir);
-  fmt::print("{}", reports::render_summary_text(report, out_dir));
+  fmt::print("{}", reports::render_summary_text(report, out_dir, base::stdout_columns()));
   return report.gate.passed ? 0 : 1;
 }
 

@@ -86,7 +86,9 @@ json sample_json(const SampleOutcome& s) {
                   {"hp", o.heatmap_path},
                   {"tp", json::binary(o.thumbnail_png)},
                   {"hm", json::binary(o.heatmap_png)},
-                  {"hl", o.heatmap_legend}});
+                  {"hl", o.heatmap_legend},
+                  {"xp", o.heatmap_x8_path},
+                  {"xm", json::binary(o.heatmap_x8_png)}});
   }
   return {{"id", s.id}, {"prompt", s.prompt}, {"seed", s.seed ? json(*s.seed) : json(nullptr)}, {"v", vs}};
 }
@@ -119,6 +121,10 @@ SampleOutcome sample_from(const json& j) {
     o.thumbnail_png = v.at("tp").get_binary();
     o.heatmap_png = v.at("hm").get_binary();
     o.heatmap_legend = v.at("hl").get<std::string>();
+    if (v.contains("xp")) {  // states saved before the amplified view have none
+      o.heatmap_x8_path = v.at("xp").get<std::string>();
+      o.heatmap_x8_png = v.at("xm").get_binary();
+    }
     s.variants.push_back(std::move(o));
   }
   return s;

@@ -315,6 +315,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     EvaluatorOptions eo;
     eo.workers = options.workers;
     eo.progress = options.progress;
+    eo.progress_label = "triage: " + target_spec.name + " as given";
     RunResult result = evaluate(sub, *driver, {reference, target}, eo);
     reports::RunReport rr = build_run_report(sub, *driver, result, metrics_only());
     apply_run_gate(gate, rr);
@@ -362,7 +363,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
     }
   {
     const auto t1 = Clock::now();
-    base::Progress progress("qeval triage: ranking", sets.size(), options.progress && base::stderr_is_terminal());
+    base::Progress progress("triage: ranking", sets.size(), options.progress, {"node sets"});
     const std::vector<Evaluated> res = ev.evaluate(sets, &progress);
     progress.finish();
     all_kept = res[0];
@@ -408,7 +409,7 @@ TriageOutcome run_triage(const RunSpec& spec_in, const Gate& gate_in, const Tria
       s.description =
           "keep nodes in rank order until the gate passes, then re-quantize each kept node "
           "(latest first) whose return still passes; every set verified by a run";
-      base::Progress progress("qeval triage: greedy", n, options.progress && base::stderr_is_terminal());
+      base::Progress progress("triage: greedy", n, options.progress, {"nodes"});
       KeptSet kept(n, 0);
       std::vector<std::size_t> added;
       reports::GateSection last_gate;

@@ -233,7 +233,7 @@ TEST(FileNames, InferWritesEveryOutputToItsOwnFileAndTheMapping) {
   fs::create_directories(dir / "in");
   datasets::write_npy(dir / "in/x.npy", testing::floats({3}, {1, -2, 3}));
   const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " +
-                                    (dir / "in").string() + " --outputs " + (dir / "out").string());
+                                    (dir / "in").string() + " --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "output a/b [3] -> " + (dir / "out").string() + "/a_b.npy")) << r.out;
   EXPECT_TRUE(contains(r.out, "output a:b [3] -> " + (dir / "out").string() + "/a_b__2.npy")) << r.out;
@@ -250,7 +250,7 @@ TEST(FileNames, InferWritesEveryOutputToItsOwnFileAndTheMapping) {
   // --dump-all follows the same rule (the graph outputs are node outputs too).
   const auto d =
       testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                         " --outputs " + (dir / "out").string() + " --dump-all " + (dir / "dump").string());
+                         " --out " + (dir / "out").string() + " --dump-all " + (dir / "dump").string());
   ASSERT_EQ(d.code, 0) << d.out;
   EXPECT_TRUE(fs::exists(dir / "dump/a_b.npy") && fs::exists(dir / "dump/a_b__2.npy"));
 }

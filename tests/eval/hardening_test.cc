@@ -292,7 +292,7 @@ TEST(ExternalData, QevalInferExitsTwoForWeightsOutsideTheFolder) {
   fs::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "x.npy", floats({4}, {1, 1, 1, 1}));
   const auto r = testing::run_qeval("infer --model " + model.string() + " --inputs " + (dir / "in").string() +
-                                    " --outputs " + (dir / "out").string());
+                                    " --out " + (dir / "out").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "initializer 'w'") && contains(r.out, "../secret.bin")) << r.out;
   EXPECT_FALSE(fs::exists(dir / "out" / "y.npy"));
@@ -360,7 +360,7 @@ TEST(TensorSizes, InferShapeOptionsThatOverflowExitTwo) {
   datasets::write_npy(dir / "in" / "x.npy", floats({4}, {1, 2, 3, 4}));
   const auto r =
       testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                         " --outputs " + (dir / "out").string() + " --shape x=4294967296,4294967296,4294967296");
+                         " --out " + (dir / "out").string() + " --shape x=4294967296,4294967296,4294967296");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "more elements than fit in 64 bits")) << r.out;
 }
@@ -467,7 +467,7 @@ TEST(OutOfMemory, AnExpandOfARuntimeInputTooLargeForTheMachineExitsTwo) {
   fs::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "x.npy", floats({1}, {1}));
   const auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " +
-                                    (dir / "in").string() + " --outputs " + (dir / "out").string());
+                                    (dir / "in").string() + " --out " + (dir / "out").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "node 'expand' (Expand)") && contains(r.out, "[1048576, 33554432]") &&
               contains(r.out, "140737488355328 bytes"))
@@ -522,7 +522,7 @@ TEST(OutOfMemory, AFailedAllocationWhileRunningNamesTheNode) {
   fs::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "x.npy", floats({1}, {1}));
   const std::string args = "infer --threads 1 --model " + (dir / "m.onnx").string() + " --inputs " +
-                           (dir / "in").string() + " --outputs " + (dir / "out").string();
+                           (dir / "in").string() + " --out " + (dir / "out").string();
   FILE* p = popen(("ulimit -v 1048576 && exec " + std::string(QEVAL_BINARY) + " " + args + " 2>&1").c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

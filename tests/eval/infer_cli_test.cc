@@ -33,7 +33,7 @@ TEST(InferCli, RunsAModelOnNpyFilesAndDumpsIntermediates) {
   write_model(dir / "m.onnx");
   std::filesystem::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "in_x_0.npy", floats({2, 3}, {1, 1, 1, -2, 0, -1}));
-  auto r = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() + " --outputs " +
+  auto r = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() + " --out " +
                  (dir / "out").string() + " --dump-all " + (dir / "dump").string());
   ASSERT_EQ(r.code, 0) << r.out;
   Tensor y = datasets::read_npy(dir / "out" / "out_y.npy");
@@ -56,8 +56,8 @@ TEST(InferCli, RepeatTimesTheRunsAndAGpuThatIsNotThereIsExitTwo) {
   write_model(dir / "m.onnx");
   std::filesystem::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "in_x_0.npy", floats({2, 3}, {1, 1, 1, -2, 0, -1}));
-  const std::string io =
-      " --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() + " --outputs " + (dir / "out").string();
+  const std::string io = " --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() + " --out " +
+                         (dir / "out").string();
   auto timed = qeval("infer --device cpu --repeat 3" + io);
   ASSERT_EQ(timed.code, 0) << timed.out;
   EXPECT_NE(timed.out.find("(fp32 precision, cpu)"), std::string::npos) << timed.out;
@@ -86,7 +86,7 @@ TEST(InferCli, ProfileStepsPrintsTheTimeByOpType) {
   datasets::write_npy(dir / "in" / "in_x_0.npy", floats({2, 3}, {1, 1, 1, -2, 0, -1}));
   ::setenv("QEVAL_PROFILE_STEPS", "1", 1);
   auto r = qeval("infer --repeat 2 --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                 " --outputs " + (dir / "out").string());
+                 " --out " + (dir / "out").string());
   ::unsetenv("QEVAL_PROFILE_STEPS");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("QEVAL_PROFILE_STEPS"), std::string::npos) << r.out;
@@ -99,29 +99,29 @@ TEST(InferCli, BadInputsExitTwoWithTheReason) {
   write_model(dir / "m.onnx");
   std::filesystem::create_directories(dir / "empty");
   auto missing = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "empty").string() +
-                       " --outputs " + (dir / "out").string());
+                       " --out " + (dir / "out").string());
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.out.find("missing input file for model input 'in/x:0'"), std::string::npos) << missing.out;
 
   std::filesystem::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "in_x_0.npy", Tensor(DType::kInt64, {2, 3}));
-  auto dtype = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                     " --outputs " + (dir / "out").string());
+  auto dtype = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() + " --out " +
+                     (dir / "out").string());
   EXPECT_EQ(dtype.code, 2);
   EXPECT_NE(dtype.out.find("must be float32, got int64"), std::string::npos) << dtype.out;
 
   datasets::write_npy(dir / "in" / "in_x_0.npy", floats({6}, std::vector<float>(6, 1.0f)));
-  auto shape = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                     " --outputs " + (dir / "out").string());
+  auto shape = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() + " --out " +
+                     (dir / "out").string());
   EXPECT_EQ(shape.code, 2);
   EXPECT_NE(shape.out.find("has shape [6], the model expects [d0, 3]"), std::string::npos) << shape.out;
   auto reshaped = qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                        " --outputs " + (dir / "out").string() + " --shape in/x:0=2,3");
+                        " --out " + (dir / "out").string() + " --shape in/x:0=2,3");
   EXPECT_EQ(reshaped.code, 0) << reshaped.out;
 
   testing::write_bytes(dir / "bad.onnx", {'n', 'o', 'p', 'e'});
-  auto bad = qeval("infer --model " + (dir / "bad.onnx").string() + " --inputs " + (dir / "in").string() +
-                   " --outputs " + (dir / "out").string());
+  auto bad = qeval("infer --model " + (dir / "bad.onnx").string() + " --inputs " + (dir / "in").string() + " --out " +
+                   (dir / "out").string());
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("not an ONNX model"), std::string::npos) << bad.out;
 }
@@ -129,7 +129,7 @@ TEST(InferCli, BadInputsExitTwoWithTheReason) {
 TEST(InferCli, InspectDescribesTheModel) {
   testing::ScratchDir dir("inspect");
   write_model(dir / "m.onnx");
-  auto r = qeval("inspect " + (dir / "m.onnx").string());
+  auto r = qeval("inspect --model " + (dir / "m.onnx").string());
   EXPECT_EQ(r.code, 0) << r.out;
   for (const char* want : {"opsets: ai.onnx=17", "in/x:0 float32 [d0, 3]", "Add", "Relu",
                            "parameters: 3 in 1 initializers", "unsupported ops: none"})
@@ -138,7 +138,7 @@ TEST(InferCli, InspectDescribesTheModel) {
   b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT);
   b.node("NotAnOp", {"x"}, {"y"}, "n");
   testing::write_bytes(dir / "u.onnx", b.bytes());
-  auto u = qeval("inspect " + (dir / "u.onnx").string());
+  auto u = qeval("inspect --model " + (dir / "u.onnx").string());
   EXPECT_EQ(u.code, 1);
   EXPECT_NE(u.out.find("NotAnOp (ai.onnx opset 17) is not supported"), std::string::npos) << u.out;
 }

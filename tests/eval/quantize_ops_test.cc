@@ -306,7 +306,7 @@ TEST(QuantizeLinearCli, ZeroScaleExitsTwoNamingNodeAndTensor) {
   std::filesystem::create_directories(dir / "in");
   datasets::write_npy(dir / "in" / "x.npy", floats({2}, {1, 2}));
   auto r = testing::run_qeval("infer --model " + (dir / "m.onnx").string() + " --inputs " + (dir / "in").string() +
-                              " --outputs " + (dir / "out").string());
+                              " --out " + (dir / "out").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("conv1_input_q"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("'act_scale' is 0"), std::string::npos) << r.out;

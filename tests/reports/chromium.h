@@ -188,4 +188,36 @@ inline void expect_readable_at(const Layout& L, int width, const std::vector<std
   EXPECT_EQ(L.verdict_color, passed ? "rgb(31, 122, 63)" : "rgb(179, 38, 30)");
 }
 
+// The difference heatmaps' amplified view (reports/html.h difference_scale_legend): copies `page`
+// to out_dir/toggle.html with a script that presses the toggle, checks that every difference image,
+// caption and the legend switched to x8 (and the button says how to go back), presses it again and
+// checks the fixed scale is back. Returns "x1,x8,back,images", e.g. "true,true,true,12".
+inline std::string check_gain_toggle(const std::string& chromium, const std::filesystem::path& profile,
+                                     const std::filesystem::path& page, const std::filesystem::path& out_dir) {
+  std::ifstream in(page);
+  std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string probe = R"(<script>
+(function(){const b=document.querySelector('.gain-toggle'),imgs=[...document.querySelectorAll('img[data-x8]')];
+ const shown=k=>imgs.length>0&&imgs.every(i=>i.getAttribute('src')===i.dataset[k]);
+ const caps=[...document.querySelectorAll('figcaption.diff-cap')];
+ const x1=!!b&&shown('x1');if(b)b.click();
+ const x8=!!b&&shown('x8')&&caps.length>0&&caps.every(c=>c.textContent.includes('x8'))
+   &&!document.querySelector('.gain-x8').hidden&&document.querySelector('.gain-x1').hidden&&b.textContent.includes('x1');
+ if(b)b.click();const back=!!b&&shown('x1');
+ document.body.setAttribute('data-gain-check',[x1,x8,back,imgs.length].join(','));})();
+</script></body>)";
+  const std::size_t at = html.rfind("</body>");
+  if (at == std::string::npos) return "no </body>";
+  html.replace(at, 7, probe);
+  std::filesystem::create_directories(out_dir);
+  std::ofstream(out_dir / "toggle.html") << html;
+  const DomDump dom =
+      dump_dom(chromium, profile, "file://" + std::filesystem::absolute(out_dir / "toggle.html").string(), out_dir);
+  EXPECT_EQ(dom.console, "");
+  const std::string key = "data-gain-check=\"";
+  const std::size_t k = dom.dom.find(key);
+  if (k == std::string::npos) return "probe did not run (rc " + std::to_string(dom.rc) + ")";
+  return dom.dom.substr(k + key.size(), dom.dom.find('"', k + key.size()) - k - key.size());
+}
+
 }  // namespace qeval::testing

@@ -1,5 +1,6 @@
 // compare-images' report.html in headless Chromium on the shipped sample pairs: readable at 1400 px
-// (no horizontal scrolling), every section, no console message, the banner in the gate's colour.
+// (no horizontal scrolling), every section, no console message, the banner in the gate's colour,
+// heatmaps on the fixed scale with a working x8 toggle.
 // The page, its DOM and screenshots stay in build/test-output/compare_images_html/.
 #include <gtest/gtest.h>
 
@@ -21,6 +22,11 @@ TEST(CompareImagesHtml, SamplePairsAreReadableAt1400PxInHeadlessChromium) {
   testing::ScratchDir profile("chromium-profile-compare-images");
   const testing::Layout layout = testing::measure_layout(chromium, profile.path(), out / "report.html", out, 1400);
   testing::expect_readable_at(layout, 1400, {"gate", "summary", "worst", "pairs", "config"}, true);
+  // The worst pairs' heatmaps: one labelled fixed scale, and the x8 view behind the toggle (4 pairs).
+  EXPECT_NE(testing::read_text(out / "report.html").find("aria-label=\"colour scale 0 to 32 of 255\""),
+            std::string::npos);
+  EXPECT_EQ(testing::check_gain_toggle(chromium, profile.path(), out / "report.html", out / "toggle"),
+            "true,true,true,4");
 }
 
 }  // namespace

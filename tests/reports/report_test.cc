@@ -43,7 +43,7 @@ CompareImagesReport sample_report() {
                    {"psnr_db min >= 30", "psnr_db", "min", ">=", 30, std::numeric_limits<double>::infinity(), true,
                     "all identical", ""},
                    {"pairs that could not be compared <= 0", "errors", "count", "<=", 0, 1, false, "1 pair", ""}};
-  r.worst = {{"a<b>.png", "SSIM 0.95", {1, 2, 3}, {4, 5}, {6}, "legend"}};
+  r.worst = {{"a<b>.png", "SSIM 0.95", {1, 2, 3}, {4, 5}, {6}, "legend", {7}, "legend x8"}};
   return r;
 }
 

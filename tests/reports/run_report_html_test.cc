@@ -127,6 +127,28 @@ TEST(RunReportHtml, RendersInHeadlessChromiumWithoutErrors) {
   expect_readable_at(layout, 1400, std::vector<std::string>(std::begin(kSections), std::end(kSections)), false);
 }
 
+// The amplified view: one button swaps every difference image to its x8 form, the captions and
+// the legend say so; pressed again, the fixed scale returns.
+TEST(RunReportHtml, AmplifiedViewToggleSwapsEveryDifferenceImage) {
+  const std::string chromium = find_chromium();
+  ASSERT_FALSE(chromium.empty()) << "headless Chromium is needed for this test (scripts/setup.sh)";
+  const std::filesystem::path out = testing::test_output_dir("run_report_html_x8");
+  RunReport r = testing::synthetic_run_report();
+  std::size_t amplified = 0;
+  for (auto& s : r.samples)
+    for (auto& res : s.results)
+      if (!res.heatmap.empty()) {
+        res.heatmap_amplified = res.image;  // any other picture: the test checks which one shows
+        ++amplified;
+      }
+  ASSERT_GT(amplified, 0u);
+  write_run_report(r, out);
+  ASSERT_NE(read_text(out / "report.html").find("amplified view: x8"), std::string::npos);
+  testing::ScratchDir profile("chromium-profile-x8");
+  EXPECT_EQ(testing::check_gain_toggle(chromium, profile.path(), out / "report.html", out),
+            "true,true,true," + std::to_string(amplified));
+}
+
 // A single-model run judged per output (many metric columns) and a run whose gate passed: readable
 // at 1400 px too, with a green banner.
 TEST(RunReportHtml, SingleModelWithManyMetricsIsReadableAt1400Px) {

@@ -128,7 +128,7 @@ TEST(QuantCli, CalibratesATxt2ImgPipelinesUnetPerStep) {
   testing::ScratchDir dir("calibrate-pipeline");
   const auto r = testing::run_qeval("calibrate --pipeline " + (testing::source_dir() / "models/tiny-sd").string() +
                                     " --recipe " + (testing::source_dir() / "recipes/fp8-level3.json").string() +
-                                    " --limit 1 --steps 2 --no-cache --out " + (dir / "out").string());
+                                    " --count 1 --steps 2 --no-cache --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("max over 1 prompts x 2 steps (2 model runs, 2 steps)"), std::string::npos) << r.out;
   const auto scales = testing::read_json(dir / "out/scales.json");

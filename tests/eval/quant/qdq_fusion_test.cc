@@ -275,13 +275,13 @@ TEST(QdqFusion, HandBuiltQdqModelsAgreeWithOnnxRuntimeWithinOneStep) {
 
 TEST(QdqFusion, InspectAndInferSayWhatRunsOnInt8Kernels) {
   const auto model = testing::data_dir() / "qdq" / "qdq_conv_matmul_s8" / "model.onnx";
-  auto inspect = testing::run_qeval("inspect " + model.string());
+  auto inspect = testing::run_qeval("inspect --model " + model.string());
   EXPECT_EQ(inspect.code, 0) << inspect.out;
   EXPECT_NE(inspect.out.find("integer execution (Q/DQ fusion): 2 nodes"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("conv1 (Conv), replaces x_dq, w1_dq"), std::string::npos) << inspect.out;
   testing::ScratchDir dir("qdq-infer");
   const std::string args = "infer --model " + model.string() + " --inputs " +
-                           (model.parent_path() / "inputs").string() + " --outputs " + (dir / "out").string();
+                           (model.parent_path() / "inputs").string() + " --out " + (dir / "out").string();
   auto fused = testing::run_qeval(args);
   EXPECT_EQ(fused.code, 0) << fused.out;
   EXPECT_NE(fused.out.find("int8 kernels (Q/DQ fusion) for 2 nodes: conv1, fc"), std::string::npos) << fused.out;

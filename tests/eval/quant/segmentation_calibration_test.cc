@@ -117,7 +117,7 @@ TEST(SegmentationCalibration, RecipeSelectingNothingInOneModelLeavesItFp32) {
 TEST(QuantCli, CalibratesASegmentationPipelinesEncoderAndDecoder) {
   testing::ScratchDir dir("calibrate-sam");
   const std::string common = "calibrate --pipeline " + tiny_sam().string() + " --recipe " +
-                             (testing::source_dir() / "recipes/fp8-level4.json").string() + " --limit 4 --cache " +
+                             (testing::source_dir() / "recipes/fp8-level4.json").string() + " --count 4 --cache " +
                              (dir / "cache").string();
   auto r = testing::run_qeval(common + " --out " + (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
@@ -143,7 +143,7 @@ TEST(QuantCli, CalibratesASegmentationPipelinesEncoderAndDecoder) {
   // Level 1 (Conv only): the decoder has no Conv and is left FP32, said so, nothing written for it.
   r = testing::run_qeval("calibrate --pipeline " + tiny_sam().string() + " --recipe " +
                          (testing::source_dir() / "recipes/int8-level1.json").string() +
-                         " --limit 2 --no-cache --out " + (dir / "l1").string());
+                         " --count 2 --no-cache --out " + (dir / "l1").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("mask_decoder: the recipe selects no node of it; left FP32, nothing written"), std::string::npos)
       << r.out;

@@ -5,8 +5,11 @@
 #include <algorithm>
 
 #include "datasets/image_io.h"
+#include "eval/run/compare_images.h"
 #include "eval/run/outputs.h"
+#include "reports/compare_report.h"
 #include "reports/heatmap.h"
+#include "test_util.h"
 
 namespace qeval::eval {
 namespace {
@@ -45,6 +48,59 @@ TEST(RunOutputs, DifferenceHeatmapsShareOneFixedScale) {
       << near.heatmap_legend;
   EXPECT_NE(far.heatmap_legend.find("largest 75 of 255 (fixed scale: bright >= 32)"), std::string::npos)
       << far.heatmap_legend;
+}
+
+// The amplified view: the same differences at gain 8, so FP16's 1/255 lights up (8/32 of the ramp)
+// where the fixed scale keeps it dark; written beside the fixed-scale heatmap.
+TEST(RunOutputs, AmplifiedHeatmapSaysItsGainAndShowsSmallDifferences) {
+  const datasets::Rgb8 ref = flat(100);
+  VariantOutcome near;
+  testing::ScratchDir dir("outputs-x8");
+  image_outcome(ref, flat(101), false, dir.path(), "u", "fp16", near);
+  ASSERT_FALSE(near.heatmap_x8_png.empty());
+  EXPECT_GT(brightest(near.heatmap_x8_png), brightest(near.heatmap_png) + 60);
+  std::uint8_t eighth[3];
+  reports::ramp_color(1.0f / 4.0f, eighth);  // 1 level at bright >= 4
+  EXPECT_EQ(brightest(near.heatmap_x8_png), eighth[0] + eighth[1] + eighth[2]);
+  EXPECT_EQ(near.heatmap_x8_path, "images/u/fp16_diff_x8.png");
+  EXPECT_TRUE(std::filesystem::exists(dir / near.heatmap_x8_path));
+  EXPECT_EQ(amplified_legend(1), "largest 1 of 255 (x8: bright >= 4)");
+}
+
+// compare-images draws its heatmaps on the run report's fixed scale (it scaled each pair to its
+// own 99.9th percentile): a 1-level pair stays dark, a 75-level pair is bright; 16-bit pairs are
+// measured in 8-bit levels of the peak.
+TEST(RunOutputs, CompareImagesHeatmapsUseTheSameFixedScale) {
+  testing::ScratchDir dir("compare-images-fixed-scale");
+  datasets::Rgb8 base = flat(100);
+  testing::write_bytes(dir / "ref/near.png", datasets::encode_png(base));
+  testing::write_bytes(dir / "test/near.png", datasets::encode_png(flat(101)));
+  testing::write_bytes(dir / "ref/far.png", datasets::encode_png(base));
+  testing::write_bytes(dir / "test/far.png", datasets::encode_png(flat(175)));
+  CompareImagesOptions options;
+  options.ref_dir = dir / "ref";
+  options.test_dir = dir / "test";
+  const auto r = run_compare_images(options, Gate{}, false);
+  ASSERT_EQ(r.worst.size(), 2u);
+  for (const auto& strip : r.worst) {
+    const bool is_near = strip.name == "near.png";
+    EXPECT_EQ(strip.heatmap_legend, is_near ? "largest 1 of 255 (fixed scale: bright >= 32)"
+                                            : "largest 75 of 255 (fixed scale: bright >= 32)");
+    EXPECT_EQ(strip.heatmap_x8_legend,
+              is_near ? "largest 1 of 255 (x8: bright >= 4)" : "largest 75 of 255 (x8: bright >= 4)");
+    if (is_near) EXPECT_LT(brightest(strip.heatmap_png), 60);  // was full brightness (its own p99.9)
+    else {
+      std::uint8_t top[3];
+      reports::ramp_color(1.0f, top);
+      EXPECT_EQ(brightest(strip.heatmap_png), top[0] + top[1] + top[2]);
+    }
+    EXPECT_FALSE(strip.heatmap_x8_png.empty());
+  }
+  // The HTML: one labelled legend and the toggle, no per-pair scale.
+  const std::string html = reports::render_html(r);
+  EXPECT_NE(html.find("class=\"gain-toggle\""), std::string::npos);
+  EXPECT_NE(html.find("aria-label=\"colour scale 0 to 32 of 255\""), std::string::npos);
+  EXPECT_EQ(html.find("p99.9"), std::string::npos);
 }
 
 }  // namespace

@@ -47,13 +47,16 @@ std::uint64_t max_tensor_bytes();
 // twice the request; among equal capacities the most recently given (still in cache). Oldest-first
 // made the teacher-forced UNet calls after each observed step ~30% slower than in an unobserved
 // run (the observed step leaves many same-size buffers behind; the oldest is cold).
-// Host memory is bounded by the most the pool ever had lent at once: when no free buffer fits and
-// a new one would make the pool hold more, the free buffers given back longest ago are freed first.
-// Keeping every buffer that fitted no request held ~0.3 GB more than the live values at the peak
-// of a 1024x1024 model's lockstep run (bench/README.md); repeated runs of a plan still find every
-// buffer in the pool after the first (tests/eval/buffer_pool_test.cc).
+// A bounded pool (make_bounded_pool, eval/exec/pool.h) keeps host memory within the most it ever
+// had lent at once: when no free buffer fits and a new one would make the pool hold more, the free
+// buffers given back longest ago are freed first. Keeping every buffer that fitted no request held
+// ~0.3 GB more than the live values at the peak of a 1024x1024 model's lockstep run (bench/README.md).
+// Not the default: repeated runs of one plan then take other buffers each run (best fit up to twice
+// the request) and free and fault in some every run (unet_block at 1 thread: +11% CPU time).
 class BufferPool {
  public:
+  explicit BufferPool(bool bounded = false) : bounded_(bounded) {}
+
   // A buffer of `dtype` and `shape` in host memory, or in `device`'s memory when given (a device
   // backend's values). A pool serves one device besides the host.
   Tensor take(DType dtype, const Shape& shape, const std::shared_ptr<DeviceMemory>& device = nullptr) {
@@ -68,7 +71,7 @@ class BufferPool {
       note_lent();
       return t;
     }
-    if (!device) make_room(need);
+    if (!device && bounded_) make_room(need);
     Tensor t(dtype, shape, device);
     allocated_ += t.capacity();
     if (!device) held_ += t.capacity();
@@ -133,6 +136,7 @@ class BufferPool {
   std::size_t allocated_ = 0;
   std::size_t held_ = 0, free_bytes_ = 0, peak_lent_ = 0;  // host buffers only
   std::uint64_t given_ = 0;
+  bool bounded_ = false;
 };
 
 struct Session::Plan {

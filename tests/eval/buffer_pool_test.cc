@@ -1,11 +1,12 @@
-// The executor's buffer pool: buffers reused across runs, and host memory bounded by the most its
-// executions ever had lent at once (buffers that fit no request are freed, oldest first, before the
-// pool grows past that).
+// The executor's buffer pool: buffers reused across runs; a bounded pool (the evaluator's
+// single-model workers') keeps host memory within the most its executions ever had lent at once
+// (buffers that fit no request are freed, oldest first, before the pool grows past that).
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "eval/exec/plan.h"
+#include "eval/exec/pool.h"
 #include "eval/exec/session.h"
 #include "onnx_builder.h"
 
@@ -17,7 +18,7 @@ using testing::OnnxBuilder;
 constexpr std::size_t kMiB = 1024 * 1024;
 
 TEST(BufferPool, BuffersThatFitNoRequestAreFreedBeforeThePoolGrowsPastItsPeak) {
-  BufferPool pool;
+  BufferPool pool(true);
   Tensor a = pool.take(DType::kFloat32, {256, 1024}), b = pool.take(DType::kFloat32, {256, 1024});
   EXPECT_EQ(pool.allocated_bytes(), 2 * kMiB);
   EXPECT_EQ(pool.peak_lent_bytes(), 2 * kMiB);
@@ -40,7 +41,7 @@ TEST(BufferPool, BuffersThatFitNoRequestAreFreedBeforeThePoolGrowsPastItsPeak) {
 }
 
 TEST(BufferPool, OldestFreeBuffersGoFirst) {
-  BufferPool pool;
+  BufferPool pool(true);
   Tensor a = pool.take(DType::kFloat32, {1024, 1024}), b = pool.take(DType::kFloat32, {256, 1024});
   const void* newer = b.raw();
   pool.give(std::move(a));  // given first: the oldest
@@ -72,7 +73,7 @@ TEST(BufferPool, RepeatedRunsReuseEveryBufferWithinThePeak) {
   b.node("Add", {prev, "x"}, {"y"}, "skip");
   const Graph g = b.graph();
   SessionOptions options;
-  options.pool = Session::make_pool();
+  options.pool = make_bounded_pool();
   Session s(g, options);
   const std::map<std::string, Tensor> inputs = {{"x", Tensor(DType::kFloat32, {1, 4, 64, 64})}};
   const std::size_t output = 4 * 64 * 64 * sizeof(float);
@@ -84,6 +85,16 @@ TEST(BufferPool, RepeatedRunsReuseEveryBufferWithinThePeak) {
     EXPECT_EQ(options.pool->peak_lent_bytes(), peak) << run;  // handed-over outputs do not count
   }
   EXPECT_LE(options.pool->allocated_bytes() - 3 * output, peak);
+}
+
+TEST(BufferPool, AnUnboundedPoolKeepsEveryBuffer) {
+  BufferPool pool;  // Session::make_pool's
+  Tensor a = pool.take(DType::kFloat32, {256, 1024}), b = pool.take(DType::kFloat32, {256, 1024});
+  pool.give(std::move(a));
+  pool.give(std::move(b));
+  Tensor c = pool.take(DType::kFloat32, {768, 1024});
+  EXPECT_EQ(pool.allocated_bytes(), 5 * kMiB);
+  EXPECT_EQ(pool.free_bytes(), 2 * kMiB);
 }
 
 }  // namespace

@@ -286,18 +286,13 @@ void check_packed(const ConvParams& p, const PackedConvWeights& packed, std::int
 
 // im2col + GEMM: weights packed once per group (or prepacked); tasks over (image, group, row chunk,
 // column tile) each im2col their own B blocks into a private buffer and run all their k blocks.
-void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* w, const float* bias, float* y,
-               const PackedConvWeights* packed, ConvScratch& scratch) {
+// The im2col GEMM of every image and group over the output positions of geometry g (a band of
+// output rows of the whole conv when g.out[1] is the band's), read from `padded` (the band's padded
+// input rows); y holds the band's first position, its rows ldc apart.
+void conv_gemm_columns(const ConvParams& p, const Geom& g, const PaddedInput& padded,
+                       const std::vector<PackedA>& weights, const float* bias, float* y, std::int64_t ldc) {
   const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
   const std::int64_t kdim = cin_g * g.k_size(), ncols = g.out_size();
-  PackedConvWeights own;
-  if (!packed) {
-    own = pack_conv_weights(p, w);
-    packed = &own;
-  }
-  check_packed(p, *packed, cout_g, kdim);
-  const std::vector<PackedA>& weights = packed->groups;
-  const PaddedInput padded = pad_input(g, p, x, scratch);
 
   // Column tiles of up to 256 keep a task's B block (KC x 256 floats) and C tile in L2; narrower
   // tiles and row chunks only when there would be too few tasks for the cores. The split never
@@ -321,23 +316,87 @@ void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* 
           const std::int64_t m0 = (rest / col_tiles) * mt, mc = std::min(mt, cout_g - m0);
           const std::int64_t c0 = (rest % col_tiles) * nt, nc = std::min(nt, ncols - c0);
           const float* xg = padded.data + (n * p.in_channels + grp * cin_g) * padded.plane();
-          float* yt = y + (n * p.out_channels + grp * cout_g + m0) * ncols + c0;
+          float* yt = y + (n * p.out_channels + grp * cout_g + m0) * ldc + c0;
           for (std::int64_t k0 = 0; k0 < kdim; k0 += KC) {
             const std::int64_t kc = std::min<std::int64_t>(KC, kdim - k0);
             im2col_block(g, padded, xg, k0, kc, c0, nc, b_buf);
             for (std::int64_t i = 0; i < mc; i += MC)
               gemm_packed_block(std::min<std::int64_t>(MC, mc - i), nc, kc, weights[std::size_t(grp)].block(m0 + i, k0),
-                                b_buf, 1.0f, k0 == 0 ? 0.0f : 1.0f, yt + i * ncols, ncols);
+                                b_buf, 1.0f, k0 == 0 ? 0.0f : 1.0f, yt + i * ldc, ldc);
           }
           if (bias)
             for (std::int64_t i = 0; i < mc; ++i) {
               const float b = bias[grp * cout_g + m0 + i];
-              float* yr = yt + i * ncols;
+              float* yr = yt + i * ldc;
               for (std::int64_t j = 0; j < nc; ++j) yr[j] += b;
             }
         }
       },
       tbb::simple_partitioner());
+}
+
+// The padded input rows [r0, r0 + rows) of every plane of a 2-D (or 1-D) conv's input (zeros outside
+// the input), into storage: a band of what pad_input makes.
+PaddedInput pad_band(const Geom& g, const ConvParams& p, const float* x, std::int64_t row_len, std::int64_t r0,
+                     std::int64_t rows, ConvScratch& storage) {
+  PaddedInput in;
+  in.dims[1] = rows;
+  in.dims[2] = row_len;
+  const std::int64_t planes = p.batch * p.in_channels, plane = in.plane();
+  float* dst = storage.get(std::size_t(planes * plane));
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, planes), [&](const auto& range) {
+    for (std::int64_t c = range.begin(); c < range.end(); ++c) {
+      float* d = dst + c * plane;
+      const float* src = x + c * g.in_size();
+      std::fill(d, d + plane, 0.0f);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t h = r0 + r - g.pb[1];
+        if (h < 0 || h >= g.in[1]) continue;
+        std::memcpy(d + r * row_len + g.pb[2], src + h * g.in[2], sizeof(float) * std::size_t(g.in[2]));
+      }
+    }
+  });
+  in.data = dst;
+  return in;
+}
+
+void conv_gemm(const ConvParams& p, const Geom& g, const float* x, const float* w, const float* bias, float* y,
+               const PackedConvWeights* packed, ConvScratch& scratch) {
+  const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
+  const std::int64_t kdim = cin_g * g.k_size(), ncols = g.out_size();
+  PackedConvWeights own;
+  if (!packed) {
+    own = pack_conv_weights(p, w);
+    packed = &own;
+  }
+  check_packed(p, *packed, cout_g, kdim);
+  const std::vector<PackedA>& weights = packed->groups;
+
+  // A padded 2-D input past kConvPaddedBandBytes is padded a band of output rows at a time, each
+  // band's GEMM run before the next is padded: the lent buffer stays bounded (ISNet's first 3x3
+  // convs at 1024x1024 padded 135 MB whole). Every output sums the same products in the same order.
+  const std::size_t r = p.in_spatial.size(), lead = 3 - r;
+  const std::int64_t pe_h = r >= 2 ? p.pads_end[1 - lead] : 0, pe_w = p.pads_end[r - 1];
+  const std::int64_t row_len = g.in[2] + g.pb[2] + pe_w, padded_rows = g.in[1] + g.pb[1] + pe_h;
+  const std::int64_t planes = p.batch * p.in_channels;
+  const bool padded_any = g.pb[1] != 0 || g.pb[2] != 0 || pe_h != 0 || pe_w != 0;
+  const std::int64_t band_rows_in =
+      kConvPaddedBandBytes / std::int64_t(sizeof(float)) / std::max<std::int64_t>(1, planes * row_len);
+  const std::int64_t reach = (g.k[1] - 1) * g.d[1] + 1;  // input rows one output row reads
+  if (padded_any && r <= 2 && planes * padded_rows * row_len * std::int64_t(sizeof(float)) > kConvPaddedBandBytes &&
+      band_rows_in >= reach && g.out[1] > 1) {
+    const std::int64_t band = std::max<std::int64_t>(1, (band_rows_in - reach) / g.s[1] + 1);
+    for (std::int64_t oh0 = 0; oh0 < g.out[1]; oh0 += band) {
+      const std::int64_t rows_out = std::min(band, g.out[1] - oh0);
+      Geom gb = g;
+      gb.out[1] = rows_out;
+      const PaddedInput in = pad_band(g, p, x, row_len, oh0 * g.s[1], (rows_out - 1) * g.s[1] + reach, scratch);
+      conv_gemm_columns(p, gb, in, weights, bias, y + oh0 * g.out[2], ncols);
+    }
+    return;
+  }
+  const PaddedInput padded = pad_input(g, p, x, scratch);
+  conv_gemm_columns(p, g, padded, weights, bias, y, ncols);
 }
 
 }  // namespace

@@ -55,6 +55,10 @@ struct PackedConvWeights {
 PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w);
 PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w);
 
+// A conv's padded input larger than this (2-D and 1-D convs) is padded and multiplied a band of
+// output rows at a time: the lent padded buffer stays about this size whatever the image.
+inline constexpr std::int64_t kConvPaddedBandBytes = std::int64_t(8) << 20;
+
 // Temporaries of conv / conv_transpose calls (the padded input, ConvTranspose's columns), reused
 // between calls so that they fault in no fresh pages. One call at a time.
 struct ConvScratch {

@@ -20,6 +20,12 @@ namespace {
 
 using Geometry3 = ConvGeometry3;
 
+// An int8 buffer for Lent (a padded input that must live across nested parallel loops).
+struct Int8Buffer {
+  std::vector<std::int8_t> values;
+  std::size_t capacity_bytes() const { return values.capacity(); }
+};
+
 Geometry3 geometry(const ConvParams& p) {
   if (p.in_spatial.size() < 1 || p.in_spatial.size() > 3 || p.kernel.size() != p.in_spatial.size() ||
       p.out_spatial.size() != p.in_spatial.size())
@@ -134,25 +140,22 @@ void im2col_row(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap,
   }
 }
 
-// The im2col matrix of one channel group ([cg * kernel, out positions]) written straight into the
-// int8 GEMM's packed B layout with its column sums, every byte of it (out was reset without
-// clearing): the group's input padded once, then per k group four im2col rows over a task's
-// columns (plain copies of runs), interleaved into the 4-byte lanes of each panel (a fixed-length
-// loop GCC vectorises). Tasks are ranges of panels.
-void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std::int8_t pad_value, PackedInt8B& out) {
-  const std::int64_t n = g.out_size(), k = cg * g.k_size();
+// Columns [j_begin, j_end) of the im2col matrix of one channel group ([cg * kernel, out
+// positions]; the group's input padded once by the caller) written straight into the int8 GEMM's
+// packed B layout with its column sums, every byte of it (out was reset to k x (j_end - j_begin)
+// without clearing): per k group four im2col rows over a task's columns (plain copies of runs),
+// interleaved into the 4-byte lanes of each panel (a fixed-length loop GCC vectorises). Tasks are
+// ranges of panels.
+void pack_im2col(const Geometry3& g, const PaddedGroup& padded, std::int64_t k, std::int64_t j_begin,
+                 std::int64_t j_end, PackedInt8B& out) {
+  const std::int64_t n = j_end - j_begin;
   const std::int64_t panels = (n + kInt8NR - 1) / kInt8NR;
   // ~16 KB of rows per task (4 rows of 4096 columns at most).
   const std::int64_t panels_per_task = std::max<std::int64_t>(1, 4096 / kInt8NR);
   const std::int64_t tasks = (panels + panels_per_task - 1) / panels_per_task;
   const bool parallel = tasks > 1 && k * n >= (std::int64_t(1) << 16);
-  // The padded input: a per-thread buffer when this thread packs alone; per call when tasks run in
-  // parallel (a waiting thread could start another conv's packing and overwrite its own buffer).
-  thread_local std::vector<std::int8_t> serial_storage;
-  std::vector<std::int8_t> parallel_storage;
-  const PaddedGroup padded = pad_group(g, xg, cg, pad_value, parallel ? parallel_storage : serial_storage);
   auto task = [&](std::int64_t p0, std::int64_t p1) {
-    const std::int64_t j0 = p0 * kInt8NR, j1 = std::min(n, p1 * kInt8NR), width = (p1 - p0) * kInt8NR;
+    const std::int64_t j0 = p0 * kInt8NR, j1 = std::min(n, p1 * kInt8NR), width = (p1 - p0) * kInt8NR;  // in the block
     thread_local std::vector<std::int8_t> rows_buffer;
     thread_local std::vector<std::int32_t> sums_buffer;
     rows_buffer.assign(std::size_t(4 * width), 0);  // columns past n stay 0
@@ -161,7 +164,7 @@ void pack_im2col(const Geometry3& g, const std::int8_t* xg, std::int64_t cg, std
                             rows_buffer.data() + 3 * width};
     std::int32_t* sums = sums_buffer.data();
     thread_local std::vector<Im2colRun> runs;
-    im2col_runs(g, padded, j0, j1, runs);
+    im2col_runs(g, padded, j_begin + j0, j_begin + j1, runs);
     Im2colTap tap{0, 0, 0, 0};  // row q's tap, advanced row by row (no divisions per row)
     for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
       for (int r = 0; r < 4; ++r) {
@@ -231,7 +234,22 @@ PackedInt8ConvWeights::PackedInt8ConvWeights(const ConvParams& p, const std::int
   for (std::int64_t gi = 0; gi < p.groups; ++gi) groups_.emplace_back(og, k, w + gi * og * k, k);
 }
 
+std::int64_t int8_conv_block_columns(std::int64_t k, std::int64_t columns) {
+  const std::int64_t bytes_per_column = (k + 3) / 4 * 4;
+  // Whole kNcCols-wide column blocks of the GEMM (256 columns), so that its tiles are the same.
+  const std::int64_t block = std::max<std::int64_t>(1, kInt8ConvBlockBytes / bytes_per_column / 256) * 256;
+  return std::min(block, columns);
+}
+
 namespace {
+
+// The epilogue for columns [j0, ...) of a larger B (column pointers advanced by j0).
+Int8Epilogue columns_from(Int8Epilogue e, std::int64_t j0) {
+  if (e.col_add) e.col_add += j0;
+  if (e.col_scale) e.col_scale += j0;
+  if (e.col_bias) e.col_bias += j0;
+  return e;
+}
 
 // int8_conv with or without the epilogue e (then y holds int32 sums until they become floats).
 void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
@@ -251,25 +269,41 @@ void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
   }
 
   // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is: B is
-  // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B.
+  // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B. Either
+  // way B holds a block of at most kInt8ConvBlockBytes of columns at a time (int32 sums are exact:
+  // the same result whatever the split), so the lent B stays small however large the image.
   const bool direct = kprod == 1 && g.pb[0] == 0 && g.pb[1] == 0 && g.pb[2] == 0 && g.s[0] == 1 && g.s[1] == 1 &&
                       g.s[2] == 1 && out_size == in_size;
+  const std::int64_t block = int8_conv_block_columns(k, out_size);
   std::optional<Lent<PackedInt8B>> lent;
   if (!scratch) scratch = lent.emplace(0, 0).get();
+  // The padded group lives across the block's GEMMs, which wait on other tasks: a lent buffer, not
+  // a thread's (a task run meanwhile could pad another group into it).
+  std::optional<Lent<Int8Buffer>> padded_storage;
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t gi = 0; gi < p.groups; ++gi) {
       const std::int8_t* xg = x + (b * p.in_channels + gi * cg) * in_size;
-      PackedInt8B* pb = scratch;
-      if (direct) {
-        pb->pack(k, out_size, xg, out_size);
-      } else {
-        pb->reset(k, out_size, false);  // pack_im2col writes every byte
-        pack_im2col(g, xg, cg, pad_value, *pb);
+      PaddedGroup padded;
+      if (!direct) {
+        if (!padded_storage) padded_storage.emplace();
+        padded = pad_group(g, xg, cg, pad_value, (*padded_storage)->values);
       }
       std::int32_t* yg = y + (b * p.out_channels + gi * og) * out_size;
-      if (e) int8_gemm(w.group(gi), *pb, reinterpret_cast<float*>(yg), out_size, e->rows_from(gi * og), path);
-      else int8_gemm(w.group(gi), *pb, yg, out_size, path);
-      if (window_sums) std::copy_n(pb->col_sums(), out_size, window_sums + (b * p.groups + gi) * out_size);
+      for (std::int64_t j0 = 0; j0 < out_size; j0 += block) {
+        const std::int64_t j1 = std::min(out_size, j0 + block);
+        PackedInt8B* pb = scratch;
+        if (direct) {
+          pb->pack(k, j1 - j0, xg + j0, out_size);
+        } else {
+          pb->reset(k, j1 - j0, false);  // pack_im2col writes every byte
+          pack_im2col(g, padded, k, j0, j1, *pb);
+        }
+        if (e)
+          int8_gemm(w.group(gi), *pb, reinterpret_cast<float*>(yg + j0), out_size,
+                    columns_from(e->rows_from(gi * og), j0), path);
+        else int8_gemm(w.group(gi), *pb, yg + j0, out_size, path);
+        if (window_sums) std::copy_n(pb->col_sums(), j1 - j0, window_sums + (b * p.groups + gi) * out_size + j0);
+      }
     }
 }
 

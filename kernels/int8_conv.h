@@ -32,11 +32,20 @@ class PackedInt8ConvWeights {
   bool depthwise_ = false;
 };
 
+// im2col (and the packed x of a 1x1 conv) is built a block of output positions at a time, each
+// block's GEMM run before the next is packed: the lent B matrix holds at most about this many
+// bytes (plus its column sums) whatever the image size. A 1024x1024 model's largest im2col was
+// 302 MB whole.
+inline constexpr std::int64_t kInt8ConvBlockBytes = std::int64_t(4) << 20;
+// The columns (output positions) of one block for a K of k, out of `columns`: whole multiples of 256
+// (the GEMM's column block), at least 256.
+std::int64_t int8_conv_block_columns(std::int64_t k, std::int64_t columns);
+
 // y[b, oc, out...] = sum over the receptive field of x * w, exactly in int32. Positions in the
 // padding read `pad_value` (a quantized tensor's zero point, so that padding means real 0).
 // window_sums, when not null, receives [batch, groups, out positions]: the sum of the x values
 // (padding included) each output position reads, for weight zero-point corrections.
-// scratch, when not null, holds the im2col matrix or packed x (reused across calls; one caller at a
+// scratch, when not null, holds a block of the im2col matrix or packed x (reused across calls; one caller at a
 // time); null: one lent by this thread (kernels/scratch.h).
 void int8_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const PackedInt8ConvWeights& w,
                std::int32_t* y, std::int32_t* window_sums = nullptr, Int8GemmPath path = int8_gemm_best_path(),

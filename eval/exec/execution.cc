@@ -279,6 +279,7 @@ class Session::Execution::State final : public ValueLender {
       const bool runtime = !p.constants[std::size_t(id)] && !aliased_[std::size_t(id)];
       const bool unique = std::count(p.output_ids.begin(), p.output_ids.end(), id) == 1;
       if (m.declared == m.dtype && runtime && unique && !slots_[std::size_t(id)].on_device()) {
+        s_.pool_->hand_over(slots_[std::size_t(id)]);
         result[s_.graph_.outputs[i].name] = std::move(slots_[std::size_t(id)]);  // handed over, no copy
         continue;
       }

@@ -3,6 +3,8 @@
 // that planning and execution share (storage.cc).
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,38 +47,96 @@ std::uint64_t max_tensor_bytes();
 // twice the request; among equal capacities the most recently given (still in cache). Oldest-first
 // made the teacher-forced UNet calls after each observed step ~30% slower than in an unobserved
 // run (the observed step leaves many same-size buffers behind; the oldest is cold).
+// A bounded pool (make_bounded_pool, eval/exec/pool.h) keeps host memory within the most it ever
+// had lent at once: when no free buffer fits and a new one would make the pool hold more, the free
+// buffers given back longest ago are freed first. Keeping every buffer that fitted no request held
+// ~0.3 GB more than the live values at the peak of a 1024x1024 model's lockstep run (bench/README.md).
+// Not the default: repeated runs of one plan then take other buffers each run (best fit up to twice
+// the request) and free and fault in some every run (unet_block at 1 thread: +11% CPU time).
 class BufferPool {
  public:
+  explicit BufferPool(bool bounded = false) : bounded_(bounded) {}
+
   // A buffer of `dtype` and `shape` in host memory, or in `device`'s memory when given (a device
   // backend's values). A pool serves one device besides the host.
   Tensor take(DType dtype, const Shape& shape, const std::shared_ptr<DeviceMemory>& device = nullptr) {
     const std::size_t need = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
     auto& free = device ? device_free_ : free_;
     auto it = free.lower_bound(need);
-    if (it != free.end() && it->first <= 2 * need + 4096 && it->second.device() == device) {
-      Tensor t = std::move(it->second);
+    if (it != free.end() && it->first <= 2 * need + 4096 && it->second.tensor.device() == device) {
+      Tensor t = std::move(it->second.tensor);
+      if (!device) free_bytes_ -= it->first;
       free.erase(it);
       t.reuse_as(dtype, shape);
+      note_lent();
       return t;
     }
+    if (!device && bounded_) make_room(need);
     Tensor t(dtype, shape, device);
     allocated_ += t.capacity();
+    if (!device) held_ += t.capacity();
+    note_lent();
     return t;
   }
+  // Bytes of the buffers the pool made and did not free (lent to executions, taken over by
+  // observers, or free in it).
   std::size_t allocated_bytes() const { return allocated_; }
+  // Host bytes free in the pool now.
+  std::size_t free_bytes() const { return free_bytes_; }
+  // The most host bytes lent at once so far (made and not given back nor handed over).
+  std::size_t peak_lent_bytes() const { return peak_lent_; }
   void give(Tensor&& t) {
     // Inserted before its equals, so that take()'s lower_bound finds it first (LIFO).
-    auto& free = t.on_device() ? device_free_ : free_;
-    if (t.capacity() > 0) free.emplace_hint(free.lower_bound(t.capacity()), t.capacity(), std::move(t));
+    const bool on_device = t.on_device();
+    auto& free = on_device ? device_free_ : free_;
+    const std::size_t cap = t.capacity();
+    if (cap == 0) return;
+    if (!on_device) free_bytes_ += cap;
+    free.emplace_hint(free.lower_bound(cap), cap, Free{std::move(t), ++given_});
+  }
+  // `t`, taken from this pool, leaves it for good (a run's output handed to the caller): it no
+  // longer counts as lent (allocated_bytes still counts it: the pool made it).
+  void hand_over(const Tensor& t) {
+    if (!t.on_device()) held_ -= std::min(held_, t.capacity());
   }
   void clear() {
+    for (const auto& [cap, f] : free_) forget(cap);
+    for (const auto& [cap, f] : device_free_) allocated_ -= std::min(allocated_, cap);
     free_.clear();
     device_free_.clear();
+    free_bytes_ = 0;
   }
 
  private:
-  std::multimap<std::size_t, Tensor> free_, device_free_;
+  struct Free {
+    Tensor tensor;
+    std::uint64_t given;  // order of giving back (oldest = smallest)
+  };
+  std::size_t lent() const { return held_ > free_bytes_ ? held_ - free_bytes_ : 0; }
+  void note_lent() { peak_lent_ = std::max(peak_lent_, lent()); }
+  void forget(std::size_t cap) {
+    held_ -= std::min(held_, cap);
+    allocated_ -= std::min(allocated_, cap);
+  }
+  // Frees the oldest free host buffers until `need` more bytes keep the pool within its bound.
+  void make_room(std::size_t need) {
+    need = (need + 63) / 64 * 64;  // a Tensor's capacity
+    const std::size_t bound = std::max(peak_lent_, lent() + need);
+    while (!free_.empty() && held_ + need > bound) {
+      auto oldest = free_.begin();
+      for (auto i = free_.begin(); i != free_.end(); ++i)
+        if (i->second.given < oldest->second.given) oldest = i;
+      free_bytes_ -= oldest->first;
+      forget(oldest->first);
+      free_.erase(oldest);
+    }
+  }
+
+  std::multimap<std::size_t, Free> free_, device_free_;
   std::size_t allocated_ = 0;
+  std::size_t held_ = 0, free_bytes_ = 0, peak_lent_ = 0;  // host buffers only
+  std::uint64_t given_ = 0;
+  bool bounded_ = false;
 };
 
 struct Session::Plan {

@@ -12,6 +12,7 @@
 
 #include "eval/exec/deploy_fold.h"
 #include "eval/exec/plan.h"
+#include "eval/exec/pool.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 
@@ -110,6 +111,7 @@ Session::~Session() {
 }
 
 std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
+std::shared_ptr<BufferPool> make_bounded_pool() { return std::make_shared<BufferPool>(true); }
 
 std::size_t Session::pool_allocated_bytes(const BufferPool& pool) { return pool.allocated_bytes(); }
 

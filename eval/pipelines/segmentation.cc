@@ -347,21 +347,37 @@ Tensor SegmentationPipeline::preprocess(const Tensor& planes, ImageEmbedding* em
   return x;
 }
 
+ModelCall SegmentationPipeline::encoder_call(std::string_view context) { return {kEncoderKey, context, 0, -1}; }
+ModelCall SegmentationPipeline::decoder_call(std::string_view context, int call) {
+  return {kDecoderKey, context, call, -1};
+}
+
+std::map<std::string, Tensor> SegmentationPipeline::encoder_inputs(const Graph& g, const Tensor& planes,
+                                                                   ImageEmbedding& e) const {
+  Tensor x = preprocess(planes, &e);
+  const ValueInfo* in = find_value(g.inputs, config_.encoder_input);
+  if (!in) throw InputError(g.source + ": no input '" + config_.encoder_input + "'");
+  std::map<std::string, Tensor> inputs;
+  inputs.emplace(config_.encoder_input, as_declared(std::move(x), in->dtype));
+  return inputs;
+}
+
+void SegmentationPipeline::take_embeddings(const Graph& g, std::map<std::string, Tensor>& outputs,
+                                           ImageEmbedding& e) const {
+  auto it = outputs.find(config_.encoder_output);
+  if (it == outputs.end()) throw InputError(g.source + ": no output '" + config_.encoder_output + "'");
+  e.embeddings = std::move(it->second);
+}
+
 ImageEmbedding SegmentationPipeline::encode(Session& encoder, const Tensor& planes, ModelCallObserver* observer,
                                             std::string_view context) const {
   ImageEmbedding e;
-  Tensor x = preprocess(planes, &e);
-  const ValueInfo* in = find_value(encoder.graph().inputs, config_.encoder_input);
-  if (!in) throw InputError(encoder.graph().source + ": no input '" + config_.encoder_input + "'");
-  std::map<std::string, Tensor> inputs;
-  inputs.emplace(config_.encoder_input, as_declared(std::move(x), in->dtype));
-  ModelCall call{kEncoderKey, context, 0, -1};
+  const auto inputs = encoder_inputs(encoder.graph(), planes, e);
+  const ModelCall call = encoder_call(context);
   Observer* node_observer = observer ? observer->begin(call) : nullptr;
   auto outputs = encoder.run(inputs, node_observer);
   if (observer) observer->end(call, outputs);
-  auto it = outputs.find(config_.encoder_output);
-  if (it == outputs.end()) throw InputError(encoder.graph().source + ": no output '" + config_.encoder_output + "'");
-  e.embeddings = std::move(it->second);
+  take_embeddings(encoder.graph(), outputs, e);
   return e;
 }
 
@@ -394,12 +410,10 @@ std::pair<Tensor, Tensor> SegmentationPipeline::point_inputs(const ImageEmbeddin
   return {std::move(coords), std::move(labels)};
 }
 
-SegmentationResult SegmentationPipeline::decode(Session& decoder, const ImageEmbedding& e,
-                                                std::span<const SegmentationPoint> points, ModelCallObserver* observer,
-                                                std::string_view context, int call_index) const {
+std::map<std::string, Tensor> SegmentationPipeline::decoder_inputs(const Graph& g, const ImageEmbedding& e,
+                                                                   std::span<const SegmentationPoint> points) const {
   const SegmentationConfig& c = config_;
   auto [coords, labels] = point_inputs(e, points);
-  const Graph& g = decoder.graph();
   auto declared = [&](const std::string& name) {
     const ValueInfo* v = find_value(g.inputs, name);
     if (!v) throw InputError(g.source + ": no input '" + name + "'");
@@ -411,11 +425,23 @@ SegmentationResult SegmentationPipeline::decode(Session& decoder, const ImageEmb
   inputs.emplace(c.decoder_embeddings, e.embeddings);
   inputs.emplace(c.decoder_point_coords, as_declared(std::move(coords), declared(c.decoder_point_coords)));
   inputs.emplace(c.decoder_point_labels, as_declared(std::move(labels), declared(c.decoder_point_labels)));
-  ModelCall call{kDecoderKey, context, call_index, -1};
+  return inputs;
+}
+
+SegmentationResult SegmentationPipeline::decode(Session& decoder, const ImageEmbedding& e,
+                                                std::span<const SegmentationPoint> points, ModelCallObserver* observer,
+                                                std::string_view context, int call_index) const {
+  const auto inputs = decoder_inputs(decoder.graph(), e, points);
+  const ModelCall call = decoder_call(context, call_index);
   Observer* node_observer = observer ? observer->begin(call) : nullptr;
   auto outputs = decoder.run(inputs, node_observer);
   if (observer) observer->end(call, outputs);
+  return decoder_result(decoder.graph(), e, outputs);
+}
 
+SegmentationResult SegmentationPipeline::decoder_result(const Graph& g, const ImageEmbedding& e,
+                                                        const std::map<std::string, Tensor>& outputs) const {
+  const SegmentationConfig& c = config_;
   auto output = [&](const std::string& name) {
     auto it = outputs.find(name);
     if (it == outputs.end()) throw InputError(g.source + ": no output '" + name + "'");

@@ -122,6 +122,19 @@ class SegmentationPipeline {
                             std::span<const SegmentationPoint> points, ModelCallObserver* observer = nullptr,
                             std::string_view context = {}, int call = 0) const;
 
+  // The halves of encode and decode around the session's run, for a caller that runs the model
+  // calls itself (the evaluator runs each variant's call in lockstep with the reference's):
+  // the call as the observer sees it, the inputs for the session of graph `g`, and the result from
+  // the outputs. encode/decode are exactly these with Session::run between.
+  static ModelCall encoder_call(std::string_view context);
+  static ModelCall decoder_call(std::string_view context, int call);
+  std::map<std::string, Tensor> encoder_inputs(const Graph& g, const Tensor& planes, ImageEmbedding& embedding) const;
+  void take_embeddings(const Graph& g, std::map<std::string, Tensor>& outputs, ImageEmbedding& embedding) const;
+  std::map<std::string, Tensor> decoder_inputs(const Graph& g, const ImageEmbedding& embedding,
+                                               std::span<const SegmentationPoint> points) const;
+  SegmentationResult decoder_result(const Graph& g, const ImageEmbedding& embedding,
+                                    const std::map<std::string, Tensor>& outputs) const;
+
   // The decoder's point inputs for a prompt: coords float32 [1, N, 2] in encoder-input pixels and
   // labels float32 [1, N] (the padding point appended when configured).
   std::pair<Tensor, Tensor> point_inputs(const ImageEmbedding& embedding,

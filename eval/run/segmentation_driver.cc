@@ -133,11 +133,38 @@ class SegmentationDriver : public RunDriver {
 
     const PromptInputs inputs = load_prompt_inputs(set_.prompts[u.prompts[0]], set_.source, c.channels);
     std::vector<ImageEmbedding> emb(nv);
-    for (std::size_t v : order) {
-      const auto t0 = Clock::now();
-      emb[v] = pipeline_->encode(*th.sessions[v].image_encoder, inputs.planes, observers[v].get(), u.key);
-      encode_ms[v] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      if (v == r) local_errors();
+    // Observed: every variant's call runs in lockstep with the reference's, node by node (as the
+    // single-model and txt2img drivers do): the capture borrows the reference's values instead of
+    // keeping the whole call, and local error runs each node as soon as its inputs exist.
+    const bool lockstep = ctx.observation && ctx.interleave;
+    auto in_lockstep = [&](const ModelCall& call, std::vector<std::map<std::string, Tensor>>& model_inputs,
+                           auto session_of, std::vector<double>& ms) {
+      LockstepLocalErrors lockstep_local(*ctx.observation, *ctx.capture, *ctx.local, out.layers);
+      return run_call_in_lockstep(
+          call, order, r, observers, *ctx.capture,
+          [&](std::size_t v, Observer* observer) {
+            return std::make_unique<Session::Execution>(session_of(v), model_inputs[v], observer);
+          },
+          {}, ms, ctx.lockstep_window, &lockstep_local);
+    };
+    if (lockstep) {
+      std::vector<std::map<std::string, Tensor>> model_inputs(nv);
+      for (std::size_t v : order) {
+        const auto t0 = Clock::now();
+        model_inputs[v] = pipeline_->encoder_inputs(th.sessions[v].image_encoder->graph(), inputs.planes, emb[v]);
+        encode_ms[v] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      }
+      auto outputs = in_lockstep(
+          SegmentationPipeline::encoder_call(u.key), model_inputs,
+          [&](std::size_t v) -> Session& { return *th.sessions[v].image_encoder; }, encode_ms);
+      for (std::size_t v : order) pipeline_->take_embeddings(th.sessions[v].image_encoder->graph(), outputs[v], emb[v]);
+    } else {
+      for (std::size_t v : order) {
+        const auto t0 = Clock::now();
+        emb[v] = pipeline_->encode(*th.sessions[v].image_encoder, inputs.planes, observers[v].get(), u.key);
+        encode_ms[v] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (v == r) local_errors();
+      }
     }
     out.samples.resize(u.prompts.size());
     for (std::size_t k = 0; k < u.prompts.size(); ++k) {
@@ -147,12 +174,31 @@ class SegmentationDriver : public RunDriver {
       sample.prompt = p.image.empty() ? fmt::format("scene {}:{}", p.scene->seed, p.scene->index) : p.image.string();
       sample.variants.resize(nv);
       std::vector<SegmentationResult> res(nv);
-      for (std::size_t v : order) {
-        const auto t0 = Clock::now();
-        res[v] = pipeline_->decode(*th.sessions[v].mask_decoder, emb[v], p.points, observers[v].get(), p.id, int(k));
-        sample.variants[v].elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() +
-                                        encode_ms[v] / double(u.prompts.size());
-        if (v == r) local_errors();
+      if (lockstep) {
+        std::vector<std::map<std::string, Tensor>> model_inputs(nv);
+        std::vector<double> ms(nv, 0.0);
+        for (std::size_t v : order) {
+          const auto t0 = Clock::now();
+          model_inputs[v] = pipeline_->decoder_inputs(th.sessions[v].mask_decoder->graph(), emb[v], p.points);
+          ms[v] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        }
+        auto outputs = in_lockstep(
+            SegmentationPipeline::decoder_call(p.id, int(k)), model_inputs,
+            [&](std::size_t v) -> Session& { return *th.sessions[v].mask_decoder; }, ms);
+        for (std::size_t v : order) {
+          const auto t0 = Clock::now();
+          res[v] = pipeline_->decoder_result(th.sessions[v].mask_decoder->graph(), emb[v], outputs[v]);
+          ms[v] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          sample.variants[v].elapsed_ms = ms[v] + encode_ms[v] / double(u.prompts.size());
+        }
+      } else {
+        for (std::size_t v : order) {
+          const auto t0 = Clock::now();
+          res[v] = pipeline_->decode(*th.sessions[v].mask_decoder, emb[v], p.points, observers[v].get(), p.id, int(k));
+          sample.variants[v].elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() +
+                                          encode_ms[v] / double(u.prompts.size());
+          if (v == r) local_errors();
+        }
       }
       for (std::size_t v = 0; v < nv; ++v) {
         VariantOutcome& o = sample.variants[v];

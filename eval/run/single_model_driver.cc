@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "eval/exec/onnx_import.h"
+#include "eval/exec/pool.h"
 #include "eval/quant/calibrate.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/metric_names.h"
@@ -244,8 +245,9 @@ class SingleModelDriver : public RunDriver {
     auto t = std::make_unique<SingleModelThread>();
     // One buffer pool for every variant's session of this thread (they run interleaved): a buffer
     // one variant's execution gives back serves the next, instead of each session keeping a
-    // whole run's worth (a 1024x1024 model's peak is ~2 GB a session).
-    const std::shared_ptr<BufferPool> pool = Session::make_pool();
+    // whole run's worth (a 1024x1024 model's peak is ~2 GB a session). Bounded: buffers that fit no
+    // request are freed rather than kept beside the live values (eval/exec/pool.h).
+    const std::shared_ptr<BufferPool> pool = make_bounded_pool();
     for (const auto& v : variants) {
       SessionOptions options = v.options;
       options.pool = pool;

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/scratch.h"
 
 namespace qeval::kernels {
 namespace {
@@ -269,6 +271,45 @@ TEST(Conv, ResultsDoNotDependOnThreadCount) {
   const auto w = random_floats(std::size_t(conv_transpose_weight_size(t)), rng);
   expect_thread_independent("conv_transpose", std::size_t(conv_output_size(t)),
                             [&](float* y) { conv_transpose(t, x.data(), w.data(), nullptr, y); });
+}
+
+// A padded input past kConvPaddedBandBytes is padded a band of output rows at a time: the same bits
+// as the conv of the same input padded beforehand (no padding: read in place, one GEMM over every
+// position), strided and dilated too, and the lent padded buffer stays within the band size (it
+// held the whole padded input: 135 MB for ISNet's first convs at 1024x1024).
+TEST(Conv, LargePaddedInputsArePaddedABandOfRowsAtATime) {
+  std::thread([] {  // a fresh thread: nothing lent yet
+    std::mt19937 rng(9);
+    for (ConvParams p : {make(1, 48, 24, 1, {300, 301}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+                         make(1, 32, 8, 1, {401, 400}, {3, 3}, {2, 2}, {2, 2}, {2, 1}, {1, 2})}) {
+      p.out_spatial = conv_output_spatial(p);
+      const std::int64_t ph = p.in_spatial[0] + p.pads_begin[0] + p.pads_end[0];
+      const std::int64_t pw = p.in_spatial[1] + p.pads_begin[1] + p.pads_end[1];
+      ASSERT_GT(p.in_channels * ph * pw * std::int64_t(sizeof(float)), 2 * kConvPaddedBandBytes);
+      const auto x = random_floats(std::size_t(conv_input_size(p)), rng);
+      const auto w = random_floats(std::size_t(conv_weight_size(p)), rng);
+      const auto b = random_floats(std::size_t(p.out_channels), rng);
+      std::vector<float> y(std::size_t(conv_output_size(p)), -7.0f);
+      conv(p, x.data(), w.data(), b.data(), y.data());
+      // The same conv on the input padded by hand.
+      ConvParams q = p;
+      q.in_spatial = {ph, pw};
+      q.pads_begin = q.pads_end = {0, 0};
+      std::vector<float> xp(std::size_t(p.in_channels * ph * pw), 0.0f);
+      for (std::int64_t c = 0; c < p.in_channels; ++c)
+        for (std::int64_t h = 0; h < p.in_spatial[0]; ++h)
+          std::memcpy(&xp[std::size_t((c * ph + h + p.pads_begin[0]) * pw + p.pads_begin[1])],
+                      &x[std::size_t((c * p.in_spatial[0] + h) * p.in_spatial[1])],
+                      sizeof(float) * std::size_t(p.in_spatial[1]));
+      q.out_spatial = conv_output_spatial(q);
+      ASSERT_EQ(q.out_spatial, p.out_spatial);
+      std::vector<float> want(y.size(), 7.0f);
+      conv(q, xp.data(), w.data(), b.data(), want.data());
+      ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0) << p.in_channels;
+      EXPECT_LE(thread_lent_bytes(), std::size_t(kConvPaddedBandBytes)) << p.in_channels;
+    }
+  })
+      .join();
 }
 
 }  // namespace

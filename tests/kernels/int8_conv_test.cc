@@ -3,11 +3,14 @@
 // value; window sums against their definition.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/int8_conv.h"
 #include "kernels/int8_depthwise.h"
+#include "kernels/scratch.h"
 
 namespace qeval::kernels {
 namespace {
@@ -180,6 +183,64 @@ TEST(Int8Conv, ExtremeValuesStayExactInInt32) {
   int8_conv(p, x.data(), -128, PackedInt8ConvWeights(p, w.data()), got.data());
   EXPECT_EQ(got, want);
   EXPECT_EQ(got[0], 128 * 9 * 16384);
+}
+
+// Large convs build im2col (or the packed x of a 1x1 conv) a block of output positions at a time:
+// the same sums and epilogue floats as the definition, and the B matrix this thread lends stays
+// within kInt8ConvBlockBytes however large the image (it held the whole im2col before: 302 MB for
+// one conv of a 1024x1024 model).
+TEST(Int8Conv, LargeConvsPackBlocksOfBoundedSizeWithTheSameResults) {
+  std::thread([] {  // a fresh thread: nothing lent yet
+    ConvParams im2col = params(1, 16, 8, 1, {256, 256}, {3, 3}, 1, 1, 1);
+    ConvParams direct = params(1, 128, 8, 1, {256, 256}, {1, 1}, 1, 1, 0);
+    direct.pads_end = {0, 0};
+    direct.out_spatial = conv_output_spatial(direct);
+    for (const ConvParams& p : {im2col, direct}) {
+      const std::int64_t kprod = p.kernel[0] * p.kernel[1], k = p.in_channels * kprod;
+      const std::int64_t out_size = p.out_spatial[0] * p.out_spatial[1];
+      ASSERT_GE(k * out_size, 2 * kInt8ConvBlockBytes);  // several blocks
+      const std::int64_t block = int8_conv_block_columns(k, out_size);
+      EXPECT_EQ(block % 256, 0);
+      EXPECT_LE(k * block, kInt8ConvBlockBytes);
+      auto x = random_int8(std::size_t(conv_input_size(p)), 7);
+      auto w = random_int8(std::size_t(conv_weight_size(p)), 8);
+      std::vector<std::int32_t> want(std::size_t(conv_output_size(p))), got(want.size(), 12345);
+      std::vector<std::int32_t> sums(std::size_t(out_size), 12345);
+      int8_conv_reference(p, x.data(), 3, w.data(), want.data());
+      const PackedInt8ConvWeights packed(p, w.data());
+      int8_conv(p, x.data(), 3, packed, got.data(), sums.data());
+      ASSERT_EQ(got, want) << k;
+      ConvParams ones = p;
+      ones.out_channels = 1;
+      std::vector<std::int8_t> w1(std::size_t(conv_weight_size(ones)), 1);
+      std::vector<std::int32_t> want_sums(static_cast<std::size_t>(out_size));
+      int8_conv_reference(ones, x.data(), 3, w1.data(), want_sums.data());
+      EXPECT_EQ(sums, want_sums) << k;
+      // The epilogue over blocks: the same floats as a pass over the whole sums.
+      std::vector<float> scale(std::size_t(p.out_channels)), bias(scale.size());
+      std::vector<std::int32_t> add(scale.size());
+      for (std::size_t c = 0; c < scale.size(); ++c) {
+        scale[c] = 0.001f * float(c + 1);
+        bias[c] = 0.5f - float(c);
+        add[c] = -3 * packed.channel_sum(std::int64_t(c));
+      }
+      Int8Epilogue e;
+      e.row_add = add.data();
+      e.row_scale = scale.data();
+      e.row_bias = bias.data();
+      std::vector<std::int32_t> want_floats = want;
+      int8_epilogue(want_floats.data(), p.out_channels, out_size, out_size, e);
+      std::vector<float> got_floats(want.size(), -1.0f);
+      int8_conv(p, x.data(), 3, packed, got_floats.data(), e);
+      ASSERT_EQ(std::memcmp(got_floats.data(), want_floats.data(), want.size() * sizeof(float)), 0) << k;
+      // Lent: one block of B with its column sums, and the padded input of the im2col conv (its
+      // pads end one further: 259 x 259).
+      const std::size_t padded = std::size_t(im2col.in_channels * 259 * 259);
+      EXPECT_LE(thread_lent_bytes(), std::size_t(kInt8ConvBlockBytes) + std::size_t(block) * 4 + padded + 64 * 1024)
+          << k;
+    }
+  })
+      .join();
 }
 
 }  // namespace

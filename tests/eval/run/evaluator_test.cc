@@ -339,5 +339,43 @@ TEST(Evaluator, SegmentationComparesMasksPerPrompt) {
   EXPECT_GE(r.observation.space->model_index("mask_decoder"), 0);
 }
 
+// Segmentation's encoder and decoder calls run node by node beside the reference's (the capture
+// borrowing its values, local error node by node) or one after the other (copying them): the same
+// statistics to the bit, local error of the int8 recipe's and the FP16 variant's layers included.
+TEST(Evaluator, SegmentationCallsInLockstepGiveTheSameResultsAsOneAfterTheOther) {
+  testing::ScratchDir cache("run-segmentation-lockstep-cache");
+  VariantSpec int8;
+  int8.name = "int8";
+  int8.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  RunSpec spec;
+  spec.pipeline = testing::source_dir() / "models" / "tiny-sam";
+  spec.kind = "segmentation";
+  spec.count = 4;
+  spec.calibration.count = 4;
+  spec.calibration.cache = cache.path();
+  spec.variants = {precision("fp32", Precision::kFp32), precision("fp16", Precision::kFp16), int8};
+  spec.reference = "fp32";
+  const RunResult a = run(spec, 1, true), b = run(spec, 1, false), c = run(spec, 1, true, 16);
+  ASSERT_EQ(a.units.size(), b.units.size());
+  for (std::size_t v = 0; v < 3; ++v) {
+    EXPECT_TRUE(a.layers[v] == b.layers[v]) << v;
+    EXPECT_TRUE(a.layers[v] == c.layers[v]) << v;
+    for (std::size_t u = 0; u < a.units.size(); ++u)
+      for (std::size_t k = 0; k < a.units[u].samples.size(); ++k) {
+        const auto& x = a.units[u].samples[k].variants[v].metrics;
+        const auto& y = b.units[u].samples[k].variants[v].metrics;
+        ASSERT_EQ(x.size(), y.size());
+        for (std::size_t m = 0; m < x.size(); ++m) EXPECT_EQ(x[m].value, y[m].value) << v << " " << m;
+      }
+  }
+  for (std::size_t v = 1; v < 3; ++v) {
+    std::size_t local = 0;
+    for (std::size_t l = 0; l < a.layers[v].layers(); ++l)
+      for (int t = 0; a.layers[v].has(l) && t < a.observation.space->cells_of(l); ++t)
+        local += a.layers[v].find(l, t)->local().calls > 0;
+    EXPECT_GT(local, 20u) << v;  // both models' layers re-run locally
+  }
+}
+
 }  // namespace
 }  // namespace qeval::eval

@@ -13,6 +13,7 @@
 #include "eval/run/gate.h"
 #include "eval/run/run_config.h"
 #include "kernels/error.h"
+#include "onnx_builder.h"
 #include "test_util.h"
 
 namespace qeval {
@@ -245,6 +246,34 @@ TEST(FuzzRegressions, ConvTransposeWithAnEmptyWeightPlansWithoutDividingByZero) 
     eval::Session session(g);
     session.run(fuzz_inputs(g));
   } catch (const InputError&) {
+  }
+}
+
+// fuzz_onnx_loader (2026-11-27, the lent machine's 16 cores): a Conv whose weight input is
+// [0, 1, 3, 3] reached the kernel, whose std::invalid_argument ("conv: batch 2, channels 1 -> 0")
+// was exit 3. A Conv or ConvTranspose with no output channels now gives its empty output, and one
+// with no input channels gives every output its channel's bias (the sum over nothing is 0).
+TEST(FuzzRegressions, ConvsWithEmptyChannelAxesRunWithoutReachingTheKernel) {
+  const eval::Graph found =
+      eval::load_onnx(testing::source_dir() / "tests/fuzz/corpus/onnx_loader/finding-conv-empty-weight.onnx");
+  eval::Session session(found);
+  const Tensor empty = session.run(fuzz_inputs(found)).at("y");
+  EXPECT_EQ(empty.shape()[1], 0);
+  EXPECT_EQ(empty.numel(), 0);
+  for (const char* op : {"Conv", "ConvTranspose"}) {
+    SCOPED_TRACE(op);
+    testing::OnnxBuilder b(13);
+    b.input("x", onnx::TensorProto::FLOAT, {1, 0, 4, 4}).output("y", onnx::TensorProto::FLOAT);
+    const bool conv = std::string(op) == "Conv";  // weights [M, C, k, k]; ConvTranspose [C, M, k, k]
+    b.initializer("w", {}, conv ? std::vector<std::int64_t>{2, 0, 3, 3} : std::vector<std::int64_t>{0, 2, 3, 3});
+    b.initializer("bias", {0.5f, -1.0f}, {2});
+    b.node(op, {"x", "w", "bias"}, {"y"}, "conv");
+    const eval::Graph g = b.graph();
+    eval::Session s(g);
+    const Tensor y = s.run({{"x", Tensor(DType::kFloat32, {1, 0, 4, 4})}}).at("y");
+    ASSERT_EQ(y.shape()[1], 2);
+    for (std::int64_t i = 0; i < y.numel(); ++i)
+      ASSERT_EQ(y.data<float>()[i], i < y.numel() / 2 ? 0.5f : -1.0f) << i;
   }
 }
 

@@ -98,6 +98,20 @@ ValueMeta output_meta(const Node& node, std::span<const ValueMeta* const> in, co
 
 // ---- Conv -----------------------------------------------------------------------------------
 
+// A Conv or ConvTranspose with nothing to compute: an empty output (no output channels, batch 0 or
+// an empty spatial axis), or no input channels to sum over (every output is its channel's bias, or
+// 0). The kernels take neither (fuzz_onnx_loader: a Conv whose weight is [0, 1, 3, 3]).
+bool ran_empty_conv(const kernels::ConvParams& p, const Tensor* bias, Tensor& out) {
+  if (out.numel() == 0) return true;
+  if (p.in_channels > 0) return false;
+  const std::int64_t per_channel = out.numel() / (p.batch * p.out_channels);
+  float* y = out.data<float>();
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t c = 0; c < p.out_channels; ++c)
+      std::fill_n(y + (n * p.out_channels + c) * per_channel, per_channel, bias ? bias->data<float>()[c] : 0.0f);
+  return true;
+}
+
 class ConvOp final : public Op {
  public:
   explicit ConvOp(const Node& node) : node_(node), attrs_(read_conv_attributes(node)) {}
@@ -112,12 +126,14 @@ class ConvOp final : public Op {
   void prepare(std::span<const ValueMeta* const> in) override {
     if (in[1]->dtype != DType::kFloat32) return;
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
+    if (p.in_channels < 1 || p.out_channels < 1) return;  // an empty weight: nothing to pack
     packed_.prepare(in[1], [&](const Tensor& w) { return kernels::pack_conv_weights(p, w.data<float>()); });
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[1]->shape());
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+    if (ran_empty_conv(p, b, *out[0])) return;
     kernels::conv(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr, out[0]->data<float>(),
                   packed_.find(in[1]));  // temporaries: lent by this thread
   }
@@ -207,10 +223,10 @@ class ConvTransposeOp final : public Op {
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
-    if (out[0]->numel() == 0) return;  // no output channels (an empty weight): nothing to compute
     const kernels::ConvParams p =
         params(meta_of(in[0]->dtype(), in[0]->shape()), meta_of(in[1]->dtype(), in[1]->shape()));
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+    if (ran_empty_conv(p, b, *out[0])) return;
     kernels::conv_transpose(p, in[0]->data<float>(), in[1]->data<float>(), b ? b->data<float>() : nullptr,
                             out[0]->data<float>(), packed_.find(in[1]));  // temporaries: lent by this thread
   }

@@ -31,12 +31,14 @@ int run_generate(const GenerateArgs& a) {
   const std::filesystem::path out_dir = std::filesystem::path(a.out).parent_path();
   if (!out_dir.empty() && !std::filesystem::is_directory(out_dir))
     throw InputError("--out " + a.out + ": the folder " + out_dir.string() + " does not exist");
-  const auto models = eval::Txt2ImgModels::load(a.pipeline, a.variant);
+  std::optional<eval::SchedulerType> scheduler;
+  if (!a.scheduler.empty()) scheduler = eval::parse_scheduler_type(a.scheduler);
+  const auto models = eval::Txt2ImgModels::load(a.pipeline, a.variant, scheduler);
   eval::Txt2ImgRequest req = eval::default_request(models.config, a.prompt, a.seed);
   if (a.steps) req.steps = *a.steps;
   if (a.guidance) req.guidance_scale = *a.guidance;
   if (a.has_negative) req.negative_prompt = a.negative_prompt;
-  if (!a.scheduler.empty()) req.scheduler.type = eval::parse_scheduler_type(a.scheduler);
+  if (scheduler) req.scheduler.type = *scheduler;
   if (!a.noise.empty()) req.initial_noise = datasets::read_npy(a.noise);
 
   const std::size_t tokens = models.tokenizer.tokenize(a.prompt).size();
@@ -72,11 +74,14 @@ Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   auto* cmd =
       app.add_subcommand("generate",
-                         "Generate one image with a text-to-image pipeline (a folder with pipeline.json, see\n"
-                         "docs/pipelines.md): tokenize, text encoder, UNet loop with classifier-free guidance, VAE\n"
-                         "decoder, PNG. The same seed gives the same image on every run and thread count.\n"
+                         "Generate one image with a text-to-image pipeline (a folder with pipeline.json, or an\n"
+                         "optimum-cli ONNX export folder; see docs/pipelines.md): tokenize, text encoder, UNet loop\n"
+                         "with classifier-free guidance, VAE decoder, PNG. The same seed gives the same image on every\n"
+                         "run and thread count.\n"
                          "Exit: 0 written, 2 bad input (pipeline, model files, prompt, options).");
-  cmd->add_option("--pipeline", a->pipeline, "pipeline folder (or its pipeline.json), e.g. models/tiny-sd")->required();
+  cmd->add_option("--pipeline", a->pipeline,
+                  "pipeline folder (or its pipeline.json) or optimum-cli export folder, e.g. models/tiny-sd")
+      ->required();
   cmd->add_option("--prompt", a->prompt, "the text")->required();
   cmd->add_option("--out", a->out, "the PNG to write (default qeval-generate.png)");
   cmd->add_option("--seed", a->seed, "initial noise seed (default 0; docs/pipelines.md 'Initial noise')");

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "base/json_config.h"
+#include "eval/pipelines/diffusers_folder.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
@@ -106,6 +107,7 @@ fs::path pipeline_json_path(const fs::path& dir_or_file) {
 }
 
 PipelineTask read_pipeline_task(const fs::path& dir_or_file) {
+  if (is_diffusers_folder(dir_or_file)) return PipelineTask::kTxt2Img;
   base::JsonConfig root = load_root(dir_or_file);
   return root.get_choice("task", {"txt2img", "segmentation"}) == "txt2img" ? PipelineTask::kTxt2Img
                                                                            : PipelineTask::kSegmentation;
@@ -164,7 +166,8 @@ std::vector<std::string> Txt2ImgConfig::variant_names() const {
   return {names.begin(), names.end()};
 }
 
-Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file) {
+Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file, std::optional<SchedulerType> scheduler) {
+  if (is_diffusers_folder(dir_or_file)) return read_diffusers_txt2img(dir_or_file, scheduler);
   base::JsonConfig root = load_root(dir_or_file);
   root.allow_keys({"format", "version", "task", "name", "tokenizer", "text_encoder", "unet", "vae_decoder", "latent",
                    "image", "scheduler", "defaults", "noise", "prompts"});

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +100,9 @@ struct Txt2ImgConfig {
   double default_guidance_scale = 7.5;
   std::string default_negative_prompt;
   std::filesystem::path calibration_prompts, evaluation_prompts;  // empty when not given
+  // An export folder declares no input types: Txt2ImgModels::load takes input_ids' and timestep's
+  // from the graphs (pipeline.json's are checked against them).
+  bool input_types_from_graphs = false;
   std::vector<std::string> variant_names() const;                 // every name under any model's "variants"
 
   Shape latent_shape() const { return {1, latent_channels, latent_height, latent_width}; }
@@ -107,7 +111,10 @@ struct Txt2ImgConfig {
 // Reads and validates a txt2img pipeline.json: every key known (unknown keys are errors listing the
 // valid ones), types, ranges and choices checked, paths resolved against the file's folder. Does
 // not open the model or tokenizer files (Txt2ImgModels::load does). InputError names the file and
-// the key path.
-Txt2ImgConfig read_txt2img_config(const std::filesystem::path& dir_or_file);
+// the key path. A folder with model_index.json and no pipeline.json is read as an optimum-cli
+// export (eval/pipelines/diffusers_folder.h); `scheduler` (the run config's) replaces its
+// scheduler class there.
+Txt2ImgConfig read_txt2img_config(const std::filesystem::path& dir_or_file,
+                                  std::optional<SchedulerType> scheduler = std::nullopt);
 
 }  // namespace qeval::eval

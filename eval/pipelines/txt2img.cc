@@ -41,7 +41,7 @@ const ValueInfo* find_value(const std::vector<ValueInfo>& values, const std::str
 // Checks that the graph has exactly `inputs` (name -> allowed types) and the output `output`.
 void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
               const std::vector<std::pair<std::string, std::vector<DType>>>& inputs, const std::string& output) {
-  const std::string where = g.source + " (pipeline.json " + std::string(section) + ")";
+  const std::string where = g.source + " (" + c.source.filename().string() + " " + std::string(section) + ")";
   for (const auto& [name, types] : inputs) {
     const ValueInfo* v = find_value(g.inputs, name);
     if (!v)
@@ -51,7 +51,7 @@ void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
       std::string want;
       for (DType t : types) want += (want.empty() ? "" : " or ") + std::string(dtype_name(t));
       throw InputError(where + ": input '" + name + "' is " + std::string(dtype_name(v->dtype)) +
-                       ", pipeline.json says " + want);
+                       (c.input_types_from_graphs ? ", qeval feeds " : ", pipeline.json says ") + want);
     }
   }
   for (const auto& v : g.inputs)
@@ -70,6 +70,9 @@ void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
 }
 
 const std::vector<DType> kFloatTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+// The types qeval feeds token ids and timesteps in (pipeline.json's input_type and timestep_type).
+const std::vector<DType> kIdTypes = {DType::kInt32, DType::kInt64};
+const std::vector<DType> kTimestepTypes = {DType::kInt64, DType::kInt32, DType::kFloat32, DType::kFloat16};
 
 DType input_type(const Graph& g, const std::string& name) { return find_value(g.inputs, name)->dtype; }
 
@@ -146,12 +149,14 @@ std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgM
   auto g = std::make_shared<const Graph>(load_onnx(file));
   switch (model) {
     case Txt2ImgModel::kTextEncoder:
-      check_io(*g, c, section, {{c.text_encoder.input, {c.text_encoder.input_type}}}, c.text_encoder.output);
+      check_io(*g, c, section,
+               {{c.text_encoder.input, c.input_types_from_graphs ? kIdTypes : std::vector{c.text_encoder.input_type}}},
+               c.text_encoder.output);
       break;
     case Txt2ImgModel::kUnet:
       check_io(*g, c, section,
                {{c.unet.sample, kFloatTypes},
-                {c.unet.timestep, {c.unet.timestep_type}},
+                {c.unet.timestep, c.input_types_from_graphs ? kTimestepTypes : std::vector{c.unet.timestep_type}},
                 {c.unet.encoder_hidden_states, kFloatTypes}},
                c.unet.output);
       break;
@@ -162,9 +167,10 @@ std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgM
   return g;
 }
 
-Txt2ImgModels Txt2ImgModels::load(const fs::path& dir_or_file, const std::string& variant) {
+Txt2ImgModels Txt2ImgModels::load(const fs::path& dir_or_file, const std::string& variant,
+                                   std::optional<SchedulerType> scheduler) {
   Txt2ImgModels m;
-  m.config = read_txt2img_config(dir_or_file);
+  m.config = read_txt2img_config(dir_or_file, scheduler);
   const Txt2ImgConfig& c = m.config;
   if (!variant.empty()) {
     const auto names = c.variant_names();
@@ -188,6 +194,12 @@ Txt2ImgModels Txt2ImgModels::load(const fs::path& dir_or_file, const std::string
   m.text_encoder = load_txt2img_graph(c, Txt2ImgModel::kTextEncoder, file(c.text_encoder));
   m.unet = load_txt2img_graph(c, Txt2ImgModel::kUnet, file(c.unet));
   m.vae_decoder = load_txt2img_graph(c, Txt2ImgModel::kVaeDecoder, file(c.vae_decoder));
+  if (m.config.input_types_from_graphs) {
+    // From here on (variants' graphs included) the types are the reference graphs' own.
+    m.config.text_encoder.input_type = input_type(*m.text_encoder, c.text_encoder.input);
+    m.config.unet.timestep_type = input_type(*m.unet, c.unet.timestep);
+    m.config.input_types_from_graphs = false;
+  }
   return m;
 }
 

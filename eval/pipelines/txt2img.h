@@ -38,7 +38,10 @@ struct Txt2ImgModels {
   // model that lists it under "variants", that export instead of "model" ("" = the main models).
   // InputError: bad pipeline.json, a missing file (named with the key that points at it), or a
   // graph whose inputs/outputs disagree with pipeline.json (model, input, expected and found).
-  static Txt2ImgModels load(const std::filesystem::path& dir_or_file, const std::string& variant = "");
+  // A folder as optimum-cli exports it is read too (eval/pipelines/diffusers_folder.h); `scheduler`
+  // replaces its scheduler class.
+  static Txt2ImgModels load(const std::filesystem::path& dir_or_file, const std::string& variant = "",
+                            std::optional<SchedulerType> scheduler = std::nullopt);
 };
 
 // Loads one model file (e.g. a variant's Q/DQ UNet) and checks its inputs and outputs against the

@@ -71,8 +71,9 @@ bool pipeline_json_has_task(const std::filesystem::path& pipeline, std::string_v
   namespace fs = std::filesystem;
   // error_code forms: a path the system cannot look up is no pipeline.json (the reader names it).
   std::error_code ec;
-  const bool json = fs::is_directory(pipeline, ec) ? fs::exists(pipeline / "pipeline.json", ec) && !ec
-                                                   : pipeline.extension() == ".json";
+  const bool json = fs::is_directory(pipeline, ec)
+                        ? (fs::exists(pipeline / "pipeline.json", ec) || fs::exists(pipeline / "model_index.json", ec)) && !ec
+                        : pipeline.extension() == ".json";
   return json && pipeline_task_name(read_pipeline_task(pipeline)) == task;
 }
 

@@ -38,7 +38,7 @@ struct Txt2ImgThread : DriverThread {
 class Txt2ImgDriver : public RunDriver {
  public:
   explicit Txt2ImgDriver(const RunSpec& spec)
-      : RunDriver(pipeline_kind("txt2img")), models_(Txt2ImgModels::load(spec.pipeline)) {
+      : RunDriver(pipeline_kind("txt2img")), models_(Txt2ImgModels::load(spec.pipeline, "", spec.scheduler)) {
     const Txt2ImgConfig& c = models_.config;
     prompts_path_ = spec.inputs.empty() ? c.evaluation_prompts : spec.inputs;
     if (prompts_path_.empty())

@@ -19,6 +19,7 @@
 #include "datasets/image_io.h"
 #include "datasets/npy.h"
 #include "eval/run/run_state.h"
+#include "child_process.h"
 #include "input_error.h"
 #include "onnx_builder.h"
 #include "test_util.h"
@@ -31,68 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::contains;
 
-// qeval started in the background (stdout and stderr in a file), with SIGINT and SIGTERM at their
-// default actions whatever the test runner set.
-class Child {
- public:
-  Child(const std::vector<std::string>& args, const fs::path& log) : log_(log) {
-    std::vector<std::string> all{QEVAL_BINARY};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-    if (posix_spawn(&pid_, all[0].c_str(), &fa, &attr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    start_ = std::chrono::steady_clock::now();
-  }
-  ~Child() {
-    if (pid_ > 0 && !waited_) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-  }
-  pid_t pid() const { return pid_; }
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
-  // Waits; "exit N" when it exited, "signal N" when a signal ended it.
-  // Waits and gives the peak resident memory (ru_maxrss) in KB.
-  long peak_rss_kb() {
-    wait();
-    return peak_kb_;
-  }
-  std::string wait() {
-    if (!waited_) {
-      int st = 0;
-      struct rusage usage {};
-      ::wait4(pid_, &st, 0, &usage);
-      peak_kb_ = usage.ru_maxrss;
-      waited_ = true;
-      how_ = WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st)) : "signal " + std::to_string(WTERMSIG(st));
-    }
-    return how_;
-  }
-  std::string log() const { return testing::read_text(log_); }
-
- private:
-  fs::path log_;
-  pid_t pid_ = -1;
-  bool waited_ = false;
-  long peak_kb_ = 0;
-  std::string how_;
-  std::chrono::steady_clock::time_point start_;
-};
+using Child = testing::QevalChild;
 
 // Waits (up to 60 s) until qeval's main thread blocks SIGINT and SIGTERM (/proc's SigBlk), i.e.
 // its watcher takes them: a signal sent earlier would meet the default action, not qeval.

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "eval/child_process.h"
 #include "comparable_report.h"
 #include "eval/run/out_lock.h"
 #include "eval/run/run_state.h"
@@ -30,54 +31,7 @@ using testing::run_qeval;
 
 json comparable(const fs::path& report) { return testing::comparable_report(report); }
 
-// qeval started in the background, its stdout and stderr in a file.
-class Child {
- public:
-  Child(const std::vector<std::string>& args, const fs::path& log) : log_(log) {
-    std::vector<std::string> all{QEVAL_BINARY};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults;  // whatever the test runner ignores, the child gets the default actions
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-    if (posix_spawn(&pid_, all[0].c_str(), &fa, &attr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-  }
-  ~Child() {
-    if (pid_ > 0 && status_ < 0) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-  }
-  pid_t pid() const { return pid_; }
-  // The exit code, or 128 + the signal that ended it.
-  int wait() {
-    if (status_ < 0) {
-      int st = 0;
-      ::waitpid(pid_, &st, 0);
-      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    }
-    return status_;
-  }
-  std::string log() const { return testing::read_text(log_); }
-
- private:
-  fs::path log_;
-  pid_t pid_ = -1;
-  int status_ = -1;
-};
+using Child = testing::QevalChild;
 
 // Polls until `ready` or 60 s have passed (a loaded machine); false on time out.
 template <class F>
@@ -149,7 +103,7 @@ TEST_F(RunResume, AFolderInUseIsRefusedNamingTheHolderAndKillMinusNineResumesToT
   // kill -9 once a unit is saved: the kernel drops the lock, the state holds the finished units.
   ASSERT_TRUE(wait_for([&] { return fs::exists(out / eval::kRunStateFile); })) << first.log();
   ::kill(first.pid(), SIGKILL);
-  EXPECT_EQ(first.wait(), 128 + SIGKILL) << first.log();
+  EXPECT_EQ(first.exit_code(), 128 + SIGKILL) << first.log();
   const std::size_t saved = saved_units(out);
   EXPECT_GE(saved, 1u);
   EXPECT_FALSE(fs::exists(out / "report.json"));
@@ -172,7 +126,7 @@ TEST_F(RunResume, SigintSavesSaysHowToResumeAndExits130) {
   Child first(args, *dir_ / "interrupted.log");
   ASSERT_TRUE(wait_for([&] { return fs::exists(out / eval::kRunStateFile); })) << first.log();
   ::kill(first.pid(), SIGINT);
-  const int code = first.wait();
+  const int code = first.exit_code();
   const std::string log = first.log();
   if (code == 0) GTEST_SKIP() << "the run ended before SIGINT arrived (a fast machine): " << log;
   ASSERT_EQ(code, 130) << log;

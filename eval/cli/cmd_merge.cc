@@ -35,7 +35,7 @@ void copy_images(const fs::path& from, const fs::path& to, const eval::UnitOutco
   if (fs::equivalent(from, to)) return;
   for (const auto& s : unit.samples)
     for (const auto& v : s.variants)
-      for (const std::string* rel : {&v.image_path, &v.heatmap_path}) {
+      for (const std::string* rel : {&v.image_path, &v.heatmap_path, &v.heatmap_x8_path}) {
         if (rel->empty() || base::describe_non_regular(from / *rel) == "no such file") continue;
         const std::vector<std::uint8_t> bytes = base::read_regular_file(from / *rel);
         fs::create_directories((to / *rel).parent_path());

@@ -38,7 +38,15 @@ TEST(RunShards, MergedShardsAndAResumedRunEqualASingleRun) {
   ASSERT_EQ(merged.code, 0) << merged.out;
   EXPECT_EQ(comparable(dir / "merged/report.json"), comparable(dir / "all/report.json"));
   EXPECT_TRUE(fs::exists(dir / "merged/images/p001-s0/fp16.png"));  // copied from the shard's folder
-  EXPECT_TRUE(fs::exists(dir / "merged/images/p003-s0/fp16.png"));
+  // Every image the single run wrote (images, heatmaps, x8 heatmaps), with the same bytes.
+  std::size_t images = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir / "all/images")) {
+    if (!e.is_regular_file()) continue;
+    ++images;
+    const fs::path rel = fs::relative(e.path(), dir / "all");
+    EXPECT_EQ(testing::read_bytes(dir / "merged" / rel), testing::read_bytes(e.path())) << rel;
+  }
+  EXPECT_GE(images, 9u);  // 3 samples x (fp32, fp16, fp16's heatmap at least)
 
   // A rerun into a shard's folder reuses its finished unit and runs the rest: the same report.
   const auto resumed = run_qeval(run + (dir / "s1").string());

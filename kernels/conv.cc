@@ -112,6 +112,23 @@ struct PaddedInput {
   std::int64_t plane() const { return dims[0] * dims[1] * dims[2]; }
 };
 
+// Every plane (batch x input channel) of a padded input, `plane` floats each, in storage: zeros,
+// then `rows(plane_out, plane_in)` copies the input's rows to their places. Parallel over planes.
+template <class Rows>
+const float* pad_planes(const Geom& g, const ConvParams& p, const float* x, std::int64_t plane, ConvScratch& storage,
+                        const Rows& rows) {
+  const std::int64_t planes = p.batch * p.in_channels;
+  float* dst = storage.get(std::size_t(planes * plane));
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, planes), [&](const auto& range) {
+    for (std::int64_t c = range.begin(); c < range.end(); ++c) {
+      float* d = dst + c * plane;
+      std::fill(d, d + plane, 0.0f);
+      rows(d, x + c * g.in_size());
+    }
+  });
+  return dst;
+}
+
 PaddedInput pad_input(const Geom& g, const ConvParams& p, const float* x, ConvScratch& storage) {
   PaddedInput in;
   const std::size_t r = p.in_spatial.size(), lead = 3 - r;
@@ -125,20 +142,12 @@ PaddedInput pad_input(const Geom& g, const ConvParams& p, const float* x, ConvSc
     in.data = x;
     return in;
   }
-  const std::int64_t planes = p.batch * p.in_channels, plane = in.plane();
-  float* dst = storage.get(std::size_t(planes * plane));
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, planes), [&](const auto& range) {
-    for (std::int64_t c = range.begin(); c < range.end(); ++c) {
-      float* d = dst + c * plane;
-      const float* src = x + c * g.in_size();
-      std::fill(d, d + plane, 0.0f);
-      for (std::int64_t z = 0; z < g.in[0]; ++z)
-        for (std::int64_t h = 0; h < g.in[1]; ++h)
-          std::memcpy(d + ((z + g.pb[0]) * in.dims[1] + h + g.pb[1]) * in.dims[2] + g.pb[2],
-                      src + (z * g.in[1] + h) * g.in[2], sizeof(float) * std::size_t(g.in[2]));
-    }
+  in.data = pad_planes(g, p, x, in.plane(), storage, [&](float* d, const float* src) {
+    for (std::int64_t z = 0; z < g.in[0]; ++z)
+      for (std::int64_t h = 0; h < g.in[1]; ++h)
+        std::memcpy(d + ((z + g.pb[0]) * in.dims[1] + h + g.pb[1]) * in.dims[2] + g.pb[2],
+                    src + (z * g.in[1] + h) * g.in[2], sizeof(float) * std::size_t(g.in[2]));
   });
-  in.data = dst;
   return in;
 }
 
@@ -342,21 +351,13 @@ PaddedInput pad_band(const Geom& g, const ConvParams& p, const float* x, std::in
   PaddedInput in;
   in.dims[1] = rows;
   in.dims[2] = row_len;
-  const std::int64_t planes = p.batch * p.in_channels, plane = in.plane();
-  float* dst = storage.get(std::size_t(planes * plane));
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, planes), [&](const auto& range) {
-    for (std::int64_t c = range.begin(); c < range.end(); ++c) {
-      float* d = dst + c * plane;
-      const float* src = x + c * g.in_size();
-      std::fill(d, d + plane, 0.0f);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t h = r0 + r - g.pb[1];
-        if (h < 0 || h >= g.in[1]) continue;
-        std::memcpy(d + r * row_len + g.pb[2], src + h * g.in[2], sizeof(float) * std::size_t(g.in[2]));
-      }
+  in.data = pad_planes(g, p, x, in.plane(), storage, [&](float* d, const float* src) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t h = r0 + r - g.pb[1];
+      if (h < 0 || h >= g.in[1]) continue;
+      std::memcpy(d + r * row_len + g.pb[2], src + h * g.in[2], sizeof(float) * std::size_t(g.in[2]));
     }
   });
-  in.data = dst;
   return in;
 }
 

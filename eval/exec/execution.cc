@@ -137,14 +137,20 @@ class Session::Execution::State final : public ValueLender {
     // On a device backend a compiled node or a fused group runs on the device, any other node on
     // the CPU: each input is read where the step runs (copied there once, kept while it lives).
     const bool on_device = s_.device_ && (step.kernel || step.fused);
+    // Host time outside the timed window (input copies, observers, releases), when profiling.
+    const bool profile = profiling() && p_->executions > 1;
+    HostTime outside(profile ? this : nullptr, s_.nodes_[step.node].op_type);
+    // A folded step's output is a constant: its inputs are read only for an observer (on a device
+    // backend, reading a device value here would copy it to the host: a Shape of an activation).
     ins_.clear();
-    for (int id : step.in) ins_.push_back(value_at(id, on_device));
+    if (!step.folded || observer_)
+      for (int id : step.in) ins_.push_back(value_at(id, on_device));
     // Timed from here: the copies of inputs to where the step runs (weights uploaded once) are not
     // the step's. A plan's first execution is left out (weights packed or uploaded, buffers
     // allocated, and on a GPU each kernel's module loaded on its first launch).
-    const bool profile = profiling() && p_->executions > 1;
     std::chrono::steady_clock::time_point started;
     if (profile) {
+      outside.pause();
       if (s_.device_) s_.device_->synchronize();
       started = std::chrono::steady_clock::now();
     }
@@ -223,6 +229,7 @@ class Session::Execution::State final : public ValueLender {
       auto& [count, ms] = s_.profile_[kind];
       ++count;
       ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+      outside.resume();
     }
     if (observer_) {
       // Observers read host memory: a device value is copied to the host for them.
@@ -321,6 +328,34 @@ class Session::Execution::State final : public ValueLender {
   }
 
  private:
+  // Host time of a step outside its timed window, added to the session's profile as "host: <op>"
+  // (no device synchronisation: what the host spends, whatever the device does meanwhile).
+  class HostTime {
+   public:
+    HostTime(State* s, std::string_view op) : s_(s), kind_(s ? "host: " + std::string(op) : std::string()) {}
+    ~HostTime() {
+      pause();
+      if (s_) ++s_->s_.profile_[kind_].first;
+    }
+    void pause() {
+      if (s_ && running_) s_->s_.profile_[kind_].second += ms_since(from_);
+      running_ = false;
+    }
+    void resume() {
+      from_ = std::chrono::steady_clock::now();
+      running_ = true;
+    }
+
+   private:
+    static double ms_since(std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    }
+    State* s_;
+    std::string kind_;
+    std::chrono::steady_clock::time_point from_ = std::chrono::steady_clock::now();
+    bool running_ = true;
+  };
+
   static bool profiling() {
     static const bool on = [] {
       const char* v = std::getenv("QEVAL_PROFILE_STEPS");

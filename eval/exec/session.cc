@@ -103,7 +103,7 @@ Session::~Session() {
     total += v.second;
   }
   std::sort(rows.rbegin(), rows.rend());
-  std::fprintf(stderr, "QEVAL_PROFILE_STEPS %s on %s: %.1f ms in steps\n", graph_.source.c_str(),
+  std::fprintf(stderr, "QEVAL_PROFILE_STEPS %s on %s: %.1f ms (steps, and the host outside them)\n", graph_.source.c_str(),
                std::string(backend_->name()).c_str(), total);
   for (const auto& [ms, kind] : rows)
     std::fprintf(stderr, "  %-28s %6zu steps %10.2f ms %5.1f%%\n", kind.c_str(), profile_[kind].first, ms,

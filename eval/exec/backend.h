@@ -88,10 +88,15 @@ class Backend {
   // Device backends, at plan time: the kernel that runs `node` (its op; its input metas, constant
   // values set where known, null where omitted; its output metas) on the device. Null with `why`
   // set ("no CUDA kernel for Op type", "int64 Gather indices") for a node that runs on the CPU.
+  // `exact`, per input: the format its values are exact in (the plan's rounding of a runtime
+  // value; for a float constant, the session's format, weights being rounded at load; kNone: any
+  // float32): a kernel may compute on such operands in that format (fp16 or bf16 on tensor cores)
+  // without changing a value.
   virtual std::unique_ptr<StepKernel> compile(const Node& node, const Op& op,
                                               std::span<const ValueMeta* const> inputs,
-                                              std::span<const ValueMeta> outputs, std::string& why) {
-    (void)node, (void)op, (void)inputs, (void)outputs;
+                                              std::span<const Rounding> exact, std::span<const ValueMeta> outputs,
+                                              std::string& why) {
+    (void)node, (void)op, (void)inputs, (void)exact, (void)outputs;
     why = "the backend computes in host memory";
     return nullptr;
   }

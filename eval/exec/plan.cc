@@ -150,24 +150,34 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
       const ValueMeta &a = p.metas[std::size_t(step.in[0])], &b = p.metas[std::size_t(step.out[0])];
       step.view = a.dtype == b.dtype && shape_numel(a.shape) == shape_numel(b.shape);
     }
-    if (!step.folded) {
-      // in_metas may dangle: new_value above grew p.metas.
-      for (std::size_t i = 0; i < step.in.size(); ++i)
-        in_metas[i] = step.in[i] < 0 ? nullptr : &p.metas[std::size_t(step.in[i])];
-      if (device_) {  // a device backend: its kernel, or the CPU's op and why
-        std::vector<ValueMeta> outs;
-        for (int id : step.out) outs.push_back(id < 0 ? ValueMeta{} : p.metas[std::size_t(id)]);
-        std::string why;
-        step.kernel = backend_->compile(node, *ops_[n], in_metas, outs, why);
-        if (!step.kernel) p.host_steps.push_back({n, why.empty() ? "no device kernel" : why});
-      }
-      if (!step.kernel) ops_[n]->prepare(in_metas);
-    }
     p.steps.push_back(std::move(step));
   }
 
   for (const auto& out : graph_.outputs) p.output_ids.push_back(p.ids.at(out.name));
   if (options_.precision == Precision::kFp16 || options_.precision == Precision::kBf16) keep_fused_intermediates(p);
+  // Each step that runs: its device kernel (a device backend), or its CPU op prepared (weights
+  // packed), once every value's rounding is final.
+  for (Plan::Step& step : p.steps) {
+    if (step.folded) continue;
+    const Node& node = nodes_[step.node];
+    std::vector<const ValueMeta*> in_metas;
+    for (int id : step.in) in_metas.push_back(id < 0 ? nullptr : &p.metas[std::size_t(id)]);
+    if (device_) {  // a device backend: its kernel, or the CPU's op and why
+      std::vector<ValueMeta> outs;
+      for (int id : step.out) outs.push_back(id < 0 ? ValueMeta{} : p.metas[std::size_t(id)]);
+      std::vector<Rounding> exact;  // the format each input's values are exact in
+      for (int id : step.in) {
+        if (id < 0) exact.push_back(Rounding::kNone);
+        else if (const ValueMeta& m = p.metas[std::size_t(id)]; p.constants[std::size_t(id)])
+          exact.push_back(rounding_for(m.dtype, m.declared, options_.precision));  // weights rounded at load
+        else exact.push_back(p.rounding[std::size_t(id)]);
+      }
+      std::string why;
+      step.kernel = backend_->compile(node, *ops_[step.node], in_metas, exact, outs, why);
+      if (!step.kernel) p.host_steps.push_back({step.node, why.empty() ? "no device kernel" : why});
+    }
+    if (!step.kernel) ops_[step.node]->prepare(in_metas);
+  }
   fuse(p);
   // The values an unobserved run allocates, against the machine's memory (an observed run also
   // writes fused steps' intermediates; a failed allocation there is caught in Execution::step).

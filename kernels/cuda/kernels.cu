@@ -1,6 +1,8 @@
 // qeval's CUDA kernels (kernels/cuda/kernels.h): data movement, elementwise maps, rounding,
 // softmax, norms, reductions, convolution pieces, pooling and resize. One file, no heavy templates:
 // nvcc time on CI's 2 cores matters.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -514,6 +516,37 @@ __global__ void im2col_images_kernel(const float* x, float* col, Conv2d p, i64 n
   }
 }
 
+template <class T>
+__device__ T to_16(float v);
+template <>
+__device__ __half to_16<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __nv_bfloat16 to_16<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <class T>
+__global__ void to_16bit_kernel(const float* x, T* y, i64 n) {
+  QEVAL_FOR(i, n) y[i] = to_16<T>(x[i]);
+}
+
+// im2col_images_kernel's element order, written as 16-bit values.
+template <class T>
+__global__ void im2col_images_16bit_kernel(const float* x, T* col, Conv2d p, i64 n) {
+  const i64 spatial = p.oh * p.ow, per_image = p.c * p.kh * p.kw * spatial;
+  QEVAL_FOR(i, n) {
+    const i64 b = i / per_image, j = i % per_image;
+    const i64 s = j % spatial;
+    const i64 row = j / spatial;
+    const i64 kx = row % p.kw, ky = (row / p.kw) % p.kh, c = row / (p.kw * p.kh);
+    const i64 ox = s % p.ow, oy = s / p.ow;
+    const i64 iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
+    col[i] = to_16<T>((iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? x[((b * p.c + c) * p.h + iy) * p.w + ix] : 0.0f);
+  }
+}
+
 __global__ void conv2d_direct_kernel(const float* x, const float* w, const float* bias, float* y, Conv2d p, i64 n) {
   const i64 cg = p.c / p.group, mg = p.m / p.group;
   QEVAL_FOR(i, n) {
@@ -939,6 +972,23 @@ void im2col_images(const float* x, float* col, const Conv2d& p, std::int64_t ima
   if (n == 0) return;
   im2col_images_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, col, p, n);
   check_launch("im2col_images");
+}
+
+void to_16bit(const float* x, void* y, std::int64_t n, bool bf16, Stream s) {
+  if (n == 0) return;
+  if (bf16) to_16bit_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__nv_bfloat16*>(y), n);
+  else to_16bit_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__half*>(y), n);
+  check_launch("to_16bit");
+}
+
+void im2col_images_16bit(const float* x, void* col, const Conv2d& p, std::int64_t images, bool bf16, Stream s) {
+  const i64 n = images * p.c * p.kh * p.kw * p.oh * p.ow;
+  if (n == 0) return;
+  if (bf16)
+    im2col_images_16bit_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__nv_bfloat16*>(col), p, n);
+  else
+    im2col_images_16bit_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__half*>(col), p, n);
+  check_launch("im2col_images_16bit");
 }
 
 void conv2d_direct(const float* x, const float* w, const float* bias, float* y, const Conv2d& p, Stream s) {

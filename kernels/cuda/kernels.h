@@ -128,6 +128,11 @@ void im2col(const float* x, float* col, const Conv2d& p, std::int64_t channel0, 
 // im2col of `images` consecutive images [c, h, w] of x (all channels) into col [images][c * kh *
 // kw][oh * ow]: one launch for a batch.
 void im2col_images(const float* x, float* col, const Conv2d& p, std::int64_t images, Stream s);
+// 16-bit operands for tensor-core GEMMs: float values that are exact in fp16 (`bf16` false) or
+// bf16 (true), written as those 16-bit formats (nothing is rounded: the plan already rounded them).
+void to_16bit(const float* x, void* y, std::int64_t n, bool bf16, Stream s);
+// im2col_images into 16-bit columns (the values exact in that format, as above).
+void im2col_images_16bit(const float* x, void* col, const Conv2d& p, std::int64_t images, bool bf16, Stream s);
 // Direct convolution (grouped / depthwise): one thread per output, float accumulation in tap order.
 void conv2d_direct(const float* x, const float* w, const float* bias, float* y, const Conv2d& p, Stream s);
 // y[o, c, i] += bias[c] over [outer, channels, inner].

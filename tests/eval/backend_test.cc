@@ -159,7 +159,9 @@ class FakeDeviceBackend final : public Backend {
     op.run(in, out);
   }
   std::unique_ptr<StepKernel> compile(const Node& node, const Op& op, std::span<const ValueMeta* const>,
-                                      std::span<const ValueMeta>, std::string& why) override {
+                                      std::span<const Rounding> exact, std::span<const ValueMeta>,
+                                      std::string& why) override {
+    exact_inputs[node.name] = std::vector<Rounding>(exact.begin(), exact.end());
     if (node.op_type == "Softmax" || node.op_type == "Transpose") {
       why = "fake: no " + node.op_type + " kernel";
       return nullptr;
@@ -176,6 +178,7 @@ class FakeDeviceBackend final : public Backend {
     memory_->to_device(value.device_data(), host.raw(), host.nbytes());
   }
   int host_runs = 0, device_runs = 0;
+  std::map<std::string, std::vector<Rounding>> exact_inputs;  // what compile() was told, per node
   int own_downloads = 0;  // the fake's own copies (its kernels' inputs, rounding; FakeMemory counts them too)
 
  private:
@@ -303,6 +306,25 @@ TEST(Backend, AFoldedShapeOfADeviceValueCopiesNothingToTheHost) {
   Recorder seen;
   dev.run(in, &seen);
   EXPECT_EQ(seen.outputs.count("shape"), 1u);
+}
+
+// compile() is told which inputs hold values exact in the session's format: at fp16, the graph's
+// inputs, a constant, and values stored between kernels; not the MatMul output that the Mul
+// epilogue reads in FP32 (keep_fused_intermediates), nor anything at fp32.
+TEST(Backend, CompileIsToldWhichInputsAreExactInTheSessionsFormat) {
+  const Graph g = graph();
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    auto device = std::make_shared<FakeDeviceBackend>();
+    SessionOptions with{precision};
+    with.backend = device;
+    Session dev(g, with);
+    dev.run(inputs());
+    const Rounding r = precision == Precision::kFp16 ? Rounding::kFp16 : Rounding::kNone;
+    using V = std::vector<Rounding>;
+    EXPECT_EQ(device->exact_inputs.at("qk"), (V{r, r})) << precision_name(precision);          // graph inputs
+    EXPECT_EQ(device->exact_inputs.at("scale"), (V{Rounding::kNone, r})) << precision_name(precision);  // epilogue
+    EXPECT_EQ(device->exact_inputs.at("pv"), (V{r, r})) << precision_name(precision);  // probabilities, v
+  }
 }
 
 TEST(Backend, DeviceTensorsRefuseHostAccess) {

@@ -213,7 +213,8 @@ void run_node_test(Backend& backend, const fs::path& dir, NodeRun& r) {
     std::string why;
     std::unique_ptr<StepKernel> k;
     try {
-      k = backend.compile(node, *op, in_metas, out_metas, why);
+      const std::vector<Rounding> fp32(in_metas.size(), Rounding::kNone);
+      k = backend.compile(node, *op, in_metas, fp32, out_metas, why);
     } catch (const std::exception& e) {
       why = std::string("threw: ") + e.what();
     }
@@ -305,13 +306,21 @@ struct Case {
   std::map<std::string, Attribute> attributes = {};
 };
 
+// FP32 nodes, and the products again with operands exact in fp16 and in bf16 (compile() told so:
+// tensor cores, FP32 accumulation; weights as constants, converted once and reused): against the
+// CPU's FP32 arithmetic on the same rounded operands, rel-L2 <= 1e-5, the same bits every run.
 TEST(CudaBackend, LargerNodesMatchTheCpuAndGiveTheSameBitsEveryRun) {
   QEVAL_CUDA_OR_SKIP(backend);
   const std::vector<Case> cases = {
       {"MatMul", {{2, 64, 384}, {384, 320}}},
       {"MatMul", {{2, 8, 77, 64}, {2, 8, 64, 77}}},
+      {"MatMul", {{2, 8, 77, 40}, {40, 77}}},
+      {"Gemm", {{64, 96}, {80, 96}, {80}}, {{"transB", Attribute::of_int(1)}}},
       {"Conv", {{2, 32, 33, 33}, {48, 32, 3, 3}, {48}}},
       {"Conv", {{1, 64, 16, 16}, {128, 64, 1, 1}, {128}}},
+      {"Conv",
+       {{2, 20, 17, 17}, {24, 20, 3, 3}, {24}},
+       {{"strides", Attribute::of_ints({2, 2})}, {"pads", Attribute::of_ints({1, 1, 1, 1})}}},
       {"Softmax", {{8, 4, 1000}}},
       {"ReduceMean", {{4, 4096, 8}}},
       {"Sigmoid", {{1 << 20}}},
@@ -319,7 +328,11 @@ TEST(CudaBackend, LargerNodesMatchTheCpuAndGiveTheSameBitsEveryRun) {
   };
   const auto mem = backend->memory();
   std::uint32_t seed = 100;
+  for (Rounding format : {Rounding::kNone, Rounding::kFp16, Rounding::kBf16})
   for (const auto& c : cases) {
+    const bool product = c.op_type == "MatMul" || c.op_type == "Gemm" || c.op_type == "Conv";
+    if (format != Rounding::kNone && !product) continue;
+    SCOPED_TRACE(format == Rounding::kNone ? "fp32" : (format == Rounding::kFp16 ? "fp16 operands" : "bf16 operands"));
     Node node;
     node.name = c.op_type + "_large";
     node.op_type = c.op_type;
@@ -334,8 +347,12 @@ TEST(CudaBackend, LargerNodesMatchTheCpuAndGiveTheSameBitsEveryRun) {
     std::vector<ValueMeta> metas;
     for (const auto& s : c.shapes) {
       host.push_back(float_tensor(s, seed++));
+      apply_rounding(host.back(), format);
       metas.push_back(ValueMeta{DType::kFloat32, DType::kFloat32, s, nullptr});
     }
+    // The operands after the first are weights: constants (at fp32, runtime values as before).
+    if (format != Rounding::kNone)
+      for (std::size_t i = 1; i < host.size(); ++i) metas[i].value = std::make_shared<const Tensor>(host[i]);
     std::vector<const ValueMeta*> in_metas;
     std::vector<const Tensor*> host_in;
     for (std::size_t i = 0; i < host.size(); ++i) in_metas.push_back(&metas[i]), host_in.push_back(&host[i]);
@@ -344,7 +361,8 @@ TEST(CudaBackend, LargerNodesMatchTheCpuAndGiveTheSameBitsEveryRun) {
     Tensor* want_out[] = {&want};
     op->run(host_in, want_out);
     std::string why;
-    auto k = backend->compile(node, *op, in_metas, out_metas, why);
+    const std::vector<Rounding> exact(host.size(), format);
+    auto k = backend->compile(node, *op, in_metas, exact, out_metas, why);
     ASSERT_NE(k, nullptr) << c.op_type << ": " << why;
     std::vector<Tensor> dev;
     for (const auto& h : host) dev.push_back(h.to_device(mem));

@@ -19,8 +19,9 @@ class Unfused final : public eval::Backend {
   std::shared_ptr<DeviceMemory> memory() const override { return b_->memory(); }
   std::unique_ptr<eval::StepKernel> compile(const eval::Node& node, const eval::Op& op,
                                             std::span<const eval::ValueMeta* const> in,
+                                            std::span<const eval::Rounding> exact,
                                             std::span<const eval::ValueMeta> out, std::string& why) override {
-    return b_->compile(node, op, in, out, why);
+    return b_->compile(node, op, in, exact, out, why);
   }
   std::shared_ptr<eval::FusedKernel> attention(const kernels::AttentionShape&) override { return nullptr; }
   std::shared_ptr<eval::FusedKernel> elementwise_chain(std::vector<eval::ChainStage>) override { return nullptr; }

@@ -96,10 +96,12 @@ struct Site {
   const Node& node;
   const Op& op;
   std::span<const ValueMeta* const> in;
+  std::span<const Rounding> exact;  // per input: the format its values are exact in
   std::span<const ValueMeta> out;
   std::string& why;
   CudaMemory& mem;
-  cublasHandle_t blas;
+  cublasHandle_t blas;    // pedantic FP32 (no TF32)
+  cublasHandle_t blas16;  // default math: 16-bit operands on tensor cores, FP32 accumulation
 
   kc::Stream stream() const { return mem.stream(); }
   bool has(std::size_t i) const { return i < in.size() && in[i]; }
@@ -448,6 +450,63 @@ void sgemm_batched(cublasHandle_t h, i64 m, i64 n, i64 k, const float* a, i64 sa
              "sgemm (strided batched)");
 }
 
+// The 16-bit format operands i and j of a product are both exact in, if they share one (true:
+// bf16, false: fp16): the product may then run on tensor cores with the same products (one of two
+// fp16 or bf16 values is exact in FP32) and FP32 accumulation. QEVAL_CUDA_16BIT=off keeps FP32 SIMT.
+std::optional<bool> sixteen_bit(const Site& s, std::size_t i, std::size_t j) {
+  static const bool off = [] {
+    const char* v = std::getenv("QEVAL_CUDA_16BIT");
+    return v && std::string_view(v) == "off";
+  }();
+  if (off || i >= s.exact.size() || j >= s.exact.size() || s.exact[i] != s.exact[j] ||
+      s.exact[i] == Rounding::kNone || !s.has(i) || !s.has(j))
+    return std::nullopt;
+  return s.exact[i] == Rounding::kBf16;
+}
+
+// An operand's 16-bit copy: a constant's made at its first use and kept (its device copy does not
+// change during a session), a runtime value's on every call.
+struct Operand16 {
+  bool constant = false, bf16 = false;
+  std::shared_ptr<Tensor> buf;
+  const void* of = nullptr;
+  const void* get(CudaMemory& mem, const Tensor* t) {
+    const i64 n = t->numel();
+    if (!buf || i64(buf->nbytes()) < 2 * n)
+      buf = std::make_shared<Tensor>(DType::kUInt8, Shape{std::max<i64>(2 * n, 1)}, mem.shared());
+    if (!constant || of != t->device_data()) kc::to_16bit(fptr(t), buf->device_data(), n, bf16, mem.stream());
+    of = t->device_data();
+    return buf->device_data();
+  }
+};
+std::shared_ptr<Operand16> operand16(const Site& s, std::size_t i, bool bf16) {
+  auto o = std::make_shared<Operand16>();
+  o->constant = s.in[i]->value != nullptr;
+  o->bf16 = bf16;
+  return o;
+}
+
+// Row-major C[m, n] (float32) = alpha * op(A) op(B) + beta * C for 16-bit A and B, `batch`
+// products with operands `sa` / `sb` / `sc` elements apart (0: one matrix for all).
+void gemm16(cublasHandle_t h, bool bf16, bool ta, bool tb, i64 m, i64 n, i64 k, float alpha, const void* a, i64 lda,
+            const void* b, i64 ldb, float beta, float* c, i64 ldc, i64 batch = 1, i64 sa = 0, i64 sb = 0,
+            i64 sc = 0) {
+  const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (batch == 1) {
+    check_blas(cublasGemmEx(h, opb, opa, int(n), int(m), int(k), &alpha, b, t, int(ldb), a, t, int(lda), &beta, c,
+                            CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "gemm (16-bit operands)");
+    return;
+  }
+  check_blas(cublasGemmStridedBatchedEx(h, opb, opa, int(n), int(m), int(k), &alpha, b, t, int(ldb), sb, a, t,
+                                        int(lda), sa, &beta, c, CUDA_R_32F, int(ldc), sc, int(batch),
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "gemm (16-bit operands, strided batched)");
+}
+
+const void* at16(const void* p, i64 elements) { return static_cast<const char*>(p) + 2 * elements; }
+
 std::unique_ptr<StepKernel> compile_matmul(const Site& s) {
   if (!s.has(0) || !s.has(1)) return s.decline("missing input");
   if (!s.all_float(2)) return s.decline("MatMul of " + type_name(s.in[0]->declared));
@@ -466,13 +525,28 @@ std::unique_ptr<StepKernel> compile_matmul(const Site& s) {
     if (ops[i].first != (sa ? i64(i) : 0) || ops[i].second != (sb ? i64(i) : 0)) strided = false;
   cublasHandle_t h = s.blas;
   CudaMemory* mem = &s.mem;
-  return kernel([ops, m, n, k, stacked, strided, sa, sb, h, mem](std::span<const Tensor* const> in,
-                                                                 std::span<Tensor* const> out) {
+  const std::optional<bool> half = sixteen_bit(s, 0, 1);
+  auto a16 = half ? operand16(s, 0, *half) : nullptr, b16 = half ? operand16(s, 1, *half) : nullptr;
+  cublasHandle_t h16 = s.blas16;
+  return kernel([ops, m, n, k, stacked, strided, sa, sb, h, h16, mem, a16, b16](std::span<const Tensor* const> in,
+                                                                                std::span<Tensor* const> out) {
     const float* a = fptr(in[0]);
     const float* b = fptr(in[1]);
     float* c = fptr(out[0]);
     if (k == 0 || m == 0 || n == 0) {
       if (out[0]->nbytes()) cudaMemsetAsync(c, 0, out[0]->nbytes(), static_cast<cudaStream_t>(mem->stream()));
+      return;
+    }
+    if (a16) {
+      const void* a_ = a16->get(*mem, in[0]);
+      const void* b_ = b16->get(*mem, in[1]);
+      const bool bf = a16->bf16;
+      if (stacked) return gemm16(h16, bf, false, false, m * i64(ops.size()), n, k, 1.0f, a_, k, b_, n, 0.0f, c, n);
+      if (strided)
+        return gemm16(h16, bf, false, false, m, n, k, 1.0f, a_, k, b_, n, 0.0f, c, n, i64(ops.size()), sa, sb, m * n);
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        gemm16(h16, bf, false, false, m, n, k, 1.0f, at16(a_, ops[i].first * m * k), k,
+               at16(b_, ops[i].second * k * n), n, 0.0f, c + i64(i) * m * n, n);
       return;
     }
     if (stacked) return sgemm(h, false, false, m * i64(ops.size()), n, k, 1.0f, a, k, b, n, 0.0f, c, n);
@@ -499,10 +573,15 @@ std::unique_ptr<StepKernel> compile_gemm(const Site& s) {
     cw = broadcast_walk(s.out[0].shape, {&s.in[2]->shape, &s.out[0].shape});
     if (!cw) return s.decline("C does not broadcast");
   }
-  cublasHandle_t h = s.blas;
+  cublasHandle_t h = s.blas, h16 = s.blas16;
+  const std::optional<bool> half = sixteen_bit(s, 0, 1);
+  auto a16 = half ? operand16(s, 0, *half) : nullptr, b16 = half ? operand16(s, 1, *half) : nullptr;
   return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     float* y = fptr(out[0]);
     if (with_c) kc::strided_copy(in[2]->device_data(), y, 4, *cw, mem.stream());
+    if (a16)
+      return gemm16(h16, a16->bf16, ta, tb, m, n, k, alpha, a16->get(mem, in[0]), ta ? m : k, b16->get(mem, in[1]),
+                    tb ? k : n, with_c ? beta : 0.0f, y, n);
     sgemm(h, ta, tb, m, n, k, alpha, fptr(in[0]), ta ? m : k, fptr(in[1]), tb ? k : n, with_c ? beta : 0.0f, y, n);
   });
 }
@@ -545,6 +624,26 @@ std::unique_ptr<StepKernel> compile_conv(const Site& s) {
   const i64 per_image = std::max<i64>(1, ckk * spatial * 4);
   const i64 images = std::clamp<i64>((i64(256) << 20) / per_image, 1, std::max<i64>(p.n, 1));
   auto scratch = std::make_shared<Scratch>();
+  if (const std::optional<bool> half = sixteen_bit(s, 0, 1)) {
+    // Tensor cores: the columns written as 16-bit values (the input pointwise), weights converted once.
+    auto w16 = operand16(s, 1, *half), x16 = operand16(s, 0, *half);
+    cublasHandle_t h16 = s.blas16;
+    const bool bf = *half;
+    return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+      const void* w = w16->get(mem, in[1]);
+      const void* x = pointwise ? x16->get(mem, in[0]) : nullptr;
+      void* col = pointwise ? nullptr : scratch->get(mem, std::size_t(images * ckk * spatial) * 2);
+      float* y = fptr(out[0]);
+      for (i64 b = 0; b < p.n; b += images) {
+        const i64 count = std::min(images, p.n - b);
+        if (!pointwise) kc::im2col_images_16bit(fptr(in[0]) + b * p.c * p.h * p.w, col, p, count, bf, mem.stream());
+        const void* cols = pointwise ? at16(x, b * p.c * p.h * p.w) : col;
+        gemm16(h16, bf, false, false, p.m, spatial, ckk, 1.0f, w, ckk, cols, spatial, 0.0f, y + b * p.m * spatial,
+               spatial, count, 0, ckk * spatial, p.m * spatial);
+      }
+      if (bias) kc::add_channel_bias(y, fptr(in[2]), p.n, p.m, spatial, mem.stream());
+    });
+  }
   return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     const float* x = fptr(in[0]);
     const float* w = fptr(in[1]);
@@ -1009,10 +1108,16 @@ class CudaBackend final : public Backend {
     check_blas(cublasSetStream(blas_, static_cast<cudaStream_t>(memory_->stream())), "cublasSetStream");
     // True FP32 (no TF32, no reduced-precision shortcuts): the numerics contract.
     check_blas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    // fp16/bf16 variants: operands exact in that format on tensor cores, FP32 accumulation
+    // (CUBLAS_COMPUTE_32F) and FP32 results: the deployment's arithmetic (docs/cuda.md).
+    check_blas(cublasCreate(&blas16_), "cublasCreate");
+    check_blas(cublasSetStream(blas16_, static_cast<cudaStream_t>(memory_->stream())), "cublasSetStream");
+    check_blas(cublasSetMathMode(blas16_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     name_ = memory_->name();
   }
   ~CudaBackend() override {
     if (blas_) cublasDestroy(blas_);
+    if (blas16_) cublasDestroy(blas16_);
   }
 
   std::string_view name() const override { return name_; }
@@ -1022,10 +1127,11 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DeviceMemory> memory() const override { return memory_; }
 
   std::unique_ptr<StepKernel> compile(const Node& node, const Op& op, std::span<const ValueMeta* const> inputs,
-                                      std::span<const ValueMeta> outputs, std::string& why) override {
+                                      std::span<const Rounding> exact, std::span<const ValueMeta> outputs,
+                                      std::string& why) override {
     why.clear();
     const auto held = memory_->lock();
-    Site s{node, op, inputs, outputs, why, *memory_, blas_};
+    Site s{node, op, inputs, exact, outputs, why, *memory_, blas_, blas16_};
     if (!node.domain.empty() && node.domain != "ai.onnx") return s.decline("no CUDA kernel for domain " + node.domain);
     if (outputs.empty()) return s.decline("no outputs");
     try {
@@ -1096,6 +1202,7 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<CudaMemory> memory_;
   cublasHandle_t blas_ = nullptr;
+  cublasHandle_t blas16_ = nullptr;
   std::string name_;
 };
 

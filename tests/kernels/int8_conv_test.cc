@@ -2,6 +2,7 @@
 // definition, over strides, dilations, pads, groups, 1 to 3 spatial dimensions and a nonzero pad
 // value; window sums against their definition.
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 
 #include <cstring>
 #include <random>
@@ -241,6 +242,75 @@ TEST(Int8Conv, LargeConvsPackBlocksOfBoundedSizeWithTheSameResults) {
     }
   })
       .join();
+}
+
+// Dense convs are packed and multiplied a block of columns at a time: on one thread (or with blocks
+// enough for every thread) in L2-sized blocks, each packed and multiplied by one task; otherwise in
+// larger blocks packed by parallel tasks. Every way gives the definition's sums, window sums and
+// epilogue floats, on 1, 2 and 4 threads: 1x1 convs read in place with k not a multiple of 4 and a
+// partial last panel, stride-2 rows long enough for several 32-byte vectors and a tail, a k large
+// enough for many small blocks. On one thread the lent B is one L2-sized block.
+TEST(Int8Conv, DenseConvsGiveTheDefinitionWhateverTheThreadsAndBlocks) {
+  ConvParams direct = params(1, 7, 5, 1, {31, 33}, {1, 1}, 1, 1, 0);
+  direct.pads_end = {0, 0};
+  direct.out_spatial = conv_output_spatial(direct);
+  const std::vector<ConvParams> shapes = {
+      direct,
+      params(2, 3, 16, 1, {41, 150}, {3, 3}, 2, 1, 1),  // stride 2: runs of 75 bytes every other byte
+      params(1, 5, 6, 1, {9, 131}, {3, 2}, 2, 2, 2),    // stride 2, dilation 2
+      params(1, 300, 20, 1, {24, 40}, {3, 3}, 1, 1, 1),  // k = 2700: blocks of 64 columns
+      params(1, 8, 30, 2, {50, 60}, {3, 3}, 1, 1, 1),    // two groups
+  };
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const ConvParams& p = shapes[si];
+    SCOPED_TRACE("shape " + std::to_string(si));
+    const std::int64_t out_size = p.out_spatial[0] * p.out_spatial[1];
+    auto x = random_int8(std::size_t(conv_input_size(p)), 40 + unsigned(si));
+    auto w = random_int8(std::size_t(conv_weight_size(p)), 50 + unsigned(si));
+    std::vector<std::int32_t> want(std::size_t(conv_output_size(p)));
+    int8_conv_reference(p, x.data(), -5, w.data(), want.data());
+    ConvParams ones = p;
+    ones.out_channels = p.groups;
+    std::vector<std::int8_t> w1(std::size_t(conv_weight_size(ones)), 1);
+    std::vector<std::int32_t> want_sums(std::size_t(conv_output_size(ones)));
+    int8_conv_reference(ones, x.data(), -5, w1.data(), want_sums.data());
+    const PackedInt8ConvWeights packed(p, w.data());
+    std::vector<float> scale(std::size_t(p.out_channels)), bias(scale.size());
+    for (std::size_t c = 0; c < scale.size(); ++c) scale[c] = 0.01f / float(c + 3), bias[c] = float(c) - 2.5f;
+    Int8Epilogue e;
+    e.row_scale = scale.data();
+    e.row_bias = bias.data();
+    std::vector<std::int32_t> want_floats = want;
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      int8_epilogue(want_floats.data() + b * p.out_channels * out_size, p.out_channels, out_size, out_size, e);
+    for (int threads : {1, 2, 4}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      std::vector<std::int32_t> got(want.size(), 12345), sums(want_sums.size(), 12345);
+      std::vector<float> got_floats(want.size(), -1.0f);
+      std::size_t lent = 0;
+      tbb::task_arena(threads).execute([&] {
+        std::thread([&] {  // a fresh thread: nothing lent yet
+          tbb::task_arena(threads).execute([&] {
+            int8_conv(p, x.data(), -5, packed, got.data(), sums.data());
+            int8_conv(p, x.data(), -5, packed, got_floats.data(), e);
+            lent = thread_lent_bytes();
+          });
+        }).join();
+      });
+      ASSERT_EQ(got, want);
+      ASSERT_EQ(sums, want_sums);
+      ASSERT_EQ(std::memcmp(got_floats.data(), want_floats.data(), want.size() * sizeof(float)), 0);
+      if (threads == 1) {
+        // One block of B (and its column sums) and the padded group of the im2col convs.
+        const std::int64_t k = conv_weight_size(p) / p.out_channels;
+        const std::int64_t block = int8_conv_cache_block_columns(k, out_size);
+        EXPECT_EQ(block % kInt8NR == 0 || block == out_size, true);
+        EXPECT_LE((k + 3) / 4 * 4 * block, std::max<std::int64_t>(kInt8ConvCacheBlockBytes, (k + 3) / 4 * 4 * kInt8NR));
+        const std::size_t padded = std::size_t(conv_input_size(p) / p.batch / p.groups * 2);
+        EXPECT_LE(lent, std::size_t(kInt8ConvCacheBlockBytes) + std::size_t(block + kInt8NR) * 4 + padded + 8192);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
+#include "kernels/quantize_block.h"
 
 namespace qeval::eval {
 
@@ -145,10 +146,8 @@ class ElementwiseChainKernel final : public FusedKernel {
   }
 
   template <class T>
-  static void quantize_block(const float* __restrict x, T* __restrict y, std::int64_t n, const Stage& st) {
-    const float scale = st.scale;
-    const std::int32_t zero_point = st.zero_point;
-    for (std::int64_t i = 0; i < n; ++i) y[i] = quantize_to<T>(x[i], scale, zero_point);
+  static void quantize_block(const float* x, T* y, std::int64_t n, const Stage& st) {
+    kernels::quantize_block(x, y, n, st.scale, st.zero_point);  // quantize_to's bytes
   }
 
   std::vector<Stage> stages_;

@@ -351,10 +351,8 @@ void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
   const std::int64_t k = cg * kprod;
 
   if (w.depthwise()) {
-    int8_depthwise_conv(p, x, pad_value, w.raw(), w.channel_sums(), y, window_sums, path == Int8GemmPath::kAvx512Vnni);
-    if (e)
-      for (std::int64_t b = 0; b < p.batch; ++b)
-        int8_epilogue(y + b * p.out_channels * out_size, p.out_channels, out_size, out_size, *e);
+    int8_depthwise_conv(p, x, pad_value, w.raw(), w.channel_sums(), y, window_sums, path == Int8GemmPath::kAvx512Vnni,
+                        e);
     return;
   }
 

@@ -313,5 +313,46 @@ TEST(Int8Conv, DenseConvsGiveTheDefinitionWhateverTheThreadsAndBlocks) {
   }
 }
 
+// Depthwise convs finish each output row into floats while in L1 (the epilogue was a second pass
+// over the whole int32 output): the same floats as that pass, with row and column terms, batch 2,
+// on the vector kernel's geometries and one it cannot take (stride 5), on 1 and 2 threads.
+TEST(Int8Conv, DepthwiseEpilogueGivesTheFloatsOfASecondPass) {
+  const std::vector<ConvParams> shapes = {params(2, 6, 6, 6, {13, 37}, {3, 3}, 1, 1, 1),
+                                          params(1, 4, 8, 4, {20, 21}, {5, 5}, 2, 1, 2),
+                                          params(1, 3, 3, 3, {11, 90}, {3, 3}, 5, 1, 1)};
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const ConvParams& p = shapes[si];
+    SCOPED_TRACE("shape " + std::to_string(si));
+    ASSERT_TRUE(int8_conv_is_depthwise(p));
+    const std::int64_t out_size = p.out_spatial[0] * p.out_spatial[1];
+    auto x = random_int8(std::size_t(conv_input_size(p)), 70 + unsigned(si));
+    auto w = random_int8(std::size_t(conv_weight_size(p)), 80 + unsigned(si));
+    std::vector<std::int32_t> want(std::size_t(conv_output_size(p)));
+    int8_conv_reference(p, x.data(), 9, w.data(), want.data());
+    std::vector<std::int32_t> row_add(static_cast<std::size_t>(p.out_channels)), col_add(static_cast<std::size_t>(out_size));
+    std::vector<float> row_scale(row_add.size()), col_scale(col_add.size()), row_bias(row_add.size()),
+        col_bias(col_add.size());
+    for (std::size_t c = 0; c < row_add.size(); ++c)
+      row_add[c] = int(c) * 7 - 20, row_scale[c] = 0.013f * float(c + 1), row_bias[c] = 1.5f - float(c);
+    for (std::size_t j = 0; j < col_add.size(); ++j)
+      col_add[j] = int(j % 11) - 5, col_scale[j] = 1.0f + 0.001f * float(j % 7), col_bias[j] = 0.01f * float(j % 5);
+    Int8Epilogue e{row_add.data(), col_add.data(), row_scale.data(), col_scale.data(), row_bias.data(),
+                   col_bias.data()};
+    std::vector<std::int32_t> want_floats = want;
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      int8_epilogue(want_floats.data() + b * p.out_channels * out_size, p.out_channels, out_size, out_size, e);
+    const PackedInt8ConvWeights packed(p, w.data());
+    std::vector<Int8GemmPath> paths{Int8GemmPath::kPortable};
+    if (int8_gemm_path_available(Int8GemmPath::kAvx512Vnni)) paths.push_back(Int8GemmPath::kAvx512Vnni);
+    for (auto path : paths)
+      for (int threads : {1, 2}) {
+        std::vector<float> got(want.size(), -1.0f);
+        tbb::task_arena(threads).execute([&] { int8_conv(p, x.data(), 9, packed, got.data(), e, path); });
+        ASSERT_EQ(std::memcmp(got.data(), want_floats.data(), want.size() * sizeof(float)), 0)
+            << int8_gemm_path_name(path) << ", " << threads << " threads";
+      }
+  }
+}
+
 }  // namespace
 }  // namespace qeval::kernels

@@ -2,9 +2,11 @@
 // definition, over strides, dilations, pads, groups, 1 to 3 spatial dimensions and a nonzero pad
 // value; window sums against their definition.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -260,6 +262,7 @@ TEST(Int8Conv, DenseConvsGiveTheDefinitionWhateverTheThreadsAndBlocks) {
       params(1, 5, 6, 1, {9, 131}, {3, 2}, 2, 2, 2),    // stride 2, dilation 2
       params(1, 300, 20, 1, {24, 40}, {3, 3}, 1, 1, 1),  // k = 2700: blocks of 64 columns
       params(1, 8, 30, 2, {50, 60}, {3, 3}, 1, 1, 1),    // two groups
+      params(1, 300, 7, 1, {12, 16}, {3, 3}, 1, 1, 1),   // 3 blocks of 64 columns: fewer than the threads
   };
   for (std::size_t si = 0; si < shapes.size(); ++si) {
     const ConvParams& p = shapes[si];
@@ -283,24 +286,25 @@ TEST(Int8Conv, DenseConvsGiveTheDefinitionWhateverTheThreadsAndBlocks) {
     std::vector<std::int32_t> want_floats = want;
     for (std::int64_t b = 0; b < p.batch; ++b)
       int8_epilogue(want_floats.data() + b * p.out_channels * out_size, p.out_channels, out_size, out_size, e);
-    for (int threads : {1, 2, 4}) {
+    // threads 0: one thread through a global_control limit (what --threads 1 sets) in a 4-thread arena.
+    for (int threads : {1, 2, 4, 0}) {
       SCOPED_TRACE(std::to_string(threads) + " threads");
       std::vector<std::int32_t> got(want.size(), 12345), sums(want_sums.size(), 12345);
       std::vector<float> got_floats(want.size(), -1.0f);
       std::size_t lent = 0;
-      tbb::task_arena(threads).execute([&] {
-        std::thread([&] {  // a fresh thread: nothing lent yet
-          tbb::task_arena(threads).execute([&] {
-            int8_conv(p, x.data(), -5, packed, got.data(), sums.data());
-            int8_conv(p, x.data(), -5, packed, got_floats.data(), e);
-            lent = thread_lent_bytes();
-          });
-        }).join();
-      });
+      std::thread([&] {  // a fresh thread: nothing lent yet
+        std::optional<tbb::global_control> limit;
+        if (threads == 0) limit.emplace(tbb::global_control::max_allowed_parallelism, 1);
+        tbb::task_arena(threads == 0 ? 4 : threads).execute([&] {
+          int8_conv(p, x.data(), -5, packed, got.data(), sums.data());
+          int8_conv(p, x.data(), -5, packed, got_floats.data(), e);
+          lent = thread_lent_bytes();
+        });
+      }).join();
       ASSERT_EQ(got, want);
       ASSERT_EQ(sums, want_sums);
       ASSERT_EQ(std::memcmp(got_floats.data(), want_floats.data(), want.size() * sizeof(float)), 0);
-      if (threads == 1) {
+      if (threads <= 1) {
         // One block of B (and its column sums) and the padded group of the im2col convs.
         const std::int64_t k = conv_weight_size(p) / p.out_channels;
         const std::int64_t block = int8_conv_cache_block_columns(k, out_size);

@@ -260,9 +260,9 @@ TEST(Int8Conv, DenseConvsGiveTheDefinitionWhateverTheThreadsAndBlocks) {
       direct,
       params(2, 3, 16, 1, {41, 150}, {3, 3}, 2, 1, 1),  // stride 2: runs of 75 bytes every other byte
       params(1, 5, 6, 1, {9, 131}, {3, 2}, 2, 2, 2),    // stride 2, dilation 2
-      params(1, 300, 20, 1, {24, 40}, {3, 3}, 1, 1, 1),  // k = 2700: blocks of 64 columns
+      params(1, 300, 20, 1, {24, 40}, {3, 3}, 1, 1, 1),  // k = 2700: blocks of 160 columns
       params(1, 8, 30, 2, {50, 60}, {3, 3}, 1, 1, 1),    // two groups
-      params(1, 300, 7, 1, {12, 16}, {3, 3}, 1, 1, 1),   // 3 blocks of 64 columns: fewer than the threads
+      params(1, 600, 7, 1, {12, 16}, {3, 3}, 1, 1, 1),   // k = 5400: 3 blocks of 64 columns, fewer than threads
   };
   for (std::size_t si = 0; si < shapes.size(); ++si) {
     const ConvParams& p = shapes[si];

@@ -85,19 +85,29 @@ class ElementwiseChainKernel final : public FusedKernel {
  private:
   static constexpr std::int64_t kBlock = 1024;
 
-  // other[(i / repeat) % period] for i in [i0, i0 + len), into out.
+  // other[(i / repeat) % period] for i in [i0, i0 + len), into out. The divisions once per block,
+  // then the value index and the place in its run advance with the runs (a SmoothQuant scale per
+  // channel of a 16x16 map is 4 runs per block, and two integer divisions per run cost as much as
+  // the block's multiplications).
   static void broadcast_block(const float* other, std::int64_t period, std::int64_t repeat, std::int64_t i0,
                               std::int64_t len, float* out) {
-    std::int64_t i = i0;
-    while (i < i0 + len) {
-      const std::int64_t q = (i / repeat) % period;
+    std::int64_t q = (i0 / repeat) % period, phase = i0 % repeat;
+    for (std::int64_t i = i0; i < i0 + len;) {
       // repeat 1: consecutive elements read consecutive values, copied up to the wrap; otherwise
       // a run of one value up to the next repeat boundary.
-      const std::int64_t n =
-          repeat == 1 ? std::min(period - q, i0 + len - i) : std::min(repeat - i % repeat, i0 + len - i);
-      if (repeat == 1) std::memcpy(out + (i - i0), other + q, std::size_t(n) * sizeof(float));
-      else std::fill_n(out + (i - i0), n, other[q]);
-      i += n;
+      if (repeat == 1) {
+        const std::int64_t n = std::min(period - q, i0 + len - i);
+        std::memcpy(out + (i - i0), other + q, std::size_t(n) * sizeof(float));
+        i += n;
+        q += n;
+      } else {
+        const std::int64_t n = std::min(repeat - phase, i0 + len - i);
+        std::fill_n(out + (i - i0), n, other[q]);
+        i += n;
+        phase += n;
+        if (phase == repeat) phase = 0, ++q;
+      }
+      if (q == period) q = 0;
     }
   }
 

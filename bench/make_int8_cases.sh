@@ -5,7 +5,7 @@
 #   QEVAL: a qeval binary (any build: the graphs do not depend on the kernels); OUT: a folder.
 # Then: bench/run_int8_speed.sh ROUNDS OUT/cases BENCH_EXECUTOR...
 # Needs numpy for the python that runs bench/peers/make_executor_inputs.py (/usr/bin/python3, else
-# python3) and third_party/models/ppocr (scripts/fetch_models.sh).
+# python3) and PP-OCRv4 det: third_party/models/ppocr (scripts/fetch_models.sh), or DET=its path.
 set -euo pipefail
 QEVAL=$(realpath "$1")
 mkdir -p "$2"
@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 py=/usr/bin/python3
 "$py" -c 'import numpy' 2>/dev/null || py=python3
-DET=third_party/models/ppocr/ch_PP-OCRv4_det_infer.onnx
+DET=$(realpath "${DET:-third_party/models/ppocr/ch_PP-OCRv4_det_infer.onnx}")
 [ -f "$DET" ] || { echo "missing $DET (scripts/fetch_models.sh)" >&2; exit 2; }
 # tiny-sd UNet inputs as txt2img calls it (batch 2, 4x16x16 latents); a 1x3x640x640 image for det,
 # the same values on every host (seeded).
@@ -29,6 +29,6 @@ mkdir -p "$OUT/det_in"
   --out "$OUT/det_l3" --no-cache
 cat > "$OUT/cases" <<EOF
 sd $here/models/tiny-sd/unet.onnx $OUT/sd_l3/quantized.onnx $OUT/inputs/tiny_sd_unet
-det $here/$DET $OUT/det_l3/quantized.onnx $OUT/det_in
+det $DET $OUT/det_l3/quantized.onnx $OUT/det_in
 EOF
 cat "$OUT/cases"

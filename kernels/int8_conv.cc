@@ -263,8 +263,7 @@ void pack_im2col(const Geometry3& g, const PaddedGroup& padded, std::int64_t k, 
         std::memset(rows[r], 0, std::size_t(width));  // k past the end: zero rows
       }
     }
-    interleave_group(rows[0], rows[1], rows[2], rows[3], panels, out.mutable_panel(p0 * kInt8NR), panel_bytes,
-                     q0 / 4);
+    interleave_group(rows[0], rows[1], rows[2], rows[3], panels, out.mutable_panel(p0 * kInt8NR), panel_bytes, q0 / 4);
   }
   packed_column_sums(out, p0, p0 + panels);
 }
@@ -410,15 +409,16 @@ void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
           multiply(j0, *pb);
         }
       } else if (cache_blocks) {
-        tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, blocks, 1), [&](const tbb::blocked_range<std::int64_t>& r) {
-          const Lent<PackedInt8B> pb(0, 0);  // the GEMM may wait on other tasks: not a thread's buffer
-          for (std::int64_t t = r.begin(); t < r.end(); ++t) {
-            const std::int64_t j0 = t * block, j1 = std::min(out_size, j0 + block);
-            pb->reset(k, j1 - j0, false);
-            pack(j0, j0, j1, *pb);
-            multiply(j0, *pb);
-          }
-        });
+        tbb::parallel_for(
+            tbb::blocked_range<std::int64_t>(0, blocks, 1), [&](const tbb::blocked_range<std::int64_t>& r) {
+              const Lent<PackedInt8B> pb(0, 0);  // the GEMM may wait on other tasks: not a thread's buffer
+              for (std::int64_t t = r.begin(); t < r.end(); ++t) {
+                const std::int64_t j0 = t * block, j1 = std::min(out_size, j0 + block);
+                pb->reset(k, j1 - j0, false);
+                pack(j0, j0, j1, *pb);
+                multiply(j0, *pb);
+              }
+            });
       } else {
         std::optional<Lent<PackedInt8B>> lent;
         PackedInt8B* pb = scratch ? scratch : lent.emplace(0, 0).get();

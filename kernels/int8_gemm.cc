@@ -146,8 +146,8 @@ void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::
   }
 }
 
-using VnniKernel = void (*)(std::int64_t, const std::uint8_t*, const std::int8_t*, std::int32_t*, std::int64_t, int, int,
-                            bool, const std::int32_t*, const Int8Epilogue*, std::int64_t, std::int64_t);
+using VnniKernel = void (*)(std::int64_t, const std::uint8_t*, const std::int8_t*, std::int32_t*, std::int64_t, int,
+                            int, bool, const std::int32_t*, const Int8Epilogue*, std::int64_t, std::int64_t);
 template <std::size_t... I>
 constexpr std::array<VnniKernel, MR> vnni_kernels(std::index_sequence<I...>) {
   return {&kernel_vnni<int(I) + 1>...};

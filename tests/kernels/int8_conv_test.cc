@@ -258,8 +258,8 @@ TEST(Int8Conv, DenseConvsGiveTheDefinitionWhateverTheThreadsAndBlocks) {
   direct.out_spatial = conv_output_spatial(direct);
   const std::vector<ConvParams> shapes = {
       direct,
-      params(2, 3, 16, 1, {41, 150}, {3, 3}, 2, 1, 1),  // stride 2: runs of 75 bytes every other byte
-      params(1, 5, 6, 1, {9, 131}, {3, 2}, 2, 2, 2),    // stride 2, dilation 2
+      params(2, 3, 16, 1, {41, 150}, {3, 3}, 2, 1, 1),   // stride 2: runs of 75 bytes every other byte
+      params(1, 5, 6, 1, {9, 131}, {3, 2}, 2, 2, 2),     // stride 2, dilation 2
       params(1, 300, 20, 1, {24, 40}, {3, 3}, 1, 1, 1),  // k = 2700: blocks of 160 columns
       params(1, 8, 30, 2, {50, 60}, {3, 3}, 1, 1, 1),    // two groups
       params(1, 600, 7, 1, {12, 16}, {3, 3}, 1, 1, 1),   // k = 5400: 3 blocks of 64 columns, fewer than threads
@@ -300,7 +300,8 @@ TEST(Int8Conv, DenseConvsGiveTheDefinitionWhateverTheThreadsAndBlocks) {
           int8_conv(p, x.data(), -5, packed, got_floats.data(), e);
           lent = thread_lent_bytes();
         });
-      }).join();
+      })
+          .join();
       ASSERT_EQ(got, want);
       ASSERT_EQ(sums, want_sums);
       ASSERT_EQ(std::memcmp(got_floats.data(), want_floats.data(), want.size() * sizeof(float)), 0);
@@ -333,15 +334,16 @@ TEST(Int8Conv, DepthwiseEpilogueGivesTheFloatsOfASecondPass) {
     auto w = random_int8(std::size_t(conv_weight_size(p)), 80 + unsigned(si));
     std::vector<std::int32_t> want(std::size_t(conv_output_size(p)));
     int8_conv_reference(p, x.data(), 9, w.data(), want.data());
-    std::vector<std::int32_t> row_add(static_cast<std::size_t>(p.out_channels)), col_add(static_cast<std::size_t>(out_size));
+    std::vector<std::int32_t> row_add(static_cast<std::size_t>(p.out_channels)),
+        col_add(static_cast<std::size_t>(out_size));
     std::vector<float> row_scale(row_add.size()), col_scale(col_add.size()), row_bias(row_add.size()),
         col_bias(col_add.size());
     for (std::size_t c = 0; c < row_add.size(); ++c)
       row_add[c] = int(c) * 7 - 20, row_scale[c] = 0.013f * float(c + 1), row_bias[c] = 1.5f - float(c);
     for (std::size_t j = 0; j < col_add.size(); ++j)
       col_add[j] = int(j % 11) - 5, col_scale[j] = 1.0f + 0.001f * float(j % 7), col_bias[j] = 0.01f * float(j % 5);
-    Int8Epilogue e{row_add.data(), col_add.data(), row_scale.data(), col_scale.data(), row_bias.data(),
-                   col_bias.data()};
+    Int8Epilogue e{row_add.data(),   col_add.data(),  row_scale.data(),
+                   col_scale.data(), row_bias.data(), col_bias.data()};
     std::vector<std::int32_t> want_floats = want;
     for (std::int64_t b = 0; b < p.batch; ++b)
       int8_epilogue(want_floats.data() + b * p.out_channels * out_size, p.out_channels, out_size, out_size, e);

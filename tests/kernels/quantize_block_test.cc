@@ -28,12 +28,13 @@ void expect_same_bytes(const std::vector<float>& x, float scale, std::int32_t ze
 
 TEST(QuantizeBlock, GivesQuantizeToBytesOnEveryKindOfValue) {
   std::vector<float> x;
-  for (std::uint64_t b = 0; b < (std::uint64_t(1) << 32); b += 65521) x.push_back(std::bit_cast<float>(std::uint32_t(b)));
+  for (std::uint64_t b = 0; b < (std::uint64_t(1) << 32); b += 65521)
+    x.push_back(std::bit_cast<float>(std::uint32_t(b)));
   for (int i = -600; i <= 600; ++i) x.push_back(float(i) * 0.5f);  // halves: ties to even
   for (float v : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                   std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-                  std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(), 127.5f, -128.5f,
-                  255.5f, 1e9f, -1e9f})
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(), 127.5f, -128.5f, 255.5f,
+                  1e9f, -1e9f})
     x.push_back(v);
   for (float scale : {1.0f, 0.5f, 0.0123f, 3.7e-5f, 250.0f}) {
     expect_same_bytes<std::int8_t>(x, scale, 0);

@@ -154,7 +154,8 @@ class QuantizeLinearOp final : public Op {
                 const float* __restrict xs = src + off;
                 O* __restrict ys = dst + off;
                 if constexpr (sizeof(O) == 1) kernels::quantize_block(xs, ys, n, sc, z);
-                else for (std::int64_t i = 0; i < n; ++i) ys[i] = quantize_to<O>(xs[i], sc, z);
+                else
+                  for (std::int64_t i = 0; i < n; ++i) ys[i] = quantize_to<O>(xs[i], sc, z);
                 return;
               }
             }

@@ -342,8 +342,8 @@ void gemm_impl(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std:
           const std::uint8_t* pa = a.panel(i) + g0 * MR * 4;
           const int mr = int(std::min<std::int64_t>(MR, i_end - i));
           std::int32_t* ct = c + i * ldc + j;
-#if QEVAL_HAVE_AVX512_VNNI
           const bool last = g0 + gn == groups;
+#if QEVAL_HAVE_AVX512_VNNI
           if (path == Int8GemmPath::kAvx512Vnni) {
             kernel_vnni_rows(gn, pa, pb, ct, ldc, mr, nr, g0 == 0, b.col_sums() + j, last ? e : nullptr, i, j);
             continue;

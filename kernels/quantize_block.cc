@@ -32,7 +32,7 @@ void quantize(const float* __restrict x, T* __restrict y, std::int64_t n, float 
     q = _mm512_maskz_add_ps(m, q, z);
     q = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, q, _CMP_ORD_Q), z, q);
     q = _mm512_maskz_max_ps(m, _mm512_maskz_min_ps(m, q, hi), lo);
-    _mm_mask_storeu_epi8(y + i, m, _mm512_maskz_cvtepi32_epi8(m, _mm512_maskz_cvttps_epi32(m, q)));
+    _mm512_mask_cvtepi32_storeu_epi8(y + i, m, _mm512_maskz_cvttps_epi32(m, q));
   }
 #endif
   for (; i < n; ++i) y[i] = quantize_to<T>(x[i], scale, zero_point);

@@ -297,6 +297,8 @@ BENCHMARK(BM_ConvTranspose4x4s2_256x32x32)->Unit(benchmark::kMillisecond)->UseRe
 // MobileNetV3 sizes), grouped convs (ResNeXt / ShuffleNet-like). Each shape runs as FP32 (`conv`
 // with bias, weights prepacked as the executor does), int8 (`int8_conv`, best path, int32 out,
 // weights packed once) and int8 with the portable kernels. Compare cpu_ms within one run.
+// Shapes 14-19: dense convs of PP-OCRv4 det at 640x640 (its neck's 3x3 96->24 convs are ~46% of its
+// MACs; 1x1 convs read x in place) and a tiny-sd UNet 3x3 (batch 1 of its 2, 16x16 latents).
 
 struct ConvShape {
   const char* name;
@@ -310,6 +312,9 @@ constexpr ConvShape kConvShapes[] = {
     {"dw3x3s1 x2 16->32x160x160", 16, 32, 16, 160, 3, 1}, {"g2 1x1 96x80x80", 96, 96, 2, 80, 1, 1},
     {"g4 3x3s1 64x80x80", 64, 64, 4, 80, 3, 1},           {"g8 3x3s1 128x40x40", 128, 128, 8, 40, 3, 1},
     {"g32 3x3s1 256x40x40", 256, 256, 32, 40, 3, 1},      {"g16 3x3s2 256x40x40", 256, 256, 16, 40, 3, 2},
+    {"3x3s1 96->24x160x160", 96, 24, 1, 160, 3, 1},       {"3x3s2 3->16x640x640", 3, 16, 1, 640, 3, 2},
+    {"1x1 16->32x320x320", 16, 32, 1, 320, 1, 1},         {"1x1 48->48x160x160", 48, 48, 1, 160, 1, 1},
+    {"1x1 384->384x20x20", 384, 384, 1, 20, 1, 1},        {"3x3s1 192->96x16x16", 192, 96, 1, 16, 3, 1},
 };
 
 void BM_ConvShape(benchmark::State& state) {

@@ -3,7 +3,9 @@
 #include "kernels/int8_conv.h"
 
 #include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +16,11 @@
 
 #include "kernels/int8_depthwise.h"
 #include "kernels/scratch.h"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define QEVAL_INT8_CONV_AVX512 1
+#endif
 
 namespace qeval::kernels {
 namespace {
@@ -131,6 +138,23 @@ void im2col_row(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap,
   const std::int64_t s = g.s[2];
   if (s == 1) {
     for (const Im2colRun& run : runs) copy_bytes(dst + run.offset, base + run.src, run.len);
+#if QEVAL_INT8_CONV_AVX512
+  } else if (s == 2) {
+    // Every other byte: 32 16-bit words, truncated to their low bytes. The last element is copied
+    // on its own, so that no word reads the byte past it (it may be past the buffer).
+    for (const Im2colRun& run : runs) {
+      const std::int8_t* src = base + run.src;
+      std::int8_t* d = dst + run.offset;
+      const std::int64_t vec = run.len - 1;
+      for (std::int64_t u = 0; u < vec; u += 32) {
+        const std::int64_t n = std::min<std::int64_t>(32, vec - u);
+        const __mmask32 mask = n == 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1);
+        const __m512i words = _mm512_maskz_loadu_epi16(mask, src + 2 * u);
+        _mm256_mask_storeu_epi8(d + u, mask, _mm512_maskz_cvtepi16_epi8(mask, words));
+      }
+      d[vec] = src[2 * vec];
+    }
+#endif
   } else {
     for (const Im2colRun& run : runs) {
       const std::int8_t* src = base + run.src;
@@ -140,76 +164,136 @@ void im2col_row(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap,
   }
 }
 
+// Four rows of `panels` x kInt8NR bytes (one k group's four k values over consecutive columns)
+// into k group `group` of `panels` consecutive panels of a packed B, the first at `panel0` (panels
+// `panel_bytes` apart): column c's four bytes become one 4-byte lane. Column sums are not touched.
+void interleave_group(const std::int8_t* r0, const std::int8_t* r1, const std::int8_t* r2, const std::int8_t* r3,
+                      std::int64_t panels, std::int8_t* panel0, std::int64_t panel_bytes, std::int64_t group) {
+  std::int8_t* d0 = panel0 + group * kInt8NR * 4;
+  for (std::int64_t pi = 0; pi < panels; ++pi) {
+    const std::int64_t o = pi * kInt8NR;
+    std::int8_t* d = d0 + pi * panel_bytes;
+#if QEVAL_INT8_CONV_AVX512
+    static_assert(kInt8NR == 32);
+    // Within each 128-bit lane: bytes of rows 0/1 and 2/3 paired, then the pairs paired: lane 0
+    // holds columns 0-3 / 4-7 / 8-11 / 12-15 of the four unpacks, lane 1 columns 16-31 likewise.
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + o));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + o));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r2 + o));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r3 + o));
+    const __m256i ab_lo = _mm256_unpacklo_epi8(a, b), ab_hi = _mm256_unpackhi_epi8(a, b);
+    const __m256i ce_lo = _mm256_unpacklo_epi8(c, e), ce_hi = _mm256_unpackhi_epi8(c, e);
+    const __m256i x0 = _mm256_unpacklo_epi16(ab_lo, ce_lo), x1 = _mm256_unpackhi_epi16(ab_lo, ce_lo);
+    const __m256i x2 = _mm256_unpacklo_epi16(ab_hi, ce_hi), x3 = _mm256_unpackhi_epi16(ab_hi, ce_hi);
+    __m256i* out = reinterpret_cast<__m256i*>(d);
+    _mm256_store_si256(out + 0, _mm256_permute2x128_si256(x0, x1, 0x20));
+    _mm256_store_si256(out + 1, _mm256_permute2x128_si256(x2, x3, 0x20));
+    _mm256_store_si256(out + 2, _mm256_permute2x128_si256(x0, x1, 0x31));
+    _mm256_store_si256(out + 3, _mm256_permute2x128_si256(x2, x3, 0x31));
+#else
+    std::uint32_t* __restrict du = reinterpret_cast<std::uint32_t*>(d);
+    for (int t = 0; t < kInt8NR; ++t)
+      du[t] = std::uint32_t(std::uint8_t(r0[o + t])) | std::uint32_t(std::uint8_t(r1[o + t])) << 8 |
+              std::uint32_t(std::uint8_t(r2[o + t])) << 16 | std::uint32_t(std::uint8_t(r3[o + t])) << 24;
+#endif
+  }
+}
+
+// The column sums of panels [p0, p1) of a packed B (columns past n included: their bytes are 0).
+void packed_column_sums(PackedInt8B& b, std::int64_t p0, std::int64_t p1) {
+  const std::int64_t groups = b.k_groups();
+  std::int32_t* sums = b.mutable_col_sums();
+  for (std::int64_t pi = p0; pi < p1; ++pi) {
+    const std::int8_t* src = b.mutable_panel(pi * kInt8NR);
+#if QEVAL_INT8_CONV_AVX512
+    // vpdpbusd with unsigned ones: each int32 lane gains the sum of its 4 signed bytes.
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (std::int64_t q = 0; q < groups; ++q, src += kInt8NR * 4) {
+      s0 = _mm512_dpbusd_epi32(s0, ones, _mm512_load_si512(src));
+      s1 = _mm512_dpbusd_epi32(s1, ones, _mm512_load_si512(src + 64));
+    }
+    _mm512_storeu_si512(sums + pi * kInt8NR, s0);
+    _mm512_storeu_si512(sums + pi * kInt8NR + 16, s1);
+#else
+    std::int32_t acc[kInt8NR] = {};
+    for (std::int64_t q = 0; q < groups; ++q, src += kInt8NR * 4)
+      for (int t = 0; t < kInt8NR; ++t)
+        acc[t] += std::int32_t(src[4 * t]) + std::int32_t(src[4 * t + 1]) + std::int32_t(src[4 * t + 2]) +
+                  std::int32_t(src[4 * t + 3]);
+    std::copy_n(acc, kInt8NR, sums + pi * kInt8NR);
+#endif
+  }
+}
+
 // Columns [j_begin, j_end) of the im2col matrix of one channel group ([cg * kernel, out
 // positions]; the group's input padded once by the caller) written straight into the int8 GEMM's
-// packed B layout with its column sums, every byte of it (out was reset to k x (j_end - j_begin)
-// without clearing): per k group four im2col rows over a task's columns (plain copies of runs),
-// interleaved into the 4-byte lanes of each panel (a fixed-length loop GCC vectorises). Tasks are
-// ranges of panels.
-void pack_im2col(const Geometry3& g, const PaddedGroup& padded, std::int64_t k, std::int64_t j_begin,
-                 std::int64_t j_end, PackedInt8B& out) {
-  const std::int64_t n = j_end - j_begin;
-  const std::int64_t panels = (n + kInt8NR - 1) / kInt8NR;
-  // ~16 KB of rows per task (4 rows of 4096 columns at most).
-  const std::int64_t panels_per_task = std::max<std::int64_t>(1, 4096 / kInt8NR);
-  const std::int64_t tasks = (panels + panels_per_task - 1) / panels_per_task;
-  const bool parallel = tasks > 1 && k * n >= (std::int64_t(1) << 16);
-  auto task = [&](std::int64_t p0, std::int64_t p1) {
-    const std::int64_t j0 = p0 * kInt8NR, j1 = std::min(n, p1 * kInt8NR), width = (p1 - p0) * kInt8NR;  // in the block
-    thread_local std::vector<std::int8_t> rows_buffer;
-    thread_local std::vector<std::int32_t> sums_buffer;
-    rows_buffer.assign(std::size_t(4 * width), 0);  // columns past n stay 0
-    sums_buffer.assign(std::size_t(width), 0);
-    std::int8_t* rows[4] = {rows_buffer.data(), rows_buffer.data() + width, rows_buffer.data() + 2 * width,
-                            rows_buffer.data() + 3 * width};
-    std::int32_t* sums = sums_buffer.data();
-    thread_local std::vector<Im2colRun> runs;
-    im2col_runs(g, padded, j_begin + j0, j_begin + j1, runs);
-    Im2colTap tap{0, 0, 0, 0};  // row q's tap, advanced row by row (no divisions per row)
-    for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
-      for (int r = 0; r < 4; ++r) {
-        if (q0 + r < k) {
-          im2col_row(g, padded, tap, runs, rows[r]);
-          if (++tap.kw == g.k[2]) {
-            tap.kw = 0;
-            if (++tap.kh == g.k[1]) {
-              tap.kh = 0;
-              if (++tap.kd == g.k[0]) {
-                tap.kd = 0;
-                ++tap.c;
-              }
+// packed B layout with its column sums, every byte of them: out holds the block of columns from
+// block_begin (j_begin - block_begin a multiple of kInt8NR; reset without clearing). Per k group
+// four im2col rows over the columns (plain copies of runs), interleaved into the 4-byte lanes of
+// each panel. On the calling thread.
+void pack_im2col(const Geometry3& g, const PaddedGroup& padded, std::int64_t k, std::int64_t block_begin,
+                 std::int64_t j_begin, std::int64_t j_end, PackedInt8B& out) {
+  const std::int64_t n = j_end - j_begin, p0 = (j_begin - block_begin) / kInt8NR;
+  const std::int64_t panels = (n + kInt8NR - 1) / kInt8NR, width = panels * kInt8NR;
+  thread_local std::vector<std::int8_t> rows_buffer;
+  if (rows_buffer.size() < std::size_t(4 * width)) rows_buffer.resize(std::size_t(4 * width));
+  std::int8_t* rows[4] = {rows_buffer.data(), rows_buffer.data() + width, rows_buffer.data() + 2 * width,
+                          rows_buffer.data() + 3 * width};
+  for (std::int8_t* r : rows) std::memset(r + n, 0, std::size_t(width - n));  // columns past n stay 0
+  thread_local std::vector<Im2colRun> runs;
+  im2col_runs(g, padded, j_begin, j_end, runs);
+  const std::int64_t panel_bytes = out.k_groups() * kInt8NR * 4;
+  Im2colTap tap{0, 0, 0, 0};  // row q's tap, advanced row by row (no divisions per row)
+  for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
+    for (int r = 0; r < 4; ++r) {
+      if (q0 + r < k) {
+        im2col_row(g, padded, tap, runs, rows[r]);
+        if (++tap.kw == g.k[2]) {
+          tap.kw = 0;
+          if (++tap.kh == g.k[1]) {
+            tap.kh = 0;
+            if (++tap.kd == g.k[0]) {
+              tap.kd = 0;
+              ++tap.c;
             }
           }
-        } else {
-          std::memset(rows[r], 0, std::size_t(width));  // k past the end: zero rows
         }
-      }
-      for (std::int64_t pi = p0; pi < p1; ++pi) {
-        std::uint32_t* __restrict d =
-            reinterpret_cast<std::uint32_t*>(out.mutable_panel(pi * kInt8NR)) + (q0 / 4) * kInt8NR;
-        const std::int64_t o = (pi - p0) * kInt8NR;
-        const std::int8_t* __restrict r0 = rows[0] + o;
-        const std::int8_t* __restrict r1 = rows[1] + o;
-        const std::int8_t* __restrict r2 = rows[2] + o;
-        const std::int8_t* __restrict r3 = rows[3] + o;
-        std::int32_t* __restrict sm = sums + o;
-        for (int t = 0; t < kInt8NR; ++t) {
-          d[t] = std::uint32_t(std::uint8_t(r0[t])) | std::uint32_t(std::uint8_t(r1[t])) << 8 |
-                 std::uint32_t(std::uint8_t(r2[t])) << 16 | std::uint32_t(std::uint8_t(r3[t])) << 24;
-          sm[t] += std::int32_t(r0[t]) + std::int32_t(r1[t]) + std::int32_t(r2[t]) + std::int32_t(r3[t]);
-        }
+      } else {
+        std::memset(rows[r], 0, std::size_t(width));  // k past the end: zero rows
       }
     }
-    std::copy_n(sums, width, out.mutable_col_sums() + j0);
-  };
-  auto run = [&](std::int64_t t) { task(t * panels_per_task, std::min(panels, (t + 1) * panels_per_task)); };
-  if (!parallel) {
-    for (std::int64_t t = 0; t < tasks; ++t) run(t);
-  } else {
-    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, tasks), [&](const auto& r) {
-      for (std::int64_t t = r.begin(); t < r.end(); ++t) run(t);
-    });
+    interleave_group(rows[0], rows[1], rows[2], rows[3], panels, out.mutable_panel(p0 * kInt8NR), panel_bytes, q0 / 4);
   }
+  packed_column_sums(out, p0, p0 + panels);
+}
+
+// Columns [j_begin, j_end) of x ([k, ld] int8, a 1x1 conv's input read in place) packed into out
+// (the block from block_begin, as pack_im2col) with their column sums: four rows of x
+// interleaved per k group, whole panels straight from x, the last partial panel and k past the end
+// through zero-padded rows.
+void pack_rows(const std::int8_t* x, std::int64_t ld, std::int64_t k, std::int64_t block_begin, std::int64_t j_begin,
+               std::int64_t j_end, PackedInt8B& out) {
+  const std::int64_t n = j_end - j_begin, full = n / kInt8NR, tail = n - full * kInt8NR;
+  const std::int64_t p0 = (j_begin - block_begin) / kInt8NR;
+  const std::int64_t panel_bytes = out.k_groups() * kInt8NR * 4;
+  thread_local std::vector<std::int8_t> zeros;  // the rows of k past the end
+  if (k % 4 && zeros.size() < std::size_t(n)) zeros.assign(std::size_t(n), 0);
+  alignas(64) std::int8_t tail_rows[4][kInt8NR];
+  for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
+    const std::int8_t* r[4];
+    for (int i = 0; i < 4; ++i) r[i] = q0 + i < k ? x + (q0 + i) * ld + j_begin : zeros.data();
+    if (full) interleave_group(r[0], r[1], r[2], r[3], full, out.mutable_panel(p0 * kInt8NR), panel_bytes, q0 / 4);
+    if (tail) {
+      for (int i = 0; i < 4; ++i) {
+        std::memset(tail_rows[i], 0, kInt8NR);
+        if (q0 + i < k) std::memcpy(tail_rows[i], r[i] + full * kInt8NR, std::size_t(tail));
+      }
+      interleave_group(tail_rows[0], tail_rows[1], tail_rows[2], tail_rows[3], 1,
+                       out.mutable_panel((p0 + full) * kInt8NR), panel_bytes, q0 / 4);
+    }
+  }
+  packed_column_sums(out, p0, p0 + full + (tail ? 1 : 0));
 }
 
 }  // namespace
@@ -241,6 +325,12 @@ std::int64_t int8_conv_block_columns(std::int64_t k, std::int64_t columns) {
   return std::min(block, columns);
 }
 
+std::int64_t int8_conv_cache_block_columns(std::int64_t k, std::int64_t columns) {
+  const std::int64_t bytes_per_column = (k + 3) / 4 * 4;
+  const std::int64_t block = std::max<std::int64_t>(1, kInt8ConvCacheBlockBytes / bytes_per_column / kInt8NR) * kInt8NR;
+  return std::min(block, columns);
+}
+
 namespace {
 
 // The epilogue for columns [j0, ...) of a larger B (column pointers advanced by j0).
@@ -261,22 +351,30 @@ void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
   const std::int64_t k = cg * kprod;
 
   if (w.depthwise()) {
-    int8_depthwise_conv(p, x, pad_value, w.raw(), w.channel_sums(), y, window_sums, path == Int8GemmPath::kAvx512Vnni);
-    if (e)
-      for (std::int64_t b = 0; b < p.batch; ++b)
-        int8_epilogue(y + b * p.out_channels * out_size, p.out_channels, out_size, out_size, *e);
+    int8_depthwise_conv(p, x, pad_value, w.raw(), w.channel_sums(), y, window_sums, path == Int8GemmPath::kAvx512Vnni,
+                        e);
     return;
   }
 
   // A 1x1 conv with stride 1 and no padding (begin or end: then out == in) reads x as it is: B is
-  // x's [cg, positions] block, packed as any matrix; otherwise im2col packs straight into B. Either
-  // way B holds a block of at most kInt8ConvBlockBytes of columns at a time (int32 sums are exact:
-  // the same result whatever the split), so the lent B stays small however large the image.
+  // x's [cg, positions] block, four rows interleaved per k group; otherwise im2col packs straight
+  // into B. Either way B holds a block of columns at a time (int32 sums are exact: the same result
+  // whatever the split), so the lent B stays small however large the image. Where there are blocks
+  // enough for every thread (or one thread), a block is small enough to stay in L2 between its
+  // packing and its GEMM, and one task does both (kInt8ConvCacheBlockBytes); otherwise blocks of at
+  // most kInt8ConvBlockBytes go in turn, each packed by parallel tasks, then multiplied by the
+  // parallel GEMM.
   const bool direct = kprod == 1 && g.pb[0] == 0 && g.pb[1] == 0 && g.pb[2] == 0 && g.s[0] == 1 && g.s[1] == 1 &&
                       g.s[2] == 1 && out_size == in_size;
-  const std::int64_t block = int8_conv_block_columns(k, out_size);
-  std::optional<Lent<PackedInt8B>> lent;
-  if (!scratch) scratch = lent.emplace(0, 0).get();
+  // The threads that may run: the arena's, within a global_control limit (`--threads 1` sets one
+  // and leaves the arena as wide as the machine).
+  const std::int64_t threads = std::min<std::int64_t>(
+      tbb::this_task_arena::max_concurrency(),
+      std::int64_t(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
+  std::int64_t block = int8_conv_cache_block_columns(k, out_size);
+  const bool cache_blocks = threads == 1 || (out_size + block - 1) / block >= 2 * threads;
+  if (!cache_blocks) block = int8_conv_block_columns(k, out_size);
+  const std::int64_t blocks = (out_size + block - 1) / block;
   // The padded group lives across the block's GEMMs, which wait on other tasks: a lent buffer, not
   // a thread's (a task run meanwhile could pad another group into it).
   std::optional<Lent<Int8Buffer>> padded_storage;
@@ -289,20 +387,53 @@ void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
         padded = pad_group(g, xg, cg, pad_value, (*padded_storage)->values);
       }
       std::int32_t* yg = y + (b * p.out_channels + gi * og) * out_size;
-      for (std::int64_t j0 = 0; j0 < out_size; j0 += block) {
-        const std::int64_t j1 = std::min(out_size, j0 + block);
-        PackedInt8B* pb = scratch;
-        if (direct) {
-          pb->pack(k, j1 - j0, xg + j0, out_size);
-        } else {
-          pb->reset(k, j1 - j0, false);  // pack_im2col writes every byte
-          pack_im2col(g, padded, k, j0, j1, *pb);
-        }
+      // Columns [c0, c1) of the block from j0 into pb.
+      auto pack = [&](std::int64_t j0, std::int64_t c0, std::int64_t c1, PackedInt8B& pb) {
+        if (direct) pack_rows(xg, out_size, k, j0, c0, c1, pb);
+        else pack_im2col(g, padded, k, j0, c0, c1, pb);
+      };
+      auto multiply = [&](std::int64_t j0, const PackedInt8B& pb) {
         if (e)
-          int8_gemm(w.group(gi), *pb, reinterpret_cast<float*>(yg + j0), out_size,
+          int8_gemm(w.group(gi), pb, reinterpret_cast<float*>(yg + j0), out_size,
                     columns_from(e->rows_from(gi * og), j0), path);
-        else int8_gemm(w.group(gi), *pb, yg + j0, out_size, path);
-        if (window_sums) std::copy_n(pb->col_sums(), j1 - j0, window_sums + (b * p.groups + gi) * out_size + j0);
+        else int8_gemm(w.group(gi), pb, yg + j0, out_size, path);
+        if (window_sums) std::copy_n(pb.col_sums(), pb.n(), window_sums + (b * p.groups + gi) * out_size + j0);
+      };
+      if (cache_blocks && (threads == 1 || scratch)) {
+        std::optional<Lent<PackedInt8B>> lent;
+        PackedInt8B* pb = scratch ? scratch : lent.emplace(0, 0).get();
+        for (std::int64_t j0 = 0; j0 < out_size; j0 += block) {
+          const std::int64_t j1 = std::min(out_size, j0 + block);
+          pb->reset(k, j1 - j0, false);  // packing writes every byte
+          pack(j0, j0, j1, *pb);
+          multiply(j0, *pb);
+        }
+      } else if (cache_blocks) {
+        tbb::parallel_for(
+            tbb::blocked_range<std::int64_t>(0, blocks, 1), [&](const tbb::blocked_range<std::int64_t>& r) {
+              const Lent<PackedInt8B> pb(0, 0);  // the GEMM may wait on other tasks: not a thread's buffer
+              for (std::int64_t t = r.begin(); t < r.end(); ++t) {
+                const std::int64_t j0 = t * block, j1 = std::min(out_size, j0 + block);
+                pb->reset(k, j1 - j0, false);
+                pack(j0, j0, j1, *pb);
+                multiply(j0, *pb);
+              }
+            });
+      } else {
+        std::optional<Lent<PackedInt8B>> lent;
+        PackedInt8B* pb = scratch ? scratch : lent.emplace(0, 0).get();
+        for (std::int64_t j0 = 0; j0 < out_size; j0 += block) {
+          const std::int64_t j1 = std::min(out_size, j0 + block);
+          pb->reset(k, j1 - j0, false);
+          // ~16 KB of rows per packing task (4 rows of 4096 columns at most).
+          constexpr std::int64_t kTaskColumns = 4096;
+          const std::int64_t tasks = (j1 - j0 + kTaskColumns - 1) / kTaskColumns;
+          tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, tasks), [&](const tbb::blocked_range<std::int64_t>& r) {
+            for (std::int64_t t = r.begin(); t < r.end(); ++t)
+              pack(j0, j0 + t * kTaskColumns, std::min(j1, j0 + (t + 1) * kTaskColumns), *pb);
+          });
+          multiply(j0, *pb);
+        }
       }
     }
 }

@@ -40,6 +40,11 @@ inline constexpr std::int64_t kInt8ConvBlockBytes = std::int64_t(4) << 20;
 // The columns (output positions) of one block for a K of k, out of `columns`: whole multiples of 256
 // (the GEMM's column block), at least 256.
 std::int64_t int8_conv_block_columns(std::int64_t k, std::int64_t columns);
+// Where there are enough blocks for every thread (or one thread), a block is instead small enough
+// to stay in L2 from its packing to its GEMM, both done by one task: at most about this many bytes
+// (at least one 32-column panel), whole panels of kInt8NR columns.
+inline constexpr std::int64_t kInt8ConvCacheBlockBytes = std::int64_t(448) << 10;
+std::int64_t int8_conv_cache_block_columns(std::int64_t k, std::int64_t columns);
 
 // y[b, oc, out...] = sum over the receptive field of x * w, exactly in int32. Positions in the
 // padding read `pad_value` (a quantized tensor's zero point, so that padding means real 0).

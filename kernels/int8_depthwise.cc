@@ -114,6 +114,15 @@ std::int32_t pack4(const std::int8_t* b, std::int64_t n) {
 }
 #endif
 
+// The epilogue for one output row: row terms of channel oc, column terms from output position j0.
+Int8Epilogue finish_row(const Int8Epilogue& e, std::int64_t oc, std::int64_t j0) {
+  Int8Epilogue r = e.rows_from(oc);
+  if (r.col_add) r.col_add += j0;
+  if (r.col_scale) r.col_scale += j0;
+  if (r.col_bias) r.col_bias += j0;
+  return r;
+}
+
 }  // namespace
 
 bool int8_conv_is_depthwise(const ConvParams& p) {
@@ -129,7 +138,8 @@ bool int8_depthwise_vector_available() {
 }
 
 void int8_depthwise_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const std::int8_t* w,
-                         const std::int32_t* channel_sums, std::int32_t* y, std::int32_t* window_sums, bool vector) {
+                         const std::int32_t* channel_sums, std::int32_t* y, std::int32_t* window_sums, bool vector,
+                         const Int8Epilogue* e) {
   const ConvGeometry3 g = conv_geometry3(p);
   const std::int64_t og = p.out_channels / p.groups, in_size = g.in_size(), out_size = g.out_size();
   const std::int64_t kprod = g.k_size(), rows = g.out[0] * g.out[1], out_w = g.out[2];
@@ -237,6 +247,10 @@ void int8_depthwise_conv(const ConvParams& p, const std::int8_t* x, std::int8_t 
           if (wr) row_portable<true>(krow.data(), kernel_rows, wk, g, yr, wr);
           else row_portable<false>(krow.data(), kernel_rows, wk, g, yr, nullptr);
         }
+        // The rows' sums into floats while in L1 (window sums were taken from the int32 sums).
+        if (e)
+          for (std::int64_t r = r0; r < r1; ++r)
+            int8_epilogue(yc + r * out_w, 1, out_w, out_w, finish_row(*e, oc, r * out_w));
       }
     }
   });

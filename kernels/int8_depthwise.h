@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/conv.h"
+#include "kernels/int8_gemm.h"
 
 namespace qeval::kernels {
 
@@ -22,7 +23,11 @@ bool int8_depthwise_vector_available();
 // weights. window_sums (or null): [batch, groups, out positions], the sum of the x values each
 // output position reads, padding included. Parallel over (plane, row block); integer sums make
 // the result independent of the split and of `vector`.
+// e, when not null: each output row is finished into floats while in L1, as int8_epilogue over
+// the int32 sums of one batch item would ([out_channels, out positions]: row terms by output channel,
+// column terms by output position); y then holds floats.
 void int8_depthwise_conv(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value, const std::int8_t* w,
-                         const std::int32_t* channel_sums, std::int32_t* y, std::int32_t* window_sums, bool vector);
+                         const std::int32_t* channel_sums, std::int32_t* y, std::int32_t* window_sums, bool vector,
+                         const Int8Epilogue* e = nullptr);
 
 }  // namespace qeval::kernels

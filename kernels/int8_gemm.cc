@@ -6,10 +6,12 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <utility>
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -73,7 +75,7 @@ void kernel_portable(std::int64_t gn, const std::uint8_t* __restrict pa, const s
 inline __m512 epilogue16(__m512i s, std::int64_t i, std::int64_t j0, __mmask16 mask, const Int8Epilogue& e) {
   if (e.row_add) s = _mm512_add_epi32(s, _mm512_set1_epi32(e.row_add[i]));
   if (e.col_add) s = _mm512_add_epi32(s, _mm512_maskz_loadu_epi32(mask, e.col_add + j0));
-  __m512 v = _mm512_cvtepi32_ps(s);
+  __m512 v = _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), s);  // (maskz: GCC 12 warns on the unmasked form)
   if (e.row_scale) v = _mm512_mul_ps(v, _mm512_set1_ps(e.row_scale[i]));
   if (e.col_scale) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, e.col_scale + j0));
   if (e.row_bias) v = _mm512_add_ps(v, _mm512_set1_ps(e.row_bias[i]));
@@ -82,24 +84,29 @@ inline __m512 epilogue16(__m512i s, std::int64_t i, std::int64_t j0, __mmask16 m
 }
 
 // e (the last k block only): the tile at (i0, j0) of C is finished into floats from the registers.
+// R: the rows computed (mr <= R <= MR): a panel with fewer live rows than MR (the last of an m that
+// is not a multiple of MR, e.g. 24 output channels = 14 + 10) skips the dot products of its zero
+// rows; kernel_vnni_rows picks the instance by mr.
+template <int R>
 void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::int8_t* __restrict pb, std::int32_t* c,
                  std::int64_t ldc, int mr, int nr, bool first, const std::int32_t* col_sums,
                  const Int8Epilogue* e = nullptr, std::int64_t i0 = 0, std::int64_t j0 = 0) {
+  static_assert(R >= 1 && R <= MR);
   const __mmask16 m0 = nr >= 16 ? __mmask16(0xffff) : __mmask16((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? __mmask16(0xffff) : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : __mmask16(0);
-  __m512i acc[MR][2];
+  __m512i acc[R][2];
   if (first) {
     const __m512i minus128 = _mm512_set1_epi32(-128);
     const __m512i c0 = _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m0, col_sums), minus128);
     const __m512i c1 = _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m1, col_sums + 16), minus128);
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < R; ++r) {
       acc[r][0] = c0;
       acc[r][1] = c1;
     }
   } else {
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < R; ++r) {
       const bool live = r < mr;
       acc[r][0] = live ? _mm512_maskz_loadu_epi32(m0, c + r * ldc) : _mm512_setzero_si512();
       acc[r][1] = live ? _mm512_maskz_loadu_epi32(m1, c + r * ldc + 16) : _mm512_setzero_si512();
@@ -109,7 +116,7 @@ void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::
     const __m512i b0 = _mm512_load_si512(pb);
     const __m512i b1 = _mm512_load_si512(pb + 64);
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < R; ++r) {
       std::int32_t a4;
       std::memcpy(&a4, pa + r * 4, 4);
       const __m512i av = _mm512_set1_epi32(a4);
@@ -124,7 +131,7 @@ void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::
   if (e) {
     float* y = reinterpret_cast<float*>(c);
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (r >= mr) break;
       _mm512_mask_storeu_ps(y + r * ldc, m0, epilogue16(acc[r][0], i0 + r, j0, m0, *e));
       if (nr > 16) _mm512_mask_storeu_ps(y + r * ldc + 16, m1, epilogue16(acc[r][1], i0 + r, j0 + 16, m1, *e));
@@ -132,11 +139,26 @@ void kernel_vnni(std::int64_t gn, const std::uint8_t* __restrict pa, const std::
     return;
   }
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
+  for (int r = 0; r < R; ++r) {
     if (r >= mr) break;
     _mm512_mask_storeu_epi32(c + r * ldc, m0, acc[r][0]);
     _mm512_mask_storeu_epi32(c + r * ldc + 16, m1, acc[r][1]);
   }
+}
+
+using VnniKernel = void (*)(std::int64_t, const std::uint8_t*, const std::int8_t*, std::int32_t*, std::int64_t, int,
+                            int, bool, const std::int32_t*, const Int8Epilogue*, std::int64_t, std::int64_t);
+template <std::size_t... I>
+constexpr std::array<VnniKernel, MR> vnni_kernels(std::index_sequence<I...>) {
+  return {&kernel_vnni<int(I) + 1>...};
+}
+constexpr std::array<VnniKernel, MR> kVnniKernels = vnni_kernels(std::make_index_sequence<MR>());
+
+// The kernel computing exactly the tile's mr rows.
+inline void kernel_vnni_rows(std::int64_t gn, const std::uint8_t* pa, const std::int8_t* pb, std::int32_t* c,
+                             std::int64_t ldc, int mr, int nr, bool first, const std::int32_t* col_sums,
+                             const Int8Epilogue* e = nullptr, std::int64_t i0 = 0, std::int64_t j0 = 0) {
+  kVnniKernels[std::size_t(mr - 1)](gn, pa, pb, c, ldc, mr, nr, first, col_sums, e, i0, j0);
 }
 #endif
 
@@ -320,10 +342,10 @@ void gemm_impl(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std:
           const std::uint8_t* pa = a.panel(i) + g0 * MR * 4;
           const int mr = int(std::min<std::int64_t>(MR, i_end - i));
           std::int32_t* ct = c + i * ldc + j;
-#if QEVAL_HAVE_AVX512_VNNI
           const bool last = g0 + gn == groups;
+#if QEVAL_HAVE_AVX512_VNNI
           if (path == Int8GemmPath::kAvx512Vnni) {
-            kernel_vnni(gn, pa, pb, ct, ldc, mr, nr, g0 == 0, b.col_sums() + j, last ? e : nullptr, i, j);
+            kernel_vnni_rows(gn, pa, pb, ct, ldc, mr, nr, g0 == 0, b.col_sums() + j, last ? e : nullptr, i, j);
             continue;
           }
 #endif

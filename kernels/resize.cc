@@ -93,6 +93,13 @@ void apply_axis(const T* src, T* dst, std::int64_t outer, const AxisFilter& f, s
   });
 }
 
+// dst[i * F + t] = src[i] for t < F, i < n.
+template <int F, class U>
+void repeat_each(const U* __restrict src, U* __restrict dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int t = 0; t < F; ++t) dst[i * F + t] = src[i];
+}
+
 template <class U>
 void gather(const U* x, U* y, const std::vector<AxisFilter>& f, U fill) {
   const int rank = static_cast<int>(f.size());
@@ -106,8 +113,21 @@ void gather(const U* x, U* y, const std::vector<AxisFilter>& f, U fill) {
   const AxisFilter& last = f.back();
   std::int64_t rows = 1;
   for (int d = 0; d + 1 < rank; ++d) rows *= f[std::size_t(d)].out;
+  // The last axis without extrapolation reads src[index[j]]; an upsampling by 2, 4 or 8 that
+  // repeats each input element (index[j] = j / f: nearest with asymmetric or half-pixel floor
+  // mappings) writes each element f times without reading the index.
+  const bool last_extrapolates =
+      std::any_of(last.extrapolate.begin(), last.extrapolate.end(), [](std::uint8_t e) { return e != 0; });
+  std::int64_t factor = 0;
+  if (!last_extrapolates && last.in > 0 && last.out % last.in == 0) {
+    const std::int64_t fct = last.out / last.in;
+    bool repeats = fct == 2 || fct == 4 || fct == 8;
+    for (std::int64_t j = 0; repeats && j < last.out; ++j) repeats = last.index[std::size_t(j)] == j / fct;
+    if (repeats) factor = fct;
+  }
   const std::int64_t grain = std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(1, last.out));
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, rows, grain), [&](const auto& r) {
+    std::int64_t previous = -1;  // the source offset of the task's previous row (-1: none, or outside)
     for (std::int64_t row = r.begin(); row < r.end(); ++row) {
       std::int64_t rem = row, offset = 0;
       bool outside = false;
@@ -121,11 +141,23 @@ void gather(const U* x, U* y, const std::vector<AxisFilter>& f, U fill) {
       U* dst = y + row * last.out;
       if (outside) {
         std::fill_n(dst, last.out, fill);
+        previous = -1;
         continue;
       }
+      if (offset == previous) {  // the row above read the same input row (upsampling): a copy
+        std::memcpy(dst, dst - last.out, std::size_t(last.out) * sizeof(U));
+        continue;
+      }
+      previous = offset;
       const U* src = x + offset;
-      for (std::int64_t j = 0; j < last.out; ++j)
-        dst[j] = last.extrapolate[std::size_t(j)] ? fill : src[last.index[std::size_t(j)]];
+      if (factor == 2) repeat_each<2>(src, dst, last.in);
+      else if (factor == 4) repeat_each<4>(src, dst, last.in);
+      else if (factor == 8) repeat_each<8>(src, dst, last.in);
+      else if (!last_extrapolates)
+        for (std::int64_t j = 0; j < last.out; ++j) dst[j] = src[last.index[std::size_t(j)]];
+      else
+        for (std::int64_t j = 0; j < last.out; ++j)
+          dst[j] = last.extrapolate[std::size_t(j)] ? fill : src[last.index[std::size_t(j)]];
     }
   });
 }

@@ -12,6 +12,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
+#include "kernels/quantize_block.h"
 
 namespace qeval::eval {
 
@@ -84,20 +85,39 @@ class ElementwiseChainKernel final : public FusedKernel {
  private:
   static constexpr std::int64_t kBlock = 1024;
 
-  // other[(i / repeat) % period] for i in [i0, i0 + len), into out.
+  static constexpr std::int64_t kLongRun = 64;
+
+  // The runs of [i0, i0 + len) over which other[(i / repeat) % period] is one value (repeat > 1) or
+  // consecutive values (repeat 1, up to the wrap): f(offset in the block, length, index in other
+  // of the run's first value). The divisions once per block.
+  template <class F>
+  static void for_each_broadcast_run(std::int64_t period, std::int64_t repeat, std::int64_t i0, std::int64_t len,
+                                     F&& f) {
+    std::int64_t q = (i0 / repeat) % period, phase = i0 % repeat;
+    for (std::int64_t i = i0; i < i0 + len;) {
+      const std::int64_t n = repeat == 1 ? std::min(period - q, i0 + len - i) : std::min(repeat - phase, i0 + len - i);
+      f(i - i0, n, q);
+      i += n;
+      if (repeat == 1) {
+        q += n;
+      } else if ((phase += n) == repeat) {
+        phase = 0;
+        ++q;
+      }
+      if (q == period) q = 0;
+    }
+  }
+
+  // other[(i / repeat) % period] for i in [i0, i0 + len), into out. The divisions once per block,
+  // then the value index and the place in its run advance with the runs (a SmoothQuant scale per
+  // channel of a 16x16 map is 4 runs per block, and two integer divisions per run cost as much as
+  // the block's multiplications).
   static void broadcast_block(const float* other, std::int64_t period, std::int64_t repeat, std::int64_t i0,
                               std::int64_t len, float* out) {
-    std::int64_t i = i0;
-    while (i < i0 + len) {
-      const std::int64_t q = (i / repeat) % period;
-      // repeat 1: consecutive elements read consecutive values, copied up to the wrap; otherwise
-      // a run of one value up to the next repeat boundary.
-      const std::int64_t n =
-          repeat == 1 ? std::min(period - q, i0 + len - i) : std::min(repeat - i % repeat, i0 + len - i);
-      if (repeat == 1) std::memcpy(out + (i - i0), other + q, std::size_t(n) * sizeof(float));
-      else std::fill_n(out + (i - i0), n, other[q]);
-      i += n;
-    }
+    for_each_broadcast_run(period, repeat, i0, len, [&](std::int64_t off, std::int64_t n, std::int64_t q) {
+      if (repeat == 1) std::memcpy(out + off, other + q, std::size_t(n) * sizeof(float));
+      else std::fill_n(out + off, n, other[q]);
+    });
   }
 
   // Elements [c0, c1) through every stage, a block at a time while in L1: stage k's output for the
@@ -127,13 +147,28 @@ class ElementwiseChainKernel final : public FusedKernel {
         } else {
           const float* other = in[std::size_t(st.other)]->data<float>() + (st.other_scalar ? 0 : i0);
           std::int64_t step = st.other_scalar ? 0 : 1;
-          if (st.period > 0) {
+          if (st.period > 0 && (st.repeat == 1 ? st.period : st.repeat) >= kLongRun) {
+            // Long runs (a SmoothQuant scale along a 128-wide last axis, a per-channel scale over a
+            // 16x16 map): the op run by run against the operand where it lies (a scalar within a
+            // run of one value), nothing copied; the same elementwise results.
+            for_each_broadcast_run(st.period, st.repeat, i0, len,
+                                   [&](std::int64_t off, std::int64_t n, std::int64_t q) {
+                                     const float* o = in[std::size_t(st.other)]->data<float>() + q;
+                                     const std::int64_t o_step = st.repeat == 1 ? 1 : 0;
+                                     if (st.chain_operand == 0)
+                                       st.op->run_elementwise(cur + off, 1, o, o_step, dst + off, n);
+                                     else st.op->run_elementwise(o, o_step, cur + off, 1, dst + off, n);
+                                   });
+            other = nullptr;
+          } else if (st.period > 0) {
             broadcast_block(in[std::size_t(st.other)]->data<float>(), st.period, st.repeat, i0, len, bcast);
             other = bcast;
             step = 1;
           }
-          if (st.chain_operand == 0) st.op->run_elementwise(cur, 1, other, step, dst, len);
-          else st.op->run_elementwise(other, step, cur, 1, dst, len);
+          if (other) {
+            if (st.chain_operand == 0) st.op->run_elementwise(cur, 1, other, step, dst, len);
+            else st.op->run_elementwise(other, step, cur, 1, dst, len);
+          }
         }
         if (k + 1 < stages_.size()) {
           if (st.rounding == Rounding::kFp16) round_to_float16(dst, std::size_t(len));
@@ -145,10 +180,8 @@ class ElementwiseChainKernel final : public FusedKernel {
   }
 
   template <class T>
-  static void quantize_block(const float* __restrict x, T* __restrict y, std::int64_t n, const Stage& st) {
-    const float scale = st.scale;
-    const std::int32_t zero_point = st.zero_point;
-    for (std::int64_t i = 0; i < n; ++i) y[i] = quantize_to<T>(x[i], scale, zero_point);
+  static void quantize_block(const float* x, T* y, std::int64_t n, const Stage& st) {
+    kernels::quantize_block(x, y, n, st.scale, st.zero_point);  // quantize_to's bytes
   }
 
   std::vector<Stage> stages_;

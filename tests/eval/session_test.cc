@@ -305,48 +305,53 @@ TEST(Session, ElementwiseChainsAreFusedWithTheSameBytes) {
   }
 }
 
-// A chain whose binary ops read per-channel operands (a trailing [30], a [6, 1, 1] per channel, a
-// [6, 20, 1] block of middle dimensions) and that ends in the activation quantizer of a Q/DQ
+// A chain whose binary ops read per-channel operands (a trailing [W], a [6, 1, 1] per channel, a
+// [6, H, 1] block of middle dimensions) and that ends in the activation quantizer of a Q/DQ
 // layer: one pass writing only the int8 output, with the bytes of the ops run one by one, at both
-// precisions, for int8 and uint8 outputs.
+// precisions, for int8 and uint8 outputs. W = 30: runs shorter than 64 (copied into a block of the
+// operand); W = 100: every run at least 64 long (the op runs run by run against the operand).
 TEST(Session, ElementwiseChainsTakeBroadcastOperandsAndEndInAQuantizer) {
-  for (bool with_zero_point : {true, false}) {
-    OnnxBuilder b;
-    b.input("in", onnx::TensorProto::FLOAT, {2, 6, 20, 30})
-        .output("y", with_zero_point ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8);
-    std::vector<float> s(30), c(6), m(120);
-    for (std::size_t i = 0; i < s.size(); ++i) s[i] = 0.5f + 0.03f * float(i);
-    for (std::size_t i = 0; i < c.size(); ++i) c[i] = -0.7f + 0.25f * float(i);
-    for (std::size_t i = 0; i < m.size(); ++i) m[i] = 1.5f - 0.01f * float(i);
-    b.initializer("s", s, {30}).initializer("c", c, {6, 1, 1}).initializer("m", m, {1, 6, 20, 1});
-    b.initializer("scale", {0.0042f}, {});
-    if (with_zero_point) b.initializer_raw<std::int8_t>("zp", onnx::TensorProto::INT8, {-5}, {});
-    b.node("Mul", {"in", "s"}, {"a"}, "smooth");
-    b.node("Add", {"c", "a"}, {"d"}, "shift");
-    b.node("Sigmoid", {"d"}, {"e"}, "sigmoid");
-    b.node("Mul", {"e", "m"}, {"f"}, "gate");
-    if (with_zero_point) b.node("QuantizeLinear", {"f", "scale", "zp"}, {"y"}, "q");
-    else b.node("QuantizeLinear", {"f", "scale"}, {"y"}, "q");
-    const Graph g = b.graph();
-    std::vector<float> v(2 * 6 * 20 * 30);
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 3.0f * std::sin(float(i) * 0.011f);
-    const std::map<std::string, Tensor> in{{"in", floats({2, 6, 20, 30}, v)}};
-    for (Precision precision : {Precision::kFp32, Precision::kFp16Strict, Precision::kFp16}) {
-      Session fused(g, SessionOptions{precision}), observed(g, SessionOptions{precision});
-      Recorder rec;
-      const Tensor a = fused.run(in).at("y");
-      const Tensor o = observed.run(in, &rec).at("y");
-      EXPECT_EQ(a.dtype(), with_zero_point ? DType::kInt8 : DType::kUInt8);
-      EXPECT_EQ(rec.events.size(), 5u);
-      EXPECT_EQ(0, std::memcmp(a.raw(), o.raw(), a.nbytes())) << precision_name(precision);
-      // Fused, no float intermediate exists: only the int8 output is made (and, at fp16, the
-      // input's rounded copy).
-      const std::size_t rounded_input = precision != Precision::kFp32 ? v.size() * sizeof(float) : 0;
-      EXPECT_LE(fused.last_live_activation_bytes(), a.nbytes() + rounded_input) << precision_name(precision);
-      EXPECT_GE(observed.last_live_activation_bytes(), 4 * a.nbytes()) << precision_name(precision);
-      if (precision != Precision::kFp16) expect_observed_values_of_the_unfused_nodes(g, SessionOptions{precision}, in);
+  for (const auto& hw : {std::pair<std::int64_t, std::int64_t>{20, 30}, {9, 100}})
+    for (bool with_zero_point : {true, false}) {
+      const std::int64_t h = hw.first, w = hw.second;
+      SCOPED_TRACE("width " + std::to_string(w));
+      OnnxBuilder b;
+      b.input("in", onnx::TensorProto::FLOAT, {2, 6, h, w})
+          .output("y", with_zero_point ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8);
+      std::vector<float> s(static_cast<std::size_t>(w)), c(6), m(static_cast<std::size_t>(6 * h));
+      for (std::size_t i = 0; i < s.size(); ++i) s[i] = 0.5f + 0.03f * float(i);
+      for (std::size_t i = 0; i < c.size(); ++i) c[i] = -0.7f + 0.25f * float(i);
+      for (std::size_t i = 0; i < m.size(); ++i) m[i] = 1.5f - 0.01f * float(i);
+      b.initializer("s", s, {w}).initializer("c", c, {6, 1, 1}).initializer("m", m, {1, 6, h, 1});
+      b.initializer("scale", {0.0042f}, {});
+      if (with_zero_point) b.initializer_raw<std::int8_t>("zp", onnx::TensorProto::INT8, {-5}, {});
+      b.node("Mul", {"in", "s"}, {"a"}, "smooth");
+      b.node("Add", {"c", "a"}, {"d"}, "shift");
+      b.node("Sigmoid", {"d"}, {"e"}, "sigmoid");
+      b.node("Mul", {"e", "m"}, {"f"}, "gate");
+      if (with_zero_point) b.node("QuantizeLinear", {"f", "scale", "zp"}, {"y"}, "q");
+      else b.node("QuantizeLinear", {"f", "scale"}, {"y"}, "q");
+      const Graph g = b.graph();
+      std::vector<float> v(static_cast<std::size_t>(2 * 6 * h * w));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = 3.0f * std::sin(float(i) * 0.011f);
+      const std::map<std::string, Tensor> in{{"in", floats({2, 6, h, w}, v)}};
+      for (Precision precision : {Precision::kFp32, Precision::kFp16Strict, Precision::kFp16}) {
+        Session fused(g, SessionOptions{precision}), observed(g, SessionOptions{precision});
+        Recorder rec;
+        const Tensor a = fused.run(in).at("y");
+        const Tensor o = observed.run(in, &rec).at("y");
+        EXPECT_EQ(a.dtype(), with_zero_point ? DType::kInt8 : DType::kUInt8);
+        EXPECT_EQ(rec.events.size(), 5u);
+        EXPECT_EQ(0, std::memcmp(a.raw(), o.raw(), a.nbytes())) << precision_name(precision);
+        // Fused, no float intermediate exists: only the int8 output is made (and, at fp16, the
+        // input's rounded copy).
+        const std::size_t rounded_input = precision != Precision::kFp32 ? v.size() * sizeof(float) : 0;
+        EXPECT_LE(fused.last_live_activation_bytes(), a.nbytes() + rounded_input) << precision_name(precision);
+        EXPECT_GE(observed.last_live_activation_bytes(), 4 * a.nbytes()) << precision_name(precision);
+        if (precision != Precision::kFp16)
+          expect_observed_values_of_the_unfused_nodes(g, SessionOptions{precision}, in);
+      }
     }
-  }
 }
 
 // Hard-swish as paddle2onnx writes it at opset 11 (Add 3, Clip with constant bounds as inputs, Div

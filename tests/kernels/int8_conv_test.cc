@@ -2,8 +2,11 @@
 // definition, over strides, dilations, pads, groups, 1 to 3 spatial dimensions and a nonzero pad
 // value; window sums against their definition.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -241,6 +244,120 @@ TEST(Int8Conv, LargeConvsPackBlocksOfBoundedSizeWithTheSameResults) {
     }
   })
       .join();
+}
+
+// Dense convs are packed and multiplied a block of columns at a time: on one thread (or with blocks
+// enough for every thread) in L2-sized blocks, each packed and multiplied by one task; otherwise in
+// larger blocks packed by parallel tasks. Every way gives the definition's sums, window sums and
+// epilogue floats, on 1, 2 and 4 threads: 1x1 convs read in place with k not a multiple of 4 and a
+// partial last panel, stride-2 rows long enough for several 32-byte vectors and a tail, a k large
+// enough for many small blocks. On one thread the lent B is one L2-sized block.
+TEST(Int8Conv, DenseConvsGiveTheDefinitionWhateverTheThreadsAndBlocks) {
+  ConvParams direct = params(1, 7, 5, 1, {31, 33}, {1, 1}, 1, 1, 0);
+  direct.pads_end = {0, 0};
+  direct.out_spatial = conv_output_spatial(direct);
+  const std::vector<ConvParams> shapes = {
+      direct,
+      params(2, 3, 16, 1, {41, 150}, {3, 3}, 2, 1, 1),   // stride 2: runs of 75 bytes every other byte
+      params(1, 5, 6, 1, {9, 131}, {3, 2}, 2, 2, 2),     // stride 2, dilation 2
+      params(1, 300, 20, 1, {24, 40}, {3, 3}, 1, 1, 1),  // k = 2700: blocks of 160 columns
+      params(1, 8, 30, 2, {50, 60}, {3, 3}, 1, 1, 1),    // two groups
+      params(1, 600, 7, 1, {12, 16}, {3, 3}, 1, 1, 1),   // k = 5400: 3 blocks of 64 columns, fewer than threads
+  };
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const ConvParams& p = shapes[si];
+    SCOPED_TRACE("shape " + std::to_string(si));
+    const std::int64_t out_size = p.out_spatial[0] * p.out_spatial[1];
+    auto x = random_int8(std::size_t(conv_input_size(p)), 40 + unsigned(si));
+    auto w = random_int8(std::size_t(conv_weight_size(p)), 50 + unsigned(si));
+    std::vector<std::int32_t> want(std::size_t(conv_output_size(p)));
+    int8_conv_reference(p, x.data(), -5, w.data(), want.data());
+    ConvParams ones = p;
+    ones.out_channels = p.groups;
+    std::vector<std::int8_t> w1(std::size_t(conv_weight_size(ones)), 1);
+    std::vector<std::int32_t> want_sums(std::size_t(conv_output_size(ones)));
+    int8_conv_reference(ones, x.data(), -5, w1.data(), want_sums.data());
+    const PackedInt8ConvWeights packed(p, w.data());
+    std::vector<float> scale(std::size_t(p.out_channels)), bias(scale.size());
+    for (std::size_t c = 0; c < scale.size(); ++c) scale[c] = 0.01f / float(c + 3), bias[c] = float(c) - 2.5f;
+    Int8Epilogue e;
+    e.row_scale = scale.data();
+    e.row_bias = bias.data();
+    std::vector<std::int32_t> want_floats = want;
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      int8_epilogue(want_floats.data() + b * p.out_channels * out_size, p.out_channels, out_size, out_size, e);
+    // threads 0: one thread through a global_control limit (what --threads 1 sets) in a 4-thread arena.
+    for (int threads : {1, 2, 4, 0}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      std::vector<std::int32_t> got(want.size(), 12345), sums(want_sums.size(), 12345);
+      std::vector<float> got_floats(want.size(), -1.0f);
+      std::size_t lent = 0;
+      std::thread([&] {  // a fresh thread: nothing lent yet
+        std::optional<tbb::global_control> limit;
+        if (threads == 0) limit.emplace(tbb::global_control::max_allowed_parallelism, 1);
+        tbb::task_arena(threads == 0 ? 4 : threads).execute([&] {
+          int8_conv(p, x.data(), -5, packed, got.data(), sums.data());
+          int8_conv(p, x.data(), -5, packed, got_floats.data(), e);
+          lent = thread_lent_bytes();
+        });
+      })
+          .join();
+      ASSERT_EQ(got, want);
+      ASSERT_EQ(sums, want_sums);
+      ASSERT_EQ(std::memcmp(got_floats.data(), want_floats.data(), want.size() * sizeof(float)), 0);
+      if (threads <= 1) {
+        // One block of B (and its column sums) and the padded group of the im2col convs.
+        const std::int64_t k = conv_weight_size(p) / p.out_channels;
+        const std::int64_t block = int8_conv_cache_block_columns(k, out_size);
+        EXPECT_EQ(block % kInt8NR == 0 || block == out_size, true);
+        EXPECT_LE((k + 3) / 4 * 4 * block, std::max<std::int64_t>(kInt8ConvCacheBlockBytes, (k + 3) / 4 * 4 * kInt8NR));
+        const std::size_t padded = std::size_t(conv_input_size(p) / p.batch / p.groups * 2);
+        EXPECT_LE(lent, std::size_t(kInt8ConvCacheBlockBytes) + std::size_t(block + kInt8NR) * 4 + padded + 8192);
+      }
+    }
+  }
+}
+
+// Depthwise convs finish each output row into floats while in L1 (the epilogue was a second pass
+// over the whole int32 output): the same floats as that pass, with row and column terms, batch 2,
+// on the vector kernel's geometries and one it cannot take (stride 5), on 1 and 2 threads.
+TEST(Int8Conv, DepthwiseEpilogueGivesTheFloatsOfASecondPass) {
+  const std::vector<ConvParams> shapes = {params(2, 6, 6, 6, {13, 37}, {3, 3}, 1, 1, 1),
+                                          params(1, 4, 8, 4, {20, 21}, {5, 5}, 2, 1, 2),
+                                          params(1, 3, 3, 3, {11, 90}, {3, 3}, 5, 1, 1)};
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const ConvParams& p = shapes[si];
+    SCOPED_TRACE("shape " + std::to_string(si));
+    ASSERT_TRUE(int8_conv_is_depthwise(p));
+    const std::int64_t out_size = p.out_spatial[0] * p.out_spatial[1];
+    auto x = random_int8(std::size_t(conv_input_size(p)), 70 + unsigned(si));
+    auto w = random_int8(std::size_t(conv_weight_size(p)), 80 + unsigned(si));
+    std::vector<std::int32_t> want(std::size_t(conv_output_size(p)));
+    int8_conv_reference(p, x.data(), 9, w.data(), want.data());
+    std::vector<std::int32_t> row_add(static_cast<std::size_t>(p.out_channels)),
+        col_add(static_cast<std::size_t>(out_size));
+    std::vector<float> row_scale(row_add.size()), col_scale(col_add.size()), row_bias(row_add.size()),
+        col_bias(col_add.size());
+    for (std::size_t c = 0; c < row_add.size(); ++c)
+      row_add[c] = int(c) * 7 - 20, row_scale[c] = 0.013f * float(c + 1), row_bias[c] = 1.5f - float(c);
+    for (std::size_t j = 0; j < col_add.size(); ++j)
+      col_add[j] = int(j % 11) - 5, col_scale[j] = 1.0f + 0.001f * float(j % 7), col_bias[j] = 0.01f * float(j % 5);
+    Int8Epilogue e{row_add.data(),   col_add.data(),  row_scale.data(),
+                   col_scale.data(), row_bias.data(), col_bias.data()};
+    std::vector<std::int32_t> want_floats = want;
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      int8_epilogue(want_floats.data() + b * p.out_channels * out_size, p.out_channels, out_size, out_size, e);
+    const PackedInt8ConvWeights packed(p, w.data());
+    std::vector<Int8GemmPath> paths{Int8GemmPath::kPortable};
+    if (int8_gemm_path_available(Int8GemmPath::kAvx512Vnni)) paths.push_back(Int8GemmPath::kAvx512Vnni);
+    for (auto path : paths)
+      for (int threads : {1, 2}) {
+        std::vector<float> got(want.size(), -1.0f);
+        tbb::task_arena(threads).execute([&] { int8_conv(p, x.data(), 9, packed, got.data(), e, path); });
+        ASSERT_EQ(std::memcmp(got.data(), want_floats.data(), want.size() * sizeof(float)), 0)
+            << int8_gemm_path_name(path) << ", " << threads << " threads";
+      }
+  }
 }
 
 }  // namespace

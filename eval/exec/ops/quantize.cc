@@ -11,6 +11,7 @@
 #include "eval/exec/ops/families.h"
 #include "eval/exec/ops/quant_common.h"
 #include "kernels/numeric.h"
+#include "kernels/quantize_block.h"
 
 namespace qeval::eval {
 
@@ -146,12 +147,15 @@ class QuantizeLinearOp final : public Op {
           for_each_run(l, [&](std::int64_t off, std::int64_t n, std::int64_t so, std::int64_t step) {
             if constexpr (std::is_same_v<X, float>) {
               if (step == 0) {
-                // One scale and zero point for the run: a loop the compiler vectorises.
+                // One scale and zero point for the run: a vector loop (kernels::quantize_block for
+                // 8-bit outputs, the same bytes as quantize_to), else one the compiler vectorises.
                 const float sc = s[so];
                 const std::int32_t z = zp ? zp[so] : 0;
                 const float* __restrict xs = src + off;
                 O* __restrict ys = dst + off;
-                for (std::int64_t i = 0; i < n; ++i) ys[i] = quantize_to<O>(xs[i], sc, z);
+                if constexpr (sizeof(O) == 1) kernels::quantize_block(xs, ys, n, sc, z);
+                else
+                  for (std::int64_t i = 0; i < n; ++i) ys[i] = quantize_to<O>(xs[i], sc, z);
                 return;
               }
             }

@@ -1,0 +1,55 @@
+// kernels::quantize_block (the vector per-tensor quantizer of fused chains and QuantizeLinear)
+// against quantize_to element by element: every float bit pattern in a stride, halfway cases,
+// saturation, infinities and NaN, for int8 and uint8, several scales and zero points, every tail.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/numeric.h"
+#include "kernels/quantize_block.h"
+
+namespace qeval::kernels {
+namespace {
+
+template <class T>
+void expect_same_bytes(const std::vector<float>& x, float scale, std::int32_t zero_point) {
+  std::vector<T> got(x.size() + 1, T(0x5a));
+  quantize_block(x.data(), got.data(), std::int64_t(x.size()), scale, zero_point);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(int(got[i]), int(quantize_to<T>(x[i], scale, zero_point)))
+        << "x " << x[i] << " (bits " << std::bit_cast<std::uint32_t>(x[i]) << ") scale " << scale << " zero point "
+        << zero_point;
+  EXPECT_EQ(got.back(), T(0x5a));  // nothing written past n
+}
+
+TEST(QuantizeBlock, GivesQuantizeToBytesOnEveryKindOfValue) {
+  std::vector<float> x;
+  for (std::uint64_t b = 0; b < (std::uint64_t(1) << 32); b += 65521)
+    x.push_back(std::bit_cast<float>(std::uint32_t(b)));
+  for (int i = -600; i <= 600; ++i) x.push_back(float(i) * 0.5f);  // halves: ties to even
+  for (float v : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(), 127.5f, -128.5f, 255.5f,
+                  1e9f, -1e9f})
+    x.push_back(v);
+  for (float scale : {1.0f, 0.5f, 0.0123f, 3.7e-5f, 250.0f}) {
+    expect_same_bytes<std::int8_t>(x, scale, 0);
+    expect_same_bytes<std::int8_t>(x, scale, -7);
+    expect_same_bytes<std::uint8_t>(x, scale, 128);
+    expect_same_bytes<std::uint8_t>(x, scale, 3);
+    if (HasFatalFailure()) return;
+  }
+  // Every length up to a few vectors (masked tails).
+  for (std::size_t n = 0; n < 50; ++n) {
+    std::vector<float> part(x.begin() + 1000, x.begin() + 1000 + std::ptrdiff_t(n));
+    expect_same_bytes<std::int8_t>(part, 0.25f, 1);
+    expect_same_bytes<std::uint8_t>(part, 0.25f, 100);
+  }
+}
+
+}  // namespace
+}  // namespace qeval::kernels

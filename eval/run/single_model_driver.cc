@@ -11,6 +11,7 @@
 #include "eval/quant/calibrate.h"
 #include "eval/run/evaluator.h"
 #include "eval/run/metric_names.h"
+#include "eval/run/node_match.h"
 #include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
@@ -251,7 +252,13 @@ class SingleModelDriver : public RunDriver {
     for (const auto& v : variants) {
       SessionOptions options = v.options;
       options.pool = pool;
-      t->sessions.push_back(std::make_unique<Session>(*v.graphs.at("model"), options));
+      // An export lists its nodes in its own order; stepped in the reference's, its lockstep calls
+      // keep the reference's values waiting only for nodes that are about to run.
+      const Graph& g = *v.graphs.at("model");
+      if (&g != graph_.get())
+        if (auto order = reference_order(g, *graph_); !order.empty())
+          options.node_order = std::make_shared<const std::vector<std::string>>(std::move(order));
+      t->sessions.push_back(std::make_unique<Session>(g, options));
     }
     return t;
   }

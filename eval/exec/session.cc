@@ -49,6 +49,39 @@ std::optional<Precision> precision_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+
+// `nodes` in the order `order` names them, when it names each once and every node then comes after
+// the producers of its inputs; else left as they are.
+void reorder_nodes(std::vector<Node>& nodes, const std::vector<std::string>& order) {
+  std::unordered_map<std::string, std::size_t> place;
+  place.reserve(order.size());
+  for (std::size_t k = 0; k < order.size(); ++k) place.emplace(order[k], k);
+  std::vector<std::pair<std::size_t, std::size_t>> by_place;  // (place, index in nodes)
+  by_place.reserve(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    auto it = place.find(nodes[i].name);
+    if (it == place.end()) return;
+    by_place.emplace_back(it->second, i);
+  }
+  std::sort(by_place.begin(), by_place.end());
+  for (std::size_t k = 1; k < by_place.size(); ++k)
+    if (by_place[k].first == by_place[k - 1].first) return;  // a name twice
+  std::unordered_map<std::string, std::size_t> made_at;      // value -> position of its producer
+  for (std::size_t k = 0; k < by_place.size(); ++k)
+    for (const auto& o : nodes[by_place[k].second].outputs)
+      if (!o.empty()) made_at[o] = k;
+  for (std::size_t k = 0; k < by_place.size(); ++k)
+    for (const auto& in : nodes[by_place[k].second].inputs)
+      if (auto it = in.empty() ? made_at.end() : made_at.find(in); it != made_at.end() && it->second >= k) return;
+  std::vector<Node> sorted;
+  sorted.reserve(nodes.size());
+  for (const auto& [k, i] : by_place) sorted.push_back(std::move(nodes[i]));
+  nodes = std::move(sorted);
+}
+
+}  // namespace
+
 Session::Session(const Graph& graph, SessionOptions options)
     : graph_(graph),
       options_(options),
@@ -62,6 +95,7 @@ Session::Session(const Graph& graph, SessionOptions options)
   } else {
     nodes_ = graph.nodes;
   }
+  if (options_.node_order) reorder_nodes(nodes_, *options_.node_order);
   if (options_.precision == Precision::kFp16 || options_.precision == Precision::kBf16) {
     DeploymentFold fold = fold_for_deployment(graph, nodes_);
     nodes_ = std::move(fold.nodes);

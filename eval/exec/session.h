@@ -54,6 +54,12 @@ struct SessionOptions {
   // What runs the steps (eval/exec/backend.h); null: default_backend() (the CPU's unless the
   // process chose a device: qeval --device).
   std::shared_ptr<Backend> backend = nullptr;
+  // The order to run the graph's nodes in, by name (null: as the graph lists them). Any order in
+  // which every node comes after the nodes it reads from gives the same values; a lockstep variant
+  // follows its reference's order (eval/run/node_match.h reference_order), so that the reference's
+  // values wait less for their comparisons. Ignored unless it names every node the session runs
+  // once, in such an order.
+  std::shared_ptr<const std::vector<std::string>> node_order = nullptr;
 };
 
 // A node a device backend's plan runs on the CPU, and why (Backend::compile's reason).

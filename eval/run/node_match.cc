@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
+#include <queue>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -693,6 +695,62 @@ std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const
     plans[i] = plan_one(ref, var, match, var_producers, i);
   }
   return plans;
+}
+
+std::vector<std::string> reference_order(const Graph& variant, const Graph& reference) {
+  const std::size_t n = variant.nodes.size();
+  if (&variant == &reference || n < 2) return {};
+  const NodeMatch match = match_nodes(reference, variant);
+  const auto made_by = producers(variant);
+  // Edges per input slot (a node reading one value twice waits for one producer twice).
+  std::vector<std::vector<std::size_t>> readers(n), inputs_from(n);
+  std::vector<std::size_t> waiting(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (const std::string& v : variant.nodes[i].inputs) {
+      auto p = v.empty() ? made_by.end() : made_by.find(v);
+      if (p == made_by.end() || p->second.node == i) continue;
+      readers[p->second.node].push_back(i);
+      inputs_from[i].push_back(p->second.node);
+      ++waiting[i];
+    }
+  // Each node's place in the reference's order: its counterpart's index; an unmatched node takes its
+  // earliest reader's (in reverse: readers come later in a topological order), else its latest input's.
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+  std::vector<std::int64_t> key(n, kNone);
+  for (std::size_t i = n; i-- > 0;) {
+    if (match.ref_of_variant[i] >= 0) {
+      key[i] = match.ref_of_variant[i];
+      continue;
+    }
+    for (std::size_t r : readers[i]) key[i] = std::min(key[i], key[r]);
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (key[i] == kNone) {
+      key[i] = -1;
+      for (std::size_t p : inputs_from[i]) key[i] = std::max(key[i], key[p]);
+    }
+  // Kahn's algorithm taking the ready node earliest in the reference's order (then the variant's).
+  using Item = std::pair<std::int64_t, std::size_t>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
+  for (std::size_t i = 0; i < n; ++i)
+    if (waiting[i] == 0) ready.push({key[i], i});
+  std::vector<std::size_t> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const std::size_t i = ready.top().second;
+    ready.pop();
+    order.push_back(i);
+    for (std::size_t r : readers[i])
+      if (--waiting[r] == 0) ready.push({key[r], r});
+  }
+  if (order.size() != n) return {};  // a cycle: left as the model lists them (planning reports it)
+  bool changed = false;
+  for (std::size_t k = 0; k < n; ++k) changed |= order[k] != k;
+  if (!changed) return {};
+  std::vector<std::string> names;
+  names.reserve(n);
+  for (std::size_t i : order) names.push_back(variant.nodes[i].name);
+  return names;
 }
 
 }  // namespace qeval::eval

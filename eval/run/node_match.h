@@ -77,4 +77,15 @@ std::unordered_map<std::string, DType> narrow_float_values(const Graph& graph);
 // One plan per variant node (plumbing and unmatched nodes get an error).
 std::vector<LocalPlan> plan_local_runs(const Graph& reference, const Graph& variant, const NodeMatch& match);
 
+// `variant`'s node names in a topological order that follows the reference's (for
+// SessionOptions::node_order): a node matched to reference node r comes as soon as its inputs allow
+// after the nodes matched to reference nodes before r; plumbing and other unmatched nodes come just
+// before their first matched reader (after their inputs when nothing matched reads them); ties keep
+// the variant's own order. A lockstep call (eval/run/observe.h) steps a variant only to nodes whose
+// counterparts the reference has run, and the reference's values wait for their comparisons
+// meanwhile: ONNX Runtime's quint8 ISNet lists a side output's conv right after the encoder where
+// the FP16 export has it last, so the reference held every decoder activation until the end of the
+// call (bench/README.md). Empty when the variant's own order already follows (or is the reference).
+std::vector<std::string> reference_order(const Graph& variant, const Graph& reference);
+
 }  // namespace qeval::eval

@@ -503,38 +503,29 @@ __global__ void im2col_kernel(const float* x, float* col, Conv2d p, i64 c0, i64 
 }
 
 // im2col of `images` consecutive images at once: col [image][c * kh * kw][oh * ow].
-__global__ void im2col_images_kernel(const float* x, float* col, Conv2d p, i64 n) {
-  const i64 spatial = p.oh * p.ow, per_image = p.c * p.kh * p.kw * spatial;
-  QEVAL_FOR(i, n) {
-    const i64 b = i / per_image, j = i % per_image;
-    const i64 s = j % spatial;
-    const i64 row = j / spatial;
-    const i64 kx = row % p.kw, ky = (row / p.kw) % p.kh, c = row / (p.kw * p.kh);
-    const i64 ox = s % p.ow, oy = s / p.ow;
-    const i64 iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
-    col[i] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? x[((b * p.c + c) * p.h + iy) * p.w + ix] : 0.0f;
-  }
-}
-
+// A float as the element type a kernel stores (float, or a 16-bit format the value is exact in).
 template <class T>
-__device__ T to_16(float v);
+__device__ T store_as(float v);
 template <>
-__device__ __half to_16<__half>(float v) {
+__device__ float store_as<float>(float v) {
+  return v;
+}
+template <>
+__device__ __half store_as<__half>(float v) {
   return __float2half_rn(v);
 }
 template <>
-__device__ __nv_bfloat16 to_16<__nv_bfloat16>(float v) {
+__device__ __nv_bfloat16 store_as<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
 template <class T>
 __global__ void to_16bit_kernel(const float* x, T* y, i64 n) {
-  QEVAL_FOR(i, n) y[i] = to_16<T>(x[i]);
+  QEVAL_FOR(i, n) y[i] = store_as<T>(x[i]);
 }
 
-// im2col_images_kernel's element order, written as 16-bit values.
 template <class T>
-__global__ void im2col_images_16bit_kernel(const float* x, T* col, Conv2d p, i64 n) {
+__global__ void im2col_images_kernel(const float* x, T* col, Conv2d p, i64 n) {
   const i64 spatial = p.oh * p.ow, per_image = p.c * p.kh * p.kw * spatial;
   QEVAL_FOR(i, n) {
     const i64 b = i / per_image, j = i % per_image;
@@ -543,7 +534,8 @@ __global__ void im2col_images_16bit_kernel(const float* x, T* col, Conv2d p, i64
     const i64 kx = row % p.kw, ky = (row / p.kw) % p.kh, c = row / (p.kw * p.kh);
     const i64 ox = s % p.ow, oy = s / p.ow;
     const i64 iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
-    col[i] = to_16<T>((iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? x[((b * p.c + c) * p.h + iy) * p.w + ix] : 0.0f);
+    col[i] = store_as<T>((iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? x[((b * p.c + c) * p.h + iy) * p.w + ix]
+                                                                       : 0.0f);
   }
 }
 
@@ -985,9 +977,9 @@ void im2col_images_16bit(const float* x, void* col, const Conv2d& p, std::int64_
   const i64 n = images * p.c * p.kh * p.kw * p.oh * p.ow;
   if (n == 0) return;
   if (bf16)
-    im2col_images_16bit_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__nv_bfloat16*>(col), p, n);
+    im2col_images_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__nv_bfloat16*>(col), p, n);
   else
-    im2col_images_16bit_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__half*>(col), p, n);
+    im2col_images_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__half*>(col), p, n);
   check_launch("im2col_images_16bit");
 }
 

@@ -1,4 +1,5 @@
-// BatchNormalization folding in FP32, as deployments do before casting weights to FP16/BF16.
+// BatchNormalization and constant Mul/Add folding in FP32, as deployments do before casting weights
+// to FP16/BF16.
 #include "eval/exec/deploy_fold.h"
 
 #include <algorithm>
@@ -46,9 +47,86 @@ Tensor vector_of(const std::vector<double>& v) {
   return t;
 }
 
+// The per-output-channel values of constant `k` broadcast against a Conv output of rank `rank`
+// with `c` channels ([c,1,1] or [1,c,1,1] for a 2-D conv; a scalar: c copies); empty when it is not
+// one value per channel.
+std::vector<double> per_channel(const Tensor& k, std::int64_t c, std::int64_t rank) {
+  if (k.numel() == 1) return std::vector<double>(std::size_t(c), double(k.data<float>()[0]));
+  if (k.rank() > rank || k.rank() < rank - 1 || k.numel() != c) return {};
+  for (std::int64_t j = 0; j < k.rank(); ++j)
+    if (k.dim(j) != (j + rank - k.rank() == 1 ? c : 1)) return {};
+  std::vector<double> v;
+  for (std::int64_t i = 0; i < c; ++i) v.push_back(double(k.data<float>()[i]));
+  return v;
+}
+
+// Conv -> Mul or Add by a per-channel constant (or a scalar), the Conv's output read by nothing
+// else: into the Conv's weights and bias (W * s, B * s; B + a), in double, stored in float32. The
+// Conv takes the Mul's or Add's name and output, as for BatchNormalization. Chains fold in turn.
+void fold_scales_into_convs(const Graph& g, DeploymentFold& out) {
+  auto weight = [&](const std::string& n) -> const Tensor* {
+    if (auto it = out.weights.find(n); it != out.weights.end()) return &it->second;
+    return float_weight(g, n);
+  };
+  std::unordered_map<std::string, std::size_t> producer, readers;
+  for (std::size_t i = 0; i < out.nodes.size(); ++i) {
+    for (const auto& o : out.nodes[i].outputs) producer[o] = i;
+    for (const auto& in : out.nodes[i].inputs) ++readers[in];
+  }
+  for (const auto& o : g.outputs) ++readers[o.name];
+  std::vector<char> drop(out.nodes.size(), 0);
+  for (std::size_t i = 0; i < out.nodes.size(); ++i) {
+    Node& op = out.nodes[i];
+    const bool mul = op.op_type == "Mul";
+    if (!op.domain.empty() || (!mul && op.op_type != "Add") || op.inputs.size() != 2 || op.outputs.size() != 1) continue;
+    for (int side = 0; side < 2; ++side) {
+      const std::string &x = op.inputs[std::size_t(side)], &k = op.inputs[std::size_t(1 - side)];
+      const Tensor* kt = weight(k);
+      auto p = producer.find(x);
+      if (!kt || p == producer.end() || readers[x] != 1 || drop[p->second]) continue;
+      const Node& conv = out.nodes[p->second];
+      if (conv.op_type != "Conv" || !conv.domain.empty() || conv.inputs.size() < 2) continue;
+      const Tensor* w = weight(conv.inputs[1]);
+      const Tensor* b = conv.has_input(2) ? weight(conv.inputs[2]) : nullptr;
+      if (!w || w->rank() < 3 || (conv.has_input(2) && (!b || b->numel() != w->dim(0)))) continue;
+      const std::int64_t c = w->dim(0);
+      const std::vector<double> v = per_channel(*kt, c, w->rank());
+      if (v.empty()) continue;
+      Tensor wf(DType::kFloat32, w->shape());
+      const std::int64_t per = w->numel() / c;
+      std::vector<double> bias(std::size_t(c), 0.0);
+      for (std::int64_t oc = 0; oc < c; ++oc) {
+        const double s = mul ? v[std::size_t(oc)] : 1.0;
+        for (std::int64_t j = 0; j < per; ++j)
+          wf.data<float>()[oc * per + j] = mul ? float(double(w->data<float>()[oc * per + j]) * s)
+                                               : w->data<float>()[oc * per + j];
+        const double b0 = b ? double(b->data<float>()[oc]) : 0.0;
+        bias[std::size_t(oc)] = mul ? b0 * s : b0 + v[std::size_t(oc)];
+      }
+      Node folded = conv;
+      folded.name = op.name;
+      folded.outputs = op.outputs;
+      const std::string wn = op.name + "/folded_conv_weight", bn = op.name + "/folded_conv_bias";
+      folded.inputs = {conv.inputs[0], wn, bn};
+      for (std::size_t in = 1; in < conv.inputs.size(); ++in)
+        if (!g.initializers.count(conv.inputs[in])) out.weights.erase(conv.inputs[in]);  // an earlier fold's
+      out.weights[wn] = std::move(wf);
+      out.weights[bn] = vector_of(bias);
+      drop[p->second] = 1;
+      op = std::move(folded);
+      ++out.scales_into_conv;
+      break;
+    }
+  }
+  std::vector<Node> kept;
+  for (std::size_t i = 0; i < out.nodes.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(out.nodes[i]));
+  out.nodes = std::move(kept);
+}
+
 }  // namespace
 
-DeploymentFold fold_for_deployment(const Graph& g, const std::vector<Node>& nodes) {
+DeploymentFold fold_for_deployment(const Graph& g, const std::vector<Node>& nodes, bool scales) {
   DeploymentFold out;
   std::unordered_map<std::string, std::size_t> producer, readers;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -109,6 +187,7 @@ DeploymentFold fold_for_deployment(const Graph& g, const std::vector<Node>& node
   }
   for (std::size_t i = 0; i < rewritten.size(); ++i)
     if (!drop[i]) out.nodes.push_back(std::move(rewritten[i]));
+  if (scales) fold_scales_into_convs(g, out);
   return out;
 }
 

@@ -412,12 +412,13 @@ TEST(Session, Fp16DeploymentRoundsOnlyWhereAFusedKernelStoresItsOutput) {
   std::vector<float> w(2 * 2 * 3 * 3);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.1f * std::sin(float(i) * 1.3f + 0.2f);
   b.initializer("w", w, {2, 2, 3, 3}).initializer("bias", {0.01f, -0.02f}, {2});
-  b.initializer("c", {0.3f, -0.4f}, {2, 1, 1}).initializer("scale", {0.37f}, {});
+  b.initializer("scale", {0.37f}, {});
   auto* pads = b.node("Conv", {"x", "w", "bias"}, {"conv"}, "conv").add_attribute();
   pads->set_name("pads");
   pads->set_type(onnx::AttributeProto::INTS);
   for (int i = 0; i < 4; ++i) pads->add_ints(1);
-  b.node("Add", {"conv", "c"}, {"shifted"}, "shift");
+  // A residual Add (an Add of a per-channel constant would be folded into the Conv at fp16).
+  b.node("Add", {"conv", "x"}, {"shifted"}, "shift");
   b.node("Sigmoid", {"shifted"}, {"act"}, "act");
   b.node("Mul", {"act", "act"}, {"y"}, "square");  // act is read twice: stored
   b.node("Reshape", {"act", "shape"}, {"rows"}, "rows");

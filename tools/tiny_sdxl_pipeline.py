@@ -26,7 +26,6 @@
 #                qeval's eval/pipelines/noise.cc reproduces bit for bit), times float32(init_noise_sigma).
 #   decode       vae_decoder(latent / float32(scaling_factor)) in FP32 (force_upcast); pixels as tiny-sd's.
 
-import math
 import os
 import sys
 

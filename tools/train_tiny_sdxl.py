@@ -3,7 +3,8 @@
 
 # Usage (GPU machine, from the repository root; `python3` there is the one with PyTorch 2.x):
 #   python3 tools/train_tiny_sdxl.py --out OUT --vae-seconds 100 --unet-seconds 420 --eval
-#   python3 tools/train_tiny_sdxl.py --out OUT2 --vae-ckpt OUT/vae.pt --unet-seconds 480 --eval   # reuse a VAE
+#   python3 tools/train_tiny_sdxl.py --out OUT1 --stage vae --vae-seconds 120                   # or in two calls:
+#   python3 tools/train_tiny_sdxl.py --out OUT2 --vae-ckpt OUT1/vae.pt --unet-seconds 480 --eval
 # CPU smoke test (Debian's torch 1.13): /usr/bin/python3 tools/train_tiny_sdxl.py --smoke --out /tmp/tsx
 #
 # tiny-sd's recipe (tools/train_tiny_sd.py, whose data, renderer, VAE stage and helpers this imports): scenes
@@ -14,7 +15,7 @@
 # then cosine decay, gradient clipping, bf16 autocast, EMA of the weights (the EMA weights ship). SDXL specifics:
 #   - context = concat(hidden_states[-2] of both encoders), pooled = text_encoder_2's text_embeds
 #     (tools/tiny_sdxl_model.py encode_prompt_embeds), as tools/tiny_sdxl_pipeline.py uses them;
-#   - caption dropout: with probability CAPTION_DROPOUT both the context and the pooled embedding are ZEROS,
+#   - caption dropout: with probability 0.1 (train_tiny_sd.CAPTION_DROPOUT) both the context and the pooled embedding are ZEROS,
 #     which is what the pipeline gives the unconditional half (force_zeros_for_empty_prompt);
 #   - time_ids are the constant (64, 64, 0, 0, 64, 64) (64x64 images, no crop), as at inference;
 #   - tokenizer_2 pads with "!" (id 0): its ids are tokenizer's with every pad after the EOS set to 0.
@@ -43,7 +44,6 @@ import tiny_sdxl_model as X  # noqa: E402
 import tiny_sdxl_pipeline as P  # noqa: E402
 import train_tiny_sd as TSD  # noqa: E402
 
-CAPTION_DROPOUT = 0.1
 SEED = 20261127
 TOKENIZER_DIR = os.path.join(scenes.REPO, "models", "tiny-sd", "tokenizer")
 
@@ -80,78 +80,23 @@ def train_unet(args, data, renderer, vae, scaling, device, log, tok):
     sdpa = hasattr(F, "scaled_dot_product_attention") and device.type == "cuda"
     for m in (te, te2, unet, te_ema, te2_ema, unet_ema):
         m.use_sdpa = sdpa
-    params = list(te.parameters()) + list(te2.parameters()) + list(unet.parameters())
-    ema_params = list(te_ema.parameters()) + list(te2_ema.parameters()) + list(unet_ema.parameters())
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.01},
-                             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
-                            lr=args.unet_lr, betas=(0.9, 0.99))
-    objs, style, bg, ids = data["objs"], data["style"], data["bg"], data["ids"]
-    n = objs.shape[0] - args.holdout
-    ac = torch.tensor(SDP.alphas_cumprod(), device=device, dtype=torch.float32)
-    time_ids = torch.tensor(P.add_time_ids(), device=device)[None].expand(args.batch, 6)
-    g = torch.Generator(device=device).manual_seed(SEED + 3)
-    budget = TSD.StepBudget(args.unet_steps, args.unet_seconds)
-    amp = device.type == "cuda"
-    warmup = 200 if args.resume else 500
-    vae.eval()
-    losses, step = [], 0
-    while True:
-        idx = torch.randint(0, n, (args.batch,), device=device, generator=g)
-        with torch.no_grad():
-            img, _ = renderer(objs[idx], style[idx], bg[idx])
-            x = (img.float() / 127.5 - 1.0).contiguous(memory_format=torch.channels_last)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                mean, logvar = vae.encode(x)
-            z = (mean.float() + torch.exp(0.5 * logvar.float()) * torch.randn(mean.shape, device=device, generator=g)) * scaling
-            tok_ids = ids[idx].long()
-            keep = (torch.rand(args.batch, device=device, generator=g) >= CAPTION_DROPOUT).float()
-            t = torch.randint(0, SDP.NUM_TRAIN_TIMESTEPS, (args.batch,), device=device, generator=g)
-            noise = torch.randn(z.shape, device=device, generator=g)
-            a = ac[t][:, None, None, None]
-            zt = (a.sqrt() * z + (1 - a).sqrt() * noise).contiguous(memory_format=torch.channels_last)
-        for group in opt.param_groups:
-            group["lr"] = TSD.lr_at(step, budget.estimate(), args.unet_lr, warmup)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            ctx, pooled = X.encode_prompt_embeds(te, te2, tok_ids, ids_for_tokenizer_2(tok_ids, tok.eos_id))
-            ctx = ctx * keep.to(ctx.dtype)[:, None, None]  # dropped captions: zeros, as the unconditional half
-            pooled = pooled * keep.to(pooled.dtype)[:, None]
-            pred = unet(zt, t, ctx, pooled, time_ids)
-        loss = F.mse_loss(pred.float(), noise)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        with torch.no_grad():
-            TSD.ema_update(ema_params, params, min(args.ema, (1 + step) / (10 + step)))
-        if step % 50 == 0:
-            losses.append(loss.item())
-        if step % 500 == 0:
-            print("unet step %d loss %.5f lr %.2e %.0fs" % (step, loss.item(), opt.param_groups[0]["lr"],
-                                                            time.time() - budget.start), flush=True)
-        step += 1
-        if budget.update(step):
-            break
-    # Validation loss of the EMA weights on held-out scenes at fixed timesteps.
-    with torch.no_grad():
-        gv = torch.Generator(device=device).manual_seed(SEED + 4)
-        idx = torch.arange(n, n + args.holdout, device=device)
-        img, _ = renderer(objs[idx], style[idx], bg[idx])
-        mean, logvar = vae.encode(img.float() / 127.5 - 1.0)
-        z = (mean + torch.exp(0.5 * logvar) * torch.randn(mean.shape, device=device, generator=gv)) * scaling
-        t = torch.linspace(0, 999, args.holdout, device=device).long()
-        noise = torch.randn(z.shape, device=device, generator=gv)
-        a = ac[t][:, None, None, None]
-        hid = ids[idx].long()
-        ctx, pooled = X.encode_prompt_embeds(te_ema, te2_ema, hid, ids_for_tokenizer_2(hid, tok.eos_id))
-        val = F.mse_loss(unet_ema(a.sqrt() * z + (1 - a).sqrt() * noise, t, ctx, pooled,
-                                  time_ids[:1].expand(args.holdout, 6)), noise).item()
-    prev = log.get("unet", {})
-    log["unet"] = dict(steps=step + prev.get("steps", 0), steps_this_run=step, resumed=bool(args.resume),
-                       seconds=round(time.time() - budget.start, 1), batch=args.batch, lr=args.unet_lr,
-                       warmup=warmup, ema=args.ema, caption_dropout=CAPTION_DROPOUT, caption_dropout_to="zeros",
-                       final_loss=float(np.mean(losses[-10:])), holdout_loss_ema=val, loss_curve=losses)
-    print("unet done: %d steps, loss %.5f (last 500 steps), EMA hold-out loss %.5f" % (step, log["unet"]["final_loss"], val),
-          flush=True)
+    time_ids = torch.tensor(P.add_time_ids(), device=device)[None]
+
+    def predict(zt, t, tok_ids, drop):  # dropped captions: zero context and pooled, as the unconditional half
+        ctx, pooled = X.encode_prompt_embeds(te, te2, tok_ids, ids_for_tokenizer_2(tok_ids, tok.eos_id))
+        keep = (~drop).to(ctx.dtype)
+        return unet(zt, t, ctx * keep[:, None, None], pooled * keep.to(pooled.dtype)[:, None],
+                    time_ids.expand(zt.shape[0], 6))
+
+    def predict_ema(x, t, tok_ids):
+        ctx, pooled = X.encode_prompt_embeds(te_ema, te2_ema, tok_ids, ids_for_tokenizer_2(tok_ids, tok.eos_id))
+        return unet_ema(x, t, ctx, pooled, time_ids.expand(x.shape[0], 6))
+
+    TSD.train_denoiser(args, data, renderer, vae, scaling, device, log, SEED,
+                       list(te.parameters()) + list(te2.parameters()) + list(unet.parameters()),
+                       list(te_ema.parameters()) + list(te2_ema.parameters()) + list(unet_ema.parameters()),
+                       predict, predict_ema)
+    log["unet"]["caption_dropout_to"] = "zeros (context and pooled)"
     for name, m in (("text_ema", te_ema), ("text2_ema", te2_ema), ("unet_ema", unet_ema)):
         torch.save({k: v.float().cpu() for k, v in m.state_dict().items()}, os.path.join(args.out, name + ".pt"))
     torch.save({name: {k: v.float().cpu() for k, v in m.state_dict().items()}
@@ -201,6 +146,8 @@ def evaluate(args, te, te2, unet, vae, scaling, device, log):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--stage", choices=["all", "vae"], default="all",
+                    help="vae: train the VAE only (vae.pt + train_log.json), for a later --vae-ckpt call")
     ap.add_argument("--pool", type=int, default=400000, help="training scenes described up front")
     ap.add_argument("--holdout", type=int, default=512, help="pool scenes kept out of training for validation")
     ap.add_argument("--batch", type=int, default=512)
@@ -270,6 +217,11 @@ def main():
         vae, scaling = TSD.train_vae(args, data, renderer, device, log)
         args.batch = unet_batch
     vae.eval()
+    if args.stage == "vae":
+        log["total_seconds"] = round(time.time() - t_start, 1)
+        with open(os.path.join(args.out, "train_log.json"), "w") as f:
+            json.dump(log, f, indent=1)
+        return
     te, te2, unet = train_unet(args, data, renderer, vae, scaling, device, log, tok)
     if args.eval:
         evaluate(args, te, te2, unet, vae, scaling, device, log)

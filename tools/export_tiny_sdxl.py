@@ -2,7 +2,7 @@
 """Exports tiny-sdxl (a checkpoint of tools/train_tiny_sdxl.py, or a seeded random init) as Optimum's `optimum-cli export onnx` writes an SDXL pipeline."""
 
 # Usage (from the repository root, Debian's Python: torch 1.13, onnx 1.12; tools/ort installed for the check):
-#   /usr/bin/python3 tools/export_tiny_sdxl.py --ckpt OUT [--out models/tiny-sdxl]
+#   /usr/bin/python3 tools/export_tiny_sdxl.py --ckpt OUT [--out models/tiny-sdxl] [--seeds 4]
 #   /usr/bin/python3 tools/export_tiny_sdxl.py --random-init 0 --out /work/xfer/tiny-sdxl-random
 #
 # The layout, file and tensor names are those of Optimum's exporter for stabilityai/stable-diffusion-xl-base-1.0
@@ -48,6 +48,7 @@ import onnx
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scene_check  # noqa: E402
 import scenes  # noqa: E402
 import tiny_sd_model as M  # noqa: E402
 import tiny_sd_pipeline as SD  # noqa: E402
@@ -279,17 +280,45 @@ def export(out, log, vae, te, te2, unet, scaling, seed=0):
     return info
 
 
+def score_prompts(te, te2, unet, vae, scaling, seeds, steps=20, guidance=5.0):
+    """Prompt following of the PyTorch FP32 pipeline on prompts/tiny_eval.txt (seed s of prompt i: 1000 s + i, as
+    tools/export_tiny_sd.py): [(objects drawn, prompts complete)] per seed, and the first seed's images."""
+    prompts = scenes.read_prompts(os.path.join(scenes.REPO, "prompts", "tiny_eval.txt"))
+    tok, tok2 = P.tokenizers(TOKENIZER_SRC)
+    per_seed, first = [], None
+    for seed in range(seeds):
+        imgs = np.concatenate([P.generate(te, te2, unet, vae.decode, tok, tok2, prompts[i:i + 32],
+                                          [1000 * seed + i + k for k in range(len(prompts[i:i + 32]))], scaling,
+                                          steps=steps, guidance=guidance) for i in range(0, len(prompts), 32)])
+        obj, prm, _ = scene_check.score(imgs, prompts)
+        per_seed.append((obj, prm))
+        first = imgs if first is None else first
+        print("   Euler %d steps g %.1f, noise seeds 1000*%d+i: %.1f%% of objects drawn, %.1f%% of prompts complete"
+              % (steps, guidance, seed, 100 * obj, 100 * prm), flush=True)
+    return per_seed, first
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--ckpt", help="folder with vae.pt, text_ema.pt, text2_ema.pt, unet_ema.pt, train_log.json")
     src.add_argument("--random-init", type=int, metavar="SEED", help="untrained weights: torch.manual_seed(SEED)")
     ap.add_argument("--out", default=os.path.join(scenes.REPO, "models", "tiny-sdxl"))
+    ap.add_argument("--seeds", type=int, default=0,
+                    help="also score prompt following (PyTorch FP32, Euler 20 steps, guidance 5) with this many "
+                         "noise seeds per tiny_eval prompt; written to export_info.json")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     log, vae, te, te2, unet, scaling = load(a.ckpt, a.random_init)
     info = export(a.out, log, vae, te, te2, unet, scaling)
+    if a.seeds:
+        per_seed, _ = score_prompts(te, te2, unet, vae, scaling, a.seeds)
+        info["prompt_following"] = {"setting": "Euler 20 steps, guidance 5.0, no negative prompt, PyTorch FP32",
+                                    "seeds": "1000 s + prompt index", "per_seed_objects_prompts": per_seed,
+                                    "objects_mean": float(np.mean([o for o, _ in per_seed]))}
+        write_json(os.path.join(a.out, "export_info.json"), info)
+        print("objects drawn, mean over %d seeds: %.1f%%" % (a.seeds, 100 * info["prompt_following"]["objects_mean"]))
     if a.ckpt and info["onnx_bytes"] > SIZE_BUDGET_BYTES:
         raise SystemExit("over the size budget: %.2f MB" % (info["onnx_bytes"] / 1e6))
 

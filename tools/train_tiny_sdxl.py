@@ -2,7 +2,7 @@
 """Trains tiny-sdxl (VAE, both text encoders, UNet) on the synthetic scenes of tiny-sd; scores prompt following on prompts/tiny_eval.txt."""
 
 # Usage (GPU machine, from the repository root; `python3` there is the one with PyTorch 2.x):
-#   python3 tools/train_tiny_sdxl.py --out OUT --vae-seconds 100 --unet-seconds 420 --eval
+#   python3 tools/train_tiny_sdxl.py --out OUT --vae-seconds 90 --unet-seconds 390 --eval   # ~9 min in all
 #   python3 tools/train_tiny_sdxl.py --out OUT1 --stage vae --vae-seconds 120                   # or in two calls:
 #   python3 tools/train_tiny_sdxl.py --out OUT2 --vae-ckpt OUT1/vae.pt --unet-seconds 480 --eval
 # CPU smoke test (Debian's torch 1.13): /usr/bin/python3 tools/train_tiny_sdxl.py --smoke --out /tmp/tsx
@@ -155,10 +155,10 @@ def main():
     ap.add_argument("--unet-lr", type=float, default=4e-4)
     ap.add_argument("--ema", type=float, default=0.9995)
     ap.add_argument("--vae-steps", type=int, default=0)
-    ap.add_argument("--vae-seconds", type=float, default=100)
+    ap.add_argument("--vae-seconds", type=float, default=90)
     ap.add_argument("--vae-batch", type=int, default=256, help="the VAE stage's batch (tiny-sd's)")
     ap.add_argument("--unet-steps", type=int, default=0)
-    ap.add_argument("--unet-seconds", type=float, default=420)
+    ap.add_argument("--unet-seconds", type=float, default=390)
     ap.add_argument("--vae-ckpt", help="reuse this vae.pt (train_log.json beside it gives its scaling factor); a "
                                        "tiny-sd VAE checkpoint works: the structure is the same")
     ap.add_argument("--resume", help="folder with raw.pt, *_ema.pt and train_log.json to continue from")

@@ -1,0 +1,127 @@
+// The verbs on an SDXL export folder (the untrained tiny-sdxl, tests/data/tiny_sdxl_random): a
+// one-prompt two-step `qeval run` with an FP16 and an INT8 recipe variant (text_encoder_2 named in
+// the report with its layers; the VAE upcast to FP32 under force_upcast), the FP16 VAE's overflow
+// located by model, node and step and failing the gate, and generate / calibrate /
+// compare-recipes / triage running on the folder.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace qeval {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_qeval;
+
+std::string sdxl_dir() { return (testing::data_dir() / "tiny_sdxl_random").string(); }
+std::string src(const std::string& rel) { return (testing::source_dir() / rel).string(); }
+
+// A run config over one prompt, two steps, calibrated on the same prompt; `variants` a JSON list.
+fs::path write_config(const testing::ScratchDir& dir, const std::string& variants) {
+  const fs::path prompts =
+      testing::write_text(dir, "prompts.txt", "a large green ring on the right on a gradient orange background\n");
+  return testing::write_text(dir, "c.json",
+                             R"({"pipeline": ")" + sdxl_dir() + R"(", "prompts": ")" + prompts.string() +
+                                 R"(", "steps": 2,
+    "calibration": {"prompts": ")" +
+                                 prompts.string() + R"(", "cache": ")" + (dir / "cache").string() + R"("},
+    "variants": )" + variants + "}");
+}
+
+std::set<std::string> models_of_layers(const nlohmann::json& report) {
+  std::set<std::string> models;
+  for (const auto& l : report["layers"]["nodes"]) models.insert(l["component"].get<std::string>());
+  return models;
+}
+
+TEST(SdxlRunCli, Fp16AndInt8VariantsRunAndTheReportNamesTextEncoder2) {
+  testing::ScratchDir dir("sdxl-run");
+  const fs::path config = write_config(dir, R"([{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
+      {"name": "int8-l3", "recipe": ")" + src("recipes/int8-level3.json") +
+                                                R"(", "precision": "fp16"}])");
+  const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = testing::read_json(dir / "out/report.json");
+  const std::set<std::string> models = models_of_layers(j);
+  for (const char* m : {"text_encoder", "text_encoder_2", "unet", "vae_decoder"})
+    EXPECT_TRUE(models.count(m)) << m << " has no layers in report.json";
+  // Each variant's quantization lists every model; the recipe quantizes the UNet only.
+  for (const auto& v : j["variants"]) {
+    std::vector<std::string> names;
+    for (const auto& q : v["quantization"]) names.push_back(q["model"]);
+    EXPECT_EQ(names, (std::vector<std::string>{"text_encoder", "text_encoder_2", "unet", "vae_decoder"}));
+  }
+  EXPECT_GT(j["variants"][2]["quantization"][2]["quantized_nodes"].get<int>(), 0);
+  EXPECT_EQ(j["variants"][2]["quantization"][1]["quantized_nodes"].get<int>(), 0);
+  // The report says the VAE ran in FP32 under force_upcast.
+  bool upcast_setting = false;
+  for (const auto& s : j["config"]["settings"])
+    upcast_setting |= s["key"] == "vae_decoder" && s["value"].get<std::string>().find("fp32") != std::string::npos;
+  EXPECT_TRUE(upcast_setting) << j["config"]["settings"].dump();
+  // Every output finite: the FP16 variants decode in FP32 (force_upcast), so no NaN anywhere.
+  EXPECT_TRUE(j["nonfinite"].empty()) << j["nonfinite"].dump();
+  ASSERT_EQ(j["samples"].size(), 1u);
+}
+
+// The tiny-sdxl VAE overflows FP16 as SDXL's does: a variant that asks for its VAE in FP16 gets it,
+// and the run names the first non-finite node output (model vae_decoder, after the last step) and
+// fails the gate.
+TEST(SdxlRunCli, AnFp16VaeOverflowIsLocatedByModelNodeAndStepAndFailsTheGate) {
+  testing::ScratchDir dir("sdxl-vae16");
+  const fs::path config = write_config(dir, R"([{"name": "fp32"},
+      {"name": "fp16-vae16", "precision": "fp16", "model_precision": {"vae_decoder": "fp16"}}])");
+  const fs::path gate = testing::write_text(
+      dir, "g.json", R"({"checks": [{"metric": "psnr_db", "stat": "min", "min": 10}], "max_nonfinite": 0})");
+  const auto r =
+      run_qeval("run --config " + config.string() + " --gate " + gate.string() + " --out " + (dir / "out").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto j = testing::read_json(dir / "out/report.json");
+  ASSERT_EQ(j["nonfinite"].size(), 1u) << j["nonfinite"].dump();
+  const auto& hit = j["nonfinite"][0];
+  EXPECT_EQ(hit["variant"], "fp16-vae16");
+  EXPECT_EQ(hit["model"], "vae_decoder");
+  EXPECT_EQ(hit["step"], -1);  // the decoder runs once, after the denoising steps
+  EXPECT_FALSE(hit["node"].get<std::string>().empty());
+  EXPECT_GT(hit["nan_count"].get<std::uint64_t>() + hit["inf_count"].get<std::uint64_t>(), 0u);
+  EXPECT_NE(r.out.find("vae_decoder " + hit["node"].get<std::string>()), std::string::npos) << r.out;
+  // The same FP16 variant without model_precision keeps the VAE in FP32: finite, gate passes.
+  testing::ScratchDir dir2("sdxl-vae-upcast");
+  const fs::path config2 = write_config(dir2, R"([{"name": "fp32"}, {"name": "fp16", "precision": "fp16"}])");
+  const auto ok = run_qeval("run --config " + config2.string() + " --gate " + gate.string() + " --out " +
+                            (dir2 / "out").string() + " --no-layers");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
+TEST(SdxlVerbsCli, GenerateCalibrateCompareRecipesAndTriageRunOnTheFolder) {
+  testing::ScratchDir dir("sdxl-verbs");
+  const auto gen = run_qeval("generate --pipeline " + sdxl_dir() +
+                             " --prompt 'a small red circle' --seed 3 --steps 2 --out " + (dir / "g.png").string());
+  ASSERT_EQ(gen.code, 0) << gen.out;
+  EXPECT_TRUE(fs::exists(dir / "g.png"));
+  const fs::path prompts = testing::write_text(dir, "p.txt", "a small red circle\na blue square\n");
+  const auto cal =
+      run_qeval("calibrate --recipe " + src("recipes/int8-level3.json") + " --pipeline " + sdxl_dir() + " --prompts " +
+                prompts.string() + " --steps 2 --no-cache --out " + (dir / "cal").string());
+  ASSERT_EQ(cal.code, 0) << cal.out;
+  const fs::path config = write_config(dir, R"([{"name": "fp32"},
+      {"name": "int8", "recipe": ")" + src("recipes/int8-level3.json") +
+                                                R"("}])");
+  const auto cmp = run_qeval("compare-recipes --config " + config.string() + " --recipes " +
+                             src("recipes/int8-level3.json") + " --out " + (dir / "cmp").string());
+  EXPECT_EQ(cmp.code, 0) << cmp.out;
+  const fs::path gate =
+      testing::write_text(dir, "g.json", R"({"checks": [{"metric": "psnr_db", "stat": "min", "min": 10}]})");
+  // --rank local: one run (sensitivity ranking makes two per quantized node, ~45 s here).
+  const auto tri = run_qeval("triage --config " + config.string() + " --variant int8 --gate " + gate.string() +
+                             " --rank local --out " + (dir / "tri").string());
+  EXPECT_EQ(tri.code, 0) << tri.out;
+  EXPECT_TRUE(fs::exists(dir / "tri" / "triage.json")) << tri.out;
+}
+
+}  // namespace
+}  // namespace qeval

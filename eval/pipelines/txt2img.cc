@@ -160,7 +160,7 @@ std::vector<Txt2ImgModel> Txt2ImgModels::models() const {
 
 Precision txt2img_model_precision(const Txt2ImgConfig& config, Txt2ImgModel model, Precision variant) {
   return model == Txt2ImgModel::kVaeDecoder && config.sdxl() && config.vae_decoder.force_upcast ? Precision::kFp32
-                                                                                                  : variant;
+                                                                                                : variant;
 }
 
 std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgModel model, const fs::path& file) {
@@ -199,7 +199,7 @@ std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgM
 }
 
 Txt2ImgModels Txt2ImgModels::load(const fs::path& dir_or_file, const std::string& variant,
-                                   std::optional<SchedulerType> scheduler) {
+                                  std::optional<SchedulerType> scheduler) {
   Txt2ImgModels m;
   m.config = read_txt2img_config(dir_or_file, scheduler);
   const Txt2ImgConfig& c = m.config;
@@ -321,8 +321,7 @@ Tensor embeddings_of(const Txt2ImgModels& models, const Graph& g, std::map<std::
 }
 
 // SDXL's text_encoder_2 pooled output: [batch, P].
-Tensor pooled_of(const Txt2ImgModels& models, const Graph& g, std::map<std::string, Tensor>& out,
-                 std::int64_t batch) {
+Tensor pooled_of(const Txt2ImgModels& models, const Graph& g, std::map<std::string, Tensor>& out, std::int64_t batch) {
   const TextEncoderConfig& c = models.config.text_encoder_2;
   Tensor p = take_output(out, g, c.pooled_output);
   if (p.rank() != 2 || p.dim(0) != batch)
@@ -361,6 +360,8 @@ Tensor with_zero_first(const Tensor& t) {
 
 Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::vector<std::string>& texts,
                     ModelCallObserver* observer, std::string_view context) {
+  if (models.config.sdxl())  // two encoders, concatenated: Txt2ImgRun::encode
+    throw std::invalid_argument("encode_texts: an SDXL pipeline encodes through Txt2ImgRun::encode");
   const Graph& g = session.graph();
   auto out = run_call(session, encoder_inputs_of(models, g, texts), observer, Txt2ImgRun::text_encoder_call(context));
   return embeddings_of(models, g, out, std::int64_t(texts.size()));
@@ -471,8 +472,7 @@ void Txt2ImgRun::encode(Session& text_encoder, ModelCallObserver* observer, std:
   if (!text_encoder_2) throw std::invalid_argument("Txt2ImgRun::encode: an SDXL pipeline needs text_encoder_2");
   for (auto [session, which] :
        {std::pair{&text_encoder, Txt2ImgModel::kTextEncoder}, std::pair{text_encoder_2, Txt2ImgModel::kTextEncoder2}}) {
-    auto out =
-        run_call(*session, encoder_inputs(session->graph(), which), observer, text_encoder_call(context, which));
+    auto out = run_call(*session, encoder_inputs(session->graph(), which), observer, text_encoder_call(context, which));
     set_text_embeddings(session->graph(), out, which);
   }
 }

@@ -4,12 +4,14 @@
 // located by model, node and step and failing the gate, and generate / calibrate /
 // compare-recipes / triage running on the folder.
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 
 #include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "eval/run/evaluator.h"
 #include "test_util.h"
 
 namespace qeval {
@@ -121,6 +123,60 @@ TEST(SdxlVerbsCli, GenerateCalibrateCompareRecipesAndTriageRunOnTheFolder) {
                              " --rank local --out " + (dir / "tri").string());
   EXPECT_EQ(tri.code, 0) << tri.out;
   EXPECT_TRUE(fs::exists(dir / "tri" / "triage.json")) << tri.out;
+}
+
+// Observed, the variants' calls of both text encoders run in lockstep with the reference's (or
+// one after the other): the same statistics to the bit; an FP32 variant (same graphs and options as
+// the reference) shares the reference's embeddings and has no error anywhere.
+TEST(SdxlEvaluator, BothTextEncodersRunInLockstepWithTheSameResultsAsOneAfterTheOther) {
+  testing::ScratchDir dir("sdxl-lockstep");
+  eval::RunSpec spec;
+  spec.pipeline = sdxl_dir();
+  spec.kind = "txt2img";
+  spec.inputs = testing::write_text(dir, "p.txt", "a small red circle\n");
+  spec.steps = 2;
+  spec.negative_prompt = "a blue square";  // encoded, not zeros: both halves of the batch run
+  eval::VariantSpec fp32, same, fp16;
+  fp32.name = "fp32";
+  same.name = "fp32-again";
+  fp16.name = "fp16";
+  fp16.precision = eval::Precision::kFp16;
+  spec.variants = {fp32, same, fp16};
+  spec.reference = "fp32";
+  auto run = [&](bool interleave) {
+    const auto driver = eval::make_run_driver(spec);
+    EXPECT_EQ(driver->models(), (std::vector<std::string>{"text_encoder", "text_encoder_2", "unet", "vae_decoder"}));
+    eval::RunResult r;
+    tbb::task_arena arena(1);
+    arena.execute([&] {
+      eval::EvaluatorOptions o;
+      o.workers = 1;
+      o.interleave = interleave;
+      r = eval::evaluate(spec, *driver, eval::build_variants(spec, *driver), o);
+    });
+    return r;
+  };
+  const eval::RunResult a = run(true), b = run(false);
+  // The FP16 variant's VAE runs in FP32 (force_upcast); the others have no override.
+  EXPECT_EQ(a.variants[2].model_precision,
+            (std::map<std::string, eval::Precision>{{"vae_decoder", eval::Precision::kFp32}}));
+  EXPECT_TRUE(a.variants[1].model_precision.empty());
+  for (std::size_t v = 0; v < 3; ++v) {
+    EXPECT_TRUE(a.layers[v] == b.layers[v]) << v;
+    EXPECT_EQ(a.first_nonfinite[v], b.first_nonfinite[v]);
+    const auto& x = a.units[0].samples[0].variants[v].metrics;
+    const auto& y = b.units[0].samples[0].variants[v].metrics;
+    ASSERT_EQ(x.size(), y.size());
+    for (std::size_t k = 0; k < x.size(); ++k) EXPECT_EQ(x[k].value, y[k].value);
+  }
+  EXPECT_TRUE(a.units[0].samples[0].variants[1].identical);
+  EXPECT_FALSE(a.units[0].samples[0].variants[2].identical);
+  // text_encoder_2's layers were observed and compared for the FP16 variant.
+  const eval::LayerSpace& space = *a.observation.space;
+  std::size_t te2 = 0;
+  for (std::size_t l = 0; l < a.layers[2].layers(); ++l)
+    if (a.layers[2].has(l) && space.models()[space.model_of(l)].name == "text_encoder_2") ++te2;
+  EXPECT_GT(te2, 10u);
 }
 
 }  // namespace

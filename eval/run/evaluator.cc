@@ -5,6 +5,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -44,6 +45,18 @@ void set_model_precisions(const RunDriver& driver, BuiltVariant& b) {
 std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress) {
   std::vector<BuiltVariant> out;
   for (const VariantSpec& v : spec.variants) {
+    // The kind allows every model its pipelines may have; this pipeline may have fewer (an SD
+    // pipeline has no text_encoder_2): a name it lacks is refused, never ignored.
+    const auto& models = driver.models();
+    auto check = [&](const std::string& key, const std::string& model) {
+      if (std::find(models.begin(), models.end(), model) != models.end()) return;
+      std::string list;
+      for (const auto& m : models) list += (list.empty() ? "" : ", ") + m;
+      throw InputError(fmt::format("{}: variant '{}': {}: this pipeline has no model '{}' (models: {})",
+                                   spec.source.string(), v.name, key, model, list));
+    };
+    for (const auto& [m, _] : v.onnx) check("onnx", m);
+    for (const auto& [m, _] : v.model_precision) check("model_precision", m);
     BuiltVariant b;
     b.spec = v;
     b.options.precision = v.precision;

@@ -105,6 +105,14 @@ TEST(SdxlVerbsCli, GenerateCalibrateCompareRecipesAndTriageRunOnTheFolder) {
                              " --prompt 'a small red circle' --seed 3 --steps 2 --out " + (dir / "g.png").string());
   ASSERT_EQ(gen.code, 0) << gen.out;
   EXPECT_TRUE(fs::exists(dir / "g.png"));
+  EXPECT_EQ(gen.out.find("force_upcast"), std::string::npos) << gen.out;
+  // --precision fp16: the VAE still decodes in FP32 (force_upcast), and says so; the image is finite
+  // (an FP16 decode of this VAE is all NaN: SdxlVae.ForceUpcastRunsTheDecoderInFp32UnderFp16).
+  const auto half =
+      run_qeval("generate --pipeline " + sdxl_dir() +
+                " --prompt 'a small red circle' --seed 3 --steps 2 --precision fp16 --out " + (dir / "h.png").string());
+  ASSERT_EQ(half.code, 0) << half.out;
+  EXPECT_NE(half.out.find("fp16 (vae_decoder fp32: force_upcast)"), std::string::npos) << half.out;
   const fs::path prompts = testing::write_text(dir, "p.txt", "a small red circle\na blue square\n");
   const auto cal =
       run_qeval("calibrate --recipe " + src("recipes/int8-level3.json") + " --pipeline " + sdxl_dir() + " --prompts " +
@@ -123,6 +131,25 @@ TEST(SdxlVerbsCli, GenerateCalibrateCompareRecipesAndTriageRunOnTheFolder) {
                              " --rank local --out " + (dir / "tri").string());
   EXPECT_EQ(tri.code, 0) << tri.out;
   EXPECT_TRUE(fs::exists(dir / "tri" / "triage.json")) << tri.out;
+}
+
+// text_encoder_2 is a txt2img model name the run config accepts, but an SD pipeline has none: a
+// variant naming it (an export, a precision) is refused, never ignored.
+TEST(SdxlRunCli, ASecondTextEncoderNamedForAnSdPipelineIsRefused) {
+  testing::ScratchDir dir("sd-te2");
+  for (const std::string& variant :
+       {R"({"name": "x", "onnx": {"text_encoder_2": ")" + src("models/tiny-sd/text_encoder.onnx") + R"("}})",
+        std::string(R"({"name": "x", "model_precision": {"text_encoder_2": "fp16"}})")}) {
+    const fs::path config = testing::write_text(dir, "c.json",
+                                                R"({"pipeline": ")" + src("models/tiny-sd") +
+                                                    R"(", "count": 1, "steps": 1,
+      "variants": [{"name": "fp32"}, )" + variant + "]}");
+    const auto r = run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("variant 'x'"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("no model 'text_encoder_2' (models: text_encoder, unet, vae_decoder)"), std::string::npos)
+        << r.out;
+  }
 }
 
 // Observed, the variants' calls of both text encoders run in lockstep with the reference's (or

@@ -214,11 +214,13 @@ Txt2ImgConfig read_diffusers_txt2img(const fs::path& dir, std::optional<Schedule
         child_of(u, "addition_embed_type")
             .fail("\"" + type + "\" is not supported (\"text_time\", in an SDXL pipeline, is)");
     } else if (sdxl) {
-      u.fail("\"addition_embed_type\" must be \"text_time\" in an SDXL pipeline (the UNet takes text_embeds and "
-             "time_ids)");
+      u.fail(
+          "\"addition_embed_type\" must be \"text_time\" in an SDXL pipeline (the UNet takes text_embeds and "
+          "time_ids)");
     }
     // Settings that add UNet inputs or change what the pipeline feeds: refused, never ignored.
-    if (given(u, "time_cond_proj_dim")) child_of(u, "time_cond_proj_dim").fail("a timestep_cond input is not supported");
+    if (given(u, "time_cond_proj_dim"))
+      child_of(u, "time_cond_proj_dim").fail("a timestep_cond input is not supported");
     if (given(u, "class_embed_type")) child_of(u, "class_embed_type").fail("class embeddings are not supported");
     if (sdxl && given(u, "addition_time_embed_dim") && given(u, "projection_class_embeddings_input_dim")) {
       // diffusers' _get_add_time_ids: addition_time_embed_dim x 6 time ids + the pooled width.

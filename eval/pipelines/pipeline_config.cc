@@ -125,8 +125,8 @@ void read_text_encoder(const base::JsonConfig& t, TextEncoderConfig& e, bool sec
 
 std::pair<int, int> size_pair(const base::JsonConfig& c, const std::string& key, int lo) {
   const std::vector<double> v = c.get_numbers(key);
-  if (v.size() != 2 || v[0] != std::floor(v[0]) || v[1] != std::floor(v[1]) || v[0] < lo || v[1] < lo ||
-      v[0] > 65536 || v[1] > 65536)
+  if (v.size() != 2 || v[0] != std::floor(v[0]) || v[1] != std::floor(v[1]) || v[0] < lo || v[1] < lo || v[0] > 65536 ||
+      v[1] > 65536)
     at(c, key).fail("must be two integers [height, width]" + std::string(lo > 0 ? " >= 1" : " >= 0"));
   return {int(v[0]), int(v[1])};
 }
@@ -146,8 +146,12 @@ SdxlConditioning read_sdxl(const base::JsonConfig& x) {
 std::vector<float> Txt2ImgConfig::time_ids() const {
   const SdxlConditioning& s = sdxl_conditioning;
   auto or_image = [](int v, int image) { return float(v > 0 ? v : image); };
-  return {or_image(s.original_height, image_height), or_image(s.original_width, image_width), float(s.crop_top),
-          float(s.crop_left), or_image(s.target_height, image_height), or_image(s.target_width, image_width)};
+  return {or_image(s.original_height, image_height),
+          or_image(s.original_width, image_width),
+          float(s.crop_top),
+          float(s.crop_left),
+          or_image(s.target_height, image_height),
+          or_image(s.target_width, image_width)};
 }
 
 std::string_view pipeline_task_name(PipelineTask t) { return t == PipelineTask::kTxt2Img ? "txt2img" : "segmentation"; }

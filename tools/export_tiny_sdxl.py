@@ -69,19 +69,22 @@ def rel_l2(a, b):
     return float(np.linalg.norm(a - b) / max(1e-30, np.linalg.norm(b)))
 
 
-def load(ckpt=None, random_init=None):
-    """(log, vae, text_encoder, text_encoder_2, unet, scaling_factor) in eval mode, FP32, on the CPU."""
+def load(ckpt=None, random_init=None, size=None):
+    """(log, vae, text_encoder, text_encoder_2, unet, scaling_factor) in eval mode, FP32, on the CPU. size: one of
+    tools/tiny_sdxl_model.py's SIZES (a checkpoint's own, from its train_log.json, when None)."""
     if ckpt:
         with open(os.path.join(ckpt, "train_log.json")) as f:
             log = json.load(f)
+        X.set_size(size or log.get("size", "ship"))
         vae, te, te2, unet = X.build_models()
         for m, name in ((vae, "vae.pt"), (te, "text_ema.pt"), (te2, "text2_ema.pt"), (unet, "unet_ema.pt")):
             m.load_state_dict(torch.load(os.path.join(ckpt, name), map_location="cpu"))
         scaling = log["vae"]["scaling_factor"]
     else:
+        X.set_size(size or "ship")
         torch.manual_seed(random_init)
         vae, te, te2, unet = X.build_models()
-        log = {"random_init": random_init}
+        log = {"random_init": random_init, "size": X.SIZE}
         scaling = RANDOM_SCALING_FACTOR
     return log, vae.eval(), te.eval(), te2.eval(), unet.eval(), scaling
 
@@ -222,6 +225,7 @@ def export(out, log, vae, te, te2, unet, scaling, seed=0):
                        "unet": M.param_count(unet),
                        "vae_decoder": M.param_count(vae.decoder) + M.param_count(vae.post_quant_conv)}}
     info.update({k: log[k] for k in ("random_init",) if k in log})
+    info["size"] = X.SIZE
     batch_seq = {0: "batch_size", 1: "sequence_length"}
     n1, n2 = X.TEXT_CONFIG["num_layers"], X.TEXT2_CONFIG["num_layers"]
     names1, names2 = X.text_output_names(1, n1), X.text_output_names(2, n2)
@@ -307,10 +311,14 @@ def main():
     ap.add_argument("--seeds", type=int, default=0,
                     help="also score prompt following (PyTorch FP32, Euler 20 steps, guidance 5) with this many "
                          "noise seeds per tiny_eval prompt; written to export_info.json")
+    ap.add_argument("--size", choices=sorted(X.SIZES), default=None,
+                    help="widths (tools/tiny_sdxl_model.py SIZES): ship (models/tiny-sdxl, the default of a random "
+                         "init) or test (the same structure at about a quarter of the widths: the C++ tests' "
+                         "fixture); a checkpoint's own size when left out")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    log, vae, te, te2, unet, scaling = load(a.ckpt, a.random_init)
+    log, vae, te, te2, unet, scaling = load(a.ckpt, a.random_init, a.size)
     info = export(a.out, log, vae, te, te2, unet, scaling)
     if a.seeds:
         per_seed, _ = score_prompts(te, te2, unet, vae, scaling, a.seeds)

@@ -64,8 +64,8 @@ first latent is noise * float32(init_noise_sigma) (Euler, "leading" spacing: sqr
 | file | shape | what |
 |---|---|---|
 | ref<K>.json | | prompt, negative prompt, seed, steps, guidance, input ids (tokenizer pads "<|endoftext|>", tokenizer_2 pads "!"), timesteps, sigmas, init_noise_sigma, scaling_factor |
-| ref<K>_prompt_embeds.npy | [2, 77, 160] | encoder_hidden_states as the UNet gets it: [negative, prompt]; each = concat(hidden_states.2 of text_encoder (64), hidden_states.2 of text_encoder_2 (96)) (the penultimate of 4 hidden states); an empty negative prompt gives zeros |
-| ref<K>_pooled.npy | [2, 96] | text_embeds as the UNet gets it: [negative, prompt] (text_encoder_2's text_embeds; zeros for an empty negative prompt) |
+| ref<K>_prompt_embeds.npy | [2, 77, {d12}] | encoder_hidden_states as the UNet gets it: [negative, prompt]; each = concat(hidden_states.2 of text_encoder ({d1}), hidden_states.2 of text_encoder_2 ({d2})) (the penultimate of 4 hidden states); an empty negative prompt gives zeros |
+| ref<K>_pooled.npy | [2, {p2}] | text_embeds as the UNet gets it: [negative, prompt] (text_encoder_2's text_embeds; zeros for an empty negative prompt) |
 | ref<K>_time_ids.npy | [2, 6] | (64, 64, 0, 0, 64, 64) for both halves |
 | ref<K>_noise.npy | [1, 4, 16, 16] | the seeded noise, before init_noise_sigma |
 | ref<K>_noise_pred.npy | [steps, 1, 4, 16, 16] | eps_neg + g (eps_text - eps_neg) at each step |
@@ -83,10 +83,12 @@ def main():
     src.add_argument("--ckpt", help="the checkpoint folder the shipped export came from (tools/export_tiny_sdxl.py)")
     src.add_argument("--random-init", type=int, metavar="SEED", help="the seeded random init (export --random-init)")
     ap.add_argument("--out", default=os.path.join(scenes.REPO, "tests", "data", "tiny_sdxl"))
+    ap.add_argument("--size", choices=sorted(X.SIZES), default=None,
+                    help="as tools/export_tiny_sdxl.py --size (the export's: a checkpoint's own when left out)")
     a = ap.parse_args()
     torch.set_num_threads(1)  # one summation order
     os.makedirs(a.out, exist_ok=True)
-    log, vae, te, te2, unet, scaling = E.load(a.ckpt, a.random_init)
+    log, vae, te, te2, unet, scaling = E.load(a.ckpt, a.random_init, a.size)
     probe = torch.from_numpy(np.stack([E.SD.seeded_noise(s, P.LATENT_SHAPE) for s in range(8)]) / np.float32(scaling))
     k = X.overflow_scale(vae, probe)  # as the export: the decoder the folder holds
     decoder = X.scale_decoder_trunk(vae, k)
@@ -108,7 +110,7 @@ def main():
                 "sigmas": [float(s) for s in cap["sigmas"]], "init_noise_sigma": cap["init_noise_sigma"],
                 "scaling_factor": scaling, "vae_trunk_scale_k": k, "time_ids": P.add_time_ids().tolist(),
                 "input_ids": tok.encode(prompt), "input_ids_2": tok2.encode(prompt),
-                "model": ("random init, seed %d" % a.random_init) if a.ckpt is None else
+                "size": X.SIZE, "model": ("random init, seed %d" % a.random_init) if a.ckpt is None else
                 ("exported from %s" % os.path.basename(os.path.normpath(a.ckpt)))}
         if negative:
             meta.update(negative_input_ids=tok.encode(negative), negative_input_ids_2=tok2.encode(negative))
@@ -119,9 +121,14 @@ def main():
         print("ref%d: %s | neg %r | seed %d -> objects drawn %s" % (
             n, prompt, negative, seed, [ok for _, ok, _ in scene_check.check_image(img[0], prompt)]), flush=True)
     args = ("--random-init %d" % a.random_init) if a.ckpt is None else "--ckpt %s" % a.ckpt
+    if a.size:
+        args += " --size %s" % a.size
     with open(os.path.join(a.out, "README.md"), "w") as f:
         f.write(README.format(model="random init" if a.ckpt is None else "trained", args=args, k=k,
-                              rows="\n".join(rows)))
+                              rows="\n".join(rows), d1=X.TEXT_CONFIG["hidden_size"],
+                              d2=X.TEXT2_CONFIG["hidden_size"],
+                              d12=X.TEXT_CONFIG["hidden_size"] + X.TEXT2_CONFIG["hidden_size"],
+                              p2=X.TEXT2_CONFIG["projection_dim"]))
     print("wrote %s" % a.out)
 
 

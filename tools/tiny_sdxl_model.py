@@ -20,25 +20,54 @@
 
 import copy
 import math
+import sys
 
 import torch
 import torch.nn as nn
 
 import tiny_sd_model as M
 
-VAE_CONFIG = dict(M.VAE_CONFIG)
 # CLIP-L's role: narrower; bigG's role: wider, with the pooled projection. Widths are chosen for the 12 MB budget
-# of the whole export (about 2.6 M parameters) and a training step well under tiny-sd's.
-TEXT_CONFIG = dict(vocab_size=622, max_position_embeddings=77, hidden_size=64, num_layers=3, num_heads=2,
-                   intermediate_size=256)
-TEXT2_CONFIG = dict(vocab_size=622, max_position_embeddings=77, hidden_size=96, num_layers=3, num_heads=3,
-                    intermediate_size=384, projection_dim=96)
+# of the whole export (about 2.6 M parameters) and a training step well under tiny-sd's. SIZES["test"] is the same
+# structure (layers, depths, heads, the SDXL conditioning, the VAE's FP16 overflow) at about a quarter of every
+# width, for the C++ tests' fixture (tests/data/tiny_sdxl_random, about 1 MB); set_size() picks one.
+SIZES = {
+    "ship": dict(vae=(32, 64, 64), vae_groups=32, text=(64, 2, 256), text2=(96, 3, 384), add_time=16,
+                 unet=(32, 48, 48), unet_groups=16),
+    "test": dict(vae=(8, 12, 12), vae_groups=4, text=(12, 2, 48), text2=(18, 3, 72), add_time=8,
+                 unet=(8, 8, 8), unet_groups=4),
+}
+VAE_CONFIG, TEXT_CONFIG, TEXT2_CONFIG, UNET_CONFIG = {}, {}, {}, {}
 ADDITION_TIME_EMBED_DIM = 16
-UNET_CONFIG = dict(in_channels=4, out_channels=4, block_out_channels=(32, 48, 48), layers_per_block=1,
-                   cross_attention_dim=TEXT_CONFIG["hidden_size"] + TEXT2_CONFIG["hidden_size"],
-                   num_attention_heads=(1, 2, 2), norm_num_groups=16, transformer_layers_per_block=(0, 1, 2),
-                   mid_block_layers=2, use_linear_projection=True, addition_time_embed_dim=ADDITION_TIME_EMBED_DIM,
-                   projection_class_embeddings_input_dim=TEXT2_CONFIG["projection_dim"] + 6 * ADDITION_TIME_EMBED_DIM)
+SIZE = "ship"
+
+
+def set_size(name):
+    """Sets the module's configs (updated in place: importers' references stay valid) to SIZES[name]."""
+    global ADDITION_TIME_EMBED_DIM, SIZE
+    if name not in SIZES:
+        raise SystemExit("unknown tiny-sdxl size %r (known: %s)" % (name, ", ".join(SIZES)))
+    z = SIZES[name]
+    SIZE = name
+    VAE_CONFIG.clear()
+    VAE_CONFIG.update(M.VAE_CONFIG, block_out_channels=z["vae"], norm_num_groups=z["vae_groups"])
+    TEXT_CONFIG.clear()
+    TEXT_CONFIG.update(vocab_size=622, max_position_embeddings=77, hidden_size=z["text"][0], num_layers=3,
+                       num_heads=z["text"][1], intermediate_size=z["text"][2])
+    TEXT2_CONFIG.clear()
+    TEXT2_CONFIG.update(vocab_size=622, max_position_embeddings=77, hidden_size=z["text2"][0], num_layers=3,
+                        num_heads=z["text2"][1], intermediate_size=z["text2"][2], projection_dim=z["text2"][0])
+    ADDITION_TIME_EMBED_DIM = z["add_time"]
+    UNET_CONFIG.clear()
+    UNET_CONFIG.update(in_channels=4, out_channels=4, block_out_channels=z["unet"], layers_per_block=1,
+                       cross_attention_dim=TEXT_CONFIG["hidden_size"] + TEXT2_CONFIG["hidden_size"],
+                       num_attention_heads=(1, 2, 2), norm_num_groups=z["unet_groups"],
+                       transformer_layers_per_block=(0, 1, 2), mid_block_layers=2, use_linear_projection=True,
+                       addition_time_embed_dim=ADDITION_TIME_EMBED_DIM,
+                       projection_class_embeddings_input_dim=TEXT2_CONFIG["projection_dim"] + 6 * ADDITION_TIME_EMBED_DIM)
+
+
+set_size("ship")
 SAMPLE_SIZE = 16  # latent side; image side = SAMPLE_SIZE * 2 ** (len(VAE block_out_channels) - 1) = 64
 
 
@@ -189,6 +218,8 @@ def param_count(m):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        set_size(sys.argv[1])
     vae, te, te2, unet = build_models()
     print("vae decoder %.3fM, encoder %.3fM, text_encoder %.3fM, text_encoder_2 %.3fM, unet %.3fM" % (
         (param_count(vae.decoder) + param_count(vae.post_quant_conv)) / 1e6,

@@ -27,8 +27,8 @@ std::map<std::string, Tensor> unet_inputs() {
   Tensor t(DType::kFloat32, {});
   t.data<float>()[0] = 501.0f;
   in.emplace("timestep", t);
-  in.emplace("encoder_hidden_states", seeded_noise(2, {2, 77, 160}));
-  in.emplace("text_embeds", seeded_noise(3, {2, 96}));
+  in.emplace("encoder_hidden_states", seeded_noise(2, {2, 77, 30}));
+  in.emplace("text_embeds", seeded_noise(3, {2, 18}));
   Tensor ids(DType::kFloat32, {2, 6});
   const float v[6] = {64, 64, 0, 0, 64, 64};
   for (int b = 0; b < 2; ++b) std::copy(v, v + 6, ids.data<float>() + b * 6);
@@ -60,7 +60,7 @@ TEST(LintSdxl, TakesSdxlShapesAndNamesTheLevelThatAvoidsUnfusedInt8Attention) {
   const auto shapes = findings_of(r, "sdxl-shapes");
   ASSERT_EQ(shapes.size(), 1u);
   EXPECT_NE(shapes[0]->message.find("sample=[2, 4, 128, 128]"), std::string::npos) << shapes[0]->message;
-  EXPECT_NE(shapes[0]->message.find("encoder_hidden_states=[2, 77, 160]"), std::string::npos) << shapes[0]->message;
+  EXPECT_NE(shapes[0]->message.find("encoder_hidden_states=[2, 77, 30]"), std::string::npos) << shapes[0]->message;
   // Self-attention over 64x64 = 4096 tokens (second level) and 32x32 = 1024 (third level, mid
   // block); cross-attention's S_q too.
   bool saw4096 = false, saw1024 = false;
@@ -83,8 +83,8 @@ TEST(LintSdxl, TakesSdxlShapesAndNamesTheLevelThatAvoidsUnfusedInt8Attention) {
   // --shape still wins: at 16x16 latents (128x128 images) every sequence is <= 512 tokens.
   LintOptions small;
   small.input_shapes = {{"sample", {2, 4, 16, 16}},
-                        {"encoder_hidden_states", {2, 77, 160}},
-                        {"text_embeds", {2, 96}},
+                        {"encoder_hidden_states", {2, 77, 30}},
+                        {"text_embeds", {2, 18}},
                         {"time_ids", {2, 6}}};
   const LintReport rs = lint_graph(l4, small);
   EXPECT_TRUE(findings_of(rs, "sdxl-shapes").empty());

@@ -694,16 +694,16 @@ std::string render_nonfinite(const RunReport& r) {
                           "per variant, the first node output holding a non-finite value, in "
                           "(sample, step, graph order): never averaged away");
   if (r.nonfinite.empty()) return h + "<p class=\"ok\">No NaN or Inf in any observed output.</p></section>";
-  h += "<table><thead><tr><th>variant</th><th>sample</th><th>step</th><th>node</th><th>op</th>"
+  h += "<table><thead><tr><th>variant</th><th>sample</th><th>model</th><th>step</th><th>node</th><th>op</th>"
        "<th>NaN</th><th>Inf</th></tr></thead><tbody>";
   for (const auto& e : r.nonfinite) {
     std::string step = e.step < 0 ? "&ndash;" : std::to_string(e.step);
     if (e.step >= 0 && std::size_t(e.step) < r.timesteps.t.size())
       step += fmt::format(" (t={:g})", r.timesteps.t[std::size_t(e.step)]);
     h += fmt::format(
-        "<tr class=\"bad\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<tr class=\"bad\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-        esc(e.variant), esc(e.sample), step, esc(e.node), esc(e.op), e.nan_count, e.inf_count);
+        esc(e.variant), esc(e.sample), esc(e.model), step, esc(e.node), esc(e.op), e.nan_count, e.inf_count);
   }
   return h + "</tbody></table></section>";
 }

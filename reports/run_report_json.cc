@@ -238,7 +238,8 @@ json to_json(const RunReport& r) {
                          {"node", e.node},
                          {"op", e.op},
                          {"nan_count", e.nan_count},
-                         {"inf_count", e.inf_count}});
+                         {"inf_count", e.inf_count},
+                         {"model", e.model}});
   j["nonfinite"] = nonfinite;
   j["gate"] = gate_json(r.gate);
   return j;
@@ -594,7 +595,8 @@ RunReport run_report_from_json(const json& j, const std::string& source) {
   for (std::size_t i = 0; i < nonfinite.size(); ++i) {
     In e = nonfinite[i];
     r.nonfinite.push_back({check_variant(e["variant"]), e["sample"].str(), int(e["step"].integer()), e["node"].str(),
-                           e["op"].str(), e["nan_count"].count(), e["inf_count"].count()});
+                           e["op"].str(), e["nan_count"].count(), e["inf_count"].count(),
+                           e.has("model") ? e["model"].str() : std::string()});  // absent before it existed
   }
 
   In gate = root["gate"];

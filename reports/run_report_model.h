@@ -281,6 +281,7 @@ struct NonFiniteEvent {
   int step = -1;       // -1 when the node is not in the stepped component
   std::string node, op;
   std::uint64_t nan_count = 0, inf_count = 0;  // in that node output
+  std::string model;                           // the pipeline's model ("vae_decoder", "unet", ...)
   bool operator==(const NonFiniteEvent&) const = default;
 };
 

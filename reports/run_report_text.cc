@@ -217,7 +217,7 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
     for (std::size_t i = 0; i < r.nonfinite.size() && i < 3; ++i) {
       const auto& e = r.nonfinite[i];
       labelled(e.variant,
-               fmt::format("{} ({}){}, sample {}: {} NaN, {} Inf", e.node, e.op,
+               fmt::format("{}{} ({}){}, sample {}: {} NaN, {} Inf", e.model.empty() ? "" : e.model + " ", e.node, e.op,
                            e.step >= 0 ? fmt::format(" step {}", e.step) : "", e.sample, e.nan_count, e.inf_count));
     }
   }

@@ -26,6 +26,7 @@
 # machine returns them.
 
 import argparse
+import importlib
 import json
 import math
 import multiprocessing as mp
@@ -180,6 +181,7 @@ class StepBudget:
         self.seconds, self.probe_from, self.probe_to = seconds, probe_from, probe_to
         self.start = time.time()
         self.t_probe = None
+        self.rate = None  # steps/s measured over [probe_from, probe_to)
 
     def estimate(self):
         return self.total if self.total else max(self.probe_to + 1, int(self.seconds * 30))  # provisional
@@ -189,6 +191,7 @@ class StepBudget:
             self.t_probe = time.time()
         if self.total is None and step == self.probe_to:
             rate = (self.probe_to - self.probe_from) / (time.time() - self.t_probe)
+            self.rate = round(rate, 2)
             remaining = self.seconds - (time.time() - self.start)
             self.total = step + max(1, int(remaining * rate * 0.97))
         return self.total is not None and step >= self.total
@@ -266,50 +269,71 @@ def train_vae(args, data, renderer, device, log):
     return vae, scaling
 
 
-def train_unet(args, data, renderer, vae, scaling, device, log, tok):
-    torch.manual_seed(SEED + 2)
-    text = M.ClipTextModel(**M.TEXT_CONFIG).to(device)
-    unet = M.UNet2DConditionModel(**M.UNET_CONFIG).to(device).to(memory_format=torch.channels_last)
-    if args.resume:
-        text.load_state_dict(torch.load(os.path.join(args.resume, "text_raw.pt"), map_location=device))
-        unet.load_state_dict(torch.load(os.path.join(args.resume, "unet_raw.pt"), map_location=device))
-    text_ema = M.ClipTextModel(**M.TEXT_CONFIG).to(device)
-    unet_ema = M.UNet2DConditionModel(**M.UNET_CONFIG).to(device)
-    if args.resume:
-        text_ema.load_state_dict(torch.load(os.path.join(args.resume, "text_ema.pt"), map_location=device))
-        unet_ema.load_state_dict(torch.load(os.path.join(args.resume, "unet_ema.pt"), map_location=device))
-    else:
-        text_ema.load_state_dict(text.state_dict())
-        unet_ema.load_state_dict(unet.state_dict())
-    sdpa = hasattr(F, "scaled_dot_product_attention") and device.type == "cuda"
-    text.use_sdpa = unet.use_sdpa = text_ema.use_sdpa = unet_ema.use_sdpa = sdpa
-    params = list(text.parameters()) + list(unet.parameters())
-    ema_params = list(text_ema.parameters()) + list(unet_ema.parameters())
+def train_denoiser(args, data, renderer, vae, scaling, device, log, seed, params, ema_params, predict, predict_ema):
+    """The denoising stage tiny-sd and tiny-sdxl share (the header's stage "unet"): trains params (text encoders
+    and UNet) with EMA copies ema_params; fills log["unet"]. predict(zt, t, token_ids, drop) is the noise
+    prediction of the trained networks under autocast (drop: bool [batch], the captions to drop);
+    predict_ema(x, t, token_ids) the EMA networks' (validation)."""
+    # Speed options (getattr: tiny-sd's command line has none of them; each off by default). At tiny widths a GPU
+    # step is launch-bound (hundreds of small kernels), so they cut kernels, not FLOPs:
+    #   cache_latents  the VAE posterior (mean, logvar) of every training scene computed once up front (the same
+    #                  values the per-step render + encode gives: both deterministic), so a step launches no
+    #                  renderer or VAE kernels; a fresh posterior sample is still drawn every step;
+    #   compile        torch.compile(predict, mode=...) (PyTorch >= 2.0; "reduce-overhead" = CUDA graphs of the
+    #                  forward and backward); the compile time is spent inside the stage's time budget;
+    #   fused_adam     AdamW(fused=True) (PyTorch >= 2.0 on CUDA): one kernel per step for the update.
+    cache = bool(getattr(args, "cache_latents", False))
+    compile_mode = getattr(args, "compile", "none") or "none"
+    fused = bool(getattr(args, "fused_adam", False)) and device.type == "cuda"
     decay_params = [p for p in params if p.ndim >= 2]
     other_params = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay_params, "weight_decay": 0.01}, {"params": other_params, "weight_decay": 0.0}],
-                            lr=args.unet_lr, betas=(0.9, 0.99))
+                            lr=args.unet_lr, betas=(0.9, 0.99), **({"fused": True} if fused else {}))
     objs, style, bg, ids = data["objs"], data["style"], data["bg"], data["ids"]
     n = objs.shape[0] - args.holdout
-    empty = torch.tensor(tok.encode(""), device=device, dtype=ids.dtype)
     ac = torch.tensor(P.alphas_cumprod(), device=device, dtype=torch.float32)
-    g = torch.Generator(device=device).manual_seed(SEED + 3)
-    budget = StepBudget(args.unet_steps, args.unet_seconds)
+    g = torch.Generator(device=device).manual_seed(seed + 3)
     amp = device.type == "cuda"
-    warmup = 200 if args.resume else 500
+    warmup = int(getattr(args, "warmup", 0) or 0) or (200 if args.resume else 500)
     vae.eval()
+    t_cache = time.time()
+    if cache:
+        means, logvars = [], []
+        with torch.no_grad():
+            for i in range(0, n, 2048):
+                j = torch.arange(i, min(n, i + 2048), device=device)
+                img, _ = renderer(objs[j], style[j], bg[j])
+                x = (img.float() / 127.5 - 1.0).contiguous(memory_format=torch.channels_last)
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                    mean, logvar = vae.encode(x)
+                means.append(mean.float())
+                logvars.append(logvar.float())
+        means, stds = torch.cat(means), torch.exp(0.5 * torch.cat(logvars))
+        print("cached the VAE posterior of %d scenes in %.1fs" % (n, time.time() - t_cache), flush=True)
+    if compile_mode != "none":
+        if not hasattr(torch, "compile"):
+            raise SystemExit("--compile needs PyTorch >= 2.0 (this is %s)" % torch.__version__)
+        # a compiler failure runs that code eagerly instead of stopping the run
+        importlib.import_module("torch._dynamo").config.suppress_errors = True
+        predict = torch.compile(predict, mode=None if compile_mode == "default" else compile_mode)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    budget = StepBudget(args.unet_steps, args.unet_seconds - (time.time() - t_cache))
     losses, step = [], 0
     while True:
         idx = torch.randint(0, n, (args.batch,), device=device, generator=g)
         with torch.no_grad():
-            img, _ = renderer(objs[idx], style[idx], bg[idx])
-            x = (img.float() / 127.5 - 1.0).contiguous(memory_format=torch.channels_last)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                mean, logvar = vae.encode(x)
-            z = (mean.float() + torch.exp(0.5 * logvar.float()) * torch.randn(mean.shape, device=device, generator=g)) * scaling
+            if cache:
+                mean, std = means[idx], stds[idx]
+            else:
+                img, _ = renderer(objs[idx], style[idx], bg[idx])
+                x = (img.float() / 127.5 - 1.0).contiguous(memory_format=torch.channels_last)
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                    mean, logvar = vae.encode(x)
+                mean, std = mean.float(), torch.exp(0.5 * logvar.float())
+            z = (mean + std * torch.randn(mean.shape, device=device, generator=g)) * scaling
             tok_ids = ids[idx].long()
             drop = torch.rand(args.batch, device=device, generator=g) < CAPTION_DROPOUT
-            tok_ids = torch.where(drop[:, None], empty[None].long(), tok_ids)
             t = torch.randint(0, P.NUM_TRAIN_TIMESTEPS, (args.batch,), device=device, generator=g)
             noise = torch.randn(z.shape, device=device, generator=g)
             a = ac[t][:, None, None, None]
@@ -317,7 +341,7 @@ def train_unet(args, data, renderer, vae, scaling, device, log, tok):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, budget.estimate(), args.unet_lr, warmup)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            pred = unet(zt, t, text(tok_ids))
+            pred = predict(zt, t, tok_ids, drop)
         loss = F.mse_loss(pred.float(), noise)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -335,7 +359,7 @@ def train_unet(args, data, renderer, vae, scaling, device, log, tok):
             break
     # Validation loss of the EMA weights on held-out scenes at fixed timesteps.
     with torch.no_grad():
-        gv = torch.Generator(device=device).manual_seed(SEED + 4)
+        gv = torch.Generator(device=device).manual_seed(seed + 4)
         idx = torch.arange(n, n + args.holdout, device=device)
         img, _ = renderer(objs[idx], style[idx], bg[idx])
         mean, logvar = vae.encode(img.float() / 127.5 - 1.0)
@@ -343,14 +367,44 @@ def train_unet(args, data, renderer, vae, scaling, device, log, tok):
         t = torch.linspace(0, 999, args.holdout, device=device).long()
         noise = torch.randn(z.shape, device=device, generator=gv)
         a = ac[t][:, None, None, None]
-        val = F.mse_loss(unet_ema(a.sqrt() * z + (1 - a).sqrt() * noise, t, text_ema(ids[idx].long())), noise).item()
+        val = F.mse_loss(predict_ema(a.sqrt() * z + (1 - a).sqrt() * noise, t, ids[idx].long()), noise).item()
     prev = log.get("unet", {})
     log["unet"] = dict(steps=step + prev.get("steps", 0), steps_this_run=step, resumed=bool(args.resume),
                        seconds=round(time.time() - budget.start, 1), batch=args.batch, lr=args.unet_lr,
-                       warmup=warmup, ema=args.ema, caption_dropout=CAPTION_DROPOUT,
+                       warmup=warmup, cache_latents=cache, compile=compile_mode, fused_adam=fused,
+                       cache_seconds=round(budget.start - t_cache, 1),
+                       steps_per_second_after_probe=budget.rate, ema=args.ema, caption_dropout=CAPTION_DROPOUT,
                        final_loss=float(np.mean(losses[-10:])), holdout_loss_ema=val, loss_curve=losses)
     print("unet done: %d steps, loss %.5f (last 500 steps), EMA hold-out loss %.5f" % (step, log["unet"]["final_loss"], val),
           flush=True)
+
+
+def train_unet(args, data, renderer, vae, scaling, device, log, tok):
+    torch.manual_seed(SEED + 2)
+    text = M.ClipTextModel(**M.TEXT_CONFIG).to(device)
+    unet = M.UNet2DConditionModel(**M.UNET_CONFIG).to(device).to(memory_format=torch.channels_last)
+    if args.resume:
+        text.load_state_dict(torch.load(os.path.join(args.resume, "text_raw.pt"), map_location=device))
+        unet.load_state_dict(torch.load(os.path.join(args.resume, "unet_raw.pt"), map_location=device))
+    text_ema = M.ClipTextModel(**M.TEXT_CONFIG).to(device)
+    unet_ema = M.UNet2DConditionModel(**M.UNET_CONFIG).to(device)
+    if args.resume:
+        text_ema.load_state_dict(torch.load(os.path.join(args.resume, "text_ema.pt"), map_location=device))
+        unet_ema.load_state_dict(torch.load(os.path.join(args.resume, "unet_ema.pt"), map_location=device))
+    else:
+        text_ema.load_state_dict(text.state_dict())
+        unet_ema.load_state_dict(unet.state_dict())
+    sdpa = hasattr(F, "scaled_dot_product_attention") and device.type == "cuda"
+    text.use_sdpa = unet.use_sdpa = text_ema.use_sdpa = unet_ema.use_sdpa = sdpa
+    empty = torch.tensor(tok.encode(""), device=device, dtype=torch.int64)
+
+    def predict(zt, t, tok_ids, drop):  # dropped captions become "" (tiny-sd's unconditional text)
+        return unet(zt, t, text(torch.where(drop[:, None], empty[None], tok_ids)))
+
+    train_denoiser(args, data, renderer, vae, scaling, device, log, SEED,
+                   list(text.parameters()) + list(unet.parameters()),
+                   list(text_ema.parameters()) + list(unet_ema.parameters()), predict,
+                   lambda x, t, tok_ids: unet_ema(x, t, text_ema(tok_ids)))
     for name, m in (("text_ema", text_ema), ("unet_ema", unet_ema), ("text_raw", text), ("unet_raw", unet)):
         torch.save({k: v.float().cpu() for k, v in m.state_dict().items()}, os.path.join(args.out, name + ".pt"))
     return text_ema, unet_ema

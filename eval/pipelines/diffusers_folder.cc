@@ -140,6 +140,29 @@ int positive(const base::JsonConfig& c, const std::string& key, long long fallba
   return int(v);
 }
 
+TokenizerConfig read_tokenizer(const fs::path& dir) {
+  TokenizerConfig tok;
+  tok.vocab = dir / "vocab.json";
+  tok.merges = dir / "merges.txt";
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    const base::JsonConfig t = base::JsonConfig::load(dir / "tokenizer_config.json", kPipelineDoc);
+    tok.max_length = positive(t, "model_max_length", 77, 4096);
+    tok.pad_token = pad_token_of(t, tok.pad_token);
+  }
+  if (tok.max_length < 2) throw InputError(dir.string() + ": model_max_length must be at least 2");
+  return tok;
+}
+
+// diffusers' SDXL prompt embeddings are hidden_states[-2]; optimum names the outputs
+// hidden_states.0 (the embeddings) .. hidden_states.<num_hidden_layers>.
+std::string penultimate_hidden_states(const fs::path& dir, const std::string& sub) {
+  const base::JsonConfig t = load_json(dir / sub / "config.json", "the " + sub + "'s settings");
+  if (!given(t, "num_hidden_layers")) t.fail("\"num_hidden_layers\" is missing (SDXL takes the penultimate layer)");
+  const long long n = t.get_int("num_hidden_layers");
+  if (n < 1 || n > 1000) child_of(t, "num_hidden_layers").fail("must be in [1, 1000]");
+  return "hidden_states." + std::to_string(n - 1);
+}
+
 }  // namespace
 
 bool is_diffusers_folder(const fs::path& dir_or_file) {
@@ -150,24 +173,34 @@ bool is_diffusers_folder(const fs::path& dir_or_file) {
 Txt2ImgConfig read_diffusers_txt2img(const fs::path& dir, std::optional<SchedulerType> scheduler) {
   const base::JsonConfig index = load_json(dir / "model_index.json", "the pipeline's index");
   const std::string cls = index.get_string("_class_name", "");
-  if (cls.find("XL") != std::string::npos || fs::exists(dir / "text_encoder_2"))
-    throw InputError((dir / "model_index.json").string() + ": \"" + cls +
-                     "\" is an SDXL pipeline (two text encoders); qeval reads Stable Diffusion 1.x/2.x export "
-                     "folders only so far");
+  const bool sdxl = cls == "StableDiffusionXLPipeline";
+  if (!sdxl && cls.find("XL") != std::string::npos)
+    child_of(index, "_class_name")
+        .fail("\"" + cls + "\" is not a text-to-image pipeline qeval runs (StableDiffusionXLPipeline is)");
+  if (!sdxl && fs::exists(dir / "text_encoder_2"))
+    child_of(index, "_class_name")
+        .fail("\"" + cls + "\" with a text_encoder_2/ folder: an SDXL export says \"StableDiffusionXLPipeline\"");
   Txt2ImgConfig c;
+  long long pooled_width = 0;  // from unet/config.json, checked against text_encoder_2's projection_dim
   c.source = dir / "model_index.json";
   c.name = fs::absolute(dir).lexically_normal().filename().string();
   if (c.name.empty()) c.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
   c.input_types_from_graphs = true;
 
-  c.tokenizer.vocab = dir / "tokenizer" / "vocab.json";
-  c.tokenizer.merges = dir / "tokenizer" / "merges.txt";
-  if (fs::exists(dir / "tokenizer" / "tokenizer_config.json")) {
-    const base::JsonConfig t = base::JsonConfig::load(dir / "tokenizer" / "tokenizer_config.json", kPipelineDoc);
-    c.tokenizer.max_length = positive(t, "model_max_length", 77, 4096);
-    c.tokenizer.pad_token = pad_token_of(t, c.tokenizer.pad_token);
+  c.tokenizer = read_tokenizer(dir / "tokenizer");
+  if (sdxl) {
+    // StableDiffusionXLPipeline.__init__: force_zeros_for_empty_prompt defaults to true.
+    if (given(index, "force_zeros_for_empty_prompt"))
+      c.sdxl_conditioning.force_zeros_for_empty_prompt = index.get_bool("force_zeros_for_empty_prompt", true);
+    c.tokenizer_2 = read_tokenizer(dir / "tokenizer_2");
+    c.text_encoder_2.model = onnx_model(dir, "text_encoder_2");
+    // prompt_embeds = hidden_states[-2] of both encoders: "hidden_states.<layers - 1>" in optimum's names.
+    c.text_encoder.output = penultimate_hidden_states(dir, "text_encoder");
+    c.text_encoder_2.output = penultimate_hidden_states(dir, "text_encoder_2");
+    c.text_encoder_2.pooled_output = "text_embeds";
+    c.unet.text_embeds = "text_embeds";
+    c.unet.time_ids = "time_ids";
   }
-  if (c.tokenizer.max_length < 2) throw InputError(dir.string() + "/tokenizer: model_max_length must be at least 2");
 
   c.text_encoder.model = onnx_model(dir, "text_encoder");
   c.unet.model = onnx_model(dir, "unet");
@@ -175,9 +208,30 @@ Txt2ImgConfig read_diffusers_txt2img(const fs::path& dir, std::optional<Schedule
 
   {
     const base::JsonConfig u = load_json(dir / "unet" / "config.json", "the UNet's settings");
-    if (given(u, "addition_embed_type"))
-      child_of(u, "addition_embed_type")
-          .fail("added conditioning (\"" + u.get_string("addition_embed_type") + "\", SDXL's) is not supported yet");
+    if (given(u, "addition_embed_type")) {
+      const std::string type = u.get_string("addition_embed_type");
+      if (type != "text_time" || !sdxl)
+        child_of(u, "addition_embed_type")
+            .fail("\"" + type + "\" is not supported (\"text_time\", in an SDXL pipeline, is)");
+    } else if (sdxl) {
+      u.fail(
+          "\"addition_embed_type\" must be \"text_time\" in an SDXL pipeline (the UNet takes text_embeds and "
+          "time_ids)");
+    }
+    // Settings that add UNet inputs or change what the pipeline feeds: refused, never ignored.
+    if (given(u, "time_cond_proj_dim"))
+      child_of(u, "time_cond_proj_dim").fail("a timestep_cond input is not supported");
+    if (given(u, "class_embed_type")) child_of(u, "class_embed_type").fail("class embeddings are not supported");
+    if (sdxl && given(u, "addition_time_embed_dim") && given(u, "projection_class_embeddings_input_dim")) {
+      // diffusers' _get_add_time_ids: addition_time_embed_dim x 6 time ids + the pooled width.
+      const long long time_dim = u.get_int("addition_time_embed_dim");
+      const long long proj = u.get_int("projection_class_embeddings_input_dim");
+      if (time_dim < 1 || proj <= 6 * time_dim)
+        child_of(u, "projection_class_embeddings_input_dim")
+            .fail("is " + std::to_string(proj) + ": must exceed 6 time ids x addition_time_embed_dim " +
+                  std::to_string(time_dim) + " (the rest is text_encoder_2's pooled width)");
+      pooled_width = proj - 6 * time_dim;
+    }
     const int size = positive(u, "sample_size", 64, 1024);
     c.latent_height = c.latent_width = size;
     c.latent_channels = positive(u, "in_channels", 4, 64);
@@ -198,11 +252,23 @@ Txt2ImgConfig read_diffusers_txt2img(const fs::path& dir, std::optional<Schedule
     c.image_width = c.latent_width * factor;
     c.image_channels = positive(v, "out_channels", 3, 4);
     if (c.image_channels != 3) child_of(v, "out_channels").fail("must be 3 (RGB)");
+    for (const char* key : {"latents_mean", "latents_std"})
+      if (given(v, key)) child_of(v, key).fail("latent normalisation is not supported");
+    // Only the SDXL pipeline reads force_upcast (AutoencoderKL's default: true).
+    if (sdxl) c.vae_decoder.force_upcast = given(v, "force_upcast") ? v.get_bool("force_upcast", true) : true;
   }
   c.scheduler = read_scheduler_config(dir / "scheduler" / "scheduler_config.json", scheduler);
-  // StableDiffusionPipeline.__call__'s defaults.
+  // StableDiffusionPipeline.__call__'s defaults (StableDiffusionXLPipeline's guidance: 5.0).
   c.default_steps = 50;
-  c.default_guidance_scale = 7.5;
+  c.default_guidance_scale = sdxl ? 5.0 : 7.5;
+  if (sdxl && pooled_width > 0) {
+    const base::JsonConfig t2 = load_json(dir / "text_encoder_2" / "config.json", "the second text encoder's settings");
+    if (given(t2, "projection_dim") && t2.get_int("projection_dim") != pooled_width)
+      child_of(t2, "projection_dim")
+          .fail("is " + std::to_string(t2.get_int("projection_dim")) +
+                ", unet/config.json's projection_class_embeddings_input_dim leaves " + std::to_string(pooled_width) +
+                " for the pooled embedding");
+  }
   if (c.default_steps > c.scheduler.num_train_timesteps) c.default_steps = c.scheduler.num_train_timesteps;
   return c;
 }

@@ -1,6 +1,8 @@
 #include "eval/pipelines/pipeline_config.h"
 
+#include <cmath>
 #include <set>
+#include <tuple>
 
 #include "base/json_config.h"
 #include "eval/pipelines/diffusers_folder.h"
@@ -98,7 +100,59 @@ SchedulerConfig read_scheduler(const base::JsonConfig& c) {
   return s;
 }
 
+TokenizerConfig read_tokenizer(const base::JsonConfig& t) {
+  TokenizerConfig tok;
+  t.allow_keys({"type", "vocab", "merges", "max_length", "pad_token"});
+  t.get_choice("type", {"clip_bpe"}, "clip_bpe");
+  tok.vocab = t.get_path("vocab");
+  tok.merges = t.get_path("merges");
+  tok.max_length = positive_int(t, "max_length", 4096, 77);
+  if (tok.max_length < 2) at(t, "max_length").fail("must be at least 2 (BOS and EOS)");
+  tok.pad_token = t.get_string("pad_token", tok.pad_token);
+  return tok;
+}
+
+// `second`: SDXL's text_encoder_2, which also gives the pooled embedding.
+void read_text_encoder(const base::JsonConfig& t, TextEncoderConfig& e, bool second) {
+  if (second) t.allow_keys({"model", "variants", "input", "input_type", "output", "pooled_output"});
+  else t.allow_keys({"model", "variants", "input", "input_type", "output"});
+  read_model_files(t, e);
+  e.input = t.get_string("input", e.input);
+  e.input_type = read_dtype(t, "input_type", {"int32", "int64"}, "int32");
+  e.output = t.get_string("output", e.output);
+  if (second) e.pooled_output = t.get_string("pooled_output", "text_embeds");
+}
+
+std::pair<int, int> size_pair(const base::JsonConfig& c, const std::string& key, int lo) {
+  const std::vector<double> v = c.get_numbers(key);
+  if (v.size() != 2 || v[0] != std::floor(v[0]) || v[1] != std::floor(v[1]) || v[0] < lo || v[1] < lo || v[0] > 65536 ||
+      v[1] > 65536)
+    at(c, key).fail("must be two integers [height, width]" + std::string(lo > 0 ? " >= 1" : " >= 0"));
+  return {int(v[0]), int(v[1])};
+}
+
+SdxlConditioning read_sdxl(const base::JsonConfig& x) {
+  x.allow_keys({"original_size", "crop_top_left", "target_size", "force_zeros_for_empty_prompt"});
+  SdxlConditioning s;
+  if (x.has("original_size")) std::tie(s.original_height, s.original_width) = size_pair(x, "original_size", 1);
+  if (x.has("crop_top_left")) std::tie(s.crop_top, s.crop_left) = size_pair(x, "crop_top_left", 0);
+  if (x.has("target_size")) std::tie(s.target_height, s.target_width) = size_pair(x, "target_size", 1);
+  s.force_zeros_for_empty_prompt = x.get_bool("force_zeros_for_empty_prompt", s.force_zeros_for_empty_prompt);
+  return s;
+}
+
 }  // namespace
+
+std::vector<float> Txt2ImgConfig::time_ids() const {
+  const SdxlConditioning& s = sdxl_conditioning;
+  auto or_image = [](int v, int image) { return float(v > 0 ? v : image); };
+  return {or_image(s.original_height, image_height),
+          or_image(s.original_width, image_width),
+          float(s.crop_top),
+          float(s.crop_left),
+          or_image(s.target_height, image_height),
+          or_image(s.target_width, image_width)};
+}
 
 std::string_view pipeline_task_name(PipelineTask t) { return t == PipelineTask::kTxt2Img ? "txt2img" : "segmentation"; }
 
@@ -160,8 +214,9 @@ const fs::path& ModelFiles::file_for(const std::string& variant, const std::stri
 
 std::vector<std::string> Txt2ImgConfig::variant_names() const {
   std::set<std::string> names;
-  for (const ModelFiles* m : {static_cast<const ModelFiles*>(&text_encoder), static_cast<const ModelFiles*>(&unet),
-                              static_cast<const ModelFiles*>(&vae_decoder)})
+  for (const ModelFiles* m :
+       {static_cast<const ModelFiles*>(&text_encoder), static_cast<const ModelFiles*>(&text_encoder_2),
+        static_cast<const ModelFiles*>(&unet), static_cast<const ModelFiles*>(&vae_decoder)})
     for (const auto& [k, _] : m->variant_models) names.insert(k);
   return {names.begin(), names.end()};
 }
@@ -169,8 +224,8 @@ std::vector<std::string> Txt2ImgConfig::variant_names() const {
 Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file, std::optional<SchedulerType> scheduler) {
   if (is_diffusers_folder(dir_or_file)) return read_diffusers_txt2img(dir_or_file, scheduler);
   base::JsonConfig root = load_root(dir_or_file);
-  root.allow_keys({"format", "version", "task", "name", "tokenizer", "text_encoder", "unet", "vae_decoder", "latent",
-                   "image", "scheduler", "defaults", "noise", "prompts"});
+  root.allow_keys({"format", "version", "task", "name", "tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2",
+                   "sdxl", "unet", "vae_decoder", "latent", "image", "scheduler", "defaults", "noise", "prompts"});
   const std::string task = root.get_choice("task", {"txt2img", "segmentation"});
   if (task != "txt2img") at(root, "task").fail("is \"" + task + "\": this is not a text-to-image pipeline");
 
@@ -178,42 +233,45 @@ Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file, std::optional<Sch
   c.source = pipeline_json_path(dir_or_file);
   c.name = root.get_string("name", c.source.parent_path().filename().string());
 
-  {
-    base::JsonConfig t = root.object("tokenizer");
-    t.allow_keys({"type", "vocab", "merges", "max_length", "pad_token"});
-    t.get_choice("type", {"clip_bpe"}, "clip_bpe");
-    c.tokenizer.vocab = t.get_path("vocab");
-    c.tokenizer.merges = t.get_path("merges");
-    c.tokenizer.max_length = positive_int(t, "max_length", 4096, 77);
-    if (c.tokenizer.max_length < 2) at(t, "max_length").fail("must be at least 2 (BOS and EOS)");
-    c.tokenizer.pad_token = t.get_string("pad_token", c.tokenizer.pad_token);
-  }
-  {
-    base::JsonConfig t = root.object("text_encoder");
-    t.allow_keys({"model", "variants", "input", "input_type", "output"});
-    read_model_files(t, c.text_encoder);
-    c.text_encoder.input = t.get_string("input", c.text_encoder.input);
-    c.text_encoder.input_type = read_dtype(t, "input_type", {"int32", "int64"}, "int32");
-    c.text_encoder.output = t.get_string("output", c.text_encoder.output);
+  c.tokenizer = read_tokenizer(root.object("tokenizer"));
+  read_text_encoder(root.object("text_encoder"), c.text_encoder, false);
+  if (root.has("text_encoder_2")) {
+    // SDXL: the second encoder, its tokenizer, and the UNet's added conditioning.
+    if (!root.has("tokenizer_2")) root.fail("\"text_encoder_2\" needs \"tokenizer_2\" (SDXL's second tokenizer)");
+    c.tokenizer_2 = read_tokenizer(root.object("tokenizer_2"));
+    read_text_encoder(root.object("text_encoder_2"), c.text_encoder_2, true);
+    if (auto x = root.optional_object("sdxl")) c.sdxl_conditioning = read_sdxl(*x);
+  } else {
+    for (const char* key : {"tokenizer_2", "sdxl"})
+      if (root.has(key)) at(root, key).fail("is SDXL's and needs \"text_encoder_2\"");
   }
   {
     base::JsonConfig u = root.object("unet");
-    u.allow_keys({"model", "variants", "sample", "timestep", "timestep_type", "encoder_hidden_states", "output"});
+    u.allow_keys({"model", "variants", "sample", "timestep", "timestep_type", "encoder_hidden_states", "output",
+                  "text_embeds", "time_ids"});
     read_model_files(u, c.unet);
     c.unet.sample = u.get_string("sample", c.unet.sample);
     c.unet.timestep = u.get_string("timestep", c.unet.timestep);
     c.unet.timestep_type = read_dtype(u, "timestep_type", {"int64", "int32", "float32", "float16"}, "float32");
     c.unet.encoder_hidden_states = u.get_string("encoder_hidden_states", c.unet.encoder_hidden_states);
     c.unet.output = u.get_string("output", c.unet.output);
+    if (c.sdxl()) {
+      c.unet.text_embeds = u.get_string("text_embeds", "text_embeds");
+      c.unet.time_ids = u.get_string("time_ids", "time_ids");
+    } else {
+      for (const char* key : {"text_embeds", "time_ids"})
+        if (u.has(key)) at(u, key).fail("is SDXL's added conditioning and needs \"text_encoder_2\"");
+    }
   }
   {
     base::JsonConfig v = root.object("vae_decoder");
-    v.allow_keys({"model", "variants", "input", "output", "scaling_factor"});
+    v.allow_keys({"model", "variants", "input", "output", "scaling_factor", "force_upcast"});
     read_model_files(v, c.vae_decoder);
     c.vae_decoder.input = v.get_string("input", c.vae_decoder.input);
     c.vae_decoder.output = v.get_string("output", c.vae_decoder.output);
     c.vae_decoder.scaling_factor = v.get_number("scaling_factor");
     if (!(c.vae_decoder.scaling_factor > 0)) at(v, "scaling_factor").fail("must be positive");
+    c.vae_decoder.force_upcast = v.get_bool("force_upcast", false);
   }
   {
     base::JsonConfig l = root.object("latent");

@@ -65,18 +65,38 @@ struct ModelFiles {
 struct TextEncoderConfig : ModelFiles {
   std::string input = "input_ids";
   DType input_type = DType::kInt32;  // int32 or int64
+  // The hidden states the UNet gets: last_hidden_state (SD 1.x/2.x) or, for SDXL, the penultimate
+  // layer's "hidden_states.<layers - 1>" (no final layer norm).
   std::string output = "last_hidden_state";
+  std::string pooled_output;  // SDXL's text_encoder_2: "text_embeds" (the UNet's text_embeds); "" = none
 };
 
 struct UnetConfig : ModelFiles {
   std::string sample = "sample", timestep = "timestep", encoder_hidden_states = "encoder_hidden_states";
   DType timestep_type = DType::kFloat32;  // int64, int32, float32 or float16
   std::string output = "out_sample";
+  // SDXL's added conditioning ("text_time"): the pooled text embedding and the 6 time ids. Empty
+  // for SD 1.x/2.x.
+  std::string text_embeds, time_ids;
 };
 
 struct VaeDecoderConfig : ModelFiles {
   std::string input = "latent_sample", output = "sample";
   double scaling_factor = 0.18215;  // the decoder gets latent / scaling_factor
+  // SDXL: the decoder runs in FP32 whatever the variant's precision (diffusers upcasts a float16
+  // VAE whose config says force_upcast), unless the variant names the VAE's precision itself.
+  bool force_upcast = false;
+};
+
+// SDXL's micro-conditioning and negative-prompt rule (diffusers' StableDiffusionXLPipeline).
+struct SdxlConditioning {
+  // add_time_ids = original_size + crop_top_left + target_size, (height, width) order; the
+  // defaults (0 = not given) are the image size and (0, 0).
+  int original_height = 0, original_width = 0;
+  int crop_top = 0, crop_left = 0;
+  int target_height = 0, target_width = 0;
+  // An empty negative prompt gives zero prompt and pooled embeddings instead of encoding "".
+  bool force_zeros_for_empty_prompt = true;
 };
 
 struct TokenizerConfig {
@@ -90,6 +110,11 @@ struct Txt2ImgConfig {
   std::string name;
   TokenizerConfig tokenizer;
   TextEncoderConfig text_encoder;
+  // SDXL: a second tokenizer and text encoder (CLIP bigG with its pooled projection); the UNet gets
+  // both encoders' hidden states concatenated on the last axis. Empty model = SD 1.x/2.x.
+  TokenizerConfig tokenizer_2;
+  TextEncoderConfig text_encoder_2;
+  SdxlConditioning sdxl_conditioning;
   UnetConfig unet;
   VaeDecoderConfig vae_decoder;
   int latent_channels = 4, latent_height = 64, latent_width = 64;
@@ -103,7 +128,11 @@ struct Txt2ImgConfig {
   // An export folder declares no input types: Txt2ImgModels::load takes input_ids' and timestep's
   // from the graphs (pipeline.json's are checked against them).
   bool input_types_from_graphs = false;
-  std::vector<std::string> variant_names() const;                 // every name under any model's "variants"
+  std::vector<std::string> variant_names() const;  // every name under any model's "variants"
+
+  bool sdxl() const { return !text_encoder_2.model.empty(); }
+  // The 6 add_time_ids values with the defaults filled in.
+  std::vector<float> time_ids() const;
 
   Shape latent_shape() const { return {1, latent_channels, latent_height, latent_width}; }
 };

@@ -38,9 +38,10 @@ const ValueInfo* find_value(const std::vector<ValueInfo>& values, const std::str
   return nullptr;
 }
 
-// Checks that the graph has exactly `inputs` (name -> allowed types) and the output `output`.
+// Checks that the graph has exactly `inputs` (name -> allowed types) and the outputs `outputs`.
 void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
-              const std::vector<std::pair<std::string, std::vector<DType>>>& inputs, const std::string& output) {
+              const std::vector<std::pair<std::string, std::vector<DType>>>& inputs,
+              const std::vector<std::string>& outputs) {
   const std::string where = g.source + " (" + c.source.filename().string() + " " + std::string(section) + ")";
   for (const auto& [name, types] : inputs) {
     const ValueInfo* v = find_value(g.inputs, name);
@@ -64,9 +65,10 @@ void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
                          return s;
                        }() +
                        ")");
-  if (!find_value(g.outputs, output))
-    throw InputError(where + ": the model has no output '" + output + "' (its outputs: " + list_values(g.outputs) +
-                     ")");
+  for (const std::string& output : outputs)
+    if (!find_value(g.outputs, output))
+      throw InputError(where + ": the model has no output '" + output + "' (its outputs: " + list_values(g.outputs) +
+                       ")");
 }
 
 const std::vector<DType> kFloatTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
@@ -135,12 +137,30 @@ std::string_view txt2img_model_name(Txt2ImgModel m) {
     case Txt2ImgModel::kTextEncoder: return "text_encoder";
     case Txt2ImgModel::kUnet: return "unet";
     case Txt2ImgModel::kVaeDecoder: return "vae_decoder";
+    case Txt2ImgModel::kTextEncoder2: return "text_encoder_2";
   }
   return "?";
 }
 
 const std::shared_ptr<const Graph>& Txt2ImgModels::graph(Txt2ImgModel m) const {
-  return m == Txt2ImgModel::kTextEncoder ? text_encoder : m == Txt2ImgModel::kUnet ? unet : vae_decoder;
+  switch (m) {
+    case Txt2ImgModel::kTextEncoder: return text_encoder;
+    case Txt2ImgModel::kTextEncoder2: return text_encoder_2;
+    case Txt2ImgModel::kUnet: return unet;
+    case Txt2ImgModel::kVaeDecoder: break;
+  }
+  return vae_decoder;
+}
+
+std::vector<Txt2ImgModel> Txt2ImgModels::models() const {
+  if (config.sdxl())
+    return {Txt2ImgModel::kTextEncoder, Txt2ImgModel::kTextEncoder2, Txt2ImgModel::kUnet, Txt2ImgModel::kVaeDecoder};
+  return {Txt2ImgModel::kTextEncoder, Txt2ImgModel::kUnet, Txt2ImgModel::kVaeDecoder};
+}
+
+Precision txt2img_model_precision(const Txt2ImgConfig& config, Txt2ImgModel model, Precision variant) {
+  return model == Txt2ImgModel::kVaeDecoder && config.sdxl() && config.vae_decoder.force_upcast ? Precision::kFp32
+                                                                                                : variant;
 }
 
 std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgModel model, const fs::path& file) {
@@ -151,24 +171,35 @@ std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgM
     case Txt2ImgModel::kTextEncoder:
       check_io(*g, c, section,
                {{c.text_encoder.input, c.input_types_from_graphs ? kIdTypes : std::vector{c.text_encoder.input_type}}},
-               c.text_encoder.output);
+               {c.text_encoder.output});
       break;
-    case Txt2ImgModel::kUnet:
-      check_io(*g, c, section,
-               {{c.unet.sample, kFloatTypes},
-                {c.unet.timestep, c.input_types_from_graphs ? kTimestepTypes : std::vector{c.unet.timestep_type}},
-                {c.unet.encoder_hidden_states, kFloatTypes}},
-               c.unet.output);
+    case Txt2ImgModel::kTextEncoder2:
+      check_io(
+          *g, c, section,
+          {{c.text_encoder_2.input, c.input_types_from_graphs ? kIdTypes : std::vector{c.text_encoder_2.input_type}}},
+          {c.text_encoder_2.output, c.text_encoder_2.pooled_output});
       break;
+    case Txt2ImgModel::kUnet: {
+      std::vector<std::pair<std::string, std::vector<DType>>> inputs = {
+          {c.unet.sample, kFloatTypes},
+          {c.unet.timestep, c.input_types_from_graphs ? kTimestepTypes : std::vector{c.unet.timestep_type}},
+          {c.unet.encoder_hidden_states, kFloatTypes}};
+      if (c.sdxl()) {
+        inputs.push_back({c.unet.text_embeds, kFloatTypes});
+        inputs.push_back({c.unet.time_ids, kFloatTypes});
+      }
+      check_io(*g, c, section, inputs, {c.unet.output});
+      break;
+    }
     case Txt2ImgModel::kVaeDecoder:
-      check_io(*g, c, section, {{c.vae_decoder.input, kFloatTypes}}, c.vae_decoder.output);
+      check_io(*g, c, section, {{c.vae_decoder.input, kFloatTypes}}, {c.vae_decoder.output});
       break;
   }
   return g;
 }
 
 Txt2ImgModels Txt2ImgModels::load(const fs::path& dir_or_file, const std::string& variant,
-                                   std::optional<SchedulerType> scheduler) {
+                                  std::optional<SchedulerType> scheduler) {
   Txt2ImgModels m;
   m.config = read_txt2img_config(dir_or_file, scheduler);
   const Txt2ImgConfig& c = m.config;
@@ -181,22 +212,34 @@ Txt2ImgModels Txt2ImgModels::load(const fs::path& dir_or_file, const std::string
                        (list.empty() ? std::string("no variants") : "variants: " + list) + ")");
     }
   }
-  require_file(c.tokenizer.vocab, key_of(c, "tokenizer.vocab"));
-  require_file(c.tokenizer.merges, key_of(c, "tokenizer.merges"));
-  ClipTokenizerOptions topt;
-  topt.max_length = c.tokenizer.max_length;
-  topt.pad_token = c.tokenizer.pad_token;
-  m.tokenizer = ClipTokenizer::from_files(c.tokenizer.vocab, c.tokenizer.merges, topt);
+  auto tokenizer = [&](const TokenizerConfig& t, const std::string& key) {
+    require_file(t.vocab, key_of(c, key + ".vocab"));
+    require_file(t.merges, key_of(c, key + ".merges"));
+    ClipTokenizerOptions topt;
+    topt.max_length = t.max_length;
+    topt.pad_token = t.pad_token;
+    return ClipTokenizer::from_files(t.vocab, t.merges, topt);
+  };
+  m.tokenizer = tokenizer(c.tokenizer, "tokenizer");
+  if (c.sdxl()) {
+    m.tokenizer_2 = tokenizer(c.tokenizer_2, "tokenizer_2");
+    if (m.tokenizer_2.max_length() != m.tokenizer.max_length())
+      throw InputError(c.source.string() + ": tokenizer_2's max_length " + std::to_string(m.tokenizer_2.max_length()) +
+                       " differs from tokenizer's " + std::to_string(m.tokenizer.max_length()) +
+                       " (SDXL concatenates both encoders' hidden states token by token)");
+  }
   auto file = [&](const ModelFiles& f) {
     auto it = f.variant_models.find(variant);
     return it == f.variant_models.end() ? f.model : it->second;
   };
   m.text_encoder = load_txt2img_graph(c, Txt2ImgModel::kTextEncoder, file(c.text_encoder));
+  if (c.sdxl()) m.text_encoder_2 = load_txt2img_graph(c, Txt2ImgModel::kTextEncoder2, file(c.text_encoder_2));
   m.unet = load_txt2img_graph(c, Txt2ImgModel::kUnet, file(c.unet));
   m.vae_decoder = load_txt2img_graph(c, Txt2ImgModel::kVaeDecoder, file(c.vae_decoder));
   if (m.config.input_types_from_graphs) {
     // From here on (variants' graphs included) the types are the reference graphs' own.
     m.config.text_encoder.input_type = input_type(*m.text_encoder, c.text_encoder.input);
+    if (c.sdxl()) m.config.text_encoder_2.input_type = input_type(*m.text_encoder_2, c.text_encoder_2.input);
     m.config.unet.timestep_type = input_type(*m.unet, c.unet.timestep);
     m.config.input_types_from_graphs = false;
   }
@@ -209,7 +252,23 @@ std::shared_ptr<Session> Txt2ImgSessions::make(std::shared_ptr<const Graph> grap
 }
 
 Txt2ImgSessions Txt2ImgSessions::create(const Txt2ImgModels& models, const SessionOptions& options) {
-  return {make(models.text_encoder, options), make(models.unet, options), make(models.vae_decoder, options)};
+  Txt2ImgSessions s;
+  for (Txt2ImgModel m : models.models()) {
+    SessionOptions o = options;
+    o.precision = txt2img_model_precision(models.config, m, options.precision);
+    s.*s.member(m) = make(models.graph(m), o);
+  }
+  return s;
+}
+
+std::shared_ptr<Session> Txt2ImgSessions::*Txt2ImgSessions::member(Txt2ImgModel m) {
+  switch (m) {
+    case Txt2ImgModel::kTextEncoder: return &Txt2ImgSessions::text_encoder;
+    case Txt2ImgModel::kTextEncoder2: return &Txt2ImgSessions::text_encoder_2;
+    case Txt2ImgModel::kUnet: return &Txt2ImgSessions::unet;
+    case Txt2ImgModel::kVaeDecoder: break;
+  }
+  return &Txt2ImgSessions::vae_decoder;
 }
 
 Txt2ImgRequest default_request(const Txt2ImgConfig& config, std::string prompt, std::uint64_t seed) {
@@ -225,40 +284,84 @@ Txt2ImgRequest default_request(const Txt2ImgConfig& config, std::string prompt, 
 
 namespace {
 
+const TextEncoderConfig& encoder_config(const Txt2ImgConfig& c, Txt2ImgModel encoder) {
+  return encoder == Txt2ImgModel::kTextEncoder2 ? c.text_encoder_2 : c.text_encoder;
+}
+
 std::map<std::string, Tensor> encoder_inputs_of(const Txt2ImgModels& models, const Graph& g,
-                                                const std::vector<std::string>& texts) {
-  const Txt2ImgConfig& c = models.config;
+                                                const std::vector<std::string>& texts,
+                                                Txt2ImgModel encoder = Txt2ImgModel::kTextEncoder) {
+  const TextEncoderConfig& c = encoder_config(models.config, encoder);
+  const ClipTokenizer& tokenizer = encoder == Txt2ImgModel::kTextEncoder2 ? models.tokenizer_2 : models.tokenizer;
   const auto batch = static_cast<std::int64_t>(texts.size());
-  const std::int64_t len = models.tokenizer.max_length();
-  const DType id_type = input_type(g, c.text_encoder.input);
+  const std::int64_t len = tokenizer.max_length();
+  const DType id_type = input_type(g, c.input);
   Tensor ids(id_type, {batch, len});
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::vector<std::int64_t> e = models.tokenizer.encode(texts[std::size_t(b)]);
+    const std::vector<std::int64_t> e = tokenizer.encode(texts[std::size_t(b)]);
     for (std::int64_t k = 0; k < len; ++k) {
       if (id_type == DType::kInt64) ids.data<std::int64_t>()[b * len + k] = e[std::size_t(k)];
       else ids.data<std::int32_t>()[b * len + k] = static_cast<std::int32_t>(e[std::size_t(k)]);
     }
   }
   std::map<std::string, Tensor> in;
-  in.emplace(c.text_encoder.input, std::move(ids));
+  in.emplace(c.input, std::move(ids));
   return in;
 }
 
 Tensor embeddings_of(const Txt2ImgModels& models, const Graph& g, std::map<std::string, Tensor>& out,
-                     std::int64_t batch) {
-  const Txt2ImgConfig& c = models.config;
+                     std::int64_t batch, Txt2ImgModel encoder = Txt2ImgModel::kTextEncoder) {
+  const TextEncoderConfig& c = encoder_config(models.config, encoder);
   const std::int64_t len = models.tokenizer.max_length();
-  Tensor h = take_output(out, g, c.text_encoder.output);
+  Tensor h = take_output(out, g, c.output);
   if (h.rank() != 3 || h.dim(0) != batch || h.dim(1) != len)
-    throw InputError(g.source + ": output '" + c.text_encoder.output + "' has shape " + shape_text(h.shape()) +
-                     ", expected [" + std::to_string(batch) + ", " + std::to_string(len) + ", width]");
+    throw InputError(g.source + ": output '" + c.output + "' has shape " + shape_text(h.shape()) + ", expected [" +
+                     std::to_string(batch) + ", " + std::to_string(len) + ", width]");
   return h;
+}
+
+// SDXL's text_encoder_2 pooled output: [batch, P].
+Tensor pooled_of(const Txt2ImgModels& models, const Graph& g, std::map<std::string, Tensor>& out, std::int64_t batch) {
+  const TextEncoderConfig& c = models.config.text_encoder_2;
+  Tensor p = take_output(out, g, c.pooled_output);
+  if (p.rank() != 2 || p.dim(0) != batch)
+    throw InputError(g.source + ": output '" + c.pooled_output + "' has shape " + shape_text(p.shape()) +
+                     ", expected [" + std::to_string(batch) + ", width]");
+  return p;
+}
+
+// [B, L, D1] and [B, L, D2] -> [B, L, D1 + D2] (torch.concat(dim=-1)).
+Tensor concat_last(const Tensor& a, const Tensor& b) {
+  if (a.dim(0) != b.dim(0) || a.dim(1) != b.dim(1))
+    throw InputError("the text encoders' hidden states " + shape_text(a.shape()) + " and " + shape_text(b.shape()) +
+                     " differ in batch or tokens");
+  const std::int64_t rows = a.dim(0) * a.dim(1), da = a.dim(2), db = b.dim(2);
+  Tensor out(DType::kFloat32, {a.dim(0), a.dim(1), da + db});
+  float* o = out.data<float>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::memcpy(o + r * (da + db), a.data<float>() + r * da, std::size_t(da) * sizeof(float));
+    std::memcpy(o + r * (da + db) + da, b.data<float>() + r * db, std::size_t(db) * sizeof(float));
+  }
+  return out;
+}
+
+// [B, ...] -> [B + 1, ...] with a leading block of zeros (the zeroed negative prompt).
+Tensor with_zero_first(const Tensor& t) {
+  Shape s = t.shape();
+  s[0] += 1;
+  Tensor out(DType::kFloat32, s);
+  const std::int64_t row = t.numel() / t.dim(0);
+  std::memset(out.raw(), 0, std::size_t(row) * sizeof(float));
+  std::memcpy(out.data<float>() + row, t.data<float>(), std::size_t(t.numel()) * sizeof(float));
+  return out;
 }
 
 }  // namespace
 
 Tensor encode_texts(const Txt2ImgModels& models, Session& session, const std::vector<std::string>& texts,
                     ModelCallObserver* observer, std::string_view context) {
+  if (models.config.sdxl())  // two encoders, concatenated: Txt2ImgRun::encode
+    throw std::invalid_argument("encode_texts: an SDXL pipeline encodes through Txt2ImgRun::encode");
   const Graph& g = session.graph();
   auto out = run_call(session, encoder_inputs_of(models, g, texts), observer, Txt2ImgRun::text_encoder_call(context));
   return embeddings_of(models, g, out, std::int64_t(texts.size()));
@@ -349,28 +452,76 @@ Txt2ImgRun::Txt2ImgRun(const Txt2ImgModels& models, Txt2ImgRequest request)
   }
 }
 
+bool Txt2ImgRun::zero_negative() const {
+  const Txt2ImgConfig& c = models_.config;
+  // diffusers zeroes a negative prompt that is None; qeval's empty negative prompt is that.
+  return c.sdxl() && c.sdxl_conditioning.force_zeros_for_empty_prompt && guided() && request_.negative_prompt.empty();
+}
+
 std::vector<std::string> Txt2ImgRun::texts() const {
-  if (guided()) return {request_.negative_prompt, request_.prompt};
+  if (guided() && !zero_negative()) return {request_.negative_prompt, request_.prompt};
   return {request_.prompt};
 }
 
-void Txt2ImgRun::encode(Session& text_encoder, ModelCallObserver* observer, std::string_view context) {
-  text_embeddings_ = encode_texts(models_, text_encoder, texts(), observer, context);
+void Txt2ImgRun::encode(Session& text_encoder, ModelCallObserver* observer, std::string_view context,
+                        Session* text_encoder_2) {
+  if (!models_.config.sdxl()) {
+    text_embeddings_ = encode_texts(models_, text_encoder, texts(), observer, context);
+    return;
+  }
+  if (!text_encoder_2) throw std::invalid_argument("Txt2ImgRun::encode: an SDXL pipeline needs text_encoder_2");
+  for (auto [session, which] :
+       {std::pair{&text_encoder, Txt2ImgModel::kTextEncoder}, std::pair{text_encoder_2, Txt2ImgModel::kTextEncoder2}}) {
+    auto out = run_call(*session, encoder_inputs(session->graph(), which), observer, text_encoder_call(context, which));
+    set_text_embeddings(session->graph(), out, which);
+  }
 }
 
-std::map<std::string, Tensor> Txt2ImgRun::encoder_inputs(const Graph& text_encoder) const {
-  return encoder_inputs_of(models_, text_encoder, texts());
+std::map<std::string, Tensor> Txt2ImgRun::encoder_inputs(const Graph& text_encoder, Txt2ImgModel encoder) const {
+  return encoder_inputs_of(models_, text_encoder, texts(), encoder);
 }
 
-void Txt2ImgRun::set_text_embeddings(const Graph& text_encoder, std::map<std::string, Tensor>& outputs) {
-  text_embeddings_ = embeddings_of(models_, text_encoder, outputs, std::int64_t(texts().size()));
+void Txt2ImgRun::set_text_embeddings(const Graph& text_encoder, std::map<std::string, Tensor>& outputs,
+                                     Txt2ImgModel encoder) {
+  const auto batch = std::int64_t(texts().size());
+  if (!models_.config.sdxl()) {
+    text_embeddings_ = embeddings_of(models_, text_encoder, outputs, batch, encoder);
+    return;
+  }
+  // SDXL: prompt embeddings = both encoders' hidden states concatenated, pooled = text_encoder_2's
+  // text_embeds; a zeroed negative prompt adds zeros before the prompt's (diffusers' encode_prompt).
+  const int k = encoder == Txt2ImgModel::kTextEncoder2 ? 1 : 0;
+  hidden_[k] = embeddings_of(models_, text_encoder, outputs, batch, encoder);
+  if (k == 1) pooled_in_ = pooled_of(models_, text_encoder, outputs, batch);
+  if (hidden_[0].numel() == 0 || hidden_[1].numel() == 0) return;
+  text_embeddings_ = concat_last(hidden_[0], hidden_[1]);
+  pooled_ = std::move(pooled_in_);
+  if (zero_negative()) {
+    text_embeddings_ = with_zero_first(text_embeddings_);
+    pooled_ = with_zero_first(pooled_);
+  }
+  hidden_[0] = hidden_[1] = pooled_in_ = Tensor();
 }
 
-void Txt2ImgRun::set_text_embeddings(Tensor embeddings) {
-  if (embeddings.rank() != 3 || embeddings.dim(0) != std::int64_t(texts().size()))
-    throw std::invalid_argument("Txt2ImgRun::set_text_embeddings: expected [" + std::to_string(texts().size()) +
+void Txt2ImgRun::set_text_embeddings(Tensor embeddings, Tensor pooled) {
+  const std::int64_t batch = guided() ? 2 : 1;
+  if (embeddings.rank() != 3 || embeddings.dim(0) != batch)
+    throw std::invalid_argument("Txt2ImgRun::set_text_embeddings: expected [" + std::to_string(batch) +
                                 ", L, D], got " + shape_to_string(embeddings.shape()));
+  if (models_.config.sdxl() && (pooled.rank() != 2 || pooled.dim(0) != batch))
+    throw std::invalid_argument("Txt2ImgRun::set_text_embeddings: SDXL needs pooled embeddings [" +
+                                std::to_string(batch) + ", P], got " + shape_to_string(pooled.shape()));
   text_embeddings_ = std::move(embeddings);
+  pooled_ = std::move(pooled);
+}
+
+Tensor Txt2ImgRun::time_ids() const {
+  const std::int64_t batch = guided() ? 2 : 1;
+  const std::vector<float> ids = models_.config.time_ids();
+  Tensor t(DType::kFloat32, {batch, std::int64_t(ids.size())});
+  for (std::int64_t b = 0; b < batch; ++b)
+    std::copy(ids.begin(), ids.end(), t.data<float>() + b * std::int64_t(ids.size()));
+  return t;
 }
 
 std::map<std::string, Tensor> Txt2ImgRun::unet_inputs(const Graph& ug, const Tensor& latent, int step) const {
@@ -391,7 +542,15 @@ std::map<std::string, Tensor> Txt2ImgRun::unet_inputs(const Graph& ug, const Ten
   in.emplace(c.unet.encoder_hidden_states,
              to_graph_float(text_embeddings_, input_type(ug, c.unet.encoder_hidden_states)));
   in.emplace(c.unet.sample, to_graph_float(model_in, input_type(ug, c.unet.sample)));
-  in.emplace(c.unet.timestep, timestep_tensor(t, c.unet.timestep_type, batch));
+  Tensor timestep = timestep_tensor(t, c.unet.timestep_type, batch);
+  // A graph that declares a 0-d timestep (optimum's current exports) gets a scalar.
+  if (const ValueInfo* ti = find_value(ug.inputs, c.unet.timestep); ti && ti->has_shape && ti->dims.empty())
+    timestep = timestep_tensor(t, c.unet.timestep_type, 1).reshaped({});
+  in.emplace(c.unet.timestep, std::move(timestep));
+  if (c.sdxl()) {
+    in.emplace(c.unet.text_embeds, to_graph_float(pooled_, input_type(ug, c.unet.text_embeds)));
+    in.emplace(c.unet.time_ids, to_graph_float(time_ids(), input_type(ug, c.unet.time_ids)));
+  }
   return in;
 }
 
@@ -464,13 +623,14 @@ Tensor Txt2ImgRun::image(const Graph& vae_decoder, std::map<std::string, Tensor>
 
 Txt2ImgResult generate(const Txt2ImgModels& models, const Txt2ImgSessions& sessions, const Txt2ImgRequest& req,
                        const Txt2ImgHooks& hooks) {
-  if (!sessions.text_encoder || !sessions.unet || !sessions.vae_decoder)
+  if (!sessions.text_encoder || !sessions.unet || !sessions.vae_decoder ||
+      (models.config.sdxl() && !sessions.text_encoder_2))
     throw std::invalid_argument("generate: every model needs a session");
   Txt2ImgRun run(models, req);
   Txt2ImgResult r;
   r.timesteps = run.scheduler().timesteps();
   auto t0 = Clock::now();
-  run.encode(*sessions.text_encoder, hooks.observer, hooks.context);
+  run.encode(*sessions.text_encoder, hooks.observer, hooks.context, sessions.text_encoder_2.get());
   r.text_encoder_ms = ms_since(t0);
   t0 = Clock::now();
   while (run.next_step() < run.steps()) run.step(*sessions.unet, hooks);
@@ -479,6 +639,7 @@ Txt2ImgResult generate(const Txt2ImgModels& models, const Txt2ImgSessions& sessi
   r.image = run.decode(*sessions.vae_decoder, hooks.observer, hooks.context);
   r.vae_decoder_ms = ms_since(t0);
   r.text_embeddings = run.text_embeddings();
+  r.pooled_embeddings = run.pooled_embeddings();
   r.final_latent = run.latent();
   return r;
 }

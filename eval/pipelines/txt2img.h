@@ -1,5 +1,6 @@
-// Text-to-image diffusion (tiny-sd, a user's SD 1.5 export): tokenize -> text encoder -> UNet loop
-// with classifier-free guidance -> VAE decoder -> image. Built for the evaluator: the caller owns
+// Text-to-image diffusion (tiny-sd, a user's SD 1.5 export; SDXL with its second text encoder and
+// added conditioning): tokenize -> text encoder(s) -> UNet loop with classifier-free guidance ->
+// VAE decoder -> image. Built for the evaluator: the caller owns
 // and may swap the models' sessions per variant, sees and may replace the latent after each step
 // (teacher forcing), and attaches observers per model call. docs/pipelines.md.
 #pragma once
@@ -23,14 +24,19 @@
 
 namespace qeval::eval {
 
-enum class Txt2ImgModel { kTextEncoder, kUnet, kVaeDecoder };
-std::string_view txt2img_model_name(Txt2ImgModel m);  // "text_encoder", "unet", "vae_decoder"
+enum class Txt2ImgModel { kTextEncoder, kUnet, kVaeDecoder, kTextEncoder2 };
+// "text_encoder", "unet", "vae_decoder", "text_encoder_2"
+std::string_view txt2img_model_name(Txt2ImgModel m);
 
-// The immutable parts: config, tokenizer and the three graphs. Shared by every thread and variant.
+// The immutable parts: config, tokenizers and the graphs (text_encoder_2 and tokenizer_2: SDXL
+// only; null / unused otherwise). Shared by every thread and variant.
 struct Txt2ImgModels {
   Txt2ImgConfig config;
-  ClipTokenizer tokenizer;
-  std::shared_ptr<const Graph> text_encoder, unet, vae_decoder;
+  ClipTokenizer tokenizer, tokenizer_2;
+  std::shared_ptr<const Graph> text_encoder, unet, vae_decoder, text_encoder_2;
+
+  // The models of this pipeline in call order: text_encoder[, text_encoder_2], unet, vae_decoder.
+  std::vector<Txt2ImgModel> models() const;
 
   const std::shared_ptr<const Graph>& graph(Txt2ImgModel m) const;
 
@@ -53,11 +59,19 @@ std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& config, Txt
 // be replaced between runs (e.g. only the UNet differs between two variants); each keeps its graph
 // alive.
 struct Txt2ImgSessions {
-  std::shared_ptr<Session> text_encoder, unet, vae_decoder;
+  std::shared_ptr<Session> text_encoder, unet, vae_decoder, text_encoder_2;  // text_encoder_2: SDXL only
 
   static std::shared_ptr<Session> make(std::shared_ptr<const Graph> graph, const SessionOptions& options = {});
+  // Every model under `options`, except an SDXL VAE decoder whose config says force_upcast: FP32
+  // (txt2img_model_precision).
   static Txt2ImgSessions create(const Txt2ImgModels& models, const SessionOptions& options = {});
+  static std::shared_ptr<Session> Txt2ImgSessions::*member(Txt2ImgModel m);
 };
+
+// The precision a model of this pipeline runs in when its variant's precision is `variant`: FP32
+// for the VAE decoder of a force_upcast config (as diffusers' SDXL pipeline upcasts the VAE),
+// `variant` otherwise. A caller with an explicit per-model precision uses that instead.
+Precision txt2img_model_precision(const Txt2ImgConfig& config, Txt2ImgModel model, Precision variant);
 
 struct Txt2ImgRequest {
   std::string prompt;
@@ -95,9 +109,10 @@ struct Txt2ImgHooks {
 };
 
 struct Txt2ImgResult {
-  Tensor image;            // float32 [3, H, W] on [0, 1] (the decoder's range mapped and clamped)
-  Tensor final_latent;     // float32 [1, C, h, w], before the 1 / scaling_factor of the decoder
-  Tensor text_embeddings;  // float32 [2, L, D]: negative prompt then prompt ([1, L, D] without guidance)
+  Tensor image;              // float32 [3, H, W] on [0, 1] (the decoder's range mapped and clamped)
+  Tensor final_latent;       // float32 [1, C, h, w], before the 1 / scaling_factor of the decoder
+  Tensor text_embeddings;    // float32 [2, L, D]: negative prompt then prompt ([1, L, D] without guidance)
+  Tensor pooled_embeddings;  // SDXL: float32 [2, P] (negative, prompt) or [1, P]; empty otherwise
   std::vector<double> timesteps;
   double text_encoder_ms = 0, unet_ms = 0, vae_decoder_ms = 0;
 };
@@ -117,18 +132,32 @@ class Txt2ImgRun {
   int steps() const { return scheduler_.steps(); }
   int next_step() const { return next_step_; }  // steps() when the loop is done
 
-  // The texts of one batch: negative prompt then prompt (prompt alone without guidance).
+  // The texts the encoders run on, one batch: negative prompt then prompt (prompt alone without
+  // guidance, or for SDXL when the negative's embeddings are zeros: zero_negative()).
   std::vector<std::string> texts() const;
-  // Runs the text encoder (model call "text_encoder").
-  void encode(Session& text_encoder, ModelCallObserver* observer = nullptr, std::string_view context = {});
-  // encode() in two parts, as unet_inputs()/prediction() below: the encoder's inputs (model call
-  // text_encoder_call()), then the embeddings from its outputs.
-  std::map<std::string, Tensor> encoder_inputs(const Graph& text_encoder) const;
-  static ModelCall text_encoder_call(std::string_view context) { return ModelCall{"text_encoder", context, 0, -1}; }
-  void set_text_embeddings(const Graph& text_encoder, std::map<std::string, Tensor>& outputs);
-  // Uses another run's embeddings (same texts; e.g. a variant whose text encoder is the reference's).
-  void set_text_embeddings(Tensor embeddings);
+  // SDXL with force_zeros_for_empty_prompt and an empty negative prompt: the negative prompt and
+  // pooled embeddings are zeros, and the encoders run on the prompt alone (as diffusers does).
+  bool zero_negative() const;
+  // Runs the text encoder(s) (model calls "text_encoder", then "text_encoder_2" for SDXL).
+  void encode(Session& text_encoder, ModelCallObserver* observer = nullptr, std::string_view context = {},
+              Session* text_encoder_2 = nullptr);
+  // encode() in two parts per encoder, as unet_inputs()/prediction() below: an encoder's inputs
+  // (model call text_encoder_call()), then the embeddings from its outputs. The embeddings exist
+  // once every encoder of the pipeline has given its outputs.
+  std::map<std::string, Tensor> encoder_inputs(const Graph& text_encoder,
+                                               Txt2ImgModel encoder = Txt2ImgModel::kTextEncoder) const;
+  static ModelCall text_encoder_call(std::string_view context, Txt2ImgModel encoder = Txt2ImgModel::kTextEncoder) {
+    return ModelCall{txt2img_model_name(encoder), context, 0, -1};
+  }
+  void set_text_embeddings(const Graph& text_encoder, std::map<std::string, Tensor>& outputs,
+                           Txt2ImgModel encoder = Txt2ImgModel::kTextEncoder);
+  // Uses another run's embeddings (same texts; e.g. a variant whose text encoders are the
+  // reference's); `pooled` for SDXL.
+  void set_text_embeddings(Tensor embeddings, Tensor pooled = {});
   const Tensor& text_embeddings() const { return text_embeddings_; }
+  const Tensor& pooled_embeddings() const { return pooled_; }  // SDXL: [B, P]; empty otherwise
+  // SDXL: float32 [B, 6], the same add_time_ids for the negative and the prompt.
+  Tensor time_ids() const;
   const Tensor& latent() const { return latent_; }  // before next_step()
 
   struct Prediction {
@@ -166,6 +195,8 @@ class Txt2ImgRun {
   Txt2ImgRequest request_;
   Scheduler scheduler_;
   Tensor text_embeddings_, latent_;
+  Tensor pooled_;                 // SDXL
+  Tensor hidden_[2], pooled_in_;  // SDXL: each encoder's outputs until both are in
   int next_step_ = 0;
 };
 

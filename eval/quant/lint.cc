@@ -312,6 +312,7 @@ class Linter {
     check_operator_format();
     check_compute_nodes();
     check_dq_consumers();
+    summarize_int8_attention();
     if (qdq_count_ == 0 && !has_qoperator_)
       add("no-qdq", Severity::kInfo, std::nullopt, {},
           "the model has no QuantizeLinear/DequantizeLinear nodes: TensorRT builds it in FP16/FP32 "
@@ -694,6 +695,8 @@ class Linter {
       return nullptr;
     }
     std::map<std::string, Shape> shapes;
+    const std::map<std::string, Shape> sdxl = sdxl_shapes();
+    std::vector<std::string> sdxl_taken;
     for (const auto& in : g_.inputs) {
       if (auto it = o_.input_shapes.find(in.name); it != o_.input_shapes.end()) {
         shapes[in.name] = it->second;
@@ -705,6 +708,11 @@ class Linter {
         shapes[in.name] = in.dims;
         continue;
       }
+      if (auto it = sdxl.find(in.name); it != sdxl.end()) {
+        shapes[in.name] = it->second;
+        sdxl_taken.push_back(in.name + "=" + shape_to_string(it->second));
+        continue;
+      }
       std::string dims = "[";
       for (std::size_t d = 0; d < in.dims.size(); ++d)
         dims += (d ? ", " : "") +
@@ -713,6 +721,12 @@ class Linter {
                        (in.has_shape ? dims + "]" : "of unknown shape") + ": pass --shape " + in.name +
                        "=D0,D1,... (repeatable, as for qeval infer)");
     }
+    if (!sdxl_taken.empty())
+      add("sdxl-shapes", Severity::kInfo, std::nullopt, {},
+          "an SDXL UNet (inputs text_embeds and time_ids) with dynamic inputs: the attention checks take SDXL's "
+          "1024x1024 generation with classifier-free guidance: " +
+              join(sdxl_taken, ", "),
+          "pass --shape NAME=D0,D1,... to lint another resolution or batch");
     SessionOptions plain;
     plain.integer_qdq = false;  // keep every DQ output: the attention operands are DQ outputs
     Session session(g_, plain);
@@ -743,7 +757,8 @@ class Linter {
           why.push_back(fmt::format("head size {} is not 16, 32 or 64", head));
         if (s_q > kInt8MhaMaxSequence || s_kv > kInt8MhaMaxSequence)
           why.push_back(fmt::format("sequence length {} exceeds {}", std::max(s_q, s_kv), kInt8MhaMaxSequence));
-        if (!why.empty())
+        if (!why.empty()) {
+          unfused_attention_.push_back({s_q, s_kv, head});
           add("attention-int8", Severity::kWarning, i, qdq_names(ops),
               fmt::format("INT8 attention {} (S_q {}, S_kv {}, head size {}): {}; TensorRT's INT8 fused MHA "
                           "kernel takes head sizes 16/32/64 and sequence lengths <= 512 only, so this attention "
@@ -752,6 +767,7 @@ class Linter {
                           join(why, " and ")),
               "keep this attention's batched matmuls in FP16 (a level-3 recipe, or exclude them), or use FP8 "
               "attention on sm89/sm90");
+        }
       }
     }
     if (category != NodeCategory::kAttentionAV) return;
@@ -761,6 +777,51 @@ class Linter {
           "Q/DQ before BMM1, after the softmax and after BMM2",
           "quantize the attention output (the input of the output projection, which level 3 and up do), or "
           "keep the attention in FP16");
+  }
+
+  // SDXL's shapes at 1024x1024 with classifier-free guidance (batch 2): 128x128 latents, 77 tokens;
+  // the widths are the graph's where it fixes them, else SDXL base's (2048-wide context, 1280-wide
+  // pooled embedding). Empty unless the graph is an SDXL UNet (sample, encoder_hidden_states,
+  // text_embeds, time_ids).
+  std::map<std::string, Shape> sdxl_shapes() const {
+    auto input = [&](const std::string& name) -> const ValueInfo* {
+      for (const auto& v : g_.inputs)
+        if (v.name == name) return &v;
+      return nullptr;
+    };
+    const ValueInfo *sample = input("sample"), *context = input("encoder_hidden_states"),
+                    *pooled = input("text_embeds"), *time_ids = input("time_ids");
+    if (!sample || !context || !pooled || !time_ids) return {};
+    auto dim = [](const ValueInfo* v, std::size_t d, std::int64_t fallback) {
+      return v->has_shape && d < v->dims.size() && v->dims[d] > 0 ? v->dims[d] : fallback;
+    };
+    std::map<std::string, Shape> s = {{"sample", {2, dim(sample, 1, 4), 128, 128}},
+                                      {"encoder_hidden_states", {2, 77, dim(context, 2, 2048)}},
+                                      {"text_embeds", {2, dim(pooled, 1, 1280)}},
+                                      {"time_ids", {2, 6}}};
+    if (const ValueInfo* t = input("timestep"); t && t->has_shape && t->dims.size() == 1) s["timestep"] = {2};
+    return s;
+  }
+
+  // One finding that says which quantization level avoids TensorRT's INT8-slower-than-FP16 case.
+  void summarize_int8_attention() {
+    if (unfused_attention_.empty()) return;
+    std::set<std::int64_t> lengths, heads;
+    for (const auto& a : unfused_attention_) {
+      lengths.insert(std::max(a.s_q, a.s_kv));
+      heads.insert(a.head);
+    }
+    std::vector<std::string> ls, hs;
+    for (auto it = lengths.rbegin(); it != lengths.rend(); ++it) ls.push_back(std::to_string(*it));
+    for (std::int64_t h : heads) hs.push_back(std::to_string(h));
+    add("attention-int8-level", Severity::kWarning, std::nullopt, {},
+        fmt::format("{} INT8 attention matmuls cannot use TensorRT's INT8 fused MHA (longest sequences {}; head "
+                    "sizes {}): they run unfused and the INT8 engine can be slower than FP16 (NVIDIA/TensorRT#3724, "
+                    "SDXL at 1024x1024: 4096 and 1024 tokens, head size 64). Quantization level 4 (attention "
+                    "matmuls in INT8) causes it; level 3 does not",
+                    unfused_attention_.size(), join(ls, ", "), join(hs, ", ")),
+        "quantize at level 3 (recipes/int8-level3.json: convolutions and linear layers in INT8, the attention "
+        "matmuls in FP16 where TensorRT fuses them), or level 4 in FP8 on sm89/sm90 (recipes/fp8-level4.json)");
   }
 
   // Whether value v reaches a QuantizeLinear through data movement and scaling by constants.
@@ -836,6 +897,10 @@ class Linter {
   std::vector<LintFinding> findings_;
   std::vector<LintNode> nodes_;
   bool metas_tried_ = false;
+  struct UnfusedAttention {
+    std::int64_t s_q, s_kv, head;
+  };
+  std::vector<UnfusedAttention> unfused_attention_;  // INT8 attention matmuls the fused MHA does not take
   std::optional<std::map<std::string, ValueMeta>> metas_;
 };
 

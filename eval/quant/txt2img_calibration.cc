@@ -31,6 +31,7 @@ std::string Txt2ImgCalibrationSet::fingerprint() const {
                   "/negative=" + models_.config.default_negative_prompt +
                   "/scheduler=" + std::string(scheduler_type_name(models_.config.scheduler.type)) +
                   "/text_encoder=" + graph_fingerprint(*models_.text_encoder);
+  if (models_.text_encoder_2) s += "/text_encoder_2=" + graph_fingerprint(*models_.text_encoder_2);
   for (const auto& p : prompts_) s += "\n" + p;
   return fnv1a64_hex(s.data(), s.size());
 }

@@ -5,6 +5,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -25,14 +26,43 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec) { return pipeline_kind(spec.kind).load(spec); }
 
+Precision RunDriver::model_precision(const VariantSpec& variant, const std::string& model) const {
+  auto it = variant.model_precision.find(model);
+  return it == variant.model_precision.end() ? variant.precision : it->second;
+}
+
+namespace {
+
+void set_model_precisions(const RunDriver& driver, BuiltVariant& b) {
+  for (const auto& m : driver.models()) {
+    const Precision p = driver.model_precision(b.spec, m);
+    if (p != b.options.precision) b.model_precision[m] = p;
+  }
+}
+
+}  // namespace
+
 std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& driver, bool progress) {
   std::vector<BuiltVariant> out;
   for (const VariantSpec& v : spec.variants) {
+    // The kind allows every model its pipelines may have; this pipeline may have fewer (an SD
+    // pipeline has no text_encoder_2): a name it lacks is refused, never ignored.
+    const auto& models = driver.models();
+    auto check = [&](const std::string& key, const std::string& model) {
+      if (std::find(models.begin(), models.end(), model) != models.end()) return;
+      std::string list;
+      for (const auto& m : models) list += (list.empty() ? "" : ", ") + m;
+      throw InputError(fmt::format("{}: variant '{}': {}: this pipeline has no model '{}' (models: {})",
+                                   spec.source.string(), v.name, key, model, list));
+    };
+    for (const auto& [m, _] : v.onnx) check("onnx", m);
+    for (const auto& [m, _] : v.model_precision) check("model_precision", m);
     BuiltVariant b;
     b.spec = v;
     b.options.precision = v.precision;
     if (!v.recipe.empty()) {
       out.push_back(recipe_variant(v, apply_pipeline_recipe(driver, v, spec, progress)));
+      set_model_precisions(driver, out.back());
       continue;
     }
     b.graphs = driver.variant_graphs(v);
@@ -45,6 +75,7 @@ std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& d
       b.kind = reports::VariantKind::kOnnx;
       b.onnx = reports::Artifact{v.name, "pipeline.json variants: " + v.pipeline_variant, ""};
     }
+    set_model_precisions(driver, b);
     out.push_back(std::move(b));
   }
   return out;
@@ -77,6 +108,7 @@ RunObservation make_observation(const RunSpec& spec, const RunDriver& driver, co
     ov.name = variants[v].spec.name;
     ov.reference = v == reference;
     ov.options = variants[v].options;
+    ov.model_precision = variants[v].model_precision;
     for (std::size_t m = 0; m < obs.space->models().size(); ++m)
       ov.models.push_back(observe_model(*obs.space, m, *variants[v].graphs.at(obs.space->models()[m].name),
                                         obs.local_error && v != reference));

@@ -36,7 +36,14 @@ struct BuiltVariant {
   VariantSpec spec;
   reports::VariantKind kind = reports::VariantKind::kPrecision;
   SessionOptions options;
+  // Models whose sessions run in another precision than options.precision (RunDriver::model_precision).
+  std::map<std::string, Precision> model_precision;
   std::map<std::string, std::shared_ptr<const Graph>> graphs;  // every model of the pipeline
+  SessionOptions options_for(const std::string& model) const {
+    SessionOptions o = options;
+    if (auto it = model_precision.find(model); it != model_precision.end()) o.precision = it->second;
+    return o;
+  }
   std::optional<reports::Artifact> recipe, onnx;
   std::optional<reports::Artifact> calibration;  // recipe variants: the calibration set
   bool calibration_cache_hit = false;
@@ -172,11 +179,16 @@ class RunDriver : public PipelineGraphs, public CalibrationSource, public UnitRu
  public:
   const PipelineKind& kind() const { return kind_; }
   const RunDescription& description() const { return description_; }
-  const std::vector<std::string>& models() const { return kind_.models; }  // in call order
+  // This pipeline's models, in call order: the kind's, or fewer (an SD pipeline has no text_encoder_2).
+  const std::vector<std::string>& models() const { return pipeline_models_.empty() ? kind_.models : pipeline_models_; }
+  // The precision `model` runs in for `variant`: its "model_precision", else the variant's
+  // precision; a driver may change the default (txt2img: an SDXL VAE with force_upcast in FP32).
+  virtual Precision model_precision(const VariantSpec& variant, const std::string& model) const;
 
  protected:
   explicit RunDriver(const PipelineKind& kind) : kind_(kind) {}
-  RunDescription description_;  // the driver's constructor fills it
+  RunDescription description_;                // the driver's constructor fills it
+  std::vector<std::string> pipeline_models_;  // the constructor may set it; empty: the kind's
 
  private:
   const PipelineKind& kind_;

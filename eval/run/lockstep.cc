@@ -396,6 +396,8 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
   }
   e.graph = std::make_unique<Graph>(extract_subgraph(*om.graph, plan.nodes, types));
   SessionOptions options = v.options;
+  if (auto p = v.model_precision.find(run.space->models()[model].name); p != v.model_precision.end())
+    options.precision = p->second;
   // Thousands of these per worker, run one at a time: one pool for all (no buffers held per
   // session, no allocation per run).
   if (!pool_) pool_ = Session::make_pool();

@@ -204,7 +204,8 @@ struct ObservedVariant {
   std::string name;
   bool reference = false;
   SessionOptions options;
-  std::vector<ObservedModel> models;  // per LayerSpace model
+  std::map<std::string, Precision> model_precision;  // BuiltVariant::model_precision
+  std::vector<ObservedModel> models;                 // per LayerSpace model
 };
 
 // Builds a variant's view: node matching, layers, quantizer ranges (from symmetric per-tensor

@@ -64,7 +64,7 @@ int get_count(const base::JsonConfig& c, const std::string& key, int fallback, i
 }
 
 VariantSpec parse_variant(const base::JsonConfig& v, const PipelineKind& kind) {
-  v.allow_keys({"name", "precision", "recipe", "onnx", "pipeline_variant"});
+  v.allow_keys({"name", "precision", "model_precision", "recipe", "onnx", "pipeline_variant"});
   VariantSpec s;
   s.name = v.get_string("name");
   if (s.name.empty() || s.name.find_first_of("/\\ \t\n") != std::string::npos)
@@ -93,6 +93,13 @@ VariantSpec parse_variant(const base::JsonConfig& v, const PipelineKind& kind) {
       if (!fs::is_regular_file(p)) child_of(v, "onnx").fail("no such file: " + p.string() + " (" + m + ")");
   }
   if (v.has("pipeline_variant")) s.pipeline_variant = v.get_string("pipeline_variant");
+  if (v.has("model_precision")) {
+    const base::JsonConfig mp = child_of(v, "model_precision");
+    if (!mp.value().is_object()) mp.fail("must be an object {model name: precision}");
+    mp.allow_keys(kind.models);
+    for (const auto& m : kind.models)
+      if (mp.has(m)) s.model_precision[m] = parse_precision(mp, m);
+  }
   const int kinds = int(!s.recipe.empty()) + int(!s.onnx.empty()) + int(!s.pipeline_variant.empty());
   if (kinds > 1) v.fail("a variant takes at most one of 'recipe', 'onnx' and 'pipeline_variant'");
   if (!s.pipeline_variant.empty() && !kind.pipeline_variants)

@@ -26,6 +26,9 @@ struct VariantSpec {
   // Separate exports: model name ("unet", "image_encoder", ...; "model" for a single model) -> file.
   std::map<std::string, std::filesystem::path> onnx;
   std::string pipeline_variant;  // a name under pipeline.json's "variants"; empty when none
+  // "model_precision": models that run in another precision than `precision` (e.g. an SDXL VAE
+  // asked for in FP16, which force_upcast would otherwise run in FP32).
+  std::map<std::string, Precision> model_precision;
 };
 
 // How a single model's output is judged (docs/run-config.md, "outputs").

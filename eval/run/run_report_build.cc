@@ -391,7 +391,7 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
   for (std::size_t v = 0; v < nv; ++v)
     if (const auto& hit = res.first_nonfinite[v])
       rep.nonfinite.push_back(
-          {res.variants[v].spec.name, hit->sample, hit->step, hit->node, hit->op, hit->nan, hit->inf});
+          {res.variants[v].spec.name, hit->sample, hit->step, hit->node, hit->op, hit->nan, hit->inf, hit->model});
   return rep;
 }
 

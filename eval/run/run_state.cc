@@ -170,6 +170,7 @@ std::string run_spec_json(const RunSpec& s) {
       vj["onnx"] = o;
     }
     if (!v.pipeline_variant.empty()) vj["pipeline_variant"] = v.pipeline_variant;
+    for (const auto& [m, p] : v.model_precision) vj["model_precision"][m] = precision_text(p);
     j["variants"].push_back(vj);
   }
   j["reference"] = s.reference;

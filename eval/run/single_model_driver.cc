@@ -259,7 +259,7 @@ class SingleModelDriver : public RunDriver {
     // request are freed rather than kept beside the live values (eval/exec/pool.h).
     const std::shared_ptr<BufferPool> pool = make_bounded_pool();
     for (const auto& v : variants) {
-      SessionOptions options = v.options;
+      SessionOptions options = v.options_for("model");
       options.pool = pool;
       // An export lists its nodes in its own order; stepped in the reference's, its lockstep calls
       // keep the reference's values waiting only for nodes that are about to run.

@@ -40,6 +40,7 @@ class Txt2ImgDriver : public RunDriver {
   explicit Txt2ImgDriver(const RunSpec& spec)
       : RunDriver(pipeline_kind("txt2img")), models_(Txt2ImgModels::load(spec.pipeline, "", spec.scheduler)) {
     const Txt2ImgConfig& c = models_.config;
+    for (Txt2ImgModel m : models_.models()) pipeline_models_.emplace_back(txt2img_model_name(m));
     prompts_path_ = spec.inputs.empty() ? c.evaluation_prompts : spec.inputs;
     if (prompts_path_.empty())
       throw InputError(c.source.string() +
@@ -78,16 +79,29 @@ class Txt2ImgDriver : public RunDriver {
     d.settings = {{"guidance_scale", fmt::format("{:g}", base_.guidance_scale)},
                   {"negative_prompt", base_.negative_prompt},
                   {"prompts", std::to_string(prompts_.size())}};
+    if (c.sdxl() && c.vae_decoder.force_upcast)
+      d.settings.push_back({"vae_decoder", "fp32 in every variant (force_upcast) unless its model_precision names it"});
   }
 
   std::shared_ptr<const Graph> reference_graph(const std::string& model) const override { return graph(model); }
 
+  // An SDXL VAE whose config says force_upcast runs in FP32 unless the variant names its precision.
+  Precision model_precision(const VariantSpec& v, const std::string& model) const override {
+    if (v.model_precision.count(model)) return RunDriver::model_precision(v, model);
+    for (Txt2ImgModel m : models_.models())
+      if (txt2img_model_name(m) == model) return txt2img_model_precision(models_.config, m, v.precision);
+    return v.precision;
+  }
+
   std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& v) const override {
     std::map<std::string, std::shared_ptr<const Graph>> out;
     const Txt2ImgConfig& c = models_.config;
-    const std::pair<Txt2ImgModel, const ModelFiles*> all[] = {{Txt2ImgModel::kTextEncoder, &c.text_encoder},
-                                                              {Txt2ImgModel::kUnet, &c.unet},
-                                                              {Txt2ImgModel::kVaeDecoder, &c.vae_decoder}};
+    std::vector<std::pair<Txt2ImgModel, const ModelFiles*>> all;
+    for (Txt2ImgModel m : models_.models())
+      all.emplace_back(m, m == Txt2ImgModel::kTextEncoder    ? static_cast<const ModelFiles*>(&c.text_encoder)
+                          : m == Txt2ImgModel::kTextEncoder2 ? &c.text_encoder_2
+                          : m == Txt2ImgModel::kUnet         ? static_cast<const ModelFiles*>(&c.unet)
+                                                             : &c.vae_decoder);
     if (!v.pipeline_variant.empty()) {
       const auto names = c.variant_names();
       if (std::find(names.begin(), names.end(), v.pipeline_variant) == names.end())
@@ -134,12 +148,13 @@ class Txt2ImgDriver : public RunDriver {
     // serves the next (the VAE decoder, the next unit's UNet) without new pages.
     const std::shared_ptr<BufferPool> pool = Session::make_pool();
     for (const auto& v : variants) {
-      SessionOptions options = v.options;
-      options.pool = pool;
       Txt2ImgSessions s;
-      s.text_encoder = Txt2ImgSessions::make(v.graphs.at("text_encoder"), options);
-      s.unet = Txt2ImgSessions::make(v.graphs.at("unet"), options);
-      s.vae_decoder = Txt2ImgSessions::make(v.graphs.at("vae_decoder"), options);
+      for (Txt2ImgModel m : models_.models()) {
+        const std::string name(txt2img_model_name(m));
+        SessionOptions options = v.options_for(name);  // an SDXL VAE: FP32 under force_upcast
+        options.pool = pool;
+        s.*s.member(m) = Txt2ImgSessions::make(v.graphs.at(name), options);
+      }
       t->sessions.push_back(std::move(s));
     }
     return t;
@@ -209,31 +224,48 @@ class Txt2ImgDriver : public RunDriver {
           },
           local_errors, ms, ctx.lockstep_window);
     };
-    // Text encoder. A variant whose text encoder is the reference's (same graph, same options)
-    // reuses its embeddings; the others run it, observed: in lockstep, as the UNet's calls.
+    // Text encoder(s) (SDXL: text_encoder, then text_encoder_2). A variant whose text encoders
+    // are the reference's (same graphs, same options) reuses its embeddings; the others run them,
+    // observed: in lockstep, as the UNet's calls.
     {
+      std::vector<Txt2ImgModel> encoders = {Txt2ImgModel::kTextEncoder};
+      if (models_.config.sdxl()) encoders.push_back(Txt2ImgModel::kTextEncoder2);
       std::vector<std::size_t> encoding;
       for (std::size_t v : order) {
-        const bool shares = v != r && variants[v].graphs.at("text_encoder") == variants[r].graphs.at("text_encoder") &&
-                            variants[v].options.precision == variants[r].options.precision;
+        bool shares = v != r;
+        for (Txt2ImgModel e : encoders) {
+          const std::string name(txt2img_model_name(e));
+          shares = shares && variants[v].graphs.at(name) == variants[r].graphs.at(name) &&
+                   variants[v].options_for(name).precision == variants[r].options_for(name).precision;
+        }
         if (!shares) encoding.push_back(v);
       }
-      if (ctx.observation && ctx.interleave) {
-        auto outputs = lockstep_call(
-            Txt2ImgRun::text_encoder_call(info.id), &Txt2ImgSessions::text_encoder,
-            [&](std::size_t v, const Graph& g) { return runs[v].encoder_inputs(g); }, encoding);
-        th.sessions[r].text_encoder->drop_retained();  // to the pool, for the UNet
-        for (std::size_t v : encoding)
-          timed(v, [&] { runs[v].set_text_embeddings(th.sessions[v].text_encoder->graph(), outputs[v]); });
-      } else {
-        for (std::size_t v : encoding) {
-          timed(v, [&] { runs[v].encode(*th.sessions[v].text_encoder, observer(v), info.id); });
-          if (v == r) local_errors();
+      for (Txt2ImgModel e : encoders) {
+        const auto member = Txt2ImgSessions::member(e);
+        if (ctx.observation && ctx.interleave) {
+          auto outputs = lockstep_call(
+              Txt2ImgRun::text_encoder_call(info.id, e), member,
+              [&](std::size_t v, const Graph& g) { return runs[v].encoder_inputs(g, e); }, encoding);
+          (th.sessions[r].*member)->drop_retained();  // to the pool, for the UNet
+          for (std::size_t v : encoding)
+            timed(v, [&] { runs[v].set_text_embeddings((th.sessions[v].*member)->graph(), outputs[v], e); });
+        } else {
+          for (std::size_t v : encoding) {
+            timed(v, [&] {
+              Session& session = *(th.sessions[v].*member);
+              auto out =
+                  session.run(runs[v].encoder_inputs(session.graph(), e),
+                              observer(v) ? observer(v)->begin(Txt2ImgRun::text_encoder_call(info.id, e)) : nullptr);
+              if (observer(v)) observer(v)->end(Txt2ImgRun::text_encoder_call(info.id, e), out);
+              runs[v].set_text_embeddings(session.graph(), out, e);
+            });
+            if (v == r) local_errors();
+          }
         }
       }
       for (std::size_t v : order)
         if (std::find(encoding.begin(), encoding.end(), v) == encoding.end())
-          timed(v, [&] { runs[v].set_text_embeddings(runs[r].text_embeddings()); });
+          timed(v, [&] { runs[v].set_text_embeddings(runs[r].text_embeddings(), runs[r].pooled_embeddings()); });
     }
     if (ctx.tick) ctx.tick();
 
@@ -342,6 +374,7 @@ class Txt2ImgDriver : public RunDriver {
  private:
   std::shared_ptr<const Graph> graph(const std::string& model) const {
     if (model == "text_encoder") return models_.text_encoder;
+    if (model == "text_encoder_2" && models_.text_encoder_2) return models_.text_encoder_2;
     if (model == "unet") return models_.unet;
     if (model == "vae_decoder") return models_.vae_decoder;
     throw std::invalid_argument("txt2img has no model " + model);
@@ -364,7 +397,7 @@ PipelineKind txt2img_pipeline_kind() {
   PipelineKind k;
   k.name = "txt2img";
   k.what = "a txt2img pipeline";
-  k.models = {"text_encoder", "unet", "vae_decoder"};
+  k.models = {"text_encoder", "text_encoder_2", "unet", "vae_decoder"};  // text_encoder_2: SDXL only
   k.main_model = "unet";
   k.denoising = true;
   k.pipeline_variants = true;

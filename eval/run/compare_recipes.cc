@@ -40,7 +40,7 @@ RunSpec recipe_run_spec(RunSpec base, const std::vector<fs::path>& recipes, Prec
     for (int k = 2; names.count(name); ++k)
       name = (recipe.name.empty() ? file.stem().string() : recipe.name) + "-" + std::to_string(k);
     names.insert(name);
-    base.variants.push_back(VariantSpec{name, precision, file, {}, {}});
+    base.variants.push_back(VariantSpec{name, precision, file, {}, {}, {}});
   }
   return base;
 }

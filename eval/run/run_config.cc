@@ -285,14 +285,14 @@ RunSpec default_run_config() {
   s.kind = "txt2img";
   s.count = 8;
   s.seeds = {0};
-  VariantSpec fp32{"fp32", Precision::kFp32, {}, {}, {}};
-  VariantSpec fp16{"fp16", Precision::kFp16, {}, {}, {}};
+  VariantSpec fp32{"fp32", Precision::kFp32, {}, {}, {}, {}};
+  VariantSpec fp16{"fp16", Precision::kFp16, {}, {}, {}, {}};
   s.variants = {fp32, fp16};
   // The shipped recipes, the rest of the network in FP16 (TensorRT's --int8/--fp8 with --fp16).
   for (const auto& [name, file] :
        {std::pair<std::string, std::string>{"int8-l3", "int8-level3.json"}, {"fp8-l4", "fp8-level4.json"}}) {
     const fs::path recipe = data / "recipes" / file;
-    if (fs::is_regular_file(recipe)) s.variants.push_back(VariantSpec{name, Precision::kFp16, recipe, {}, {}});
+    if (fs::is_regular_file(recipe)) s.variants.push_back(VariantSpec{name, Precision::kFp16, recipe, {}, {}, {}});
   }
   s.calibration.count = 32;           // of prompts/tiny_calib.txt, at the run's 20 steps (cached after the first run)
   s.gate = s.pipeline / "gate.json";  // the shipped release gate (docs/gate.md)

@@ -216,10 +216,10 @@ class Txt2ImgDriver : public RunDriver {
       std::vector<std::map<std::string, Tensor>> inputs(nv);  // alive until the executions finish
       return run_call_in_lockstep(
           call, who, r, observers, *ctx.capture,
-          [&](std::size_t v, Observer* observer) {
+          [&](std::size_t v, Observer* watching) {
             Session& session = *(th.sessions[v].*model);
             inputs[v] = inputs_of(v, session.graph());
-            return std::make_unique<Session::Execution>(session, inputs[v], observer,
+            return std::make_unique<Session::Execution>(session, inputs[v], watching,
                                                         v == r && ctx.observation->local_error);
           },
           local_errors, ms, ctx.lockstep_window);
@@ -253,11 +253,11 @@ class Txt2ImgDriver : public RunDriver {
           for (std::size_t v : encoding) {
             timed(v, [&] {
               Session& session = *(th.sessions[v].*member);
-              auto out =
+              auto encoded =
                   session.run(runs[v].encoder_inputs(session.graph(), e),
                               observer(v) ? observer(v)->begin(Txt2ImgRun::text_encoder_call(info.id, e)) : nullptr);
-              if (observer(v)) observer(v)->end(Txt2ImgRun::text_encoder_call(info.id, e), out);
-              runs[v].set_text_embeddings(session.graph(), out, e);
+              if (observer(v)) observer(v)->end(Txt2ImgRun::text_encoder_call(info.id, e), encoded);
+              runs[v].set_text_embeddings(session.graph(), encoded, e);
             });
             if (v == r) local_errors();
           }

@@ -16,6 +16,7 @@
 #include "base/input_file.h"
 #include "base/progress.h"
 #include "datasets/npy.h"
+#include "eval/run/node_match.h"
 #include "eval/run/recipe_variant.h"
 #include "kernels/error.h"
 #include "reports/json_text.h"
@@ -25,6 +26,16 @@ namespace qeval::eval {
 namespace fs = std::filesystem;
 
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec) { return pipeline_kind(spec.kind).load(spec); }
+
+SessionOptions PipelineGraphs::session_options(const BuiltVariant& v, const std::string& model) const {
+  SessionOptions options = v.options_for(model);
+  const std::shared_ptr<const Graph> reference = reference_graph(model);
+  const Graph& g = *v.graphs.at(model);
+  if (reference && &g != reference.get())
+    if (auto order = reference_order(g, *reference); !order.empty())
+      options.node_order = std::make_shared<const std::vector<std::string>>(std::move(order));
+  return options;
+}
 
 Precision RunDriver::model_precision(const VariantSpec& variant, const std::string& model) const {
   auto it = variant.model_precision.find(model);

@@ -143,6 +143,10 @@ class PipelineGraphs {
   // The graphs of a variant with its own exports (pipeline.json variants or separate ONNX files);
   // models it does not replace keep the reference's graph object.
   virtual std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& spec) const = 0;
+  // Variant v's session options for `model`: v.options_for(model) and, where v's graph is not the
+  // reference's (an export), the reference's node order (reference_order, eval/run/node_match.h):
+  // its lockstep calls then keep the reference's values waiting only for nodes about to run.
+  SessionOptions session_options(const BuiltVariant& v, const std::string& model) const;
 };
 
 // Recipe calibration: the data a recipe variant is calibrated on. Selecting, calibrating (cached)

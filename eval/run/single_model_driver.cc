@@ -259,15 +259,9 @@ class SingleModelDriver : public RunDriver {
     // request are freed rather than kept beside the live values (eval/exec/pool.h).
     const std::shared_ptr<BufferPool> pool = make_bounded_pool();
     for (const auto& v : variants) {
-      SessionOptions options = v.options_for("model");
+      SessionOptions options = session_options(v, "model");  // an export in the reference's order
       options.pool = pool;
-      // An export lists its nodes in its own order; stepped in the reference's, its lockstep calls
-      // keep the reference's values waiting only for nodes that are about to run.
-      const Graph& g = *v.graphs.at("model");
-      if (&g != graph_.get())
-        if (auto order = reference_order(g, *graph_); !order.empty())
-          options.node_order = std::make_shared<const std::vector<std::string>>(std::move(order));
-      t->sessions.push_back(std::make_unique<Session>(g, options));
+      t->sessions.push_back(std::make_unique<Session>(*v.graphs.at("model"), options));
     }
     return t;
   }

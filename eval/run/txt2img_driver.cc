@@ -151,7 +151,8 @@ class Txt2ImgDriver : public RunDriver {
       Txt2ImgSessions s;
       for (Txt2ImgModel m : models_.models()) {
         const std::string name(txt2img_model_name(m));
-        SessionOptions options = v.options_for(name);  // an SDXL VAE: FP32 under force_upcast
+        // An SDXL VAE: FP32 under force_upcast; an export: in the reference's node order.
+        SessionOptions options = session_options(v, name);
         options.pool = pool;
         s.*s.member(m) = Txt2ImgSessions::make(v.graphs.at(name), options);
       }

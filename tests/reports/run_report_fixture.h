@@ -171,7 +171,7 @@ inline reports::RunReport synthetic_run_report(const SyntheticRunShape& shape = 
   // fp8 export produced Inf in one node at a late step.
   r.layer_tables[3].stats.nonfinite[L - 3] = 12;
   r.timesteps.tables[3].stats.nonfinite[(L - 3) * S + S - 2] = 12;
-  r.nonfinite.push_back({"fp8-qdq", "p005-s42", int(S) - 2, r.layers[L - 3].name, r.layers[L - 3].op, 0, 12});
+  r.nonfinite.push_back({"fp8-qdq", "p005-s42", int(S) - 2, r.layers[L - 3].name, r.layers[L - 3].op, 0, 12, ""});
 
   // Error-per-step curves of the noise prediction, both modes.
   for (std::size_t v = 1; v < r.variants.size(); ++v)

@@ -222,7 +222,7 @@ TEST(PipelineKinds, RecipeVariantsOfAKindWithoutCalibrationDataAreUnsupported) {
   spec.pipeline = testing::write_text(dir, "one.fake", "1\n");
   spec.kind = "fake";
   const NoCalibration driver(spec);
-  VariantSpec v{"int8", Precision::kFp32, testing::source_dir() / "recipes/int8-level3.json", {}, {}};
+  VariantSpec v{"int8", Precision::kFp32, testing::source_dir() / "recipes/int8-level3.json", {}, {}, {}};
   try {
     apply_pipeline_recipe(driver, v, spec, false);
     ADD_FAILURE() << "no error";

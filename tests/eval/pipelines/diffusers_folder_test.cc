@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "eval/input_error.h"
 #include "eval/pipelines/diffusers_folder.h"
 #include "eval/pipelines/txt2img.h"
 #include "kernels/error.h"
@@ -57,14 +58,7 @@ void write_export(const fs::path& dir, const std::string& scheduler = kDdimSched
   write(dir / "scheduler" / "scheduler_config.json", scheduler);
 }
 
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
+using testing::input_error;  // "" when nothing is thrown
 
 TEST(DiffusersFolder, AnOptimumExportReadsAsTheEquivalentPipelineJson) {
   ScratchDir dir("optimum-sd");

@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 
+#include "eval/input_error.h"
 #include "datasets/npy.h"
 #include "eval/pipelines/diffusers_folder.h"
 #include "eval/pipelines/noise.h"
@@ -33,14 +34,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
+using testing::input_error;  // "" when nothing is thrown
 
 double rel_l2(const Tensor& want, const Tensor& got) {
   EXPECT_EQ(want.numel(), got.numel());

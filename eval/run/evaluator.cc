@@ -27,16 +27,6 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec) { return pipeline_kind(spec.kind).load(spec); }
 
-SessionOptions PipelineGraphs::session_options(const BuiltVariant& v, const std::string& model) const {
-  SessionOptions options = v.options_for(model);
-  const std::shared_ptr<const Graph> reference = reference_graph(model);
-  const Graph& g = *v.graphs.at(model);
-  if (reference && &g != reference.get())
-    if (auto order = reference_order(g, *reference); !order.empty())
-      options.node_order = std::make_shared<const std::vector<std::string>>(std::move(order));
-  return options;
-}
-
 Precision RunDriver::model_precision(const VariantSpec& variant, const std::string& model) const {
   auto it = variant.model_precision.find(model);
   return it == variant.model_precision.end() ? variant.precision : it->second;
@@ -44,10 +34,17 @@ Precision RunDriver::model_precision(const VariantSpec& variant, const std::stri
 
 namespace {
 
-void set_model_precisions(const RunDriver& driver, BuiltVariant& b) {
+// Per model: its precision where it is not the variant's, and the reference's node order where
+// the variant's graph is another (BuiltVariant::node_order).
+void set_model_options(const RunDriver& driver, BuiltVariant& b) {
   for (const auto& m : driver.models()) {
     const Precision p = driver.model_precision(b.spec, m);
     if (p != b.options.precision) b.model_precision[m] = p;
+    auto g = b.graphs.find(m);
+    const std::shared_ptr<const Graph> reference = driver.reference_graph(m);
+    if (g == b.graphs.end() || !g->second || !reference || g->second == reference) continue;
+    if (auto order = reference_order(*g->second, *reference); !order.empty())
+      b.node_order[m] = std::make_shared<const std::vector<std::string>>(std::move(order));
   }
 }
 
@@ -73,7 +70,7 @@ std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& d
     b.options.precision = v.precision;
     if (!v.recipe.empty()) {
       out.push_back(recipe_variant(v, apply_pipeline_recipe(driver, v, spec, progress)));
-      set_model_precisions(driver, out.back());
+      set_model_options(driver, out.back());
       continue;
     }
     b.graphs = driver.variant_graphs(v);
@@ -86,7 +83,7 @@ std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& d
       b.kind = reports::VariantKind::kOnnx;
       b.onnx = reports::Artifact{v.name, "pipeline.json variants: " + v.pipeline_variant, ""};
     }
-    set_model_precisions(driver, b);
+    set_model_options(driver, b);
     out.push_back(std::move(b));
   }
   return out;

@@ -39,9 +39,14 @@ struct BuiltVariant {
   // Models whose sessions run in another precision than options.precision (RunDriver::model_precision).
   std::map<std::string, Precision> model_precision;
   std::map<std::string, std::shared_ptr<const Graph>> graphs;  // every model of the pipeline
+  // Models whose graph is an export listing its nodes in another order than the reference's: the
+  // reference's order (reference_order, eval/run/node_match.h), so that the variant's lockstep
+  // calls keep the reference's values waiting only for nodes about to run. Made once, at build.
+  std::map<std::string, std::shared_ptr<const std::vector<std::string>>> node_order;
   SessionOptions options_for(const std::string& model) const {
     SessionOptions o = options;
     if (auto it = model_precision.find(model); it != model_precision.end()) o.precision = it->second;
+    if (auto it = node_order.find(model); it != node_order.end()) o.node_order = it->second;
     return o;
   }
   std::optional<reports::Artifact> recipe, onnx;
@@ -143,10 +148,6 @@ class PipelineGraphs {
   // The graphs of a variant with its own exports (pipeline.json variants or separate ONNX files);
   // models it does not replace keep the reference's graph object.
   virtual std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& spec) const = 0;
-  // Variant v's session options for `model`: v.options_for(model) and, where v's graph is not the
-  // reference's (an export), the reference's node order (reference_order, eval/run/node_match.h):
-  // its lockstep calls then keep the reference's values waiting only for nodes about to run.
-  SessionOptions session_options(const BuiltVariant& v, const std::string& model) const;
 };
 
 // Recipe calibration: the data a recipe variant is calibrated on. Selecting, calibrating (cached)

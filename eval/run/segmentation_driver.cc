@@ -102,8 +102,8 @@ class SegmentationDriver : public RunDriver {
     auto t = std::make_unique<SegmentationThread>();
     for (const auto& v : variants) {
       SegmentationSessions s;
-      s.image_encoder = std::make_unique<Session>(*v.graphs.at("image_encoder"), session_options(v, "image_encoder"));
-      s.mask_decoder = std::make_unique<Session>(*v.graphs.at("mask_decoder"), session_options(v, "mask_decoder"));
+      s.image_encoder = std::make_unique<Session>(*v.graphs.at("image_encoder"), v.options_for("image_encoder"));
+      s.mask_decoder = std::make_unique<Session>(*v.graphs.at("mask_decoder"), v.options_for("mask_decoder"));
       t->sessions.push_back(std::move(s));
     }
     return t;

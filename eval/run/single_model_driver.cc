@@ -259,7 +259,7 @@ class SingleModelDriver : public RunDriver {
     // request are freed rather than kept beside the live values (eval/exec/pool.h).
     const std::shared_ptr<BufferPool> pool = make_bounded_pool();
     for (const auto& v : variants) {
-      SessionOptions options = session_options(v, "model");  // an export in the reference's order
+      SessionOptions options = v.options_for("model");  // an export: in the reference's node order
       options.pool = pool;
       t->sessions.push_back(std::make_unique<Session>(*v.graphs.at("model"), options));
     }

@@ -152,7 +152,7 @@ class Txt2ImgDriver : public RunDriver {
       for (Txt2ImgModel m : models_.models()) {
         const std::string name(txt2img_model_name(m));
         // An SDXL VAE: FP32 under force_upcast; an export: in the reference's node order.
-        SessionOptions options = session_options(v, name);
+        SessionOptions options = v.options_for(name);
         options.pool = pool;
         s.*s.member(m) = Txt2ImgSessions::make(v.graphs.at(name), options);
       }

@@ -133,8 +133,10 @@ class ElementwiseChainKernel final : public FusedKernel {
       for (std::size_t k = 0; k < stages_.size(); ++k) {
         const Stage& st = stages_[k];
         if (st.quantize != DType::kFloat32) {  // the terminal QuantizeLinear
-          if (st.quantize == DType::kInt8) quantize_block(cur, reinterpret_cast<std::int8_t*>(y) + i0, len, st);
-          else quantize_block(cur, reinterpret_cast<std::uint8_t*>(y) + i0, len, st);
+          // quantize_to's bytes
+          if (st.quantize == DType::kInt8)
+            kernels::quantize_block(cur, reinterpret_cast<std::int8_t*>(y) + i0, len, st.scale, st.zero_point);
+          else kernels::quantize_block(cur, reinterpret_cast<std::uint8_t*>(y) + i0, len, st.scale, st.zero_point);
           break;
         }
         float* dst = reinterpret_cast<float*>(y) + i0;
@@ -177,11 +179,6 @@ class ElementwiseChainKernel final : public FusedKernel {
         cur = dst;
       }
     }
-  }
-
-  template <class T>
-  static void quantize_block(const float* x, T* y, std::int64_t n, const Stage& st) {
-    kernels::quantize_block(x, y, n, st.scale, st.zero_point);  // quantize_to's bytes
   }
 
   std::vector<Stage> stages_;

@@ -542,11 +542,11 @@ std::map<std::string, Tensor> Txt2ImgRun::unet_inputs(const Graph& ug, const Ten
   in.emplace(c.unet.encoder_hidden_states,
              to_graph_float(text_embeddings_, input_type(ug, c.unet.encoder_hidden_states)));
   in.emplace(c.unet.sample, to_graph_float(model_in, input_type(ug, c.unet.sample)));
-  Tensor timestep = timestep_tensor(t, c.unet.timestep_type, batch);
   // A graph that declares a 0-d timestep (optimum's current exports) gets a scalar.
-  if (const ValueInfo* ti = find_value(ug.inputs, c.unet.timestep); ti && ti->has_shape && ti->dims.empty())
-    timestep = timestep_tensor(t, c.unet.timestep_type, 1).reshaped({});
-  in.emplace(c.unet.timestep, std::move(timestep));
+  const ValueInfo* ti = find_value(ug.inputs, c.unet.timestep);
+  const bool scalar = ti && ti->has_shape && ti->dims.empty();
+  in.emplace(c.unet.timestep, scalar ? timestep_tensor(t, c.unet.timestep_type, 1).reshaped({})
+                                     : timestep_tensor(t, c.unet.timestep_type, batch));
   if (c.sdxl()) {
     in.emplace(c.unet.text_embeds, to_graph_float(pooled_, input_type(ug, c.unet.text_embeds)));
     in.emplace(c.unet.time_ids, to_graph_float(time_ids(), input_type(ug, c.unet.time_ids)));

@@ -3,9 +3,7 @@
 #include "kernels/int8_conv.h"
 
 #include <tbb/blocked_range.h>
-#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,6 +14,7 @@
 
 #include "kernels/int8_depthwise.h"
 #include "kernels/scratch.h"
+#include "kernels/threads.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -366,11 +365,7 @@ void conv_impl(const ConvParams& p, const std::int8_t* x, std::int8_t pad_value,
   // parallel GEMM.
   const bool direct = kprod == 1 && g.pb[0] == 0 && g.pb[1] == 0 && g.pb[2] == 0 && g.s[0] == 1 && g.s[1] == 1 &&
                       g.s[2] == 1 && out_size == in_size;
-  // The threads that may run: the arena's, within a global_control limit (`--threads 1` sets one
-  // and leaves the arena as wide as the machine).
-  const std::int64_t threads = std::min<std::int64_t>(
-      tbb::this_task_arena::max_concurrency(),
-      std::int64_t(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
+  const std::int64_t threads = worker_threads();  // `--threads 1` leaves the arena as wide as the machine
   std::int64_t block = int8_conv_cache_block_columns(k, out_size);
   const bool cache_blocks = threads == 1 || (out_size + block - 1) / block >= 2 * threads;
   if (!cache_blocks) block = int8_conv_block_columns(k, out_size);

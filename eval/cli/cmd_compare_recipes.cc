@@ -60,7 +60,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   eval::run_units(spec, *driver, result, options);
 
   eval::ReportContext rc = report_context(ctx);
-  rc.threads = worker_threads();
+  rc.threads = kernels::worker_threads();
   rc.shapes = &shapes;
   reports::RunReport report = eval::build_run_report(spec, *driver, result, rc);
   eval::apply_run_gate(gate, report);

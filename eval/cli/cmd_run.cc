@@ -131,7 +131,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   }
 
   eval::ReportContext rc = report_context(ctx);
-  rc.threads = worker_threads();
+  rc.threads = kernels::worker_threads();
   rc.shard = a.shard;
   rc.shapes = &shapes;
   return eval::write_run_outputs(spec, *driver, result, gate, rc, out);

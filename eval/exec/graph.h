@@ -87,6 +87,13 @@ struct ValueInfo {
   bool has_shape = false;
 };
 
+// The entry of `values` (a graph's inputs or outputs) named `name`, or nullptr.
+inline const ValueInfo* find_value(const std::vector<ValueInfo>& values, const std::string& name) {
+  for (const auto& v : values)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
 struct Graph {
   std::string source;                 // file name, for messages
   std::map<std::string, int> opsets;  // domain -> version ("" = ai.onnx)

@@ -77,12 +77,6 @@ std::vector<float> per_channel(const base::JsonConfig& c, const std::string& key
   return out;
 }
 
-const ValueInfo* find_value(const std::vector<ValueInfo>& values, const std::string& name) {
-  for (const auto& v : values)
-    if (v.name == name) return &v;
-  return nullptr;
-}
-
 std::string value_names(const std::vector<ValueInfo>& values) {
   std::vector<std::string> names;
   for (const auto& v : values) names.push_back(v.name);

@@ -32,12 +32,6 @@ std::string list_values(const std::vector<ValueInfo>& values) {
   return s.empty() ? "none" : s;
 }
 
-const ValueInfo* find_value(const std::vector<ValueInfo>& values, const std::string& name) {
-  for (const auto& v : values)
-    if (v.name == name) return &v;
-  return nullptr;
-}
-
 // Checks that the graph has exactly `inputs` (name -> allowed types) and the outputs `outputs`.
 void check_io(const Graph& g, const Txt2ImgConfig& c, std::string_view section,
               const std::vector<std::pair<std::string, std::vector<DType>>>& inputs,

@@ -784,11 +784,7 @@ class Linter {
   // pooled embedding). Empty unless the graph is an SDXL UNet (sample, encoder_hidden_states,
   // text_embeds, time_ids).
   std::map<std::string, Shape> sdxl_shapes() const {
-    auto input = [&](const std::string& name) -> const ValueInfo* {
-      for (const auto& v : g_.inputs)
-        if (v.name == name) return &v;
-      return nullptr;
-    };
+    auto input = [&](const std::string& name) { return find_value(g_.inputs, name); };
     const ValueInfo *sample = input("sample"), *context = input("encoder_hidden_states"),
                     *pooled = input("text_embeds"), *time_ids = input("time_ids");
     if (!sample || !context || !pooled || !time_ids) return {};

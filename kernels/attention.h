@@ -24,6 +24,9 @@ struct AttentionShape {
   ScoreScale scale_kind = ScoreScale::kNone;
   float scale = 1.0f;
   RoundTo round_scores = RoundTo::kNone, round_scaled = RoundTo::kNone, round_probs = RoundTo::kNone;
+  // The format Q, K^T and V are all exact in (kNone: not known to be), for a kernel that may then
+  // multiply 16-bit copies of them: the same products, exact in FP32, summed in its own order.
+  RoundTo inputs_exact = RoundTo::kNone;
 };
 
 // Buffers an attention call keeps between calls (packed K and V, per-thread score blocks), so

@@ -169,7 +169,7 @@ class Session::Execution::State final : public ValueLender {
       // Counted in the live sets already (as the input); its release now subtracts nothing.
       slots_[std::size_t(id)] = std::move(slots_[std::size_t(in0)]);
       slots_[std::size_t(id)].reuse_as(m.dtype, m.shape);
-      s_.backend_->round(slots_[std::size_t(id)], p.rounding[std::size_t(id)]);
+      if (!step.exact_outputs) s_.backend_->round(slots_[std::size_t(id)], p.rounding[std::size_t(id)]);
     } else if (!step.folded) {
       // A chain the observer takes streamed: only its last member's output is written.
       PieceObserver* pieces = observer_ ? observer_->pieces() : nullptr;
@@ -210,7 +210,7 @@ class Session::Execution::State final : public ValueLender {
           s_.backend_->run(*s_.ops_[step.node], ins_, outs_);
         }
         for (std::size_t o = step.members.empty() ? 0 : step.out.size() - 1; o < step.out.size(); ++o)
-          if (step.out[o] >= 0) s_.backend_->round(*outs_[o], p.rounding[std::size_t(step.out[o])]);
+          if (step.out[o] >= 0 && !step.exact_outputs) s_.backend_->round(*outs_[o], p.rounding[std::size_t(step.out[o])]);
       } catch (const std::bad_alloc&) {
         // Its output buffers or an op's scratch: the graph asks for more than the machine has.
         std::vector<std::pair<std::string, const ValueMeta*>> outputs;  // a fused step's: every member's

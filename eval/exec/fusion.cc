@@ -139,6 +139,9 @@ void Session::fuse(Plan& p) const {
     for (std::size_t i = 0; i + 2 < r; ++i) a.batch *= qs[i];
     a.round_scores = round_to(p.rounding[std::size_t(scores)]);
     a.round_probs = round_to(p.rounding[std::size_t(p.steps[sm].out[0])]);
+    if (const Rounding e = exact_format(p, q, options_.precision);
+        e == exact_format(p, kt, options_.precision) && e == exact_format(p, v, options_.precision))
+      a.inputs_exact = round_to(e);
     std::shared_ptr<FusedKernel> kernel = backend_->attention(a);
     if (!kernel) continue;  // the backend runs the nodes one by one
     absorbed[s] = absorbed[sm] = absorbed[std::size_t(mm2)] = true;

@@ -13,6 +13,35 @@
 
 namespace qeval::eval {
 
+namespace {
+
+// Whether a step only moves elements of float inputs that are all exact in its outputs' (one)
+// rounding, so that its outputs are exact in it too (P: Session::Plan).
+template <class P>
+bool moves_exact_values(const P& p, const typename P::Step& step, const Node& node, Precision precision) {
+  static const char* kMoves[] = {"Transpose", "Slice",   "Expand",       "Tile",         "Pad",
+                                 "Gather",    "Reshape", "Squeeze",      "Unsqueeze",    "Flatten",
+                                 "Identity",  "Trilu",   "DepthToSpace", "SpaceToDepth", "GatherElements",
+                                 "Concat",    "Split"};
+  if (!node.domain.empty() ||
+      std::none_of(std::begin(kMoves), std::end(kMoves), [&](const char* o) { return node.op_type == o; }))
+    return false;
+  Rounding r = Rounding::kNone;
+  for (int id : step.out) {
+    if (id < 0) continue;
+    const Rounding o = p.rounding[std::size_t(id)];
+    if (o == Rounding::kNone || (r != Rounding::kNone && o != r)) return false;
+    r = o;
+  }
+  if (r == Rounding::kNone) return false;
+  for (int id : step.in)
+    if (id >= 0 && p.metas[std::size_t(id)].dtype == DType::kFloat32 && exact_format(p, id, precision) != r)
+      return false;
+  return true;
+}
+
+}  // namespace
+
 Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shapes,
                                  const std::map<std::string, const Tensor*>& int_values) {
   std::vector<Shape> shapes;
@@ -160,18 +189,14 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
   for (Plan::Step& step : p.steps) {
     if (step.folded) continue;
     const Node& node = nodes_[step.node];
+    step.exact_outputs = moves_exact_values(p, step, node, options_.precision);
     std::vector<const ValueMeta*> in_metas;
     for (int id : step.in) in_metas.push_back(id < 0 ? nullptr : &p.metas[std::size_t(id)]);
     if (device_) {  // a device backend: its kernel, or the CPU's op and why
       std::vector<ValueMeta> outs;
       for (int id : step.out) outs.push_back(id < 0 ? ValueMeta{} : p.metas[std::size_t(id)]);
       std::vector<Rounding> exact;  // the format each input's values are exact in
-      for (int id : step.in) {
-        if (id < 0) exact.push_back(Rounding::kNone);
-        else if (const ValueMeta& m = p.metas[std::size_t(id)]; p.constants[std::size_t(id)])
-          exact.push_back(rounding_for(m.dtype, m.declared, options_.precision));  // weights rounded at load
-        else exact.push_back(p.rounding[std::size_t(id)]);
-      }
+      for (int id : step.in) exact.push_back(exact_format(p, id, options_.precision));
       std::string why;
       step.kernel = backend_->compile(node, *ops_[step.node], in_metas, exact, outs, why);
       if (!step.kernel) p.host_steps.push_back({step.node, why.empty() ? "no device kernel" : why});

@@ -30,6 +30,15 @@ inline kernels::RoundTo round_to(Rounding r) {
   return kernels::RoundTo::kNone;
 }
 
+// The format value `id`'s values are exact in (kNone: FP32 or unknown): a constant's, the rounding
+// its weights get at load; a runtime value's, its final rounding point (P: Session::Plan).
+template <class P>
+Rounding exact_format(const P& p, int id, Precision precision) {
+  if (id < 0) return Rounding::kNone;
+  const ValueMeta& m = p.metas[std::size_t(id)];
+  return p.constants[std::size_t(id)] ? rounding_for(m.dtype, m.declared, precision) : p.rounding[std::size_t(id)];
+}
+
 // A tensor in its declared ONNX type -> storage type (narrow floats widen to float32).
 Tensor to_storage(const Tensor& t);
 // Storage float32 -> declared narrow float type (values are already representable).
@@ -153,6 +162,9 @@ struct Session::Plan {
     // A pure view op (Reshape and kin: the output holds the input's bytes, same type): when its
     // input dies at this step, the output takes over the input's buffer instead of a copy.
     bool view = false;
+    // Moves elements only (Reshape, Transpose, Slice, Concat, ...) of inputs already exact in its
+    // outputs' rounding: the outputs are too, and no rounding pass runs over them.
+    bool exact_outputs = false;
     // A device backend's kernel for the node (Backend::compile); null: the node runs on the CPU
     // (a fused step runs on the device when the device backend made its kernel).
     std::shared_ptr<StepKernel> kernel;

@@ -760,6 +760,31 @@ __global__ void __launch_bounds__(kAttThreads)
   }
 }
 
+// Attention's probabilities from stored scores, one block a row in softmax_rows_kernel's order:
+// each score rounded, scaled and rounded as the unfused MatMul, Mul/Div and Softmax round them,
+// the row's softmax, rounded to round_probs, stored as T (a 16-bit format it is then exact in).
+template <class T>
+__global__ void attention_probs_kernel(const float* s, T* p, i64 n, AttentionArgs a) {
+  __shared__ float sf[kThreads];
+  __shared__ double sd[kThreads];
+  const float* sr = s + i64(blockIdx.x) * n;
+  T* pr = p + i64(blockIdx.x) * n;
+  auto score = [&](i64 j) {
+    float x = round_as(sr[j], a.round_scores);
+    if (a.scale_kind == ScoreScale::kMul) x = x * a.scale;
+    else if (a.scale_kind == ScoreScale::kDiv) x = x / a.scale;
+    return round_as(x, a.round_scaled);
+  };
+  float m = -INFINITY;
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x) m = MaxF{}(m, score(j));
+  m = block_reduce(m, sf, MaxF{});
+  double sum = 0;
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x) sum += double(expf(score(j) - m));
+  sum = block_reduce(sum, sd, AddD{});
+  for (i64 j = threadIdx.x; j < n; j += blockDim.x)
+    pr[j] = store_as<T>(round_as(float(double(expf(score(j) - m)) / sum), a.round_probs));
+}
+
 __global__ void scale_kernel(const float* x, float* y, i64 n, bool divide, float c) {
   QEVAL_FOR(i, n) y[i] = divide ? x[i] / c : x[i] * c;
 }
@@ -1047,6 +1072,22 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
   else if (s.v_dim <= 128) two ? launch(attention_kernel<2, true>) : launch(attention_kernel<2, false>);
   else two ? launch(attention_kernel<4, true>) : launch(attention_kernel<4, false>);
   check_launch("attention");
+}
+
+void attention_probs(const AttentionShape& a, const float* scores, void* probs, std::int64_t rows, Stream st) {
+  if (rows <= 0 || a.kv_len <= 0) return;
+  if (rows > 0x7fffffff) throw std::logic_error("CUDA attention_probs: too many rows");
+  const AttentionArgs args{a.q_len, a.kv_len, int(a.head_dim), int(a.v_dim), a.scale_kind, a.scale,
+                           a.round_scores, a.round_scaled, a.round_probs};
+  const unsigned grid = unsigned(rows);
+  if (a.round_probs == RoundTo::kFp16)
+    attention_probs_kernel<<<grid, kThreads, 0, stream_of(st)>>>(scores, static_cast<__half*>(probs), a.kv_len, args);
+  else if (a.round_probs == RoundTo::kBf16)
+    attention_probs_kernel<<<grid, kThreads, 0, stream_of(st)>>>(scores, static_cast<__nv_bfloat16*>(probs),
+                                                                  a.kv_len, args);
+  else
+    attention_probs_kernel<<<grid, kThreads, 0, stream_of(st)>>>(scores, static_cast<float*>(probs), a.kv_len, args);
+  check_launch("attention_probs");
 }
 
 void scale(const float* x, float* y, std::int64_t n, bool divide, float c, Stream s) {

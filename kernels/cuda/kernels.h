@@ -165,6 +165,11 @@ bool attention_supported(const AttentionShape& s);
 // scores. FP32 without FMA, in a fixed order (the same bits every run). With round_probs the
 // probabilities are normalised and rounded before the product, as the unfused Softmax's output is.
 void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out, Stream st);
+// The probabilities of attention's stored scores (`rows` rows of kv_len, dense): each score
+// rounded, scaled and rounded as the shape says, the row's softmax (kc::softmax's order and
+// formula), rounded to round_probs and stored in that format (fp16 / bf16: 2 bytes an element,
+// exact), else as float (probs may then be scores). The middle of attention as two GEMMs.
+void attention_probs(const AttentionShape& a, const float* scores, void* probs, std::int64_t rows, Stream st);
 // y[i] = x[i] * c, or x[i] / c (divide): the elementwise Mul / Div by a scalar.
 void scale(const float* x, float* y, std::int64_t n, bool divide, float c, Stream s);
 

@@ -122,6 +122,34 @@ TEST(Backend, AGivenBackendRunsEveryStepWithTheCpuBits) {
   }
 }
 
+// fp16: a step that only moves elements of values already rounded (Reshape, Transpose, Concat)
+// stores them exact, so no rounding pass runs over its output: two roundings (the Sigmoids'
+// outputs), not five, and the CPU session's bits.
+TEST(Backend, StepsThatOnlyMoveRoundedValuesAreNotRoundedAgain) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2, 3, 4}).output("y", onnx::TensorProto::FLOAT);
+  b.initializer_i64("shape", {6, 4});
+  b.node("Sigmoid", {"x"}, {"a"}, "first");
+  b.node("Reshape", {"a", "shape"}, {"r"}, "reshape");
+  b.node("Transpose", {"r"}, {"t"}, "transpose");
+  auto* axis = b.node("Concat", {"t", "t"}, {"c"}, "concat").add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(0);
+  b.node("Sigmoid", {"c"}, {"y"}, "second");
+  const Graph g = b.graph();
+  std::vector<float> x(24);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.37f * float(i) - 4.0f;
+  const std::map<std::string, Tensor> in = {{"x", floats({2, 3, 4}, x)}};
+  auto counting = std::make_shared<CountingBackend>();
+  SessionOptions with{Precision::kFp16};
+  with.backend = counting;
+  Session through(g, with), cpu(g, SessionOptions{Precision::kFp16});
+  const Tensor got = through.run(in).at("y"), want = cpu.run(in).at("y");
+  EXPECT_EQ(0, std::memcmp(got.raw(), want.raw(), want.nbytes()));
+  EXPECT_EQ(counting->roundings, 2);
+}
+
 // A device whose memory is host memory behind the DeviceMemory interface: tensors there refuse
 // host access like a GPU's, so any path that reads device bytes on the host throws.
 class FakeMemory final : public DeviceMemory {

@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <cstring>
 #include <functional>
 #include <new>
@@ -453,12 +455,15 @@ void sgemm_batched(cublasHandle_t h, i64 m, i64 n, i64 k, const float* a, i64 sa
 // The 16-bit format operands i and j of a product are both exact in, if they share one (true:
 // bf16, false: fp16): the product may then run on tensor cores with the same products (one of two
 // fp16 or bf16 values is exact in FP32) and FP32 accumulation. QEVAL_CUDA_16BIT=off keeps FP32 SIMT.
-std::optional<bool> sixteen_bit(const Site& s, std::size_t i, std::size_t j) {
+bool sixteen_bit_off() {
   static const bool off = [] {
     const char* v = std::getenv("QEVAL_CUDA_16BIT");
     return v && std::string_view(v) == "off";
   }();
-  if (off || i >= s.exact.size() || j >= s.exact.size() || s.exact[i] != s.exact[j] ||
+  return off;
+}
+std::optional<bool> sixteen_bit(const Site& s, std::size_t i, std::size_t j) {
+  if (sixteen_bit_off() || i >= s.exact.size() || j >= s.exact.size() || s.exact[i] != s.exact[j] ||
       s.exact[i] == Rounding::kNone || !s.has(i) || !s.has(j))
     return std::nullopt;
   return s.exact[i] == Rounding::kBf16;
@@ -967,17 +972,39 @@ std::unique_ptr<StepKernel> compile_slabs(const Site& s, bool concat) {
 
 // ---- fused kernels ----------------------------------------------------------------------------------
 
-// MatMul(Q, K^T) -> [Mul | Div by a scalar] -> Softmax -> MatMul(., V) as one device kernel
-// (kc::attention: the scores never exist). Observed (run_all), the members' outputs come from the
-// kernels their nodes run (cuBLAS per entry, the scale, row softmax, rounding as the executor
-// rounds them) and the output from the same fused kernel as run(): the same bits either way.
+// Device memory the fused attention kernels of one backend share (their runs are serialised by the
+// memory's lock): 16-bit copies of Q, K^T and V, and a chunk of scores and probabilities.
+struct AttentionScratch {
+  std::shared_ptr<Tensor> buf;
+  char* get(CudaMemory& mem, std::size_t bytes) {
+    if (!buf || buf->nbytes() < bytes)
+      buf = nullptr, buf = std::make_shared<Tensor>(DType::kUInt8, Shape{i64(std::max<std::size_t>(bytes, 1))},
+                                                    mem.shared());
+    return static_cast<char*>(buf->device_data());
+  }
+};
+
+// MatMul(Q, K^T) -> [Mul | Div by a scalar] -> Softmax -> MatMul(., V) as one device step. Two
+// forms of the same arithmetic:
+// - as GEMMs (the default where Q, K^T and V are exact in the probabilities' 16-bit format, as in
+//   fp16/bf16 variants; QEVAL_CUDA_ATTENTION=gemm for every shape): the scores of a chunk of
+//   entries and rows (at most kScoreBytes) by cuBLAS, the probabilities by kc::attention_probs,
+//   their product with V by cuBLAS; 16-bit operands on tensor cores with FP32 sums where exact,
+//   else pedantic FP32. The scores exist only a chunk at a time.
+// - kc::attention (FP32 SIMT, flash style: the scores never exist), where the shape fits it.
+// Observed (run_all), the members' outputs come from the kernels their nodes run (the scores'
+// GEMM as compile_matmul runs it, the scale, row softmax, rounding as the executor rounds them)
+// and the output from the same computation as run(): the same bits either way.
 class CudaAttention final : public FusedKernel {
  public:
-  CudaAttention(const kernels::AttentionShape& shape, std::shared_ptr<CudaMemory> memory, cublasHandle_t blas)
-      : shape_(shape), memory_(std::move(memory)), blas_(blas) {}
+  static constexpr i64 kScoreBytes = i64(256) << 20;
+  CudaAttention(const kernels::AttentionShape& shape, std::shared_ptr<CudaMemory> memory, cublasHandle_t blas,
+                cublasHandle_t blas16, std::shared_ptr<AttentionScratch> scratch, bool gemms, std::optional<bool> sixteen)
+      : shape_(shape), memory_(std::move(memory)), blas_(blas), blas16_(blas16), scratch_(std::move(scratch)),
+        gemms_(gemms), half_(sixteen) {}
   void run(std::span<const Tensor* const> in, Tensor& out) override {
     const auto held = memory_->lock();
-    kc::attention(shape_, fptr(in[0]), fptr(in[1]), fptr(in[2]), fptr(&out), memory_->stream());
+    product(in, fptr(&out));
   }
   // outputs: the scores, [the scaled scores,] the probabilities, the output.
   void run_all(std::span<const Tensor* const> in, std::span<Tensor* const> outputs) override {
@@ -985,12 +1012,16 @@ class CudaAttention final : public FusedKernel {
     const kernels::AttentionShape& a = shape_;
     const std::size_t n = outputs.size();
     const i64 L = a.q_len, Lk = a.kv_len, d = a.head_dim, count = a.batch * L * Lk;
-    const float* q = fptr(in[0]);
-    const float* kt = fptr(in[1]);
     float* scores = fptr(outputs[0]);
     void* stream = memory_->stream();
-    // As the MatMul node runs it (compile_matmul).
-    sgemm_batched(blas_, L, Lk, d, q, L * d, kt, d * Lk, scores, L * Lk, a.batch);
+    // As the MatMul node runs it (compile_matmul: one strided-batched GEMM, 16-bit where exact).
+    if (half_) {
+      const Copies c = copies16(in);
+      gemm16(blas16_, *half_, false, false, L, Lk, d, 1.0f, c.q, d, c.kt, Lk, 0.0f, scores, Lk, a.batch, L * d,
+             d * Lk, L * Lk);
+    } else {
+      sgemm_batched(blas_, L, Lk, d, fptr(in[0]), L * d, fptr(in[1]), d * Lk, scores, L * Lk, a.batch);
+    }
     round(scores, count, a.round_scores);
     const float* x = scores;
     if (n == 4) {
@@ -1002,17 +1033,73 @@ class CudaAttention final : public FusedKernel {
     float* probs = fptr(outputs[n - 2]);
     kc::softmax(x, probs, a.batch * L, Lk, 1, false, stream);
     round(probs, count, a.round_probs);
-    kc::attention(shape_, q, kt, fptr(in[2]), fptr(outputs[n - 1]), stream);
+    product(in, fptr(outputs[n - 1]));
   }
 
  private:
+  // 16-bit copies of Q, K^T and V at the front of the scratch, and `extra` bytes after them.
+  struct Copies {
+    const void *q, *kt, *v;
+    char* rest;
+  };
+  Copies copies16(std::span<const Tensor* const> in, std::size_t extra = 0) {
+    const kernels::AttentionShape& a = shape_;
+    const i64 nq = a.batch * a.q_len * a.head_dim, nk = a.batch * a.head_dim * a.kv_len,
+              nv = a.batch * a.kv_len * a.v_dim;
+    const std::size_t front = std::size_t(2 * (nq + nk + nv) + 255) / 256 * 256;
+    char* q = scratch_->get(*memory_, front + extra);
+    char *k = q + 2 * nq, *v = k + 2 * nk;
+    kc::to_16bit(fptr(in[0]), q, nq, *half_, memory_->stream());
+    kc::to_16bit(fptr(in[1]), k, nk, *half_, memory_->stream());
+    kc::to_16bit(fptr(in[2]), v, nv, *half_, memory_->stream());
+    return {q, k, v, q + front};
+  }
+
+  void product(std::span<const Tensor* const> in, float* y) {
+    const kernels::AttentionShape& a = shape_;
+    if (!gemms_) return kc::attention(a, fptr(in[0]), fptr(in[1]), fptr(in[2]), y, memory_->stream());
+    const i64 L = a.q_len, Lk = a.kv_len, d = a.head_dim, dv = a.v_dim;
+    if (a.batch <= 0 || L <= 0 || dv <= 0) return;
+    // Chunks: whole entries while one fits the budget, else rows of one entry.
+    const i64 per_row = Lk * i64(sizeof(float)), rows = std::clamp<i64>(kScoreBytes / per_row, 1, L);
+    const i64 entries = rows < L ? 1 : std::clamp<i64>(kScoreBytes / (per_row * L), 1, a.batch);
+    const bool p16 = half_.has_value();
+    const std::size_t scores_bytes = std::size_t(entries * rows * per_row),
+                      probs_bytes = p16 ? std::size_t(entries * rows * Lk * 2) : 0;
+    const Copies c = p16 ? copies16(in, scores_bytes + probs_bytes) : Copies{};
+    char* chunk = p16 ? c.rest : scratch_->get(*memory_, scores_bytes);
+    float* s = reinterpret_cast<float*>(chunk);
+    void* p = p16 ? static_cast<void*>(chunk + scores_bytes) : static_cast<void*>(s);
+    for (i64 e0 = 0; e0 < a.batch; e0 += entries) {
+      const i64 ne = std::min(entries, a.batch - e0);
+      for (i64 r0 = 0; r0 < L; r0 += rows) {
+        const i64 nr = std::min(rows, L - r0), qa = e0 * L * d + r0 * d, ya = e0 * L * dv + r0 * dv;
+        if (p16) {
+          gemm16(blas16_, *half_, false, false, nr, Lk, d, 1.0f, at16(c.q, qa), d, at16(c.kt, e0 * d * Lk), Lk,
+                 0.0f, s, Lk, ne, L * d, d * Lk, nr * Lk);
+        } else {
+          sgemm_batched(blas_, nr, Lk, d, fptr(in[0]) + qa, L * d, fptr(in[1]) + e0 * d * Lk, d * Lk, s, nr * Lk, ne);
+        }
+        kc::attention_probs(a, s, p, ne * nr, memory_->stream());
+        if (p16) {
+          gemm16(blas16_, *half_, false, false, nr, dv, Lk, 1.0f, p, Lk, at16(c.v, e0 * Lk * dv), dv, 0.0f, y + ya, dv,
+                 ne, nr * Lk, Lk * dv, L * dv);
+        } else {
+          sgemm_batched(blas_, nr, dv, Lk, s, nr * Lk, fptr(in[2]) + e0 * Lk * dv, Lk * dv, y + ya, L * dv, ne);
+        }
+      }
+    }
+  }
   void round(float* p, i64 count, kernels::RoundTo r) {
     if (r == kernels::RoundTo::kFp16) kc::round_float16(p, count, memory_->stream());
     else if (r == kernels::RoundTo::kBf16) kc::round_bfloat16(p, count, memory_->stream());
   }
   kernels::AttentionShape shape_;
   std::shared_ptr<CudaMemory> memory_;
-  cublasHandle_t blas_;
+  cublasHandle_t blas_, blas16_;
+  std::shared_ptr<AttentionScratch> scratch_;
+  bool gemms_;                // the GEMM form (else kc::attention)
+  std::optional<bool> half_;  // 16-bit operands (true: bf16), else FP32
 };
 
 // A chain of elementwise ops (and a terminal 8-bit quantizer) as one device kernel: each stage the
@@ -1150,8 +1237,21 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<FusedKernel> attention(const kernels::AttentionShape& shape) override {
     const auto held = memory_->lock();
-    if (!kc::attention_supported(shape)) return nullptr;  // the nodes run one by one
-    return std::make_shared<CudaAttention>(shape, memory_, blas_);
+    if (shape.batch <= 0 || shape.q_len <= 0 || shape.kv_len <= 0 || shape.head_dim <= 0 || shape.v_dim <= 0)
+      return nullptr;  // the nodes run one by one
+    // 16-bit products where Q, K^T and V are exact in the format the probabilities are rounded to.
+    const bool exact16 = shape.inputs_exact != kernels::RoundTo::kNone && shape.inputs_exact == shape.round_probs;
+    std::optional<bool> half;
+    if (exact16 && !sixteen_bit_off()) half = shape.inputs_exact == kernels::RoundTo::kBf16;
+    static const std::string form = [] {
+      const char* v = std::getenv("QEVAL_CUDA_ATTENTION");
+      return std::string(v ? v : "");
+    }();
+    const bool gemms = form == "gemm" || (form != "fused" && half) || !kc::attention_supported(shape);
+    if (gemms && (shape.q_len > INT32_MAX || shape.kv_len > INT32_MAX || shape.batch > INT32_MAX))
+      return nullptr;  // the nodes run one by one
+    if (!attention_scratch_) attention_scratch_ = std::make_shared<AttentionScratch>();
+    return std::make_shared<CudaAttention>(shape, memory_, blas_, blas16_, attention_scratch_, gemms, half);
   }
   std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage> stages) override {
     return make_chain(stages, memory_);
@@ -1201,6 +1301,7 @@ class CudaBackend final : public Backend {
   }
 
   std::shared_ptr<CudaMemory> memory_;
+  std::shared_ptr<AttentionScratch> attention_scratch_;  // shared by the fused attention kernels
   cublasHandle_t blas_ = nullptr;
   cublasHandle_t blas16_ = nullptr;
   std::string name_;

@@ -66,13 +66,11 @@ TEST(SdxlFolder, ReadsEverySettingAsDiffusersDoes) {
   EXPECT_EQ(m.config.text_encoder_2.input_type, DType::kInt64);
 }
 
-// The PyTorch reference (tests/data/tiny_sdxl_random/reference/README.md), from the same seeded
-// noise: prompt embeddings, pooled embeddings and time ids as the UNet gets them, the latent after
-// every Euler step and the decoded image. ref0 has an empty negative prompt (zeros), ref1 a real one.
-TEST(SdxlReference, EveryStageMatchesThePyTorchPipeline) {
-  const Txt2ImgModels& models = tiny_sdxl_random();
+// The PyTorch reference (`dir`/README.md), from the same seeded noise: prompt embeddings, pooled
+// embeddings and time ids as the UNet gets them, the latent after every Euler step and the decoded
+// image. ref0 has an empty negative prompt (zeros), ref1 a real one.
+void expect_every_stage_as_pytorch(const Txt2ImgModels& models, const fs::path& dir) {
   const Txt2ImgSessions sessions = Txt2ImgSessions::create(models);
-  const fs::path dir = tiny_sdxl_random_dir() / "reference";
   for (int k = 0; k < 2; ++k) {
     const std::string ref_name = "ref" + std::to_string(k);
     const auto ref = read_json(dir / (ref_name + ".json"));
@@ -127,6 +125,16 @@ TEST(SdxlReference, EveryStageMatchesThePyTorchPipeline) {
                 e_pooled, psnr);
     EXPECT_GE(psnr, 120.0);
   }
+}
+
+TEST(SdxlReference, EveryStageMatchesThePyTorchPipeline) {
+  expect_every_stage_as_pytorch(tiny_sdxl_random(), tiny_sdxl_random_dir() / "reference");
+}
+
+// The shipped, trained tiny-sdxl (models/tiny-sdxl) against its references made from the same
+// checkpoint (tests/data/tiny_sdxl/reference, tools/ship_tiny_sdxl.sh).
+TEST(SdxlReference, TheShippedTinySdxlMatchesThePyTorchPipeline) {
+  expect_every_stage_as_pytorch(tiny_sdxl(), data_dir() / "tiny_sdxl" / "reference");
 }
 
 // The same run from the folder and from the equivalent pipeline.json (docs/pipelines.md, "SDXL"):

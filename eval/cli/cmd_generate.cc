@@ -61,12 +61,16 @@ int run_generate(const GenerateArgs& a) {
   if (!a.latent_out.empty()) datasets::write_npy(a.latent_out, r.final_latent);
 
   fmt::print("qeval generate: \"{}\" seed {} -> {} ({}x{})\n", a.prompt, a.seed, a.out, rgb.width, rgb.height);
-  // An SDXL VAE with force_upcast ran in FP32 whatever --precision said (as diffusers upcasts it).
+  // An SDXL VAE with force_upcast ran in FP32 whatever --precision said (as diffusers upcasts it),
+  // a float16 export of it widened to float32 first.
   const bool upcast = eval::txt2img_model_precision(models.config, eval::Txt2ImgModel::kVaeDecoder,
                                                     options.precision) != options.precision;
+  const char* vae_note = models.vae_decoder_widened ? " (vae_decoder fp32: force_upcast, float16 export widened)"
+                         : upcast                   ? " (vae_decoder fp32: force_upcast)"
+                                                    : "";
   fmt::print("  {} ({}), {} {} steps, guidance {:g}, {}{}{}\n", models.config.name, models.config.source.string(),
-             eval::scheduler_type_name(req.scheduler.type), req.steps, req.guidance_scale, a.precision,
-             upcast ? " (vae_decoder fp32: force_upcast)" : "", a.variant.empty() ? "" : ", variant " + a.variant);
+             eval::scheduler_type_name(req.scheduler.type), req.steps, req.guidance_scale, a.precision, vae_note,
+             a.variant.empty() ? "" : ", variant " + a.variant);
   fmt::print("  {:.0f} ms: text encoder {:.0f} ms, UNet {:.0f} ms ({:.1f} ms/step), VAE decoder {:.0f} ms\n",
              r.text_encoder_ms + r.unet_ms + r.vae_decoder_ms, r.text_encoder_ms, r.unet_ms, r.unet_ms / req.steps,
              r.vae_decoder_ms);

@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct RunArgs {
-  std::string config, out = "qeval-run", gate, shard;
+  std::string config, pipeline, prompts, out = "qeval-run", gate, shard;
   int count = 0;
   bool no_layers = false, fresh = false;
 };
@@ -37,7 +37,13 @@ std::string resume_command(const std::string& command_line) {
 }
 
 int run_run(const RunArgs& a, const Context& ctx) {
-  eval::RunSpec spec = a.config.empty() ? eval::default_run_config() : eval::read_run_config(a.config);
+  if (!a.config.empty() && !a.pipeline.empty())
+    throw InputError("give either --config or --pipeline, not both (a run config names its \"pipeline\")");
+  if (!a.prompts.empty() && a.pipeline.empty())
+    throw InputError("--prompts goes with --pipeline (a run config names its \"prompts\")");
+  eval::RunSpec spec = !a.pipeline.empty() ? eval::pipeline_run_config(a.pipeline, a.prompts)
+                       : a.config.empty()  ? eval::default_run_config()
+                                           : eval::read_run_config(a.config);
   if (a.count > 0) spec.count = a.count;
   if (a.no_layers) spec.observe.layers = false;
   if (!a.gate.empty()) spec.gate = a.gate;
@@ -154,6 +160,10 @@ Runner add_run(CLI::App& app) {
       "One qeval at a time writes into an --out folder (qeval.lock). Exit: 0 gate passed, 1 gate\n"
       "failed, 2 bad input or --out in use, 130/143 stopped by SIGINT/SIGTERM.");
   cmd->add_option("--config", a->config, "the run config (JSON, docs/run-config.md)");
+  cmd->add_option("--pipeline", a->pipeline,
+                  "instead of --config: a pipeline that lists its own variants (an export folder with a "
+                  "quantized UNet beside unet/, docs/pipelines.md), run against its models as written");
+  cmd->add_option("--prompts", a->prompts, "with --pipeline: the prompts (default: the pipeline's evaluation set)");
   cmd->add_option("--out", a->out, "output folder (default qeval-run)");
   cmd->add_option("--gate", a->gate, "gate file (docs/gate.md); overrides the config's \"gate\"");
   cmd->add_option("--count", a->count, "evaluate only the first N prompts (overrides the config's \"count\")")

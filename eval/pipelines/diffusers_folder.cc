@@ -1,6 +1,8 @@
 #include "eval/pipelines/diffusers_folder.h"
 
+#include <map>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "base/json_config.h"
@@ -155,12 +157,38 @@ TokenizerConfig read_tokenizer(const fs::path& dir) {
 
 // diffusers' SDXL prompt embeddings are hidden_states[-2]; optimum names the outputs
 // hidden_states.0 (the embeddings) .. hidden_states.<num_hidden_layers>.
-std::string penultimate_hidden_states(const fs::path& dir, const std::string& sub) {
-  const base::JsonConfig t = load_json(dir / sub / "config.json", "the " + sub + "'s settings");
+std::string penultimate_hidden_states(const base::JsonConfig& t) {
   if (!given(t, "num_hidden_layers")) t.fail("\"num_hidden_layers\" is missing (SDXL takes the penultimate layer)");
   const long long n = t.get_int("num_hidden_layers");
   if (n < 1 || n > 1000) child_of(t, "num_hidden_layers").fail("must be in [1, 1000]");
   return "hidden_states." + std::to_string(n - 1);
+}
+
+// Quantized UNet exports beside unet/, as the TensorRT demo (demo/Diffusion) and ModelOpt's diffusers
+// example leave them: a folder named after the UNet ("unet", or the demo's "unetxl") and a suffix
+// that says what was done to it ("unetxl-int8.l2.5.bs2.s30.c32.p1.0.a0.8", "unet_int8.l3.bs2.c32.p1.0.a0.8",
+// "unet.opt"), holding model.onnx (the demo before TensorRT 10.9, ModelOpt's --onnx-dir) or
+// model_optimized.onnx (the demo since 10.9). Folder name -> model file, sorted by name.
+std::map<std::string, fs::path> unet_exports_beside(const fs::path& dir) {
+  std::map<std::string, fs::path> found;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_directory(ec)) continue;
+    const std::string name = e.path().filename().string();
+    std::size_t stem = 0;
+    for (const char* s : {"unetxl", "unet"})
+      if (name.rfind(s, 0) == 0) {
+        stem = std::string(s).size();
+        break;
+      }
+    if (stem == 0 || name.size() <= stem + 1 || std::string("-_.").find(name[stem]) == std::string::npos) continue;
+    for (const char* file : {"model.onnx", "model_optimized.onnx"})
+      if (fs::is_regular_file(e.path() / file, ec)) {
+        found[name] = e.path() / file;
+        break;
+      }
+  }
+  return found;
 }
 
 }  // namespace
@@ -182,6 +210,7 @@ Txt2ImgConfig read_diffusers_txt2img(const fs::path& dir, std::optional<Schedule
         .fail("\"" + cls + "\" with a text_encoder_2/ folder: an SDXL export says \"StableDiffusionXLPipeline\"");
   Txt2ImgConfig c;
   long long pooled_width = 0;  // from unet/config.json, checked against text_encoder_2's projection_dim
+  std::optional<base::JsonConfig> text_encoder_2;  // SDXL: text_encoder_2/config.json
   c.source = dir / "model_index.json";
   c.name = fs::absolute(dir).lexically_normal().filename().string();
   if (c.name.empty()) c.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
@@ -195,8 +224,10 @@ Txt2ImgConfig read_diffusers_txt2img(const fs::path& dir, std::optional<Schedule
     c.tokenizer_2 = read_tokenizer(dir / "tokenizer_2");
     c.text_encoder_2.model = onnx_model(dir, "text_encoder_2");
     // prompt_embeds = hidden_states[-2] of both encoders: "hidden_states.<layers - 1>" in optimum's names.
-    c.text_encoder.output = penultimate_hidden_states(dir, "text_encoder");
-    c.text_encoder_2.output = penultimate_hidden_states(dir, "text_encoder_2");
+    c.text_encoder.output =
+        penultimate_hidden_states(load_json(dir / "text_encoder" / "config.json", "the text_encoder's settings"));
+    text_encoder_2 = load_json(dir / "text_encoder_2" / "config.json", "the text_encoder_2's settings");
+    c.text_encoder_2.output = penultimate_hidden_states(*text_encoder_2);
     c.text_encoder_2.pooled_output = "text_embeds";
     c.unet.text_embeds = "text_embeds";
     c.unet.time_ids = "time_ids";
@@ -204,6 +235,7 @@ Txt2ImgConfig read_diffusers_txt2img(const fs::path& dir, std::optional<Schedule
 
   c.text_encoder.model = onnx_model(dir, "text_encoder");
   c.unet.model = onnx_model(dir, "unet");
+  c.unet.variant_models = unet_exports_beside(dir);
   c.vae_decoder.model = onnx_model(dir, "vae_decoder");
 
   {
@@ -262,7 +294,7 @@ Txt2ImgConfig read_diffusers_txt2img(const fs::path& dir, std::optional<Schedule
   c.default_steps = 50;
   c.default_guidance_scale = sdxl ? 5.0 : 7.5;
   if (sdxl && pooled_width > 0) {
-    const base::JsonConfig t2 = load_json(dir / "text_encoder_2" / "config.json", "the second text encoder's settings");
+    const base::JsonConfig& t2 = *text_encoder_2;
     if (given(t2, "projection_dim") && t2.get_int("projection_dim") != pooled_width)
       child_of(t2, "projection_dim")
           .fail("is " + std::to_string(t2.get_int("projection_dim")) +

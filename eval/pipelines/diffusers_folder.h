@@ -13,6 +13,9 @@
 //   SDXL: tokenizer_2/, text_encoder_2/   the second encoder (hidden_states.<n-1> of both, text_embeds);
 //         unet/config.json                addition_embed_type "text_time" (text_embeds, time_ids inputs);
 //         vae_decoder/config.json         force_upcast
+//   unet<-|_|.><suffix>/model.onnx      a quantized UNet export beside the FP16 one (the TensorRT
+//   (or model_optimized.onnx)          demo's unet[xl]-int8.l3..., ModelOpt's --onnx-dir copied in):
+//                                      a variant of the UNet named after its folder ("variants")
 // Input types (input_ids, timestep) are the graphs' own (Txt2ImgModels::load reads them).
 #pragma once
 

@@ -212,12 +212,26 @@ const fs::path& ModelFiles::file_for(const std::string& variant, const std::stri
                    (names.empty() ? std::string("this model lists no variants") : "variants: " + join(names)) + ")");
 }
 
+std::vector<Txt2ImgModel> Txt2ImgConfig::models() const {
+  if (sdxl())
+    return {Txt2ImgModel::kTextEncoder, Txt2ImgModel::kTextEncoder2, Txt2ImgModel::kUnet, Txt2ImgModel::kVaeDecoder};
+  return {Txt2ImgModel::kTextEncoder, Txt2ImgModel::kUnet, Txt2ImgModel::kVaeDecoder};
+}
+
+const ModelFiles& Txt2ImgConfig::files(Txt2ImgModel m) const {
+  switch (m) {
+    case Txt2ImgModel::kTextEncoder: return text_encoder;
+    case Txt2ImgModel::kTextEncoder2: return text_encoder_2;
+    case Txt2ImgModel::kUnet: return unet;
+    case Txt2ImgModel::kVaeDecoder: break;
+  }
+  return vae_decoder;
+}
+
 std::vector<std::string> Txt2ImgConfig::variant_names() const {
   std::set<std::string> names;
-  for (const ModelFiles* m :
-       {static_cast<const ModelFiles*>(&text_encoder), static_cast<const ModelFiles*>(&text_encoder_2),
-        static_cast<const ModelFiles*>(&unet), static_cast<const ModelFiles*>(&vae_decoder)})
-    for (const auto& [k, _] : m->variant_models) names.insert(k);
+  for (Txt2ImgModel m : models())
+    for (const auto& [k, _] : files(m).variant_models) names.insert(k);
   return {names.begin(), names.end()};
 }
 
@@ -272,6 +286,12 @@ Txt2ImgConfig read_txt2img_config(const fs::path& dir_or_file, std::optional<Sch
     c.vae_decoder.scaling_factor = v.get_number("scaling_factor");
     if (!(c.vae_decoder.scaling_factor > 0)) at(v, "scaling_factor").fail("must be positive");
     c.vae_decoder.force_upcast = v.get_bool("force_upcast", false);
+    // diffusers' SD pipelines never read force_upcast (only SDXL's upcast the VAE): refused, not ignored.
+    if (c.vae_decoder.force_upcast && !c.sdxl())
+      at(v, "force_upcast")
+          .fail(
+              "only an SDXL pipeline (with \"text_encoder_2\") upcasts the VAE; for an FP32 VAE in an FP16 "
+              "variant give the run config's \"model_precision\": {\"vae_decoder\": \"fp32\"} (docs/run-config.md)");
   }
   {
     base::JsonConfig l = root.object("latent");

@@ -54,6 +54,9 @@ struct SchedulerConfig {
   double clip_sample_range = 1.0;
 };
 
+// The models of a txt2img pipeline (txt2img_model_name, eval/pipelines/txt2img.h, names them).
+enum class Txt2ImgModel { kTextEncoder, kUnet, kVaeDecoder, kTextEncoder2 };
+
 // The graph input/output names of one model and the file it is read from.
 struct ModelFiles {
   std::filesystem::path model;                                  // resolved against pipeline.json's folder
@@ -131,6 +134,10 @@ struct Txt2ImgConfig {
   std::vector<std::string> variant_names() const;  // every name under any model's "variants"
 
   bool sdxl() const { return !text_encoder_2.model.empty(); }
+  // The models of this pipeline in call order: text_encoder[, text_encoder_2], unet, vae_decoder.
+  std::vector<Txt2ImgModel> models() const;
+  // A model's files: its section of pipeline.json (or of the export folder).
+  const ModelFiles& files(Txt2ImgModel m) const;
   // The 6 add_time_ids values with the defaults filled in.
   std::vector<float> time_ids() const;
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "eval/exec/onnx_import.h"
+#include "eval/exec/widen.h"
 #include "eval/pipelines/noise.h"
 #include "eval/pipelines/scheduler.h"
 #include "kernels/error.h"
@@ -72,6 +73,13 @@ const std::vector<DType> kTimestepTypes = {DType::kInt64, DType::kInt32, DType::
 
 DType input_type(const Graph& g, const std::string& name) { return find_value(g.inputs, name)->dtype; }
 
+// The UNet's prediction: the output the config names, else a graph's only output whatever its name
+// (the TensorRT demo's and ModelOpt's UNet exports call it "latent", optimum's "out_sample").
+const std::string& unet_output_of(const Graph& g, const UnetConfig& c) {
+  if (!find_value(g.outputs, c.output) && g.outputs.size() == 1) return g.outputs[0].name;
+  return c.output;
+}
+
 // float32 values -> a tensor of the graph's declared float type.
 Tensor to_graph_float(const Tensor& t, DType declared) {
   if (declared == DType::kFloat32) return t;
@@ -136,28 +144,26 @@ std::string_view txt2img_model_name(Txt2ImgModel m) {
   return "?";
 }
 
-const std::shared_ptr<const Graph>& Txt2ImgModels::graph(Txt2ImgModel m) const {
+std::shared_ptr<const Graph> Txt2ImgModels::*Txt2ImgModels::member(Txt2ImgModel m) {
   switch (m) {
-    case Txt2ImgModel::kTextEncoder: return text_encoder;
-    case Txt2ImgModel::kTextEncoder2: return text_encoder_2;
-    case Txt2ImgModel::kUnet: return unet;
+    case Txt2ImgModel::kTextEncoder: return &Txt2ImgModels::text_encoder;
+    case Txt2ImgModel::kTextEncoder2: return &Txt2ImgModels::text_encoder_2;
+    case Txt2ImgModel::kUnet: return &Txt2ImgModels::unet;
     case Txt2ImgModel::kVaeDecoder: break;
   }
-  return vae_decoder;
+  return &Txt2ImgModels::vae_decoder;
 }
 
-std::vector<Txt2ImgModel> Txt2ImgModels::models() const {
-  if (config.sdxl())
-    return {Txt2ImgModel::kTextEncoder, Txt2ImgModel::kTextEncoder2, Txt2ImgModel::kUnet, Txt2ImgModel::kVaeDecoder};
-  return {Txt2ImgModel::kTextEncoder, Txt2ImgModel::kUnet, Txt2ImgModel::kVaeDecoder};
-}
+const std::shared_ptr<const Graph>& Txt2ImgModels::graph(Txt2ImgModel m) const { return this->*member(m); }
 
 Precision txt2img_model_precision(const Txt2ImgConfig& config, Txt2ImgModel model, Precision variant) {
   return model == Txt2ImgModel::kVaeDecoder && config.sdxl() && config.vae_decoder.force_upcast ? Precision::kFp32
                                                                                                 : variant;
 }
 
-std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgModel model, const fs::path& file) {
+std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgModel model, const fs::path& file,
+                                                bool* widened) {
+  if (widened) *widened = false;
   const std::string section(txt2img_model_name(model));
   require_file(file, key_of(c, section + ".model"));
   auto g = std::make_shared<const Graph>(load_onnx(file));
@@ -182,11 +188,17 @@ std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& c, Txt2ImgM
         inputs.push_back({c.unet.text_embeds, kFloatTypes});
         inputs.push_back({c.unet.time_ids, kFloatTypes});
       }
-      check_io(*g, c, section, inputs, {c.unet.output});
+      check_io(*g, c, section, inputs, {unet_output_of(*g, c.unet)});
       break;
     }
     case Txt2ImgModel::kVaeDecoder:
       check_io(*g, c, section, {{c.vae_decoder.input, kFloatTypes}}, {c.vae_decoder.output});
+      // diffusers' SDXL pipeline upcasts a VAE whose config says force_upcast (vae.to(float32)):
+      // an FP16 export (optimum-cli --fp16) then computes in FP32 from its FP16 weights.
+      if (c.sdxl() && c.vae_decoder.force_upcast && declares_narrow_floats(*g)) {
+        g = std::make_shared<const Graph>(widened_to_float32(*g));
+        if (widened) *widened = true;
+      }
       break;
   }
   return g;
@@ -222,14 +234,13 @@ Txt2ImgModels Txt2ImgModels::load(const fs::path& dir_or_file, const std::string
                        " differs from tokenizer's " + std::to_string(m.tokenizer.max_length()) +
                        " (SDXL concatenates both encoders' hidden states token by token)");
   }
-  auto file = [&](const ModelFiles& f) {
+  for (Txt2ImgModel model : c.models()) {
+    const ModelFiles& f = c.files(model);
     auto it = f.variant_models.find(variant);
-    return it == f.variant_models.end() ? f.model : it->second;
-  };
-  m.text_encoder = load_txt2img_graph(c, Txt2ImgModel::kTextEncoder, file(c.text_encoder));
-  if (c.sdxl()) m.text_encoder_2 = load_txt2img_graph(c, Txt2ImgModel::kTextEncoder2, file(c.text_encoder_2));
-  m.unet = load_txt2img_graph(c, Txt2ImgModel::kUnet, file(c.unet));
-  m.vae_decoder = load_txt2img_graph(c, Txt2ImgModel::kVaeDecoder, file(c.vae_decoder));
+    m.*Txt2ImgModels::member(model) =
+        load_txt2img_graph(c, model, it == f.variant_models.end() ? f.model : it->second,
+                           model == Txt2ImgModel::kVaeDecoder ? &m.vae_decoder_widened : nullptr);
+  }
   if (m.config.input_types_from_graphs) {
     // From here on (variants' graphs included) the types are the reference graphs' own.
     m.config.text_encoder.input_type = input_type(*m.text_encoder, c.text_encoder.input);
@@ -459,16 +470,16 @@ std::vector<std::string> Txt2ImgRun::texts() const {
 
 void Txt2ImgRun::encode(Session& text_encoder, ModelCallObserver* observer, std::string_view context,
                         Session* text_encoder_2) {
-  if (!models_.config.sdxl()) {
-    text_embeddings_ = encode_texts(models_, text_encoder, texts(), observer, context);
-    return;
-  }
+  encode_one(text_encoder, Txt2ImgModel::kTextEncoder, observer, context);
+  if (!models_.config.sdxl()) return;
   if (!text_encoder_2) throw std::invalid_argument("Txt2ImgRun::encode: an SDXL pipeline needs text_encoder_2");
-  for (auto [session, which] :
-       {std::pair{&text_encoder, Txt2ImgModel::kTextEncoder}, std::pair{text_encoder_2, Txt2ImgModel::kTextEncoder2}}) {
-    auto out = run_call(*session, encoder_inputs(session->graph(), which), observer, text_encoder_call(context, which));
-    set_text_embeddings(session->graph(), out, which);
-  }
+  encode_one(*text_encoder_2, Txt2ImgModel::kTextEncoder2, observer, context);
+}
+
+void Txt2ImgRun::encode_one(Session& session, Txt2ImgModel encoder, ModelCallObserver* observer,
+                            std::string_view context) {
+  auto out = run_call(session, encoder_inputs(session.graph(), encoder), observer, text_encoder_call(context, encoder));
+  set_text_embeddings(session.graph(), out, encoder);
 }
 
 std::map<std::string, Tensor> Txt2ImgRun::encoder_inputs(const Graph& text_encoder, Txt2ImgModel encoder) const {
@@ -552,10 +563,11 @@ Txt2ImgRun::Prediction Txt2ImgRun::prediction(const Graph& ug, std::map<std::str
   const Shape latent_shape = models_.config.latent_shape();
   const Shape sample_shape = {guided() ? 2 : 1, latent_shape[1], latent_shape[2], latent_shape[3]};
   Prediction p;
-  p.unet_output = take_output(out, ug, models_.config.unet.output);
+  const std::string& output = unet_output_of(ug, models_.config.unet);
+  p.unet_output = take_output(out, ug, output);
   if (p.unet_output.shape() != sample_shape)
-    throw InputError(ug.source + ": output '" + models_.config.unet.output + "' has shape " +
-                     shape_text(p.unet_output.shape()) + ", expected the sample's " + shape_text(sample_shape));
+    throw InputError(ug.source + ": output '" + output + "' has shape " + shape_text(p.unet_output.shape()) +
+                     ", expected the sample's " + shape_text(sample_shape));
   p.noise_pred = Tensor(DType::kFloat32, latent_shape);
   const auto n = static_cast<std::size_t>(p.noise_pred.numel());
   const float* e = p.unet_output.data<float>();

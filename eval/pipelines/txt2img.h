@@ -24,7 +24,7 @@
 
 namespace qeval::eval {
 
-enum class Txt2ImgModel { kTextEncoder, kUnet, kVaeDecoder, kTextEncoder2 };
+// Txt2ImgModel: eval/pipelines/pipeline_config.h.
 // "text_encoder", "unet", "vae_decoder", "text_encoder_2"
 std::string_view txt2img_model_name(Txt2ImgModel m);
 
@@ -34,11 +34,15 @@ struct Txt2ImgModels {
   Txt2ImgConfig config;
   ClipTokenizer tokenizer, tokenizer_2;
   std::shared_ptr<const Graph> text_encoder, unet, vae_decoder, text_encoder_2;
+  // An SDXL VAE export with float16/bfloat16 values under force_upcast: vae_decoder is that graph
+  // widened to float32 (as diffusers upcasts the VAE; load_txt2img_graph).
+  bool vae_decoder_widened = false;
 
-  // The models of this pipeline in call order: text_encoder[, text_encoder_2], unet, vae_decoder.
-  std::vector<Txt2ImgModel> models() const;
+  // The models of this pipeline in call order (Txt2ImgConfig::models).
+  std::vector<Txt2ImgModel> models() const { return config.models(); }
 
   const std::shared_ptr<const Graph>& graph(Txt2ImgModel m) const;
+  static std::shared_ptr<const Graph> Txt2ImgModels::*member(Txt2ImgModel m);
 
   // Reads pipeline.json (folder or file), the tokenizer and the models; `variant` picks, for each
   // model that lists it under "variants", that export instead of "model" ("" = the main models).
@@ -51,9 +55,10 @@ struct Txt2ImgModels {
 };
 
 // Loads one model file (e.g. a variant's Q/DQ UNet) and checks its inputs and outputs against the
-// config's names and types.
+// config's names and types. An SDXL VAE decoder under force_upcast that declares float16/bfloat16
+// values comes back widened to float32 (eval/exec/widen.h), `*widened` set.
 std::shared_ptr<const Graph> load_txt2img_graph(const Txt2ImgConfig& config, Txt2ImgModel model,
-                                                const std::filesystem::path& file);
+                                                const std::filesystem::path& file, bool* widened = nullptr);
 
 // One session per model. Session is not thread-safe: one Txt2ImgSessions per thread. Any pointer may
 // be replaced between runs (e.g. only the UNet differs between two variants); each keeps its graph
@@ -141,6 +146,9 @@ class Txt2ImgRun {
   // Runs the text encoder(s) (model calls "text_encoder", then "text_encoder_2" for SDXL).
   void encode(Session& text_encoder, ModelCallObserver* observer = nullptr, std::string_view context = {},
               Session* text_encoder_2 = nullptr);
+  // One encoder of encode(): its call (text_encoder_call(context, encoder)) and its embeddings.
+  void encode_one(Session& session, Txt2ImgModel encoder, ModelCallObserver* observer = nullptr,
+                  std::string_view context = {});
   // encode() in two parts per encoder, as unet_inputs()/prediction() below: an encoder's inputs
   // (model call text_encoder_call()), then the embeddings from its outputs. The embeddings exist
   // once every encoder of the pipeline has given its outputs.

@@ -30,6 +30,10 @@ struct PipelineKind {
   bool judged_outputs = false;     // "outputs" (per-output metrics)
   bool pipeline_variants = false;  // a variant's "pipeline_variant" (pipeline.json "variants")
   std::string inputs_required;     // non-empty: "inputs" is required, and this is the message without it
+  // The variants the pipeline itself lists (pipeline.json "variants", an export folder's quantized
+  // UNets), for a run config without "variants": the reference and one variant per name. Null or
+  // empty: "variants" is required.
+  std::function<std::vector<std::string>(const RunSpec& spec)> listed_variants;
   // Whether the config's "pipeline" (an existing file or folder) is of this kind. Kinds are asked in
   // registration order; a claim may throw an InputError for a file of its format that is broken.
   std::function<bool(const std::filesystem::path& pipeline)> claims;

@@ -217,8 +217,21 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
   if (root.has("scheduler")) s.scheduler = parse_scheduler_type(root.get_choice("scheduler", {"ddim", "euler"}));
   if (root.has("negative_prompt")) s.negative_prompt = root.get_string("negative_prompt");
 
-  if (!root.has("variants")) root.fail("missing required key 'variants'");
-  for (const auto& v : root.array_of_objects("variants")) s.variants.push_back(parse_variant(v, kind));
+  if (root.has("variants")) {
+    for (const auto& v : root.array_of_objects("variants")) s.variants.push_back(parse_variant(v, kind));
+  } else {
+    // The pipeline's own variants (an export folder's quantized UNet beside the FP16 one), each
+    // against the pipeline's models as written.
+    const std::vector<std::string> listed = kind.listed_variants ? kind.listed_variants(s) : std::vector<std::string>{};
+    if (listed.empty())
+      root.fail("missing required key 'variants' (" + s.pipeline.string() + " lists no variants of its own)");
+    s.variants.push_back(VariantSpec{std::string(kListedReference), Precision::kFp32, {}, {}, {}, {}});
+    for (const std::string& name : listed) {
+      if (name == kListedReference)
+        child_of(root, "pipeline").fail("lists a variant named '" + name + "', the reference's name; give 'variants'");
+      s.variants.push_back(VariantSpec{name, Precision::kFp32, {}, {}, name, {}});
+    }
+  }
   s.reference = root.get_string("reference", "");
   check_variants(s, root);
 
@@ -262,6 +275,12 @@ RunSpec parse_run_config(const std::string& text, const fs::path& source) {
     }
   }
   return s;
+}
+
+RunSpec pipeline_run_config(const fs::path& pipeline, const fs::path& prompts) {
+  nlohmann::json j = {{"pipeline", fs::absolute(pipeline).string()}};
+  if (!prompts.empty()) j["prompts"] = fs::absolute(prompts).string();
+  return parse_run_config(j.dump(), "--pipeline");
 }
 
 RunSpec read_run_config(const fs::path& path) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "eval/exec/session.h"
@@ -104,6 +105,13 @@ struct RunSpec {
 // names, an unknown reference, a variant with both a recipe and an export, a missing file.
 RunSpec read_run_config(const std::filesystem::path& path);
 RunSpec parse_run_config(const std::string& json_text, const std::filesystem::path& source);
+
+// A run config without "variants" names the pipeline's own (PipelineKind::listed_variants):
+// this reference, in FP32 (the pipeline's models as written), then one variant per listed name.
+inline constexpr std::string_view kListedReference = "reference";
+// `qeval run --pipeline DIR [--prompts FILE]`: the config {"pipeline": DIR, "prompts": FILE}, so the
+// pipeline's listed variants against its reference, every prompt, seed 0, no gate file.
+RunSpec pipeline_run_config(const std::filesystem::path& pipeline, const std::filesystem::path& prompts);
 
 // The shipped default: tiny-sd, fp32 reference, fp16 (and the shipped int8/fp8 recipes when
 // present), the first 8 prompts of its evaluation set, seed 0.

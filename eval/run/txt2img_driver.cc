@@ -80,7 +80,11 @@ class Txt2ImgDriver : public RunDriver {
                   {"negative_prompt", base_.negative_prompt},
                   {"prompts", std::to_string(prompts_.size())}};
     if (c.sdxl() && c.vae_decoder.force_upcast)
-      d.settings.push_back({"vae_decoder", "fp32 in every variant (force_upcast) unless its model_precision names it"});
+      d.settings.push_back(
+          {"vae_decoder",
+           std::string("fp32 in every variant (force_upcast") +
+               (models_.vae_decoder_widened ? "; its float16 export widened to float32, as diffusers upcasts it" : "") +
+               ") unless its model_precision names it"});
   }
 
   std::shared_ptr<const Graph> reference_graph(const std::string& model) const override { return graph(model); }
@@ -96,24 +100,19 @@ class Txt2ImgDriver : public RunDriver {
   std::map<std::string, std::shared_ptr<const Graph>> variant_graphs(const VariantSpec& v) const override {
     std::map<std::string, std::shared_ptr<const Graph>> out;
     const Txt2ImgConfig& c = models_.config;
-    std::vector<std::pair<Txt2ImgModel, const ModelFiles*>> all;
-    for (Txt2ImgModel m : models_.models())
-      all.emplace_back(m, m == Txt2ImgModel::kTextEncoder    ? static_cast<const ModelFiles*>(&c.text_encoder)
-                          : m == Txt2ImgModel::kTextEncoder2 ? &c.text_encoder_2
-                          : m == Txt2ImgModel::kUnet         ? static_cast<const ModelFiles*>(&c.unet)
-                                                             : &c.vae_decoder);
     if (!v.pipeline_variant.empty()) {
       const auto names = c.variant_names();
       if (std::find(names.begin(), names.end(), v.pipeline_variant) == names.end())
         throw InputError(
             fmt::format("variant '{}': {} lists no variant '{}'", v.name, c.source.string(), v.pipeline_variant));
     }
-    for (const auto& [m, files] : all) {
+    for (Txt2ImgModel m : models_.models()) {
       const std::string name(txt2img_model_name(m));
+      const ModelFiles& files = c.files(m);
       if (auto it = v.onnx.find(name); it != v.onnx.end()) {
         out[name] = load_txt2img_graph(c, m, it->second);
-      } else if (auto pv = files->variant_models.find(v.pipeline_variant);
-                 !v.pipeline_variant.empty() && pv != files->variant_models.end()) {
+      } else if (auto pv = files.variant_models.find(v.pipeline_variant);
+                 !v.pipeline_variant.empty() && pv != files.variant_models.end()) {
         out[name] = load_txt2img_graph(c, m, pv->second);
       } else {
         out[name] = graph(name);
@@ -252,14 +251,7 @@ class Txt2ImgDriver : public RunDriver {
             timed(v, [&] { runs[v].set_text_embeddings((th.sessions[v].*member)->graph(), outputs[v], e); });
         } else {
           for (std::size_t v : encoding) {
-            timed(v, [&] {
-              Session& session = *(th.sessions[v].*member);
-              auto encoded =
-                  session.run(runs[v].encoder_inputs(session.graph(), e),
-                              observer(v) ? observer(v)->begin(Txt2ImgRun::text_encoder_call(info.id, e)) : nullptr);
-              if (observer(v)) observer(v)->end(Txt2ImgRun::text_encoder_call(info.id, e), encoded);
-              runs[v].set_text_embeddings(session.graph(), encoded, e);
-            });
+            timed(v, [&] { runs[v].encode_one(*(th.sessions[v].*member), e, observer(v), info.id); });
             if (v == r) local_errors();
           }
         }
@@ -374,10 +366,8 @@ class Txt2ImgDriver : public RunDriver {
 
  private:
   std::shared_ptr<const Graph> graph(const std::string& model) const {
-    if (model == "text_encoder") return models_.text_encoder;
-    if (model == "text_encoder_2" && models_.text_encoder_2) return models_.text_encoder_2;
-    if (model == "unet") return models_.unet;
-    if (model == "vae_decoder") return models_.vae_decoder;
+    for (Txt2ImgModel m : models_.models())
+      if (txt2img_model_name(m) == model) return models_.graph(m);
     throw std::invalid_argument("txt2img has no model " + model);
   }
 
@@ -403,6 +393,9 @@ PipelineKind txt2img_pipeline_kind() {
   k.denoising = true;
   k.pipeline_variants = true;
   k.claims = [](const fs::path& p) { return pipeline_json_has_task(p, "txt2img"); };
+  k.listed_variants = [](const RunSpec& spec) {
+    return read_txt2img_config(spec.pipeline, spec.scheduler).variant_names();
+  };
   k.load = [](const RunSpec& spec) -> std::unique_ptr<RunDriver> { return std::make_unique<Txt2ImgDriver>(spec); };
   return k;
 }

@@ -141,6 +141,7 @@ struct Im2colChunk {
   alignas(64) std::uint8_t index[64];  // column t's byte: index[t] of the 128 loaded from src
   std::int64_t offset, src;            // the first column (within the task's rows) and its source
   int len, span;                       // columns; bytes loaded (last source - src + 1)
+  __mmask64 load0, load1, store;       // the bytes of the two loads and of the store (from span, len)
 };
 
 // The chunks of a task's runs (the same for every im2col row: only the tap's base moves).
@@ -160,6 +161,12 @@ void im2col_chunks(const std::vector<Im2colRun>& runs, std::int64_t s, std::vect
       c.index[c.len++] = std::uint8_t(src - c.src);
       c.span = int(src - c.src) + 1;
     }
+  auto low_bits = [](int n) { return n >= 64 ? ~__mmask64(0) : n <= 0 ? __mmask64(0) : (__mmask64(1) << n) - 1; };
+  for (Im2colChunk& c : chunks) {
+    c.load0 = low_bits(c.span);
+    c.load1 = low_bits(c.span - 64);
+    c.store = low_bits(c.len);
+  }
 }
 
 // Worth it where there are fewer chunks than runs (short output rows); long rows copy runs.
@@ -169,13 +176,9 @@ bool use_chunks(const std::vector<Im2colRun>& runs, const std::vector<Im2colChun
 
 void im2col_row_chunks(const std::int8_t* base, const std::vector<Im2colChunk>& chunks, std::int8_t* dst) {
   for (const Im2colChunk& c : chunks) {
-    const __mmask64 m0 = c.span >= 64 ? ~__mmask64(0) : (__mmask64(1) << c.span) - 1;
-    const __mmask64 m1 = c.span <= 64 ? __mmask64(0) : c.span >= 128 ? ~__mmask64(0) : (__mmask64(1) << (c.span - 64)) - 1;
-    const __m512i lo = _mm512_maskz_loadu_epi8(m0, base + c.src);
-    const __m512i hi = _mm512_maskz_loadu_epi8(m1, base + c.src + 64);
-    const __m512i v = _mm512_permutex2var_epi8(lo, _mm512_load_si512(c.index), hi);
-    const __mmask64 out = c.len == 64 ? ~__mmask64(0) : (__mmask64(1) << c.len) - 1;
-    _mm512_mask_storeu_epi8(dst + c.offset, out, v);
+    const __m512i lo = _mm512_maskz_loadu_epi8(c.load0, base + c.src);
+    const __m512i hi = _mm512_maskz_loadu_epi8(c.load1, base + c.src + 64);
+    _mm512_mask_storeu_epi8(dst + c.offset, c.store, _mm512_permutex2var_epi8(lo, _mm512_load_si512(c.index), hi));
   }
 }
 #endif

@@ -84,14 +84,34 @@ PaddedGroup pad_group(const Geometry3& g, const std::int8_t* xg, std::int64_t cg
     pg.data = xg;
     return pg;
   }
-  // The whole group filled with the pad value by one memset, then the input rows copied in with
-  // inline moves: tiny-sd's 16- and 8-byte rows cost three libc calls each when every row's
-  // borders were set on their own (a quarter of the int8 conv's time outside the GEMM).
   const std::int64_t wp = pg.dims[2], left = g.pb[2], rows_in = g.in[0] * g.in[1];
   const std::int64_t plane = pg.plane(), width = g.in[2];
   storage.resize(std::size_t(cg * plane));
   std::int8_t* const out = storage.data();
-  std::memset(out, static_cast<unsigned char>(pad_value), storage.size());
+  const unsigned char pad = static_cast<unsigned char>(pad_value);
+  if (width >= 64) {
+    // Long rows: each byte written once, the borders by memset.
+    const std::int64_t right = wp - left - width;
+    std::int8_t* dst = out;
+    for (std::int64_t c = 0; c < cg; ++c)
+      for (std::int64_t z = 0; z < pg.dims[0]; ++z)
+        for (std::int64_t y = 0; y < pg.dims[1]; ++y, dst += wp) {
+          const std::int64_t id = z - g.pb[0], ih = y - g.pb[1];
+          if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+            std::memset(dst, pad, std::size_t(wp));
+            continue;
+          }
+          std::memset(dst, pad, std::size_t(left));
+          std::memcpy(dst + left, xg + ((c * g.in[0] + id) * g.in[1] + ih) * width, std::size_t(width));
+          std::memset(dst + left + width, pad, std::size_t(right));
+        }
+    pg.data = storage.data();
+    return pg;
+  }
+  // Short rows: the whole group filled with the pad value by one memset, then the input rows
+  // copied in with inline moves: tiny-sd's 16- and 8-byte rows cost three libc calls each when
+  // every row's borders were set on their own (a quarter of the int8 conv's time outside the GEMM).
+  std::memset(out, pad, storage.size());
   // Where input row (id, ih) starts in a padded plane.
   const std::int64_t first = (g.pb[0] * pg.dims[1] + g.pb[1]) * wp + left;
   for (std::int64_t c = 0; c < cg; ++c) {
@@ -169,9 +189,10 @@ void im2col_chunks(const std::vector<Im2colRun>& runs, std::int64_t s, std::vect
   }
 }
 
-// Worth it where there are fewer chunks than runs (short output rows); long rows copy runs.
+// Worth it where a chunk replaces two runs or more (output rows of at most ~32 columns); longer
+// rows copy runs (PP-OCRv4 det's 40-column rows were slower chunked).
 bool use_chunks(const std::vector<Im2colRun>& runs, const std::vector<Im2colChunk>& chunks) {
-  return chunks.size() < runs.size();
+  return chunks.size() * 2 <= runs.size();
 }
 
 void im2col_row_chunks(const std::int8_t* base, const std::vector<Im2colChunk>& chunks, std::int8_t* dst) {
@@ -302,9 +323,14 @@ void pack_im2col(const Geometry3& g, const PaddedGroup& padded, std::int64_t k, 
   thread_local std::vector<Im2colRun> runs;
   im2col_runs(g, padded, j_begin, j_end, runs);
 #if QEVAL_INT8_CONV_VBMI
+  // Only output rows of at most 32 columns can give a chunk two runs or more; longer ones do not
+  // pay for listing every column (PP-OCRv4 det's im2col was 10% slower doing it per block).
   thread_local std::vector<Im2colChunk> chunks;
-  im2col_chunks(runs, g.s[2], chunks);
-  const bool chunked = use_chunks(runs, chunks);
+  bool chunked = false;
+  if (g.out[2] <= 32) {
+    im2col_chunks(runs, g.s[2], chunks);
+    chunked = use_chunks(runs, chunks);
+  }
 #endif
   const std::int64_t panel_bytes = out.k_groups() * kInt8NR * 4;
   Im2colTap tap{0, 0, 0, 0};  // row q's tap, advanced row by row (no divisions per row)

@@ -206,8 +206,7 @@ void im2col_row_chunks(const std::int8_t* base, const std::vector<Im2colChunk>& 
 
 // Where tap (c, kd, kh, kw) of the first output position sits in the padded group.
 inline const std::int8_t* tap_base(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap) {
-  return pg.data + tap.c * pg.plane() + (tap.kd * g.d[0] * pg.dims[1] + tap.kh * g.d[1]) * pg.dims[2] +
-         tap.kw * g.d[2];
+  return pg.data + tap.c * pg.plane() + (tap.kd * g.d[0] * pg.dims[1] + tap.kh * g.d[1]) * pg.dims[2] + tap.kw * g.d[2];
 }
 
 // Row (c, kd, kh, kw) of the im2col matrix of one channel group over a task's runs, into dst.

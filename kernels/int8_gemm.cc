@@ -199,7 +199,8 @@ void pack_a_panel(const std::int8_t* a, std::int64_t lda, int mr, std::int64_t k
     // t[12 + c].
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      const __m512i even01 = _mm512_shuffle_i32x4(t[c], t[4 + c], 0x88), odd01 = _mm512_shuffle_i32x4(t[c], t[4 + c], 0xdd);
+      const __m512i even01 = _mm512_shuffle_i32x4(t[c], t[4 + c], 0x88),
+                    odd01 = _mm512_shuffle_i32x4(t[c], t[4 + c], 0xdd);
       const __m512i even23 = _mm512_shuffle_i32x4(t[8 + c], t[12 + c], 0x88);
       const __m512i odd23 = _mm512_shuffle_i32x4(t[8 + c], t[12 + c], 0xdd);
       const __m512i col[4] = {_mm512_shuffle_i32x4(even01, even23, 0x88), _mm512_shuffle_i32x4(odd01, odd23, 0x88),

@@ -175,6 +175,12 @@ BENCHMARK(BM_Int8Gemm)
     ->Args({512, 512, 512, 1})
     ->Args({1024, 1024, 1024, 1})
     ->Args({4096, 320, 320, 1})
+    // tiny-sd's linear layers (tokens x channels): 64-768 columns, k 64-384
+    ->Args({512, 64, 64, 1})
+    ->Args({512, 512, 64, 1})
+    ->Args({512, 64, 256, 1})
+    ->Args({128, 96, 96, 1})
+    ->Args({128, 768, 96, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Int8GemmPortable)

@@ -19,6 +19,9 @@
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512F__)
 #include <immintrin.h>
 #define QEVAL_INT8_CONV_AVX512 1
+#if defined(__AVX512VBMI__)
+#define QEVAL_INT8_CONV_VBMI 1
+#endif
 #endif
 
 namespace qeval::kernels {
@@ -81,22 +84,42 @@ PaddedGroup pad_group(const Geometry3& g, const std::int8_t* xg, std::int64_t cg
     pg.data = xg;
     return pg;
   }
-  const std::int64_t wp = pg.dims[2], left = g.pb[2], right = wp - left - g.in[2];
-  storage.resize(std::size_t(cg * pg.plane()));
-  std::int8_t* dst = storage.data();
+  const std::int64_t wp = pg.dims[2], left = g.pb[2], rows_in = g.in[0] * g.in[1];
+  const std::int64_t plane = pg.plane(), width = g.in[2];
+  storage.resize(std::size_t(cg * plane));
+  std::int8_t* const out = storage.data();
   const unsigned char pad = static_cast<unsigned char>(pad_value);
-  for (std::int64_t c = 0; c < cg; ++c)
-    for (std::int64_t z = 0; z < pg.dims[0]; ++z)
-      for (std::int64_t y = 0; y < pg.dims[1]; ++y, dst += wp) {
-        const std::int64_t id = z - g.pb[0], ih = y - g.pb[1];
-        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
-          std::memset(dst, pad, std::size_t(wp));
-          continue;
+  if (width >= 64) {
+    // Long rows: each byte written once, the borders by memset.
+    const std::int64_t right = wp - left - width;
+    std::int8_t* dst = out;
+    for (std::int64_t c = 0; c < cg; ++c)
+      for (std::int64_t z = 0; z < pg.dims[0]; ++z)
+        for (std::int64_t y = 0; y < pg.dims[1]; ++y, dst += wp) {
+          const std::int64_t id = z - g.pb[0], ih = y - g.pb[1];
+          if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+            std::memset(dst, pad, std::size_t(wp));
+            continue;
+          }
+          std::memset(dst, pad, std::size_t(left));
+          std::memcpy(dst + left, xg + ((c * g.in[0] + id) * g.in[1] + ih) * width, std::size_t(width));
+          std::memset(dst + left + width, pad, std::size_t(right));
         }
-        std::memset(dst, pad, std::size_t(left));
-        std::memcpy(dst + left, xg + ((c * g.in[0] + id) * g.in[1] + ih) * g.in[2], std::size_t(g.in[2]));
-        std::memset(dst + left + g.in[2], pad, std::size_t(right));
-      }
+    pg.data = storage.data();
+    return pg;
+  }
+  // Short rows: the whole group filled with the pad value by one memset, then the input rows
+  // copied in with inline moves: tiny-sd's 16- and 8-byte rows cost three libc calls each when
+  // every row's borders were set on their own (a quarter of the int8 conv's time outside the GEMM).
+  std::memset(out, pad, storage.size());
+  // Where input row (id, ih) starts in a padded plane.
+  const std::int64_t first = (g.pb[0] * pg.dims[1] + g.pb[1]) * wp + left;
+  for (std::int64_t c = 0; c < cg; ++c) {
+    const std::int8_t* src = xg + c * rows_in * width;
+    std::int8_t* dst = out + c * plane + first;
+    for (std::int64_t id = 0; id < g.in[0]; ++id, dst += pg.dims[1] * wp)
+      for (std::int64_t ih = 0; ih < g.in[1]; ++ih, src += width) copy_bytes(dst + ih * wp, src, width);
+  }
   pg.data = storage.data();
   return pg;
 }
@@ -129,11 +152,67 @@ struct Im2colTap {
   std::int64_t c, kd, kh, kw;
 };
 
+#if QEVAL_INT8_CONV_VBMI
+// Up to 64 consecutive im2col columns whose sources lie within 128 bytes of one another in the
+// padded plane: one vpermi2b over two (masked) 64-byte loads gathers them, wherever the row breaks
+// and whatever the stride. Short output rows (tiny-sd's 16 and 8 positions) otherwise cost a run
+// copy per 8 or 16 bytes.
+struct Im2colChunk {
+  alignas(64) std::uint8_t index[64];  // column t's byte: index[t] of the 128 loaded from src
+  std::int64_t offset, src;            // the first column (within the task's rows) and its source
+  int len, span;                       // columns; bytes loaded (last source - src + 1)
+  __mmask64 load0, load1, store;       // the bytes of the two loads and of the store (from span, len)
+};
+
+// The chunks of a task's runs (the same for every im2col row: only the tap's base moves).
+void im2col_chunks(const std::vector<Im2colRun>& runs, std::int64_t s, std::vector<Im2colChunk>& chunks) {
+  chunks.clear();
+  for (const Im2colRun& run : runs)
+    for (std::int64_t u = 0; u < run.len; ++u) {
+      const std::int64_t src = run.src + u * s;
+      if (chunks.empty() || chunks.back().len == 64 || src - chunks.back().src >= 128) {
+        chunks.emplace_back();
+        Im2colChunk& c = chunks.back();
+        c.offset = run.offset + u;
+        c.src = src;
+        c.len = 0;
+      }
+      Im2colChunk& c = chunks.back();
+      c.index[c.len++] = std::uint8_t(src - c.src);
+      c.span = int(src - c.src) + 1;
+    }
+  auto low_bits = [](int n) { return n >= 64 ? ~__mmask64(0) : n <= 0 ? __mmask64(0) : (__mmask64(1) << n) - 1; };
+  for (Im2colChunk& c : chunks) {
+    c.load0 = low_bits(c.span);
+    c.load1 = low_bits(c.span - 64);
+    c.store = low_bits(c.len);
+  }
+}
+
+// Worth it where a chunk replaces two runs or more (output rows of at most ~32 columns); longer
+// rows copy runs (PP-OCRv4 det's 40-column rows were slower chunked).
+bool use_chunks(const std::vector<Im2colRun>& runs, const std::vector<Im2colChunk>& chunks) {
+  return chunks.size() * 2 <= runs.size();
+}
+
+void im2col_row_chunks(const std::int8_t* base, const std::vector<Im2colChunk>& chunks, std::int8_t* dst) {
+  for (const Im2colChunk& c : chunks) {
+    const __m512i lo = _mm512_maskz_loadu_epi8(c.load0, base + c.src);
+    const __m512i hi = _mm512_maskz_loadu_epi8(c.load1, base + c.src + 64);
+    _mm512_mask_storeu_epi8(dst + c.offset, c.store, _mm512_permutex2var_epi8(lo, _mm512_load_si512(c.index), hi));
+  }
+}
+#endif
+
+// Where tap (c, kd, kh, kw) of the first output position sits in the padded group.
+inline const std::int8_t* tap_base(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap) {
+  return pg.data + tap.c * pg.plane() + (tap.kd * g.d[0] * pg.dims[1] + tap.kh * g.d[1]) * pg.dims[2] + tap.kw * g.d[2];
+}
+
 // Row (c, kd, kh, kw) of the im2col matrix of one channel group over a task's runs, into dst.
 void im2col_row(const Geometry3& g, const PaddedGroup& pg, const Im2colTap& tap, const std::vector<Im2colRun>& runs,
                 std::int8_t* dst) {
-  const std::int8_t* base =
-      pg.data + tap.c * pg.plane() + (tap.kd * g.d[0] * pg.dims[1] + tap.kh * g.d[1]) * pg.dims[2] + tap.kw * g.d[2];
+  const std::int8_t* base = tap_base(g, pg, tap);
   const std::int64_t s = g.s[2];
   if (s == 1) {
     for (const Im2colRun& run : runs) copy_bytes(dst + run.offset, base + run.src, run.len);
@@ -242,12 +321,27 @@ void pack_im2col(const Geometry3& g, const PaddedGroup& padded, std::int64_t k, 
   for (std::int8_t* r : rows) std::memset(r + n, 0, std::size_t(width - n));  // columns past n stay 0
   thread_local std::vector<Im2colRun> runs;
   im2col_runs(g, padded, j_begin, j_end, runs);
+#if QEVAL_INT8_CONV_VBMI
+  // Only output rows of at most 32 columns can give a chunk two runs or more; longer ones do not
+  // pay for listing every column (PP-OCRv4 det's im2col was 10% slower doing it per block).
+  thread_local std::vector<Im2colChunk> chunks;
+  bool chunked = false;
+  if (g.out[2] <= 32) {
+    im2col_chunks(runs, g.s[2], chunks);
+    chunked = use_chunks(runs, chunks);
+  }
+#endif
   const std::int64_t panel_bytes = out.k_groups() * kInt8NR * 4;
   Im2colTap tap{0, 0, 0, 0};  // row q's tap, advanced row by row (no divisions per row)
   for (std::int64_t q0 = 0; q0 < k; q0 += 4) {
     for (int r = 0; r < 4; ++r) {
       if (q0 + r < k) {
+#if QEVAL_INT8_CONV_VBMI
+        if (chunked) im2col_row_chunks(tap_base(g, padded, tap), chunks, rows[r]);
+        else im2col_row(g, padded, tap, runs, rows[r]);
+#else
         im2col_row(g, padded, tap, runs, rows[r]);
+#endif
         if (++tap.kw == g.k[2]) {
           tap.kw = 0;
           if (++tap.kh == g.k[1]) {

@@ -32,7 +32,12 @@ void quantize(const float* __restrict x, T* __restrict y, std::int64_t n, float 
     q = _mm512_maskz_add_ps(m, q, z);
     q = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, q, _CMP_ORD_Q), z, q);
     q = _mm512_maskz_max_ps(m, _mm512_maskz_min_ps(m, q, hi), lo);
-    _mm512_mask_cvtepi32_storeu_epi8(y + i, m, _mm512_maskz_cvttps_epi32(m, q));
+    // A whole vector's bytes through a register and a plain 16-byte store: vpmovdb to memory under
+    // a mask is slow on Zen 4 and was most of this loop's time (0.154 -> 0.129 ns an element
+    // on 64 Ki floats, 1 thread). The tail keeps the masked form.
+    const __m512i bytes = _mm512_maskz_cvttps_epi32(m, q);
+    if (m == 0xffff) _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm512_cvtepi32_epi8(bytes));
+    else _mm512_mask_cvtepi32_storeu_epi8(y + i, m, bytes);
   }
 #endif
   for (; i < n; ++i) y[i] = quantize_to<T>(x[i], scale, zero_point);

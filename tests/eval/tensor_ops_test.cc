@@ -160,6 +160,19 @@ TEST(TensorOps, TransposeOfLargeImageLikeTensorsMatchesReference) {
   expect_transpose<float>({1, 511, 1023}, {0, 2, 1});
 }
 
+// Attention's head split [B, N, H, D] -> [B, H, N, D] moves runs of D elements: every run length
+// from 1 to 20 elements of 1, 2, 4 and 8 bytes (runs of 1 to 160 bytes: the fixed-size moves of
+// 16 to 64 bytes, overlapping or not, and the memcpy on either side).
+TEST(TensorOps, TransposeMovesShortContiguousRunsExactly) {
+  for (std::int64_t d = 1; d <= 20; ++d) {
+    expect_transpose<float>({2, 7, 3, d}, {0, 2, 1, 3});
+    expect_transpose<std::uint8_t>({2, 5, 4, d * 3}, {0, 2, 1, 3});
+    expect_transpose<std::int16_t>({1, 6, 3, d}, {0, 2, 1, 3});
+    expect_transpose<double>({2, 3, 5, d}, {0, 2, 1, 3});
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST(TensorOps, TransposeDefaultReversesAndBadPermIsAnInputError) {
   OneNode g("Transpose", 13, {iota_tensor<float>({2, 3, 4})});
   EXPECT_EQ(g.run1().shape(), (Shape{4, 3, 2}));

@@ -95,6 +95,33 @@ TEST(Int8Conv, MatchesTheDefinitionOverGeometries) {
   check(params(2, 6, 10, 1, {9, 11}, {3, 3}, 1, 1, 1), seed++, -7);     // the scratch smaller again
 }
 
+// Short output rows, where im2col gathers up to 64 columns from within 128 bytes of the padded
+// plane with one byte permutation (several output rows at once): tiny-sd's 16x16 and 8x8 3x3
+// convs and its stride-2 downsampler, widths around the 64-column and 128-byte limits, strides 2
+// and 3, dilation, 1-D and 3-D, unpadded inputs (the input read in place), and blocks of columns
+// that start inside an output row (a 448 KB block of k = 36 * 9 is not a whole number of rows).
+TEST(Int8Conv, ShortOutputRowsGatheredByPermutationMatchTheDefinition) {
+  unsigned seed = 500;
+  check(params(2, 16, 24, 1, {16, 16}, {3, 3}, 1, 1, 1), seed++, 0);
+  check(params(2, 12, 20, 1, {8, 8}, {3, 3}, 1, 1, 1), seed++, -5);
+  check(params(2, 16, 16, 1, {16, 16}, {3, 3}, 2, 1, 1), seed++, 9);
+  check(params(1, 4, 6, 1, {7, 5}, {3, 3}, 1, 1, 1), seed++, 0);
+  check(params(1, 4, 6, 1, {9, 31}, {3, 3}, 1, 1, 1), seed++, 2);
+  check(params(1, 3, 5, 1, {5, 62}, {3, 3}, 1, 1, 1), seed++, -1);
+  check(params(1, 3, 5, 1, {4, 63}, {2, 2}, 1, 1, 0), seed++, 0);
+  check(params(1, 3, 5, 1, {4, 64}, {3, 3}, 1, 1, 1), seed++, 0);
+  check(params(1, 3, 5, 1, {6, 90}, {3, 3}, 3, 1, 1), seed++, 4);
+  check(params(1, 3, 5, 1, {12, 40}, {3, 3}, 2, 1, 1), seed++, 0);
+  check(params(1, 5, 7, 1, {11, 13}, {3, 3}, 1, 2, 2), seed++, -9);
+  check(params(1, 4, 6, 1, {50}, {5}, 1, 1, 2), seed++, 1);
+  check(params(1, 3, 4, 1, {4, 6, 6}, {2, 3, 3}, 1, 1, 1), seed++, 0);
+  ConvParams unpadded = params(1, 6, 8, 1, {10, 12}, {3, 3}, 1, 1, 0);
+  unpadded.pads_end = {0, 0};
+  unpadded.out_spatial = conv_output_spatial(unpadded);
+  check(unpadded, seed++, 0);
+  check(params(1, 36, 8, 1, {70, 21}, {3, 3}, 1, 1, 1), seed++, 3);
+}
+
 // Depthwise (and channel-multiplier) convolutions over random geometries: both kernels against the
 // definition, bit for bit, with window sums. Widths run past several 16-output vectors with odd
 // tails; strides and dilations include ones the vector kernel cannot take (it then runs the

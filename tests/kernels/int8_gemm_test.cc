@@ -100,6 +100,49 @@ TEST(Int8Gemm, TransposedBPackingAndSums) {
   }
 }
 
+// Packed A against its documented layout, byte for byte, with the row sums: odd m (partial
+// panels), k with 1 to 3 bytes past the last whole group and across several 16-group blocks of the
+// vectorised packer, a leading dimension wider than k (the bytes between rows are never read: they
+// hold 99), extremes, and a scratch repacked smaller and larger (stale bytes must not survive).
+TEST(Int8Gemm, PackedAHoldsTheDocumentedLayoutAndRowSums) {
+  PackedInt8A scratch(0, 0, nullptr, 0);
+  unsigned seed = 300;
+  for (std::int64_t m : {1, 13, 14, 15, 29, 100})
+    for (std::int64_t k : {1, 2, 3, 4, 7, 63, 64, 65, 66, 67, 128, 130, 257}) {
+      SCOPED_TRACE("m=" + std::to_string(m) + " k=" + std::to_string(k));
+      const std::int64_t lda = k + 5;
+      std::vector<std::int8_t> a(std::size_t(m * lda), 99);
+      const auto values = random_int8(std::size_t(m * k), seed++);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t q = 0; q < k; ++q) {
+          std::int8_t v = values[std::size_t(i * k + q)];
+          if (seed % 3 == 0) v = v < 0 ? std::int8_t(-128) : std::int8_t(127);
+          a[std::size_t(i * lda + q)] = v;
+        }
+      scratch.pack(m, k, a.data(), lda);
+      const PackedInt8A fresh(m, k, a.data(), lda);
+      const std::int64_t groups = (k + 3) / 4, panels = (m + kInt8MR - 1) / kInt8MR;
+      ASSERT_EQ(scratch.k_groups(), groups);
+      for (const PackedInt8A* packed : {static_cast<const PackedInt8A*>(&scratch), &fresh}) {
+        for (std::int64_t p = 0; p < panels; ++p) {
+          const std::uint8_t* panel = packed->panel(p * kInt8MR);
+          for (std::int64_t g = 0; g < groups; ++g)
+            for (int r = 0; r < kInt8MR; ++r)
+              for (int b = 0; b < 4; ++b) {
+                const std::int64_t i = p * kInt8MR + r, q = 4 * g + b;
+                const std::uint8_t want = i < m && q < k ? std::uint8_t(a[std::size_t(i * lda + q)]) ^ 0x80 : 0x80;
+                ASSERT_EQ(panel[(g * kInt8MR + r) * 4 + b], want) << "panel " << p << " group " << g << " row " << r;
+              }
+        }
+        for (std::int64_t i = 0; i < m; ++i) {
+          std::int32_t sum = 0;
+          for (std::int64_t q = 0; q < k; ++q) sum += a[std::size_t(i * lda + q)];
+          ASSERT_EQ(packed->row_sums()[i], sum) << "row " << i;
+        }
+      }
+    }
+}
+
 TEST(Int8Gemm, EmptyKGivesZeros) {
   std::vector<std::int32_t> c(6, 5);
   int8_gemm(2, 3, 0, nullptr, 0, nullptr, 3, c.data(), 3);

@@ -1,5 +1,6 @@
 // The strided copy behind Transpose, Slice, Expand and Tile (eval/exec/ops/tensor_common.h).
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "eval/exec/ops/tensor_common.h"
@@ -27,6 +28,22 @@ void simplify(StridedView& v) {
   v.strides = std::move(s);
 }
 
+// A contiguous run: runs of 16 to 64 bytes (attention heads of 4 to 16 floats moved by a
+// Transpose) as two fixed-size moves that may overlap, instead of a libc call per run.
+inline void copy_run(void* dst, const void* src, std::size_t bytes) {
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+  if (bytes >= 32 && bytes <= 64) {
+    std::memcpy(d, s, 32);
+    std::memcpy(d + bytes - 32, s + bytes - 32, 32);
+  } else if (bytes >= 16 && bytes < 32) {
+    std::memcpy(d, s, 16);
+    std::memcpy(d + bytes - 16, s + bytes - 16, 16);
+  } else {
+    std::memcpy(d, s, bytes);
+  }
+}
+
 template <class T>
 void copy_rows(const T* src, T* dst, const StridedView& v) {
   const int r = int(v.counts.size());
@@ -43,7 +60,7 @@ void copy_rows(const T* src, T* dst, const StridedView& v) {
     for (std::int64_t row = b; row < e; ++row) {
       T* out = dst + row * n;
       const T* in = src + off;
-      if (is == 1) std::memcpy(out, in, std::size_t(n) * sizeof(T));
+      if (is == 1) copy_run(out, in, std::size_t(n) * sizeof(T));
       else if (is == 0) std::fill(out, out + n, *in);
       else
         for (std::int64_t j = 0; j < n; ++j) out[j] = in[j * is];

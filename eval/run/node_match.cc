@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "eval/exec/session.h"
+
 namespace qeval::eval {
 
 namespace {
@@ -617,8 +619,97 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
 
 namespace {
 
+// Where a quantized input of an op finds its scale and zero point (input slots), and where its
+// quantized output finds its own. ONNX's QLinearConv / QLinearMatMul and com.microsoft's QLinear
+// ops (any domain: ONNX Runtime writes them in com.microsoft), QuantizeLinear, DequantizeLinear.
+struct ScaleSlots {
+  std::size_t scale = 0, zero_point = 0;
+};
+bool is_qlinear_binary(const std::string& op) {
+  return op == "QLinearConv" || op == "QLinearMatMul" || op == "QLinearAdd" || op == "QLinearMul" || op == "QGemm";
+}
+bool is_qlinear_unary(const std::string& op) {
+  return op == "QLinearSigmoid" || op == "QLinearLeakyRelu" || op == "QLinearAveragePool" ||
+         op == "QLinearGlobalAveragePool" || op == "QLinearSoftmax" || op == "QLinearReduceMean";
+}
+std::optional<ScaleSlots> input_scale_slots(const Node& n, std::size_t slot) {
+  const std::string& op = n.op_type;
+  if (op == "DequantizeLinear" || is_qlinear_unary(op))
+    return slot == 0 ? std::optional<ScaleSlots>({1, 2}) : std::nullopt;
+  if (is_qlinear_binary(op)) {
+    if (slot == 0 || slot == 3) return ScaleSlots{slot + 1, slot + 2};
+    return std::nullopt;
+  }
+  if (op == "QLinearConcat" && slot >= 2 && (slot - 2) % 3 == 0) return ScaleSlots{slot + 1, slot + 2};
+  return std::nullopt;
+}
+std::optional<ScaleSlots> output_scale_slots(const Node& n) {
+  const std::string& op = n.op_type;
+  if (op == "QuantizeLinear") return ScaleSlots{1, 2};
+  if (op == "QGemm") return ScaleSlots{7, 8};
+  if (is_qlinear_binary(op)) return ScaleSlots{6, 7};
+  if (is_qlinear_unary(op)) return ScaleSlots{3, 4};
+  if (op == "QLinearConcat") return ScaleSlots{0, 1};
+  return std::nullopt;
+}
+
+// Ops whose outputs hold (some of) their first input's values, quantized or not: a quantized input
+// gives quantized outputs of the same scale.
+bool moves_values(const Node& n) {
+  static const std::set<std::string> ops{
+      "Reshape",       "Transpose",    "Flatten", "Squeeze", "Unsqueeze", "Identity",  "MaxPool",
+      "GlobalMaxPool", "Slice",        "Split",   "Gather",  "Resize",    "Upsample",  "Pad",
+      "DepthToSpace",  "SpaceToDepth", "Tile",    "Expand",  "ReduceMax", "ReduceMin", "Concat"};
+  return ops.count(n.op_type) > 0;
+}
+
+// The params at `slots` of node `n` when they are scalar initializers (the zero point optional).
+std::optional<QuantParams> params_at(const Graph& g, const Node& n, ScaleSlots slots) {
+  auto scalar = [&](const std::string& v) {
+    auto it = g.initializers.find(v);
+    return it != g.initializers.end() && it->second.numel() == 1;
+  };
+  if (!n.has_input(slots.scale) || !scalar(n.inputs[slots.scale])) return std::nullopt;
+  QuantParams p{n.inputs[slots.scale], n.has_input(slots.zero_point) ? n.inputs[slots.zero_point] : ""};
+  if (!p.zero_point.empty() && !scalar(p.zero_point)) return std::nullopt;
+  return p;
+}
+
+}  // namespace
+
+std::unordered_map<std::string, std::optional<QuantParams>> quantized_values(const Graph& g) {
+  std::unordered_map<std::string, std::optional<QuantParams>> out;
+  for (const Node& n : g.nodes) {
+    if (n.outputs.empty() || n.outputs[0].empty()) continue;
+    if (const auto slots = output_scale_slots(n)) {
+      out[n.outputs[0]] = params_at(g, n, *slots);
+      continue;
+    }
+    if (n.op_type == "ConvInteger" || n.op_type == "MatMulInteger" || n.op_type == "DynamicQuantizeLinear") {
+      out[n.outputs[0]] = std::nullopt;  // an int32 accumulator; a scale computed at run time
+      continue;
+    }
+    if (!moves_values(n) || n.inputs.empty()) continue;
+    auto in = out.find(n.inputs[0]);
+    if (in == out.end()) continue;
+    std::optional<QuantParams> p = in->second;
+    if (n.op_type == "Concat")  // one scale for all its inputs, or none
+      for (const auto& v : n.inputs) {
+        auto o = out.find(v);
+        if (o == out.end() || o->second != p) p.reset();
+      }
+    const std::size_t outputs = n.op_type == "MaxPool" ? 1 : n.outputs.size();  // MaxPool's indices are int64
+    for (std::size_t k = 0; k < outputs; ++k)
+      if (!n.outputs[k].empty()) out[n.outputs[k]] = p;
+  }
+  return out;
+}
+
+namespace {
+
 LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
-                   const std::unordered_map<std::string, Producer>& var_producers, std::size_t node) {
+                   const std::unordered_map<std::string, Producer>& var_producers,
+                   const std::unordered_map<std::string, std::optional<QuantParams>>& quantized, std::size_t node) {
   LocalPlan plan;
   std::set<std::size_t> nodes;
   std::vector<std::size_t> todo = {node};
@@ -656,10 +747,84 @@ LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
     }
   }
   plan.nodes.assign(nodes.begin(), nodes.end());
+  // ONNX Runtime's QOperator form: values the variant holds quantized are fed the reference's
+  // floats quantized with the scale of the node that reads them (else the value's own), and a
+  // quantized output is compared dequantized.
+  for (const auto& [v, r] : plan.inputs) {
+    auto q = quantized.find(v);
+    if (q == quantized.end()) continue;
+    std::optional<QuantParams> params;
+    for (std::size_t i : plan.nodes) {
+      const Node& n = var.nodes[i];
+      for (std::size_t k = 0; k < n.inputs.size() && !params; ++k)
+        if (n.inputs[k] == v)
+          if (const auto slots = input_scale_slots(n, k)) params = params_at(var, n, *slots);
+      if (params) break;
+    }
+    if (!params) params = q->second;
+    if (!params) {
+      plan.error = "input '" + v + "' is an integer tensor with no stored scale and zero point (made by '" +
+                   var.nodes[var_producers.at(v).node].name + "'): the reference's float value cannot be quantized";
+      return plan;
+    }
+    plan.quantize.emplace_back(v, *params);
+  }
+  const Node& target = var.nodes[node];
+  if (!target.outputs.empty())
+    if (auto q = quantized.find(target.outputs[0]); q != quantized.end()) {
+      if (!q->second) {
+        plan.error = "its output '" + target.outputs[0] + "' is an integer tensor with no stored scale and zero " +
+                     "point to dequantize it: not compared";
+        return plan;
+      }
+      plan.dequantize = q->second;
+    }
   return plan;
 }
 
 }  // namespace
+
+LocalGraph local_graph(const Graph& variant, const LocalPlan& plan, const std::map<std::string, DType>& input_types) {
+  LocalGraph out{extract_subgraph(variant, plan.nodes, input_types), variant.nodes.at(plan.nodes.back()).name};
+  Graph& g = out.graph;
+  auto add_initializer = [&](const std::string& v) {
+    if (!v.empty() && !g.initializers.count(v)) g.initializers.emplace(v, variant.initializers.at(v));
+  };
+  auto quant_node = [&](const char* op, const std::string& name, const std::string& x, const QuantParams& p,
+                        const std::string& y) {
+    Node n;
+    n.op_type = op;
+    n.name = name;
+    auto opset = variant.opsets.find("");
+    n.opset = opset == variant.opsets.end() ? 10 : std::max(opset->second, 10);  // QLinear ops need 10
+    n.inputs = {x, p.scale};
+    if (!p.zero_point.empty()) n.inputs.push_back(p.zero_point);
+    n.outputs = {y};
+    add_initializer(p.scale);
+    add_initializer(p.zero_point);
+    return n;
+  };
+  std::vector<Node> quantizers;
+  for (const auto& [v, params] : plan.quantize) {
+    auto t = input_types.find(v);
+    if (t != input_types.end() && t->second != DType::kFloat32) continue;  // the reference holds it quantized too
+    const std::string q = v + "/qeval_quantized";
+    for (Node& n : g.nodes)
+      for (auto& in : n.inputs)
+        if (in == v) in = q;
+    quantizers.push_back(quant_node("QuantizeLinear", v + "/qeval_QuantizeLinear", v, params, q));
+  }
+  g.nodes.insert(g.nodes.begin(), quantizers.begin(), quantizers.end());
+  if (plan.dequantize) {
+    const std::string& y = g.nodes.back().outputs.at(0);
+    out.compared = out.compared + "/qeval_DequantizeLinear";
+    g.nodes.push_back(quant_node("DequantizeLinear", out.compared, y, *plan.dequantize, y + "/qeval_dequantized"));
+    ValueInfo o;
+    o.name = g.nodes.back().outputs[0];
+    g.outputs.push_back(std::move(o));
+  }
+  return out;
+}
 
 std::unordered_map<std::string, DType> narrow_float_values(const Graph& g) {
   std::unordered_map<std::string, DType> out;
@@ -685,6 +850,7 @@ std::unordered_map<std::string, DType> narrow_float_values(const Graph& g) {
 
 std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const NodeMatch& match) {
   const auto var_producers = producers(var);
+  const auto quantized = quantized_values(var);
   std::vector<LocalPlan> plans(var.nodes.size());
   for (std::size_t i = 0; i < var.nodes.size(); ++i) {
     if (match.ref_of_variant[i] < 0) {
@@ -692,7 +858,7 @@ std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const
                                           : "no reference counterpart";
       continue;
     }
-    plans[i] = plan_one(ref, var, match, var_producers, i);
+    plans[i] = plan_one(ref, var, match, var_producers, quantized, i);
   }
   return plans;
 }

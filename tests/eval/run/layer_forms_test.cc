@@ -4,6 +4,7 @@
 // and the torch exporter's opset 16/17 pair (tools/make_layer_form_pairs.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -217,6 +218,110 @@ TEST(LayerForms, QLinearConvAndQLinearMatMulMatchTheFloatOps) {
   EXPECT_EQ(m.by_structure, 2u);
   EXPECT_TRUE(m.unmatched.empty()) << m.unmatched[0].name << ": " << m.unmatched[0].reason;
   EXPECT_EQ(count_quantized_nodes(var), 2u);  // both QLinear ops
+}
+
+// Local error of the QOperator form: a QLinear node's input that the reference holds in float is
+// quantized with the node's own x_scale / x_zero_point, its output dequantized with its y_scale /
+// y_zero_point; a uint8 MaxPool's scale is its input's; an integer output with no stored scale is
+// not compared, and the plan says why.
+TEST(LayerForms, QLinearLocalPlansQuantizeInputsAndDequantizeOutputs) {
+  OnnxBuilder r(13);
+  r.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 2, 3});
+  r.initializer("w", ramp(6, 0.5f), {3, 2, 1, 1}).initializer("b", {0.1f, 0.2f, 0.3f}, {3});
+  r.initializer("m", ramp(12, 0.1f), {4, 3});
+  r.node("Conv", {"x", "w", "b"}, {"c"}, "conv");
+  r.node("MatMul", {"c", "m"}, {"mm_out"}, "mm");
+  auto& rp = r.node("MaxPool", {"mm_out"}, {"y"}, "pool");
+  set_ints(rp, "kernel_shape", {2, 1});
+  set_ints(rp, "strides", {2, 1});
+  const Graph ref = r.graph("ref.onnx");
+  OnnxBuilder v(13);
+  v.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 2, 3});
+  v.initializer_raw("wq", kI8, std::vector<std::int8_t>{3, -5, 7, 1, -2, 4}, {3, 2, 1, 1});
+  v.initializer_raw("bq", kI32, std::vector<std::int32_t>(3, 7), {3});
+  v.initializer_raw("mq", kI8, std::vector<std::int8_t>{1, 2, 3, 4, 5, 6, -1, -2, -3, -4, -5, -6}, {4, 3});
+  v.initializer("sx", {0.02f}, {}).initializer("sc", {0.05f}, {}).initializer("sy", {0.1f}, {});
+  v.initializer("sw", {0.01f}, {}).initializer_raw("zu", kU8, std::vector<std::uint8_t>{128}, {});
+  v.initializer_raw("zc", kU8, std::vector<std::uint8_t>{120}, {});
+  v.initializer_raw("zi", kI8, std::vector<std::int8_t>{0}, {});
+  v.node("QuantizeLinear", {"x", "sx", "zu"}, {"xq"}, "x_QuantizeLinear");
+  v.node("QLinearConv", {"xq", "sx", "zu", "wq", "sw", "zi", "sc", "zc", "bq"}, {"cq"}, "conv_quant");
+  v.node("QLinearMatMul", {"cq", "sc", "zc", "mq", "sw", "zi", "sy", "zu"}, {"yq"}, "mm_quant");
+  auto& vp = v.node("MaxPool", {"yq"}, {"pq"}, "pool_quant");
+  set_ints(vp, "kernel_shape", {2, 1});
+  set_ints(vp, "strides", {2, 1});
+  v.node("DequantizeLinear", {"pq", "sy", "zu"}, {"y"}, "y_DequantizeLinear");
+  const Graph var = v.graph("qop.onnx");
+  const auto q = quantized_values(var);
+  EXPECT_EQ(q.at("cq"), (QuantParams{"sc", "zc"}));
+  EXPECT_EQ(q.at("pq"), (QuantParams{"sy", "zu"}));  // MaxPool keeps its input's scale
+  EXPECT_FALSE(q.count("y"));
+  const NodeMatch m = match_nodes(ref, var);
+  const std::size_t conv = index_of(var, "conv_quant"), mm = index_of(var, "mm_quant"),
+                    pool = index_of(var, "pool_quant");
+  ASSERT_EQ(m.ref_of_variant[pool], int(index_of(ref, "pool")));
+  const auto plans = plan_local_runs(ref, var, m);
+  // The first QLinearConv: its QuantizeLinear runs with it, on the reference's x.
+  ASSERT_TRUE(plans[conv].ok()) << plans[conv].error;
+  EXPECT_EQ(plans[conv].nodes.size(), 2u);
+  EXPECT_TRUE(plans[conv].quantize.empty());
+  EXPECT_EQ(plans[conv].dequantize, (QuantParams{"sc", "zc"}));
+  // The QLinearMatMul reads the QLinearConv's uint8 output, where the reference has the Conv's floats.
+  ASSERT_TRUE(plans[mm].ok()) << plans[mm].error;
+  EXPECT_EQ(plans[mm].inputs, (std::vector<std::pair<std::string, std::string>>{{"cq", "c"}}));
+  ASSERT_EQ(plans[mm].quantize.size(), 1u);
+  EXPECT_EQ(plans[mm].quantize[0], (std::pair<std::string, QuantParams>{"cq", {"sc", "zc"}}));
+  EXPECT_EQ(plans[mm].dequantize, (QuantParams{"sy", "zu"}));
+  // The uint8 MaxPool: no scale of its own, its input's.
+  ASSERT_TRUE(plans[pool].ok()) << plans[pool].error;
+  ASSERT_EQ(plans[pool].quantize.size(), 1u);
+  EXPECT_EQ(plans[pool].quantize[0].second, (QuantParams{"sy", "zu"}));
+  EXPECT_EQ(plans[pool].dequantize, (QuantParams{"sy", "zu"}));
+
+  // The local graph of the QLinearMatMul runs on floats: quantized in, dequantized out.
+  const LocalGraph lg = local_graph(var, plans[mm], {{"cq", DType::kFloat32}});
+  ASSERT_EQ(lg.graph.nodes.size(), 3u);
+  EXPECT_EQ(lg.graph.nodes[0].op_type, "QuantizeLinear");
+  EXPECT_EQ(lg.graph.nodes[0].inputs, (std::vector<std::string>{"cq", "sc", "zc"}));
+  EXPECT_EQ(lg.graph.nodes[1].inputs[0], lg.graph.nodes[0].outputs[0]);
+  EXPECT_EQ(lg.graph.nodes[2].op_type, "DequantizeLinear");
+  EXPECT_EQ(lg.compared, lg.graph.nodes[2].name);
+  // c = 0.05 * (code - 120) for codes 120..143: exact in uint8 of that scale; the MatMul's int32
+  // sums requantized to sy = 0.1 (zero point 128) and dequantized.
+  std::vector<float> c(1 * 3 * 4 * 4);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = 0.05f * float(i % 24);
+  Session s(lg.graph);
+  const Tensor out = s.run({{"cq", testing::floats({1, 3, 4, 4}, c)}}).at(lg.graph.nodes[2].outputs[0]);
+  ASSERT_EQ(out.shape(), (Shape{1, 3, 4, 3}));
+  const std::vector<std::int8_t> mq{1, 2, 3, 4, 5, 6, -1, -2, -3, -4, -5, -6};
+  for (std::int64_t row = 0; row < 12; ++row)
+    for (std::int64_t col = 0; col < 3; ++col) {
+      std::int32_t acc = 0;
+      for (std::int64_t k = 0; k < 4; ++k) acc += std::int32_t(std::lround(c[row * 4 + k] / 0.05f)) * mq[k * 3 + col];
+      const float multiplier = 0.05f * 0.01f / 0.1f;  // a_scale * b_scale / y_scale, in float
+      const float code = std::clamp(std::nearbyint(float(acc) * multiplier) + 128.0f, 0.0f, 255.0f);
+      EXPECT_FLOAT_EQ(out.data<float>()[row * 3 + col], 0.1f * (code - 128.0f)) << row << "," << col;
+    }
+  // A reference that holds the value quantized too: fed as it is.
+  EXPECT_EQ(local_graph(var, plans[mm], {{"cq", DType::kUInt8}}).graph.nodes[0].op_type, "QLinearMatMul");
+
+  // ONNX Runtime's dynamic form with the MatMulInteger writing the MatMul's tensor: an int32
+  // accumulator with no scale to read: no local run, and why.
+  OnnxBuilder d(13);
+  d.input("x", kF32, {1, 3, 4, 4}).output("mm_out", kI32, {1, 3, 4, 3});
+  d.initializer_raw("mq", kI8, std::vector<std::int8_t>(12, 1), {4, 3});
+  d.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"}, "x_QuantizeLinear");
+  d.node("MatMulInteger", {"xq", "mq", "xz"}, {"mm_out"}, "mm_int");
+  OnnxBuilder dr(13);
+  dr.input("x", kF32, {1, 3, 4, 4}).output("mm_out", kF32, {1, 3, 4, 3});
+  dr.initializer("m", ramp(12, 0.1f), {4, 3});
+  dr.node("MatMul", {"x", "m"}, {"mm_out"}, "mm");
+  const Graph dref = dr.graph("ref.onnx"), dvar = d.graph("dyn.onnx");
+  const NodeMatch dm = match_nodes(dref, dvar);
+  ASSERT_EQ(dm.ref_of_variant[1], 0);
+  const LocalPlan dp = plan_local_runs(dref, dvar, dm)[1];
+  EXPECT_NE(dp.error.find("its output 'mm_out' is an integer tensor with no stored scale"), std::string::npos)
+      << dp.error;
 }
 
 // ---- Gemm vs MatMul + Add -----------------------------------------------------------------------

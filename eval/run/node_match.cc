@@ -82,14 +82,16 @@ std::uint64_t hash_str(std::uint64_t h, const std::string& s) { return mix(h, st
 
 // The forms one layer takes in different exports. Each is recognised at the node that produces the
 // layer's value (its end): Conv -> BatchNormalization ends at the BatchNormalization, MatMul -> Add
-// (a bias) at the Add, a decomposed LayerNormalization at its last node. The other nodes of the form
-// are its inner nodes: their values exist in this export only.
-enum class Form : std::uint8_t { kNone, kConvBatchNorm, kMatMulAdd, kLayerNorm };
+// (a bias) at the Add, Conv -> Mul / Add by constants at the last Mul or Add, a decomposed
+// LayerNormalization at its last node. The other nodes of the form are its inner nodes: their values
+// exist in this export only.
+enum class Form : std::uint8_t { kNone, kConvBatchNorm, kMatMulAdd, kConvScale, kLayerNorm };
 
 struct FormEnd {
   Form form = Form::kNone;
-  int layer = -1;              // Conv+BN: the Conv; MatMul+Add: the MatMul
+  int layer = -1;              // Conv+BN, Conv+Mul/Add: the Conv; MatMul+Add: the MatMul
   std::string x, gamma, beta;  // LayerNormalization: its input, scale and bias ("" if none)
+  bool adds = false;           // Conv+Mul/Add: an Add is among them (the folded Conv has a bias)
 };
 struct LayerForms {
   std::vector<int> end_of;    // per node: the end of the form it is an inner node of, -1 for none
@@ -100,6 +102,7 @@ const char* form_name(Form f) {
   switch (f) {
     case Form::kConvBatchNorm: return "Conv + BatchNormalization";
     case Form::kMatMulAdd: return "MatMul + Add";
+    case Form::kConvScale: return "Conv + Mul/Add by a constant";
     case Form::kLayerNorm: return "decomposed LayerNormalization";
     default: return "";
   }
@@ -195,6 +198,39 @@ LayerForms find_layer_forms(const Graph& g) {
         const auto b = constant_shape(g, prod, n.inputs[0] == x ? n.inputs[1] : n.inputs[0]);
         if (w && w->size() == 2 && b && shape_numel(*b) == (*w)[1]) {
           claim(e, {Form::kMatMulAdd, mm, {}, {}, {}}, {mm});
+          continue;
+        }
+      }
+    }
+    // A Conv followed by Muls and Adds by a constant, scalar or per output channel ([C, 1, 1],
+    // [1, C, 1, 1]): what ONNX Runtime's ConvMulFusion / ConvAddFusion and exporters fold into the
+    // Conv's weights and bias. Each Mul or Add extends the form of the node it reads. (Not a
+    // SmoothQuant pre-scale Mul: plumbing of the next layer.)
+    if ((n.op_type == "Mul" || n.op_type == "Add") && !is_quantization_plumbing(n)) {
+      const std::string x = non_constant_operand(n);
+      int conv = x.empty() ? -1 : node_of(x, "Conv");
+      int inner = conv;
+      bool adds = n.op_type == "Add";
+      if (conv < 0 && !x.empty())
+        if (auto p = prod.find(x); p != prod.end() && p->second.output == 0 && read_by(x) == 1 &&
+                                   f.ends[p->second.node].form == Form::kConvScale) {
+          inner = int(p->second.node);
+          conv = f.ends[p->second.node].layer;
+          adds = adds || f.ends[p->second.node].adds;
+        }
+      if (conv >= 0) {
+        const Node& cn = g.nodes[std::size_t(conv)];
+        const auto w = cn.inputs.size() >= 2 ? constant_shape(g, prod, cn.inputs[1]) : std::nullopt;
+        const auto c = constant_shape(g, prod, n.inputs[0] == x ? n.inputs[1] : n.inputs[0]);
+        // Scalar, or per output channel: right-aligned to the output's rank, C at axis 1, 1 elsewhere.
+        bool per_channel = w && w->size() >= 3 && c && c->size() <= w->size();
+        if (per_channel && shape_numel(*c) != 1)
+          for (std::size_t k = 0, lead = w->size() - c->size(); k < w->size(); ++k)
+            per_channel = per_channel && (k < lead ? 1 : (*c)[k - lead]) == (k == 1 ? (*w)[0] : 1);
+        if (per_channel) {
+          FormEnd info{Form::kConvScale, conv, {}, {}, {}};
+          info.adds = adds;
+          claim(e, std::move(info), {inner});
           continue;
         }
       }
@@ -368,6 +404,10 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g, const LayerForm
         const auto w = matrix(mm.inputs[1]);
         return linear_sig(mm.inputs[0], (*w)[0], (*w)[1], true);
       }
+      case Form::kConvScale: {
+        const Node& conv = g.nodes[std::size_t(end.layer)];
+        return conv_sig(conv, conv.inputs[0], conv.inputs[1], conv.has_input(2) || end.adds);
+      }
       case Form::kLayerNorm: return layer_norm_sig(end.x, end.gamma, end.beta);
       default: break;
     }
@@ -489,7 +529,7 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
   const LayerForms ref_forms = find_layer_forms(ref), var_forms = find_layer_forms(var);
   auto foldable = [](const LayerForms& f, int end) {
     const Form form = f.ends[std::size_t(end)].form;
-    return form == Form::kConvBatchNorm || form == Form::kMatMulAdd;
+    return form == Form::kConvBatchNorm || form == Form::kMatMulAdd || form == Form::kConvScale;
   };
   for (std::size_t r = 0; r < ref.nodes.size(); ++r) {
     const int end = ref_forms.end_of[r], v = m.variant_of_ref[r];

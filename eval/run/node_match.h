@@ -50,9 +50,10 @@ struct NodeMatch {
 // weight shapes and the structure of everything upstream, with quantization plumbing and float
 // Casts looked through (a second export of the network with other node and tensor names).
 // The forms exporters and runtimes give one layer count as that layer: Conv + BatchNormalization
-// and the folded Conv, MatMul + Add and Gemm (transB or a transposed constant), a decomposed
-// LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) and the one op,
-// QLinearConv / QLinearMatMul and the float op. The node computing the whole layer
+// and the folded Conv, Conv + Mul / Add by scalar or per-output-channel constants and the folded
+// Conv (ONNX Runtime's ConvMulFusion / ConvAddFusion), MatMul + Add and Gemm (transB or a
+// transposed constant), a decomposed LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add,
+// Sqrt, Div, Mul, Add) and the one op, QLinearConv / QLinearMatMul and the float op. The node computing the whole layer
 // matches the node that ends the other export's form (the folded Conv the BatchNormalization); the other nodes of a
 // form are set aside on the variant's side (local runs include them) and listed on the reference's ("folded into
 // <node>", "part of decomposed LayerNormalization <node>"). Everything else is listed unmatched with the reason

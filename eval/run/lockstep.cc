@@ -111,6 +111,7 @@ const ObservedNodes::Info* ObservedNodes::add(const RunObservation& run, std::si
     info.feeds_view = om.feeds_view[i];
     info.clip_amax = om.clip_amax[i];
     if (!om.channel_clip_amax[i].empty()) info.channel_clip_amax = &om.channel_clip_amax[i];
+    if (i < om.dequantize.size()) info.dequantize = om.dequantize[i];
   }
   // Inputs the node reads from outside every node (graph inputs): the reference captures them as
   // inputs; anything else it captures as the output of the node that made it.
@@ -142,10 +143,26 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
       if (cap) cap->consumed(std::size_t(layer));
     }
   } consumed{compare_ && layer >= 0 ? &cap : nullptr, layer};
-  const Tensor* out =
-      e.folded || e.outputs.empty() || !e.outputs[0] || e.outputs[0]->dtype() != DType::kFloat32 || layer < 0
-          ? nullptr
-          : e.outputs[0];
+  const Tensor* produced = e.folded || e.outputs.empty() || layer < 0 ? nullptr : e.outputs[0];
+  // A variant's quantized output (ONNX Runtime's QOperator form) is compared dequantized with its
+  // own scale and zero point.
+  bool dequantized = false;
+  if (produced && info->dequantize && !capture_ &&
+      (produced->dtype() == DType::kUInt8 || produced->dtype() == DType::kInt8)) {
+    Tensor& d = o_.dequantized_;
+    if (d.dtype() != DType::kFloat32 || d.shape() != produced->shape()) d = Tensor(DType::kFloat32, produced->shape());
+    const auto [scale, zero_point] = *info->dequantize;
+    float* dst = d.data<float>();
+    if (produced->dtype() == DType::kUInt8)
+      for (std::int64_t k = 0; k < d.numel(); ++k)
+        dst[k] = dequantize(produced->data<std::uint8_t>()[k], scale, zero_point);
+    else
+      for (std::int64_t k = 0; k < d.numel(); ++k)
+        dst[k] = dequantize(produced->data<std::int8_t>()[k], scale, zero_point);
+    produced = &d;
+    dequantized = true;
+  }
+  const Tensor* out = produced && produced->dtype() == DType::kFloat32 ? produced : nullptr;
   // This event's statistics, appended to the unit's log at the end.
   LayerCell* cell = out ? &o_.event_ : nullptr;
   if (cell) cell->clear();
@@ -157,12 +174,13 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   // A view of a value whose statistics this call has: the same values, so the same statistics
   // (and, against the reference's view of the reference's same value, the same error).
   Recent* from = nullptr;
-  if (out && info->view && !e.inputs.empty() && e.inputs[0])
+  if (out && info->view && !dequantized && !e.inputs.empty() && e.inputs[0])
     for (Recent& r : o_.recent_)
       if (r.value == e.inputs[0] && r.act.count + r.act.nan + r.act.inf == std::uint64_t(out->numel())) from = &r;
   if (from && !capture_ && !(from->err && ref_node->inputs[0] == run.space->node_of(from->layer).outputs[0]))
     from = nullptr;  // no error to take: compute
-  const bool keep_recent = out && info->feeds_view;
+  // (A dequantized output is a scratch copy, not the value a view reads.)
+  const bool keep_recent = out && info->feeds_view && !dequantized;
   std::optional<double> energy;
   std::optional<metrics::TensorError> error;
   if (from) {
@@ -394,7 +412,9 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
     types[var_value] = ref_type == DType::kFloat32 && n != narrow->second.end() ? n->second : ref_type;
     if (types[var_value] != ref_type) e.narrow_inputs.emplace_back(var_value, types[var_value]);
   }
-  e.graph = std::make_unique<Graph>(extract_subgraph(*om.graph, plan.nodes, types));
+  LocalGraph local = local_graph(*om.graph, plan, types);
+  e.graph = std::make_unique<Graph>(std::move(local.graph));
+  e.compared = std::move(local.compared);
   SessionOptions options = v.options;
   if (auto p = v.model_precision.find(run.space->models()[model].name); p != v.model_precision.end())
     options.precision = p->second;
@@ -458,7 +478,7 @@ void run_local_error(const RunObservation& run, std::size_t variant, std::size_t
     in[name] = &t;
   }
   LayerCell cell;
-  LocalCompare cmp(om.graph->nodes[i].name, *ref_out, cell);
+  LocalCompare cmp(e.compared, *ref_out, cell);
   e.session->run(in, &cmp);
   unit.calls[variant].add(std::size_t(layer), capture.step, cell);
 }

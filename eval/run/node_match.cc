@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "eval/exec/session.h"
+
 namespace qeval::eval {
 
 namespace {
@@ -80,14 +82,16 @@ std::uint64_t hash_str(std::uint64_t h, const std::string& s) { return mix(h, st
 
 // The forms one layer takes in different exports. Each is recognised at the node that produces the
 // layer's value (its end): Conv -> BatchNormalization ends at the BatchNormalization, MatMul -> Add
-// (a bias) at the Add, a decomposed LayerNormalization at its last node. The other nodes of the form
-// are its inner nodes: their values exist in this export only.
-enum class Form : std::uint8_t { kNone, kConvBatchNorm, kMatMulAdd, kLayerNorm };
+// (a bias) at the Add, Conv -> Mul / Add by constants at the last Mul or Add, a decomposed
+// LayerNormalization at its last node. The other nodes of the form are its inner nodes: their values
+// exist in this export only.
+enum class Form : std::uint8_t { kNone, kConvBatchNorm, kMatMulAdd, kConvScale, kLayerNorm };
 
 struct FormEnd {
   Form form = Form::kNone;
-  int layer = -1;              // Conv+BN: the Conv; MatMul+Add: the MatMul
+  int layer = -1;              // Conv+BN, Conv+Mul/Add: the Conv; MatMul+Add: the MatMul
   std::string x, gamma, beta;  // LayerNormalization: its input, scale and bias ("" if none)
+  bool adds = false;           // Conv+Mul/Add: an Add is among them (the folded Conv has a bias)
 };
 struct LayerForms {
   std::vector<int> end_of;    // per node: the end of the form it is an inner node of, -1 for none
@@ -98,6 +102,7 @@ const char* form_name(Form f) {
   switch (f) {
     case Form::kConvBatchNorm: return "Conv + BatchNormalization";
     case Form::kMatMulAdd: return "MatMul + Add";
+    case Form::kConvScale: return "Conv + Mul/Add by a constant";
     case Form::kLayerNorm: return "decomposed LayerNormalization";
     default: return "";
   }
@@ -193,6 +198,39 @@ LayerForms find_layer_forms(const Graph& g) {
         const auto b = constant_shape(g, prod, n.inputs[0] == x ? n.inputs[1] : n.inputs[0]);
         if (w && w->size() == 2 && b && shape_numel(*b) == (*w)[1]) {
           claim(e, {Form::kMatMulAdd, mm, {}, {}, {}}, {mm});
+          continue;
+        }
+      }
+    }
+    // A Conv followed by Muls and Adds by a constant, scalar or per output channel ([C, 1, 1],
+    // [1, C, 1, 1]): what ONNX Runtime's ConvMulFusion / ConvAddFusion and exporters fold into the
+    // Conv's weights and bias. Each Mul or Add extends the form of the node it reads. (Not a
+    // SmoothQuant pre-scale Mul: plumbing of the next layer.)
+    if ((n.op_type == "Mul" || n.op_type == "Add") && !is_quantization_plumbing(n)) {
+      const std::string x = non_constant_operand(n);
+      int conv = x.empty() ? -1 : node_of(x, "Conv");
+      int inner = conv;
+      bool adds = n.op_type == "Add";
+      if (conv < 0 && !x.empty())
+        if (auto p = prod.find(x); p != prod.end() && p->second.output == 0 && read_by(x) == 1 &&
+                                   f.ends[p->second.node].form == Form::kConvScale) {
+          inner = int(p->second.node);
+          conv = f.ends[p->second.node].layer;
+          adds = adds || f.ends[p->second.node].adds;
+        }
+      if (conv >= 0) {
+        const Node& cn = g.nodes[std::size_t(conv)];
+        const auto w = cn.inputs.size() >= 2 ? constant_shape(g, prod, cn.inputs[1]) : std::nullopt;
+        const auto c = constant_shape(g, prod, n.inputs[0] == x ? n.inputs[1] : n.inputs[0]);
+        // Scalar, or per output channel: right-aligned to the output's rank, C at axis 1, 1 elsewhere.
+        bool per_channel = w && w->size() >= 3 && c && c->size() <= w->size();
+        if (per_channel && shape_numel(*c) != 1)
+          for (std::size_t k = 0, lead = w->size() - c->size(); k < w->size(); ++k)
+            per_channel = per_channel && (k < lead ? 1 : (*c)[k - lead]) == (k == 1 ? (*w)[0] : 1);
+        if (per_channel) {
+          FormEnd info{Form::kConvScale, conv, {}, {}, {}};
+          info.adds = adds;
+          claim(e, std::move(info), {inner});
           continue;
         }
       }
@@ -366,6 +404,10 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g, const LayerForm
         const auto w = matrix(mm.inputs[1]);
         return linear_sig(mm.inputs[0], (*w)[0], (*w)[1], true);
       }
+      case Form::kConvScale: {
+        const Node& conv = g.nodes[std::size_t(end.layer)];
+        return conv_sig(conv, conv.inputs[0], conv.inputs[1], conv.has_input(2) || end.adds);
+      }
       case Form::kLayerNorm: return layer_norm_sig(end.x, end.gamma, end.beta);
       default: break;
     }
@@ -487,7 +529,7 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
   const LayerForms ref_forms = find_layer_forms(ref), var_forms = find_layer_forms(var);
   auto foldable = [](const LayerForms& f, int end) {
     const Form form = f.ends[std::size_t(end)].form;
-    return form == Form::kConvBatchNorm || form == Form::kMatMulAdd;
+    return form == Form::kConvBatchNorm || form == Form::kMatMulAdd || form == Form::kConvScale;
   };
   for (std::size_t r = 0; r < ref.nodes.size(); ++r) {
     const int end = ref_forms.end_of[r], v = m.variant_of_ref[r];
@@ -617,8 +659,97 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
 
 namespace {
 
+// Where a quantized input of an op finds its scale and zero point (input slots), and where its
+// quantized output finds its own. ONNX's QLinearConv / QLinearMatMul and com.microsoft's QLinear
+// ops (any domain: ONNX Runtime writes them in com.microsoft), QuantizeLinear, DequantizeLinear.
+struct ScaleSlots {
+  std::size_t scale = 0, zero_point = 0;
+};
+bool is_qlinear_binary(const std::string& op) {
+  return op == "QLinearConv" || op == "QLinearMatMul" || op == "QLinearAdd" || op == "QLinearMul" || op == "QGemm";
+}
+bool is_qlinear_unary(const std::string& op) {
+  return op == "QLinearSigmoid" || op == "QLinearLeakyRelu" || op == "QLinearAveragePool" ||
+         op == "QLinearGlobalAveragePool" || op == "QLinearSoftmax" || op == "QLinearReduceMean";
+}
+std::optional<ScaleSlots> input_scale_slots(const Node& n, std::size_t slot) {
+  const std::string& op = n.op_type;
+  if (op == "DequantizeLinear" || is_qlinear_unary(op))
+    return slot == 0 ? std::optional<ScaleSlots>({1, 2}) : std::nullopt;
+  if (is_qlinear_binary(op)) {
+    if (slot == 0 || slot == 3) return ScaleSlots{slot + 1, slot + 2};
+    return std::nullopt;
+  }
+  if (op == "QLinearConcat" && slot >= 2 && (slot - 2) % 3 == 0) return ScaleSlots{slot + 1, slot + 2};
+  return std::nullopt;
+}
+std::optional<ScaleSlots> output_scale_slots(const Node& n) {
+  const std::string& op = n.op_type;
+  if (op == "QuantizeLinear") return ScaleSlots{1, 2};
+  if (op == "QGemm") return ScaleSlots{7, 8};
+  if (is_qlinear_binary(op)) return ScaleSlots{6, 7};
+  if (is_qlinear_unary(op)) return ScaleSlots{3, 4};
+  if (op == "QLinearConcat") return ScaleSlots{0, 1};
+  return std::nullopt;
+}
+
+// Ops whose outputs hold (some of) their first input's values, quantized or not: a quantized input
+// gives quantized outputs of the same scale.
+bool moves_values(const Node& n) {
+  static const std::set<std::string> ops{
+      "Reshape",       "Transpose",    "Flatten", "Squeeze", "Unsqueeze", "Identity",  "MaxPool",
+      "GlobalMaxPool", "Slice",        "Split",   "Gather",  "Resize",    "Upsample",  "Pad",
+      "DepthToSpace",  "SpaceToDepth", "Tile",    "Expand",  "ReduceMax", "ReduceMin", "Concat"};
+  return ops.count(n.op_type) > 0;
+}
+
+// The params at `slots` of node `n` when they are scalar initializers (the zero point optional).
+std::optional<QuantParams> params_at(const Graph& g, const Node& n, ScaleSlots slots) {
+  auto scalar = [&](const std::string& v) {
+    auto it = g.initializers.find(v);
+    return it != g.initializers.end() && it->second.numel() == 1;
+  };
+  if (!n.has_input(slots.scale) || !scalar(n.inputs[slots.scale])) return std::nullopt;
+  QuantParams p{n.inputs[slots.scale], n.has_input(slots.zero_point) ? n.inputs[slots.zero_point] : ""};
+  if (!p.zero_point.empty() && !scalar(p.zero_point)) return std::nullopt;
+  return p;
+}
+
+}  // namespace
+
+std::unordered_map<std::string, std::optional<QuantParams>> quantized_values(const Graph& g) {
+  std::unordered_map<std::string, std::optional<QuantParams>> out;
+  for (const Node& n : g.nodes) {
+    if (n.outputs.empty() || n.outputs[0].empty()) continue;
+    if (const auto slots = output_scale_slots(n)) {
+      out[n.outputs[0]] = params_at(g, n, *slots);
+      continue;
+    }
+    if (n.op_type == "ConvInteger" || n.op_type == "MatMulInteger" || n.op_type == "DynamicQuantizeLinear") {
+      out[n.outputs[0]] = std::nullopt;  // an int32 accumulator; a scale computed at run time
+      continue;
+    }
+    if (!moves_values(n) || n.inputs.empty()) continue;
+    auto in = out.find(n.inputs[0]);
+    if (in == out.end()) continue;
+    std::optional<QuantParams> p = in->second;
+    if (n.op_type == "Concat")  // one scale for all its inputs, or none
+      for (const auto& v : n.inputs) {
+        auto o = out.find(v);
+        if (o == out.end() || o->second != p) p.reset();
+      }
+    const std::size_t outputs = n.op_type == "MaxPool" ? 1 : n.outputs.size();  // MaxPool's indices are int64
+    for (std::size_t k = 0; k < outputs; ++k)
+      if (!n.outputs[k].empty()) out[n.outputs[k]] = p;
+  }
+  return out;
+}
+
+namespace {
+
 LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
-                   const std::unordered_map<std::string, Producer>& var_producers, std::size_t node) {
+                   const std::unordered_map<std::string, Producer>& var_producers,
+                   const std::unordered_map<std::string, std::optional<QuantParams>>& quantized, std::size_t node) {
   LocalPlan plan;
   std::set<std::size_t> nodes;
   std::vector<std::size_t> todo = {node};
@@ -656,10 +787,84 @@ LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
     }
   }
   plan.nodes.assign(nodes.begin(), nodes.end());
+  // ONNX Runtime's QOperator form: values the variant holds quantized are fed the reference's
+  // floats quantized with the scale of the node that reads them (else the value's own), and a
+  // quantized output is compared dequantized.
+  for (const auto& [v, r] : plan.inputs) {
+    auto q = quantized.find(v);
+    if (q == quantized.end()) continue;
+    std::optional<QuantParams> params;
+    for (std::size_t i : plan.nodes) {
+      const Node& n = var.nodes[i];
+      for (std::size_t k = 0; k < n.inputs.size() && !params; ++k)
+        if (n.inputs[k] == v)
+          if (const auto slots = input_scale_slots(n, k)) params = params_at(var, n, *slots);
+      if (params) break;
+    }
+    if (!params) params = q->second;
+    if (!params) {
+      plan.error = "input '" + v + "' is an integer tensor with no stored scale and zero point (made by '" +
+                   var.nodes[var_producers.at(v).node].name + "'): the reference's float value cannot be quantized";
+      return plan;
+    }
+    plan.quantize.emplace_back(v, *params);
+  }
+  const Node& target = var.nodes[node];
+  if (!target.outputs.empty())
+    if (auto q = quantized.find(target.outputs[0]); q != quantized.end()) {
+      if (!q->second) {
+        plan.error = "its output '" + target.outputs[0] + "' is an integer tensor with no stored scale and zero " +
+                     "point to dequantize it: not compared";
+        return plan;
+      }
+      plan.dequantize = q->second;
+    }
   return plan;
 }
 
 }  // namespace
+
+LocalGraph local_graph(const Graph& variant, const LocalPlan& plan, const std::map<std::string, DType>& input_types) {
+  LocalGraph out{extract_subgraph(variant, plan.nodes, input_types), variant.nodes.at(plan.nodes.back()).name};
+  Graph& g = out.graph;
+  auto add_initializer = [&](const std::string& v) {
+    if (!v.empty() && !g.initializers.count(v)) g.initializers.emplace(v, variant.initializers.at(v));
+  };
+  auto quant_node = [&](const char* op, const std::string& name, const std::string& x, const QuantParams& p,
+                        const std::string& y) {
+    Node n;
+    n.op_type = op;
+    n.name = name;
+    auto opset = variant.opsets.find("");
+    n.opset = opset == variant.opsets.end() ? 10 : std::max(opset->second, 10);  // QLinear ops need 10
+    n.inputs = {x, p.scale};
+    if (!p.zero_point.empty()) n.inputs.push_back(p.zero_point);
+    n.outputs = {y};
+    add_initializer(p.scale);
+    add_initializer(p.zero_point);
+    return n;
+  };
+  std::vector<Node> quantizers;
+  for (const auto& [v, params] : plan.quantize) {
+    auto t = input_types.find(v);
+    if (t != input_types.end() && t->second != DType::kFloat32) continue;  // the reference holds it quantized too
+    const std::string q = v + "/qeval_quantized";
+    for (Node& n : g.nodes)
+      for (auto& in : n.inputs)
+        if (in == v) in = q;
+    quantizers.push_back(quant_node("QuantizeLinear", v + "/qeval_QuantizeLinear", v, params, q));
+  }
+  g.nodes.insert(g.nodes.begin(), quantizers.begin(), quantizers.end());
+  if (plan.dequantize) {
+    const std::string& y = g.nodes.back().outputs.at(0);
+    out.compared = out.compared + "/qeval_DequantizeLinear";
+    g.nodes.push_back(quant_node("DequantizeLinear", out.compared, y, *plan.dequantize, y + "/qeval_dequantized"));
+    ValueInfo o;
+    o.name = g.nodes.back().outputs[0];
+    g.outputs.push_back(std::move(o));
+  }
+  return out;
+}
 
 std::unordered_map<std::string, DType> narrow_float_values(const Graph& g) {
   std::unordered_map<std::string, DType> out;
@@ -685,6 +890,7 @@ std::unordered_map<std::string, DType> narrow_float_values(const Graph& g) {
 
 std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const NodeMatch& match) {
   const auto var_producers = producers(var);
+  const auto quantized = quantized_values(var);
   std::vector<LocalPlan> plans(var.nodes.size());
   for (std::size_t i = 0; i < var.nodes.size(); ++i) {
     if (match.ref_of_variant[i] < 0) {
@@ -692,7 +898,7 @@ std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const
                                           : "no reference counterpart";
       continue;
     }
-    plans[i] = plan_one(ref, var, match, var_producers, i);
+    plans[i] = plan_one(ref, var, match, var_producers, quantized, i);
   }
   return plans;
 }

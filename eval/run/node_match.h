@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -48,25 +50,58 @@ struct NodeMatch {
 // weight shapes and the structure of everything upstream, with quantization plumbing and float
 // Casts looked through (a second export of the network with other node and tensor names).
 // The forms exporters and runtimes give one layer count as that layer: Conv + BatchNormalization
-// and the folded Conv, MatMul + Add and Gemm (transB or a transposed constant), a decomposed
-// LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) and the one op,
-// QLinearConv / QLinearMatMul and the float op. The node computing the whole layer matches the
-// node that ends the other export's form (the folded Conv the BatchNormalization); the other
-// nodes of a form are set aside on the variant's side (local runs include them) and listed on the
-// reference's ("folded into <node>", "part of decomposed LayerNormalization <node>").
-// Everything else is listed unmatched with the reason (Constant nodes excepted: they are values).
+// and the folded Conv, Conv + Mul / Add by scalar or per-output-channel constants and the folded
+// Conv (ONNX Runtime's ConvMulFusion / ConvAddFusion), MatMul + Add and Gemm (transB or a
+// transposed constant), a decomposed LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add,
+// Sqrt, Div, Mul, Add) and the one op, QLinearConv / QLinearMatMul and the float op. The node computing the whole layer
+// matches the node that ends the other export's form (the folded Conv the BatchNormalization); the other nodes of a
+// form are set aside on the variant's side (local runs include them) and listed on the reference's ("folded into
+// <node>", "part of decomposed LayerNormalization <node>"). Everything else is listed unmatched with the reason
+// (Constant nodes excepted: they are values).
 NodeMatch match_nodes(const Graph& reference, const Graph& variant);
+
+// The scale and zero point of an 8-bit quantized tensor: names of scalar initializers of the graph
+// (zero_point "" when the node has none: uint8 zero).
+struct QuantParams {
+  std::string scale, zero_point;
+  bool operator==(const QuantParams&) const = default;
+};
+
+// Values of `graph` held as quantized integers: in ONNX Runtime's QOperator form the outputs of
+// QuantizeLinear and of the QLinear ops (QLinearConv, QLinearMatMul, com.microsoft's QLinearAdd,
+// QLinearMul, QLinearConcat, QLinearSigmoid, ...) with their y_scale / y_zero_point, and what ops
+// that move or select values make of them (MaxPool, Reshape, Transpose, Resize, Slice, Concat of one
+// scale, ...: the same scale). nullopt: an integer tensor with no stored scale (ConvInteger's and
+// MatMulInteger's int32 accumulators, a scale computed at run time).
+std::unordered_map<std::string, std::optional<QuantParams>> quantized_values(const Graph& graph);
 
 // What to re-run for the local error of variant node `node`: the node and the plumbing that feeds
 // it (a quantized conv's input QuantizeLinear -> DequantizeLinear and weight DequantizeLinear), in
 // topological order, and for each value they read from outside (not an initializer) the reference
 // value holding the same data (the output of the matched reference node, or the same graph input).
+// ONNX Runtime's QOperator form holds those values quantized where the reference holds floats: the
+// reference's value is quantized on the way in with the scale and zero point of the node that reads
+// it (a QLinearConv's x_scale / x_zero_point, a DequantizeLinear's), and a quantized output is
+// dequantized with its own (a QLinear op's y_scale / y_zero_point) before the comparison.
 struct LocalPlan {
-  std::vector<std::size_t> nodes;                           // variant node indices
-  std::vector<std::pair<std::string, std::string>> inputs;  // variant value -> reference value
+  std::vector<std::size_t> nodes;                             // variant node indices
+  std::vector<std::pair<std::string, std::string>> inputs;    // variant value -> reference value
+  std::vector<std::pair<std::string, QuantParams>> quantize;  // inputs the variant holds quantized
+  std::optional<QuantParams> dequantize;                      // the node's output is quantized
   std::string error;  // why there is no plan (e.g. an input whose producer has no match); "" if ok
   bool ok() const { return error.empty(); }
 };
+
+// The graph a local run executes: the plan's nodes (extract_subgraph, inputs of `input_types`),
+// with a QuantizeLinear before each input of plan.quantize that is fed a float (the node's readers
+// read its output) and a DequantizeLinear after the node's output when plan.dequantize is set.
+// `compared`: the node whose first output is compared with the reference's (the node itself, or
+// that DequantizeLinear).
+struct LocalGraph {
+  Graph graph;
+  std::string compared;
+};
+LocalGraph local_graph(const Graph& variant, const LocalPlan& plan, const std::map<std::string, DType>& input_types);
 // Values of `graph` held in float16 or bfloat16 (an FP16 export: float16 weights, Cast to float16 at
 // its inputs), by static propagation: a Cast's `to`, a narrow initializer, or a node with a narrow
 // float input (ONNX type constraints tie a node's float inputs and outputs to one type). Local error

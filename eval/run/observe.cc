@@ -383,6 +383,26 @@ ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Gr
     om.clip_amax[i] = *std::min_element(t.begin(), t.end());
     om.channel_clip_amax[i] = std::move(t);
   }
+  // Quantized outputs (the QOperator form): compared dequantized with their stored scale.
+  om.dequantize.assign(vg.nodes.size(), std::nullopt);
+  {
+    const auto quantized = quantized_values(vg);
+    for (std::size_t i = 0; i < vg.nodes.size(); ++i) {
+      if (vg.nodes[i].outputs.empty()) continue;
+      auto q = quantized.find(vg.nodes[i].outputs[0]);
+      if (q == quantized.end() || !q->second) continue;
+      const Tensor& scale = vg.initializers.at(q->second->scale);
+      if (scale.dtype() != DType::kFloat32) continue;
+      std::int32_t zero_point = 0;
+      if (!q->second->zero_point.empty()) {
+        const Tensor& z = vg.initializers.at(q->second->zero_point);
+        if (z.dtype() == DType::kUInt8) zero_point = z.data<std::uint8_t>()[0];
+        else if (z.dtype() == DType::kInt8) zero_point = z.data<std::int8_t>()[0];
+        else continue;
+      }
+      om.dequantize[i] = std::make_pair(scale.data<float>()[0], zero_point);
+    }
+  }
   // Formats: a node reading DequantizeLinear(x) runs on quantized x; x is an initializer (a stored
   // weight) or a QuantizeLinear's output.
   om.format.assign(vg.nodes.size(), "");

@@ -184,6 +184,10 @@ struct ObservedModel {
   // Per variant node: the format of its quantized inputs ("int8", "fp8_e4m3", ...; "" = none): the
   // node reads a DequantizeLinear output.
   std::vector<std::string> format;
+  // Per variant node: the scale and zero point of its output when the variant holds it quantized
+  // (ONNX Runtime's QOperator form: QLinear ops and what moves their values, quantized_values);
+  // it is compared dequantized.
+  std::vector<std::optional<std::pair<float, std::int32_t>>> dequantize;
   std::vector<LocalPlan> local;  // per variant node; empty when local error is off
   // Local error in lockstep (LocalErrorsInLockstep): per reference node of the model, the variant
   // nodes whose local run waits for it to have run (their counterpart and their inputs' producers;
@@ -339,6 +343,7 @@ class LocalSessions {
     // Inputs the variant holds in float16/bfloat16 (an FP16 export): the reference's float32
     // value is converted to that type before the run.
     std::vector<std::pair<std::string, DType>> narrow_inputs;
+    std::string compared;  // the node whose output is compared (local_graph: the node or its DequantizeLinear)
   };
   Entry& get(const RunObservation& run, std::size_t variant, std::size_t model, std::size_t node,
              const Capture& capture);
@@ -361,8 +366,9 @@ class ObservedNodes {
     bool view = false, feeds_view = false;
     int layer = -1;  // -1: no reference counterpart
     float clip_amax = 0;
-    const std::vector<float>* channel_clip_amax = nullptr;  // null when there are none
-    std::vector<std::size_t> graph_inputs;                  // inputs that are graph inputs
+    const std::vector<float>* channel_clip_amax = nullptr;     // null when there are none
+    std::vector<std::size_t> graph_inputs;                     // inputs that are graph inputs
+    std::optional<std::pair<float, std::int32_t>> dequantize;  // ObservedModel::dequantize
   };
   // nullptr for a node the variant's graph does not have.
   const Info* find(const RunObservation& run, std::size_t variant, int model, const Node& node, std::size_t index) {
@@ -411,6 +417,7 @@ class LockstepObserver : public ModelCallObserver {
   std::array<Recent, 4> recent_;
   std::size_t recent_next_ = 0;
   metrics::ActivationStats scratch_;  // one call's statistics
+  Tensor dequantized_;                // a quantized output's values (ObservedModel::dequantize)
   LayerCell event_;                   // one node event's statistics, then appended to the log
   const RunObservation& run_;
   std::size_t variant_;

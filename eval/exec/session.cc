@@ -108,6 +108,7 @@ Session::Session(const Graph& graph, SessionOptions options)
       throw InputError(graph.source + ": " + node.describe() + ": " +
                        unsupported_reason(node.domain, node.op_type, node.opset));
     ops_.push_back(schema->make(node));
+    ops_.back()->share_constants(options_.constants.get());
     for (std::size_t i : ops_.back()->constant_inputs())
       if (node.has_input(i)) constant_graph_inputs_.insert(node.inputs[i]);
   }
@@ -120,9 +121,16 @@ Session::Session(const Graph& graph, SessionOptions options)
       weights_.emplace(name, std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}));
       continue;
     }
-    Tensor storage = to_storage(t);
-    apply_rounding(storage, r);
-    weights_.emplace(name, std::make_shared<const Tensor>(std::move(storage)));
+    auto convert = [r](const Tensor& source) {
+      Tensor storage = to_storage(source);
+      apply_rounding(storage, r);
+      return storage;
+    };
+    weights_.emplace(name, options_.constants ? options_.constants->get<Tensor>(
+                                                    std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}),
+                                                    "storage, rounding " + std::to_string(int(r)), convert)
+                                              : std::make_shared<const Tensor>(convert(t)));
+    t.release_pages();  // a mapped weight: its converted copy replaces it here
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,12 @@ class MappedFile final : public BorrowedMemory {
  public:
   // nullptr when the file is empty or the system refuses the mapping (the caller then reads).
   static std::shared_ptr<const MappedFile> map(const RegularFile& file);
+  // `n` bytes written to an unlinked temporary file in `dir` and mapped back: memory that can be
+  // released and read again as a file's (a session's rounded or widened copy of a mapped weight,
+  // which its packed form replaces). nullptr when the file cannot be made or written (the caller
+  // keeps the bytes in memory).
+  static std::shared_ptr<const MappedFile> spill(const std::byte* bytes, std::size_t n,
+                                                 const std::filesystem::path& dir);
   ~MappedFile() override;
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <unordered_map>
 
+#include "base/mapped_file.h"
 #include "eval/exec/deploy_fold.h"
 #include "eval/exec/plan.h"
 #include "eval/exec/pool.h"
@@ -50,6 +52,9 @@ std::optional<Precision> precision_from_name(std::string_view name) {
 }
 
 namespace {
+
+// Converted copies of mapped weights at least this large go to a temporary file (Session::Session).
+constexpr std::size_t kSpillBytes = std::size_t(1) << 20;
 
 // `nodes` in the order `order` names them, when it names each once and every node then comes after
 // the producers of its inputs; else left as they are.
@@ -124,6 +129,14 @@ Session::Session(const Graph& graph, SessionOptions options)
     auto convert = [r](const Tensor& source) {
       Tensor storage = to_storage(source);
       apply_rounding(storage, r);
+      // A mapped weight's copy goes to a temporary file, mapped back: once packed, its pages leave
+      // memory as the mapped weight's did (docs/infer.md "Weights in memory").
+      if (source.is_borrowed() && storage.nbytes() >= kSpillBytes) {
+        std::error_code ec;
+        const std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+        if (auto file = ec ? nullptr : base::MappedFile::spill(storage.raw(), storage.nbytes(), dir))
+          return Tensor::borrowed(storage.dtype(), storage.shape(), file->data(), file);
+      }
       return storage;
     };
     weights_.emplace(name, options_.constants ? options_.constants->get<Tensor>(

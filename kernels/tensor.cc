@@ -107,8 +107,35 @@ std::int64_t shape_numel(const Shape& shape) {
 }
 
 void Tensor::FreeAligned::operator()(std::byte* p) const {
+  if (borrowed) return;
   if (device) device->release(p);
   else std::free(p);
+}
+
+Tensor Tensor::borrowed(DType dtype, Shape shape, const std::byte* data, std::shared_ptr<const BorrowedMemory> owner) {
+  if (!owner || !data) throw std::invalid_argument("Tensor::borrowed: no memory given");
+  if (reinterpret_cast<std::uintptr_t>(data) % kAlignment != 0)
+    throw std::invalid_argument("Tensor::borrowed: the memory is not 64-byte aligned");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = shape_numel(t.shape_);
+  t.borrowed_ = std::move(owner);
+  // Only ever read through const access (own() copies first), so the const_cast never writes.
+  t.data_ = std::unique_ptr<std::byte, FreeAligned>(const_cast<std::byte*>(data), FreeAligned{nullptr, true});
+  return t;
+}
+
+void Tensor::own() {
+  std::unique_ptr<std::byte, FreeAligned> mine(allocate_aligned(nbytes(), /*zero=*/false));
+  if (numel_) std::memcpy(mine.get(), data_.get(), nbytes());
+  data_ = std::move(mine);
+  borrowed_.reset();
+  capacity_ = nbytes();
+}
+
+void Tensor::release_pages() const {
+  if (borrowed_) borrowed_->release_pages(data_.get(), nbytes());
 }
 
 Tensor::Tensor(DType dtype, Shape shape)
@@ -137,6 +164,12 @@ Tensor::Tensor(const Tensor& other)
     if (numel_) device_->copy(data_.get(), other.data_.get(), nbytes());
     return;
   }
+  if (other.borrowed_) {  // shared: neither writes it (raw() copies first)
+    capacity_ = 0;
+    borrowed_ = other.borrowed_;
+    data_ = std::unique_ptr<std::byte, FreeAligned>(other.data_.get(), FreeAligned{nullptr, true});
+    return;
+  }
   data_.reset(allocate_aligned(other.nbytes(), /*zero=*/false));
   if (numel_) std::memcpy(data_.get(), other.data_.get(), nbytes());
 }
@@ -147,6 +180,7 @@ Tensor::Tensor(Tensor&& other) noexcept
       numel_(other.numel_),
       capacity_(other.capacity_),
       device_(std::move(other.device_)),
+      borrowed_(std::move(other.borrowed_)),
       data_(std::move(other.data_)) {
   other.shape_.clear();
   other.numel_ = 0;
@@ -161,6 +195,7 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
     capacity_ = other.capacity_;
     data_.reset();  // before device_ may change: it frees with the old device
     device_ = std::move(other.device_);
+    borrowed_ = std::move(other.borrowed_);
     data_ = std::move(other.data_);
     other.shape_.clear();
     other.numel_ = 0;
@@ -184,7 +219,8 @@ std::int64_t Tensor::dim(int i) const {
 
 bool Tensor::reuse_as(DType dtype, const Shape& shape) {
   const std::int64_t n = shape_numel(shape);
-  if (!data_ || static_cast<std::size_t>(n) * dtype_size(dtype) > capacity_) return false;  // no storage yet
+  if (!data_ || borrowed_ || static_cast<std::size_t>(n) * dtype_size(dtype) > capacity_)
+    return false;  // no storage yet
   dtype_ = dtype;
   if (&shape != &shape_) shape_.assign(shape.begin(), shape.end());  // in place: no allocation once the rank fits
   numel_ = n;

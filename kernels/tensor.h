@@ -1,5 +1,6 @@
 // Tensor: a dense, row-major, 64-byte-aligned n-d array with a runtime element type, in host
-// memory or in a device's memory (DeviceMemory: the CUDA backend's, eval/exec/cuda/).
+// memory (its own, or borrowed read-only: BorrowedMemory, a mapped weights file) or in a device's
+// memory (DeviceMemory: the CUDA backend's, eval/exec/cuda/).
 #pragma once
 
 #include <cstddef>
@@ -113,6 +114,16 @@ class DeviceMemory {
   virtual void synchronize() {}
 };
 
+// Host memory that tensors read without owning it, kept alive by whoever holds this (a read-only
+// mapping of a weights file: base/mapped_file.h). The kernels library knows only this interface.
+class BorrowedMemory {
+ public:
+  virtual ~BorrowedMemory() = default;
+  // The pages wholly inside [p, p + bytes) leave this process's resident memory; read again, they
+  // come back with the same bytes (a file mapping reads them from the file again).
+  virtual void release_pages(const std::byte* p, std::size_t bytes) const noexcept = 0;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -120,6 +131,12 @@ class Tensor {
   // that device's memory.
   Tensor(DType dtype, Shape shape);
   Tensor(DType dtype, Shape shape, std::shared_ptr<DeviceMemory> device);
+
+  // A tensor over host memory that `owner` keeps alive and nobody writes (a weight in a mapped
+  // file: nothing is copied). `data` must be 64-byte aligned. Copies share that memory; mutable
+  // access (raw(), data<T>(), span<T>() of a non-const tensor) first copies it into memory of the
+  // tensor's own, so a borrowed tensor behaves as any other, only const reads are free.
+  static Tensor borrowed(DType dtype, Shape shape, const std::byte* data, std::shared_ptr<const BorrowedMemory> owner);
 
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
@@ -138,6 +155,7 @@ class Tensor {
   // memory by mistake).
   std::byte* raw() {
     if (device_) on_device_error();
+    if (borrowed_) own();
     return data_.get();
   }
   const std::byte* raw() const {
@@ -179,26 +197,37 @@ class Tensor {
   // Same data, new shape with the same element count (-1 infers one dimension).
   Tensor reshaped(Shape shape) const;
 
-  // Bytes of storage owned (may exceed nbytes() after reuse_as).
+  // Bytes of storage owned (may exceed nbytes() after reuse_as; 0 while borrowed).
   std::size_t capacity() const { return capacity_; }
   // Gives this storage a new type and shape without reallocating, when it fits (buffer reuse in
   // the executor). The contents are left as they were: the new owner must write every element.
+  // Never for a borrowed tensor.
   bool reuse_as(DType dtype, const Shape& shape);
+
+  // Whether the bytes are borrowed (Tensor::borrowed), not the tensor's own.
+  bool is_borrowed() const { return borrowed_ != nullptr; }
+  // A borrowed tensor's pages leave the process's resident memory (BorrowedMemory::release_pages):
+  // for when a transformed copy (packed, widened, rounded) replaces the values. A later read
+  // brings them back. Nothing for a tensor that owns its bytes.
+  void release_pages() const;
 
  private:
   // Frees host memory (device null) or gives device memory back.
   struct FreeAligned {
     DeviceMemory* device;  // value-initialised (null) by unique_ptr
+    bool borrowed;         // nothing to free (value-initialised false)
     void operator()(std::byte* p) const;
   };
   void check_type(DType requested) const;
+  void own();  // a borrowed tensor's bytes copied into memory of its own
   [[noreturn]] void on_device_error() const;
 
   DType dtype_ = DType::kFloat32;
   Shape shape_;
   std::int64_t numel_ = 0;
   std::size_t capacity_ = 0;
-  std::shared_ptr<DeviceMemory> device_;  // declared before data_: outlives it
+  std::shared_ptr<DeviceMemory> device_;            // declared before data_: outlives it
+  std::shared_ptr<const BorrowedMemory> borrowed_;  // non-null: data_ points into it, read-only
   std::unique_ptr<std::byte, FreeAligned> data_;
 };
 

@@ -30,6 +30,8 @@ int run_infer(const InferArgs& a) {
   options.repeat = a.repeat;
   auto r = eval::run_infer(options);
   fmt::print("qeval infer: {} ({} precision, {}) ran in {:.1f} ms\n", a.model, a.precision, r.device, r.elapsed_ms);
+  fmt::print("  activations: {:.1f} MB of buffers at the peak, {:.1f} MB alive at once\n",
+             r.peak_activation_bytes / 1e6, r.live_activation_bytes / 1e6);
   if (!r.repeat_ms.empty()) {
     std::vector<double> sorted = r.repeat_ms;
     std::sort(sorted.begin(), sorted.end());

@@ -5,12 +5,14 @@
 
 #include <charconv>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "base/input_file.h"
+#include "base/mapped_file.h"
 #include "eval/exec/ops/op.h"
 #include "kernels/error.h"
 
@@ -53,13 +55,19 @@ bool inside_folder(const fs::path& folder, const fs::path& inner) {
   return i != inner.end();
 }
 
+// The external data files of one model, each mapped once (weights in one file, or one file per
+// tensor); nullptr for a file that could not be mapped (empty, or the system refused).
+using MappedFiles = std::map<fs::path, std::shared_ptr<const base::MappedFile>>;
+
 // Reads external data into a tensor of `dtype` and `shape` (`nbytes` bytes). The file must be a
 // regular file inside the model's folder after resolving symlinks: a location is a path from a
 // file nobody checked (`../../etc/passwd`, `/dev/zero`, a FIFO that blocks forever), and weights
 // come back out in output tensors. Offset and length are checked against the file's size before
-// the tensor is allocated.
+// the tensor is allocated. With `files`, the file is mapped (once per model) and a tensor at a
+// 64-byte-aligned place borrows its bytes from the mapping (Tensor::borrowed: nothing is copied,
+// pages are read when first used); others are copied out of it.
 Tensor read_external_data(const onnx::TensorProto& p, const fs::path& external_dir, DType dtype, const Shape& shape,
-                          std::size_t nbytes, const std::string& context) {
+                          std::size_t nbytes, const std::string& context, MappedFiles* files) {
   std::string location, offset_text, length_text;
   bool has_offset = false, has_length = false;
   for (const auto& kv : p.external_data()) {
@@ -89,17 +97,33 @@ Tensor read_external_data(const onnx::TensorProto& p, const fs::path& external_d
   if (!inside_folder(folder, file))
     throw InputError(where + ": resolves to " + file.string() + ", outside the model's folder " + folder.string() +
                      " (external data must be a file inside it)");
-  // O_NOFOLLOW: the path is canonical, so a symlink here was put there since it was resolved.
-  const base::RegularFile fd =
-      base::open_regular_file(file, /*follow_symlinks=*/false, where + ": external data file " + file.string());
-  const std::uint64_t size = fd.size();
+  const std::string display = where + ": external data file " + file.string();
+  std::shared_ptr<const base::MappedFile> mapping;
+  std::optional<base::RegularFile> fd;
+  if (files) {
+    if (auto it = files->find(file); it != files->end()) mapping = it->second;
+  }
+  if (!mapping) {
+    // O_NOFOLLOW: the path is canonical, so a symlink here was put there since it was resolved.
+    fd.emplace(base::open_regular_file(file, /*follow_symlinks=*/false, display));
+    if (files) files->insert_or_assign(file, mapping = base::MappedFile::map(*fd));
+  }
+  const std::uint64_t size = mapping ? mapping->size() : fd->size();
   if (static_cast<std::uint64_t>(offset) > size || nbytes > size - static_cast<std::uint64_t>(offset))
     throw InputError(where + ": external data file " + file.string() + " is too short (needs " +
                      std::to_string(nbytes) + " bytes from offset " + std::to_string(offset) + ", the file has " +
                      std::to_string(size) + ")");
 
+  if (mapping) {
+    const std::byte* at = mapping->data() + offset;
+    if (reinterpret_cast<std::uintptr_t>(at) % 64 == 0) return Tensor::borrowed(dtype, shape, at, mapping);
+    Tensor t = allocate_checked(dtype, shape, nbytes, context);
+    if (nbytes) std::memcpy(t.raw(), at, nbytes);
+    mapping->release_pages(at, nbytes);
+    return t;
+  }
   Tensor t = allocate_checked(dtype, shape, nbytes, context);
-  fd.read_at(t.raw(), nbytes, static_cast<std::uint64_t>(offset));
+  fd->read_at(t.raw(), nbytes, static_cast<std::uint64_t>(offset));
   return t;
 }
 
@@ -152,7 +176,10 @@ int onnx_type_of(DType t) {
   return onnx::TensorProto::UNDEFINED;
 }
 
-Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_dir, const std::string& context) {
+namespace {
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_dir, const std::string& context,
+                         MappedFiles* files) {
   const DType dtype = dtype_from_onnx(p.data_type(), context);
   Shape shape(p.dims().begin(), p.dims().end());
   for (auto d : shape)
@@ -167,7 +194,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_di
   const std::size_t esize = dtype_size(dtype);
 
   if (p.data_location() == onnx::TensorProto::EXTERNAL)
-    return read_external_data(p, external_dir, dtype, shape, nbytes, context);
+    return read_external_data(p, external_dir, dtype, shape, nbytes, context, files);
   if (p.has_raw_data()) {
     if (p.raw_data().size() != nbytes)
       throw InputError(context + ": raw_data has " + std::to_string(p.raw_data().size()) + " bytes, shape " +
@@ -209,6 +236,12 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_di
   return t;
 }
 
+}  // namespace
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, const fs::path& external_dir, const std::string& context) {
+  return tensor_from_proto(p, external_dir, context, nullptr);
+}
+
 Tensor read_tensor_pb(const fs::path& path) {
   auto bytes = base::read_regular_file(path);
   onnx::TensorProto proto;
@@ -236,7 +269,8 @@ ValueInfo value_info(const onnx::ValueInfoProto& v, const std::string& context) 
   return info;
 }
 
-Attribute convert_attribute(const onnx::AttributeProto& a, const fs::path& external_dir, const std::string& context) {
+Attribute convert_attribute(const onnx::AttributeProto& a, const fs::path& external_dir, const std::string& context,
+                            MappedFiles* files) {
   Attribute out;
   switch (a.type()) {
     case onnx::AttributeProto::INT:
@@ -265,7 +299,7 @@ Attribute convert_attribute(const onnx::AttributeProto& a, const fs::path& exter
       break;
     case onnx::AttributeProto::TENSOR:
       out.kind = Attribute::Kind::kTensor;
-      out.t = tensor_from_proto(a.t(), external_dir, context + " attribute '" + a.name() + "'");
+      out.t = tensor_from_proto(a.t(), external_dir, context + " attribute '" + a.name() + "'", files);
       break;
     default: out.kind = Attribute::Kind::kUnsupported;  // graphs, sparse tensors: rejected by the op
   }
@@ -319,12 +353,14 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name, c
   }
   const auto& graph = model.graph();
 
+  // External data is mapped, not read: weights stay in the page cache until used (and packed).
+  MappedFiles files;
   std::unordered_set<std::string> init_names;
   for (const auto& init : graph.initializer()) {
     if (!init_names.insert(init.name()).second)
       throw InputError(name + ": two initializers are named '" + init.name() + "'");
     g.initializers.emplace(init.name(),
-                           tensor_from_proto(init, external_dir, name + ": initializer '" + init.name() + "'"));
+                           tensor_from_proto(init, external_dir, name + ": initializer '" + init.name() + "'", &files));
   }
   for (const auto& in : graph.input())
     if (!init_names.count(in.name())) g.inputs.push_back(value_info(in, name));
@@ -348,7 +384,7 @@ Graph parse_onnx(std::span<const std::uint8_t> bytes, const std::string& name, c
     n.inputs.assign(p.input().begin(), p.input().end());
     n.outputs.assign(p.output().begin(), p.output().end());
     for (const auto& a : p.attribute())
-      n.attributes.emplace(a.name(), convert_attribute(a, external_dir, name + ": " + n.describe()));
+      n.attributes.emplace(a.name(), convert_attribute(a, external_dir, name + ": " + n.describe(), &files));
     nodes.push_back(std::move(n));
   }
 

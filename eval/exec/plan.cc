@@ -162,6 +162,8 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
           if (step.out[o] >= 0) outputs.emplace_back(node.outputs[o], &p.metas[std::size_t(step.out[o])]);
         fail_out_of_memory(graph_.source, node, outputs);
       }
+      for (const Tensor* in : ins)  // mapped weights folded into new constants (a Transpose of one)
+        if (in) in->release_pages();
       for (std::size_t o = 0; o < outs.size(); ++o) {
         int id = step.out[o];
         if (id < 0) continue;

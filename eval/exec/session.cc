@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <unordered_map>
 
+#include "base/mapped_file.h"
 #include "eval/exec/deploy_fold.h"
 #include "eval/exec/plan.h"
 #include "eval/exec/pool.h"
@@ -50,6 +52,9 @@ std::optional<Precision> precision_from_name(std::string_view name) {
 }
 
 namespace {
+
+// Converted copies of mapped weights at least this large go to a temporary file (Session::Session).
+constexpr std::size_t kSpillBytes = std::size_t(1) << 20;
 
 // `nodes` in the order `order` names them, when it names each once and every node then comes after
 // the producers of its inputs; else left as they are.
@@ -108,6 +113,7 @@ Session::Session(const Graph& graph, SessionOptions options)
       throw InputError(graph.source + ": " + node.describe() + ": " +
                        unsupported_reason(node.domain, node.op_type, node.opset));
     ops_.push_back(schema->make(node));
+    ops_.back()->share_constants(options_.constants.get());
     for (std::size_t i : ops_.back()->constant_inputs())
       if (node.has_input(i)) constant_graph_inputs_.insert(node.inputs[i]);
   }
@@ -120,9 +126,24 @@ Session::Session(const Graph& graph, SessionOptions options)
       weights_.emplace(name, std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}));
       continue;
     }
-    Tensor storage = to_storage(t);
-    apply_rounding(storage, r);
-    weights_.emplace(name, std::make_shared<const Tensor>(std::move(storage)));
+    auto convert = [r](const Tensor& source) {
+      Tensor storage = to_storage(source);
+      apply_rounding(storage, r);
+      // A mapped weight's copy goes to a temporary file, mapped back: once packed, its pages leave
+      // memory as the mapped weight's did (docs/infer.md "Weights in memory").
+      if (source.is_borrowed() && storage.nbytes() >= kSpillBytes) {
+        std::error_code ec;
+        const std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+        if (auto file = ec ? nullptr : base::MappedFile::spill(storage.raw(), storage.nbytes(), dir))
+          return Tensor::borrowed(storage.dtype(), storage.shape(), file->data(), file);
+      }
+      return storage;
+    };
+    weights_.emplace(name, options_.constants ? options_.constants->get<Tensor>(
+                                                    std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}),
+                                                    "storage, rounding " + std::to_string(int(r)), convert)
+                                              : std::make_shared<const Tensor>(convert(t)));
+    t.release_pages();  // a mapped weight: its converted copy replaces it here
   }
 }
 

@@ -60,6 +60,10 @@ struct SessionOptions {
   // values wait less for their comparisons. Ignored unless it names every node the session runs
   // once, in such an order.
   std::shared_ptr<const std::vector<std::string>> node_order = nullptr;
+  // Packed weights and the session's rounded or widened copies of initializers, shared by the
+  // sessions given the same object (eval/exec/ops/op.h SharedConstants): the evaluator's threads
+  // and variants over one graph keep one copy. Null: the session's own.
+  std::shared_ptr<SharedConstants> constants = nullptr;
 };
 
 // A node a device backend's plan runs on the CPU, and why (Backend::compile's reason).

@@ -86,6 +86,10 @@ std::vector<BuiltVariant> build_variants(const RunSpec& spec, const RunDriver& d
     set_model_options(driver, b);
     out.push_back(std::move(b));
   }
+  // Every session of the run (all threads, all variants) takes packed and rounded weights from one
+  // place: a worker thread's sessions never pack a weight another has packed.
+  const auto constants = std::make_shared<SharedConstants>();
+  for (BuiltVariant& b : out) b.options.constants = constants;
   return out;
 }
 

@@ -122,6 +122,8 @@ InferResult run_infer(const InferOptions& options) {
   InferResult result;
   for (const auto& f : session.fused_nodes()) result.fused.push_back(f.name);
   result.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  result.peak_activation_bytes = session.last_peak_activation_bytes();
+  result.live_activation_bytes = session.last_live_activation_bytes();
   for (int i = 0; i < options.repeat; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     outputs = session.run(inputs);  // outputs come back in host memory: the device work is done

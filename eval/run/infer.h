@@ -35,6 +35,9 @@ struct InferResult {
   std::vector<double> repeat_ms;   // each --repeat run, in order
   std::vector<std::string> fused;  // nodes run on int8 kernels (Q/DQ fusion)
   std::string device;              // the backend's name ("cpu", "cuda:0")
+  // The first run's activation buffers at their peak (pool capacity included) and the largest set
+  // of values alive at once (Session::last_peak_activation_bytes / last_live_activation_bytes).
+  std::size_t peak_activation_bytes = 0, live_activation_bytes = 0;
   // On a device backend: the nodes that ran on the CPU and why ("Softmax 'sm': no CUDA kernel ...").
   std::vector<std::string> host_nodes;
 };

@@ -422,6 +422,7 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
   // session, no allocation per run).
   if (!pool_) pool_ = Session::make_pool();
   options.pool = pool_;
+  options.constants = nullptr;  // its graph's tensors are its own (SharedConstants keys by address)
   e.session = std::make_unique<Session>(*e.graph, options);
   return entries_.emplace(key, std::move(e)).first->second;
 }

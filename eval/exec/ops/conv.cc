@@ -127,7 +127,9 @@ class ConvOp final : public Op {
     if (in[1]->dtype != DType::kFloat32) return;
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
     if (p.in_channels < 1 || p.out_channels < 1) return;  // an empty weight: nothing to pack
-    packed_.prepare(in[1], [&](const Tensor& w) { return kernels::pack_conv_weights(p, w.data<float>()); });
+    packed_.prepare(
+        in[1], [&](const Tensor& w) { return kernels::pack_conv_weights(p, w.data<float>()); }, shared_constants(),
+        "conv groups " + std::to_string(p.groups));
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
@@ -219,7 +221,9 @@ class ConvTransposeOp final : public Op {
     const std::int64_t rows = p.out_channels / p.groups * (kernels::conv_transpose_weight_size(p) / per_position);
     if (!kernels::sgemm_uses_packing({true, false, rows, in_size, p.in_channels / p.groups, rows, in_size, in_size}))
       return;
-    packed_.prepare(in[1], [&](const Tensor& w) { return kernels::pack_conv_transpose_weights(p, w.data<float>()); });
+    packed_.prepare(
+        in[1], [&](const Tensor& w) { return kernels::pack_conv_transpose_weights(p, w.data<float>()); },
+        shared_constants(), "conv-transpose groups " + std::to_string(p.groups));
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {

@@ -115,7 +115,9 @@ class MatMulOp final : public Op {
     if (in[0]->dtype != DType::kFloat32 || !in[1]->value) return;
     const MatMulPlan p = plan_matmul(node_, in[0]->shape, in[1]->shape);
     if (!b_is_matrix(p) || !kernels::sgemm_uses_packing(folded_shape(p))) return;
-    packed_b_.prepare(in[1], [&](const Tensor& b) { return kernels::PackedB(false, p.k, p.n, b.data<float>(), p.n); });
+    packed_b_.prepare(
+        in[1], [&](const Tensor& b) { return kernels::PackedB(false, p.k, p.n, b.data<float>(), p.n); },
+        shared_constants(), "B");
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
@@ -208,8 +210,9 @@ class GemmOp final : public Op {
     const Dims d = dims(in[0]->shape, in[1]->shape);
     const std::int64_t ldb = in[1]->shape[1];
     if (!kernels::sgemm_uses_packing({trans_a_, trans_b_, d.m, d.n, d.k, in[0]->shape[1], ldb, d.n})) return;
-    packed_b_.prepare(in[1],
-                      [&](const Tensor& b) { return kernels::PackedB(trans_b_, d.k, d.n, b.data<float>(), ldb); });
+    packed_b_.prepare(
+        in[1], [&](const Tensor& b) { return kernels::PackedB(trans_b_, d.k, d.n, b.data<float>(), ldb); },
+        shared_constants(), trans_b_ ? "B^T" : "B");
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {

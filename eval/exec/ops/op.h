@@ -2,11 +2,15 @@
 // by (domain, op type, opset range) as ONNX Runtime does.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <typeindex>
 #include <vector>
 
 #include "eval/exec/graph.h"
@@ -31,9 +35,39 @@ struct ValueMeta {
 // Storage type for an ONNX element type: the float formats narrower than 32 bits compute in f32.
 DType storage_type(DType declared);
 
+// What ops derive from constant tensors (packed weights) and sessions from initializers (rounded
+// or widened copies), shared by every session given the same object (SessionOptions::constants:
+// the evaluator's worker threads, variants over one graph): made once, by whichever session asks
+// first, under a lock. Keyed by the tensor's address, the form's type and a key naming what else
+// the form depends on (a Gemm's transB): the tensors (the graphs' initializers) must outlive it.
+class SharedConstants {
+ public:
+  template <class T, class Make>
+  std::shared_ptr<const T> get(const std::shared_ptr<const Tensor>& tensor, const std::string& key, Make&& make) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = entries_[{tensor.get(), std::type_index(typeid(T)), key}];
+    if (!e.form) {
+      e.form = std::make_shared<const T>(make(*tensor));
+      e.tensor = tensor;
+    }
+    return std::static_pointer_cast<const T>(e.form);
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<const Tensor> tensor;
+    std::shared_ptr<const void> form;
+  };
+  std::mutex mutex_;
+  std::map<std::tuple<const Tensor*, std::type_index, std::string>, Entry> entries_;
+};
+
 class Op {
  public:
   virtual ~Op() = default;
+  // Where prepare() finds and leaves forms shared with other sessions (null: its own); set by the
+  // session before any prepare().
+  void share_constants(SharedConstants* shared) { shared_constants_ = shared; }
   // Output metas from input metas (nullptr for omitted optional inputs). Throws InputError,
   // prefixed with the node's description, on inconsistent inputs (shape mismatch, bad axis, a
   // shape input that is not a constant). An op may set `value` on an output it can compute from
@@ -62,6 +96,12 @@ class Op {
                                std::int64_t n) const {
     (void)a, (void)a_step, (void)b, (void)b_step, (void)y, (void)n;
   }
+
+ protected:
+  SharedConstants* shared_constants() const { return shared_constants_; }
+
+ private:
+  SharedConstants* shared_constants_ = nullptr;
 };
 
 using OpFactory = std::unique_ptr<Op> (*)(const Node& node);
@@ -110,10 +150,14 @@ class ConstantCache {
  public:
   // Makes the entry for `meta`'s value with make(const Tensor&) unless it exists; nothing when the
   // input is absent or not constant.
+  // With `shared`, the entry other sessions made for the tensor and `key` is taken (or made there).
+  // The entry replaces the tensor: a mapped weight's pages leave memory (Tensor::release_pages).
   template <class Make>
-  void prepare(const ValueMeta* meta, Make&& make) {
+  void prepare(const ValueMeta* meta, Make&& make, SharedConstants* shared = nullptr, const std::string& key = {}) {
     if (!meta || !meta->value || find(meta->value.get())) return;
-    entries_.emplace_back(meta->value, std::make_shared<const T>(make(*meta->value)));
+    entries_.emplace_back(
+        meta->value, shared ? shared->get<T>(meta->value, key, make) : std::make_shared<const T>(make(*meta->value)));
+    meta->value->release_pages();
   }
   // The entry made for this very tensor, or nullptr.
   const T* find(const Tensor* t) const {

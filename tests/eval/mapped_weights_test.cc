@@ -1,0 +1,202 @@
+// Weights in external data are mapped, not read: tensors borrow the mapping's pages, packed forms
+// replace them in memory (docs/infer.md "Memory").
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "eval/exec/onnx_import.h"
+#include "eval/exec/session.h"
+#include "input_error.h"
+#include "kernels/error.h"
+#include "onnx_builder.h"
+#include "test_util.h"
+
+namespace qeval::eval {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::contains;
+using testing::floats;
+using testing::input_error;
+using testing::OnnxBuilder;
+
+// This process's resident memory now, in bytes (/proc/self/statm).
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t total = 0, resident = 0;
+  statm >> total >> resident;
+  return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+void add_external(OnnxBuilder& b, const std::string& name, const std::vector<std::int64_t>& dims,
+                  const std::string& location, std::size_t offset, int type = onnx::TensorProto::FLOAT) {
+  auto* t = b.proto().mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  for (auto d : dims) t->add_dims(d);
+  t->set_data_location(onnx::TensorProto::EXTERNAL);
+  for (const auto& [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"location", location}, {"offset", std::to_string(offset)}}) {
+    auto* kv = t->add_external_data();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
+}
+
+void append_floats(const fs::path& file, const std::vector<float>& values) {
+  std::ofstream f(file, std::ios::binary | std::ios::app);
+  f.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+}
+
+// y = x * a + b, a at offset 0 of weights.bin (64-byte aligned: borrowed), b at offset 68 (copied).
+TEST(MappedWeights, AnAlignedExternalTensorIsAViewOfTheMappedFileAndGivesTheSameValues) {
+  testing::ScratchDir dir("mapped-view");
+  std::vector<float> a(17), b(16);
+  for (int i = 0; i < 17; ++i) a[std::size_t(i)] = 0.5f * float(i) - 3.0f;
+  for (int i = 0; i < 16; ++i) b[std::size_t(i)] = float(i * i);
+  append_floats(dir / "weights.bin", a);  // 68 bytes: b starts unaligned
+  append_floats(dir / "weights.bin", b);
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {16}).output("y", onnx::TensorProto::FLOAT, {16});
+  m.node("Slice", {"a17", "starts", "ends"}, {"a"}, "slice");
+  m.initializer_i64("starts", {0}).initializer_i64("ends", {16});
+  m.node("Mul", {"x", "a"}, {"xa"}, "mul");
+  m.node("Add", {"xa", "b"}, {"y"}, "add");
+  add_external(m, "a17", {17}, "weights.bin", 0);
+  add_external(m, "b", {16}, "weights.bin", 68);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+
+  const Graph g = load_onnx(dir / "m.onnx");
+  const Tensor& ta = g.initializers.at("a17");
+  const Tensor& tb = g.initializers.at("b");
+  EXPECT_TRUE(ta.is_borrowed());
+  EXPECT_FALSE(tb.is_borrowed());  // not 64-byte aligned in the file: a copy of its own
+  EXPECT_EQ(std::memcmp(ta.raw(), a.data(), 68), 0);
+  EXPECT_EQ(std::memcmp(tb.raw(), b.data(), 64), 0);
+  // A copy of the graph (a recipe's variant) shares the mapped bytes; writing to it copies them.
+  Graph copy = g;
+  EXPECT_EQ(std::as_const(copy).initializers.at("a17").raw(), ta.raw());
+  copy.initializers.at("a17").data<float>()[0] = 100.0f;
+  EXPECT_EQ(ta.data<float>()[0], a[0]);
+
+  Session s(g);
+  std::vector<float> x(16);
+  for (int i = 0; i < 16; ++i) x[std::size_t(i)] = 1.0f + float(i);
+  const auto out = s.run({{"x", floats({16}, x)}});
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(out.at("y").data<float>()[i], x[std::size_t(i)] * a[std::size_t(i)] + b[std::size_t(i)]) << i;
+}
+
+TEST(MappedWeights, ATruncatedFileIsStillAPreciseErrorNamingTheTensor) {
+  testing::ScratchDir dir("mapped-short");
+  append_floats(dir / "weights.bin", std::vector<float>(40, 1.0f));  // 160 bytes
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {64}).output("y", onnx::TensorProto::FLOAT, {64});
+  m.node("Mul", {"x", "w"}, {"y"}, "mul");
+  add_external(m, "w", {64}, "weights.bin", 0);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+  const std::string e = input_error([&] { load_onnx(dir / "m.onnx"); });
+  EXPECT_TRUE(contains(e, "initializer 'w'") && contains(e, "'weights.bin'") && contains(e, "too short") &&
+              contains(e, "needs 256 bytes from offset 0, the file has 160"))
+      << e;
+}
+
+// The memory of one call: a 64 MiB MatMul weight is mapped (nothing read at load), packed once at
+// the first run, and the packed form replaces it: the call ends near 1x the weight's bytes, where
+// reading the file and packing it held 2x.
+TEST(MappedWeights, APackedWeightReplacesItsMappedPagesInMemory) {
+  testing::ScratchDir dir("mapped-rss");
+  constexpr std::int64_t k = 4096, n = 4096, rows = 64;
+  constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);
+  {
+    std::vector<float> w(std::size_t(k * n));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 61) - 30) / 64.0f;
+    append_floats(dir / "weights.bin", w);
+  }
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
+  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
+  add_external(m, "w", {k, n}, "weights.bin", 0);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+  std::vector<float> xv(std::size_t(rows * k));
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 8.0f;
+  const Tensor x = floats({rows, k}, xv);
+  xv = {};
+
+  const std::size_t before = resident_bytes();
+  const Graph g = load_onnx(dir / "m.onnx");
+  EXPECT_TRUE(g.initializers.at("w").is_borrowed());
+  EXPECT_LT(resident_bytes(), before + weight_bytes / 8) << "loading read the weights";
+  std::map<std::string, Tensor> out;
+  {
+    Session s(g);
+    out = s.run({{"x", x}});
+    // The packed weight (~64 MiB), the output (1 MiB) and the scratch of a GEMM; not the weight twice.
+    EXPECT_LT(resident_bytes(), before + weight_bytes + weight_bytes / 4) << "the mapped weight stayed in memory";
+  }
+  // The same bytes as over a weight read into memory of its own.
+  Graph read = g;
+  read.initializers.at("w").raw();  // now a copy of its own
+  ASSERT_FALSE(read.initializers.at("w").is_borrowed());
+  Session s(read);
+  const auto expected = s.run({{"x", x}});
+  EXPECT_EQ(std::memcmp(out.at("y").raw(), expected.at("y").raw(), expected.at("y").nbytes()), 0);
+}
+
+// The evaluator's threads and variants (SessionOptions::constants): two sessions over one graph
+// pack a weight once, and two fp16 sessions round and pack it once, with the same results as
+// sessions of their own; an fp16 session's rounded copy of a mapped weight does not stay in memory
+// beside its packed form.
+TEST(MappedWeights, SessionsSharingConstantsPackAndRoundAWeightOnce) {
+  testing::ScratchDir dir("mapped-shared");
+  constexpr std::int64_t k = 2048, n = 4096, rows = 32;
+  constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);  // 32 MiB
+  {
+    std::vector<float> w(std::size_t(k * n));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 57) - 28) / 32.0f + 1e-4f;
+    append_floats(dir / "weights.bin", w);
+  }
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
+  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
+  add_external(m, "w", {k, n}, "weights.bin", 0);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+  std::vector<float> xv(std::size_t(rows * k));
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 11) - 5) / 4.0f;
+  const Tensor x = floats({rows, k}, xv);
+  const Graph g = load_onnx(dir / "m.onnx");
+
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    SCOPED_TRACE(std::string(precision_name(precision)));
+    SessionOptions alone;
+    alone.precision = precision;
+    std::map<std::string, Tensor> expected;
+    {
+      Session s(g, alone);
+      expected = s.run({{"x", x}});
+    }
+    SessionOptions shared = alone;
+    shared.constants = std::make_shared<SharedConstants>();
+    const std::size_t before = resident_bytes();
+    Session a(g, shared), b(g, shared);
+    const auto ya = a.run({{"x", x}});
+    const auto yb = b.run({{"x", x}});
+    // One packed copy for both sessions (fp16: the rounded copy is in a temporary file, its pages
+    // released once packed).
+    EXPECT_LT(resident_bytes(), before + weight_bytes + weight_bytes / 2) << "each session made its own";
+    EXPECT_EQ(std::memcmp(ya.at("y").raw(), expected.at("y").raw(), expected.at("y").nbytes()), 0);
+    EXPECT_EQ(std::memcmp(yb.at("y").raw(), expected.at("y").raw(), expected.at("y").nbytes()), 0);
+  }
+}
+
+}  // namespace
+}  // namespace qeval::eval

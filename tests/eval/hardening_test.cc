@@ -107,6 +107,29 @@ TEST(IntegerDivision, DivisionByZeroIsAnInputErrorNamingTheNode) {
   EXPECT_TRUE(contains(e, "node 'divide_by_zero' (Div): integer division by zero")) << e;
 }
 
+// A Reshape target whose dimensions multiply past int64 (found by fuzz_onnx_loader: UBSan's signed
+// overflow) is an InputError naming the node, with a zero among them too (no overflow on the way).
+TEST(ReshapeTarget, DimensionsPastInt64AreAnInputErrorNamingTheNode) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  for (bool zero : {false, true}) {
+    OnnxBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {2, 3}).output("y", onnx::TensorProto::FLOAT);
+    b.initializer_i64("shape", zero ? std::vector<std::int64_t>{kMax, 2, 0} : std::vector<std::int64_t>{2, kMax});
+    auto* allow = b.node("Reshape", {"x", "shape"}, {"y"}, "huge").add_attribute();
+    allow->set_name("allowzero");
+    allow->set_type(onnx::AttributeProto::INT);
+    allow->set_i(1);
+    Graph g = b.graph();
+    const std::string e = input_error([&] {
+      Session s(g);
+      s.run({{"x", floats({2, 3}, {0, 1, 2, 3, 4, 5})}});
+    });
+    EXPECT_TRUE(contains(e, "node 'huge' (Reshape)")) << e;
+    if (!zero) EXPECT_TRUE(contains(e, "more than 2^63 elements")) << e;
+    else EXPECT_TRUE(contains(e, "too many elements")) << e;  // the shape check after the Reshape's
+  }
+}
+
 // Mod (fmod 0: the divisor's sign; 1: the dividend's) of the minimum by -1 is 0, also when folded.
 template <class T>
 void expect_mod_of_minimum_is_zero(int onnx_type) {

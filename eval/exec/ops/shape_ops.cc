@@ -79,6 +79,7 @@ class ReshapeOp final : public Op {
     const std::int64_t n = shape_numel(src);
     int infer_at = -1;
     std::int64_t known = 1;
+    bool overflow = false, zero = false;
     for (std::size_t i = 0; i < target.size(); ++i) {
       if (target[i] == 0 && !allowzero_) {
         if (i >= src.size()) fail(node_, "shape has 0 at position " + std::to_string(i) + " beyond the input's rank");
@@ -90,9 +91,12 @@ class ReshapeOp final : public Op {
       } else if (target[i] < 0) {
         fail(node_, "invalid dimension " + std::to_string(target[i]) + " in shape");
       } else {
-        known *= target[i];
+        zero = zero || target[i] == 0;
+        overflow = overflow || __builtin_mul_overflow(known, target[i], &known);
       }
     }
+    if (zero) known = 0;
+    else if (overflow) fail(node_, "shape " + shape_to_string(target) + " has more than 2^63 elements");
     if (infer_at >= 0) {
       if (known == 0 || n % known != 0)
         fail(node_, "cannot reshape " + shape_to_string(src) + " to " + shape_to_string(target));

@@ -96,7 +96,7 @@ class ReshapeOp final : public Op {
       }
     }
     if (zero) known = 0;
-    else if (overflow) fail(node_, "shape " + shape_to_string(target) + " has more than 2^63 elements");
+    else if (overflow) fail(node_, "shape " + shape_to_string(target) + " has more elements than fit in 64 bits");
     if (infer_at >= 0) {
       if (known == 0 || n % known != 0)
         fail(node_, "cannot reshape " + shape_to_string(src) + " to " + shape_to_string(target));

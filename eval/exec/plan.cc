@@ -7,6 +7,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "eval/exec/ops/moves.h"
 #include "eval/exec/plan.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
@@ -19,13 +20,7 @@ namespace {
 // rounding, so that its outputs are exact in it too (P: Session::Plan).
 template <class P>
 bool moves_exact_values(const P& p, const typename P::Step& step, const Node& node, Precision precision) {
-  static const char* kMoves[] = {"Transpose", "Slice",   "Expand",       "Tile",         "Pad",
-                                 "Gather",    "Reshape", "Squeeze",      "Unsqueeze",    "Flatten",
-                                 "Identity",  "Trilu",   "DepthToSpace", "SpaceToDepth", "GatherElements",
-                                 "Concat",    "Split"};
-  if (!node.domain.empty() ||
-      std::none_of(std::begin(kMoves), std::end(kMoves), [&](const char* o) { return node.op_type == o; }))
-    return false;
+  if (!moves_elements(node)) return false;
   Rounding r = Rounding::kNone;
   for (int id : step.out) {
     if (id < 0) continue;

@@ -19,6 +19,7 @@
 
 #include "eval/exec/cuda/device_memory.h"
 #include "eval/exec/ops/geometry.h"
+#include "eval/exec/ops/moves.h"
 #include "eval/exec/ops/resize_plan.h"
 #include "eval/exec/plan.h"
 #include "kernels/cuda/kernels.h"
@@ -148,16 +149,9 @@ struct Scratch {
 
 // ---- data movement from the CPU op: an index map --------------------------------------------
 
-// Ops whose outputs are selections of their first input's elements (or a fill value), whatever
-// the element type: run on int64 positions (1-based; 0 = fill) at plan time, the map is the
-// kernel (a strided copy when it is affine in the output index, else a device gather).
-bool moves_elements(const Node& n) {
-  static const char* kOps[] = {"Transpose", "Slice",   "Expand",       "Tile",         "Pad",
-                               "Gather",    "Reshape", "Squeeze",      "Unsqueeze",    "Flatten",
-                               "Identity",  "Trilu",   "DepthToSpace", "SpaceToDepth", "GatherElements"};
-  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return n.op_type == o; });
-}
-
+// For ops that select elements (ops/moves.h): the op runs on int64 positions (1-based; 0 = fill)
+// at plan time; the map is the kernel (a strided copy when it is affine in the output index, else
+// a device gather).
 std::unique_ptr<StepKernel> compile_index_map(const Site& s) {
   const Node& n = s.node;
   if (s.out.size() != 1) return s.decline("more than one output");
@@ -1015,8 +1009,9 @@ class CudaAttention final : public FusedKernel {
     float* scores = fptr(outputs[0]);
     void* stream = memory_->stream();
     // As the MatMul node runs it (compile_matmul: one strided-batched GEMM, 16-bit where exact).
+    std::optional<Copies> c16;
     if (half_) {
-      const Copies c = copies16(in);
+      const Copies& c = c16.emplace(copies16(in, chunking().bytes()));
       gemm16(blas16_, *half_, false, false, L, Lk, d, 1.0f, c.q, d, c.kt, Lk, 0.0f, scores, Lk, a.batch, L * d,
              d * Lk, L * Lk);
     } else {
@@ -1033,7 +1028,7 @@ class CudaAttention final : public FusedKernel {
     float* probs = fptr(outputs[n - 2]);
     kc::softmax(x, probs, a.batch * L, Lk, 1, false, stream);
     round(probs, count, a.round_probs);
-    product(in, fptr(outputs[n - 1]));
+    product(in, fptr(outputs[n - 1]), c16 ? &*c16 : nullptr);
   }
 
  private:
@@ -1055,21 +1050,34 @@ class CudaAttention final : public FusedKernel {
     return {q, k, v, q + front};
   }
 
-  void product(std::span<const Tensor* const> in, float* y) {
+  // Chunks of the scores: whole entries while one fits kScoreBytes, else rows of one entry; FP32
+  // scores, then (16-bit operands) the probabilities in 16 bits.
+  struct Chunking {
+    i64 rows, entries;
+    std::size_t scores_bytes, probs_bytes;
+    std::size_t bytes() const { return scores_bytes + probs_bytes; }
+  };
+  Chunking chunking() const {
+    const kernels::AttentionShape& a = shape_;
+    const i64 L = std::max<i64>(a.q_len, 1), Lk = std::max<i64>(a.kv_len, 1), per_row = Lk * i64(sizeof(float));
+    const i64 rows = std::clamp<i64>(kScoreBytes / per_row, 1, L);
+    const i64 entries = rows < L ? 1 : std::clamp<i64>(kScoreBytes / (per_row * L), 1, std::max<i64>(a.batch, 1));
+    return {rows, entries, std::size_t(entries * rows * per_row), half_ ? std::size_t(entries * rows * Lk * 2) : 0};
+  }
+
+  // `made`: 16-bit copies of the inputs already in the scratch (copies16 with chunking()'s bytes).
+  void product(std::span<const Tensor* const> in, float* y, const Copies* made = nullptr) {
     const kernels::AttentionShape& a = shape_;
     if (!gemms_) return kc::attention(a, fptr(in[0]), fptr(in[1]), fptr(in[2]), y, memory_->stream());
     const i64 L = a.q_len, Lk = a.kv_len, d = a.head_dim, dv = a.v_dim;
     if (a.batch <= 0 || L <= 0 || dv <= 0) return;
-    // Chunks: whole entries while one fits the budget, else rows of one entry.
-    const i64 per_row = Lk * i64(sizeof(float)), rows = std::clamp<i64>(kScoreBytes / per_row, 1, L);
-    const i64 entries = rows < L ? 1 : std::clamp<i64>(kScoreBytes / (per_row * L), 1, a.batch);
+    const Chunking ch = chunking();
+    const i64 rows = ch.rows, entries = ch.entries;
     const bool p16 = half_.has_value();
-    const std::size_t scores_bytes = std::size_t(entries * rows * per_row),
-                      probs_bytes = p16 ? std::size_t(entries * rows * Lk * 2) : 0;
-    const Copies c = p16 ? copies16(in, scores_bytes + probs_bytes) : Copies{};
-    char* chunk = p16 ? c.rest : scratch_->get(*memory_, scores_bytes);
+    const Copies c = !p16 ? Copies{} : made ? *made : copies16(in, ch.bytes());
+    char* chunk = p16 ? c.rest : scratch_->get(*memory_, ch.scores_bytes);
     float* s = reinterpret_cast<float*>(chunk);
-    void* p = p16 ? static_cast<void*>(chunk + scores_bytes) : static_cast<void*>(s);
+    void* p = p16 ? static_cast<void*>(chunk + ch.scores_bytes) : static_cast<void*>(s);
     for (i64 e0 = 0; e0 < a.batch; e0 += entries) {
       const i64 ne = std::min(entries, a.batch - e0);
       for (i64 r0 = 0; r0 < L; r0 += rows) {
@@ -1272,7 +1280,7 @@ class CudaBackend final : public Backend {
     const std::string& t = s.node.op_type;
     if (t == "Gather") return compile_gather(s);
     if (t == "Resize" || t == "Upsample") return compile_resize(s);
-    if (moves_elements(s.node)) return compile_index_map(s);
+    if (selects_elements(s.node)) return compile_index_map(s);
     if (auto b = binary_kind(t)) return compile_binary(s, *b);
     if (t == "Where") return compile_where(s);
     if (t == "Cast" || t == "CastLike") return compile_cast(s);

@@ -1,11 +1,13 @@
 // Activation statistics: one pass per tensor with integer bin keys taken from the float's bits.
 #include "metrics/activation_stats.h"
+#include "metrics/scan_totals.h"
 
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -234,7 +236,9 @@ thread_local std::uint32_t t_hist[kCopies][LogAbsHistogram::kBins];
 // Which chunk of block b (kBlock chunks of 16 elements) a sampled tensor puts in its histogram: the
 // top bits of a multiplicative hash of b, so the choice has no period a tensor's layout (channels,
 // rows) could align with.
-inline std::uint32_t sampled_position(std::int64_t b) { return (std::uint32_t(b) * 0x9E3779B1u) >> 29; }
+inline std::uint32_t sampled_position(std::int64_t b) {
+  return (std::uint32_t(b) * kernels::ScanTotals::kHashMultiplier) >> 29;
+}
 
 inline void widen_add(F64x8& lo, F64x8& hi, const F32x16& v) {
 #ifdef __AVX512F__
@@ -707,6 +711,34 @@ std::optional<double> ErrorStats::rel_l2() const {
 std::optional<double> ErrorStats::cosine() const {
   if (cosine_calls == 0 || diverged()) return std::nullopt;
   return cosine_sum.value() / double(cosine_calls);
+}
+
+// ---- totals of a pass made elsewhere (metrics/scan_totals.h) ------------------------------------
+
+static_assert(kernels::ScanTotals::kBins == LogAbsHistogram::kBins);
+static_assert(kernels::ScanTotals::kSampleFrom == ActivationStats::kHistogramSampleFrom);
+static_assert(kernels::ScanTotals::kChunk == kVec && kernels::ScanTotals::kBlock == kBlock);
+
+std::optional<double> add_scan(ActivationStats& act, const kernels::ScanTotals& s) {
+  act.count += s.finite;
+  act.nan += s.nan;
+  act.inf += s.inf;
+  act.clipped += s.clipped;
+  ++act.calls;
+  act.sum += s.sum;
+  act.sum_sq += s.sum_sq;
+  act.absmax = std::max(act.absmax, std::bit_cast<float>(s.max_bits));
+  act.abs_hist.add_counts(0, s.hist);
+  return s.plain ? std::optional<double>(s.sum_sq) : std::nullopt;
+}
+
+TensorError add_scan_with_error(ActivationStats& act, ErrorStats& err, const kernels::ScanTotals& s,
+                                double ref_sum_sq, std::int64_t n) {
+  if (s.nan || s.inf) throw std::invalid_argument("add_scan_with_error: the test values are not all finite");
+  add_scan(act, s);
+  const TensorError e = error_from_energies(n, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max);
+  err.add(e, n);
+  return e;
 }
 
 }  // namespace qeval::metrics

@@ -232,16 +232,18 @@ class Session::Execution::State final : public ValueLender {
       outside.resume();
     }
     if (observer_) {
-      // Observers read host memory: a device value is copied to the host for them.
+      // A device value is copied to the host for an observer that reads host memory only.
+      const bool device_values = observer_->reads_device_values();
+      auto seen = [&](int id) { return device_values ? value(id) : value_at(id, false); };
       auto notify = [&](const Plan::Step& st, std::span<const Tensor* const> ins) {
         out_views_.clear();
-        for (int id : st.out) out_views_.push_back(value_at(id, false));
+        for (int id : st.out) out_views_.push_back(seen(id));
         observer_->on_node(NodeEvent{s_.nodes_[st.node], ins, out_views_, st.folded, st.node, this});
       };
       if (step.members.empty()) {
-        if (on_device) {
+        if (on_device && !device_values) {
           member_ins_.clear();
-          for (int id : step.in) member_ins_.push_back(value_at(id, false));
+          for (int id : step.in) member_ins_.push_back(seen(id));
           notify(step, member_ins_);
         } else {
           notify(step, ins_);
@@ -251,7 +253,7 @@ class Session::Execution::State final : public ValueLender {
         // each node of the group, as if it had run alone (the streamed ones had their pieces)
         const Plan::Step& st = p.steps[step.members[k]];
         member_ins_.clear();
-        for (int id : st.in) member_ins_.push_back(value_at(id, false));
+        for (int id : st.in) member_ins_.push_back(seen(id));
         notify(st, member_ins_);
       }
     }
@@ -260,16 +262,17 @@ class Session::Execution::State final : public ValueLender {
       Tensor& t = slots_[std::size_t(id)];
       live_ -= t.capacity();
       live_exact_ -= t.nbytes();
-      // What an observer was given: the value in host memory (its slot or its host copy).
-      Tensor& host = t.on_device() ? mirrors_[std::size_t(id)] : t;
-      Tensor& other = t.on_device() ? t : mirrors_[std::size_t(id)];
+      // What an observer was given: its slot, or a device value's host copy.
+      const bool copied = t.on_device() && !(observer_ && observer_->reads_device_values());
+      Tensor& given = copied ? mirrors_[std::size_t(id)] : t;
+      Tensor& other = copied ? t : mirrors_[std::size_t(id)];
       if (const std::shared_ptr<KeptValue::State> k = kept_[std::size_t(id)].lock(); k && k->wanted) {
-        k->owned = std::move(host);  // the observer still reads it: the buffer is the handle's now
+        k->owned = std::move(given);  // the observer still reads it: the buffer is the handle's now
         k->live = &k->owned;
         k->pool = s_.pool_;
       } else {
         if (k) k->live = nullptr;  // let go: no longer readable
-        pool.give(std::move(host));
+        pool.give(std::move(given));
       }
       pool.give(std::move(other));
       kept_[std::size_t(id)].reset();

@@ -47,7 +47,8 @@ class ValueLender {
   ~ValueLender() = default;
 };
 
-// What an observer sees after each node. Tensors hold storage values (float16 as rounded float32).
+// What an observer sees after each node. Tensors hold storage values (float16 as rounded float32),
+// in host memory unless the observer reads_device_values().
 struct NodeEvent {
   const Node& node;
   std::span<const Tensor* const> inputs;   // nullptr for omitted optional inputs
@@ -91,6 +92,9 @@ class Observer {
   virtual bool reads_view_inputs() const { return true; }
   // Where a fused chain's intermediates go in pieces; null: they are written whole (on_node).
   virtual PieceObserver* pieces() { return nullptr; }
+  // True when the observer reads values in a device's memory where they are (e.g. with
+  // eval/exec/device_scan.h); false: a device backend's values are copied to the host for it.
+  virtual bool reads_device_values() const { return false; }
 };
 
 }  // namespace qeval::eval

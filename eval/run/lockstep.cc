@@ -7,8 +7,10 @@
 #include <cstring>
 #include <limits>
 
+#include "eval/exec/device_scan.h"
 #include "eval/run/observe.h"
 #include "kernels/numeric.h"
+#include "metrics/scan_totals.h"
 #include "metrics/tensor_error.h"
 
 namespace qeval::eval {
@@ -28,6 +30,11 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
   // reference's inputs are captured for local error, and a node hook may read any event.
   bool reads_view_inputs() const override { return (capture_ && o_.run_.local_error) || o_.run_.hooks(o_.variant_); }
   PieceObserver* pieces() override { return this; }
+  // A device backend's values are scanned where they are (eval/exec/device_scan.h), the totals
+  // alone crossing to the host (local error's sessions take the captured values where they are
+  // too), unless something here reads whole tensors: a tensor sink or a node hook (every
+  // variant's observer alike: the reference's captured values are where the variants' are).
+  bool reads_device_values() const override { return !o_.run_.full_tensors && !o_.run_.node_hook; }
 
  private:
   bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members, const Shape& shape) override;
@@ -36,6 +43,12 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
     m.pass.feed(values, m.ref + offset, count);
   }
   bool end_stream() override;
+  // t's values in host memory: t itself, or its copy in `scratch`.
+  static const Tensor* on_host(const Tensor* t, Tensor& scratch) {
+    if (!t || !t->on_device()) return t;
+    scratch = t->to_host();
+    return &scratch;
+  }
 
   LockstepObserver& o_;
   ModelCall call_;
@@ -52,6 +65,7 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
   };
   std::vector<Streamed> streamed_;  // the first streaming_ are this chain's
   std::size_t streaming_ = 0;
+  Tensor host_out_, host_ref_;  // host copies of device values, where whole tensors are read
 };
 
 // A variant's chain members are streamed when all that their events would do is the one-pass error
@@ -66,7 +80,8 @@ bool LockstepObserver::NodeObserver::begin_stream(const std::vector<Node>& nodes
     const ObservedNodes::Info* info = o_.node_info(nodes[members[k]], members[k]);
     if (!info || info->layer < 0 || info->feeds_view || info->view || info->channel_clip_amax) return false;
     const Capture::Value ref = o_.capture_.output(std::size_t(info->layer));
-    if (!ref.tensor || !ref.energy || ref.tensor->dtype() != DType::kFloat32 || ref.tensor->shape() != shape)
+    if (!ref.tensor || !ref.energy || ref.tensor->dtype() != DType::kFloat32 || ref.tensor->shape() != shape ||
+        ref.tensor->on_device())
       return false;
     Streamed& m = streamed_[k];
     m.layer = std::size_t(info->layer);
@@ -149,6 +164,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   bool dequantized = false;
   if (produced && info->dequantize && !capture_ &&
       (produced->dtype() == DType::kUInt8 || produced->dtype() == DType::kInt8)) {
+    produced = on_host(produced, host_out_);
     Tensor& d = o_.dequantized_;
     if (d.dtype() != DType::kFloat32 || d.shape() != produced->shape()) d = Tensor(DType::kFloat32, produced->shape());
     const auto [scale, zero_point] = *info->dequantize;
@@ -188,7 +204,13 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     call = from->act;
     if (call.clipped || clip != std::numeric_limits<float>::infinity()) {
       call.clipped = 0;
-      if (!per_channel) call.add_clipped(out->data<float>(), out->numel(), clip);
+      kernels::ScanTotals t;
+      if (per_channel) {
+      } else if (scan_on_device(*out, nullptr, clip, t)) {
+        call.clipped = t.clipped;
+      } else {
+        call.add_clipped(on_host(out, host_out_)->data<float>(), out->numel(), clip);
+      }
     }
     cell->act.merge(call);
     energy = from->energy;
@@ -199,21 +221,35 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     // gives the same bits as adding them directly), else straight into the cell.
     metrics::ActivationStats& act = keep_recent ? o_.scratch_ : cell->act;
     if (keep_recent) act.clear();
+    // A value in device memory: its totals from the device (metrics/scan_totals.h).
+    kernels::ScanTotals t;
     if (capture_) {
-      energy = act.add(out->data<float>(), out->numel(), clip);
+      energy = scan_on_device(*out, nullptr, clip, t) ? metrics::add_scan(act, t)
+                                                      : act.add(on_host(out, host_out_)->data<float>(), out->numel(), clip);
     } else {
       // Against the reference's same output when there is one: one pass for the statistics and
       // the error when the reference's energy is known.
       const Capture::Value ref = compare_ ? cap.output(std::size_t(layer)) : Capture::Value{};
       const bool comparable =
           ref.tensor && ref.tensor->shape() == out->shape() && ref.tensor->dtype() == DType::kFloat32;
-      if (comparable && ref.energy) {
-        error = metrics::add_with_error(act, cell->acc, out->data<float>(), ref.tensor->data<float>(), *ref.energy,
-                                        out->numel(), clip);
+      if (comparable && ref.energy && scan_on_device(*out, ref.tensor, clip, t)) {
+        if (t.nan || t.inf) {  // diverged or not: tensor_error over both tensors says which
+          metrics::add_scan(act, t);
+          error = metrics::tensor_error(on_host(ref.tensor, host_ref_)->data<float>(),
+                                        on_host(out, host_out_)->data<float>(), out->numel());
+          cell->acc.add(*error, out->numel());
+        } else {
+          error = metrics::add_scan_with_error(act, cell->acc, t, *ref.energy, out->numel());
+        }
+      } else if (comparable && ref.energy) {
+        error = metrics::add_with_error(act, cell->acc, on_host(out, host_out_)->data<float>(),
+                                        on_host(ref.tensor, host_ref_)->data<float>(), *ref.energy, out->numel(), clip);
       } else {
-        act.add(out->data<float>(), out->numel(), clip);
+        if (scan_on_device(*out, nullptr, clip, t)) metrics::add_scan(act, t);
+        else act.add(on_host(out, host_out_)->data<float>(), out->numel(), clip);
         if (comparable) {
-          error = metrics::tensor_error(ref.tensor->data<float>(), out->data<float>(), out->numel());
+          error = metrics::tensor_error(on_host(ref.tensor, host_ref_)->data<float>(),
+                                        on_host(out, host_out_)->data<float>(), out->numel());
           cell->acc.add(*error, out->numel());
         }
       }
@@ -250,7 +286,8 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   }
   if (!out) return;
   if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, *out);
-  if (per_channel) cell->act.add_clipped(out->data<float>(), out->numel(), std::span<const float>(*channel_clip));
+  if (per_channel)
+    cell->act.add_clipped(on_host(out, host_out_)->data<float>(), out->numel(), std::span<const float>(*channel_clip));
   o_.unit_.calls[o_.variant_].add(std::size_t(layer), call_.step, *cell);
   const std::uint64_t nan = cell->act.nan, inf = cell->act.inf;
   // A NaN is always reported; an infinity only when the reference's same output has fewer (an
@@ -258,7 +295,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) {
     bool anomaly = nan > 0;
     if (!anomaly && compare_) {
-      const Tensor* r = cap.output(std::size_t(layer)).tensor;
+      const Tensor* r = on_host(cap.output(std::size_t(layer)).tensor, host_ref_);
       std::uint64_t ref_inf = 0;
       if (r && r->dtype() == DType::kFloat32)
         for (float x : r->span<float>()) ref_inf += std::isinf(x);
@@ -429,20 +466,34 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
 
 namespace {
 
-// Compares the local run's target node output with the reference's as it is produced.
+// Compares the local run's target node output with the reference's as it is produced: in device
+// memory by a device scan from the energies when both are there and finite (the reference's
+// energy known), else tensor_error over the host's copies.
 class LocalCompare : public Observer {
  public:
-  LocalCompare(const std::string& node, const Tensor& ref, LayerCell& cell) : node_(node), ref_(ref), cell_(cell) {}
+  LocalCompare(const std::string& node, const Capture::Value& ref, LayerCell& cell)
+      : node_(node), ref_(*ref.tensor), ref_energy_(ref.energy), cell_(cell) {}
+  bool reads_device_values() const override { return true; }
   void on_node(const NodeEvent& e) override {
     if (e.node.name != node_ || e.outputs.empty() || !e.outputs[0]) return;
     const Tensor& out = *e.outputs[0];
     if (out.dtype() != DType::kFloat32 || out.shape() != ref_.shape()) return;
-    cell_.local_mut().add(metrics::tensor_error(ref_.data<float>(), out.data<float>(), out.numel()), out.numel());
+    kernels::ScanTotals t;
+    if (ref_energy_ && scan_on_device(out, &ref_, std::numeric_limits<float>::infinity(), t) && !t.nan && !t.inf) {
+      cell_.local_mut().add(metrics::error_from_energies(out.numel(), *ref_energy_, t.sum_sq, t.err_sq, t.err_max),
+                            out.numel());
+      return;
+    }
+    Tensor host_ref, host_out;
+    const Tensor& r = ref_.on_device() ? (host_ref = ref_.to_host()) : ref_;
+    const Tensor& o = out.on_device() ? (host_out = out.to_host()) : out;
+    cell_.local_mut().add(metrics::tensor_error(r.data<float>(), o.data<float>(), out.numel()), out.numel());
   }
 
  private:
   const std::string& node_;
   const Tensor& ref_;
+  std::optional<double> ref_energy_;
   LayerCell& cell_;
 };
 
@@ -457,7 +508,8 @@ void run_local_error(const RunObservation& run, std::size_t variant, std::size_t
   const ObservedModel& om = run.variants[variant].models[m];
   const int layer = om.layer_of_node[i];
   if (layer < 0 || !om.local[i].ok()) return;
-  const Tensor* ref_out = capture.output(std::size_t(layer)).tensor;
+  const Capture::Value ref = capture.output(std::size_t(layer));
+  const Tensor* ref_out = ref.tensor;
   // Only layers the reference ran (folded constants have no error) with a float output.
   if (!ref_out || ref_out->dtype() != DType::kFloat32) return;
   if (!capture.measured(std::size_t(layer))) return;
@@ -470,8 +522,9 @@ void run_local_error(const RunObservation& run, std::size_t variant, std::size_t
   LocalSessions::Entry& e = sessions.get(run, variant, m, i, capture);
   std::vector<Tensor> narrowed;  // an FP16 export's inputs: the reference's values in its type
   narrowed.reserve(e.narrow_inputs.size());
+  Tensor host;
   for (const auto& [name, type] : e.narrow_inputs) {
-    const Tensor& f = *in.at(name);
+    const Tensor& f = in.at(name)->on_device() ? (host = in.at(name)->to_host()) : *in.at(name);
     Tensor& t = narrowed.emplace_back(type, f.shape());
     auto* bits = reinterpret_cast<std::uint16_t*>(t.raw());  // float16/bfloat16 codes
     for (std::int64_t k = 0; k < f.numel(); ++k)
@@ -479,7 +532,7 @@ void run_local_error(const RunObservation& run, std::size_t variant, std::size_t
     in[name] = &t;
   }
   LayerCell cell;
-  LocalCompare cmp(e.compared, *ref_out, cell);
+  LocalCompare cmp(e.compared, ref, cell);
   e.session->run(in, &cmp);
   unit.calls[variant].add(std::size_t(layer), capture.step, cell);
 }

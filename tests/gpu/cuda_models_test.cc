@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -152,8 +153,19 @@ TEST(CudaModels, QevalRunOnTheGpuGivesTheCpuVerdicts) {
   QEVAL_CUDA_OR_SKIP(cuda);
   const fs::path out = fs::temp_directory_path() / "qeval-gpu-run";
   fs::remove_all(out);
+  // Without local error the GPU run's statistics come from device scans (eval/exec/device_scan.h),
+  // the values staying in device memory.
+  fs::create_directories(out);
+  const fs::path gate = out / "acc-gate.json", scanned = out / "scanned.json";
+  std::ofstream(gate) << R"({"checks": [{"metric": "psnr_db", "stat": "mean", "min": 30}],
+    "layers": [{"column": "acc_sqnr_db", "stat": "min", "min": 20}], "max_nonfinite": 0})";
+  std::ofstream(scanned) << R"({"pipeline": ")" << (source_dir() / "models/tiny-sd").string()
+                         << R"(", "variants": [{"name": "fp32"}, {"name": "fp16", "precision": "fp16"},
+    {"name": "bf16", "precision": "bf16"}], "reference": "fp32", "observe": {"local_error": false},
+    "gate": ")" << gate.string() << R"("})";
   const std::pair<const char*, std::string> runs[] = {
       {"tiny-sd", "--count 2"},
+      {"tiny-sd-scanned", "--count 2 --config " + scanned.string()},
       {"tiny-sam", "--count 8 --config " + (source_dir() / "docs/examples/tiny-sam-triage.json").string()}};
   for (const auto& [name, args] : runs) {
     SCOPED_TRACE(name);

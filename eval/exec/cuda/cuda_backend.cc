@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "eval/exec/cuda/device_memory.h"
+#include "eval/exec/device_scan.h"
 #include "eval/exec/ops/geometry.h"
 #include "eval/exec/ops/moves.h"
 #include "eval/exec/ops/resize_plan.h"
@@ -1315,10 +1316,17 @@ class CudaBackend final : public Backend {
   std::string name_;
 };
 
+// Observers' statistics of values in a CUDA device's memory (eval/exec/device_scan.h).
+bool scan_cuda_values(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out) {
+  auto* memory = dynamic_cast<CudaMemory*>(t.device().get());
+  return memory && memory->scan(t, ref, clip_amax, out);
+}
+
 }  // namespace
 
 std::shared_ptr<Backend> make_cuda_backend(int device) {
   check_cuda_device(device);
+  register_device_scan(&scan_cuda_values);
   return std::make_shared<CudaBackend>(device);
 }
 

@@ -6,6 +6,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "kernels/cuda/scan.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
@@ -51,10 +52,21 @@ CudaMemory::CudaMemory(int device) : device_(device) {
 }
 
 CudaMemory::~CudaMemory() {
+  if (scan_scratch_) release(scan_scratch_);
   if (stream_) {
     cudaStreamSynchronize(as_stream(stream_));
     cudaStreamDestroy(as_stream(stream_));
   }
+}
+
+bool CudaMemory::scan(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out) {
+  if (t.device().get() != this || (ref && ref->device().get() != this)) return false;
+  const auto held = lock();
+  if (!scan_scratch_) scan_scratch_ = allocate(kernels::cuda::scan_scratch_bytes());
+  kernels::cuda::scan_values(static_cast<const float*>(t.device_data()),
+                             ref ? static_cast<const float*>(ref->device_data()) : nullptr, t.numel(), clip_amax,
+                             scan_scratch_, out, stream_);
+  return true;
 }
 
 std::unique_lock<std::recursive_mutex> CudaMemory::lock() {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "kernels/scan_totals.h"
 #include "kernels/tensor.h"
 
 namespace qeval::eval {
@@ -38,11 +39,15 @@ class CudaMemory final : public DeviceMemory, public std::enable_shared_from_thi
   void* stream() const { return stream_; }  // a cudaStream_t
   void synchronize() override;
   std::shared_ptr<DeviceMemory> shared() { return shared_from_this(); }
+  // Activation statistics of a float32 tensor in this memory (eval/exec/device_scan.h; scratch of
+  // its own, made on first use); false for a tensor in another memory.
+  bool scan(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out);
 
  private:
   int device_;
   void* stream_ = nullptr;
   std::recursive_mutex mu_;
+  void* scan_scratch_ = nullptr;
 };
 
 }  // namespace qeval::eval

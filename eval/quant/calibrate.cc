@@ -4,8 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
+#include <vector>
+
+#include <tbb/parallel_for.h>
 
 #include "base/file_names.h"
 #include "base/files.h"
@@ -463,6 +467,35 @@ TensorCalibrationSet TensorCalibrationSet::from_folder(const fs::path& dir, cons
   return TensorCalibrationSet(std::move(samples), dir.string());
 }
 
+// Bulk data (weights, samples): FNV-1a over the 64-bit little-endian words of each 4 MiB block
+// (trailing bytes one by one), the blocks hashed in parallel and their hashes folded into `seed`
+// in order with fnv1a64. The same value for any thread count; ~20x faster than byte-wise FNV-1a on
+// GBs of weights (a full-size UNet's fingerprint took seconds per pass).
+static std::uint64_t fnv1a64_blocks(const void* data, std::size_t size, std::uint64_t seed) {
+  constexpr std::size_t kBlock = std::size_t(4) << 20;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  auto block_hash = [&](std::size_t b) {
+    const unsigned char* p = bytes + b * kBlock;
+    const std::size_t n = std::min(kBlock, size - b * kBlock), words = n / 8;
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (std::size_t i = 0; i < words; ++i) {
+      std::uint64_t w;
+      std::memcpy(&w, p + 8 * i, 8);
+      h ^= w;
+      h *= 0x100000001b3ULL;
+    }
+    return fnv1a64(p + 8 * words, n - 8 * words, h);
+  };
+  const std::size_t blocks = (size + kBlock - 1) / kBlock;
+  std::vector<std::uint64_t> hashes(blocks);
+  if (blocks > 1) {
+    tbb::parallel_for(std::size_t(0), blocks, [&](std::size_t b) { hashes[b] = block_hash(b); });
+  } else if (blocks == 1) {
+    hashes[0] = block_hash(0);
+  }
+  return fnv1a64(hashes.data(), hashes.size() * sizeof(std::uint64_t), seed);
+}
+
 std::string TensorCalibrationSet::fingerprint() const {
   std::uint64_t h = fnv1a64("tensors", 7);
   for (const auto& sample : samples_)
@@ -470,7 +503,7 @@ std::string TensorCalibrationSet::fingerprint() const {
       h = fnv1a64(name.data(), name.size(), h);
       const std::string shape = std::string(dtype_name(t.dtype())) + shape_to_string(t.shape());
       h = fnv1a64(shape.data(), shape.size(), h);
-      h = fnv1a64(t.raw(), t.nbytes(), h);
+      h = fnv1a64_blocks(t.raw(), t.nbytes(), h);
     }
   return hex64(h);
 }
@@ -516,7 +549,7 @@ std::string graph_fingerprint(const Graph& g) {
       for (auto x : a.floats) os << ',' << x;
       for (const auto& x : a.strings) os << ',' << x;
       add(os.str());
-      if (a.kind == Attribute::Kind::kTensor) h = fnv1a64(a.t.raw(), a.t.nbytes(), h);
+      if (a.kind == Attribute::Kind::kTensor) h = fnv1a64_blocks(a.t.raw(), a.t.nbytes(), h);
     }
   }
   std::vector<std::string> names;
@@ -525,7 +558,7 @@ std::string graph_fingerprint(const Graph& g) {
   for (const auto& k : names) {
     const Tensor& t = g.initializers.at(k);
     add(k + ":" + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()));
-    h = fnv1a64(t.raw(), t.nbytes(), h);
+    h = fnv1a64_blocks(t.raw(), t.nbytes(), h);
   }
   return hex64(h);
 }

@@ -370,8 +370,9 @@ void move_counts(int lo, int hi, LogAbsHistogram& h) {
   h.add_counts(lo, std::span<const std::uint64_t>(dense.data(), std::size_t(hi - lo + 1)));
 }
 
-// Adds a pass to the statistics and clears the histogram scratch it used.
-void commit(ActivationStats& a, const Scan& s) {
+// Adds a pass's counts, moments and absmax (T: Scan or kernels::ScanTotals), not its histogram.
+template <class T>
+void add_pass(ActivationStats& a, const T& s) {
   a.count += s.finite;
   a.nan += s.nan;
   a.inf += s.inf;
@@ -380,6 +381,11 @@ void commit(ActivationStats& a, const Scan& s) {
   a.sum += s.sum;
   a.sum_sq += s.sum_sq;
   a.absmax = std::max(a.absmax, std::bit_cast<float>(s.max_bits));
+}
+
+// Adds a pass to the statistics and clears the histogram scratch it used.
+void commit(ActivationStats& a, const Scan& s) {
+  add_pass(a, s);
   move_counts(s.lo, s.hi, a.abs_hist);
 }
 
@@ -720,14 +726,7 @@ static_assert(kernels::ScanTotals::kSampleFrom == ActivationStats::kHistogramSam
 static_assert(kernels::ScanTotals::kChunk == kVec && kernels::ScanTotals::kBlock == kBlock);
 
 std::optional<double> add_scan(ActivationStats& act, const kernels::ScanTotals& s) {
-  act.count += s.finite;
-  act.nan += s.nan;
-  act.inf += s.inf;
-  act.clipped += s.clipped;
-  ++act.calls;
-  act.sum += s.sum;
-  act.sum_sq += s.sum_sq;
-  act.absmax = std::max(act.absmax, std::bit_cast<float>(s.max_bits));
+  add_pass(act, s);
   act.abs_hist.add_counts(0, s.hist);
   return s.plain ? std::optional<double>(s.sum_sq) : std::nullopt;
 }

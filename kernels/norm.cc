@@ -3,19 +3,64 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace qeval::kernels {
 
 namespace {
+
+// The eight accumulators of sum_of / centred_sums over a float row (whole groups of 8 as the lanes
+// of one vector, then the tail into accumulator 0): lane j takes the very operations accumulator j took in the scalar loop
+// (GCC left that loop scalar: a float -> double conversion and an add per element were most of a
+// LayerNorm's or GroupNorm's time), in the same order, so the sums are the same bits. The square's
+// add is fused (vfmadd), as GCC contracts the scalar q[j] += d * d. (maskz conversions: GCC 12 warns
+// on the unmasked form's undefined source.)
+#if defined(__AVX512F__)
+inline std::int64_t sum_lanes(const float* x, std::int64_t n, double acc[8]) {
+  __m512d a = _mm512_setzero_pd();
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) a = _mm512_add_pd(a, _mm512_maskz_cvtps_pd(__mmask8(0xff), _mm256_loadu_ps(x + i)));
+  _mm512_storeu_pd(acc, a);
+  for (; i < n; ++i) acc[0] += static_cast<double>(x[i]);
+  return i;
+}
+inline std::int64_t centred_lanes(const float* x, std::int64_t n, double c, double a[8], double q[8]) {
+  const __m512d vc = _mm512_set1_pd(c);
+  __m512d va = _mm512_setzero_pd(), vq = _mm512_setzero_pd();
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m512d d = _mm512_sub_pd(_mm512_maskz_cvtps_pd(__mmask8(0xff), _mm256_loadu_ps(x + i)), vc);
+    va = _mm512_add_pd(va, d);
+    vq = _mm512_fmadd_pd(d, d, vq);
+  }
+  _mm512_storeu_pd(a, va);
+  _mm512_storeu_pd(q, vq);
+  // The tail too, with the fused add spelt out: left to the compiler, this loop was contracted in
+  // one build and not in another.
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - c;
+    a[0] += d;
+    q[0] = std::fma(d, d, q[0]);
+  }
+  return i;
+}
+#endif
 
 // Eight independent accumulators: a fixed summation order that still pipelines and vectorises.
 template <class T>
 double sum_of(const T* x, std::int64_t n) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) i = sum_lanes(x, n, acc);
+#endif
   for (; i + 8 <= n; i += 8)
     for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(x[i + j]);
   for (; i < n; ++i) acc[0] += static_cast<double>(x[i]);
@@ -27,6 +72,9 @@ template <class T>
 void centred_sums(const T* x, std::int64_t n, double c, double* sum, double* sum_sq) {
   double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) i = centred_lanes(x, n, c, a, q);
+#endif
   for (; i + 8 <= n; i += 8)
     for (int j = 0; j < 8; ++j) {
       const double d = static_cast<double>(x[i + j]) - c;

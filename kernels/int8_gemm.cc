@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "kernels/threads.h"
+
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
 #include <immintrin.h>
 #define QEVAL_HAVE_AVX512_VNNI 1
@@ -421,7 +423,8 @@ void gemm_impl(const PackedInt8A& a, const PackedInt8B& b, std::int32_t* c, std:
     }
   };
   const std::int64_t tasks = mb * nb;
-  if (tasks == 1 || double(m) * double(n) * double(groups) < 32768.0) {
+  // One thread (`--threads 1`): the tasks in turn, without a parallel loop's scheduling per call.
+  if (tasks == 1 || double(m) * double(n) * double(groups) < 32768.0 || worker_threads() == 1) {
     for (std::int64_t t = 0; t < tasks; ++t) task(t);
     return;
   }

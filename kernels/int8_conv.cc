@@ -454,35 +454,38 @@ bool pack_im2col_windows(const Geometry3& g, const PaddedGroup& pg, std::int64_t
     const WindowEntry* pe = entries.data() + std::size_t(pat) * std::size_t(per);
     const std::int8_t* first = pg.data + colsrc[std::size_t(h * 16)];
     __m512i acc = _mm512_setzero_si512();
-    // One k group's half panel from its entry: window a, and b where the taps cross planes.
-    auto group = [&](const WindowEntry& e, const std::int8_t* src, std::int64_t q, auto two) {
-      const std::int8_t* a = src + e.start_a;
-      __m512i v = _mm512_maskz_permutex2var_epi8(e.keep_a, _mm512_maskz_loadu_epi8(e.load_a0, a),
-                                                 _mm512_load_si512(e.index_a), _mm512_maskz_loadu_epi8(e.load_a1, a + 64));
-      if constexpr (decltype(two)::value) {
-        const std::int8_t* b = src + e.start_b;
-        v = _mm512_or_si512(v, _mm512_maskz_permutex2var_epi8(e.keep_b, _mm512_maskz_loadu_epi8(e.load_b0, b),
-                                                               _mm512_load_si512(e.index_b),
-                                                               _mm512_maskz_loadu_epi8(e.load_b1, b + 64)));
+    // One k group's half panel from its entry (its fields in registers: the stores through int8
+    // pointers would otherwise make the compiler reload them every group): window a, and b where
+    // the taps cross planes.
+    // Groups q_begin, q_begin + period, ... before q_end.
+    auto run = [&](const WindowEntry& entry, std::int64_t q_begin, std::int64_t q_end, auto two) {
+      const __m512i index_a = _mm512_load_si512(entry.index_a), index_b = _mm512_load_si512(entry.index_b);
+      const __mmask64 keep_a = entry.keep_a, keep_b = entry.keep_b, a0 = entry.load_a0, a1 = entry.load_a1;
+      const __mmask64 b0 = entry.load_b0, b1 = entry.load_b1;
+      const std::int8_t* src = first + group_base[std::size_t(q_begin % period)] + (q_begin / period) * shift;
+      const std::int8_t* const a_first = src + entry.start_a;
+      const std::int8_t* const b_first = src + entry.start_b;
+      for (std::int64_t q = q_begin, off = 0; q < q_end; q += period, off += shift) {
+        const std::int8_t* a = a_first + off;
+        __m512i v = _mm512_maskz_permutex2var_epi8(keep_a, _mm512_maskz_loadu_epi8(a0, a), index_a,
+                                                   _mm512_maskz_loadu_epi8(a1, a + 64));
+        if constexpr (decltype(two)::value) {
+          const std::int8_t* b = b_first + off;
+          v = _mm512_or_si512(v, _mm512_maskz_permutex2var_epi8(keep_b, _mm512_maskz_loadu_epi8(b0, b), index_b,
+                                                                 _mm512_maskz_loadu_epi8(b1, b + 64)));
+        }
+        _mm512_store_si512(dst + q * kInt8NR * 4, v);
+        acc = _mm512_dpbusd_epi32(acc, ones, v);
       }
-      _mm512_store_si512(dst + q * kInt8NR * 4, v);
-      acc = _mm512_dpbusd_epi32(acc, ones, v);
     };
     // By place in the period, then period by period (the sums do not depend on the order): the
     // test for a second window is made once per place, not per group (it mispredicted).
     const std::int64_t full = tail ? groups - 1 : groups;
     for (std::int64_t i = 0; i < std::min(period, full); ++i) {
-      const WindowEntry& e = pe[i];
-      const std::int8_t* src = first + group_base[std::size_t(i)];
-      if (e.two)
-        for (std::int64_t q = i; q < full; q += period, src += shift) group(e, src, q, std::true_type{});
-      else
-        for (std::int64_t q = i; q < full; q += period, src += shift) group(e, src, q, std::false_type{});
+      if (pe[i].two) run(pe[i], i, full, std::true_type{});
+      else run(pe[i], i, full, std::false_type{});
     }
-    if (tail) {
-      const std::int64_t q = groups - 1;
-      group(pe[per - 1], first + (q / period) * shift + group_base[std::size_t(q % period)], q, std::true_type{});
-    }
+    if (tail) run(pe[per - 1], groups - 1, groups, std::true_type{});  // the last group: k past its end
     _mm512_storeu_si512(sums + h * 16, acc);
   }
   return true;

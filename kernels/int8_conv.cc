@@ -11,8 +11,8 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <type_traits>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/int8_depthwise.h"
@@ -332,9 +332,7 @@ struct WindowEntry {
 struct ChunkPattern {
   std::int64_t rel[16];
   int valid;
-  bool operator==(const ChunkPattern& o) const {
-    return valid == o.valid && std::equal(rel, rel + valid, o.rel);
-  }
+  bool operator==(const ChunkPattern& o) const { return valid == o.valid && std::equal(rel, rel + valid, o.rel); }
 };
 
 inline __mmask64 byte_span(std::int64_t from, std::int64_t to) {  // bits [from, to) of 64, clipped
@@ -472,7 +470,7 @@ bool pack_im2col_windows(const Geometry3& g, const PaddedGroup& pg, std::int64_t
         if constexpr (decltype(two)::value) {
           const std::int8_t* b = b_first + off;
           v = _mm512_or_si512(v, _mm512_maskz_permutex2var_epi8(keep_b, _mm512_maskz_loadu_epi8(b0, b), index_b,
-                                                                 _mm512_maskz_loadu_epi8(b1, b + 64)));
+                                                                _mm512_maskz_loadu_epi8(b1, b + 64)));
         }
         _mm512_store_si512(dst + q * kInt8NR * 4, v);
         acc = _mm512_dpbusd_epi32(acc, ones, v);

@@ -16,12 +16,12 @@ namespace qeval::kernels {
 
 namespace {
 
-// The eight accumulators of sum_of / centred_sums over a float row (whole groups of 8 as the lanes
-// of one vector, then the tail into accumulator 0): lane j takes the very operations accumulator j took in the scalar loop
-// (GCC left that loop scalar: a float -> double conversion and an add per element were most of a
-// LayerNorm's or GroupNorm's time), in the same order, so the sums are the same bits. The square's
-// add is fused (vfmadd), as GCC contracts the scalar q[j] += d * d. (maskz conversions: GCC 12 warns
-// on the unmasked form's undefined source.)
+// The eight accumulators of sum_of / centred_sums over a float row (whole groups of 8 as the
+// lanes of one vector, then the tail into accumulator 0): lane j takes the very operations
+// accumulator j took in the scalar loop (GCC left that loop scalar: a float -> double conversion
+// and an add per element were most of a LayerNorm's or GroupNorm's time), in the same order, so
+// the sums are the same bits. The square's add is fused (vfmadd), as GCC contracts the scalar
+// q[j] += d * d. (maskz conversions: GCC 12 warns on the unmasked form's undefined source.)
 #if defined(__AVX512F__)
 inline std::int64_t sum_lanes(const float* x, std::int64_t n, double acc[8]) {
   __m512d a = _mm512_setzero_pd();
@@ -52,9 +52,7 @@ inline std::int64_t centred_lanes(const float* x, std::int64_t n, double c, doub
   return i;
 }
 
-inline double combine8(const double v[8]) {
-  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-}
+inline double combine8(const double v[8]) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
 // moments() of R consecutive rows of length n at once: each row takes exactly moments()'s
 // operations (sum_lanes, centred_lanes, the same combinations), the R rows' accumulator chains

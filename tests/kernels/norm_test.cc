@@ -53,7 +53,8 @@ TEST(Moments, FloatRowsGiveTheBitsOfTheEightAccumulatorDefinition) {
       double mean = 0, var = 0, want_mean = 0, want_var = 0;
       moments(x.data(), n, &mean, &var);
       reference_moments(x.data(), n, &want_mean, &want_var);
-      EXPECT_TRUE(same_bits(mean, want_mean)) << "n " << n << " offset " << offset << ": " << mean << " vs " << want_mean;
+      EXPECT_TRUE(same_bits(mean, want_mean))
+          << "n " << n << " offset " << offset << ": " << mean << " vs " << want_mean;
       EXPECT_TRUE(same_bits(var, want_var)) << "n " << n << " offset " << offset << ": " << var << " vs " << want_var;
     }
   }

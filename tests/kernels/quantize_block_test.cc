@@ -59,9 +59,10 @@ TEST(QuantizeBlock, GivesQuantizeToBytesOnEveryKindOfValue) {
 // and zero quotients).
 TEST(QuantizeBlock, SaturatesLikeQuantizeToAtExtremeZeroPointsAndQuotients) {
   std::vector<float> x;
-  for (float m : {8388607.5f, 8388608.0f, 8388609.0f, 16777215.0f, 16777216.0f, 16777218.0f, 1073741760.0f,
-                  1073741824.0f, 1073741952.0f, 2147483520.0f, 2147483648.0f, 4294967296.0f, 1e30f, 126.5f, 127.5f,
-                  128.5f, 254.5f, 255.5f, 256.5f, 0.49999997f, 0.5f, 1.5f})
+  for (float m : {8388607.5f,    8388608.0f,    8388609.0f,    16777215.0f,   16777216.0f,   16777218.0f,
+                  1073741760.0f, 1073741824.0f, 1073741952.0f, 2147483520.0f, 2147483648.0f, 4294967296.0f,
+                  1e30f,         126.5f,        127.5f,        128.5f,        254.5f,        255.5f,
+                  256.5f,        0.49999997f,   0.5f,          1.5f})
     for (float sign : {1.0f, -1.0f}) x.push_back(sign * m);
   for (float v : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                   std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(), 3.0f, -3.0f})

@@ -475,7 +475,8 @@ class FusedQdqOp : public Op {
     check_count(node_, in[5], 5, channels, "weight zero point");
     if (in[1]->value) check_scale_values(node_, 1, *in[1]->value, true);
     if (in[4]->value) check_scale_values(node_, 4, *in[4]->value, true);
-    for (std::size_t i : {1, 2, 4, 5}) constants_[i] = in.size() > i && in[i] && in[i]->value ? in[i]->value.get() : nullptr;
+    for (std::size_t i : {1, 2, 4, 5})
+      constants_[i] = in.size() > i && in[i] && in[i]->value ? in[i]->value.get() : nullptr;
     multipliers_count_ = -1;
     za_.clear();
     zb_.clear();

@@ -6,10 +6,13 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/int8_depthwise.h"
@@ -304,6 +307,189 @@ void packed_column_sums(PackedInt8B& b, std::int64_t p0, std::int64_t p1) {
   }
 }
 
+#if QEVAL_INT8_CONV_VBMI
+// im2col and the 4-byte interleave of the packed B in one byte permutation (VBMI), for inputs whose
+// padded rows are short (tiny-sd's 16x16 and 8x8 latents): the 64 bytes of one k group (4 taps) over
+// 16 columns, column t's taps in lane t, all come from within 128 bytes of the padded group, or
+// from two such windows where the group's taps cross into the next channel's plane. One or two
+// vpermi2b then write a half panel's k group, and vpdpbusd against ones sums its columns on the
+// way. The permutation indices depend only on the columns' pattern (16 columns = one output row
+// of 16, two of 8, ...: a block has one or two patterns) and on the group's place in the period
+// of taps (kernel size / gcd(kernel size, 4) groups, after which the taps repeat one plane shift
+// further), so a few tables serve every (columns, group) pair. The bytes and sums are those of
+// the row-by-row im2col and interleave: columns past n and taps past k are 0.
+struct WindowEntry {
+  alignas(64) std::uint8_t index_a[64];
+  alignas(64) std::uint8_t index_b[64];
+  std::int64_t start_a = 0, start_b = 0;  // window starts relative to the group's first element
+  __mmask64 keep_a = 0, keep_b = 0;       // output bytes taken from window a / b (others 0)
+  __mmask64 load_a0 = 0, load_a1 = 0, load_b0 = 0, load_b1 = 0;
+  bool two = false;
+};
+
+// Column pattern of a 16-column chunk: sources relative to its first column, and how many are
+// columns of the block (the rest are past n).
+struct ChunkPattern {
+  std::int64_t rel[16];
+  int valid;
+  bool operator==(const ChunkPattern& o) const { return valid == o.valid && std::equal(rel, rel + valid, o.rel); }
+};
+
+inline __mmask64 byte_span(std::int64_t from, std::int64_t to) {  // bits [from, to) of 64, clipped
+  from = std::clamp<std::int64_t>(from, 0, 64);
+  to = std::clamp<std::int64_t>(to, 0, 64);
+  if (to <= from) return 0;
+  const __mmask64 upto = to >= 64 ? ~__mmask64(0) : (__mmask64(1) << to) - 1;
+  return upto & ~((__mmask64(1) << from) - 1);
+}
+
+// The entry of one column pattern and one group whose 4 tap offsets (relative to its first tap;
+// -1: past k) are `taps`; false where the bytes do not fit two 128-byte windows.
+bool window_entry(const ChunkPattern& cp, const std::int64_t taps[4], WindowEntry& e) {
+  std::int64_t off[64];
+  bool live[64];
+  std::int64_t lo = INT64_MAX;
+  for (int t = 0; t < 16; ++t)
+    for (int r = 0; r < 4; ++r) {
+      const int b = t * 4 + r;
+      live[b] = t < cp.valid && taps[r] >= 0;
+      off[b] = live[b] ? cp.rel[t] + taps[r] : 0;
+      if (live[b]) lo = std::min(lo, off[b]);
+    }
+  e = WindowEntry{};
+  if (lo == INT64_MAX) return true;  // nothing live: a zero half panel
+  std::int64_t lo_b = INT64_MAX, hi_a = lo, hi_b = 0;
+  for (int b = 0; b < 64; ++b) {
+    if (!live[b]) continue;
+    if (off[b] - lo < 128) hi_a = std::max(hi_a, off[b]);
+    else lo_b = std::min(lo_b, off[b]);
+  }
+  e.start_a = lo;
+  e.two = lo_b != INT64_MAX;
+  if (e.two) e.start_b = lo_b;
+  for (int b = 0; b < 64; ++b) {
+    e.index_a[b] = e.index_b[b] = 0;
+    if (!live[b]) continue;
+    if (off[b] - lo < 128) {
+      e.index_a[b] = std::uint8_t(off[b] - lo);
+      e.keep_a |= __mmask64(1) << b;
+    } else {
+      if (off[b] - lo_b >= 128) return false;
+      e.index_b[b] = std::uint8_t(off[b] - lo_b);
+      e.keep_b |= __mmask64(1) << b;
+      hi_b = std::max(hi_b, off[b]);
+    }
+  }
+  const std::int64_t span_a = hi_a - lo + 1;
+  e.load_a0 = byte_span(0, span_a);
+  e.load_a1 = byte_span(0, span_a - 64);
+  if (e.two) {
+    const std::int64_t span_b = hi_b - lo_b + 1;
+    e.load_b0 = byte_span(0, span_b);
+    e.load_b1 = byte_span(0, span_b - 64);
+  }
+  return true;
+}
+
+// pack_im2col's result by windows; false (nothing written) where some group's bytes do not fit two
+// windows (wide rows: the caller copies runs instead).
+bool pack_im2col_windows(const Geometry3& g, const PaddedGroup& pg, std::int64_t k, const std::vector<Im2colRun>& runs,
+                         std::int64_t n, std::int64_t p0, PackedInt8B& out) {
+  const std::int64_t kprod = g.k_size(), groups = out.k_groups();
+  // Taps repeat after `period` groups, `shift` bytes (whole planes) further on.
+  const std::int64_t period = kprod / std::gcd(kprod, std::int64_t(4));
+  const std::int64_t shift = period * 4 / kprod * pg.plane();
+  auto tap_offset = [&](std::int64_t q) {
+    const std::int64_t kw = q % g.k[2], kh = (q / g.k[2]) % g.k[1], kd = (q / (g.k[2] * g.k[1])) % g.k[0];
+    const std::int64_t c = q / kprod;
+    return c * pg.plane() + (kd * g.d[0] * pg.dims[1] + kh * g.d[1]) * pg.dims[2] + kw * g.d[2];
+  };
+  thread_local std::vector<std::int64_t> colsrc;
+  colsrc.clear();
+  for (const Im2colRun& run : runs)
+    for (std::int64_t u = 0; u < run.len; ++u) colsrc.push_back(run.src + u * g.s[2]);
+  const std::int64_t panels = (n + kInt8NR - 1) / kInt8NR, chunks = panels * 2;
+  // Column patterns, and each chunk's.
+  thread_local std::vector<ChunkPattern> patterns;
+  thread_local std::vector<int> chunk_pattern;
+  patterns.clear();
+  chunk_pattern.assign(std::size_t(chunks), -1);
+  for (std::int64_t h = 0; h < chunks; ++h) {
+    ChunkPattern cp{};
+    cp.valid = int(std::clamp<std::int64_t>(n - h * 16, 0, 16));
+    if (cp.valid == 0) continue;
+    for (int t = 0; t < cp.valid; ++t) cp.rel[t] = colsrc[std::size_t(h * 16 + t)] - colsrc[std::size_t(h * 16)];
+    auto it = std::find(patterns.begin(), patterns.end(), cp);
+    chunk_pattern[std::size_t(h)] = int(it - patterns.begin());
+    if (it == patterns.end()) patterns.push_back(cp);
+  }
+  // Entries per pattern: the period's groups, then (k not a multiple of 4) the last group's.
+  const bool tail = k % 4 != 0;
+  const std::int64_t per = std::min(period, groups) + (tail ? 1 : 0);
+  thread_local std::vector<WindowEntry> entries;
+  entries.resize(patterns.size() * std::size_t(per));
+  for (std::size_t pi = 0; pi < patterns.size(); ++pi)
+    for (std::int64_t i = 0; i < per; ++i) {
+      const std::int64_t q = tail && i == per - 1 ? groups - 1 : i;
+      std::int64_t taps[4];
+      for (int r = 0; r < 4; ++r) taps[r] = 4 * q + r < k ? tap_offset(4 * q + r) - tap_offset(4 * q) : -1;
+      if (!window_entry(patterns[pi], taps, entries[pi * std::size_t(per) + std::size_t(i)])) return false;
+    }
+  // Where each group of the first period starts (relative to its column's (0, 0, 0) tap).
+  thread_local std::vector<std::int64_t> group_base;
+  group_base.resize(std::size_t(period));
+  for (std::int64_t i = 0; i < period; ++i) group_base[std::size_t(i)] = tap_offset(4 * i);
+  const __m512i ones = _mm512_set1_epi8(1);
+  std::int32_t* sums = out.mutable_col_sums() + p0 * kInt8NR;
+  for (std::int64_t h = 0; h < chunks; ++h) {
+    std::int8_t* dst = out.mutable_panel((p0 + h / 2) * kInt8NR) + (h % 2) * 64;
+    const int pat = chunk_pattern[std::size_t(h)];
+    if (pat < 0) {
+      for (std::int64_t q = 0; q < groups; ++q) _mm512_store_si512(dst + q * kInt8NR * 4, _mm512_setzero_si512());
+      _mm512_storeu_si512(sums + h * 16, _mm512_setzero_si512());
+      continue;
+    }
+    const WindowEntry* pe = entries.data() + std::size_t(pat) * std::size_t(per);
+    const std::int8_t* first = pg.data + colsrc[std::size_t(h * 16)];
+    __m512i acc = _mm512_setzero_si512();
+    // One k group's half panel from its entry (its fields in registers: the stores through int8
+    // pointers would otherwise make the compiler reload them every group): window a, and b where
+    // the taps cross planes.
+    // Groups q_begin, q_begin + period, ... before q_end.
+    auto run = [&](const WindowEntry& entry, std::int64_t q_begin, std::int64_t q_end, auto two) {
+      const __m512i index_a = _mm512_load_si512(entry.index_a), index_b = _mm512_load_si512(entry.index_b);
+      const __mmask64 keep_a = entry.keep_a, keep_b = entry.keep_b, a0 = entry.load_a0, a1 = entry.load_a1;
+      const __mmask64 b0 = entry.load_b0, b1 = entry.load_b1;
+      const std::int8_t* src = first + group_base[std::size_t(q_begin % period)] + (q_begin / period) * shift;
+      const std::int8_t* const a_first = src + entry.start_a;
+      const std::int8_t* const b_first = src + entry.start_b;
+      for (std::int64_t q = q_begin, off = 0; q < q_end; q += period, off += shift) {
+        const std::int8_t* a = a_first + off;
+        __m512i v = _mm512_maskz_permutex2var_epi8(keep_a, _mm512_maskz_loadu_epi8(a0, a), index_a,
+                                                   _mm512_maskz_loadu_epi8(a1, a + 64));
+        if constexpr (decltype(two)::value) {
+          const std::int8_t* b = b_first + off;
+          v = _mm512_or_si512(v, _mm512_maskz_permutex2var_epi8(keep_b, _mm512_maskz_loadu_epi8(b0, b), index_b,
+                                                                _mm512_maskz_loadu_epi8(b1, b + 64)));
+        }
+        _mm512_store_si512(dst + q * kInt8NR * 4, v);
+        acc = _mm512_dpbusd_epi32(acc, ones, v);
+      }
+    };
+    // By place in the period, then period by period (the sums do not depend on the order): the
+    // test for a second window is made once per place, not per group (it mispredicted).
+    const std::int64_t full = tail ? groups - 1 : groups;
+    for (std::int64_t i = 0; i < std::min(period, full); ++i) {
+      if (pe[i].two) run(pe[i], i, full, std::true_type{});
+      else run(pe[i], i, full, std::false_type{});
+    }
+    if (tail) run(pe[per - 1], groups - 1, groups, std::true_type{});  // the last group: k past its end
+    _mm512_storeu_si512(sums + h * 16, acc);
+  }
+  return true;
+}
+#endif
+
 // Columns [j_begin, j_end) of the im2col matrix of one channel group ([cg * kernel, out
 // positions]; the group's input padded once by the caller) written straight into the int8 GEMM's
 // packed B layout with its column sums, every byte of them: out holds the block of columns from
@@ -324,6 +510,7 @@ void pack_im2col(const Geometry3& g, const PaddedGroup& padded, std::int64_t k, 
 #if QEVAL_INT8_CONV_VBMI
   // Only output rows of at most 32 columns can give a chunk two runs or more; longer ones do not
   // pay for listing every column (PP-OCRv4 det's im2col was 10% slower doing it per block).
+  if (g.out[2] <= 32 && pack_im2col_windows(g, padded, k, runs, n, p0, out)) return;
   thread_local std::vector<Im2colChunk> chunks;
   bool chunked = false;
   if (g.out[2] <= 32) {

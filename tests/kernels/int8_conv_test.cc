@@ -122,6 +122,38 @@ TEST(Int8Conv, ShortOutputRowsGatheredByPermutationMatchTheDefinition) {
   check(params(1, 36, 8, 1, {70, 21}, {3, 3}, 1, 1, 1), seed++, 3);
 }
 
+// Short rows packed by windows (VBMI): each k group of 4 taps over 16 columns is one or two byte
+// permutations of 128-byte windows of the padded input, written straight into the packed B with
+// its column sums. Groups whose taps cross into the next channel's plane (two windows), k not a
+// multiple of 4 (the last group's taps past k are 0), 16-column chunks past the block's last
+// column (zero bytes and sums), kernels whose tap period is 1 (2x2), 3 (1x3), 9, 25 and 27 groups,
+// strides, dilations, 1-D and 3-D, nonzero pad values, a dilation whose taps do not fit two
+// windows (the run copies instead), and random geometries.
+TEST(Int8Conv, ShortRowsPackedByWindowsMatchTheDefinition) {
+  unsigned seed = 900;
+  check(params(2, 64, 20, 1, {16, 16}, {3, 3}, 1, 1, 1), seed++, 0);    // tiny-sd's 16x16, planes crossed
+  check(params(2, 96, 14, 1, {8, 8}, {3, 3}, 1, 1, 1), seed++, -2);     // tiny-sd's 8x8
+  check(params(1, 64, 16, 1, {16, 16}, {3, 3}, 2, 1, 1), seed++, 3);    // its stride-2 downsampler
+  check(params(1, 1, 5, 1, {9, 9}, {3, 3}, 1, 1, 1), seed++, 7);        // k = 9: a partial last group
+  check(params(1, 3, 5, 1, {7, 5}, {3, 3}, 1, 1, 1), seed++, -1);       // k = 27, 35 columns
+  check(params(1, 5, 3, 1, {6, 6}, {2, 2}, 1, 1, 0), seed++, 0);        // period 1
+  check(params(1, 7, 3, 1, {5, 11}, {1, 3}, 1, 1, 1), seed++, 2);       // period 3, k = 21
+  check(params(1, 3, 4, 1, {12, 12}, {5, 5}, 1, 1, 2), seed++, -4);     // period 25
+  check(params(1, 2, 4, 1, {5, 5, 5}, {3, 3, 3}, 1, 1, 1), seed++, 1);  // period 27
+  check(params(1, 4, 6, 1, {40}, {5}, 2, 2, 3), seed++, 0);             // 1-D, stride and dilation
+  check(params(1, 4, 6, 1, {14, 14}, {3, 3}, 1, 2, 2), seed++, 5);      // dilation 2
+  check(params(1, 3, 4, 1, {30, 16}, {3, 1}, 1, 6, 6), seed++, -6);     // 3 rows a group: too far apart
+  check(params(1, 6, 4, 2, {9, 9}, {3, 3}, 1, 1, 1), seed++, 0);        // groups
+  std::mt19937 rng(77);
+  for (int i = 0; i < 40; ++i) {
+    const std::int64_t groups = 1 + rng() % 2, kh = 1 + rng() % 4, kw = 1 + rng() % 4;
+    const std::int64_t h = kh + rng() % 14, w = kw + rng() % 30;
+    check(params(1 + rng() % 2, groups * (1 + rng() % 9), groups * (1 + rng() % 17), groups, {h, w}, {kh, kw},
+                 1 + rng() % 2, 1, rng() % 2),
+          seed++, std::int8_t(int(rng() % 256) - 128));
+  }
+}
+
 // Depthwise (and channel-multiplier) convolutions over random geometries: both kernels against the
 // definition, bit for bit, with window sums. Widths run past several 16-output vectors with odd
 // tails; strides and dilations include ones the vector kernel cannot take (it then runs the

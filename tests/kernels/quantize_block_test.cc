@@ -53,6 +53,28 @@ TEST(QuantizeBlock, GivesQuantizeToBytesOnEveryKindOfValue) {
   }
 }
 
+// The integer saturation path (clamp to +-2^30, convert, add the zero point, saturating narrowing)
+// at its edges: the extreme zero points of each type, quotients around 2^23, 2^24, 2^30 and 2^31
+// of both signs, and degenerate scales (tiny, huge, negative, zero, infinite: infinities, NaN
+// and zero quotients).
+TEST(QuantizeBlock, SaturatesLikeQuantizeToAtExtremeZeroPointsAndQuotients) {
+  std::vector<float> x;
+  for (float m : {8388607.5f,    8388608.0f,    8388609.0f,    16777215.0f,   16777216.0f,   16777218.0f,
+                  1073741760.0f, 1073741824.0f, 1073741952.0f, 2147483520.0f, 2147483648.0f, 4294967296.0f,
+                  1e30f,         126.5f,        127.5f,        128.5f,        254.5f,        255.5f,
+                  256.5f,        0.49999997f,   0.5f,          1.5f})
+    for (float sign : {1.0f, -1.0f}) x.push_back(sign * m);
+  for (float v : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(), 3.0f, -3.0f})
+    x.push_back(v);
+  for (float scale : {1.0f, 0.75f, 1e-30f, 1e30f, -0.5f, 0.0f, std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::denorm_min()}) {
+    for (std::int32_t z : {-128, -1, 0, 1, 127}) expect_same_bytes<std::int8_t>(x, scale, z);
+    for (std::int32_t z : {0, 1, 128, 254, 255}) expect_same_bytes<std::uint8_t>(x, scale, z);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The division's bytes where any shortcut (a multiplication by 1 / scale: tried, slower on Zen 4)
 // would round otherwise: values within a few ulps of every half-integer quotient (and of integers)
 // for scales that are not powers of two, calibrated-looking ones among them, and dense random

@@ -475,6 +475,39 @@ class FusedQdqOp : public Op {
     check_count(node_, in[5], 5, channels, "weight zero point");
     if (in[1]->value) check_scale_values(node_, 1, *in[1]->value, true);
     if (in[4]->value) check_scale_values(node_, 4, *in[4]->value, true);
+    for (std::size_t i : {1, 2, 4, 5})
+      constants_[i] = in.size() > i && in[i] && in[i]->value ? in[i]->value.get() : nullptr;
+    multipliers_count_ = -1;
+    za_.clear();
+    zb_.clear();
+  }
+  // Whether inputs 1, 2 (4, 5) of this run are the plan-time constants infer saw: their values
+  // are then the same on every run, and what is derived from them is kept.
+  bool constant_operand(std::span<const Tensor* const> in, std::size_t scale) const {
+    return constants_[scale] && in[scale] == constants_[scale] &&
+           (in.size() > scale + 1 && in[scale + 1] ? in[scale + 1] == constants_[scale + 1] : !constants_[scale + 1]);
+  }
+  // multipliers() for `count` output channels (a per-tensor b scale repeated), kept across runs
+  // while both scales are constants (per run they cost an allocation and a pass each op).
+  const std::vector<float>& channel_multipliers(std::span<const Tensor* const> in, std::int64_t count) const {
+    const bool constant = constant_operand(in, 1) && constant_operand(in, 4);
+    if (constant && multipliers_count_ == count) return multipliers_;
+    const float sa = scalar_float(*in[1]);
+    const Tensor& sb = *in[4];
+    const float* b = sb.data<float>();
+    multipliers_.resize(std::size_t(count));
+    for (std::size_t j = 0; j < multipliers_.size(); ++j) multipliers_[j] = sa * b[sb.numel() == 1 ? 0 : j];
+    multipliers_count_ = constant ? count : -1;
+    return multipliers_;
+  }
+  // za() / zb(), kept while the operand's scale and zero point are constants.
+  const std::vector<std::int32_t>& cached_za(std::span<const Tensor* const> in) const {
+    if (za_.empty() || !constant_operand(in, 1)) za_ = za(in);
+    return za_;
+  }
+  const std::vector<std::int32_t>& cached_zb(std::span<const Tensor* const> in) const {
+    if (zb_.empty() || !constant_operand(in, 4)) zb_ = zb(in);
+    return zb_;
   }
   // a_scale * b_scale per output channel.
   std::vector<float> multipliers(std::span<const Tensor* const> in) const {
@@ -492,6 +525,12 @@ class FusedQdqOp : public Op {
   }
 
   Node node_;
+
+ private:
+  mutable const Tensor* constants_[6] = {};
+  mutable std::vector<float> multipliers_;
+  mutable std::int64_t multipliers_count_ = -1;  // multipliers_ kept for this many channels; -1: not kept
+  mutable std::vector<std::int32_t> za_, zb_;
 };
 
 // The int32 accumulators of one run, lent by the thread (kept per op across runs, they held an
@@ -515,9 +554,9 @@ class FusedConvOp final : public FusedQdqOp {
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape(), in[3]->shape());
-    const std::int32_t zx = za(in)[0];
-    const std::vector<std::int32_t> zw = zb(in);
-    std::vector<float> m = multipliers(in);
+    const std::int32_t zx = cached_za(in)[0];
+    const std::vector<std::int32_t>& zw = cached_zb(in);
+    const std::vector<float>& m = channel_multipliers(in, p.out_channels);
     const float* bias = in.size() > 6 && in[6] ? in[6]->data<float>() : nullptr;
     float* y = out[0]->data<float>();
     if (std::all_of(zw.begin(), zw.end(), [](std::int32_t z) { return z == 0; })) {
@@ -530,7 +569,6 @@ class FusedConvOp final : public FusedQdqOp {
         row_add.resize(std::size_t(p.out_channels));
         for (std::int64_t oc = 0; oc < p.out_channels; ++oc) row_add[std::size_t(oc)] = -zx * packed.channel_sum(oc);
       }
-      if (m.size() == 1) m.assign(std::size_t(p.out_channels), m[0]);
       kernels::Int8Epilogue e;
       e.row_add = row_add.empty() ? nullptr : row_add.data();
       e.row_scale = m.data();
@@ -546,7 +584,7 @@ class FusedConvOp final : public FusedQdqOp {
     const std::int64_t per_channel = out[0]->numel() / std::max<std::int64_t>(1, p.batch * p.out_channels);
     for (std::int64_t bc = 0; bc < p.batch * p.out_channels; ++bc) {
       const std::int64_t oc = bc % p.out_channels;
-      const float mc = m[m.size() == 1 ? 0 : std::size_t(oc)], b = bias ? bias[oc] : 0.0f;
+      const float mc = m[std::size_t(oc)], b = bias ? bias[oc] : 0.0f;
       const std::int32_t* a = acc.data() + bc * per_channel;
       float* yc = y + bc * per_channel;
       for (std::int64_t j = 0; j < per_channel; ++j) yc[j] = float(a[j]) * mc + b;
@@ -570,10 +608,9 @@ class FusedMatMulOp final : public FusedQdqOp {
   }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const MatMulPlan p = plan_matmul(node_, in[0]->shape(), in[3]->shape());
-    std::vector<float> m = multipliers(in);
-    if (m.size() == 1) m.assign(std::size_t(p.n), m[0]);
+    const std::vector<float>& m = channel_multipliers(in, p.n);
     float* y = out[0]->data<float>();
-    const std::vector<std::int32_t> a_zero = za(in), b_zero = zb(in);
+    const std::vector<std::int32_t>&a_zero = cached_za(in), &b_zero = cached_zb(in);
     if (std::all_of(b_zero.begin(), b_zero.end(), [](std::int32_t z) { return z == 0; }) &&
         integer_matmul(node_, *in[0], a_zero, *in[3], b_zero, y, m, &cache_, &a_scratch_))
       return;

@@ -4,6 +4,7 @@
 // with ONNX Runtime on a hand-built QDQ model within one quantization step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -135,6 +136,40 @@ TEST(QdqFusion, FusedConvEqualsTheExactIntegerComputation) {
         const float want = product + k.bias[std::size_t(oc)];
         ASSERT_EQ(py[(oc * k.h + oh) * k.w + ow], want) << "oc " << oc << " (" << oh << ", " << ow << ")";
       }
+}
+
+// The fused ops keep what they derive from constant scales and zero points (per-channel
+// multipliers, zero-point vectors) across runs; scales computed at run time (DynamicQuantizeLinear's,
+// ONNX Runtime's dynamic INT8 form) change from run to run and must be read afresh every time: a
+// session run on inputs of other ranges gives what a fresh session gives, bit for bit, for the
+// fused Conv (constant activation scale) and the fused MatMul (run-time scale and zero point).
+TEST(QdqFusion, FusedOpsRunAgainWithOtherRunTimeScalesGiveAFreshSessionsBytes) {
+  ConvCase k = conv_case(17);
+  OnnxBuilder b(13);
+  b.input("x", kF32, {3, 8}).output("y", kF32);
+  b.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"}, "x_q");
+  b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"}, "x_dq");
+  b.node("DequantizeLinear", {"wq", "sw", "zw"}, {"wd"}, "w_dq");
+  b.node("MatMul", {"xd", "wd"}, {"y"}, "mm");
+  b.initializer_raw<std::int8_t>("wq", kI8, int8s(8 * 5, 18), {8, 5});
+  b.initializer("sw", {0.02f}, {});
+  b.initializer_raw<std::int8_t>("zw", kI8, {0}, {});
+  const Graph mm = b.graph();
+  Session conv_session(k.graph), mm_session(mm);
+  for (float spread : {1.0f, 40.0f, 0.05f, 3.0f}) {
+    const Tensor x = tensor({1, k.c, k.h, k.w}, normal(std::size_t(k.c * k.h * k.w), 19, spread));
+    const Tensor a = tensor({3, 8}, normal(24, 20, spread));
+    Session fresh_conv(k.graph), fresh_mm(mm);
+    const Tensor yc = conv_session.run({{"x", x}}).at("y"), want_c = fresh_conv.run({{"x", x}}).at("y");
+    const Tensor ym = mm_session.run({{"x", a}}).at("y"), want_m = fresh_mm.run({{"x", a}}).at("y");
+    ASSERT_EQ(std::memcmp(yc.raw(), want_c.raw(), std::size_t(yc.numel()) * 4), 0) << "conv, spread " << spread;
+    ASSERT_EQ(std::memcmp(ym.raw(), want_m.raw(), std::size_t(ym.numel()) * 4), 0) << "matmul, spread " << spread;
+  }
+  // The MatMul did fuse (its scale is DynamicQuantizeLinear's): the unfused float path differs.
+  NameRecorder rec;
+  mm_session.run({{"x", tensor({3, 8}, normal(24, 21, 1.0f))}}, &rec);
+  EXPECT_NE(std::find(rec.names.begin(), rec.names.end(), "mm:MatMul"), rec.names.end());
+  EXPECT_EQ(std::find(rec.names.begin(), rec.names.end(), "w_dq:DequantizeLinear"), rec.names.end());
 }
 
 // Fused vs unfused: the float path sums the same dequantized products with float rounding; the

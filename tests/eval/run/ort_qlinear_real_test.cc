@@ -13,6 +13,7 @@
 #include "datasets/npy.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/session.h"
+#include "eval/run/node_match.h"
 #include "metrics/segmentation.h"
 #include "metrics/tensor_error.h"
 #include "test_util.h"
@@ -99,6 +100,108 @@ TEST(OrtQLinear, PpOcrDetectionKeepsItsTextMask) {
   EXPECT_GT(iou.ref_area, 1000);
   std::printf("  det mask IoU float vs QLinear %.4f\n", iou.iou);
   EXPECT_GE(iou.iou, 0.9);
+}
+
+bool is_qoperator(const Node& n) { return n.op_type.rfind("QLinear", 0) == 0 || n.op_type == "QGemm"; }
+
+// `qeval run` with the float model as reference and ORT's QLinear graph and its Q/DQ graph (the
+// same scales) as variants.
+TEST(OrtQLinear, RunMatchesEveryQLinearLayerAndGivesEachALocalError) {
+  struct Expect {
+    Case c;
+    std::size_t by_name, by_output, qoperator_nodes, absorbed;
+  };
+  // det: every node by name; cls: ORT's fused Gemm by its output tensor's name. absorbed: the Relu
+  // and Clip nodes ORT's quantizer removed after a quantized op.
+  for (const Expect& e : {Expect{kDet, 292, 0, 249, 36}, Expect{kCls, 145, 1, 117, 33}}) {
+    QEVAL_REAL_MODEL(model, e.c.model);
+    testing::ScratchDir dir(std::string("ort-qlinear-") + e.c.folder);
+    fs::create_directories(dir / "inputs" / "s0");
+    fs::copy_file(data(e.c) / "inputs" / "x.npy", dir / "inputs" / "s0" / "x.npy");
+    const fs::path qlinear = qlinear_dir(e.c) / "qlinear.onnx", qdq = qlinear_dir(e.c) / "qdq.onnx";
+    const auto config =
+        testing::write_text(dir, "c.json",
+                            R"({"pipeline": ")" + model.string() + R"(", "inputs": ")" + (dir / "inputs").string() +
+                                R"(", "variants": [{"name": "fp32"}, {"name": "qlinear", "onnx": ")" +
+                                qlinear.string() + R"("}, {"name": "qdq", "onnx": ")" + qdq.string() + R"("}]})");
+    const auto r = testing::run_qeval("run --config " + config.string() + " --out " + (dir / "out").string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto j = testing::read_json(dir / "out" / "report.json");
+
+    for (const auto& v : j.at("variants")) {
+      if (v.at("name") != "qlinear") continue;
+      EXPECT_EQ(v.at("matched_by_name"), e.by_name) << e.c.folder;
+      EXPECT_EQ(v.at("matched_by_output"), e.by_output) << e.c.folder;
+      EXPECT_EQ(v.at("matched_by_structure"), 0) << e.c.folder;
+      // Unmatched: only reference nodes that have no node of their own in the variant, each with why.
+      std::size_t absorbed = 0;
+      for (const auto& u : v.at("unmatched")) {
+        const std::string reason = u.at("reason");
+        EXPECT_EQ(u.at("side"), "reference") << u.dump();
+        const bool known = reason.rfind("folded into ", 0) == 0 || reason.rfind("its Relu ", 0) == 0 ||
+                           reason.rfind("its Clip ", 0) == 0 ||
+                           reason.rfind("absorbed into the QuantizeLinear", 0) == 0 ||
+                           reason.rfind("shape computation", 0) == 0 || reason.rfind("computes a constant", 0) == 0;
+        EXPECT_TRUE(known) << e.c.folder << ": " << u.dump();
+        absorbed += reason.rfind("its ", 0) == 0 || reason.rfind("absorbed", 0) == 0;
+      }
+      EXPECT_EQ(absorbed, e.absorbed) << e.c.folder;
+    }
+
+    std::map<std::string, std::size_t> layer;
+    for (std::size_t k = 0; k < j["layers"]["nodes"].size(); ++k) layer[j["layers"]["nodes"][k]["name"]] = k;
+    std::map<std::string, nlohmann::json> stats;
+    for (const auto& t : j["layers"]["tables"]) stats[t["variant"]] = t["stats"];
+    // A statistic as a number: null = not measured, "inf" = no error at all (an all-zero Relu output).
+    auto number = [&](const std::string& variant, const char* stat, const std::string& node) -> std::optional<double> {
+      const auto& v = stats.at(variant).at(stat).at(layer.at(node));
+      if (v.is_string() && v == "inf") return INFINITY;
+      if (!v.is_number()) return std::nullopt;
+      return v.get<double>();
+    };
+    // Every QOperator node of the variant: matched, with a local and an accumulated error at the
+    // reference node it is compared with (never missing, never NaN or -inf). Where the Q/DQ form is
+    // compared at the same node, the QLinear form's local error is that of the Q/DQ form plus its
+    // output's rounding: the Q/DQ form's local run ends at the float op, before the QuantizeLinear of
+    // its output, while a QLinear op writes the rounded codes. So never better, and equal where the
+    // output's rounding adds nothing.
+    const Graph ref = load_onnx(model), var = load_onnx(qlinear);
+    const NodeMatch m = match_nodes(ref, var);
+    std::size_t qoperator = 0, compared = 0, equal = 0;
+    double widest = 0;
+    for (std::size_t i = 0; i < var.nodes.size(); ++i) {
+      const Node& n = var.nodes[i];
+      if (!is_qoperator(n)) continue;
+      ++qoperator;
+      ASSERT_GE(m.ref_of_variant[i], 0) << n.name;
+      const std::string at = ref.nodes[std::size_t(m.ref_of_variant[i])].name;
+      const auto local = number("qlinear", "local_sqnr_db", at), acc = number("qlinear", "acc_sqnr_db", at);
+      ASSERT_TRUE(local && !std::isnan(*local) && *local > -INFINITY) << n.name << " at " << at;
+      ASSERT_TRUE(acc && !std::isnan(*acc) && *acc > -INFINITY) << n.name << " at " << at;
+      const auto qdq_local = number("qdq", "local_sqnr_db", at);
+      if (!qdq_local || !std::isfinite(*local))
+        continue;  // an absorbed Relu / Clip: the Q/DQ form is compared at its op
+      ++compared;
+      EXPECT_LE(*local, *qdq_local + 0.01) << n.name;
+      equal += std::abs(*local - *qdq_local) <= 0.01;
+      widest = std::max(widest, *qdq_local - *local);
+    }
+    EXPECT_EQ(qoperator, e.qoperator_nodes) << e.c.folder;
+    std::printf(
+        "  %s: %zu QOperator nodes, each with a local error; %zu at a node where the Q/DQ form has one: "
+        "%zu equal within 0.01 dB, the rest better in Q/DQ form by up to %.2f dB (the output's rounding)\n",
+        e.c.folder, qoperator, compared, equal, widest);
+    // Accumulated error at the output: what ONNX Runtime's own outputs give (qeval's QLinear codes are
+    // ORT's, and both float runs agree to 1e-5).
+    const Tensor ort_float = datasets::read_npy(data(e.c) / "outputs" / (std::string(e.c.output) + ".npy"));
+    const Tensor ort_q = datasets::read_npy(qlinear_dir(e.c) / "ort_outputs" / (std::string(e.c.output) + ".npy"));
+    const double ort_sqnr = *metrics::tensor_error(ort_float, ort_q).sqnr_db;
+    const std::string out = ref.nodes.back().name;
+    const auto out_acc = number("qlinear", "acc_sqnr_db", out);
+    ASSERT_TRUE(out_acc) << out;
+    std::printf("  %s: output SQNR %.3f dB (ONNX Runtime's %.3f dB)\n", e.c.folder, *out_acc, ort_sqnr);
+    EXPECT_NEAR(*out_acc, ort_sqnr, 0.01) << e.c.folder;
+  }
 }
 
 }  // namespace

@@ -53,7 +53,38 @@ T average_impl(const T* x, std::int64_t size, std::int32_t zx, float sx, float s
   return saturate_rounded<T>(std::nearbyint(float(sum) * scale) + float(zy));
 }
 
+template <class T>
+void average_pool_impl(const T* x, const QLinearPoolWindow& p, float sx, std::int32_t zx, float sy, std::int32_t zy,
+                       T* y) {
+  for (std::int64_t oh = 0; oh < p.out_h; ++oh) {
+    std::int64_t h0 = oh * p.stride[0] - p.pad_begin[0];
+    const std::int64_t h1 = std::min(h0 + p.kernel[0], p.h);
+    h0 = std::max<std::int64_t>(h0, 0);
+    for (std::int64_t ow = 0; ow < p.out_w; ++ow) {
+      std::int64_t w0 = ow * p.stride[1] - p.pad_begin[1];
+      const std::int64_t w1 = std::min(w0 + p.kernel[1], p.w);
+      w0 = std::max<std::int64_t>(w0, 0);
+      float sum = 0;
+      for (std::int64_t i = h0; i < h1; ++i)
+        for (std::int64_t j = w0; j < w1; ++j) sum += sx * float(std::int32_t(x[i * p.w + j]) - zx);
+      const std::int64_t count =
+          p.count_include_pad ? p.kernel[0] * p.kernel[1] : std::max<std::int64_t>(0, (h1 - h0) * (w1 - w0));
+      sum /= float(count);
+      y[oh * p.out_w + ow] = saturate_rounded<T>(sum / sy + float(zy));
+    }
+  }
+}
+
 }  // namespace
+
+void qlinear_average_pool_2d(const std::uint8_t* x, const QLinearPoolWindow& p, float sx, std::int32_t zx, float sy,
+                             std::int32_t zy, std::uint8_t* y) {
+  average_pool_impl(x, p, sx, zx, sy, zy, y);
+}
+void qlinear_average_pool_2d(const std::int8_t* x, const QLinearPoolWindow& p, float sx, std::int32_t zx, float sy,
+                             std::int32_t zy, std::int8_t* y) {
+  average_pool_impl(x, p, sx, zx, sy, zy, y);
+}
 
 QLinearAddParams qlinear_add_params(float sa, std::int32_t za, float sb, std::int32_t zb, float sc, std::int32_t zc) {
   QLinearAddParams p;

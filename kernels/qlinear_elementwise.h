@@ -62,4 +62,18 @@ void qlinear_softmax(const std::uint8_t* x, std::int64_t stride, std::int64_t n,
 void qlinear_softmax(const std::int8_t* x, std::int64_t stride, std::int64_t n, const std::array<float, 256>& table,
                      float y_scale, std::int32_t zy, std::int8_t* y);
 
+// QLinearAveragePool of one 2-D plane x [h, w] into y [out_h, out_w], as ORT's kernel: codes
+// dequantized to float (sx * (x - zx)), the window's values summed in float in row-major order
+// (padding contributes nothing), divided by the window's size (the kernel's with
+// count_include_pad, else the part inside the input), then round_half_even(v / sy + zy) saturated.
+struct QLinearPoolWindow {
+  std::int64_t h = 0, w = 0, out_h = 0, out_w = 0;
+  std::int64_t kernel[2] = {1, 1}, stride[2] = {1, 1}, pad_begin[2] = {0, 0};
+  bool count_include_pad = false;
+};
+void qlinear_average_pool_2d(const std::uint8_t* x, const QLinearPoolWindow& p, float sx, std::int32_t zx, float sy,
+                             std::int32_t zy, std::uint8_t* y);
+void qlinear_average_pool_2d(const std::int8_t* x, const QLinearPoolWindow& p, float sx, std::int32_t zx, float sy,
+                             std::int32_t zy, std::int8_t* y);
+
 }  // namespace qeval::kernels

@@ -136,6 +136,40 @@ TEST(QLinearContrib, GlobalAveragePoolSumsExactlyAndRoundsHalfToEven) {
   EXPECT_EQ(values<std::uint8_t>(y), (std::vector<int>{6, 23}));
 }
 
+TEST(QLinearContrib, AveragePoolSumsDequantizedValuesAndRoundsAfterTheZeroPoint) {
+  // x' = 0.5 (x - 10) = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]; y = v / 0.25 + 3.
+  auto build = [](std::vector<std::int64_t> pads, std::int64_t stride, std::int64_t include_pad) {
+    OnnxBuilder g(13);
+    g.domain(kMs, 1);
+    g.input("a", kU8, {1, 1, 3, 3}).output("y", kU8);
+    auto& n = g.node("QLinearAveragePool", {"a", "sx", "sx_zp", "sy", "sy_zp"}, {"y"}, "qnode", kMs);
+    auto ints = [&](const char* name, std::vector<std::int64_t> v) {
+      auto* attr = n.add_attribute();
+      attr->set_name(name);
+      attr->set_type(onnx::AttributeProto::INTS);
+      for (auto x : v) attr->add_ints(x);
+    };
+    ints("kernel_shape", {2, 2});
+    ints("pads", pads);
+    ints("strides", {stride, stride});
+    auto* attr = n.add_attribute();
+    attr->set_name("count_include_pad");
+    attr->set_type(onnx::AttributeProto::INT);
+    attr->set_i(include_pad);
+    params(g, "sx", 0.5f, 10);
+    params(g, "sy", 0.25f, 3);
+    return g.graph();
+  };
+  const std::map<std::string, Tensor> in{
+      {"a", bytes<std::uint8_t>({1, 1, 3, 3}, {10, 12, 14, 16, 18, 20, 22, 24, 26})}};
+  // 2x2 windows, stride 1: means 2, 3, 5, 6.
+  EXPECT_EQ(run_u8(build({0, 0, 0, 0}, 1, 0), in), (std::vector<int>{11, 15, 23, 27}));
+  // Padded by 1, stride 2: windows {0}, {1, 2}, {3, 6}, {4, 5, 7, 8}; means over what is inside
+  // (0, 1.5, 4.5, 6) or over the kernel's 4 (0, 0.75, 2.25, 6).
+  EXPECT_EQ(run_u8(build({1, 1, 1, 1}, 2, 0), in), (std::vector<int>{3, 9, 21, 27}));
+  EXPECT_EQ(run_u8(build({1, 1, 1, 1}, 2, 1), in), (std::vector<int>{3, 6, 12, 27}));
+}
+
 TEST(QLinearContrib, ConcatCopiesOrRequantizesEachInput) {
   OnnxBuilder g(13);
   g.domain(kMs, 1);

@@ -1,8 +1,8 @@
 // ONNX Runtime's 8-bit QOperator ops of domain com.microsoft (what its graph optimizer makes of a
 // Q/DQ graph at level 'extended'): QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
-// QLinearGlobalAveragePool, QLinearConcat, QLinearSoftmax (QGemm is in qlinear.cc, beside the int8
-// GEMM). Inputs and outputs are uint8 or int8 with per-tensor scales and zero points; the
-// arithmetic is ORT's CPU kernels' (kernels/qlinear_elementwise.h).
+// QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat, QLinearSoftmax (QGemm is in
+// qlinear.cc, beside the int8 GEMM). Inputs and outputs are uint8 or int8 with per-tensor scales and
+// zero points; the arithmetic is ORT's CPU kernels' (kernels/qlinear_elementwise.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -218,6 +218,81 @@ class QLinearGlobalAveragePoolOp final : public Op {
   bool channels_last_;
 };
 
+// ---- QLinearAveragePool ---------------------------------------------------------------------------
+
+// Inputs X, x_scale, x_zero_point, y_scale, y_zero_point; AveragePool's attributes (kernel_shape,
+// strides, pads, auto_pad NOTSET or VALID, ceil_mode, count_include_pad). 2-D NCHW only: 1-D, 3-D,
+// channels_last, SAME padding and dilations are refused as unsupported.
+class QLinearAveragePoolOp final : public Op {
+ public:
+  explicit QLinearAveragePoolOp(const Node& node) : node_(node) {
+    if (!node.has("kernel_shape")) fail(node, "missing required attribute kernel_shape");
+    kernel_ = node.get_ints("kernel_shape");
+    strides_ = node.get_ints("strides", std::vector<std::int64_t>(kernel_.size(), 1));
+    pads_ = node.get_ints("pads", std::vector<std::int64_t>(2 * kernel_.size(), 0));
+    const std::string auto_pad = node.get_string("auto_pad", "NOTSET");
+    const auto dilations = node.get_ints("dilations", std::vector<std::int64_t>(kernel_.size(), 1));
+    if (kernel_.size() != 2 || node.get_int("channels_last", 0) != 0 || (auto_pad != "NOTSET" && auto_pad != "VALID") ||
+        std::any_of(dilations.begin(), dilations.end(), [](std::int64_t d) { return d != 1; }))
+      throw UnsupportedError(node.describe() +
+                             ": QLinearAveragePool is supported in 2-D NCHW with explicit or VALID padding and no "
+                             "dilation");
+    if (auto_pad == "VALID") pads_.assign(4, 0);
+    if (strides_.size() != 2 || pads_.size() != 4)
+      fail(node, "strides and pads must have 2 and 4 values for a 2-D kernel_shape");
+    for (std::size_t i = 0; i < 2; ++i)
+      if (kernel_[i] < 1 || strides_[i] < 1) fail(node, "kernel_shape and strides must be >= 1");
+    for (auto p : pads_)
+      if (p < 0) fail(node, "pads must be >= 0");
+    ceil_mode_ = node.get_int("ceil_mode", 0) != 0;
+    count_include_pad_ = node.get_int("count_include_pad", 0) != 0;
+  }
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    require_8bit(node_, in.size() > 0 ? in[0] : nullptr, 0);
+    const DType t = in[0]->declared;
+    check_quantized(node_, in, 0, 1, 2, t);
+    check_quantized(node_, in, 0, 3, 4, t);
+    const auto p = window(in[0]->shape);
+    return {meta_of(t, {in[0]->shape[0], in[0]->shape[1], p.out_h, p.out_w})};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    const QParams x = read_params(node_, in, 1, 2), y = read_params(node_, in, 3, 4);
+    const auto p = window(in[0]->shape());
+    const std::int64_t planes = in[0]->shape()[0] * in[0]->shape()[1];
+    visit_8bit(out[0]->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      for (std::int64_t c = 0; c < planes; ++c)
+        kernels::qlinear_average_pool_2d(in[0]->data<T>() + c * p.h * p.w, p, x.scale, x.zero_point, y.scale,
+                                         y.zero_point, out[0]->data<T>() + c * p.out_h * p.out_w);
+    });
+  }
+
+ private:
+  kernels::QLinearPoolWindow window(const Shape& xs) const {
+    if (xs.size() != 4)
+      fail(node_, "X '" + node_.inputs[0] + "' has shape " + shape_to_string(xs) + "; [N, C, H, W] expected");
+    kernels::QLinearPoolWindow p;
+    p.h = xs[2], p.w = xs[3];
+    std::int64_t* outs[2] = {&p.out_h, &p.out_w};
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::int64_t room = xs[i + 2] + pads_[i] + pads_[i + 2] - kernel_[i];
+      if (room < 0) fail(node_, "the window is larger than the padded input " + shape_to_string(xs));
+      std::int64_t o = (ceil_mode_ ? (room + strides_[i] - 1) / strides_[i] : room / strides_[i]) + 1;
+      if (ceil_mode_ && (o - 1) * strides_[i] >= xs[i + 2] + pads_[i]) --o;  // as AveragePool (pool.cc)
+      *outs[i] = o;
+      p.kernel[i] = kernel_[i];
+      p.stride[i] = strides_[i];
+      p.pad_begin[i] = pads_[i];
+    }
+    p.count_include_pad = count_include_pad_;
+    return p;
+  }
+
+  Node node_;
+  std::vector<std::int64_t> kernel_, strides_, pads_;
+  bool ceil_mode_ = false, count_include_pad_ = false;
+};
+
 // ---- QLinearConcat --------------------------------------------------------------------------------
 
 // Inputs Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input; attribute axis. An input
@@ -356,6 +431,8 @@ void register_qlinear_contrib_ops(std::vector<OpSchema>& out) {
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<QLinearTableOp>(n, true); }});
   out.push_back({"QLinearGlobalAveragePool", kMsDomain, 1, 1,
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<QLinearGlobalAveragePoolOp>(n); }});
+  out.push_back({"QLinearAveragePool", kMsDomain, 1, 1,
+                 [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<QLinearAveragePoolOp>(n); }});
   out.push_back({"QLinearSoftmax", kMsDomain, 1, 1,
                  [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<QLinearSoftmaxOp>(n); }});
   out.push_back({"QLinearConcat", kMsDomain, 1, 1,

@@ -109,11 +109,11 @@ bool is_qoperator(const Node& n) { return n.op_type.rfind("QLinear", 0) == 0 || 
 TEST(OrtQLinear, RunMatchesEveryQLinearLayerAndGivesEachALocalError) {
   struct Expect {
     Case c;
-    std::size_t by_name, by_output, qoperator_nodes, absorbed;
+    std::size_t by_name, by_output, qoperator_nodes, absorbed, quantized_compute_nodes, compute_nodes;
   };
   // det: every node by name; cls: ORT's fused Gemm by its output tensor's name. absorbed: the Relu
   // and Clip nodes ORT's quantizer removed after a quantized op.
-  for (const Expect& e : {Expect{kDet, 292, 0, 249, 36}, Expect{kCls, 145, 1, 117, 33}}) {
+  for (const Expect& e : {Expect{kDet, 292, 0, 249, 36, 62, 64}, Expect{kCls, 145, 1, 117, 33, 54, 54}}) {
     QEVAL_REAL_MODEL(model, e.c.model);
     testing::ScratchDir dir(std::string("ort-qlinear-") + e.c.folder);
     fs::create_directories(dir / "inputs" / "s0");
@@ -146,6 +146,11 @@ TEST(OrtQLinear, RunMatchesEveryQLinearLayerAndGivesEachALocalError) {
         absorbed += reason.rfind("its ", 0) == 0 || reason.rfind("absorbed", 0) == 0;
       }
       EXPECT_EQ(absorbed, e.absorbed) << e.c.folder;
+      // "Quantized": every QLinearConv / QGemm counts (det's two ConvTransposes stay float); before,
+      // the report said 0% (only Conv/MatMul/Gemm between Q/DQ were counted).
+      ASSERT_EQ(v.at("quantization").size(), 1u);
+      EXPECT_EQ(v["quantization"][0].at("quantized_nodes"), e.quantized_compute_nodes) << e.c.folder;
+      EXPECT_EQ(v["quantization"][0].at("compute_nodes"), e.compute_nodes) << e.c.folder;
     }
 
     std::map<std::string, std::size_t> layer;

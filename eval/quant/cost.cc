@@ -36,15 +36,22 @@ std::vector<ComputeCost> compute_costs(const Graph& g, const std::map<std::strin
       if (!o.empty()) producer[o] = &n;
   std::vector<ComputeCost> out;
   for (const Node& n : g.nodes) {
-    const std::string& op = n.op_type;
+    // ONNX Runtime's integer forms count as the op they compute, their weight at its own slot.
+    std::string op = n.op_type;
+    std::size_t wi = 1;
+    if (op == "QLinearConv") op = "Conv", wi = 3;
+    else if (op == "ConvInteger") op = "Conv";
+    else if (op == "QLinearMatMul") op = "MatMul", wi = 3;
+    else if (op == "MatMulInteger") op = "MatMul";
+    else if (op == "QGemm") op = "Gemm", wi = 3;
     if (op != "Conv" && op != "ConvTranspose" && op != "MatMul" && op != "Gemm") continue;
-    if (n.inputs.size() < 2 || n.outputs.empty()) continue;
-    ComputeCost c{n.name, op, 0, std::nullopt};
-    const Tensor* w = weight_of(g, producer, n.inputs[1]);
+    if (n.inputs.size() <= wi || n.outputs.empty()) continue;
+    ComputeCost c{n.name, n.op_type, 0, std::nullopt};
+    const Tensor* w = weight_of(g, producer, n.inputs[wi]);
     if (w) c.params = w->numel();
     const Shape* y = shape_of(shapes, n.outputs[0]);
     const Shape* a = shape_of(shapes, n.inputs[0]);
-    const Shape* b = w ? &w->shape() : shape_of(shapes, n.inputs[1]);
+    const Shape* b = w ? &w->shape() : shape_of(shapes, n.inputs[wi]);
     if (op == "Conv") {
       // Each output element reads Cin/group x kernel weights: W is [Cout, Cin/group, k...].
       if (y && w && w->rank() >= 1 && w->dim(0) > 0) c.macs = double(shape_numel(*y)) * double(w->numel() / w->dim(0));

@@ -15,8 +15,10 @@
 
 namespace qeval::eval::quant {
 
-// One Conv/ConvTranspose/MatMul/Gemm: its weight parameters (0 for a product of two activations)
-// and multiply-accumulates per call (nullopt when a shape it needs is unknown).
+// One Conv/ConvTranspose/MatMul/Gemm (or ONNX Runtime's integer form of one: QLinearConv,
+// ConvInteger, QLinearMatMul, MatMulInteger, QGemm; op_type says which): its weight parameters (0
+// for a product of two activations) and multiply-accumulates per call (nullopt when a shape it
+// needs is unknown).
 struct ComputeCost {
   std::string name, op_type;
   std::int64_t params = 0;

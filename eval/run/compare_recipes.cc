@@ -123,7 +123,11 @@ std::optional<reports::ModelQuantization> model_quantization(const std::string& 
   for (const quant::ComputeCost& cost : costs) {
     ++q.compute_nodes;
     const auto st = state.find(cost.name);
-    const bool quantized = st != state.end() && st->second == quant::ComputeState::kQuantized;
+    // ONNX Runtime's integer forms (QLinearConv, ConvInteger, QGemm, ...) are quantized whatever lint
+    // says of them (it judges Conv/MatMul/Gemm between Q/DQ).
+    const bool integer_form =
+        cost.op_type != "Conv" && cost.op_type != "ConvTranspose" && cost.op_type != "MatMul" && cost.op_type != "Gemm";
+    const bool quantized = integer_form || (st != state.end() && st->second == quant::ComputeState::kQuantized);
     q.quantized_nodes += quantized;
     if (quantized || (st != state.end() && st->second == quant::ComputeState::kWeightOnly))
       q.quantized_params += cost.params;

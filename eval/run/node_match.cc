@@ -74,6 +74,38 @@ bool is_float_cast(const Node& n) {
   return to == 1 || to == 10 || to == 11 || to == 16;  // float, float16, double, bfloat16
 }
 
+// The float op an ONNX Runtime QOperator node computes (QLinearConv -> Conv, com.microsoft's
+// QLinearAdd -> Add, QLinearGlobalAveragePool -> GlobalAveragePool, QGemm -> Gemm, ...), or empty.
+std::string qoperator_float_op(const Node& n) {
+  if (n.op_type.rfind("QLinear", 0) == 0 && n.op_type.size() > 7) return n.op_type.substr(7);
+  if (n.op_type == "QGemm") return "Gemm";
+  return {};
+}
+
+// Two nodes of one name compute the same layer: the same op, or a QOperator node and its float op.
+bool same_layer_op(const Node& ref, const Node& var) {
+  if (ref.op_type == var.op_type && ref.domain == var.domain) return true;
+  return ref.domain.empty() && qoperator_float_op(var) == ref.op_type;
+}
+
+// The inputs of a QOperator node that carry its data (not the scales and zero points): what its
+// float op reads. Every input for any other node.
+std::vector<std::string> data_inputs(const Node& n) {
+  const std::string& op = n.op_type;
+  if (qoperator_float_op(n).empty()) return n.inputs;
+  std::vector<std::size_t> slots;
+  if (op == "QLinearConcat")
+    for (std::size_t k = 2; k < n.inputs.size(); k += 3) slots.push_back(k);
+  else if (op == "QLinearConv" || op == "QLinearMatMul" || op == "QLinearAdd" || op == "QLinearMul" ||
+           op == "QLinearWhere" || op == "QGemm")
+    slots = {0, 3};
+  else slots = {0};
+  std::vector<std::string> out;
+  for (std::size_t k : slots)
+    if (k < n.inputs.size()) out.push_back(n.inputs[k]);
+  return out;
+}
+
 std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h;
@@ -392,6 +424,12 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g, const LayerForm
   // The signature of node `i` as a layer of its own (nullopt: a node of no layer form).
   auto layer_sig = [&](std::size_t i) -> std::optional<std::uint64_t> {
     const Node& n = g.nodes[i];
+    if (n.op_type == "QGemm" && n.inputs.size() >= 4 && n.get_int("transA", 0) == 0 &&
+        n.get_float("alpha", 1.0f) == 1.0f)  // ONNX Runtime's com.microsoft QGemm: a Gemm
+      if (const auto w = matrix(n.inputs[3])) {
+        const bool t = n.get_int("transB", 0) != 0;
+        return linear_sig(n.inputs[0], (*w)[t ? 1 : 0], (*w)[t ? 0 : 1], n.has_input(6));
+      }
     if (!n.domain.empty()) return std::nullopt;
     const FormEnd& end = forms.ends[i];
     switch (end.form) {
@@ -433,6 +471,15 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g, const LayerForm
     std::uint64_t h = 0;
     if (const auto layer = layer_sig(i)) {
       h = *layer;
+    } else if (const std::string op = qoperator_float_op(n); !op.empty()) {
+      // A QOperator node by its float op (domain ai.onnx), the attributes they share and its data
+      // inputs: ORT's QLinearSoftmax adds `opset`, QLinearGlobalAveragePool `channels_last`.
+      Node plain = n;
+      plain.attributes.erase("opset");
+      if (n.op_type == "QLinearGlobalAveragePool" && n.get_int("channels_last", 0) == 0)
+        plain.attributes.erase("channels_last");
+      h = attributes_sig(hash_str(hash_str(0, op), ""), plain);
+      for (const auto& in : data_inputs(n)) h = mix(h, value_sig(in, 0));
     } else {
       h = attributes_sig(hash_str(hash_str(0, n.op_type), n.domain), n);
       for (const auto& in : n.inputs) h = mix(h, value_sig(in, 0));
@@ -444,6 +491,22 @@ std::vector<std::uint64_t> structural_signatures(const Graph& g, const LayerForm
 }
 
 bool is_layer(const Node& n) { return n.op_type != "Constant"; }
+
+// Why a reference Relu / Clip has no counterpart in a Q/DQ variant whose quantizer removed it: its
+// input's producer is matched to a variant node whose output goes straight into a QuantizeLinear
+// (whose saturation clips instead). Empty otherwise.
+std::string absorbed_by_quantize(const Graph& ref, const Graph& var, const NodeMatch& m, const Node& act) {
+  const auto ref_prod = producers(ref);
+  auto p = ref_prod.find(act.inputs[0]);
+  if (p == ref_prod.end() || m.variant_of_ref[p->second.node] < 0) return {};
+  const Node& v = var.nodes[std::size_t(m.variant_of_ref[p->second.node])];
+  if (v.outputs.empty()) return {};
+  for (const Node& q : var.nodes)
+    if (q.op_type == "QuantizeLinear" && !q.inputs.empty() && q.inputs[0] == v.outputs[0])
+      return "absorbed into the QuantizeLinear of " + v.op_type + " " + v.name +
+             "'s output (ONNX Runtime's quantizer removes it; the Q/DQ saturates instead)";
+  return {};
+}
 
 // Per node: every input is an initializer or computed from initializers only.
 std::vector<char> computes_constant(const Graph& g) {
@@ -481,7 +544,7 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
   // else matches it either).
   std::vector<std::string> name_miss(var.nodes.size());
 
-  // 1. By node name (and the same op type).
+  // 1. By node name (and the same op type, or a QOperator node and its float op).
   std::unordered_map<std::string, std::size_t> ref_by_name;
   for (std::size_t i = 0; i < ref.nodes.size(); ++i) ref_by_name.emplace(ref.nodes[i].name, i);
   for (std::size_t i = 0; i < var.nodes.size(); ++i) {
@@ -497,7 +560,7 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
       continue;
     }
     const Node& r = ref.nodes[it->second];
-    if (r.op_type != n.op_type || r.domain != n.domain) {
+    if (!same_layer_op(r, n)) {
       name_miss[i] = "the reference node of this name is a " + r.op_type;
       continue;
     }
@@ -518,6 +581,15 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
     const Node& n = var.nodes[i];
     if (m.ref_of_variant[i] >= 0 || is_quantization_plumbing(n) || !is_layer(n) || n.outputs.empty()) continue;
     auto it = ref_by_output.find(n.outputs[0]);
+    // A QOperator node writes the quantized tensor under the name ONNX Runtime's quantizer gives it:
+    // the float tensor's name + "_QuantizeLinear_Output" (QDQ format, kept by the optimizer's
+    // QLinear rewrite) or + "_quantized" (QOperator format).
+    if (it == ref_by_output.end() && !qoperator_float_op(n).empty())
+      for (const std::string suffix : {"_QuantizeLinear_Output", "_quantized"}) {
+        const std::string& o = n.outputs[0];
+        if (o.size() > suffix.size() && o.compare(o.size() - suffix.size(), suffix.size(), suffix) == 0)
+          if (it = ref_by_output.find(o.substr(0, o.size() - suffix.size())); it != ref_by_output.end()) break;
+      }
     if (it == ref_by_output.end() || m.variant_of_ref[it->second] >= 0) continue;
     link(i, it->second);
     ++m.by_output;
@@ -562,6 +634,32 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
     link(i, it->second.back());
     it->second.pop_back();
     ++m.by_structure;
+  }
+
+  // 4. A Relu or Clip the quantization absorbed: ONNX Runtime's quantizer removes one that follows a
+  // quantized op (the op's output range then starts at the activation's minimum and saturation
+  // clips), so a QOperator node whose reference op is followed by an unmatched Relu / Clip writes
+  // the activation's values: it is compared at the activation.
+  std::vector<int> absorbed_at(ref.nodes.size(), -1);  // per reference op: the activation compared instead
+  {
+    std::unordered_map<std::string, std::vector<std::size_t>> readers;
+    for (std::size_t i = 0; i < ref.nodes.size(); ++i)
+      for (const auto& in : ref.nodes[i].inputs) readers[in].push_back(i);
+    for (const auto& o : ref.outputs) readers[o.name].push_back(ref.nodes.size());  // a graph output
+    for (std::size_t r = 0; r < ref.nodes.size(); ++r) {
+      const int v = m.variant_of_ref[r];
+      if (v < 0 || qoperator_float_op(var.nodes[std::size_t(v)]).empty() || ref.nodes[r].outputs.size() != 1) continue;
+      auto it = readers.find(ref.nodes[r].outputs[0]);
+      if (it == readers.end() || it->second.size() != 1 || it->second[0] >= ref.nodes.size()) continue;
+      const std::size_t a = it->second[0];
+      const Node& act = ref.nodes[a];
+      if ((act.op_type != "Relu" && act.op_type != "Clip") || !act.domain.empty() || m.variant_of_ref[a] >= 0 ||
+          act.inputs.empty() || act.inputs[0] != ref.nodes[r].outputs[0])
+        continue;
+      m.variant_of_ref[r] = -1;
+      link(std::size_t(v), a);
+      absorbed_at[r] = int(a);
+    }
   }
 
   // What remains of a layer's rewritten form: unmatched variant nodes whose every reader is a node
@@ -615,13 +713,18 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
                                "; no reference node with its output tensor or its structure"});
   }
   // The reference's unmatched nodes, with what they are where that explains it.
-  std::unordered_set<std::string> shape_values;  // int values computed from shapes
+  std::unordered_set<std::string> shape_values;     // int values computed from shapes
+  std::unordered_set<std::string> constant_values;  // values computed from constants alone
+  for (std::size_t i = 0; i < ref.nodes.size(); ++i)
+    if (ref_constant[i] || ref.nodes[i].op_type == "Constant")
+      constant_values.insert(ref.nodes[i].outputs.begin(), ref.nodes[i].outputs.end());
   for (const Node& n : ref.nodes) {
     const bool shape = n.op_type == "Shape" || n.op_type == "Size" ||
                        (n.op_type != "Constant" && !n.inputs.empty() &&
                         std::all_of(n.inputs.begin(), n.inputs.end(),
                                     [&](const std::string& in) {
-                                      if (in.empty() || shape_values.count(in)) return true;
+                                      if (in.empty() || shape_values.count(in) || constant_values.count(in))
+                                        return true;
                                       auto w = ref.initializers.find(in);
                                       return w != ref.initializers.end() && w->second.dtype() == DType::kInt64;
                                     }) &&
@@ -634,18 +737,29 @@ NodeMatch match_nodes(const Graph& ref, const Graph& var) {
     const Node& n = ref.nodes[i];
     if (m.variant_of_ref[i] >= 0 || !is_layer(n)) continue;
     const bool shape = !n.outputs.empty() && shape_values.count(n.outputs[0]);
-    // Inside a layer's form whose end is matched to a variant node of another form.
+    // Inside a layer's form whose end is matched to a variant node of another form (or was, before
+    // the activation after it was found absorbed: then it is compared there).
     std::string in_form;
-    if (const int end = ref_forms.end_of[i]; end >= 0 && m.variant_of_ref[std::size_t(end)] >= 0) {
+    const int end = ref_forms.end_of[i];
+    const int at = end >= 0 && absorbed_at[std::size_t(end)] >= 0 ? absorbed_at[std::size_t(end)] : end;
+    if (end >= 0 && m.variant_of_ref[std::size_t(at)] >= 0) {
       const Form form = ref_forms.ends[std::size_t(end)].form;
-      const std::size_t v = std::size_t(m.variant_of_ref[std::size_t(end)]);
+      const std::size_t v = std::size_t(m.variant_of_ref[std::size_t(at)]);
       if (var_forms.ends[v].form != form)
         in_form = form == Form::kLayerNorm
                       ? "part of decomposed LayerNormalization " + ref.nodes[std::size_t(end)].name +
                             " (the variant's " + var.nodes[v].op_type + " " + var.nodes[v].name + ")"
                       : "folded into " + var.nodes[v].name + " (" + form_name(form) + " as one " +
-                            var.nodes[v].op_type + ", compared at " + ref.nodes[std::size_t(end)].name + ")";
+                            var.nodes[v].op_type + ", compared at " + ref.nodes[std::size_t(at)].name + ")";
     }
+    if (const int a = absorbed_at[i]; a >= 0) {
+      const Node& act = ref.nodes[std::size_t(a)];
+      const Node& v = var.nodes[std::size_t(m.variant_of_ref[std::size_t(a)])];
+      in_form = "its " + act.op_type + " " + act.name + " is absorbed into " + v.op_type + " " + v.name +
+                "'s quantized output range (ONNX Runtime's quantizer removes it): compared at " + act.name;
+    }
+    if (in_form.empty() && (n.op_type == "Relu" || n.op_type == "Clip") && !n.inputs.empty())
+      in_form = absorbed_by_quantize(ref, var, m, n);
     m.unmatched.push_back({"reference", n.name, n.op_type,
                            !in_form.empty()  ? in_form
                            : ref_constant[i] ? "computes a constant from weights (the variant may hold it computed)"

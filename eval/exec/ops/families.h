@@ -25,11 +25,13 @@ void register_resize_ops(std::vector<OpSchema>& out);         // resize.cc
 void register_quantize_ops(std::vector<OpSchema>& out);       // quantize.cc: QuantizeLinear, DequantizeLinear
 void register_qlinear_ops(std::vector<OpSchema>& out);        // qlinear.cc: QLinear*, *Integer, fused Q/DQ ops
 
+void register_qlinear_contrib_ops(std::vector<OpSchema>& out);  // qlinear_contrib.cc: com.microsoft QLinear*
+
 inline constexpr RegisterOps kOpFamilies[] = {
     register_elementwise_ops, register_shape_ops,         register_layout_ops,  register_index_ops,
     register_cast_ops,        register_cumsum_topk_ops,   register_reduce_ops,  register_matmul_ops,
     register_conv_ops,        register_normalization_ops, register_softmax_ops, register_pool_ops,
-    register_resize_ops,      register_quantize_ops,      register_qlinear_ops,
+    register_resize_ops,      register_quantize_ops,      register_qlinear_ops, register_qlinear_contrib_ops,
 };
 
 }  // namespace qeval::eval

@@ -1,6 +1,7 @@
 // Integer ops on the int8 kernels: ONNX Runtime's quantizer outputs (DynamicQuantizeLinear,
-// MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv) and qeval's fused Q/DQ Conv/MatMul/Gemm
-// (domain "qeval.int8", made by eval/exec/qdq_fusion): int8 x int8 -> int32 exactly, then rescale.
+// MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv, com.microsoft QGemm) and qeval's fused
+// Q/DQ Conv/MatMul/Gemm (domain "qeval.int8", made by eval/exec/qdq_fusion): int8 x int8 -> int32
+// exactly, then rescale.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -415,6 +416,135 @@ class QLinearConvOp final : public Op {
   mutable PackedConvCache cache_;
 };
 
+// ---- QGemm (com.microsoft) ---------------------------------------------------------------------
+
+// ONNX Runtime's QGemm: inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point, C (int32 bias,
+// optional), y_scale, y_zero_point (both optional); attributes transA, transB, alpha.
+// acc = C + sum (a - za)(b - zb[j]) exactly in int32; with y_zero_point the output is 8-bit,
+// saturate(round_half_even(acc * (alpha * a_scale * b_scale[j] / y_scale)) + y_zero_point), else
+// float acc * (alpha * a_scale * b_scale[j]) (divided by y_scale when given), as ORT's kernel.
+class QGemmOp final : public Op {
+ public:
+  explicit QGemmOp(const Node& node)
+      : node_(node),
+        trans_a_(node.get_int("transA", 0) != 0),
+        trans_b_(node.get_int("transB", 0) != 0),
+        alpha_(node.get_float("alpha", 1.0f)) {}
+  std::vector<ValueMeta> infer(std::span<const ValueMeta* const> in) const override {
+    for (std::size_t i : {0, 1, 2, 3, 4, 5})
+      if (in.size() <= i || !in[i])
+        fail(node_,
+             "needs inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point (C, y_scale, y_zero_point optional)");
+    require_8bit(node_, *in[0], 0, "A");
+    require_8bit(node_, *in[3], 3, "B");
+    const Shape& a = in[0]->shape;
+    const Shape& b = in[3]->shape;
+    if (a.size() != 2 || b.size() != 2)
+      fail(node_, "A and B must be 2-D, got " + shape_to_string(a) + " and " + shape_to_string(b));
+    const std::int64_t m = trans_a_ ? a[1] : a[0], k = trans_a_ ? a[0] : a[1];
+    const std::int64_t kb = trans_b_ ? b[1] : b[0], n = trans_b_ ? b[0] : b[1];
+    if (k != kb) fail(node_, "inner dimensions differ: A " + shape_to_string(a) + ", B " + shape_to_string(b));
+    check_scale_meta(node_, *in[1], 1);
+    check_scale_meta(node_, *in[4], 4);
+    check_count(node_, in[1], 1, 1, "a_scale");
+    check_count(node_, in[2], 2, 1, "a_zero_point");
+    check_count(node_, in[4], 4, n, "b_scale");
+    check_count(node_, in[5], 5, n, "b_zero_point");
+    if (in[1]->value) check_scale_values(node_, 1, *in[1]->value, false);
+    if (in[4]->value) check_scale_values(node_, 4, *in[4]->value, false);
+    if (in.size() > 6 && in[6]) {
+      const Shape& c = in[6]->shape;
+      bool ok = in[6]->declared == DType::kInt32 && c.size() <= 2;
+      for (std::size_t d = 0; ok && d < c.size(); ++d) ok = c[d] == 1 || c[d] == (d + 2 - c.size() == 0 ? m : n);
+      if (!ok)
+        fail(node_, "C '" + node_.inputs[6] + "' must be int32 broadcasting to [" + std::to_string(m) + ", " +
+                        std::to_string(n) + "], got " + type_name(in[6]->declared) + " " + shape_to_string(c));
+    }
+    const bool has_ys = in.size() > 7 && in[7], has_yz = in.size() > 8 && in[8];
+    if (has_ys) {
+      check_scale_meta(node_, *in[7], 7);
+      check_count(node_, in[7], 7, 1, "y_scale");
+      if (in[7]->value) check_scale_values(node_, 7, *in[7]->value, false);
+    }
+    if (has_yz) {
+      if (!has_ys) fail(node_, "y_zero_point '" + node_.inputs[8] + "' is given without y_scale");
+      check_count(node_, in[8], 8, 1, "y_zero_point");
+      require_8bit(node_, *in[8], 8, "y_zero_point");
+    }
+    cache_.note_constant(in[3]);
+    return {meta_of(has_yz ? in[8]->declared : DType::kFloat32, {m, n})};
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
+    for (std::size_t i : {1, 4}) check_scale_values(node_, i, *in[i], false);
+    const Tensor& a = *in[0];
+    const Tensor& b = *in[3];
+    const std::int64_t m = trans_a_ ? a.shape()[1] : a.shape()[0], k = trans_a_ ? a.shape()[0] : a.shape()[1];
+    const std::int64_t n = trans_b_ ? b.shape()[0] : b.shape()[1];
+    std::vector<std::int8_t> abuf, bbuf;
+    const std::int8_t* pa = as_int8(a, abuf);
+    std::vector<std::int8_t> a_rows;
+    if (trans_a_) {  // A given as k x m
+      a_rows.resize(std::size_t(m * k));
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t p = 0; p < k; ++p) a_rows[std::size_t(i * k + p)] = pa[p * m + i];
+      pa = a_rows.data();
+    }
+    const kernels::PackedInt8A packed_a(m, k, pa, k);
+    auto b_data = [&] { return as_int8(b, bbuf); };
+    std::unique_ptr<kernels::PackedInt8B> own;
+    const kernels::PackedInt8B* packed_b;
+    if (cache_.cacheable(b)) {
+      packed_b = &cache_.get(b, k, n, b_data, trans_b_ ? k : n, trans_b_);
+    } else {
+      own = std::make_unique<kernels::PackedInt8B>(k, n, b_data(), trans_b_ ? k : n, trans_b_);
+      packed_b = own.get();
+    }
+    std::vector<std::int32_t> acc(std::size_t(m * n));
+    kernels::int8_gemm(packed_a, *packed_b, acc.data(), n);
+    correct_zero_points(packed_a, *packed_b, zero_points(node_, in[2], 2, a.dtype()),
+                        zero_points(node_, in[5], 5, b.dtype()), acc.data());
+    if (const Tensor* c = in.size() > 6 ? in[6] : nullptr) {
+      const Shape& cs = c->shape();
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          std::int64_t ci = 0;
+          if (cs.size() == 2) ci = (cs[0] == 1 ? 0 : i) * cs[1] + (cs[1] == 1 ? 0 : j);
+          else if (cs.size() == 1) ci = cs[0] == 1 ? 0 : j;
+          acc[std::size_t(i * n + j)] = wrapping_add(acc[std::size_t(i * n + j)], c->data<std::int32_t>()[ci]);
+        }
+    }
+    const Tensor* ys = in.size() > 7 ? in[7] : nullptr;
+    if (ys) check_scale_values(node_, 7, *ys, false);
+    const float sa = scalar_float(*in[1]);
+    const Tensor& sb = *in[4];
+    std::vector<float> scale(std::size_t(sb.numel()));
+    for (std::size_t j = 0; j < scale.size(); ++j) {
+      scale[j] = alpha_ * sa * sb.data<float>()[j];
+      if (ys) scale[j] /= scalar_float(*ys);
+    }
+    auto scale_of = [&](std::int64_t j) { return scale[scale.size() == 1 ? 0 : std::size_t(j)]; };
+    if (out[0]->dtype() == DType::kFloat32) {
+      float* y = out[0]->data<float>();
+      for (std::int64_t i = 0; i < m * n; ++i) y[i] = float(acc[std::size_t(i)]) * scale_of(i % n);
+      return;
+    }
+    const std::int32_t zy = zero_point_values(node_, 8, *in[8], in[8]->dtype())[0];
+    visit_storage(out[0]->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>) {
+        T* y = out[0]->data<T>();
+        for (std::int64_t i = 0; i < m * n; ++i) y[i] = requantize<T>(acc[std::size_t(i)], scale_of(i % n), zy);
+      }
+    });
+  }
+
+ private:
+  Node node_;
+  bool trans_a_, trans_b_;
+  float alpha_;
+  mutable PackedBCache cache_;
+};
+
 // ---- DynamicQuantizeLinear ---------------------------------------------------------------------
 
 // uint8, asymmetric: scale = (max(x, 0) - min(x, 0)) / 255 (1/255 when that range is 0, as ONNX
@@ -720,6 +850,7 @@ void register_qlinear_ops(std::vector<OpSchema>& out) {
   out.push_back({"QLinearMatMul", "", 10, kMaxOpset, make(static_cast<QLinearMatMulOp*>(nullptr))});
   out.push_back({"QLinearConv", "", 10, kMaxOpset, make(static_cast<QLinearConvOp*>(nullptr))});
   out.push_back({"DynamicQuantizeLinear", "", 11, kMaxOpset, make(static_cast<DynamicQuantizeLinearOp*>(nullptr))});
+  out.push_back({"QGemm", "com.microsoft", 1, 1, make(static_cast<QGemmOp*>(nullptr))});
   // The Q/DQ fusion's rewrites (never in files: made in memory by eval/exec/qdq_fusion).
   out.push_back({"Conv", quant::kFusedDomain, 1, 1, make(static_cast<FusedConvOp*>(nullptr))});
   out.push_back({"MatMul", quant::kFusedDomain, 1, 1, make(static_cast<FusedMatMulOp*>(nullptr))});

@@ -205,11 +205,9 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     if (call.clipped || clip != std::numeric_limits<float>::infinity()) {
       call.clipped = 0;
       kernels::ScanTotals t;
-      if (per_channel) {
-      } else if (scan_on_device(*out, nullptr, clip, t)) {
-        call.clipped = t.clipped;
-      } else {
-        call.add_clipped(on_host(out, host_out_)->data<float>(), out->numel(), clip);
+      if (!per_channel) {  // (per channel: below, for every path)
+        if (scan_on_device(*out, nullptr, clip, t)) call.clipped = t.clipped;
+        else call.add_clipped(on_host(out, host_out_)->data<float>(), out->numel(), clip);
       }
     }
     cell->act.merge(call);

@@ -7,6 +7,8 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/gemm.h"
@@ -79,50 +81,89 @@ struct AttentionScratch::State {
 AttentionScratch::AttentionScratch() : state(std::make_unique<State>()) {}
 AttentionScratch::~AttentionScratch() = default;
 
+namespace {
+
+bool packed_path(const AttentionShape& s) {
+  const std::int64_t L = s.q_len, Lk = s.kv_len, d = s.head_dim, dv = s.v_dim;
+  return Lk > 0 && sgemm_uses_packing(GemmShape{false, false, L, Lk, d, d, Lk, Lk}) &&
+         sgemm_uses_packing(GemmShape{false, false, L, dv, Lk, Lk, dv, dv});
+}
+
+}  // namespace
+
+std::int64_t attention_task_rows(const AttentionShape& s) {
+  // Packed: whole micro-kernel panels, at most kGemmMC rows, scores within the block budget.
+  // Small products: one entry per task (through sgemm itself).
+  if (!packed_path(s)) return std::max<std::int64_t>(s.q_len, 1);
+  return std::clamp<std::int64_t>(kScoreBlockFloats / s.kv_len / kGemmMR * kGemmMR, kGemmMR, kGemmMC);
+}
+
+bool attention_task_boundary(const AttentionShape& s, std::int64_t row) {
+  if (row < 0 || row > s.batch * s.q_len) return false;
+  if (row == s.batch * s.q_len || s.q_len <= 0) return true;
+  return (row % s.q_len) % attention_task_rows(s) == 0;
+}
+
 void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out,
                AttentionScratch& scratch, const AttentionIntermediates& keep) {
-  if (s.batch <= 0 || s.q_len <= 0 || s.v_dim <= 0) return;
+  attention_rows(s, q, kt, v, out, scratch, keep, 0, s.batch * s.q_len);
+}
+
+void attention_rows(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out,
+                    AttentionScratch& scratch, const AttentionIntermediates& keep, std::int64_t row0,
+                    std::int64_t row1) {
+  if (s.batch <= 0 || s.q_len <= 0 || s.v_dim <= 0 || row1 <= row0) return;
+  if (!attention_task_boundary(s, row0) || !attention_task_boundary(s, row1))
+    throw std::invalid_argument("attention_rows: rows " + std::to_string(row0) + ".." + std::to_string(row1) +
+                                " do not start and end at task boundaries");
   const std::int64_t L = s.q_len, Lk = s.kv_len, d = s.head_dim, dv = s.v_dim;
   const GemmShape qk{false, false, L, Lk, d, d, Lk, Lk};
   const GemmShape pv{false, false, L, dv, Lk, Lk, dv, dv};
-  if (Lk <= 0 || !sgemm_uses_packing(qk) || !sgemm_uses_packing(pv)) {
+  // keep's pointers start at row0: a value of row r is at (r - row0) * Lk.
+  const AttentionIntermediates& at = keep;
+  const std::int64_t base = row0 * Lk;
+  const std::int64_t e0 = row0 / L, e1 = (row1 + L - 1) / L;  // entries touched
+  if (!packed_path(s)) {
     // Small products take sgemm's unpacked paths: per entry, through sgemm itself (the scores of
     // one entry are small here: sgemm packs whenever L * Lk * d or L * Lk * dv is large).
-    tbb::parallel_for(std::int64_t(0), s.batch, [&](std::int64_t e) {
+    tbb::parallel_for(e0, e1, [&](std::int64_t e) {
       std::vector<float> entry(std::size_t(std::max<std::int64_t>(1, L * Lk)));
-      float* scores = scores_at(keep, e * L * Lk, entry.data());
+      float* scores = scores_at(at, e * L * Lk - base, entry.data());
       sgemm(qk, 1.0f, q + e * L * d, kt + e * d * Lk, 0.0f, scores);
-      const float* probs = scale_and_softmax(s, scores, entry.data(), L, keep, e * L * Lk);
-      sgemm(pv, 1.0f, probs, v + e * Lk * dv, 0.0f, out + e * L * dv);
+      const float* probs = scale_and_softmax(s, scores, entry.data(), L, at, e * L * Lk - base);
+      if (out) sgemm(pv, 1.0f, probs, v + e * Lk * dv, 0.0f, out + e * L * dv);
     });
     return;
   }
   AttentionScratch::State& st = *scratch.state;
   st.k_packed.resize(std::size_t(s.batch));
   st.v_packed.resize(std::size_t(s.batch));
-  tbb::parallel_for(std::int64_t(0), s.batch, [&](std::int64_t e) {
+  tbb::parallel_for(e0, e1, [&](std::int64_t e) {
     st.k_packed[std::size_t(e)].pack(false, d, Lk, kt + e * d * Lk, Lk);
-    st.v_packed[std::size_t(e)].pack(false, Lk, dv, v + e * Lk * dv, dv);
+    if (out) st.v_packed[std::size_t(e)].pack(false, Lk, dv, v + e * Lk * dv, dv);
   });
-  // Row blocks: whole micro-kernel panels, at most kGemmMC rows, scores within the block budget.
-  const std::int64_t rows = std::clamp<std::int64_t>(kScoreBlockFloats / Lk / kGemmMR * kGemmMR, kGemmMR, kGemmMC);
+  const std::int64_t rows = attention_task_rows(s);
   const std::int64_t blocks = (L + rows - 1) / rows;
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, s.batch * blocks), [&](const auto& range) {
+  auto task_of = [&](std::int64_t row) {
+    return row == s.batch * L ? s.batch * blocks : row / L * blocks + row % L / rows;
+  };
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(task_of(row0), task_of(row1)), [&](const auto& range) {
     ThreadBuffers& buf = st.buffers.local();
     float* block_scores = buf.get_scores(std::size_t(rows * Lk));
     float* a_panels = buf.get_a_panels(std::size_t(round_up(rows, kGemmMR) * kGemmKC));
     for (std::int64_t t = range.begin(); t < range.end(); ++t) {
       const std::int64_t e = t / blocks, i0 = (t % blocks) * rows, mb = std::min(rows, L - i0);
-      float* scores = scores_at(keep, (e * L + i0) * Lk, block_scores);
+      float* scores = scores_at(at, (e * L + i0) * Lk - base, block_scores);
       const PackedB& kp = st.k_packed[std::size_t(e)];
-      const PackedB& vp = st.v_packed[std::size_t(e)];
       // Scores = Q rows x K^T, k blocked as sgemm blocks it.
       for (std::int64_t k0 = 0; k0 < d; k0 += kGemmKC) {
         const std::int64_t kc = std::min<std::int64_t>(kGemmKC, d - k0);
         pack_a_panels(false, q + e * L * d, d, i0, mb, k0, kc, a_panels);
         gemm_packed_block(mb, Lk, kc, a_panels, kp.block(0, k0), 1.0f, k0 == 0 ? 0.0f : 1.0f, scores, Lk);
       }
-      const float* probs = scale_and_softmax(s, scores, block_scores, mb, keep, (e * L + i0) * Lk);
+      const float* probs = scale_and_softmax(s, scores, block_scores, mb, at, (e * L + i0) * Lk - base);
+      if (!out) continue;
+      const PackedB& vp = st.v_packed[std::size_t(e)];
       float* o = out + (e * L + i0) * dv;
       for (std::int64_t k0 = 0; k0 < Lk; k0 += kGemmKC) {
         const std::int64_t kc = std::min<std::int64_t>(kGemmKC, Lk - k0);

@@ -55,4 +55,19 @@ struct AttentionIntermediates {
 void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out,
                AttentionScratch& scratch, const AttentionIntermediates& keep = {});
 
+// How attention() splits the batch x q_len rows (entry e's row i is row e * q_len + i) into
+// tasks: a task computes this many consecutive rows of one entry (an entry's last task the rest).
+std::int64_t attention_task_rows(const AttentionShape& s);
+// Whether `row` starts a task (or is batch * q_len, the end).
+bool attention_task_boundary(const AttentionShape& s, std::int64_t row);
+
+// attention() on rows [row0, row1) only (both task boundaries; else std::invalid_argument): the
+// same bits for those rows. `keep` receives the intermediates of those rows only (its pointers at
+// row0's first value); `out`, when not null, is the whole output (rows outside untouched); with a
+// null `out` the product with V is skipped. A caller may so compute a large call in pieces (an
+// observer's chunks of the scores) or compute its intermediates again later.
+void attention_rows(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out,
+                    AttentionScratch& scratch, const AttentionIntermediates& keep, std::int64_t row0,
+                    std::int64_t row1);
+
 }  // namespace qeval::kernels

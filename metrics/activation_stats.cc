@@ -603,6 +603,50 @@ std::optional<TensorError> StreamedError::finish(ActivationStats& act, ErrorStat
   return e;
 }
 
+struct StreamedStats::State {
+  Pass<false, false> plain;
+  Pass<false, true> clip;
+  bool clipping;
+  LogAbsHistogram hist;
+  State(std::int64_t n, std::uint32_t clip_bits)
+      : plain(n, clip_bits), clip(n, clip_bits), clipping(clip_bits < kInfBits) {}
+};
+
+StreamedStats::StreamedStats() = default;
+StreamedStats::~StreamedStats() = default;
+StreamedStats::StreamedStats(StreamedStats&&) noexcept = default;
+StreamedStats& StreamedStats::operator=(StreamedStats&&) noexcept = default;
+
+void StreamedStats::start(std::int64_t n, float clip_amax) {
+  if (!state_) {
+    state_ = std::make_unique<State>(n, clip_bits_of(clip_amax));
+    return;
+  }
+  LogAbsHistogram kept = std::move(state_->hist);  // its storage, for the next pass
+  kept.clear();
+  *state_ = State(n, clip_bits_of(clip_amax));
+  state_->hist = std::move(kept);
+}
+
+void StreamedStats::feed(const float* x, std::int64_t count) {
+  State& st = *state_;
+  if (st.clipping) {
+    st.clip.feed(x, nullptr, count);
+    st.clip.flush_histogram(st.hist);
+  } else {
+    st.plain.feed(x, nullptr, count);
+    st.plain.flush_histogram(st.hist);
+  }
+}
+
+std::optional<double> StreamedStats::finish(ActivationStats& act) {
+  State& st = *state_;
+  const Scan s = st.clipping ? st.clip.finish() : st.plain.finish();
+  commit(act, s);  // its histogram scratch is empty: the counts are in st.hist
+  act.abs_hist.merge(st.hist);
+  return s.plain ? std::optional<double>(s.sum_sq) : std::nullopt;
+}
+
 void ActivationStats::merge(const ActivationStats& o) {
   count += o.count;
   nan += o.nan;

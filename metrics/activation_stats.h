@@ -172,4 +172,24 @@ class StreamedError {
   std::int64_t n_ = 0;
 };
 
+// ActivationStats::add over a tensor that comes in consecutive pieces (a reference's fused
+// intermediate, never written whole): the same statistics and the same returned energy, to the
+// bit, when every piece but the last holds a multiple of kPiece elements.
+class StreamedStats {
+ public:
+  static constexpr std::int64_t kPiece = 128;
+  StreamedStats();
+  ~StreamedStats();
+  StreamedStats(StreamedStats&&) noexcept;
+  StreamedStats& operator=(StreamedStats&&) noexcept;
+  void start(std::int64_t n, float clip_amax = std::numeric_limits<float>::infinity());
+  void feed(const float* x, std::int64_t count);  // the next `count` elements
+  // Once all n have come: adds to `act` what add() would have and returns what add() would have.
+  std::optional<double> finish(ActivationStats& act);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 }  // namespace qeval::metrics

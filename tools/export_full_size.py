@@ -28,8 +28,11 @@
 # UNet) by S, rounded to GroupNorm's 32 channels (text width to 96, 12 heads x 8): depths, vocabulary and the
 # 77 tokens stay, so a toy-width export has the full-size graph's structure and runs here in seconds.
 # --fp16 exports every model of the call in float16 (inputs and outputs float16, timestep too, as diffusers'
-# converter with --fp16); tracing then runs on CUDA when there is one (Debian's PyTorch 1.13 has no float16
-# convolution or GroupNorm on the CPU).
+# converter with --fp16); tracing then runs on CUDA when there is one. Without CUDA (Debian's PyTorch 1.13 has no
+# float16 convolution or GroupNorm on the CPU) the float32 graph is traced without weights and rewritten as float16,
+# the weights written one by one as float16 (export_fp16_on_cpu: memory is the float32 module build_model() makes,
+# 10.4 GB for the full-size SDXL-like UNet, not a float32 export's copies of it); the timestep and time_ids
+# projections stay float32, as diffusers computes them. Checked at --widths-scale 0.05 only (rel-L2 1.6e-3).
 # --check QEVAL runs each exported graph with `QEVAL infer` (CPU) on make_inputs() at --latent and prints
 # max-abs and relative L2 against PyTorch FP32 (exit 1 past --check-tol); inputs, PyTorch's and qeval's outputs
 # stay in <model>/check/.
@@ -169,9 +172,183 @@ def private_export_without_shape_inference():
     return f
 
 
+# ONNX inputs that must stay float32 in a float16 graph (op type -> input indices): Resize's roi and scales.
+FLOAT32_INPUTS = {"Resize": (1, 2)}
+
+
+def float32_island(graph, inputs):
+    """The nodes a float16 diffusers export computes in float32: from `inputs` (timestep, time_ids: their sinusoidal
+    projections, and what concatenates with them) up to the first MatMul/Gemm, which reads them cast to float16."""
+    readers = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    island, values, todo = [], set(inputs), list(inputs)
+    while todo:
+        v = todo.pop()
+        for n in readers.get(v, []):
+            # Shape and Size give int64: what depends on them only is no float value.
+            if n.op_type in ("MatMul", "Gemm", "Shape", "Size") or any(n is m for m in island):
+                continue
+            island.append(n)
+            for o in n.output:
+                if o not in values:
+                    values.add(o)
+                    todo.append(o)
+    return island, values
+
+
+def to_float16_graph(graph, keep_float32):
+    """Rewrites a float32 graph as float16: float inputs, outputs, constants, initializers (but `keep_float32`, by
+    name), Cast(to=float) and ConstantOfShape values become float16; shapes are inferred again by the reader."""
+    from onnx import numpy_helper
+    F32, F16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+
+    def half(t):
+        h = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name)
+        t.CopyFrom(h)
+
+    # The timestep projections stay float32 (diffusers computes them in float32 and casts the result).
+    island, island_values = float32_island(graph, [v.name for v in graph.input if v.name in ("timestep", "time_ids")])
+    island_ids = set(id(n) for n in island)
+    for v in list(graph.input) + list(graph.output):
+        if v.type.tensor_type.elem_type == F32:
+            v.type.tensor_type.elem_type = F16
+    del graph.value_info[:]
+    for t in graph.initializer:
+        if t.data_type == F32 and t.name not in keep_float32:
+            half(t)
+    constants = {n.output[0]: n for n in graph.node if n.op_type == "Constant"}
+    for n in island:  # its constants stay float32
+        for i in n.input:
+            if i in constants:
+                keep_float32.add(i)
+    for n in graph.node:
+        if id(n) in island_ids:
+            continue
+        if n.op_type == "Constant" and n.output[0] not in keep_float32:
+            for a in n.attribute:
+                if a.name == "value" and a.t.data_type == F32:
+                    half(a.t)
+        elif n.op_type == "ConstantOfShape":
+            for a in n.attribute:
+                if a.name == "value" and a.t.data_type == F32:
+                    half(a.t)
+        elif n.op_type == "Cast":
+            for a in n.attribute:
+                if a.name == "to" and a.i == F32:
+                    a.i = F16
+    # Float16 values entering the island (its graph inputs, what it concatenates) cast to float32; island values
+    # read outside it cast to float16.
+    nodes, casts = list(graph.node), {}
+    float16_values = set(v.name for v in graph.input if v.type.tensor_type.elem_type == F16)
+    float16_values |= set(t.name for t in graph.initializer if t.data_type == F16)
+    for n in nodes:
+        if id(n) in island_ids or n.op_type == "Constant":
+            continue
+        float16_values.update(n.output)  # outside the island every float value is float16 now
+
+    def cast(value, to, suffix):
+        key = (value, to)
+        if key not in casts:
+            out = value + suffix
+            casts[key] = (out, onnx.helper.make_node("Cast", [value], [out], to=to, name=out + "_cast"))
+        return casts[key][0]
+
+    seeds = set(v.name for v in graph.input if v.name in ("timestep", "time_ids"))
+    for n in nodes:
+        inside = id(n) in island_ids
+        for k, i in enumerate(n.input):
+            # Float16 values: the seeds, and what the island concatenates (SDXL's text_embeds); other values from
+            # outside are shapes and indices.
+            if inside and (i in seeds or (n.op_type == "Concat" and i in float16_values and i not in island_values)):
+                n.input[k] = cast(i, F32, "/to_float32")
+            elif not inside and i in island_values and n.op_type in ("MatMul", "Gemm", "Add", "Mul", "Concat"):
+                n.input[k] = cast(i, F16, "/to_float16")
+    order = []
+    for n in nodes:  # each cast right before its first reader
+        for i in n.input:
+            for key, (out, c) in casts.items():
+                if out == i and c not in order:
+                    order.append(c)
+        order.append(n)
+    del graph.node[:]
+    graph.node.extend(order)
+
+
+def export_fp16_on_cpu(name, module, out_dir, scale, shape_inference=True):
+    """--fp16 without CUDA (PyTorch's CPU kernels lack float16 convolution): traces the float32 graph without its
+    weights (export_params=False), the parameters first written one by one as float16 into model.onnx.data (each
+    64-byte aligned) and replaced in the module by a zero broadcast (no memory), then makes the parameters
+    initializers in that file and the graph float16 (to_float16_graph). Peak memory: the float32 module as
+    built_model() makes it, then less. Returns (onnx bytes, data bytes)."""
+    names_in, names_out, dyn = io_names(name)
+    os.makedirs(out_dir, exist_ok=True)
+    data_path = os.path.join(out_dir, "model.onnx.data")
+    params = {}  # name -> (offset, length, shape)
+    with open(data_path + ".tmp", "wb") as f:
+        for pname, p in list(module.named_parameters()) + list(module.named_buffers()):
+            if not p.is_floating_point():
+                continue
+            pad = (-f.tell()) % 64
+            f.write(b"\0" * pad)
+            b = p.detach().numpy().astype(np.float16).tobytes()
+            params[pname] = (f.tell(), len(b), list(p.shape))
+            f.write(b)
+            # A distinct value each: the exporter merges parameters of equal values into one (Identity nodes).
+            p.data = torch.full((1,), float(len(params)), dtype=p.dtype).expand(p.shape)
+    inputs = to_torch(make_inputs(name, scale, latent=TRACE_LATENT if name != "text-encoder" else None),
+                      torch.float32, "cpu")
+    kwargs = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+    export = torch.onnx.export
+    if not shape_inference and private_export_without_shape_inference():
+        export, kwargs = private_export_without_shape_inference(), {"onnx_shape_inference": False}
+    tmp = tempfile.mkdtemp(prefix=".export-", dir=out_dir)
+    try:
+        raw = os.path.join(tmp, "model.onnx")
+        with torch.no_grad():
+            # No constant folding: folded forms of the weights (transposed MatMul operands) would be exported as
+            # inputs without values; qeval folds them when it plans.
+            export(module, inputs, raw, opset_version=OPSET, do_constant_folding=False, export_params=False,
+                   keep_initializers_as_inputs=True, input_names=names_in, output_names=names_out, dynamic_axes=dyn,
+                   **kwargs)
+        model = onnx.load(raw)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    g = model.graph
+    inits = []
+    for v in list(g.input):
+        if v.name not in params:
+            continue
+        offset, length, shape = params[v.name]
+        t = onnx.TensorProto(name=v.name, data_type=onnx.TensorProto.FLOAT16, dims=shape)
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", "model.onnx.data"), ("offset", str(offset)), ("length", str(length))):
+            e = t.external_data.add()
+            e.key, e.value = key, value
+        inits.append(t)
+        g.input.remove(v)
+    missing = [v.name for v in g.input if v.name not in names_in]
+    if missing:
+        raise SystemExit("%s: graph inputs that are no parameter of the module: %s" % (name, ", ".join(missing[:5])))
+    keep = set()
+    for n in g.node:
+        for i in FLOAT32_INPUTS.get(n.op_type, ()):
+            if i < len(n.input) and n.input[i]:
+                keep.add(n.input[i])
+    to_float16_graph(g, keep)  # adds the island's constants to keep
+    g.initializer.extend(inits)
+    os.replace(data_path + ".tmp", data_path)
+    onnx.save_model(model, os.path.join(out_dir, "model.onnx"))
+    onnx.checker.check_model(os.path.join(out_dir, "model.onnx"))
+    return os.path.getsize(os.path.join(out_dir, "model.onnx")), os.path.getsize(data_path)
+
+
 def export_onnx(name, module, out_dir, fp16, scale, shape_inference=True):
     """Traces module (at TRACE_LATENT) into out_dir/model.onnx + model.onnx.data; returns (onnx bytes, data bytes)."""
     names_in, names_out, dyn = io_names(name)
+    if fp16 and not torch.cuda.is_available():
+        return export_fp16_on_cpu(name, module, out_dir, scale, shape_inference)
     device = "cuda" if fp16 and torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if fp16 else torch.float32
     if fp16 and device == "cpu":
@@ -341,6 +518,8 @@ def main():
         check = ""
         if a.check:
             latent = a.latent if name != "sdxl-unet" or a.latent is None else 2 * a.latent
+            if a.fp16 and not torch.cuda.is_available():  # export_fp16_on_cpu left the module without weights
+                module = build_model(name, a.widths_scale, a.seed)
             res, check_s = check_with_qeval(a.check, name, module, out_dir, a.widths_scale, latent, a.seed, a.fp16)
             entry["check"] = res
             worst = max(r["rel_l2"] for r in res.values())

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "eval/exec/observer.h"
 #include "eval/exec/ops/op.h"
 #include "kernels/attention.h"
 #include "kernels/tensor.h"
@@ -44,6 +45,8 @@ class FusedKernel {
   virtual void run_streamed(std::span<const Tensor* const> inputs, Tensor& output, const PieceSink& piece) {
     (void)inputs, (void)output, (void)piece;
   }
+  // Its members computed again later, in rows, from (copies of) its inputs; null where it cannot.
+  virtual std::unique_ptr<MemberRows> member_rows() const { return nullptr; }
 };
 
 // One stage of a fused elementwise chain (Backend::elementwise_chain): the op whose

@@ -36,8 +36,68 @@ class AttentionKernel final : public FusedKernel {
     kernels::attention(shape_, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(),
                        outputs[n - 1]->data<float>(), scratch_, keep);
   }
+  // Chunks of whole tasks, in order on this thread (each task's rows in parallel inside a chunk):
+  // every member's rows of a chunk in a scratch, handed over after the chunk; ~kChunkFloats a
+  // member, each chunk a multiple of kStreamPiece values but the last.
+  bool can_stream() const override { return true; }
+  void run_streamed(std::span<const Tensor* const> in, Tensor& out, const PieceSink& piece) override {
+    const std::int64_t total = shape_.batch * shape_.q_len;
+    const std::size_t members = members_count();
+    // One scratch per thread, not per kernel: a UNet has dozens of attentions in each variant's plans.
+    thread_local std::vector<float> scratch;
+    for (std::int64_t r0 = 0; r0 < total;) {
+      const std::int64_t r1 = chunk_end(shape_, r0);
+      const std::size_t n = std::size_t((r1 - r0) * shape_.kv_len);
+      if (scratch.size() < members * n) scratch.resize(members * n);
+      std::vector<float*> dst(members);
+      for (std::size_t k = 0; k < members; ++k) dst[k] = scratch.data() + k * n;
+      kernels::attention_rows(shape_, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(),
+                              out.data<float>(), scratch_, intermediates(dst), r0, r1);
+      for (std::size_t k = 0; k < members; ++k) piece(k, r0 * shape_.kv_len, dst[k], std::int64_t(n));
+      r0 = r1;
+    }
+  }
+  std::unique_ptr<MemberRows> member_rows() const override { return std::make_unique<Rows>(shape_); }
+
+  // Where a chunk starting at row r0 ends: the first task boundary at least kChunkFloats values of
+  // a member on whose values are a multiple of kStreamPiece (or the end).
+  static std::int64_t chunk_end(const kernels::AttentionShape& s, std::int64_t r0) {
+    constexpr std::int64_t kChunkFloats = std::int64_t(1) << 21;  // 8 MiB a member
+    const std::int64_t total = s.batch * s.q_len, task = kernels::attention_task_rows(s);
+    std::int64_t r = r0;
+    do {
+      const std::int64_t i = r % s.q_len;
+      r = r - i + std::min(s.q_len, (i / task + 1) * task);  // the next task boundary
+    } while (r < total && ((r - r0) * s.kv_len < kChunkFloats || (r - r0) * s.kv_len % PieceObserver::kStreamPiece));
+    return r;
+  }
 
  private:
+  // The members: the scores, [the scaled scores,] the probabilities.
+  std::size_t members_count() const { return shape_.scale_kind == kernels::ScoreScale::kNone ? 2 : 3; }
+  static kernels::AttentionIntermediates intermediates(std::span<float* const> dst) {
+    kernels::AttentionIntermediates keep;
+    keep.scores = dst[0];
+    if (dst.size() == 3) keep.scaled = dst[1];
+    keep.probs = dst.back();
+    return keep;
+  }
+
+  class Rows final : public MemberRows {
+   public:
+    explicit Rows(const kernels::AttentionShape& shape) : shape_(shape) {}
+    void rows(std::span<const Tensor* const> in, std::int64_t row0, std::int64_t row1,
+              std::span<float* const> dst) override {
+      kernels::attention_rows(shape_, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(), nullptr,
+                              scratch_, intermediates(dst), row0, row1);
+    }
+    bool boundary(std::int64_t row) const override { return kernels::attention_task_boundary(shape_, row); }
+
+   private:
+    kernels::AttentionShape shape_;
+    kernels::AttentionScratch scratch_;
+  };
+
   kernels::AttentionShape shape_;
   kernels::AttentionScratch scratch_;
 };

@@ -175,10 +175,17 @@ class Session::Execution::State final : public ValueLender {
       PieceObserver* pieces = observer_ ? observer_->pieces() : nullptr;
       if (!step.members.empty() && step.fused->can_stream() && !retain_ && pieces) {
         const std::size_t last = step.out.size() - 1;
-        const ValueMeta& m = p.metas[std::size_t(step.out[last])];
-        streamed =
-            m.dtype == DType::kFloat32 &&
-            pieces->begin_stream(s_.nodes_, std::span<const std::size_t>(step.member_nodes.data(), last), m.shape);
+        member_shapes_.clear();
+        bool floats = true;
+        for (std::size_t o = 0; o <= last; ++o) {
+          const ValueMeta& m = p.metas[std::size_t(step.out[o])];
+          floats &= m.dtype == DType::kFloat32;
+          if (o < last) member_shapes_.push_back(m.shape);
+        }
+        const FusedKernel* kernel = step.fused.get();
+        StreamedGroup group{std::span<const std::size_t>(step.member_nodes.data(), last), member_shapes_, ins_,
+                            [kernel] { return kernel->member_rows(); }};
+        streamed = floats && pieces->begin_stream(s_.nodes_, group);
       }
       try {
         outs_.clear();
@@ -436,6 +443,7 @@ class Session::Execution::State final : public ValueLender {
   std::vector<const Tensor*> aliased_;
   std::size_t live_ = 0, live_exact_ = 0;
   std::vector<const Tensor*> ins_, member_ins_, out_views_;
+  std::vector<Shape> member_shapes_;  // a streamed group's members' (StreamedGroup)
   std::vector<Tensor*> outs_;
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -61,19 +62,44 @@ struct NodeEvent {
   KeptValue keep(const Tensor* value) const { return lender && value ? lender->keep(value) : KeptValue(); }
 };
 
-// A fused elementwise chain's intermediates, streamed instead of written (Observer::pieces).
-// Before such a chain runs, begin_stream names its members but the last (`members`: node indices,
-// in order; every member's output is float32 of `shape`). When it returns true, those outputs are
-// never written: each member's values come through on_piece(member, offset, values, count)
-// (member: position in `members`) in consecutive pieces, in order, each but the last a multiple of
-// kStreamPiece elements, and no on_node follows for them (the last member's does, as usual).
-// end_stream() then returns false to have the step run again writing every member's output
-// (on_node follows for each, as usual): e.g. when a piece held a NaN.
+// A streamed group's members computed again from the group's inputs (a fused attention's scores
+// and probabilities: the same bits as its run wrote), so that an observer that compares against
+// them need not keep them whole. Every member is [rows, row_len] row-major (row_len: its shape's
+// last dimension).
+class MemberRows {
+ public:
+  virtual ~MemberRows() = default;
+  // Rows [row0, row1) of each member k into dst[k] ((row1 - row0) * row_len values; null: not
+  // wanted). row0 and row1 as a piece the group handed out began and ended (piece boundaries).
+  virtual void rows(std::span<const Tensor* const> inputs, std::int64_t row0, std::int64_t row1,
+                    std::span<float* const> dst) = 0;
+  // Whether `row` is a place a piece may begin or end.
+  virtual bool boundary(std::int64_t row) const = 0;
+};
+
+// What begin_stream is told of a fused group about to run.
+struct StreamedGroup {
+  std::span<const std::size_t> members;   // node indices, in order, but the last
+  std::span<const Shape> shapes;          // each one's output shape (float32)
+  std::span<const Tensor* const> inputs;  // the group's inputs, as its kernel reads them
+  // A fresh MemberRows for this group (its own scratch; call it with copies of `inputs`), null
+  // when its members cannot be computed again in rows (elementwise chains).
+  std::function<std::unique_ptr<MemberRows>()> recompute;
+};
+
+// A fused group's intermediates, streamed instead of written (Observer::pieces): an elementwise
+// chain's, or a fused attention's scores [, scaled scores] and probabilities. Before such a group
+// runs, begin_stream names its members but the last (StreamedGroup). When it returns true, those
+// outputs are never written: each member's values come through on_piece(member, offset, values,
+// count) (member: position in `members`) in consecutive pieces, in order, each but the last a
+// multiple of kStreamPiece elements (an attention's pieces are whole rows: every member's piece of
+// one range of rows, then the next range), and no on_node follows for them (the last member's
+// does, as usual). end_stream() then returns false to have the step run again writing every
+// member's output (on_node follows for each, as usual): e.g. when a piece held a NaN.
 class PieceObserver {
  public:
   static constexpr std::int64_t kStreamPiece = 128;
-  virtual bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members,
-                            const Shape& shape) = 0;
+  virtual bool begin_stream(const std::vector<Node>& nodes, const StreamedGroup& group) = 0;
   virtual void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) = 0;
   virtual bool end_stream() = 0;
 

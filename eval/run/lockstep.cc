@@ -37,12 +37,13 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
   bool reads_device_values() const override { return !o_.run_.full_tensors && !o_.run_.node_hook; }
 
  private:
-  bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members, const Shape& shape) override;
-  void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) override {
-    Streamed& m = streamed_[member];
-    m.pass.feed(values, m.ref + offset, count);
-  }
+  bool begin_stream(const std::vector<Node>& nodes, const StreamedGroup& group) override;
+  bool begin_reference_stream(const std::vector<Node>& nodes, const StreamedGroup& group);
+  void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) override;
   bool end_stream() override;
+  bool end_reference_stream();
+  // The rows [r0, r1) of every member of `group` into recomputed_ (when it holds other rows).
+  bool recompute(RecomputedGroup& group, std::int64_t r0, std::int64_t r1);
   // t's values in host memory: t itself, or its copy in `scratch`.
   static const Tensor* on_host(const Tensor* t, Tensor& scratch) {
     if (!t || !t->on_device()) return t;
@@ -54,48 +55,153 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
   ModelCall call_;
   int model_ = -1;
   bool capture_ = false, compare_ = false;
-  // A chain's members whose outputs come in pieces: each one's error pass against the reference's
-  // same output (kept whole by the capture).
+  // A group's members whose outputs come in pieces: a variant's error pass against the reference's
+  // same output (kept whole by the capture, or computed again in rows: `group`), or the
+  // reference's own statistics (reference_stream_).
   struct Streamed {
     std::size_t layer = 0;
     const float* ref = nullptr;
     double ref_energy = 0;
     metrics::StreamedError pass;
     LayerCell cell;
+    RecomputedGroup* group = nullptr;  // the reference's member computed again
+    std::size_t group_member = 0;
+    std::int64_t row_len = 1;
+    metrics::StreamedStats stats;  // the reference's
+    std::optional<double> energy;
   };
-  std::vector<Streamed> streamed_;  // the first streaming_ are this chain's
+  std::vector<Streamed> streamed_;  // the first streaming_ are this group's
   std::size_t streaming_ = 0;
   Tensor host_out_, host_ref_;  // host copies of device values, where whole tensors are read
+  bool reference_stream_ = false;
+  // A piece the reference's rows could not be computed for: the step runs again, written whole.
+  bool failed_ = false;
+  std::shared_ptr<RecomputedGroup> group_;  // the reference's group being streamed
+  // The reference's rows last computed again (every member's), for a variant's pieces.
+  RecomputedGroup* recomputed_group_ = nullptr;
+  std::int64_t recomputed_r0_ = 0, recomputed_r1_ = 0;
+  std::vector<std::vector<float>> recomputed_;
 };
 
-// A variant's chain members are streamed when all that their events would do is the one-pass error
-// against the reference's output: no node hook, no full tensors, no per-channel clipping (it reads
-// the output by rows), no view reading the statistics back.
-bool LockstepObserver::NodeObserver::begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members,
-                                                  const Shape& shape) {
+// A variant's group members are streamed when all that their events would do is the one-pass
+// error against the reference's output: no node hook, no full tensors, no per-channel clipping (it
+// reads the output by rows), no view reading the statistics back. The reference's output is kept
+// whole, or (a fused attention the reference streamed) computed again in the rows of each piece.
+bool LockstepObserver::NodeObserver::begin_stream(const std::vector<Node>& nodes, const StreamedGroup& group) {
   const RunObservation& run = o_.run_;
-  if (capture_ || !compare_ || run.hooks(o_.variant_) || run.full_tensors) return false;
+  if (run.hooks(o_.variant_) || run.full_tensors) return false;
+  if (capture_) return begin_reference_stream(nodes, group);
+  if (!compare_) return false;
+  const std::span<const std::size_t> members = group.members;
   if (streamed_.size() < members.size()) streamed_.resize(members.size());
   for (std::size_t k = 0; k < members.size(); ++k) {
     const ObservedNodes::Info* info = o_.node_info(nodes[members[k]], members[k]);
     if (!info || info->layer < 0 || info->feeds_view || info->view || info->channel_clip_amax) return false;
-    const Capture::Value ref = o_.capture_.output(std::size_t(info->layer));
-    if (!ref.tensor || !ref.energy || ref.tensor->dtype() != DType::kFloat32 || ref.tensor->shape() != shape ||
-        ref.tensor->on_device())
-      return false;
+    const Shape& shape = group.shapes[k];
     Streamed& m = streamed_[k];
     m.layer = std::size_t(info->layer);
-    m.ref = ref.tensor->data<float>();
-    m.ref_energy = *ref.energy;
+    if (const Capture::Recomputed rc = o_.capture_.recomputed(m.layer); rc.group) {
+      // Pieces of whole rows (a fused attention's) against the same rows computed again.
+      if (!group.recompute || !rc.energy || rc.group->shapes[rc.member] != shape || shape.empty()) return false;
+      m.ref = nullptr;
+      m.group = rc.group;
+      m.group_member = rc.member;
+      m.row_len = std::max<std::int64_t>(shape.back(), 1);
+      m.ref_energy = *rc.energy;
+    } else {
+      const Capture::Value ref = o_.capture_.output(m.layer);
+      if (!ref.tensor || !ref.energy || ref.tensor->dtype() != DType::kFloat32 || ref.tensor->shape() != shape ||
+          ref.tensor->on_device())
+        return false;
+      m.ref = ref.tensor->data<float>();
+      m.group = nullptr;
+      m.ref_energy = *ref.energy;
+    }
     m.pass.start(shape_numel(shape), info->clip_amax);
   }
   streaming_ = members.size();
+  failed_ = false;
+  recomputed_group_ = nullptr;
   return true;
+}
+
+// The reference streams a fused attention's members in a lockstep call (the capture borrows): their
+// statistics in pieces, and for the variants a copy of the group's inputs (Q, K^T, V: a few MB) to
+// compute the members again from, instead of the members themselves (~1 GB each at full size).
+bool LockstepObserver::NodeObserver::begin_reference_stream(const std::vector<Node>& nodes,
+                                                            const StreamedGroup& group) {
+  const RunObservation& run = o_.run_;
+  if (!o_.capture_.borrowing || !group.recompute) return false;
+  const std::span<const std::size_t> members = group.members;
+  if (streamed_.size() < members.size()) streamed_.resize(members.size());
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    const ObservedNodes::Info* info = o_.node_info(nodes[members[k]], members[k]);
+    if (!info || info->layer < 0 || info->feeds_view || info->view || info->channel_clip_amax) return false;
+    if (run.local_error && !info->graph_inputs.empty()) return false;  // captured as inputs: on_node's
+    if (group.shapes[k].empty()) return false;
+    streamed_[k].layer = std::size_t(info->layer);
+    streamed_[k].stats.start(shape_numel(group.shapes[k]), info->clip_amax);
+  }
+  auto g = std::make_shared<RecomputedGroup>();
+  g->rows = group.recompute();
+  if (!g->rows) return false;
+  g->inputs.reserve(group.inputs.size());
+  for (const Tensor* t : group.inputs) g->inputs.push_back(t ? Tensor(*t) : Tensor());
+  for (std::size_t i = 0; i < group.inputs.size(); ++i)
+    g->input_ptrs.push_back(group.inputs[i] ? &g->inputs[i] : nullptr);
+  g->shapes.assign(group.shapes.begin(), group.shapes.end());
+  group_ = std::move(g);
+  streaming_ = members.size();
+  reference_stream_ = true;
+  return true;
+}
+
+bool LockstepObserver::NodeObserver::recompute(RecomputedGroup& group, std::int64_t r0, std::int64_t r1) {
+  if (recomputed_group_ == &group && recomputed_r0_ <= r0 && r1 <= recomputed_r1_) return true;
+  if (!group.rows->boundary(r0) || !group.rows->boundary(r1)) return false;
+  recomputed_.resize(group.shapes.size());
+  std::vector<float*> dst(group.shapes.size());
+  for (std::size_t k = 0; k < dst.size(); ++k) {
+    const std::int64_t row_len = std::max<std::int64_t>(group.shapes[k].back(), 1);
+    recomputed_[k].resize(std::size_t((r1 - r0) * row_len));
+    dst[k] = recomputed_[k].data();
+  }
+  group.compute(r0, r1, dst);
+  recomputed_group_ = &group;
+  recomputed_r0_ = r0;
+  recomputed_r1_ = r1;
+  return true;
+}
+
+void LockstepObserver::NodeObserver::on_piece(std::size_t member, std::int64_t offset, const float* values,
+                                              std::int64_t count) {
+  Streamed& m = streamed_[member];
+  if (reference_stream_) {
+    m.stats.feed(values, count);
+    return;
+  }
+  if (!m.group) {
+    m.pass.feed(values, m.ref + offset, count);
+    return;
+  }
+  if (failed_) return;
+  const std::int64_t r0 = offset / m.row_len, r1 = (offset + count) / m.row_len;
+  if (offset % m.row_len || count % m.row_len || !recompute(*m.group, r0, r1)) {
+    failed_ = true;
+    return;
+  }
+  m.pass.feed(values, recomputed_[m.group_member].data() + (offset - recomputed_r0_ * m.row_len), count);
 }
 
 // Each member's statistics, then (all finite) appended to the log in order as their events would
 // have; a non-finite value has the step written whole and its events run as usual.
 bool LockstepObserver::NodeObserver::end_stream() {
+  if (reference_stream_) return end_reference_stream();
+  recomputed_group_ = nullptr;  // the reference's groups go once their readers are done
+  if (failed_) {
+    failed_ = false;
+    return false;
+  }
   for (std::size_t k = 0; k < streaming_; ++k) {
     Streamed& m = streamed_[k];
     m.cell.clear();
@@ -104,6 +210,28 @@ bool LockstepObserver::NodeObserver::end_stream() {
   for (std::size_t k = 0; k < streaming_; ++k) {
     o_.unit_.calls[o_.variant_].add(streamed_[k].layer, call_.step, streamed_[k].cell);
     o_.capture_.consumed(streamed_[k].layer);
+  }
+  return true;
+}
+
+// The reference's members as on_node would have logged and captured them; a value that is not
+// finite (or beyond 2^60: no energy for the variants' one-pass error) has the step written whole.
+bool LockstepObserver::NodeObserver::end_reference_stream() {
+  reference_stream_ = false;
+  std::shared_ptr<RecomputedGroup> group = std::move(group_);
+  for (std::size_t k = 0; k < streaming_; ++k) {
+    Streamed& m = streamed_[k];
+    m.cell.clear();
+    m.energy = m.stats.finish(m.cell.act);
+    if (!m.energy) return false;
+  }
+  const RunObservation& run = o_.run_;
+  for (std::size_t k = 0; k < streaming_; ++k) {
+    const std::size_t layer = streamed_[k].layer;
+    o_.unit_.calls[o_.variant_].add(layer, call_.step, streamed_[k].cell);
+    o_.capture_.keep_recomputed(layer, group, k, streamed_[k].energy,
+                                layer < run.readers.size() ? run.readers[layer] : 0);
+    o_.capture_.mark_ran(layer, true);
   }
   return true;
 }

@@ -491,6 +491,8 @@ void Capture::start(const ModelCall& c, const LayerSpace& space, int model_index
 void Capture::forget() {
   auto leftover = [&](Slot& s) {
     if (s.pending == 0 || s.generation != generation_) return;
+    s.group.reset();
+    s.whole = Tensor();
     s.kept.let_go();  // a taken-over buffer goes back to its pool now
     s.generation = 0;
     s.pending = 0;
@@ -519,6 +521,8 @@ void Capture::mark_ran(std::size_t layer, bool measured) {
 void Capture::fill(Slot& s, const Tensor& value, KeptValue kept, std::optional<double> energy) {
   s.generation = generation_;
   s.energy = energy;
+  s.group.reset();
+  s.whole = Tensor();
   s.kept = borrowing ? std::move(kept) : KeptValue();
   if (s.kept) return;
   if (s.tensor.reuse_as(value.dtype(), value.shape())) {
@@ -530,6 +534,19 @@ void Capture::fill(Slot& s, const Tensor& value, KeptValue kept, std::optional<d
 
 Capture::Value Capture::read(const Slot& s) const {
   if (!valid || s.generation != generation_) return {};
+  if (s.group) {
+    // A reader that needs the whole value (a variant's node not streamed, a local run): computed
+    // again, held until the layer's next consumed().
+    const Shape& shape = s.group->shapes[s.member];
+    if (s.whole.shape() != shape || s.whole.dtype() != DType::kFloat32) {
+      s.whole = Tensor(DType::kFloat32, shape);
+      std::vector<float*> dst(s.group->shapes.size(), nullptr);
+      dst[s.member] = s.whole.data<float>();
+      const std::int64_t row_len = shape.empty() ? 1 : std::max<std::int64_t>(shape.back(), 1);
+      s.group->compute(0, s.whole.numel() / row_len, dst);
+    }
+    return Value{&s.whole, s.energy};
+  }
   const Tensor* t = s.kept ? s.kept.get() : &s.tensor;
   return t ? Value{t, s.energy} : Value{};
 }
@@ -552,6 +569,26 @@ void Capture::keep_output(std::size_t layer, const Tensor& value, KeptValue kept
   else s.kept.let_go();
 }
 
+void Capture::keep_recomputed(std::size_t layer, std::shared_ptr<RecomputedGroup> group, std::size_t member,
+                              std::optional<double> energy, unsigned readers) {
+  Slot& s = outputs_.at(layer);
+  s.kept = KeptValue();
+  s.whole = Tensor();
+  s.energy = energy;
+  s.pending = readers;
+  s.generation = readers ? generation_ : 0;  // nobody reads it: nothing to keep
+  s.group = readers ? std::move(group) : nullptr;
+  s.member = member;
+  waiting_.push_back(layer);
+}
+
+Capture::Recomputed Capture::recomputed(std::size_t layer) const {
+  if (layer >= outputs_.size()) return {};
+  const Slot& s = outputs_[layer];
+  if (!valid || s.generation != generation_ || !s.group) return {};
+  return Recomputed{s.group.get(), s.member, s.energy};
+}
+
 void Capture::consumed(std::size_t layer) {
   if (layer < outputs_.size()) consumed(outputs_[layer]);
 }
@@ -561,6 +598,14 @@ void Capture::consumed(const std::string& name) {
 }
 
 void Capture::consumed(Slot& s) {
+  if (s.group && s.generation == generation_ && s.pending > 0) {
+    s.whole = Tensor();  // computed again for the next reader (a whole member is ~1 GB at full size)
+    if (--s.pending > 0) return;
+    s.group.reset();
+    s.generation = 0;
+    std::erase_if(waiting_, [&](std::size_t layer) { return outputs_[layer].pending == 0; });
+    return;
+  }
   if (s.generation != generation_ || s.pending == 0 || --s.pending > 0 || !s.kept) return;
   // Read for the last time. A value the execution has freed (its buffer is the handle's): the
   // buffer goes back to the reference's pool now (kept here, the capture would hold a buffer per

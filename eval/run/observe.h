@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "eval/exec/graph.h"
+#include "eval/exec/observer.h"
 #include "eval/exec/session.h"
 #include "eval/pipelines/model_call.h"
 #include "eval/run/node_match.h"
@@ -216,6 +217,19 @@ struct ObservedVariant {
 // QuantizeLinear nodes: amax = scale * the format's largest value), local plans when asked.
 ObservedModel observe_model(const LayerSpace& space, std::size_t model, const Graph& variant_graph, bool local_error);
 
+// A reference's fused group whose members it streamed (a fused attention's scores and
+// probabilities, ~1 GB each at full size): kept as copies of the group's inputs, its members
+// computed again in rows when a variant compares with them.
+struct RecomputedGroup {
+  std::unique_ptr<MemberRows> rows;
+  std::vector<Tensor> inputs;  // copies of the group's inputs
+  std::vector<const Tensor*> input_ptrs;
+  std::vector<Shape> shapes;  // each member's
+  void compute(std::int64_t row0, std::int64_t row1, std::span<float* const> dst) {
+    rows->rows(input_ptrs, row0, row1, dst);
+  }
+};
+
 // The reference's values of one model call: copies (the executor reuses its buffers; storage kept
 // across calls and reused when a value's size fits), or, in a lockstep call (`borrowing`), the
 // reference execution's values themselves, kept through the executor's handles (KeptValue): all of
@@ -248,6 +262,17 @@ class Capture {
   // `readers`: how many variant nodes will compare against it in this call (consumed()).
   void keep_output(std::size_t layer, const Tensor& value, KeptValue kept, std::optional<double> energy,
                    unsigned readers = 0);
+  // The first output of a layer's node that the reference streamed (member `member` of `group`):
+  // no tensor is kept; read whole (output(), find()) it is computed again, and that copy lives
+  // until the layer's next consumed(). `readers` as keep_output's.
+  void keep_recomputed(std::size_t layer, std::shared_ptr<RecomputedGroup> group, std::size_t member,
+                       std::optional<double> energy, unsigned readers);
+  struct Recomputed {
+    RecomputedGroup* group = nullptr;  // null: the layer's value is not such a one (or not produced)
+    std::size_t member = 0;
+    std::optional<double> energy;
+  };
+  Recomputed recomputed(std::size_t layer) const;
   // A reader of the layer's output (of the value kept by name) is done with it.
   void consumed(std::size_t layer);
   void consumed(const std::string& name);
@@ -276,6 +301,10 @@ class Capture {
     std::uint64_t generation = 0;
     std::optional<double> energy;
     unsigned pending = 0;  // readers yet to come (borrowed values only)
+    // keep_recomputed's: the group, the member, and the member computed whole while read
+    std::shared_ptr<RecomputedGroup> group;
+    std::size_t member = 0;
+    mutable Tensor whole;
   };
   void fill(Slot& s, const Tensor& value, KeptValue kept, std::optional<double> energy);
   void consumed(Slot& s);

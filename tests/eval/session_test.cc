@@ -458,21 +458,34 @@ class Streamer final : public Observer, public PieceObserver {
   explicit Streamer(bool accept) : accept_(accept) {}
   void on_node(const NodeEvent& e) override { events.push_back(e.node.name); }
   PieceObserver* pieces() override { return this; }
-  bool begin_stream(const std::vector<Node>& nodes, std::span<const std::size_t> members, const Shape& shape) override {
+  bool begin_stream(const std::vector<Node>& nodes, const StreamedGroup& group) override {
     EXPECT_TRUE(current_.empty());
-    for (std::size_t m : members) current_.push_back(nodes[m].outputs[0]);
+    numel_.clear();
+    for (std::size_t k = 0; k < group.members.size(); ++k) {
+      current_.push_back(nodes[group.members[k]].outputs[0]);
+      numel_.push_back(shape_numel(group.shapes[k]));
+    }
     for (const std::string& v : current_) received[v].clear();
-    numel_ = shape_numel(shape);
+    if (group.recompute) {
+      ++recomputable;
+      rows = group.recompute();
+      copies.clear();
+      for (const Tensor* t : group.inputs) copies.push_back(*t);
+      inputs.clear();
+      for (const Tensor& t : copies) inputs.push_back(&t);
+      shapes.assign(group.shapes.begin(), group.shapes.end());
+    }
     return true;
   }
   void on_piece(std::size_t member, std::int64_t offset, const float* values, std::int64_t count) override {
     std::vector<float>& got = received[current_.at(member)];
     EXPECT_EQ(offset, std::int64_t(got.size()));
-    EXPECT_TRUE(count % kStreamPiece == 0 || offset + count == numel_) << offset << " " << count;
+    EXPECT_TRUE(count % kStreamPiece == 0 || offset + count == numel_.at(member)) << offset << " " << count;
     got.insert(got.end(), values, values + count);
   }
   bool end_stream() override {
-    for (const std::string& v : current_) EXPECT_EQ(std::int64_t(received[v].size()), numel_) << v;
+    for (std::size_t k = 0; k < current_.size(); ++k)
+      EXPECT_EQ(std::int64_t(received[current_[k]].size()), numel_[k]) << current_[k];
     current_.clear();
     ++streams;
     return accept_;
@@ -480,11 +493,18 @@ class Streamer final : public Observer, public PieceObserver {
   std::vector<std::string> events;
   std::map<std::string, std::vector<float>> received;  // by value name
   int streams = 0;
+  // The last group that can compute its members again (an attention): its MemberRows and copies
+  // of its inputs.
+  int recomputable = 0;
+  std::unique_ptr<MemberRows> rows;
+  std::vector<Tensor> copies;
+  std::vector<const Tensor*> inputs;
+  std::vector<Shape> shapes;
 
  private:
   bool accept_;
   std::vector<std::string> current_;
-  std::int64_t numel_ = 0;
+  std::vector<std::int64_t> numel_;
 };
 
 // The GELU + SiLU chains observed by a streaming observer: the intermediates
@@ -514,6 +534,74 @@ TEST(Session, StreamedChainIntermediatesAreTheNodesBytesInPieces) {
     EXPECT_EQ(refusing.streams, 2);
     EXPECT_EQ(refusing.events,
               (std::vector<std::string>{"neg", "div", "erf", "add", "mul", "mul_half", "sigmoid", "silu"}));
+  }
+}
+
+// A fused attention observed by a streaming observer: its scores, scaled scores and probabilities
+// come in pieces of whole rows (several chunks here: entries of 700 rows by 1500 keys, tasks that
+// do not divide an entry) with the bytes the nodes give and no event, never in the pool; its
+// MemberRows computes any range of them again with the same bytes.
+TEST(Session, StreamedAttentionIntermediatesAreTheNodesBytesInPiecesAndComputedAgain) {
+  constexpr std::int64_t kB = 3, kL = 700, kLk = 1500, kD = 24, kDv = 16;
+  OnnxBuilder b;
+  b.input("q", onnx::TensorProto::FLOAT, {kB, kL, kD})
+      .input("kt", onnx::TensorProto::FLOAT, {kB, kD, kLk})
+      .input("v", onnx::TensorProto::FLOAT, {kB, kLk, kDv})
+      .output("y", onnx::TensorProto::FLOAT);
+  b.initializer("scale", {0.2f}, {});
+  b.node("MatMul", {"q", "kt"}, {"s"}, "qk");
+  b.node("Mul", {"s", "scale"}, {"scaled"}, "scale");
+  b.node("Softmax", {"scaled"}, {"p"}, "softmax");
+  b.node("MatMul", {"p", "v"}, {"y"}, "pv");
+  Graph g = b.graph();
+  auto filled = [](const Shape& shape, float step) {
+    std::vector<float> v(std::size_t(shape_numel(shape)));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i) * step);
+    return floats(shape, v);
+  };
+  const std::map<std::string, Tensor> in = {
+      {"q", filled({kB, kL, kD}, 0.3f)}, {"kt", filled({kB, kD, kLk}, 0.7f)}, {"v", filled({kB, kLk, kDv}, 0.2f)}};
+  const std::size_t member_bytes = std::size_t(kB * kL * kLk) * sizeof(float);
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    SCOPED_TRACE(precision_name(precision));
+    Session plain(g, SessionOptions{precision}), streamed(g, SessionOptions{precision}),
+        declined(g, SessionOptions{precision});
+    Copier all;
+    const Tensor want = plain.run(in, &all).at("y");
+    EXPECT_GE(plain.last_live_activation_bytes(), 3 * member_bytes);
+    Streamer taking(true), refusing(false);
+    const Tensor got = streamed.run(in, &taking).at("y");
+    EXPECT_EQ(0, std::memcmp(want.raw(), got.raw(), want.nbytes()));
+    EXPECT_LT(streamed.last_live_activation_bytes(), member_bytes / 4);  // no member in the pool
+    EXPECT_EQ(taking.streams, 1);
+    EXPECT_EQ(taking.events, (std::vector<std::string>{"pv"}));
+    ASSERT_EQ(taking.received.size(), 3u);
+    for (const auto& [name, values] : taking.received) {
+      const Tensor& w = all.values.at(name);
+      ASSERT_EQ(std::int64_t(values.size()), w.numel()) << name;
+      EXPECT_EQ(0, std::memcmp(values.data(), w.raw(), w.nbytes())) << name;
+    }
+    // Computed again: the whole members, and a range from an inner boundary to the end.
+    ASSERT_EQ(taking.recomputable, 1);
+    ASSERT_TRUE(taking.rows);
+    const std::int64_t rows = kB * kL;
+    std::int64_t inner = rows / 2;
+    while (!taking.rows->boundary(inner)) ++inner;
+    EXPECT_LT(inner, rows);
+    EXPECT_FALSE(taking.rows->boundary(1));
+    for (std::int64_t r0 : {std::int64_t(0), inner}) {
+      std::vector<std::vector<float>> again(3, std::vector<float>(std::size_t((rows - r0) * kLk)));
+      std::vector<float*> dst{again[0].data(), again[1].data(), again[2].data()};
+      taking.rows->rows(taking.inputs, r0, rows, dst);
+      const char* names[] = {"s", "scaled", "p"};
+      for (std::size_t k = 0; k < 3; ++k)
+        EXPECT_EQ(0, std::memcmp(again[k].data(), all.values.at(names[k]).data<float>() + r0 * kLk,
+                                 again[k].size() * sizeof(float)))
+            << names[k] << " from row " << r0;
+    }
+    const Tensor again = declined.run(in, &refusing).at("y");
+    EXPECT_EQ(0, std::memcmp(want.raw(), again.raw(), want.nbytes()));
+    EXPECT_EQ(refusing.events, (std::vector<std::string>{"qk", "scale", "softmax", "pv"}));
   }
 }
 

@@ -213,12 +213,12 @@ reports::RunReport build_run_report(const RunSpec& spec, const RunDriver& driver
         // Matched nodes that local error cannot re-run or compare, with why (never silently).
         const Graph& ref_graph = *res.observation.space->models()[m].graph;
         for (std::size_t i = 0; i < om.local.size(); ++i) {
-          const int r = om.match.ref_of_variant[i];
-          if (r < 0 || om.local[i].ok()) continue;
+          const int ref_node = om.match.ref_of_variant[i];
+          if (ref_node < 0 || om.local[i].ok()) continue;
           const Node& n = om.graph->nodes[i];
-          out.unmatched.push_back(
-              {"variant", n.name, n.op_type,
-               "matched to " + ref_graph.nodes[std::size_t(r)].name + ", no local error: " + om.local[i].error});
+          out.unmatched.push_back({"variant", n.name, n.op_type,
+                                   "matched to " + ref_graph.nodes[std::size_t(ref_node)].name +
+                                       ", no local error: " + om.local[i].error});
         }
       }
     }

@@ -1,5 +1,7 @@
 // Ops that only move elements: their outputs are elements of their inputs (or a fill value),
-// whatever the element type, so a value exact in some format stays exact after them.
+// whatever the element type, so a value exact in some format stays exact after them. (Node::
+// moves_data_only is the narrower set whose output holds exactly its input's elements, rearranged:
+// the same statistics.)
 #pragma once
 
 #include "eval/exec/graph.h"

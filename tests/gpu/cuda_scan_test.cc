@@ -57,7 +57,9 @@ TEST(CudaScan, StatisticsOfDeviceValuesAreTheHostPasses) {
       const std::optional<double> e2 = metrics::add_scan(dev, t);
       expect_same(dev, host);
       ASSERT_EQ(e1.has_value(), e2.has_value());
-      if (e1) EXPECT_NEAR(*e2, *e1, 1e-6 * *e1);
+      if (e1) {
+        EXPECT_NEAR(*e2, *e1, 1e-6 * *e1);
+      }
     }
   }
   // A host tensor is not the device's to scan.

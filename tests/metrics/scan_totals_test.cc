@@ -93,7 +93,9 @@ TEST(ScanTotals, AddedAsTheHostPassAddsTheSameValues) {
       const std::optional<double> e2 = add_scan(totals, host_totals(x, nullptr, 2.5f));
       expect_same_statistics(totals, host);
       ASSERT_EQ(e1.has_value(), e2.has_value());
-      if (e1) EXPECT_NEAR(*e2, *e1, 1e-6 * *e1);
+      if (e1) {
+        EXPECT_NEAR(*e2, *e1, 1e-6 * *e1);
+      }
     }
   }
 }

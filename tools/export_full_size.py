@@ -265,6 +265,9 @@ def to_float16_graph(graph, keep_float32):
                 n.input[k] = cast(i, F32, "/to_float32")
             elif not inside and i in island_values and n.op_type in ("MatMul", "Gemm", "Add", "Mul", "Concat"):
                 n.input[k] = cast(i, F16, "/to_float16")
+            elif not inside and k in FLOAT32_INPUTS.get(n.op_type, ()) and i in float16_values:
+                # Resize's roi/scales computed in the graph (a Concat of float16 values): ONNX wants float32.
+                n.input[k] = cast(i, F32, "/to_float32")
     order = []
     for n in nodes:  # each cast right before its first reader
         for i in n.input:

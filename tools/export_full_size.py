@@ -123,12 +123,16 @@ def param_count(name, module):
 def io_names(name):
     """(input names, output names, dynamic axes) as diffusers' ONNX converter and Optimum name them."""
     img = {0: "batch", 1: "channels", 2: "height", 3: "width"}
+    # Outputs too: a graph that declares the traced output shape contradicts every other size (ONNX Runtime warns).
     if name == "text-encoder":
-        return ["input_ids"], ["last_hidden_state", "pooler_output"], {"input_ids": {0: "batch", 1: "sequence"}}
+        return ["input_ids"], ["last_hidden_state", "pooler_output"], {
+            "input_ids": {0: "batch", 1: "sequence"}, "last_hidden_state": {0: "batch", 1: "sequence"},
+            "pooler_output": {0: "batch"}}
     if name == "vae-decoder":
-        return ["latent_sample"], ["sample"], {"latent_sample": img}
+        return ["latent_sample"], ["sample"], {"latent_sample": img, "sample": img}
     ins = ["sample", "timestep", "encoder_hidden_states"]
-    dyn = {"sample": img, "timestep": {0: "batch"}, "encoder_hidden_states": {0: "batch", 1: "sequence"}}
+    dyn = {"sample": img, "timestep": {0: "batch"}, "encoder_hidden_states": {0: "batch", 1: "sequence"},
+           "out_sample": img}
     if name == "sdxl-unet":
         ins += ["text_embeds", "time_ids"]
         dyn.update({"text_embeds": {0: "batch"}, "time_ids": {0: "batch"}})

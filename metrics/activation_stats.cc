@@ -555,13 +555,48 @@ TensorError add_with_error(ActivationStats& act, ErrorStats& err, const float* t
   return e;
 }
 
-struct StreamedError::State {
-  Pass<true, false> plain;
-  Pass<true, true> clip;
+// A pass fed in pieces (StreamedError: against a reference; StreamedStats: alone): the clipping
+// or the plain pass, its histogram counts moved out of the thread's scratch after each piece.
+template <bool kError>
+struct PiecewisePass {
+  Pass<kError, false> plain;
+  Pass<kError, true> clip;
   bool clipping;
   LogAbsHistogram hist;
-  State(std::int64_t n, std::uint32_t clip_bits)
+  PiecewisePass(std::int64_t n, std::uint32_t clip_bits)
       : plain(n, clip_bits), clip(n, clip_bits), clipping(clip_bits < kInfBits) {}
+
+  // A new pass over n elements in `state` (made or reused, keeping its histogram's storage).
+  template <class S>
+  static void start(std::unique_ptr<S>& state, std::int64_t n, float clip_amax) {
+    if (!state) {
+      state = std::make_unique<S>(n, clip_bits_of(clip_amax));
+      return;
+    }
+    LogAbsHistogram kept = std::move(state->hist);  // its storage, for the next pass
+    kept.clear();
+    *state = S(n, clip_bits_of(clip_amax));
+    state->hist = std::move(kept);
+  }
+  void feed(const float* x, const float* ref, std::int64_t count) {
+    if (clipping) {
+      clip.feed(x, ref, count);
+      clip.flush_histogram(hist);
+    } else {
+      plain.feed(x, ref, count);
+      plain.flush_histogram(hist);
+    }
+  }
+  Scan finish() { return clipping ? clip.finish() : plain.finish(); }
+  // Adds a finished pass to `act` (its histogram scratch is empty: the counts are in hist).
+  void commit_to(ActivationStats& act, const Scan& s) {
+    commit(act, s);
+    act.abs_hist.merge(hist);
+  }
+};
+
+struct StreamedError::State : PiecewisePass<true> {
+  using PiecewisePass::PiecewisePass;
 };
 
 StreamedError::StreamedError() = default;
@@ -571,45 +606,22 @@ StreamedError& StreamedError::operator=(StreamedError&&) noexcept = default;
 
 void StreamedError::start(std::int64_t n, float clip_amax) {
   n_ = n;
-  if (!state_) {
-    state_ = std::make_unique<State>(n, clip_bits_of(clip_amax));
-    return;
-  }
-  LogAbsHistogram kept = std::move(state_->hist);  // its storage, for the next pass
-  kept.clear();
-  *state_ = State(n, clip_bits_of(clip_amax));
-  state_->hist = std::move(kept);
+  PiecewisePass<true>::start(state_, n, clip_amax);
 }
 
-void StreamedError::feed(const float* test, const float* ref, std::int64_t count) {
-  State& st = *state_;
-  if (st.clipping) {
-    st.clip.feed(test, ref, count);
-    st.clip.flush_histogram(st.hist);
-  } else {
-    st.plain.feed(test, ref, count);
-    st.plain.flush_histogram(st.hist);
-  }
-}
+void StreamedError::feed(const float* test, const float* ref, std::int64_t count) { state_->feed(test, ref, count); }
 
 std::optional<TensorError> StreamedError::finish(ActivationStats& act, ErrorStats& err, double ref_sum_sq) {
-  State& st = *state_;
-  const Scan s = st.clipping ? st.clip.finish() : st.plain.finish();
+  const Scan s = state_->finish();
   if (s.nan || s.inf) return std::nullopt;
-  commit(act, s);  // its histogram scratch is empty: the counts are in st.hist
-  act.abs_hist.merge(st.hist);
+  state_->commit_to(act, s);
   const TensorError e = error_from_energies(n_, ref_sum_sq, s.sum_sq, s.err_sq, s.err_max);
   err.add(e, n_);
   return e;
 }
 
-struct StreamedStats::State {
-  Pass<false, false> plain;
-  Pass<false, true> clip;
-  bool clipping;
-  LogAbsHistogram hist;
-  State(std::int64_t n, std::uint32_t clip_bits)
-      : plain(n, clip_bits), clip(n, clip_bits), clipping(clip_bits < kInfBits) {}
+struct StreamedStats::State : PiecewisePass<false> {
+  using PiecewisePass::PiecewisePass;
 };
 
 StreamedStats::StreamedStats() = default;
@@ -617,33 +629,13 @@ StreamedStats::~StreamedStats() = default;
 StreamedStats::StreamedStats(StreamedStats&&) noexcept = default;
 StreamedStats& StreamedStats::operator=(StreamedStats&&) noexcept = default;
 
-void StreamedStats::start(std::int64_t n, float clip_amax) {
-  if (!state_) {
-    state_ = std::make_unique<State>(n, clip_bits_of(clip_amax));
-    return;
-  }
-  LogAbsHistogram kept = std::move(state_->hist);  // its storage, for the next pass
-  kept.clear();
-  *state_ = State(n, clip_bits_of(clip_amax));
-  state_->hist = std::move(kept);
-}
+void StreamedStats::start(std::int64_t n, float clip_amax) { PiecewisePass<false>::start(state_, n, clip_amax); }
 
-void StreamedStats::feed(const float* x, std::int64_t count) {
-  State& st = *state_;
-  if (st.clipping) {
-    st.clip.feed(x, nullptr, count);
-    st.clip.flush_histogram(st.hist);
-  } else {
-    st.plain.feed(x, nullptr, count);
-    st.plain.flush_histogram(st.hist);
-  }
-}
+void StreamedStats::feed(const float* x, std::int64_t count) { state_->feed(x, nullptr, count); }
 
 std::optional<double> StreamedStats::finish(ActivationStats& act) {
-  State& st = *state_;
-  const Scan s = st.clipping ? st.clip.finish() : st.plain.finish();
-  commit(act, s);  // its histogram scratch is empty: the counts are in st.hist
-  act.abs_hist.merge(st.hist);
+  const Scan s = state_->finish();
+  state_->commit_to(act, s);
   return s.plain ? std::optional<double>(s.sum_sq) : std::nullopt;
 }
 

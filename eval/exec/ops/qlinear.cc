@@ -62,6 +62,20 @@ void check_count(const Node& node, const ValueMeta* m, std::size_t index, std::i
                    "; expected one value or [" + std::to_string(n) + "]");
 }
 
+// The scales and zero points of a two-operand integer op at inputs 1, 2 (A: one value) and 4, 5
+// (B: one value or `b_count`): types, counts, and constant scales' values.
+void check_operand_params(const Node& node, std::span<const ValueMeta* const> in, std::int64_t b_count,
+                          const char* a_name, const char* b_name, bool allow_zero) {
+  check_scale_meta(node, *in[1], 1);
+  check_scale_meta(node, *in[4], 4);
+  check_count(node, in[1], 1, 1, (std::string(a_name) + " scale").c_str());
+  check_count(node, in[2], 2, 1, (std::string(a_name) + " zero point").c_str());
+  check_count(node, in[4], 4, b_count, (std::string(b_name) + " scale").c_str());
+  check_count(node, in[5], 5, b_count, (std::string(b_name) + " zero point").c_str());
+  if (in[1]->value) check_scale_values(node, 1, *in[1]->value, allow_zero);
+  if (in[4]->value) check_scale_values(node, 4, *in[4]->value, allow_zero);
+}
+
 float scalar_float(const Tensor& t) { return t.data<float>()[0]; }
 
 // ---- integer engines: exact int32 sums of (a - za)(b - zb) ---------------------------------------
@@ -444,14 +458,7 @@ class QGemmOp final : public Op {
     const std::int64_t m = trans_a_ ? a[1] : a[0], k = trans_a_ ? a[0] : a[1];
     const std::int64_t kb = trans_b_ ? b[1] : b[0], n = trans_b_ ? b[0] : b[1];
     if (k != kb) fail(node_, "inner dimensions differ: A " + shape_to_string(a) + ", B " + shape_to_string(b));
-    check_scale_meta(node_, *in[1], 1);
-    check_scale_meta(node_, *in[4], 4);
-    check_count(node_, in[1], 1, 1, "a_scale");
-    check_count(node_, in[2], 2, 1, "a_zero_point");
-    check_count(node_, in[4], 4, n, "b_scale");
-    check_count(node_, in[5], 5, n, "b_zero_point");
-    if (in[1]->value) check_scale_values(node_, 1, *in[1]->value, false);
-    if (in[4]->value) check_scale_values(node_, 4, *in[4]->value, false);
+    check_operand_params(node_, in, n, "a", "b", false);
     if (in.size() > 6 && in[6]) {
       const Shape& c = in[6]->shape;
       bool ok = in[6]->declared == DType::kInt32 && c.size() <= 2;
@@ -597,14 +604,7 @@ class FusedQdqOp : public Op {
       if (in.size() <= i || !in[i]) fail(node_, "fused Q/DQ node lacks input " + std::to_string(i));
     require_8bit(node_, *in[0], 0, "quantized activation");
     require_8bit(node_, *in[3], 3, "quantized weight");
-    check_scale_meta(node_, *in[1], 1);
-    check_scale_meta(node_, *in[4], 4);
-    check_count(node_, in[1], 1, 1, "activation scale");
-    check_count(node_, in[2], 2, 1, "activation zero point");
-    check_count(node_, in[4], 4, channels, "weight scale");
-    check_count(node_, in[5], 5, channels, "weight zero point");
-    if (in[1]->value) check_scale_values(node_, 1, *in[1]->value, true);
-    if (in[4]->value) check_scale_values(node_, 4, *in[4]->value, true);
+    check_operand_params(node_, in, channels, "activation", "weight", true);
     for (std::size_t i : {1, 2, 4, 5})
       constants_[i] = in.size() > i && in[i] && in[i]->value ? in[i]->value.get() : nullptr;
     multipliers_count_ = -1;

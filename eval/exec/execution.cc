@@ -132,6 +132,14 @@ class Session::Execution::State final : public ValueLender {
 
   void step() {
     const Plan& p = *p_;
+    // A plan's first execution (weights packed, constants uploaded on first use) counts as set-up.
+    struct FirstRun {
+      Session* s;
+      std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+      ~FirstRun() {
+        if (s) s->add_profile("setup: first run", since);
+      }
+    } first_run{profiling() && p.executions == 1 ? &s_ : nullptr};
     const Plan::Step& step = (*steps_)[next_++];
     BufferPool& pool = *s_.pool_;
     // On a device backend a compiled node or a fused group runs on the device, any other node on
@@ -227,18 +235,35 @@ class Session::Execution::State final : public ValueLender {
         fail_out_of_memory(s_.graph_.source, s_.nodes_[step.node], outputs);
       }
     }
-    if (profile && !step.folded) {
-      if (s_.device_) s_.device_->synchronize();
+    auto profile_kind = [&] {
       const Node& node = s_.nodes_[step.node];
       std::string kind = node.op_type;
       if (step.fused) kind = node.op_type == "MatMul" ? "fused:attention" : "fused:chain";
       if (s_.device_ && !on_device) kind = "cpu:" + kind;
-      auto& [count, ms] = s_.profile_[kind];
+      return kind;
+    };
+    if (profile && !step.folded) {
+      if (s_.device_) s_.device_->synchronize();
+      auto& [count, ms] = s_.profile_[profile_kind()];
       ++count;
       ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
       outside.resume();
     }
     if (observer_) {
+      // Observers' time on its own line ("observe: <kind>"), out of the step's host time.
+      struct Observing {
+        Session* s;
+        HostTime& outside;
+        std::string kind;
+        std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+        ~Observing() {
+          if (!s) return;
+          if (s->device_) s->device_->synchronize();
+          s->add_profile("observe: " + kind, since);
+          outside.resume();
+        }
+      } observing{profile && !step.folded ? &s_ : nullptr, outside, profile && !step.folded ? profile_kind() : ""};
+      if (observing.s) outside.pause();
       // A device value is copied to the host for an observer that reads host memory only.
       const bool device_values = observer_->reads_device_values();
       auto seen = [&](int id) { return device_values ? value(id) : value_at(id, false); };
@@ -366,13 +391,7 @@ class Session::Execution::State final : public ValueLender {
     bool running_ = true;
   };
 
-  static bool profiling() {
-    static const bool on = [] {
-      const char* v = std::getenv("QEVAL_PROFILE_STEPS");
-      return v && *v && std::string_view(v) != "0";
-    }();
-    return on;
-  }
+  static bool profiling() { return profiling_steps(); }
 
   // Whether a handle still wants runtime value `id` (NodeEvent::keep).
   bool kept(int id) const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -87,12 +88,28 @@ void reorder_nodes(std::vector<Node>& nodes, const std::vector<std::string>& ord
 
 }  // namespace
 
+bool profiling_steps() {
+  static const bool on = [] {
+    const char* v = std::getenv("QEVAL_PROFILE_STEPS");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+void Session::add_profile(const std::string& kind, std::chrono::steady_clock::time_point since) {
+  if (!profiling_steps()) return;
+  auto& [count, ms] = profile_[kind];
+  ++count;
+  ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
 Session::Session(const Graph& graph, SessionOptions options)
     : graph_(graph),
       options_(options),
       pool_(options.pool ? options.pool : std::make_shared<BufferPool>()),
       backend_(options.backend ? options.backend : default_backend()),
       device_(backend_->memory()) {
+  auto started = std::chrono::steady_clock::now();
   if (options_.integer_qdq) {
     quant::QdqFusion fusion = quant::fuse_qdq(graph);
     nodes_ = std::move(fusion.nodes);
@@ -117,6 +134,8 @@ Session::Session(const Graph& graph, SessionOptions options)
     for (std::size_t i : ops_.back()->constant_inputs())
       if (node.has_input(i)) constant_graph_inputs_.insert(node.inputs[i]);
   }
+  add_profile("setup: graph", started);
+  started = std::chrono::steady_clock::now();
   for (const auto& [name, t] : folded_weights_)
     weights_.emplace(name, std::make_shared<const Tensor>(
                                rounded(t, rounding_for(DType::kFloat32, DType::kFloat32, options_.precision))));
@@ -145,6 +164,7 @@ Session::Session(const Graph& graph, SessionOptions options)
                                               : std::make_shared<const Tensor>(convert(t)));
     t.release_pages();  // a mapped weight: its converted copy replaces it here
   }
+  add_profile("setup: weights", started);
 }
 
 // The plans (a device backend's kernels among them) go before the backend they were made by.

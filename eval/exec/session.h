@@ -6,6 +6,7 @@
 // rounding (storage.cc).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -73,6 +74,9 @@ struct HostStep {
 };
 
 // Not thread-safe: one Session per thread (sessions over the same Graph share its weights).
+// QEVAL_PROFILE_STEPS is set and not "0" (read once): sessions time their steps and set-up.
+bool profiling_steps();
+
 class Session {
  public:
   // Creates every node's Op (attribute errors surface here). The graph must outlive the session.
@@ -185,8 +189,12 @@ class Session {
   std::size_t live_peak_bytes_ = 0;
   // QEVAL_PROFILE_STEPS=1: each step of every execution but a plan's first timed (the device
   // synchronised around it), summed by kind
-  // ("Conv", "cpu:ArgMax", "fused:attention") and printed to stderr when the session ends.
+  // ("Conv", "cpu:ArgMax", "fused:attention") and printed to stderr when the session ends; and the
+  // session's set-up: "setup: graph" (Q/DQ fusion, deployment fold, ops), "setup: weights"
+  // (storage copies, rounding, spilling), "setup: plan", "setup: first run" (each plan's first
+  // execution: packing and device uploads happen there).
   std::map<std::string, std::pair<std::size_t, double>> profile_;
+  void add_profile(const std::string& kind, std::chrono::steady_clock::time_point since);
 };
 
 // Part of a graph on its own: `nodes` (indices into graph.nodes, ascending = topological order),

@@ -52,6 +52,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
   }
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
 
+  const auto started = std::chrono::steady_clock::now();
   auto plan = std::make_unique<Plan>();
   Plan& p = *plan;
   auto new_value = [&](const std::string& name) {
@@ -169,10 +170,8 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
     } else if (op_gave_values) {
       step.folded = true;
     }
-    if (!step.folded && node.domain.empty() && step.in.size() >= 1 && step.in[0] >= 0 && step.out.size() == 1 &&
-        step.out[0] >= 0 &&
-        (node.op_type == "Reshape" || node.op_type == "Squeeze" || node.op_type == "Unsqueeze" ||
-         node.op_type == "Flatten" || node.op_type == "Identity")) {
+    if (!step.folded && step.in.size() >= 1 && step.in[0] >= 0 && step.out.size() == 1 && step.out[0] >= 0 &&
+        keeps_element_order(node)) {
       const ValueMeta &a = p.metas[std::size_t(step.in[0])], &b = p.metas[std::size_t(step.out[0])];
       step.view = a.dtype == b.dtype && shape_numel(a.shape) == shape_numel(b.shape);
     }
@@ -233,6 +232,7 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
 
   Plan& ref = *plan;
   plans_.emplace(std::move(key), std::move(plan));
+  add_profile("setup: plan", started);
   return ref;
 }
 

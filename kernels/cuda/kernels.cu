@@ -70,6 +70,21 @@ __global__ void gather_map_kernel(const T* src, T* dst, const i64* map, i64 n, T
 }
 
 template <class T>
+__global__ void gather_separable_kernel(const T* src, T* dst, SeparableGather g, const i64* tables, i64 n, T fill) {
+  QEVAL_FOR(i, n) {
+    i64 off = g.base, rem = i;
+    bool valid = true;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      const i64 t = tables[g.offsets[d] + rem % g.counts[d]];
+      rem /= g.counts[d];
+      if (t == INT64_MIN) valid = false;
+      else off += t;
+    }
+    dst[i] = valid ? src[off] : fill;
+  }
+}
+
+template <class T>
 __global__ void gather_axis_kernel(const T* src, const void* idx, bool idx64, T* dst, i64 axis, i64 inner, i64 count,
                                    i64 n) {
   QEVAL_FOR(i, n) {
@@ -850,6 +865,21 @@ void gather_map(const void* src, void* dst, int bytes, const std::int64_t* map, 
                                                                     map, n, f);
   });
   check_launch("gather_map");
+}
+
+void gather_separable(const void* src, void* dst, int bytes, const SeparableGather& g, const std::int64_t* tables,
+                      const void* fill, Stream s) {
+  i64 n = 1;
+  for (int d = 0; d < g.rank; ++d) n *= g.counts[d];
+  if (n == 0) return;
+  by_size(bytes, [&](auto t) {
+    using T = decltype(t);
+    T f{};
+    if (fill) std::memcpy(&f, fill, sizeof(T));
+    gather_separable_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(static_cast<const T*>(src),
+                                                                          static_cast<T*>(dst), g, tables, n, f);
+  });
+  check_launch("gather_separable");
 }
 
 void gather_axis(const void* src, const void* indices, bool indices64, void* dst, int bytes, std::int64_t outer,

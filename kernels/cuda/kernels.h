@@ -32,6 +32,17 @@ void strided_copy(const void* src, void* dst, int bytes, const Walk& walk, Strea
 // dst[i] = map[i] >= 0 ? src[map[i]] : *fill (fill: `bytes` of host memory), i < n.
 void gather_map(const void* src, void* dst, int bytes, const std::int64_t* map, std::int64_t n, const void* fill,
                 Stream s);
+// dst[i] = src[base + sum_d tables[offsets[d] + i_d]] (i_d: i's coordinate on axis d of a dense
+// `counts` array), or *fill (`bytes` of host memory) where some such table entry is INT64_MIN: a
+// separable index map (kernels/index_map.h) with its tables in device memory.
+struct SeparableGather {
+  int rank = 0;
+  std::int64_t counts[kMaxRank] = {};
+  std::int64_t offsets[kMaxRank] = {};
+  std::int64_t base = 0;
+};
+void gather_separable(const void* src, void* dst, int bytes, const SeparableGather& g, const std::int64_t* tables,
+                      const void* fill, Stream s);
 // Gather along an axis: dst[o, j, i] = src[o, idx[j], i] (src [outer, axis, inner], dst [outer,
 // count, inner]); negative indices count from the end; an index out of range gives zero bytes
 // (the plan checks constant indices; runtime ones cannot throw on the device).

@@ -25,6 +25,7 @@
 #include "eval/exec/plan.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/error.h"
+#include "kernels/index_map.h"
 
 namespace qeval::eval {
 namespace {
@@ -95,6 +96,28 @@ std::optional<kc::Walk> broadcast_walk(const Shape& out, std::vector<const Shape
   return w;
 }
 
+struct Scratch {
+  std::shared_ptr<Tensor> t;
+  void* get(CudaMemory& mem, std::size_t bytes) {
+    if (!t || t->nbytes() < bytes)
+      t = nullptr, t = std::make_shared<Tensor>(DType::kUInt8, Shape{i64(std::max<std::size_t>(bytes, 1))}, mem.shared());
+    return t->device_data();
+  }
+};
+
+// Scratch every kernel of a backend shares: its kernels run one at a time on one stream (under
+// CudaMemory::lock), so a buffer one kernel wrote is dead when the next starts (a larger one
+// replaces it after cudaFree's synchronisation). Per-kernel buffers grew with the number of kernels:
+// every conv kept its im2col columns, every product its 16-bit operand copies, and the evaluator's
+// thousands of single-node sessions each kept theirs. Slots: kColumns (im2col, transposed or resized
+// intermediates), kSecond (a second such buffer in the same kernel), kOperandA / kOperandB (16-bit
+// copies of a product's runtime operands).
+struct Workspace {
+  enum Slot { kColumns, kSecond, kOperandA, kOperandB, kSlots };
+  Scratch slots[kSlots];
+  void* get(CudaMemory& mem, Slot slot, std::size_t bytes) { return slots[slot].get(mem, bytes); }
+};
+
 // What compile() sees of one node.
 struct Site {
   const Node& node;
@@ -106,6 +129,7 @@ struct Site {
   CudaMemory& mem;
   cublasHandle_t blas;    // pedantic FP32 (no TF32)
   cublasHandle_t blas16;  // default math: 16-bit operands on tensor cores, FP32 accumulation
+  std::shared_ptr<Workspace> work;  // the backend's shared scratch
 
   kc::Stream stream() const { return mem.stream(); }
   bool has(std::size_t i) const { return i < in.size() && in[i]; }
@@ -139,20 +163,54 @@ DeviceBuffer upload_vector(CudaMemory& mem, const std::vector<T>& v) {
   return upload(mem, host);
 }
 // Scratch of `bytes`, made at the first run and kept (shapes are fixed per plan).
-struct Scratch {
-  std::shared_ptr<Tensor> t;
-  void* get(CudaMemory& mem, std::size_t bytes) {
-    if (!t || t->nbytes() < bytes)
-      t = std::make_shared<Tensor>(DType::kUInt8, Shape{i64(std::max<std::size_t>(bytes, 1))}, mem.shared());
-    return t->device_data();
+// ---- data movement: strided copies and index maps ----------------------------------------------
+
+// Output (dense over `os`) element i = input 0's element base + sum_d i_d * strides[d].
+std::unique_ptr<StepKernel> strided_kernel(const Site& s, i64 base, std::span<const i64> strides, const Shape& os,
+                                           int es) {
+  kc::Walk w;
+  w.rank = std::max<int>(1, int(os.size()));
+  w.counts[0] = 1;
+  w.base[0] = base;
+  const auto ost = dense_strides(os);
+  for (std::size_t d = 0; d < os.size(); ++d) {
+    w.counts[d] = os[d];
+    w.strides[0][d] = strides[d];
+    w.strides[1][d] = ost[d];
   }
-};
+  CudaMemory* mem = &s.mem;
+  return kernel([w, es, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    if (out[0]->numel() == 0) return;
+    kc::strided_copy(in[0]->device_data(), out[0]->device_data(), es, w, mem->stream());
+  });
+}
 
-// ---- data movement from the CPU op: an index map --------------------------------------------
+// The copy `sep` describes over the output shape `os` (rank <= kc::kMaxRank): a strided copy when
+// every table is j * stride, else a gather through the tables (`fill`: one element's bytes).
+std::unique_ptr<StepKernel> separable_kernel(const Site& s, const kernels::SeparableMap& sep, const Shape& os, int es,
+                                             std::vector<std::byte> fill) {
+  if (const std::optional<std::vector<i64>> st = sep.strides()) return strided_kernel(s, sep.base, *st, os, es);
+  kc::SeparableGather g;
+  g.rank = int(os.size());
+  g.base = sep.base;
+  std::vector<i64> tables;
+  for (std::size_t d = 0; d < os.size(); ++d) {
+    g.counts[d] = os[d];
+    g.offsets[d] = i64(tables.size());
+    tables.insert(tables.end(), sep.tables[d].begin(), sep.tables[d].end());
+  }
+  DeviceBuffer dtables = upload_vector(s.mem, tables);
+  CudaMemory* mem = &s.mem;
+  return kernel([dtables, g, fill, es, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    kc::gather_separable(in[0]->device_data(), out[0]->device_data(), es, g, static_cast<const i64*>(dtables.get()),
+                         fill.data(), mem->stream());
+  });
+}
 
-// For ops that select elements (ops/moves.h): the op runs on int64 positions (1-based; 0 = fill)
-// at plan time; the map is the kernel (a strided copy when it is affine in the output index, else
-// a device gather).
+// For ops that select elements (ops/moves.h): a strided copy where the op describes its output as
+// a view of its input (Slice, Transpose); else the op runs on int64 positions (1-based; 0 = fill)
+// at plan time, and the resulting map becomes per-axis tables (kernels/index_map.h: a strided copy
+// or a gather through the tables) or, where it is not separable, a device gather through the map.
 std::unique_ptr<StepKernel> compile_index_map(const Site& s) {
   const Node& n = s.node;
   if (s.out.size() != 1) return s.decline("more than one output");
@@ -164,6 +222,14 @@ std::unique_ptr<StepKernel> compile_index_map(const Site& s) {
   if (n.op_type == "Pad" && n.opset < 11 && n.get_float("value", 0.0f) != 0.0f)
     return s.decline("Pad-2 with a nonzero value attribute");
   const ValueMeta& x = *s.in[0];
+  const int es = int(dtype_size(x.dtype));
+  const Shape& os = s.out[0].shape;
+  if (os.size() <= std::size_t(kc::kMaxRank)) {
+    if (const std::optional<StridedView> v = s.op.strided_view(s.in); v && v->counts == os)
+      return strided_kernel(s, v->base, v->strides, os, es);
+    if (keeps_element_order(n) && shape_numel(x.shape) == shape_numel(os))
+      return strided_kernel(s, 0, dense_strides(os), os, es);
+  }
   const i64 count = shape_numel(x.shape);
   Tensor positions(DType::kInt64, x.shape);
   for (i64 i = 0; i < count; ++i) positions.data<i64>()[i] = i + 1;
@@ -195,40 +261,12 @@ std::unique_ptr<StepKernel> compile_index_map(const Site& s) {
   const i64 total = map.numel();
   i64* m = map.data<i64>();
   for (i64 i = 0; i < total; ++i) m[i] -= 1;
-  const Shape& os = s.out[0].shape;
-  const int es = int(dtype_size(x.dtype));
-  // Affine in the output index? Then a strided copy with no map on the device.
-  bool affine = os.size() <= std::size_t(kc::kMaxRank) && total > 0;
-  kc::Walk w;
-  if (affine) {
-    w.rank = std::max<int>(1, int(os.size()));
-    w.counts[0] = 1;
-    const auto ost = dense_strides(os);
-    w.base[0] = m[0];
-    for (std::size_t d = 0; d < os.size(); ++d) {
-      w.counts[d] = os[d];
-      w.strides[0][d] = os[d] > 1 ? m[ost[d]] - m[0] : 0;
-      w.strides[1][d] = ost[d];
-    }
-    if (m[0] < 0) affine = false;
-    for (i64 i = 0; affine && i < total; ++i) {
-      i64 off = w.base[0], rem = i;
-      for (int d = int(os.size()) - 1; d >= 0; --d) {
-        off += (rem % os[std::size_t(d)]) * w.strides[0][d];
-        rem /= os[std::size_t(d)];
-      }
-      if (off != m[i]) affine = false;
-    }
-  }
-  if (affine || total == 0) {
-    CudaMemory* mem = &s.mem;
-    return kernel([w, es, total, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
-      if (total == 0) return;
-      kc::strided_copy(in[0]->device_data(), out[0]->device_data(), es, w, mem->stream());
-    });
-  }
-  DeviceBuffer dmap = upload(s.mem, map);
+  if (os.size() <= std::size_t(kc::kMaxRank))
+    if (const std::optional<kernels::SeparableMap> sep = kernels::separable_map(m, os))
+      return separable_kernel(s, *sep, os, es, fill);
   CudaMemory* mem = &s.mem;
+  if (total == 0) return kernel([](std::span<const Tensor* const>, std::span<Tensor* const>) {});
+  DeviceBuffer dmap = upload(s.mem, map);
   return kernel([dmap, fill, es, total, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     kc::gather_map(in[0]->device_data(), out[0]->device_data(), es, static_cast<const i64*>(dmap.get()), total,
                    fill.data(), mem->stream());
@@ -465,24 +503,34 @@ std::optional<bool> sixteen_bit(const Site& s, std::size_t i, std::size_t j) {
 }
 
 // An operand's 16-bit copy: a constant's made at its first use and kept (its device copy does not
-// change during a session), a runtime value's on every call.
+// change during a session), a runtime value's on every call into the backend's workspace slot.
 struct Operand16 {
   bool constant = false, bf16 = false;
-  std::shared_ptr<Tensor> buf;
+  std::shared_ptr<Tensor> buf;        // a constant's copy
+  std::shared_ptr<Workspace> work;    // a runtime value's slot
+  Workspace::Slot slot = Workspace::kOperandA;
   const void* of = nullptr;
   const void* get(CudaMemory& mem, const Tensor* t) {
     const i64 n = t->numel();
+    if (!constant) {
+      void* p = work->get(mem, slot, std::size_t(std::max<i64>(2 * n, 1)));
+      kc::to_16bit(fptr(t), p, n, bf16, mem.stream());
+      return p;
+    }
     if (!buf || i64(buf->nbytes()) < 2 * n)
       buf = std::make_shared<Tensor>(DType::kUInt8, Shape{std::max<i64>(2 * n, 1)}, mem.shared());
-    if (!constant || of != t->device_data()) kc::to_16bit(fptr(t), buf->device_data(), n, bf16, mem.stream());
+    if (of != t->device_data()) kc::to_16bit(fptr(t), buf->device_data(), n, bf16, mem.stream());
     of = t->device_data();
     return buf->device_data();
   }
 };
+// Operand i of a product (its runtime copies in slot kOperandA for i == 0, else kOperandB).
 std::shared_ptr<Operand16> operand16(const Site& s, std::size_t i, bool bf16) {
   auto o = std::make_shared<Operand16>();
   o->constant = s.in[i]->value != nullptr;
   o->bf16 = bf16;
+  o->work = s.work;
+  o->slot = i == 0 ? Workspace::kOperandA : Workspace::kOperandB;
   return o;
 }
 
@@ -623,7 +671,7 @@ std::unique_ptr<StepKernel> compile_conv(const Site& s) {
   // Images per launch: the whole batch, unless its columns would pass 256 MiB.
   const i64 per_image = std::max<i64>(1, ckk * spatial * 4);
   const i64 images = std::clamp<i64>((i64(256) << 20) / per_image, 1, std::max<i64>(p.n, 1));
-  auto scratch = std::make_shared<Scratch>();
+  std::shared_ptr<Workspace> work = s.work;
   if (const std::optional<bool> half = sixteen_bit(s, 0, 1)) {
     // Tensor cores: the columns written as 16-bit values (the input pointwise), weights converted once.
     auto w16 = operand16(s, 1, *half), x16 = operand16(s, 0, *half);
@@ -632,7 +680,7 @@ std::unique_ptr<StepKernel> compile_conv(const Site& s) {
     return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
       const void* w = w16->get(mem, in[1]);
       const void* x = pointwise ? x16->get(mem, in[0]) : nullptr;
-      void* col = pointwise ? nullptr : scratch->get(mem, std::size_t(images * ckk * spatial) * 2);
+      void* col = pointwise ? nullptr : work->get(mem, Workspace::kColumns, std::size_t(images * ckk * spatial) * 2);
       float* y = fptr(out[0]);
       for (i64 b = 0; b < p.n; b += images) {
         const i64 count = std::min(images, p.n - b);
@@ -648,7 +696,7 @@ std::unique_ptr<StepKernel> compile_conv(const Site& s) {
     const float* x = fptr(in[0]);
     const float* w = fptr(in[1]);
     float* y = fptr(out[0]);
-    float* col = pointwise ? nullptr : static_cast<float*>(scratch->get(mem, std::size_t(images * ckk * spatial) * 4));
+    float* col = pointwise ? nullptr : static_cast<float*>(work->get(mem, Workspace::kColumns, std::size_t(images * ckk * spatial) * 4));
     for (i64 b = 0; b < p.n; b += images) {
       const i64 count = std::min(images, p.n - b);
       const float* xb = x + b * p.c * p.h * p.w;
@@ -784,11 +832,11 @@ std::unique_ptr<StepKernel> compile_reduce(const Site& s, kc::Reduce op) {
     w.strides[0][d] = st[std::size_t(perm[std::size_t(d)])];
     w.strides[1][d] = pst[std::size_t(d)];
   }
-  auto scratch = std::make_shared<Scratch>();
+  std::shared_ptr<Workspace> work = s.work;
   return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     const float* x = fptr(in[0]);
     if (!in_order) {
-      float* t = static_cast<float*>(scratch->get(mem, std::size_t(rows * n) * 4));
+      float* t = static_cast<float*>(work->get(mem, Workspace::kColumns, std::size_t(rows * n) * 4));
       kc::strided_copy(x, t, 4, w, mem.stream());
       x = t;
     }
@@ -853,7 +901,32 @@ std::unique_ptr<StepKernel> compile_resize(const Site& s) {
   auto plan = resize_plan(s.op, s.in);
   if (!plan) return s.decline("not a Resize op");
   const kernels::ResizeOptions& o = plan->options;
-  if (o.mode == kernels::ResizeMode::kNearest) return compile_index_map(s);
+  if (o.mode == kernels::ResizeMode::kNearest) {
+    // Each output axis reads its input axis through the nearest filter's indices: per-axis tables
+    // straight from the filters (no index map over every element).
+    const Shape& os = s.out[0].shape;
+    if (os.size() > std::size_t(kc::kMaxRank) || plan->axes.size() != os.size()) return compile_index_map(s);
+    const auto ist = dense_strides(s.in[0]->shape);
+    kernels::SeparableMap sep;
+    for (std::size_t d = 0; d < os.size(); ++d) {
+      const kernels::AxisFilter f = kernels::resize_filter(plan->axes[d], o);
+      std::vector<i64>& t = sep.tables.emplace_back(std::size_t(f.out));
+      for (i64 j = 0; j < f.out; ++j) {
+        const bool outside = !f.extrapolate.empty() && f.extrapolate[std::size_t(j)];
+        t[std::size_t(j)] = outside ? kernels::SeparableMap::kFill : f.index[std::size_t(j)] * ist[d];
+        sep.has_fill |= outside;
+      }
+    }
+    sep.normalize();
+    const DType dt = s.in[0]->dtype;
+    std::vector<std::byte> fill(dtype_size(dt), std::byte{0});
+    if (sep.has_fill && o.extrapolation_value != 0) {
+      if (dt != DType::kFloat32) return s.decline("nearest extrapolation value for a non-float32 input");
+      const float v = float(o.extrapolation_value);
+      std::memcpy(fill.data(), &v, sizeof v);
+    }
+    return separable_kernel(s, sep, os, int(fill.size()), fill);
+  }
   if (s.in[0]->dtype != DType::kFloat32) return s.decline("interpolation of a non-float32 input");
   if (o.antialias) return s.decline("antialias");
   struct AxisPass {
@@ -882,7 +955,7 @@ std::unique_ptr<StepKernel> compile_resize(const Site& s) {
     cur[d] = ax.out;
   }
   const double value = o.extrapolation_value;
-  auto a = std::make_shared<Scratch>(), b = std::make_shared<Scratch>();
+  std::shared_ptr<Workspace> work = s.work;
   return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     if (passes.empty()) {
       cudaMemcpyAsync(out[0]->device_data(), in[0]->device_data(), in[0]->nbytes(), cudaMemcpyDeviceToDevice,
@@ -894,7 +967,8 @@ std::unique_ptr<StepKernel> compile_resize(const Site& s) {
       const AxisPass& p = passes[i];
       float* y = i + 1 == passes.size()
                      ? fptr(out[0])
-                     : static_cast<float*>((i % 2 ? b : a)->get(mem, std::size_t(p.outer * p.out * p.inner) * 4));
+                     : static_cast<float*>(work->get(mem, i % 2 ? Workspace::kSecond : Workspace::kColumns,
+                                                    std::size_t(p.outer * p.out * p.inner) * 4));
       kc::resize_axis(x, y, p.outer, p.in, p.out, p.inner, p.taps, static_cast<const i64*>(p.index.get()),
                       static_cast<const double*>(p.weight.get()), static_cast<const std::uint8_t*>(p.extrapolate.get()),
                       value, mem.stream());
@@ -1227,7 +1301,8 @@ class CudaBackend final : public Backend {
                                       std::string& why) override {
     why.clear();
     const auto held = memory_->lock();
-    Site s{node, op, inputs, exact, outputs, why, *memory_, blas_, blas16_};
+    if (!workspace_) workspace_ = std::make_shared<Workspace>();
+    Site s{node, op, inputs, exact, outputs, why, *memory_, blas_, blas16_, workspace_};
     if (!node.domain.empty() && node.domain != "ai.onnx") return s.decline("no CUDA kernel for domain " + node.domain);
     if (outputs.empty()) return s.decline("no outputs");
     try {
@@ -1311,6 +1386,7 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<CudaMemory> memory_;
   std::shared_ptr<AttentionScratch> attention_scratch_;  // shared by the fused attention kernels
+  std::shared_ptr<Workspace> workspace_;                 // shared by the other kernels
   cublasHandle_t blas_ = nullptr;
   cublasHandle_t blas16_ = nullptr;
   std::string name_;

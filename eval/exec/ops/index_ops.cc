@@ -33,6 +33,13 @@ class SliceOp final : public Op {
     });
     return {meta_like(*in[0], v.counts)};
   }
+  std::optional<StridedView> strided_view(std::span<const ValueMeta* const> in) const override {
+    if (in.empty() || !in[0]) return std::nullopt;
+    return view(in[0]->shape, [&](std::size_t i, const char* what) -> std::optional<std::vector<std::int64_t>> {
+      if (i >= in.size() || !in[i]) return std::nullopt;
+      return int_list(node_, plan_time_input(node_, in, i, what), what);
+    });
+  }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     auto v = view(in[0]->shape(), [&](std::size_t i, const char*) -> std::optional<std::vector<std::int64_t>> {
       if (i >= in.size() || !in[i]) return std::nullopt;

@@ -30,17 +30,26 @@ class TransposeOp final : public Op {
     for (std::size_t i = 0; i < s.size(); ++i) out[i] = s[std::size_t(perm[i])];
     return {meta_like(*in[0], out)};
   }
+  std::optional<StridedView> strided_view(std::span<const ValueMeta* const> in) const override {
+    if (in.empty() || !in[0]) return std::nullopt;
+    return view(in[0]->shape);
+  }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) const override {
     const Tensor& x = *in[0];
-    auto perm = permutation(x.shape().size());
-    const auto st = dense_strides(x.shape());
-    StridedView v;
-    v.counts = out[0]->shape();
-    for (auto p : perm) v.strides.push_back(st[std::size_t(p)]);
-    copy_view(x.raw(), out[0]->raw(), dtype_size(x.dtype()), std::move(v));
+    copy_view(x.raw(), out[0]->raw(), dtype_size(x.dtype()), view(x.shape()));
   }
 
  private:
+  StridedView view(const Shape& s) const {
+    const auto perm = permutation(s.size());
+    const auto st = dense_strides(s);
+    StridedView v;
+    for (auto p : perm) {
+      v.counts.push_back(s[std::size_t(p)]);
+      v.strides.push_back(st[std::size_t(p)]);
+    }
+    return v;
+  }
   std::vector<std::int64_t> permutation(std::size_t rank) const {
     std::vector<std::int64_t> perm;
     if (node_.has("perm")) {

@@ -11,6 +11,9 @@ namespace qeval::eval {
 // Transpose, Slice, Gather, Pad, Reshape, ...: each output element is one of the FIRST input's
 // elements or a fill value (the CUDA backend runs these as an index map computed at plan time).
 bool selects_elements(const Node& node);
+// Reshape, Squeeze, Unsqueeze, Flatten, Identity: the output holds the first input's elements in
+// their order (a view of them, or a dense copy).
+bool keeps_element_order(const Node& node);
 // selects_elements, plus Concat and Split (elements of several inputs, or parts of one).
 bool moves_elements(const Node& node);
 

@@ -62,6 +62,14 @@ class SharedConstants {
   std::map<std::tuple<const Tensor*, std::type_index, std::string>, Entry> entries_;
 };
 
+// Element (i_0, ..., i_k) of a dense destination over `counts` comes from
+// src[base + sum(i_d * strides[d])]; strides are in elements and may be 0 (broadcast) or negative.
+struct StridedView {
+  Shape counts;
+  std::vector<std::int64_t> strides;
+  std::int64_t base = 0;
+};
+
 class Op {
  public:
   virtual ~Op() = default;
@@ -85,6 +93,13 @@ class Op {
   // very tensor (`in[i] == meta.value.get()`; the executor passes constants by that pointer, which
   // stays valid for the session's lifetime). run() must give the same results without it.
   virtual void prepare(std::span<const ValueMeta* const> inputs) { (void)inputs; }
+  // Ops whose output is a strided view of their first input (Slice, Transpose): that view for
+  // inputs with these metas (constant inputs carry their value), so that a device backend copies
+  // it without computing an index map element by element; nullopt for every other op.
+  virtual std::optional<StridedView> strided_view(std::span<const ValueMeta* const> inputs) const {
+    (void)inputs;
+    return std::nullopt;
+  }
 
   // Elementwise float32 ops whose output has their input's shape may offer their computation on
   // runs of elements, so the executor can run a chain of them in one pass over memory (fusion when

@@ -121,13 +121,7 @@ OpFactory factory() {
   return [](const Node& n) -> std::unique_ptr<Op> { return std::make_unique<T>(n); };
 }
 
-// Element (i_0, ..., i_k) of a dense destination over `counts` comes from
-// src[base + sum(i_d * strides[d])]; strides are in elements and may be 0 (broadcast) or negative.
-struct StridedView {
-  Shape counts;
-  std::vector<std::int64_t> strides;
-  std::int64_t base = 0;
-};
+using eval::StridedView;  // op.h
 
 // Copies the view of `src` (elements of `es` bytes) into the dense `dst`.
 void copy_view(const std::byte* src, std::byte* dst, std::size_t es, StridedView v);

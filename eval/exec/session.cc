@@ -12,6 +12,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include <tbb/parallel_for.h>
+
 #include "base/mapped_file.h"
 #include "eval/exec/deploy_fold.h"
 #include "eval/exec/plan.h"
@@ -139,18 +141,27 @@ Session::Session(const Graph& graph, SessionOptions options)
   for (const auto& [name, t] : folded_weights_)
     weights_.emplace(name, std::make_shared<const Tensor>(
                                rounded(t, rounding_for(DType::kFloat32, DType::kFloat32, options_.precision))));
+  // Initializers that need a converted copy (a wider storage type or rounding), made in parallel.
+  std::vector<std::pair<const std::string*, const Tensor*>> converted;
   for (const auto& [name, t] : graph.initializers) {
     const Rounding r = rounding_for(storage_type(t.dtype()), t.dtype(), options_.precision);
-    if (storage_type(t.dtype()) == t.dtype() && (r == Rounding::kNone || t.dtype() != DType::kFloat32)) {
+    if (storage_type(t.dtype()) == t.dtype() && (r == Rounding::kNone || t.dtype() != DType::kFloat32))
       weights_.emplace(name, std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}));
-      continue;
-    }
-    auto convert = [r](const Tensor& source) {
+    else
+      converted.emplace_back(&name, &t);
+  }
+  // On the CPU a mapped weight's copy goes to a temporary file, mapped back: once packed, its pages
+  // leave memory as the mapped weight's did (docs/infer.md "Weights in memory"). A device backend
+  // uploads it once: writing it out and reading it back cost seconds per full-size model.
+  const bool spill = !device_;
+  std::vector<std::shared_ptr<const Tensor>> made(converted.size());
+  tbb::parallel_for(std::size_t(0), converted.size(), [&](std::size_t k) {
+    const Tensor& t = *converted[k].second;
+    const Rounding r = rounding_for(storage_type(t.dtype()), t.dtype(), options_.precision);
+    auto convert = [r, spill](const Tensor& source) {
       Tensor storage = to_storage(source);
       apply_rounding(storage, r);
-      // A mapped weight's copy goes to a temporary file, mapped back: once packed, its pages leave
-      // memory as the mapped weight's did (docs/infer.md "Weights in memory").
-      if (source.is_borrowed() && storage.nbytes() >= kSpillBytes) {
+      if (spill && source.is_borrowed() && storage.nbytes() >= kSpillBytes) {
         std::error_code ec;
         const std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
         if (auto file = ec ? nullptr : base::MappedFile::spill(storage.raw(), storage.nbytes(), dir))
@@ -158,12 +169,13 @@ Session::Session(const Graph& graph, SessionOptions options)
       }
       return storage;
     };
-    weights_.emplace(name, options_.constants ? options_.constants->get<Tensor>(
-                                                    std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}),
-                                                    "storage, rounding " + std::to_string(int(r)), convert)
-                                              : std::make_shared<const Tensor>(convert(t)));
+    made[k] = options_.constants ? options_.constants->get<Tensor>(
+                                       std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}),
+                                       "storage, rounding " + std::to_string(int(r)), convert)
+                                 : std::make_shared<const Tensor>(convert(t));
     t.release_pages();  // a mapped weight: its converted copy replaces it here
-  }
+  });
+  for (std::size_t k = 0; k < converted.size(); ++k) weights_.emplace(*converted[k].first, std::move(made[k]));
   add_profile("setup: weights", started);
 }
 

@@ -44,17 +44,23 @@ class SharedConstants {
  public:
   template <class T, class Make>
   std::shared_ptr<const T> get(const std::shared_ptr<const Tensor>& tensor, const std::string& key, Make&& make) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Entry& e = entries_[{tensor.get(), std::type_index(typeid(T)), key}];
-    if (!e.form) {
-      e.form = std::make_shared<const T>(make(*tensor));
-      e.tensor = tensor;
+    Entry* e;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      e = &entries_[{tensor.get(), std::type_index(typeid(T)), key}];
     }
-    return std::static_pointer_cast<const T>(e.form);
+    // Forms of different tensors are made in parallel; one form once.
+    std::lock_guard<std::mutex> lock(e->making);
+    if (!e->form) {
+      e->form = std::make_shared<const T>(make(*tensor));
+      e->tensor = tensor;
+    }
+    return std::static_pointer_cast<const T>(e->form);
   }
 
  private:
   struct Entry {
+    std::mutex making;
     std::shared_ptr<const Tensor> tensor;
     std::shared_ptr<const void> form;
   };

@@ -162,7 +162,6 @@ DeviceBuffer upload_vector(CudaMemory& mem, const std::vector<T>& v) {
   if (!v.empty()) std::memcpy(host.raw(), v.data(), v.size() * sizeof(T));
   return upload(mem, host);
 }
-// Scratch of `bytes`, made at the first run and kept (shapes are fixed per plan).
 // ---- data movement: strided copies and index maps ----------------------------------------------
 
 // Output (dense over `os`) element i = input 0's element base + sum_d i_d * strides[d].

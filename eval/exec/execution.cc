@@ -135,7 +135,7 @@ class Session::Execution::State final : public ValueLender {
     // A plan's first execution (weights packed, constants uploaded on first use) counts as set-up.
     struct FirstRun {
       Session* s;
-      std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+      std::chrono::steady_clock::time_point since = s ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       ~FirstRun() {
         if (s) s->add_profile("setup: first run", since);
       }
@@ -255,7 +255,7 @@ class Session::Execution::State final : public ValueLender {
         Session* s;
         HostTime& outside;
         std::string kind;
-        std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+        std::chrono::steady_clock::time_point since = s ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
         ~Observing() {
           if (!s) return;
           if (s->device_) s->device_->synchronize();

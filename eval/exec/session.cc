@@ -142,13 +142,18 @@ Session::Session(const Graph& graph, SessionOptions options)
     weights_.emplace(name, std::make_shared<const Tensor>(
                                rounded(t, rounding_for(DType::kFloat32, DType::kFloat32, options_.precision))));
   // Initializers that need a converted copy (a wider storage type or rounding), made in parallel.
-  std::vector<std::pair<const std::string*, const Tensor*>> converted;
+  struct Converted {
+    const std::string* name;
+    const Tensor* tensor;
+    Rounding rounding;
+  };
+  std::vector<Converted> converted;
   for (const auto& [name, t] : graph.initializers) {
     const Rounding r = rounding_for(storage_type(t.dtype()), t.dtype(), options_.precision);
     if (storage_type(t.dtype()) == t.dtype() && (r == Rounding::kNone || t.dtype() != DType::kFloat32))
       weights_.emplace(name, std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}));
     else
-      converted.emplace_back(&name, &t);
+      converted.push_back({&name, &t, r});
   }
   // On the CPU a mapped weight's copy goes to a temporary file, mapped back: once packed, its pages
   // leave memory as the mapped weight's did (docs/infer.md "Weights in memory"). A device backend
@@ -156,8 +161,8 @@ Session::Session(const Graph& graph, SessionOptions options)
   const bool spill = !device_;
   std::vector<std::shared_ptr<const Tensor>> made(converted.size());
   tbb::parallel_for(std::size_t(0), converted.size(), [&](std::size_t k) {
-    const Tensor& t = *converted[k].second;
-    const Rounding r = rounding_for(storage_type(t.dtype()), t.dtype(), options_.precision);
+    const Tensor& t = *converted[k].tensor;
+    const Rounding r = converted[k].rounding;
     auto convert = [r, spill](const Tensor& source) {
       Tensor storage = to_storage(source);
       apply_rounding(storage, r);
@@ -175,7 +180,7 @@ Session::Session(const Graph& graph, SessionOptions options)
                                  : std::make_shared<const Tensor>(convert(t));
     t.release_pages();  // a mapped weight: its converted copy replaces it here
   });
-  for (std::size_t k = 0; k < converted.size(); ++k) weights_.emplace(*converted[k].first, std::move(made[k]));
+  for (std::size_t k = 0; k < converted.size(); ++k) weights_.emplace(*converted[k].name, std::move(made[k]));
   add_profile("setup: weights", started);
 }
 

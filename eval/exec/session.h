@@ -73,10 +73,10 @@ struct HostStep {
   std::string why;
 };
 
-// Not thread-safe: one Session per thread (sessions over the same Graph share its weights).
 // QEVAL_PROFILE_STEPS is set and not "0" (read once): sessions time their steps and set-up.
 bool profiling_steps();
 
+// Not thread-safe: one Session per thread (sessions over the same Graph share its weights).
 class Session {
  public:
   // Creates every node's Op (attribute errors surface here). The graph must outlive the session.

@@ -179,7 +179,6 @@ std::unique_ptr<StepKernel> strided_kernel(const Site& s, i64 base, std::span<co
   }
   CudaMemory* mem = &s.mem;
   return kernel([w, es, mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
-    if (out[0]->numel() == 0) return;
     kc::strided_copy(in[0]->device_data(), out[0]->device_data(), es, w, mem->stream());
   });
 }
@@ -1042,15 +1041,7 @@ std::unique_ptr<StepKernel> compile_slabs(const Site& s, bool concat) {
 
 // Device memory the fused attention kernels of one backend share (their runs are serialised by the
 // memory's lock): 16-bit copies of Q, K^T and V, and a chunk of scores and probabilities.
-struct AttentionScratch {
-  std::shared_ptr<Tensor> buf;
-  char* get(CudaMemory& mem, std::size_t bytes) {
-    if (!buf || buf->nbytes() < bytes)
-      buf = nullptr, buf = std::make_shared<Tensor>(DType::kUInt8, Shape{i64(std::max<std::size_t>(bytes, 1))},
-                                                    mem.shared());
-    return static_cast<char*>(buf->device_data());
-  }
-};
+using AttentionScratch = Scratch;
 
 // MatMul(Q, K^T) -> [Mul | Div by a scalar] -> Softmax -> MatMul(., V) as one device step. Two
 // forms of the same arithmetic:
@@ -1116,7 +1107,7 @@ class CudaAttention final : public FusedKernel {
     const i64 nq = a.batch * a.q_len * a.head_dim, nk = a.batch * a.head_dim * a.kv_len,
               nv = a.batch * a.kv_len * a.v_dim;
     const std::size_t front = std::size_t(2 * (nq + nk + nv) + 255) / 256 * 256;
-    char* q = scratch_->get(*memory_, front + extra);
+    char* q = static_cast<char*>(scratch_->get(*memory_, front + extra));
     char *k = q + 2 * nq, *v = k + 2 * nk;
     kc::to_16bit(fptr(in[0]), q, nq, *half_, memory_->stream());
     kc::to_16bit(fptr(in[1]), k, nk, *half_, memory_->stream());
@@ -1149,7 +1140,7 @@ class CudaAttention final : public FusedKernel {
     const i64 rows = ch.rows, entries = ch.entries;
     const bool p16 = half_.has_value();
     const Copies c = !p16 ? Copies{} : made ? *made : copies16(in, ch.bytes());
-    char* chunk = p16 ? c.rest : scratch_->get(*memory_, ch.scores_bytes);
+    char* chunk = p16 ? c.rest : static_cast<char*>(scratch_->get(*memory_, ch.scores_bytes));
     float* s = reinterpret_cast<float*>(chunk);
     void* p = p16 ? static_cast<void*>(chunk + ch.scores_bytes) : static_cast<void*>(s);
     for (i64 e0 = 0; e0 < a.batch; e0 += entries) {

@@ -13,29 +13,12 @@
 #include <type_traits>
 
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace qeval::kernels::cuda {
 namespace {
 
-using i64 = std::int64_t;
-
-constexpr int kThreads = 256;
-
-cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
-
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA kernel ") + what + ": " + cudaGetErrorString(e));
-}
-
-unsigned blocks_for(i64 n) {
-  const i64 b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 * 64 ? (b < 1 ? 1 : b) : 65535 * 64);
-}
-
-// Grid-stride loop over [0, n).
-#define QEVAL_FOR(i, n) \
-  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += i64(gridDim.x) * blockDim.x)
+using namespace launch;
 
 // Offset of operand k for dense index i of the walk.
 __device__ inline i64 walk_offset(const Walk& w, int k, i64 i) {

@@ -165,6 +165,40 @@ void resize_axis(const float* x, float* y, std::int64_t outer, std::int64_t in, 
                  int taps, const std::int64_t* index, const double* weight, const std::uint8_t* extrapolate,
                  double extrapolation_value, Stream s);
 
+// ---- quantization (kernels/cuda/quant.cu) ---------------------------------------------------------
+
+// Which scale / zero point element i uses: (i / inner) % channels (channels 1: the one for all).
+struct QuantAxis {
+  std::int64_t channels = 1, inner = 1;
+};
+enum class QuantTo : std::uint8_t { kInt8, kUInt8, kFloat8E4M3FN };  // float8: the value stored as float
+// QuantizeLinear: y[i] = saturate(round_half_even(x[i] / scale) + zero_point) for int8/uint8
+// (kernels/numeric.h quantize_to: NaN gives the zero point), round_to_float8_e4m3fn(x[i] / scale,
+// saturate) for float8 (zero point 0). A float division, as the CPU's. zero_point nullable (0).
+void quantize_linear(const float* x, void* y, std::int64_t n, const float* scale, const std::int32_t* zero_point,
+                     QuantAxis a, QuantTo to, bool saturate, Stream s);
+// DequantizeLinear: y[i] = float(x[i] - zero_point) * scale of kI8, kU8 or kI32 values; x[i] * scale
+// of kF32 ones (float8 values stored as float; no zero point).
+void dequantize_linear(Elem elem, const void* x, float* y, std::int64_t n, const float* scale,
+                       const std::int32_t* zero_point, QuantAxis a, Stream s);
+// 8-bit values in int8 form: uint8 v becomes v - 128 (v ^ 0x80; the caller lowers its zero point by
+// 128), int8 is copied.
+void to_int8(const void* x, bool from_uint8, std::int8_t* y, std::int64_t n, Stream s);
+// im2col of `images` 8-bit images [c, h, w] into rows [images][oh * ow][c * kh * kw] in int8 form:
+// each output position's window contiguous (both operands of the product run along k); padding
+// reads `pad` (the activation's zero point, so that it contributes 0).
+void im2col_int8_rows(const void* x, bool from_uint8, std::int8_t* rows, const Conv2d& p, std::int64_t images,
+                      std::int8_t pad, Stream s);
+// c (column-major m x n, leading dimension ldc) = exact int32 sums over kk < k of a[i * k + kk] *
+// b[j * k + kk]: m rows of a, n rows of b (the "TN" form). Any sizes and alignment; the plain kernel
+// the backend uses where cuBLAS declines an int8 product.
+void int8_gemm_tn(const std::int8_t* a, const std::int8_t* b, std::int32_t* c, std::int64_t m, std::int64_t n,
+                  std::int64_t k, std::int64_t ldc, Stream s);
+// In place: c[i] (int32) becomes the float (float(c[i] + add[ch]) * scale[ch]) + bias[ch], ch by the
+// axis; add and bias nullable. kernels::Int8Epilogue's steps and rounding (no FMA).
+void int8_epilogue(std::int32_t* c, std::int64_t n, const std::int32_t* add, const float* scale, const float* bias,
+                   QuantAxis a, Stream s);
+
 // ---- fused kernels (eval/exec's attention and elementwise-chain groups) ------------------------------
 
 // Whether attention() takes this shape on the current device: head_dim and v_dim multiples of 4 up

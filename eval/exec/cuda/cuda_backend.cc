@@ -21,8 +21,10 @@
 #include "eval/exec/device_scan.h"
 #include "eval/exec/ops/geometry.h"
 #include "eval/exec/ops/moves.h"
+#include "eval/exec/ops/quant_common.h"
 #include "eval/exec/ops/resize_plan.h"
 #include "eval/exec/plan.h"
+#include "eval/exec/qdq_fusion.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/error.h"
 #include "kernels/index_map.h"
@@ -632,13 +634,12 @@ std::unique_ptr<StepKernel> compile_gemm(const Site& s) {
   });
 }
 
-std::unique_ptr<StepKernel> compile_conv(const Site& s) {
-  if (!s.has(0) || !s.has(1)) return s.decline("missing input");
-  if (!s.all_float(3)) return s.decline("Conv of " + type_name(s.in[0]->declared));
-  const ConvAttributes a = read_conv_attributes(s.node);
-  const kernels::ConvParams cp = conv_forward_params(s.node, a, s.in[0]->shape, s.in[1]->shape);
+// A 1-D or 2-D convolution's geometry (x and w: the node's input and weight shapes); none for 3-D.
+std::optional<kc::Conv2d> conv2d_of(const Node& node, const Shape& x, const Shape& w) {
+  const ConvAttributes a = read_conv_attributes(node);
+  const kernels::ConvParams cp = conv_forward_params(node, a, x, w);
   const kernels::ConvGeometry3 g = kernels::conv_geometry3(cp);
-  if (g.in[0] != 1 || g.k[0] != 1 || g.out[0] != 1) return s.decline("3-D convolution");
+  if (g.in[0] != 1 || g.k[0] != 1 || g.out[0] != 1) return std::nullopt;
   kc::Conv2d p{};
   p.n = cp.batch;
   p.c = cp.in_channels;
@@ -656,6 +657,15 @@ std::unique_ptr<StepKernel> compile_conv(const Site& s) {
   p.dh = g.d[1];
   p.dw = g.d[2];
   p.group = cp.groups;
+  return p;
+}
+
+std::unique_ptr<StepKernel> compile_conv(const Site& s) {
+  if (!s.has(0) || !s.has(1)) return s.decline("missing input");
+  if (!s.all_float(3)) return s.decline("Conv of " + type_name(s.in[0]->declared));
+  const std::optional<kc::Conv2d> geometry = conv2d_of(s.node, s.in[0]->shape, s.in[1]->shape);
+  if (!geometry) return s.decline("3-D convolution");
+  const kc::Conv2d p = *geometry;
   const bool bias = s.has(2);
   cublasHandle_t h = s.blas;
   if (p.group != 1) {
@@ -704,6 +714,233 @@ std::unique_ptr<StepKernel> compile_conv(const Site& s) {
                     p.m * spatial, count);
     }
     if (bias) kc::add_channel_bias(y, fptr(in[2]), p.n, p.m, spatial, mem.stream());
+  });
+}
+
+// ---- quantization: QuantizeLinear, DequantizeLinear, the fused Q/DQ products --------------------
+
+// A Q/DQ node's scale axis for an input of shape x (scale at input 1); none for blocked scales.
+std::optional<kc::QuantAxis> quant_axis(const Node& node, const Shape& x, const Shape& scale) {
+  const QuantLayout l = resolve_layout(node, read_quant_attributes(node), x, 0, scale, 1);
+  if (l.kind == QuantLayout::Kind::kBlocked) return std::nullopt;
+  kc::QuantAxis a;
+  if (l.kind == QuantLayout::Kind::kPerAxis) a = {l.axis_dim, l.inner};
+  return a;
+}
+
+// The zero points of input i uploaded as int32 (raw values, in the operand's own type); an empty
+// buffer when the input is absent or a float8 zero point (0). False when they are not constant.
+bool upload_zero_points(const Site& s, std::size_t i, DeviceBuffer& out) {
+  if (!s.has(i)) return true;
+  if (!s.in[i]->value) return false;
+  const std::vector<std::int32_t> z = zero_point_values(s.node, i, *s.in[i]->value, s.in[i]->declared);
+  if (!z.empty()) out = upload_vector(s.mem, z);
+  return true;
+}
+
+// The scale must be a plan-time constant: the CPU checks a runtime scale's values on every run
+// (an error for zero or non-finite ones), which a device kernel cannot report.
+std::unique_ptr<StepKernel> compile_quantize(const Site& s) {
+  if (!s.has(0) || !s.has(1)) return s.decline("missing input");
+  if (s.in[0]->dtype != DType::kFloat32) return s.decline("QuantizeLinear of " + type_name(s.in[0]->declared));
+  if (!s.in[1]->value || s.in[1]->dtype != DType::kFloat32) return s.decline("a runtime scale");
+  const DType to = s.out[0].declared;
+  std::optional<kc::QuantTo> target;
+  if (to == DType::kInt8) target = kc::QuantTo::kInt8;
+  if (to == DType::kUInt8) target = kc::QuantTo::kUInt8;
+  if (to == DType::kFloat8E4M3FN) target = kc::QuantTo::kFloat8E4M3FN;
+  if (!target) return s.decline("QuantizeLinear to " + type_name(to));
+  const std::optional<kc::QuantAxis> axis = quant_axis(s.node, s.in[0]->shape, s.in[1]->shape);
+  if (!axis) return s.decline("blocked scales");
+  DeviceBuffer zp;
+  if (!upload_zero_points(s, 2, zp)) return s.decline("a runtime zero point");
+  const bool saturate = s.node.opset < 19 || s.node.get_int("saturate", 1) != 0;
+  return kernel([=, to = *target, a = *axis, &mem = s.mem](std::span<const Tensor* const> in,
+                                                           std::span<Tensor* const> out) {
+    kc::quantize_linear(fptr(in[0]), out[0]->device_data(), in[0]->numel(), fptr(in[1]),
+                        static_cast<const std::int32_t*>(zp.get()), a, to, saturate, mem.stream());
+  });
+}
+
+std::unique_ptr<StepKernel> compile_dequantize(const Site& s) {
+  if (!s.has(0) || !s.has(1)) return s.decline("missing input");
+  if (!s.in[1]->value || s.in[1]->declared != DType::kFloat32) return s.decline("a runtime or non-float32 scale");
+  const DType x = s.in[0]->dtype;
+  std::optional<kc::Elem> elem;
+  if (x == DType::kInt8 || x == DType::kUInt8 || x == DType::kInt32) elem = elem_of(x);
+  if (x == DType::kFloat32 && is_float8(s.in[0]->declared)) elem = kc::Elem::kF32;
+  if (!elem) return s.decline("DequantizeLinear of " + type_name(s.in[0]->declared));
+  const std::optional<kc::QuantAxis> axis = quant_axis(s.node, s.in[0]->shape, s.in[1]->shape);
+  if (!axis) return s.decline("blocked scales");
+  DeviceBuffer zp;
+  if (!upload_zero_points(s, 2, zp)) return s.decline("a runtime zero point");
+  return kernel([=, e = *elem, a = *axis, &mem = s.mem](std::span<const Tensor* const> in,
+                                                        std::span<Tensor* const> out) {
+    kc::dequantize_linear(e, in[0]->device_data(), fptr(out[0]), in[0]->numel(), fptr(in[1]),
+                          static_cast<const std::int32_t*>(zp.get()), a, mem.stream());
+  });
+}
+
+// QEVAL_CUDA_INT8_GEMM=own: every int8 product on kernels/cuda's GEMM (read when a node compiles).
+bool int8_gemm_own() {
+  const char* v = std::getenv("QEVAL_CUDA_INT8_GEMM");
+  return v && std::string_view(v) == "own";
+}
+
+// c (column-major m x n, leading dimension ldc, int32) = the exact sums of a's m rows by b's n rows
+// (k int8 values each): cuBLAS's integer GEMM where it takes the shape (tensor cores) unless `own`,
+// else kernels/cuda's; the same int32 either way (integer sums are exact whatever the order).
+void int8_gemm(cublasHandle_t h, bool own, const std::int8_t* a, const std::int8_t* b, std::int32_t* c, i64 m, i64 n,
+               i64 k, i64 ldc, kc::Stream st) {
+  if (!own && m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && k > 0) {
+    const std::int32_t one = 1, zero = 0;
+    const cublasStatus_t r = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(k), &one, a, CUDA_R_8I,
+                                          int(k), b, CUDA_R_8I, int(k), &zero, c, CUDA_R_32I, int(ldc),
+                                          CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+    if (r == CUBLAS_STATUS_SUCCESS) return;
+    if (r != CUBLAS_STATUS_NOT_SUPPORTED && r != CUBLAS_STATUS_INVALID_VALUE) check_blas(r, "int8 gemm");
+  }
+  kc::int8_gemm_tn(a, b, c, m, n, k, ldc, st);
+}
+
+// What the fused Q/DQ products (quant::kFusedDomain, eval/exec/qdq_fusion.h) need as constants:
+// inputs 1, 2 (activation scale, zero point), 3, 4, 5 (weight, scale, zero point). The activation's
+// zero point in int8 form, the weight's zero points all 0 (asymmetric weights need the window sums:
+// the CPU's), and a_scale * w_scale per output channel as the CPU computes it.
+struct Int8Operands {
+  std::int32_t za = 0;
+  std::vector<float> multipliers;
+};
+std::optional<Int8Operands> int8_operands(const Site& s, i64 channels) {
+  for (std::size_t i : {1, 3, 4})
+    if (!s.has(i) || !s.in[i]->value) {
+      s.decline("a runtime scale or weight");
+      return std::nullopt;
+    }
+  for (std::size_t i : {2, 5})
+    if (s.has(i) && !s.in[i]->value) {
+      s.decline("a runtime zero point");
+      return std::nullopt;
+    }
+  const DType xt = s.in[0]->dtype;
+  if ((xt != DType::kInt8 && xt != DType::kUInt8) || s.in[3]->dtype != DType::kInt8) {
+    s.decline("8-bit operands other than int8/uint8 activations and int8 weights");
+    return std::nullopt;
+  }
+  if (s.has(5)) {
+    const std::vector<std::int32_t> zw = zero_point_values(s.node, 5, *s.in[5]->value, s.in[5]->declared);
+    if (std::any_of(zw.begin(), zw.end(), [](std::int32_t z) { return z != 0; })) {
+      s.decline("weight zero points other than 0");
+      return std::nullopt;
+    }
+  }
+  Int8Operands o;
+  if (s.has(2)) o.za = zero_point_values(s.node, 2, *s.in[2]->value, s.in[2]->declared).at(0);
+  if (xt == DType::kUInt8) o.za -= 128;
+  const Tensor& sa = *s.in[1]->value;
+  const Tensor& sb = *s.in[4]->value;
+  if (sa.numel() != 1 || (sb.numel() != 1 && sb.numel() != channels)) {
+    s.decline("scales other than one activation scale and one or per-channel weight scales");
+    return std::nullopt;
+  }
+  o.multipliers.resize(std::size_t(channels));
+  for (i64 j = 0; j < channels; ++j) o.multipliers[std::size_t(j)] = sa.data<float>()[0] * sb.data<float>()[sb.numel() == 1 ? 0 : j];
+  return o;
+}
+
+// -za * (sum of each output channel's weights): the activation zero point's share of every sum.
+// `sum(j)` gives channel j's weight sum. Empty when za is 0.
+template <class Sum>
+std::vector<std::int32_t> zero_point_terms(std::int32_t za, i64 channels, Sum&& sum) {
+  std::vector<std::int32_t> add;
+  if (za == 0) return add;
+  add.resize(std::size_t(channels));
+  for (i64 j = 0; j < channels; ++j) add[std::size_t(j)] = -za * sum(j);
+  return add;
+}
+
+// Fused Conv: x_q, x_scale, x_zp, w_q, w_scale, w_zp, B. The 8-bit im2col rows of each image times
+// the weights' rows (both along k) into the output's storage as int32, then the epilogue in place.
+std::unique_ptr<StepKernel> compile_int8_conv(const Site& s) {
+  if (!s.has(0) || !s.has(3)) return s.decline("missing input");
+  const std::optional<kc::Conv2d> geometry = conv2d_of(s.node, s.in[0]->shape, s.in[3]->shape);
+  if (!geometry) return s.decline("3-D convolution");
+  const kc::Conv2d p = *geometry;
+  if (p.group != 1) return s.decline("grouped int8 convolution");
+  const std::optional<Int8Operands> o = int8_operands(s, p.m);
+  if (!o) return nullptr;
+  const i64 k = p.c * p.kh * p.kw, spatial = p.oh * p.ow;
+  const std::int8_t* w = s.in[3]->value->data<std::int8_t>();
+  const std::vector<std::int32_t> add = zero_point_terms(o->za, p.m, [&](i64 oc) {
+    std::int32_t t = 0;
+    for (i64 j = 0; j < k; ++j) t += w[oc * k + j];
+    return t;
+  });
+  const DeviceBuffer add_d = add.empty() ? DeviceBuffer{} : upload_vector(s.mem, add);
+  const DeviceBuffer scale_d = upload_vector(s.mem, o->multipliers);
+  const bool from_uint8 = s.in[0]->dtype == DType::kUInt8, bias = s.has(6);
+  const std::int8_t pad = std::int8_t(o->za);
+  const i64 images = std::clamp<i64>((i64(256) << 20) / std::max<i64>(1, k * spatial), 1, std::max<i64>(p.n, 1));
+  std::shared_ptr<Workspace> work = s.work;
+  cublasHandle_t h = s.blas16;
+  const bool own = int8_gemm_own();
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    auto* rows = static_cast<std::int8_t*>(work->get(mem, Workspace::kColumns, std::size_t(images * k * spatial)));
+    auto* c = static_cast<std::int32_t*>(out[0]->device_data());  // the sums, then the floats
+    const auto* x = static_cast<const std::uint8_t*>(in[0]->device_data());
+    const auto* wd = static_cast<const std::int8_t*>(in[3]->device_data());
+    for (i64 b = 0; b < p.n; b += images) {
+      const i64 count = std::min(images, p.n - b);
+      kc::im2col_int8_rows(x + b * p.c * p.h * p.w, from_uint8, rows, p, count, pad, mem.stream());
+      // y_i [m, spatial] row-major = column-major [spatial, m]: rows_i [spatial, k] by w [m, k]
+      for (i64 i = 0; i < count; ++i)
+        int8_gemm(h, own, rows + i * spatial * k, wd, c + (b + i) * p.m * spatial, spatial, p.m, k, spatial, mem.stream());
+    }
+    kc::int8_epilogue(c, out[0]->numel(), static_cast<const std::int32_t*>(add_d.get()),
+                      static_cast<const float*>(scale_d.get()), bias ? fptr(in[6]) : nullptr, {p.m, spatial},
+                      mem.stream());
+  });
+}
+
+// Fused MatMul: a_q [..., m, k], a_scale, a_zp, b_q [k, n] (a 2-D weight), b_scale, b_zp. The
+// weight transposed once to rows of k; A's rows stacked into one product.
+std::unique_ptr<StepKernel> compile_int8_matmul(const Site& s) {
+  if (!s.has(0) || !s.has(3)) return s.decline("missing input");
+  const Shape& bs = s.in[3]->shape;
+  if (bs.size() != 2 || s.in[0]->shape.size() < 2) return s.decline("int8 MatMul with other than a 2-D weight");
+  const i64 k = bs[0], n = bs[1];
+  const i64 rows = shape_numel(s.in[0]->shape) / std::max<i64>(k, 1);
+  if (s.in[0]->shape.back() != k) return s.decline("inner dimensions differ");
+  const std::optional<Int8Operands> o = int8_operands(s, n);
+  if (!o) return nullptr;
+  const std::int8_t* b = s.in[3]->value->data<std::int8_t>();
+  Tensor wt(DType::kInt8, Shape{n, k});  // [n, k]: each output column's weights along k
+  for (i64 kk = 0; kk < k; ++kk)
+    for (i64 j = 0; j < n; ++j) wt.data<std::int8_t>()[j * k + kk] = b[kk * n + j];
+  const DeviceBuffer wt_d = upload(s.mem, wt);
+  const std::vector<std::int32_t> add = zero_point_terms(o->za, n, [&](i64 j) {
+    std::int32_t t = 0;
+    for (i64 kk = 0; kk < k; ++kk) t += b[kk * n + j];
+    return t;
+  });
+  const DeviceBuffer add_d = add.empty() ? DeviceBuffer{} : upload_vector(s.mem, add);
+  const DeviceBuffer scale_d = upload_vector(s.mem, o->multipliers);
+  const bool from_uint8 = s.in[0]->dtype == DType::kUInt8;
+  std::shared_ptr<Workspace> work = s.work;
+  cublasHandle_t h = s.blas16;
+  const bool own = int8_gemm_own();
+  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+    const auto* a = static_cast<const std::int8_t*>(in[0]->device_data());
+    if (from_uint8) {
+      auto* a8 = static_cast<std::int8_t*>(work->get(mem, Workspace::kOperandA, std::size_t(std::max<i64>(rows * k, 1))));
+      kc::to_int8(in[0]->device_data(), true, a8, rows * k, mem.stream());
+      a = a8;
+    }
+    auto* c = static_cast<std::int32_t*>(out[0]->device_data());
+    // y [rows, n] row-major = column-major [n, rows]: wt [n, k] by a [rows, k]
+    int8_gemm(h, own, static_cast<const std::int8_t*>(wt_d.get()), a, c, n, rows, k, n, mem.stream());
+    kc::int8_epilogue(c, out[0]->numel(), static_cast<const std::int32_t*>(add_d.get()),
+                      static_cast<const float*>(scale_d.get()), nullptr, {n, 1}, mem.stream());
   });
 }
 
@@ -1293,10 +1530,12 @@ class CudaBackend final : public Backend {
     const auto held = memory_->lock();
     if (!workspace_) workspace_ = std::make_shared<Workspace>();
     Site s{node, op, inputs, exact, outputs, why, *memory_, blas_, blas16_, workspace_};
-    if (!node.domain.empty() && node.domain != "ai.onnx") return s.decline("no CUDA kernel for domain " + node.domain);
+    const bool fused_int8 = node.domain == quant::kFusedDomain;
+    if (!node.domain.empty() && node.domain != "ai.onnx" && !fused_int8)
+      return s.decline("no CUDA kernel for domain " + node.domain);
     if (outputs.empty()) return s.decline("no outputs");
     try {
-      auto k = dispatch(s);
+      auto k = fused_int8 ? dispatch_int8(s) : dispatch(s);
       if (!k && why.empty()) why = "no CUDA kernel for " + node.op_type;
       if (!k) return k;
       return std::make_unique<Serialized>(std::move(k), memory_);
@@ -1342,8 +1581,15 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  static std::unique_ptr<StepKernel> dispatch_int8(const Site& s) {
+    if (s.node.op_type == "Conv") return compile_int8_conv(s);
+    if (s.node.op_type == "MatMul") return compile_int8_matmul(s);
+    return s.decline("no CUDA kernel for the fused int8 " + s.node.op_type);
+  }
   std::unique_ptr<StepKernel> dispatch(const Site& s) {
     const std::string& t = s.node.op_type;
+    if (t == "QuantizeLinear") return compile_quantize(s);
+    if (t == "DequantizeLinear") return compile_dequantize(s);
     if (t == "Gather") return compile_gather(s);
     if (t == "Resize" || t == "Upsample") return compile_resize(s);
     if (selects_elements(s.node)) return compile_index_map(s);

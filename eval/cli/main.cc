@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <new>
 
 #include "base/escaped_stdio.h"
 #include "base/exit_codes.h"
@@ -127,6 +128,13 @@ int main(int argc, char** argv) {
       if (sub->parsed()) return run(context);
   } catch (const InputError& e) {
     std::fprintf(stderr, "qeval: error: %s\n", e.what());
+    return base::kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    // Where no node is to blame (a node's own outputs and scratch say which node): the machine or
+    // the device has less memory than the run needs, not a bug.
+    std::fprintf(stderr,
+                 "qeval: error: out of memory (host or device) outside any node's run: the run needs more than "
+                 "this machine has (fewer --threads, fewer variants or a smaller model)\n");
     return base::kExitBadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qeval: internal error: %s\n", e.what());

@@ -150,9 +150,22 @@ class Session::Execution::State final : public ValueLender {
     HostTime outside(profile ? this : nullptr, s_.nodes_[step.node].op_type);
     // A folded step's output is a constant: its inputs are read only for an observer (on a device
     // backend, reading a device value here would copy it to the host: a Shape of an activation).
+    // Its output buffers, an op's scratch or the copies of its inputs (a weight's first upload):
+    // the graph asks for more than the machine has.
+    auto out_of_memory = [&] {
+      std::vector<std::pair<std::string, const ValueMeta*>> outputs;  // a fused step's: every member's
+      for (int id : step.out)
+        for (const auto& [name, value_id] : p.ids)
+          if (id >= 0 && value_id == id) outputs.emplace_back(name, &p.metas[std::size_t(id)]);
+      fail_out_of_memory(s_.graph_.source, s_.nodes_[step.node], outputs);
+    };
     ins_.clear();
-    if (!step.folded || observer_)
-      for (int id : step.in) ins_.push_back(value_at(id, on_device));
+    try {
+      if (!step.folded || observer_)
+        for (int id : step.in) ins_.push_back(value_at(id, on_device));
+    } catch (const std::bad_alloc&) {
+      out_of_memory();
+    }
     // Timed from here: the copies of inputs to where the step runs (weights uploaded once) are not
     // the step's. A plan's first execution is left out (weights packed or uploaded, buffers
     // allocated, and on a GPU each kernel's module loaded on its first launch).
@@ -227,12 +240,7 @@ class Session::Execution::State final : public ValueLender {
         for (std::size_t o = step.members.empty() ? 0 : step.out.size() - 1; o < step.out.size(); ++o)
           if (step.out[o] >= 0 && !step.exact_outputs) s_.backend_->round(*outs_[o], p.rounding[std::size_t(step.out[o])]);
       } catch (const std::bad_alloc&) {
-        // Its output buffers or an op's scratch: the graph asks for more than the machine has.
-        std::vector<std::pair<std::string, const ValueMeta*>> outputs;  // a fused step's: every member's
-        for (int id : step.out)
-          for (const auto& [name, value_id] : p.ids)
-            if (id >= 0 && value_id == id) outputs.emplace_back(name, &p.metas[std::size_t(id)]);
-        fail_out_of_memory(s_.graph_.source, s_.nodes_[step.node], outputs);
+        out_of_memory();
       }
     }
     auto profile_kind = [&] {
@@ -431,7 +439,7 @@ class Session::Execution::State final : public ValueLender {
     if (!v || v->on_device() == on_device) return v;
     if (const auto& c = p_->constants[std::size_t(id)]) {
       std::shared_ptr<const Tensor>& d = s_.device_constants_[c.get()];
-      if (!d) d = std::make_shared<const Tensor>(c->to_device(s_.device_));
+      if (!d) d = s_.device_copy(c);
       return d.get();
     }
     Tensor& m = mirrors_[std::size_t(id)];

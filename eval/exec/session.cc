@@ -181,7 +181,17 @@ Session::Session(const Graph& graph, SessionOptions options)
     t.release_pages();  // a mapped weight: its converted copy replaces it here
   });
   for (std::size_t k = 0; k < converted.size(); ++k) weights_.emplace(*converted[k].name, std::move(made[k]));
+  if (device_ && options_.constants)
+    for (const auto& [name, t] : graph.initializers) shared_weights_.insert(weights_.at(name).get());
   add_profile("setup: weights", started);
+}
+
+std::shared_ptr<const Tensor> Session::device_copy(const std::shared_ptr<const Tensor>& c) {
+  auto upload = [this](const Tensor& t) { return t.to_device(device_); };
+  if (!shared_weights_.contains(c.get())) return std::make_shared<const Tensor>(upload(*c));
+  // Keyed by the device's memory too: one SharedConstants may serve sessions on several devices.
+  const std::string key = "device copy " + std::to_string(reinterpret_cast<std::uintptr_t>(device_.get()));
+  return options_.constants->get<Tensor>(c, key, upload);
 }
 
 // The plans (a device backend's kernels among them) go before the backend they were made by.

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "eval/exec/backend.h"
@@ -185,6 +186,13 @@ class Session {
   std::shared_ptr<DeviceMemory> device_;                // backend_->memory(): null on the CPU
   // Constants (weights, folded values) copied to the device once for every plan's device steps.
   std::unordered_map<const Tensor*, std::shared_ptr<const Tensor>> device_constants_;
+  // The weights_ of the graph's initializers: the same tensors in every session over this graph
+  // and precision (aliases, or SharedConstants' forms), so their device copies are shared through
+  // options_.constants too: the evaluator's workers held one copy of every weight each (16 workers:
+  // out of GPU memory at full size).
+  std::unordered_set<const Tensor*> shared_weights_;
+  // Constant `c`'s device copy: options_.constants' when `c` is one of shared_weights_, else a new one.
+  std::shared_ptr<const Tensor> device_copy(const std::shared_ptr<const Tensor>& c);
   std::size_t peak_bytes_ = 0;
   std::size_t live_peak_bytes_ = 0;
   // QEVAL_PROFILE_STEPS=1: each step of every execution but a plan's first timed (the device

@@ -203,11 +203,16 @@ class RunDriver : public PipelineGraphs, public CalibrationSource, public UnitRu
 // set). InputError for what the spec names but cannot be read.
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec);
 
+// Units run at once on a device backend when EvaluatorOptions::workers is 0 and the reference's
+// models hold at least kDeviceLargeModelBytes of weights (run_units says why).
+inline constexpr int kDeviceWorkers = 2;
+inline constexpr std::size_t kDeviceLargeModelBytes = std::size_t(1) << 30;
+
 struct EvaluatorOptions {
   std::filesystem::path out_dir;       // images go here; empty: nothing written
   bool progress = false;               // progress on stderr (base/progress.h: bar or lines, per --progress)
   std::string progress_label = "run";  // "run: 3/8 units, 2 variants, ..."
-  int workers = 0;                     // parallel units (0: TBB's concurrency)
+  int workers = 0;                     // parallel units (0: TBB's concurrency; see kDeviceWorkers)
   std::vector<std::size_t> units;      // the units to run (a shard); empty: all
   // Called (under the merge lock) after every unit is merged, and once at the end: where the run
   // state is saved so that a rerun skips finished units. RunResult::elapsed_s is current then.

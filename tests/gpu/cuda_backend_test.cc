@@ -13,11 +13,15 @@
 #include <random>
 #include <set>
 
+#include <cuda_runtime.h>
+
 #include "eval/exec/cuda/cuda_backend.h"
 #include "gpu/gpu_test_util.h"
 #include "eval/exec/graph.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/plan.h"
+#include "eval/exec/session.h"
+#include "eval/onnx_builder.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 
@@ -382,6 +386,42 @@ TEST(CudaBackend, LargerNodesMatchTheCpuAndGiveTheSameBitsEveryRun) {
       }
     }
   }
+}
+
+// Sessions given one SharedConstants (the evaluator's workers) share their weights' device copies:
+// a second session over the same graph costs its activations only, a session with its own
+// constants another copy of the weight.
+TEST(CudaBackend, SessionsSharingConstantsShareTheWeightsDeviceCopies) {
+  QEVAL_CUDA_OR_SKIP(backend);
+  const std::int64_t k = 1024, n = 8192;  // a 32 MiB weight
+  testing::OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {4, k}).output("y", onnx::TensorProto::FLOAT);
+  b.initializer("w", random_floats(std::size_t(k * n), 7), {k, n});
+  b.node("MatMul", {"x", "w"}, {"y"}, "mm");
+  const Graph g = b.graph();
+  const std::map<std::string, Tensor> in = {{"x", float_tensor({4, k}, 8)}};
+  auto free_bytes = [] {
+    std::size_t free = 0, total = 0;
+    EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+    return double(free);
+  };
+  const double weight = double(k * n * 4);
+  SessionOptions shared;
+  shared.backend = backend;
+  shared.constants = std::make_shared<SharedConstants>();
+  Session first(g, shared);
+  const Tensor y = first.run(in).at("y");
+  const double before = free_bytes();
+  Session second(g, shared);
+  EXPECT_TRUE(gpu_test::same_bits(y, second.run(in).at("y")));
+  const double after_shared = free_bytes();
+  SessionOptions own = shared;
+  own.constants = std::make_shared<SharedConstants>();
+  Session third(g, own);
+  EXPECT_TRUE(gpu_test::same_bits(y, third.run(in).at("y")));
+  const double after_own = free_bytes();
+  EXPECT_LT(before - after_shared, 0.5 * weight) << "the second session copied the weight again";
+  EXPECT_GE(after_shared - after_own, weight) << "a session with its own constants should hold its own copy";
 }
 
 }  // namespace

@@ -585,7 +585,11 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
   // session, no allocation per run).
   if (!pool_) pool_ = Session::make_pool();
   options.pool = pool_;
-  options.constants = nullptr;  // its graph's tensors are its own (SharedConstants keys by address)
+  // Its graph copies the model's tensors: the forms of mapped weights (converted, packed, on the
+  // device) come from the model sessions' store, those of its own tensors from one that goes with
+  // this worker's local sessions.
+  if (!constants_) constants_ = std::make_shared<SharedConstants>(v.options.constants);
+  options.constants = constants_;
   e.session = std::make_unique<Session>(*e.graph, options);
   return entries_.emplace(key, std::move(e)).first->second;
 }

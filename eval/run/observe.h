@@ -382,6 +382,8 @@ class LocalSessions {
   // Per (variant, model): its values held in float16/bfloat16 (narrow_float_values).
   std::map<std::pair<std::size_t, std::size_t>, std::unordered_map<std::string, DType>> narrow_;
   std::shared_ptr<BufferPool> pool_;  // shared by the sessions (they run one at a time)
+  // Theirs, with the variants' store as its parent (SharedConstants(parent)).
+  std::shared_ptr<SharedConstants> constants_;
 };
 
 // Per worker: what the observation needs of a node a variant's session runs, found once per node

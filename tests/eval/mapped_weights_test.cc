@@ -198,5 +198,101 @@ TEST(MappedWeights, SessionsSharingConstantsPackAndRoundAWeightOnce) {
   }
 }
 
+// A store with a parent (the evaluator's single-node sessions): forms of borrowed tensors and of
+// the parent's own forms come from the parent, found by the bytes whatever the copy; other tensors'
+// forms stay in the child.
+TEST(MappedWeights, AChildStoreTakesBorrowedTensorsAndTheParentsFormsFromTheParent) {
+  testing::ScratchDir dir("shared-child");
+  append_floats(dir / "w.bin", std::vector<float>(64, 1.5f));
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {2, 64}).output("y", onnx::TensorProto::FLOAT);
+  m.node("Mul", {"x", "w"}, {"y"}, "mul");
+  add_external(m, "w", {64}, "w.bin", 0);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+  const Graph g = load_onnx(dir / "m.onnx");
+  const Tensor& mapped = g.initializers.at("w");
+  ASSERT_TRUE(mapped.is_borrowed());
+  auto parent = std::make_shared<SharedConstants>();
+  SharedConstants child(parent);
+  int made = 0;
+  auto twice = [&made](const Tensor& t) {
+    ++made;
+    Tensor out = t;
+    for (float& v : out.span<float>()) v *= 2;
+    return out;
+  };
+  auto alias = [](const Tensor& t) { return std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}); };
+  const auto a = parent->get<Tensor>(alias(mapped), "x2", twice);
+  const Tensor copy = mapped;  // a subgraph's copy: the same bytes
+  const auto b = child.get<Tensor>(alias(copy), "x2", twice);
+  EXPECT_EQ(a.get(), b.get()) << "the child made its own form of a borrowed tensor";
+  EXPECT_EQ(made, 1);
+  // A form the parent made (a rounded copy) is the parent's to derive from, through the child too.
+  const auto a2 = parent->get<Tensor>(a, "x2", twice);
+  EXPECT_EQ(child.get<Tensor>(b, "x2", twice).get(), a2.get());
+  EXPECT_EQ(made, 2);
+  // A tensor of the child's own (in memory, not borrowed) gets a form in the child only.
+  const auto own = std::make_shared<const Tensor>(floats({2}, {1.0f, 2.0f}));
+  const auto c1 = child.get<Tensor>(own, "x2", twice);
+  const auto c2 = parent->get<Tensor>(own, "x2", twice);
+  EXPECT_NE(c1.get(), c2.get());
+  EXPECT_EQ(made, 4);
+  EXPECT_EQ(c1->data<float>()[1], 4.0f);
+  // Another borrowed tensor over other bytes is another entry.
+  struct Owner final : BorrowedMemory {
+    void release_pages(const std::byte*, std::size_t) const noexcept override {}
+  };
+  const Tensor other = Tensor::borrowed(DType::kFloat32, {32}, mapped.raw(), std::make_shared<const Owner>());
+  ASSERT_TRUE(other.is_borrowed());
+  EXPECT_NE(parent->get<Tensor>(alias(other), "x2", twice).get(), a.get()) << "same address, other shape";
+}
+
+// The evaluator's local-error sessions: a session over one node of a mapped model, given a child of
+// the model sessions' store, packs nothing again: its output has the bits of a session of its own.
+TEST(MappedWeights, ASubgraphSessionSharesTheModelSessionsPackedWeights) {
+  testing::ScratchDir dir("mapped-subgraph");
+  constexpr std::int64_t k = 2048, n = 4096, rows = 32;
+  constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);  // 32 MiB
+  {
+    std::vector<float> w(std::size_t(k * n));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 53) - 26) / 32.0f + 1e-4f;
+    append_floats(dir / "weights.bin", w);
+  }
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("z", onnx::TensorProto::FLOAT, {rows, n});
+  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
+  m.node("Relu", {"y"}, {"z"}, "relu");
+  add_external(m, "w", {k, n}, "weights.bin", 0);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+  std::vector<float> xv(std::size_t(rows * k));
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 4.0f;
+  const Tensor x = floats({rows, k}, xv);
+  const Graph g = load_onnx(dir / "m.onnx");
+  const std::size_t first[] = {0};
+  const Graph node = extract_subgraph(g, first, {});
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    SCOPED_TRACE(std::string(precision_name(precision)));
+    SessionOptions model;
+    model.precision = precision;
+    model.constants = std::make_shared<SharedConstants>();
+    Session whole(g, model);
+    whole.run({{"x", x}});
+    SessionOptions alone;
+    alone.precision = precision;
+    std::map<std::string, Tensor> expected;
+    {
+      Session s(node, alone);
+      expected = s.run({{"x", x}});
+    }
+    SessionOptions local = model;
+    local.constants = std::make_shared<SharedConstants>(model.constants);
+    const std::size_t before = resident_bytes();
+    Session one(node, local);
+    const auto y = one.run({{"x", x}});
+    EXPECT_LT(resident_bytes(), before + weight_bytes / 2) << "the subgraph's session packed the weight again";
+    EXPECT_EQ(std::memcmp(y.at("y").raw(), expected.at("y").raw(), expected.at("y").nbytes()), 0);
+  }
+}
+
 }  // namespace
 }  // namespace qeval::eval

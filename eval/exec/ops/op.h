@@ -6,11 +6,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <typeindex>
+#include <utility>
 #include <vector>
 
 #include "eval/exec/graph.h"
@@ -36,24 +38,39 @@ struct ValueMeta {
 DType storage_type(DType declared);
 
 // What ops derive from constant tensors (packed weights) and sessions from initializers (rounded
-// or widened copies), shared by every session given the same object (SessionOptions::constants:
-// the evaluator's worker threads, variants over one graph): made once, by whichever session asks
-// first, under a lock. Keyed by the tensor's address, the form's type and a key naming what else
-// the form depends on (a Gemm's transB): the tensors (the graphs' initializers) must outlive it.
+// or widened copies, device copies), shared by every session given the same object
+// (SessionOptions::constants: the evaluator's worker threads, variants over one graph): made once,
+// by whichever session asks first, under a lock. Keyed by the tensor, the form's type and a key
+// naming what else the form depends on (a Gemm's transB). A tensor is known by its address, and
+// must outlive the store (the graphs' initializers); a borrowed tensor (a mapped weight, whose
+// copies share its bytes) by its bytes' address, type and shape, so that its copies find its forms
+// (the store keeps one such copy: the bytes stay mapped).
 class SharedConstants {
  public:
+  SharedConstants() = default;
+  // A store of its own whose forms of the tensors `parent` can vouch for come from `parent`:
+  // borrowed tensors, and the forms `parent` made (a rounded copy, whose packed form is then
+  // `parent`'s too). The evaluator's single-node sessions (graphs that copy the model's tensors and
+  // live only as long as their worker) so share the model sessions' converted weights, packed forms
+  // and device copies, while their own tensors' forms go when they do.
+  explicit SharedConstants(std::shared_ptr<SharedConstants> parent) : parent_(std::move(parent)) {}
+
   template <class T, class Make>
   std::shared_ptr<const T> get(const std::shared_ptr<const Tensor>& tensor, const std::string& key, Make&& make) {
+    if (parent_ && (tensor->is_borrowed() || parent_->made(tensor.get())))
+      return parent_->get<T>(tensor, key, std::forward<Make>(make));
     Entry* e;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      e = &entries_[{tensor.get(), std::type_index(typeid(T)), key}];
+      e = &entries_[key_of(*tensor, std::type_index(typeid(T)), key)];
     }
     // Forms of different tensors are made in parallel; one form once.
     std::lock_guard<std::mutex> lock(e->making);
     if (!e->form) {
       e->form = std::make_shared<const T>(make(*tensor));
-      e->tensor = tensor;
+      e->tensor = tensor->is_borrowed() ? std::make_shared<const Tensor>(*tensor) : tensor;
+      std::lock_guard<std::mutex> made_lock(mutex_);
+      made_.insert(e->form.get());
     }
     return std::static_pointer_cast<const T>(e->form);
   }
@@ -64,8 +81,17 @@ class SharedConstants {
     std::shared_ptr<const Tensor> tensor;
     std::shared_ptr<const void> form;
   };
+  // (address, borrowed, "dtype shape" of a borrowed tensor, form type, key)
+  using Key = std::tuple<const void*, bool, std::string, std::type_index, std::string>;
+  static Key key_of(const Tensor& t, std::type_index type, const std::string& key);
+  bool made(const void* form) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return made_.contains(form);
+  }
+  std::shared_ptr<SharedConstants> parent_;
   std::mutex mutex_;
-  std::map<std::tuple<const Tensor*, std::type_index, std::string>, Entry> entries_;
+  std::map<Key, Entry> entries_;
+  std::set<const void*> made_;  // the forms made here
 };
 
 // Element (i_0, ..., i_k) of a dense destination over `counts` comes from

@@ -152,29 +152,36 @@ TEST(MappedWeights, APackedWeightReplacesItsMappedPagesInMemory) {
   EXPECT_EQ(std::memcmp(out.at("y").raw(), expected.at("y").raw(), expected.at("y").nbytes()), 0);
 }
 
-// The evaluator's threads and variants (SessionOptions::constants): two sessions over one graph
-// pack a weight once, and two fp16 sessions round and pack it once, with the same results as
-// sessions of their own; an fp16 session's rounded copy of a mapped weight does not stay in memory
-// beside its packed form.
-TEST(MappedWeights, SessionsSharingConstantsPackAndRoundAWeightOnce) {
-  testing::ScratchDir dir("mapped-shared");
-  constexpr std::int64_t k = 2048, n = 4096, rows = 32;
-  constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);  // 32 MiB
+// A 32 MiB weight in external data: y = x [32, 2048] * w [2048, 4096], then z = Relu(y) when
+// `relu`; the graph, written under `dir` and loaded (w borrowed from the mapping), and an input.
+constexpr std::int64_t kMappedK = 2048, kMappedN = 4096, kMappedRows = 32;
+constexpr std::size_t kMappedWeightBytes = std::size_t(kMappedK * kMappedN) * sizeof(float);
+std::pair<Graph, Tensor> mapped_matmul(const fs::path& dir, bool relu) {
+  constexpr std::int64_t k = kMappedK, n = kMappedN, rows = kMappedRows;
   {
     std::vector<float> w(std::size_t(k * n));
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 57) - 28) / 32.0f + 1e-4f;
     append_floats(dir / "weights.bin", w);
   }
   OnnxBuilder m;
-  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
+  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output(relu ? "z" : "y", onnx::TensorProto::FLOAT, {rows, n});
   m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
+  if (relu) m.node("Relu", {"y"}, {"z"}, "relu");
   add_external(m, "w", {k, n}, "weights.bin", 0);
   testing::write_bytes(dir / "m.onnx", m.bytes());
   std::vector<float> xv(std::size_t(rows * k));
   for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 11) - 5) / 4.0f;
-  const Tensor x = floats({rows, k}, xv);
-  const Graph g = load_onnx(dir / "m.onnx");
+  return {load_onnx(dir / "m.onnx"), floats({rows, k}, xv)};
+}
 
+// The evaluator's threads and variants (SessionOptions::constants): two sessions over one graph
+// pack a weight once, and two fp16 sessions round and pack it once, with the same results as
+// sessions of their own; an fp16 session's rounded copy of a mapped weight does not stay in memory
+// beside its packed form.
+TEST(MappedWeights, SessionsSharingConstantsPackAndRoundAWeightOnce) {
+  testing::ScratchDir dir("mapped-shared");
+  const std::size_t weight_bytes = kMappedWeightBytes;
+  const auto [g, x] = mapped_matmul(dir.path(), false);
   for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
     SCOPED_TRACE(std::string(precision_name(precision)));
     SessionOptions alone;
@@ -251,23 +258,8 @@ TEST(MappedWeights, AChildStoreTakesBorrowedTensorsAndTheParentsFormsFromThePare
 // the model sessions' store, packs nothing again: its output has the bits of a session of its own.
 TEST(MappedWeights, ASubgraphSessionSharesTheModelSessionsPackedWeights) {
   testing::ScratchDir dir("mapped-subgraph");
-  constexpr std::int64_t k = 2048, n = 4096, rows = 32;
-  constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);  // 32 MiB
-  {
-    std::vector<float> w(std::size_t(k * n));
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 53) - 26) / 32.0f + 1e-4f;
-    append_floats(dir / "weights.bin", w);
-  }
-  OnnxBuilder m;
-  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("z", onnx::TensorProto::FLOAT, {rows, n});
-  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
-  m.node("Relu", {"y"}, {"z"}, "relu");
-  add_external(m, "w", {k, n}, "weights.bin", 0);
-  testing::write_bytes(dir / "m.onnx", m.bytes());
-  std::vector<float> xv(std::size_t(rows * k));
-  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 4.0f;
-  const Tensor x = floats({rows, k}, xv);
-  const Graph g = load_onnx(dir / "m.onnx");
+  const std::size_t weight_bytes = kMappedWeightBytes;
+  const auto [g, x] = mapped_matmul(dir.path(), true);
   const std::size_t first[] = {0};
   const Graph node = extract_subgraph(g, first, {});
   for (Precision precision : {Precision::kFp32, Precision::kFp16}) {

@@ -148,8 +148,6 @@ class Session::Execution::State final : public ValueLender {
     // Host time outside the timed window (input copies, observers, releases), when profiling.
     const bool profile = profiling() && p_->executions > 1;
     HostTime outside(profile ? this : nullptr, s_.nodes_[step.node].op_type);
-    // A folded step's output is a constant: its inputs are read only for an observer (on a device
-    // backend, reading a device value here would copy it to the host: a Shape of an activation).
     // Its output buffers, an op's scratch or the copies of its inputs (a weight's first upload):
     // the graph asks for more than the machine has.
     auto out_of_memory = [&] {
@@ -159,6 +157,8 @@ class Session::Execution::State final : public ValueLender {
           if (id >= 0 && value_id == id) outputs.emplace_back(name, &p.metas[std::size_t(id)]);
       fail_out_of_memory(s_.graph_.source, s_.nodes_[step.node], outputs);
     };
+    // A folded step's output is a constant: its inputs are read only for an observer (on a device
+    // backend, reading a device value here would copy it to the host: a Shape of an activation).
     ins_.clear();
     try {
       if (!step.folded || observer_)

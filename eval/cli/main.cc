@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   app.add_option("--device", device,
                  "where models execute: cpu, or cuda[:N] for the CUDA backend on GPU N (default 0); nodes the "
-                 "GPU has no kernel for run on the CPU (docs/gpu.md)")
+                 "GPU has no kernel for run on the CPU; with models of 1 GiB of weights or more, run evaluates 2 units "
+                 "at once on a GPU; several GPUs: one process each with run --shard, then merge (docs/gpu.md)")
       ->default_str("cpu");
   std::string progress = "auto";
   app.add_option("--progress", progress,

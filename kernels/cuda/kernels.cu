@@ -797,13 +797,8 @@ __global__ void chain_kernel(const __grid_constant__ Chain c, const float* __res
     for (int k = 0; k < c.count; ++k) {
       const ChainStep& st = c.steps[k];
       if (st.kind == ChainStep::kQuantizeInt8 || st.kind == ChainStep::kQuantizeUInt8) {
-        // kernels/numeric.h quantize_to: saturate(round_half_even(x / scale) + zero point), NaN -> zp.
-        float qv = rintf(v / st.p0) + float(st.zero_point);
-        qv = qv == qv ? qv : float(st.zero_point);
         const bool s8 = st.kind == ChainStep::kQuantizeInt8;
-        const float hi = s8 ? 127.0f : 255.0f, lo = s8 ? -128.0f : 0.0f;
-        qv = qv > hi ? hi : qv;
-        qv = qv < lo ? lo : qv;
+        const float qv = quantize_to(v, st.p0, float(st.zero_point), s8);
         if (s8) static_cast<std::int8_t*>(y)[i] = static_cast<std::int8_t>(qv);
         else static_cast<std::uint8_t*>(y)[i] = static_cast<std::uint8_t>(qv);
         break;

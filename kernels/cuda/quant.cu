@@ -36,19 +36,13 @@ __global__ void quantize_kernel(const float* x, void* y, i64 n, const float* sca
                                 QuantAxis a, QuantTo to, bool saturate) {
   QEVAL_FOR(i, n) {
     const i64 c = channel_of(i, a);
-    const float q = __fdiv_rn(x[i], scale[c]);  // a division, as ONNX (not a reciprocal's product)
     if (to == QuantTo::kFloat8E4M3FN) {
-      static_cast<float*>(y)[i] = round_e4m3fn(q, saturate);
+      // a division, as ONNX (not a reciprocal's product)
+      static_cast<float*>(y)[i] = round_e4m3fn(__fdiv_rn(x[i], scale[c]), saturate);
       continue;
     }
-    // kernels/numeric.h quantize_to: saturate(round_half_even(x / scale) + zero point), NaN -> zp.
-    const float z = zp ? float(zp[c]) : 0.0f;
-    float v = __fadd_rn(rintf(q), z);
-    v = v == v ? v : z;
     const bool s8 = to == QuantTo::kInt8;
-    const float hi = s8 ? 127.0f : 255.0f, lo = s8 ? -128.0f : 0.0f;
-    v = v > hi ? hi : v;
-    v = v < lo ? lo : v;
+    const float v = quantize_to(x[i], scale[c], zp ? float(zp[c]) : 0.0f, s8);
     if (s8) static_cast<std::int8_t*>(y)[i] = static_cast<std::int8_t>(v);
     else static_cast<std::uint8_t*>(y)[i] = static_cast<std::uint8_t>(v);
   }

@@ -112,13 +112,18 @@ Node quant_node(const std::string& op, int opset, std::int64_t axis, std::size_t
   return n;
 }
 
+// The scale forms of the [2, 24, 33] inputs below along axis 1.
+struct ScaleForm {
+  Shape shape;
+  std::string name;
+};
+const ScaleForm kScaleForms[] = {{Shape{}, "per-tensor"}, {Shape{24}, "per-axis"}};
+
 TEST(CudaQuant, QuantizeLinearGivesTheCpuBits) {
   QEVAL_CUDA_OR_SKIP(backend);
   const Shape x{2, 24, 33};
-  for (std::int64_t channels : {1, 24}) {
-    const Shape s = channels == 1 ? Shape{} : Shape{channels};
+  for (const auto& [s, form] : kScaleForms) {
     const Tensor scale = scales(s, 3);
-    const std::string form = channels == 1 ? "per-tensor" : "per-axis";
     Tensor zp8 = integers<std::int8_t>(s, 5, -20, 20), zpu8 = integers<std::uint8_t>(s, 6, 100, 150);
     expect_cpu_bits(quant_node("QuantizeLinear", 13, 1, 3),
                     {{floats(x, 1, 8.0f)}, {scale, true}, {zp8, true, DType::kInt8}}, form + " int8");
@@ -145,10 +150,8 @@ TEST(CudaQuant, QuantizeLinearGivesTheCpuBits) {
 TEST(CudaQuant, DequantizeLinearGivesTheCpuBits) {
   QEVAL_CUDA_OR_SKIP(backend);
   const Shape x{2, 24, 33};
-  for (std::int64_t channels : {1, 24}) {
-    const Shape s = channels == 1 ? Shape{} : Shape{channels};
+  for (const auto& [s, form] : kScaleForms) {
     const Tensor scale = scales(s, 13);
-    const std::string form = channels == 1 ? "per-tensor" : "per-axis";
     expect_cpu_bits(quant_node("DequantizeLinear", 13, 1, 3),
                     {{integers<std::int8_t>(x, 1, -128, 127), false, DType::kInt8},
                      {scale, true},

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cuda_pipeline.h>
+#include <mma.h>
 
 #include <cmath>
 #include <cstdint>
@@ -783,6 +785,210 @@ __global__ void attention_probs_kernel(const float* s, T* p, i64 n, AttentionArg
     pr[j] = store_as<T>(round_as(float(double(expf(score(j) - m)) / sum), a.round_probs));
 }
 
+// ---- attention on tensor cores (16-bit operands) ---------------------------------------------------
+
+// attention_kernel's two walks over the keys (each row's maximum and sum online, then the
+// normalised probabilities rounded to T times V) with both products on tensor cores: wmma 16x16x16
+// with FP32 accumulators; the exponentials as flash-attention kernels take them (exp2_approx of the
+// scaled score's FMA with log2 e), the normalisation a product with the sum's reciprocal. Q, K^T and V are first copied to T (exact) padded with zeros to whole
+// tiles (tc_pad_kernel), so the tiles arrive in shared memory as aligned 16-byte asynchronous
+// copies. A block: 4 warps, 16 query rows each, key tiles of 64; a tile's scores pass through
+// shared memory (each warp its own rows, two lanes a row) for the softmax. Fixed order
+// everywhere, no atomics.
+constexpr int kTcRows = 64, kTcKeys = 64, kTcThreads = 128, kTcPad = 8, kTcScoreStride = kTcKeys + 4,
+              kTcMaxDim = 256;
+
+// The padded copies' sizes and the shared tiles' byte offsets: q [kTcRows][dp + pad], kt [dp][kTcKeys
+// + pad], v [kTcKeys][dvp + pad] (T), scores [kTcRows][kTcScoreStride] (float), probabilities
+// [kTcRows][kTcKeys + pad] (T); dp, dvp: head_dim and v_dim rounded up to 16, Lp and Lkp: q_len and
+// kv_len rounded up to 64 (zeros past them).
+struct TcLayout {
+  int dp, dvp;
+  i64 Lp, Lkp;
+  unsigned q, k, v, s, p, total;
+};
+__host__ __device__ inline unsigned tc_up(unsigned b) { return (b + 127) / 128 * 128; }
+__host__ __device__ inline TcLayout tc_layout(i64 L, i64 Lk, int d, int dv) {
+  TcLayout t{};
+  t.dp = (d + 15) / 16 * 16;
+  t.dvp = (dv + 15) / 16 * 16;
+  t.Lp = (L + kTcRows - 1) / kTcRows * kTcRows;
+  t.Lkp = (Lk + kTcKeys - 1) / kTcKeys * kTcKeys;
+  t.q = 0;
+  t.k = t.q + tc_up(2u * kTcRows * (t.dp + kTcPad));
+  t.v = t.k + tc_up(2u * t.dp * (kTcKeys + kTcPad));
+  t.s = t.v + tc_up(2u * kTcKeys * (t.dvp + kTcPad));
+  t.p = t.s + tc_up(4u * kTcRows * kTcScoreStride);
+  t.total = t.p + tc_up(2u * kTcRows * (kTcKeys + kTcPad));
+  return t;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+// 2^x by the hardware's approximation (relative error ~2^-22, subnormal results flushed to zero), as
+// flash-attention kernels compute the softmax's exponentials: far below the probabilities' 16-bit
+// rounding.
+__device__ inline float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// y [batch][rows_p][cols_p] (T) = x [batch][rows][cols] (float, exact in T), zeros past rows and cols.
+template <class T>
+__global__ void tc_pad_kernel(const float* x, T* y, i64 rows, i64 cols, i64 rows_p, i64 cols_p, i64 n) {
+  QEVAL_FOR(i, n) {
+    const i64 c = i % cols_p, r = (i / cols_p) % rows_p, b = i / (cols_p * rows_p);
+    y[i] = store_as<T>(r < rows && c < cols ? x[(b * rows + r) * cols + c] : 0.0f);
+  }
+}
+
+// `rows` rows of `row_bytes` (a multiple of 16) from global `src` (pitch `src_pitch` bytes) to shared
+// `dst` (pitch `dst_pitch`), 16 bytes a copy, all in flight at once (cp.async); the caller waits.
+__device__ inline void tc_copy_rows(void* dst, int dst_pitch, const void* src, i64 src_pitch, int rows, int row_bytes) {
+  const int chunks = row_bytes / 16;
+  for (int idx = threadIdx.x; idx < rows * chunks; idx += kTcThreads) {
+    const int r = idx / chunks, c = idx % chunks;
+    __pipeline_memcpy_async(static_cast<char*>(dst) + r * dst_pitch + c * 16,
+                            static_cast<const char*>(src) + r * src_pitch + c * 16, 16);
+  }
+}
+
+// NV: output column tiles of 16 a warp accumulates (at least v_dim / 16 rounded up). q, kt, v: the
+// padded copies.
+template <class T, int NV>
+__global__ void __launch_bounds__(kTcThreads)
+    attention16_kernel(AttentionArgs a, const T* __restrict__ q, const T* __restrict__ kt,
+                       const T* __restrict__ v, float* __restrict__ out) {
+  using namespace nvcuda;
+  using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+  using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
+  using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  const TcLayout lay = tc_layout(a.q_len, a.kv_len, a.d, a.dv);
+  const int dv = a.dv, dp = lay.dp, dvp = lay.dvp;
+  const int ldq = dp + kTcPad, ldk = kTcKeys + kTcPad, ldv = dvp + kTcPad, ldp = kTcKeys + kTcPad;
+  T* qs = reinterpret_cast<T*>(tc_smem + lay.q);
+  T* ks = reinterpret_cast<T*>(tc_smem + lay.k);
+  T* vs = reinterpret_cast<T*>(tc_smem + lay.v);
+  float* ss = reinterpret_cast<float*>(tc_smem + lay.s);
+  T* ps = reinterpret_cast<T*>(tc_smem + lay.p);
+  const i64 L = a.q_len, Lk = a.kv_len, Lkp = lay.Lkp, e = blockIdx.y, i0 = i64(blockIdx.x) * kTcRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* qe = q + (e * lay.Lp + i0) * dp;
+  const T* ke = kt + e * dp * Lkp;
+  const T* ve = v + e * Lkp * dvp;
+  tc_copy_rows(qs, 2 * ldq, qe, 2 * dp, kTcRows, 2 * dp);
+  // A lane's softmax share: row `row` of the block, columns [c0, c0 + 32) of the tile.
+  const int row = warp * 16 + lane / 2, c0 = (lane % 2) * 32;
+  float m = -INFINITY, l = 0.0f, inv_l = 0.0f, base1 = 0.0f;
+  Acc o[NV];
+#pragma unroll
+  for (int n = 0; n < NV; ++n) wmma::fill_fragment(o[n], 0.0f);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (i64 j0 = 0; j0 < Lk; j0 += kTcKeys) {
+      const int jn = int(Lk - j0 < kTcKeys ? Lk - j0 : kTcKeys);
+      __syncthreads();  // the previous tile's readers are done
+      tc_copy_rows(ks, 2 * ldk, ke + j0, 2 * Lkp, dp, 2 * kTcKeys);
+      if (pass == 1) tc_copy_rows(vs, 2 * ldv, ve + j0 * dvp, 2 * dvp, kTcKeys, 2 * dvp);
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
+      __syncthreads();
+      {
+        Acc sc[4];
+#pragma unroll
+        for (int n = 0; n < 4; ++n) wmma::fill_fragment(sc[n], 0.0f);
+        for (int k0 = 0; k0 < dp; k0 += 16) {
+          FragA fa;
+          wmma::load_matrix_sync(fa, qs + warp * 16 * ldq + k0, ldq);
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            FragB fb;
+            wmma::load_matrix_sync(fb, ks + k0 * ldk + n * 16, ldk);
+            wmma::mma_sync(sc[n], fa, fb, sc[n]);
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+          wmma::store_matrix_sync(ss + warp * 16 * kTcScoreStride + n * 16, sc[n], kTcScoreStride, wmma::mem_row_major);
+      }
+      __syncwarp();
+      // The lane's 32 scaled scores (-inf past the keys), in scaled units.
+      const float4* sr = reinterpret_cast<const float4*>(ss + row * kTcScoreStride + c0);
+      const int valid = jn - c0;
+      auto scaled = [&](int i, float4 x4, float out[4]) {
+        const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) out[u] = i * 4 + u < valid ? x[u] * a.scale : -INFINITY;
+      };
+      if (pass == 0) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float t[4];
+          scaled(i, sr[i], t);
+          mx = MaxF{}(mx, MaxF{}(MaxF{}(t[0], t[1]), MaxF{}(t[2], t[3])));
+        }
+        mx = MaxF{}(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float mn = MaxF{}(m, mx), base = -mn * kLog2e;
+        const float alpha = m == mn ? 1.0f : exp2_approx(__fmaf_rn(m, kLog2e, base));
+        float rs = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float t[4];
+          scaled(i, sr[i], t);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) rs = rs + exp2_approx(__fmaf_rn(t[u], kLog2e, base));
+        }
+        rs = rs + __shfl_xor_sync(0xffffffffu, rs, 1);
+        l = l * alpha + rs;
+        m = mn;
+        continue;
+      }
+      if (j0 == 0) inv_l = 1.0f / l, base1 = -m * kLog2e;  // the walk's row statistics are final
+      uint4* pr = reinterpret_cast<uint4*>(ps + row * ldp + c0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        alignas(16) T p8[8];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float t[4];
+          scaled(2 * i + h, sr[2 * i + h], t);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) p8[h * 4 + u] = store_as<T>(exp2_approx(__fmaf_rn(t[u], kLog2e, base1)) * inv_l);
+        }
+        pr[i] = *reinterpret_cast<const uint4*>(p8);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int k0 = 0; k0 < kTcKeys; k0 += 16) {
+        FragA fa;
+        wmma::load_matrix_sync(fa, ps + warp * 16 * ldp + k0, ldp);
+#pragma unroll
+        for (int n = 0; n < NV; ++n) {
+          if (n * 16 >= dvp) break;
+          FragB fb;
+          wmma::load_matrix_sync(fb, vs + k0 * ldv + n * 16, ldv);
+          wmma::mma_sync(o[n], fa, fb, o[n]);
+        }
+      }
+    }
+  }
+  // The output through the warp's own score rows, 16 columns at a time.
+  float* st = ss + warp * 16 * kTcScoreStride;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    if (n * 16 >= dv) break;
+    __syncwarp();
+    wmma::store_matrix_sync(st, o[n], kTcScoreStride, wmma::mem_row_major);
+    __syncwarp();
+    for (int idx = lane; idx < 256; idx += 32) {
+      const int r = idx / 16, c = n * 16 + idx % 16;
+      const i64 orow = i0 + warp * 16 + r;
+      if (orow < L && c < dv) out[(e * L + orow) * dv + c] = st[r * kTcScoreStride + idx % 16];
+    }
+  }
+}
+
 __global__ void scale_kernel(const float* x, float* y, i64 n, bool divide, float c) {
   QEVAL_FOR(i, n) y[i] = divide ? x[i] / c : x[i] * c;
 }
@@ -1080,6 +1286,77 @@ void attention(const AttentionShape& s, const float* q, const float* kt, const f
   else if (s.v_dim <= 128) two ? launch(attention_kernel<2, true>) : launch(attention_kernel<2, false>);
   else two ? launch(attention_kernel<4, true>) : launch(attention_kernel<4, false>);
   check_launch("attention");
+}
+
+bool attention16_supported(const AttentionShape& s) {
+  if ((s.round_probs != RoundTo::kFp16 && s.round_probs != RoundTo::kBf16) || s.inputs_exact != s.round_probs ||
+      s.round_scores != RoundTo::kNone || s.round_scaled != RoundTo::kNone ||
+      s.head_dim <= 0 || s.head_dim > kTcMaxDim || s.v_dim <= 0 || s.v_dim > kTcMaxDim || s.kv_len <= 0 ||
+      s.q_len <= 0 || s.batch <= 0 || s.batch > 65535 || (s.q_len + kTcRows - 1) / kTcRows > INT32_MAX)
+    return false;
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return tc_layout(s.q_len, s.kv_len, int(s.head_dim), int(s.v_dim)).total <= unsigned(optin);
+}
+
+namespace {
+// The padded copies' element counts: Q, K^T, V.
+struct TcCopies {
+  i64 q, k, v;
+};
+TcCopies tc_copies(const AttentionShape& s) {
+  const TcLayout t = tc_layout(s.q_len, s.kv_len, int(s.head_dim), int(s.v_dim));
+  return {s.batch * t.Lp * t.dp, s.batch * t.dp * t.Lkp, s.batch * t.Lkp * t.dvp};
+}
+i64 tc_aligned(i64 elements) { return (elements * 2 + 255) / 256 * 256; }
+}  // namespace
+
+std::size_t attention16_scratch_bytes(const AttentionShape& s) {
+  const TcCopies c = tc_copies(s);
+  return std::size_t(tc_aligned(c.q) + tc_aligned(c.k) + tc_aligned(c.v));
+}
+
+void attention16(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out, void* scratch,
+                 Stream st) {
+  if (s.batch <= 0 || s.q_len <= 0 || s.v_dim <= 0) return;
+  if (!attention16_supported(s)) throw std::logic_error("CUDA attention16: unsupported shape");
+  // The scale as a product (a Div's by the reciprocal).
+  const float scale = s.scale_kind == ScoreScale::kMul ? s.scale : s.scale_kind == ScoreScale::kDiv ? 1.0f / s.scale : 1.0f;
+  const AttentionArgs a{s.q_len, s.kv_len, int(s.head_dim), int(s.v_dim), ScoreScale::kMul, scale,
+                        RoundTo::kNone, RoundTo::kNone, s.round_probs};
+  const TcLayout t = tc_layout(s.q_len, s.kv_len, a.d, a.dv);
+  const TcCopies c = tc_copies(s);
+  char* base = static_cast<char*>(scratch);
+  const dim3 grid(unsigned(t.Lp / kTcRows), unsigned(s.batch));
+  auto dispatch = [&](auto zero) {
+    using T = decltype(zero);
+    T* qh = reinterpret_cast<T*>(base);
+    T* kh = reinterpret_cast<T*>(base + tc_aligned(c.q));
+    T* vh = reinterpret_cast<T*>(base + tc_aligned(c.q) + tc_aligned(c.k));
+    tc_pad_kernel<<<blocks_for(c.q), kThreads, 0, stream_of(st)>>>(q, qh, s.q_len, s.head_dim, t.Lp, t.dp, c.q);
+    tc_pad_kernel<<<blocks_for(c.k), kThreads, 0, stream_of(st)>>>(kt, kh, s.head_dim, s.kv_len, t.dp, t.Lkp, c.k);
+    tc_pad_kernel<<<blocks_for(c.v), kThreads, 0, stream_of(st)>>>(v, vh, s.kv_len, s.v_dim, t.Lkp, t.dvp, c.v);
+    check_launch("attention16 (copies)");
+    auto launch = [&](auto kernel) {
+      if (t.total > 48 * 1024 &&
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.total)) != cudaSuccess)
+        check_launch("attention16 (shared memory)");
+      kernel<<<grid, kTcThreads, t.total, stream_of(st)>>>(a, qh, kh, vh, out);
+    };
+    const int tiles = t.dvp / 16;
+    if (tiles <= 3) launch(attention16_kernel<T, 3>);
+    else if (tiles <= 5) launch(attention16_kernel<T, 5>);
+    else if (tiles <= 8) launch(attention16_kernel<T, 8>);
+    else if (tiles <= 10) launch(attention16_kernel<T, 10>);
+    else launch(attention16_kernel<T, 16>);
+  };
+  if (s.round_probs == RoundTo::kFp16) dispatch(__half{});
+  else dispatch(__nv_bfloat16{});
+  check_launch("attention16");
 }
 
 void attention_probs(const AttentionShape& a, const float* scores, void* probs, std::int64_t rows, Stream st) {

@@ -210,6 +210,20 @@ bool attention_supported(const AttentionShape& s);
 // scores. FP32 without FMA, in a fixed order (the same bits every run). With round_probs the
 // probabilities are normalised and rounded before the product, as the unfused Softmax's output is.
 void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out, Stream st);
+// attention() as deployments' flash-attention kernels compute it, for Q, K^T and V exact in the
+// 16-bit format the probabilities are rounded to (round_probs == inputs_exact, fp16 or bf16; scores
+// and scaled scores not rounded): both products on tensor cores with FP32 sums (their order, not
+// attention()'s), the scale as a product (by the reciprocal for kDiv), exponentials by the hardware's
+// exp2 approximation (~2^-22 relative), each row's maximum and sum in a first walk over the keys,
+// the probabilities (times the sum's reciprocal) rounded to the format times V in a second. The
+// scores never reach global memory; the same bits every run. head_dim and v_dim up to 256 (any,
+// padded to 16).
+// `scratch`: attention16_scratch_bytes of device memory (16-bit copies of Q, K^T and V padded to
+// whole tiles, ~2 bytes an input element).
+bool attention16_supported(const AttentionShape& s);
+std::size_t attention16_scratch_bytes(const AttentionShape& s);
+void attention16(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out, void* scratch,
+                 Stream st);
 // The probabilities of attention's stored scores (`rows` rows of kv_len, dense): each score
 // rounded, scaled and rounded as the shape says, the row's softmax (kc::softmax's order and
 // formula), rounded to round_probs and stored in that format (fp16 / bf16: 2 bytes an element,

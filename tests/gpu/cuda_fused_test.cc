@@ -14,12 +14,14 @@
 #include <random>
 
 #include "eval/exec/cuda/cuda_backend.h"
+#include "eval/exec/cuda/device_memory.h"
 #include "eval/exec/onnx_import.h"
 #include "eval/exec/plan.h"
 #include "eval/exec/session.h"
 #include "eval/onnx_builder.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/unfused_backend.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/error.h"
 
 namespace qeval::eval {
@@ -85,9 +87,24 @@ TEST(CudaFused, AttentionMatchesTheCpuKernelAndObservedRunsGiveItsBits) {
       {3, 70, 77, 42, 42, ScoreScale::kMul, no, no, no},  // head_dim 42: FP32 GEMMs
       // Scores of 275 MB an entry: chunks of 4096 rows and of 104, entry by entry.
       {2, 4200, 16384, 8, 8, ScoreScale::kMul, no, no, h, h},
+      // Tensor cores' shapes: cross-attention (77 keys) at SD 1.5's widest heads, tails, padded
+      // head and value widths, the widest heads taken, bf16.
+      {2, 300, 77, 160, 160, ScoreScale::kMul, no, no, h, h},
+      {3, 70, 77, 40, 40, ScoreScale::kMul, no, no, h, h},
+      {2, 65, 129, 42, 20, ScoreScale::kDiv, no, no, h, h},
+      {1, 64, 100, 256, 256, ScoreScale::kMul, no, no, h, h},
+      {2, 130, 200, 64, 64, ScoreScale::kDiv, no, no, b, b},
   };
+  // 16-bit cases run in both their forms: the default (tensor cores, kernels::cuda::attention16,
+  // where the scores are not rounded) and GEMMs.
+  std::vector<std::pair<AttentionCase, const char*>> runs;
   for (const AttentionCase& c : cases) {
-    SCOPED_TRACE(describe(c));
+    runs.emplace_back(c, "");
+    if (c.exact != no) runs.emplace_back(c, "gemm");
+  }
+  for (const auto& [c, form] : runs) {
+    SCOPED_TRACE(describe(c) + (*form ? std::string(" form ") + form : std::string()));
+    ASSERT_EQ(::setenv("QEVAL_CUDA_ATTENTION", form, 1), 0);
     kernels::AttentionShape s;
     s.batch = c.batch;
     s.q_len = c.q_len;
@@ -135,6 +152,17 @@ TEST(CudaFused, AttentionMatchesTheCpuKernelAndObservedRunsGiveItsBits) {
     const Tensor o = out.to_host();
     EXPECT_TRUE(same_bits(o, again.to_host())) << "a second run gave other bits";
     EXPECT_TRUE(same_bits(o, got.back().to_host())) << "the observed run's output differs from run()'s";
+    if (!*form && kernels::cuda::attention16_supported(s)) {  // the default where it applies
+      Tensor direct(DType::kFloat32, out_shape, mem),
+          scratch(DType::kUInt8, {std::int64_t(kernels::cuda::attention16_scratch_bytes(s))}, mem);
+      CudaMemory& cm = static_cast<CudaMemory&>(*mem);
+      const auto held = cm.lock();
+      kernels::cuda::attention16(s, static_cast<const float*>(dq.device_data()),
+                                 static_cast<const float*>(dk.device_data()),
+                                 static_cast<const float*>(dv.device_data()), static_cast<float*>(direct.device_data()),
+                                 scratch.device_data(), cm.stream());
+      EXPECT_TRUE(same_bits(o, direct.to_host())) << "the 16-bit default is not kernels::cuda::attention16";
+    }
     const bool rounded = c.scores != no || c.scaled != no || c.probs != no;
     // Rounded members: a last-bit FP32 difference can move a value by one fp16/bf16 ulp.
     const double tolerance = rounded ? 2e-3 : 1e-5;
@@ -142,8 +170,9 @@ TEST(CudaFused, AttentionMatchesTheCpuKernelAndObservedRunsGiveItsBits) {
     EXPECT_LE(rel, tolerance) << "output";
     for (std::size_t i = 0; i + 1 < want.size(); ++i)
       EXPECT_LE(rel_l2(want[i], got[i].to_host()), tolerance) << "member " << i;
-    std::printf("  %-70s rel-L2 %.2e\n", describe(c).c_str(), rel);
+    std::printf("  %-70s %-4s rel-L2 %.2e\n", describe(c).c_str(), form, rel);
   }
+  ::unsetenv("QEVAL_CUDA_ATTENTION");
 }
 
 // Shapes the flash kernel does not take (head_dim not a multiple of 4, past its shared memory) run

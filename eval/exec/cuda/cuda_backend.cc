@@ -1280,24 +1280,27 @@ std::unique_ptr<StepKernel> compile_slabs(const Site& s, bool concat) {
 // memory's lock): 16-bit copies of Q, K^T and V, and a chunk of scores and probabilities.
 using AttentionScratch = Scratch;
 
-// MatMul(Q, K^T) -> [Mul | Div by a scalar] -> Softmax -> MatMul(., V) as one device step. Two
-// forms of the same arithmetic:
-// - as GEMMs (the default where Q, K^T and V are exact in the probabilities' 16-bit format, as in
-//   fp16/bf16 variants; QEVAL_CUDA_ATTENTION=gemm for every shape): the scores of a chunk of
-//   entries and rows (at most kScoreBytes) by cuBLAS, the probabilities by kc::attention_probs,
-//   their product with V by cuBLAS; 16-bit operands on tensor cores with FP32 sums where exact,
-//   else pedantic FP32. The scores exist only a chunk at a time.
-// - kc::attention (FP32 SIMT, flash style: the scores never exist), where the shape fits it.
+// MatMul(Q, K^T) -> [Mul | Div by a scalar] -> Softmax -> MatMul(., V) as one device step. Three
+// forms of the same arithmetic (QEVAL_CUDA_ATTENTION=tc|gemm|fused picks one where it applies):
+// - kc::attention16 (the default where Q, K^T and V are exact in the probabilities' 16-bit format,
+//   as in fp16/bf16 variants): both products on tensor cores with FP32 sums, flash style (the scores
+//   never exist).
+// - as GEMMs (16-bit shapes attention16 does not take, FP32 shapes the flash kernel does not
+//   take): the scores of a chunk of entries and rows (at most kScoreBytes) by cuBLAS, the
+//   probabilities by kc::attention_probs, their product with V by cuBLAS; 16-bit operands on tensor
+//   cores with FP32 sums where exact, else pedantic FP32. The scores exist only a chunk at a time.
+// - kc::attention (FP32 SIMT, flash style: the scores never exist), the FP32 default.
 // Observed (run_all), the members' outputs come from the kernels their nodes run (the scores'
 // GEMM as compile_matmul runs it, the scale, row softmax, rounding as the executor rounds them)
 // and the output from the same computation as run(): the same bits either way.
 class CudaAttention final : public FusedKernel {
  public:
   static constexpr i64 kScoreBytes = i64(256) << 20;
+  enum class Form : std::uint8_t { kFlash, kTensorCores, kGemms };
   CudaAttention(const kernels::AttentionShape& shape, std::shared_ptr<CudaMemory> memory, cublasHandle_t blas,
-                cublasHandle_t blas16, std::shared_ptr<AttentionScratch> scratch, bool gemms, std::optional<bool> sixteen)
+                cublasHandle_t blas16, std::shared_ptr<AttentionScratch> scratch, Form form, std::optional<bool> sixteen)
       : shape_(shape), memory_(std::move(memory)), blas_(blas), blas16_(blas16), scratch_(std::move(scratch)),
-        gemms_(gemms), half_(sixteen) {}
+        form_(form), half_(sixteen) {}
   void run(std::span<const Tensor* const> in, Tensor& out) override {
     const auto held = memory_->lock();
     product(in, fptr(&out));
@@ -1370,7 +1373,10 @@ class CudaAttention final : public FusedKernel {
   // `made`: 16-bit copies of the inputs already in the scratch (copies16 with chunking()'s bytes).
   void product(std::span<const Tensor* const> in, float* y, const Copies* made = nullptr) {
     const kernels::AttentionShape& a = shape_;
-    if (!gemms_) return kc::attention(a, fptr(in[0]), fptr(in[1]), fptr(in[2]), y, memory_->stream());
+    if (form_ == Form::kFlash) return kc::attention(a, fptr(in[0]), fptr(in[1]), fptr(in[2]), y, memory_->stream());
+    if (form_ == Form::kTensorCores)  // its padded copies replace `made` (dead after the scores' GEMM)
+      return kc::attention16(a, fptr(in[0]), fptr(in[1]), fptr(in[2]), y,
+                             scratch_->get(*memory_, kc::attention16_scratch_bytes(a)), memory_->stream());
     const i64 L = a.q_len, Lk = a.kv_len, d = a.head_dim, dv = a.v_dim;
     if (a.batch <= 0 || L <= 0 || dv <= 0) return;
     const Chunking ch = chunking();
@@ -1408,7 +1414,7 @@ class CudaAttention final : public FusedKernel {
   std::shared_ptr<CudaMemory> memory_;
   cublasHandle_t blas_, blas16_;
   std::shared_ptr<AttentionScratch> scratch_;
-  bool gemms_;                // the GEMM form (else kc::attention)
+  Form form_;
   std::optional<bool> half_;  // 16-bit operands (true: bf16), else FP32
 };
 
@@ -1556,15 +1562,17 @@ class CudaBackend final : public Backend {
     const bool exact16 = shape.inputs_exact != kernels::RoundTo::kNone && shape.inputs_exact == shape.round_probs;
     std::optional<bool> half;
     if (exact16 && !sixteen_bit_off()) half = shape.inputs_exact == kernels::RoundTo::kBf16;
-    static const std::string form = [] {
-      const char* v = std::getenv("QEVAL_CUDA_ATTENTION");
-      return std::string(v ? v : "");
-    }();
-    const bool gemms = form == "gemm" || (form != "fused" && half) || !kc::attention_supported(shape);
-    if (gemms && (shape.q_len > INT32_MAX || shape.kv_len > INT32_MAX || shape.batch > INT32_MAX))
+    // Read at every plan (not once): tests compare the forms in one process.
+    const char* env = std::getenv("QEVAL_CUDA_ATTENTION");
+    const std::string asked = env ? env : "";
+    using Form = CudaAttention::Form;
+    Form form = Form::kGemms;
+    if (half && asked != "gemm" && asked != "fused" && kc::attention16_supported(shape)) form = Form::kTensorCores;
+    else if (asked != "gemm" && (!half || asked == "fused") && kc::attention_supported(shape)) form = Form::kFlash;
+    if (form == Form::kGemms && (shape.q_len > INT32_MAX || shape.kv_len > INT32_MAX || shape.batch > INT32_MAX))
       return nullptr;  // the nodes run one by one
     if (!attention_scratch_) attention_scratch_ = std::make_shared<AttentionScratch>();
-    return std::make_shared<CudaAttention>(shape, memory_, blas_, blas16_, attention_scratch_, gemms, half);
+    return std::make_shared<CudaAttention>(shape, memory_, blas_, blas16_, attention_scratch_, form, half);
   }
   std::shared_ptr<FusedKernel> elementwise_chain(std::vector<ChainStage> stages) override {
     return make_chain(stages, memory_);

@@ -7,6 +7,7 @@
 #include <cuda_pipeline.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,15 +23,33 @@ namespace {
 
 using namespace launch;
 
-// Offset of operand k for dense index i of the walk.
-__device__ inline i64 walk_offset(const Walk& w, int k, i64 i) {
-  i64 off = w.base[k];
-  for (int d = w.rank - 1; d >= 0; --d) {
-    const i64 c = w.counts[d];
-    off += (i % c) * w.strides[k][d];
-    i /= c;
-  }
-  return off;
+// Offsets of operands 0..K-1 for dense index i of a walk of n elements: one division per axis but
+// the outermost, shared by the operands, in 32 bits where n allows (64-bit divisions are several
+// times slower, and elementwise kernels are mostly index arithmetic).
+template <int K>
+__device__ inline void walk_offsets(const Walk& w, i64 n, i64 i, i64 (&off)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) off[k] = w.base[k];
+  auto walk = [&](auto u) {
+    using U = decltype(u);
+    for (int d = w.rank - 1; d > 0; --d) {
+      const U c = U(w.counts[d]), q = u / c, r = u - q * c;
+#pragma unroll
+      for (int k = 0; k < K; ++k) off[k] += i64(r) * w.strides[k][d];
+      u = q;
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) off[k] += i64(u) * w.strides[k][0];
+  };
+  if (n <= i64(0xffffffffu)) walk(unsigned(i));
+  else walk(i);
+}
+
+// (i / repeat) % period, in 32 bits where n (above i) allows.
+__device__ inline i64 block_index(i64 i, i64 n, i64 repeat, i64 period) {
+  if (n <= i64(0xffffffffu) && repeat <= i64(0xffffffffu) && period <= i64(0xffffffffu))
+    return i64((unsigned(i) / unsigned(repeat)) % unsigned(period));
+  return (i / repeat) % period;
 }
 
 i64 walk_numel(const Walk& w) {
@@ -39,11 +58,40 @@ i64 walk_numel(const Walk& w) {
   return n;
 }
 
+// The same walk with size-1 axes dropped and adjacent axes merged where every operand steps through
+// them as through one (the same offsets for every index, fewer divisions).
+Walk coalesced(const Walk& w) {
+  Walk c;
+  for (int k = 0; k < 4; ++k) c.base[k] = w.base[k];
+  for (int d = 0; d < w.rank; ++d) {
+    if (w.counts[d] == 1) continue;
+    bool merge = c.rank > 0;
+    for (int k = 0; k < 4 && merge; ++k) merge = c.strides[k][c.rank - 1] == w.strides[k][d] * w.counts[d];
+    if (merge) {
+      c.counts[c.rank - 1] *= w.counts[d];
+      for (int k = 0; k < 4; ++k) c.strides[k][c.rank - 1] = w.strides[k][d];
+      continue;
+    }
+    c.counts[c.rank] = w.counts[d];
+    for (int k = 0; k < 4; ++k) c.strides[k][c.rank] = w.strides[k][d];
+    ++c.rank;
+  }
+  if (c.rank == 0) {
+    c.rank = 1;
+    c.counts[0] = 1;
+  }
+  return c;
+}
+
 // ---- data movement ----------------------------------------------------------------------------
 
 template <class T>
 __global__ void strided_copy_kernel(const T* src, T* dst, Walk w, i64 n) {
-  QEVAL_FOR(i, n) dst[walk_offset(w, 1, i)] = src[walk_offset(w, 0, i)];
+  QEVAL_FOR(i, n) {
+    i64 off[2];
+    walk_offsets(w, n, i, off);
+    dst[off[1]] = src[off[0]];
+  }
 }
 
 template <class T>
@@ -239,8 +287,10 @@ template <class T>
 __global__ void binary_kernel(Binary op, const T* a, const T* b, void* y, Walk w, i64 n) {
   const bool cmp = op >= Binary::kEqual;
   QEVAL_FOR(i, n) {
-    const T x = a[walk_offset(w, 0, i)];
-    const T z = b[walk_offset(w, 1, i)];
+    i64 off[2];
+    walk_offsets(w, n, i, off);
+    const T x = a[off[0]];
+    const T z = b[off[1]];
     if (cmp) static_cast<bool*>(y)[i] = compare(op, x, z);
     else static_cast<T*>(y)[i] = arith(op, x, z);
   }
@@ -248,7 +298,11 @@ __global__ void binary_kernel(Binary op, const T* a, const T* b, void* y, Walk w
 
 template <class T>
 __global__ void where_kernel(const bool* c, const T* x, const T* y, T* out, Walk w, i64 n) {
-  QEVAL_FOR(i, n) out[i] = c[walk_offset(w, 0, i)] ? x[walk_offset(w, 1, i)] : y[walk_offset(w, 2, i)];
+  QEVAL_FOR(i, n) {
+    i64 off[3];
+    walk_offsets(w, n, i, off);
+    out[i] = c[off[0]] ? x[off[1]] : y[off[2]];
+  }
 }
 
 template <class F, class T>
@@ -422,7 +476,71 @@ __global__ void normalize_rows_kernel(const float* x, float* y, i64 n, double ep
     if (inv_std_out) inv_std_out[r] = float(inv_std);
   }
   for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
-    const i64 ch = ((r * n + j) / channel_inner) % channels;
+    const i64 ch = block_index(r * n + j, i64(gridDim.x) * n, channel_inner, channels);
+    const double sc = scale ? double(scale[ch]) : 1.0;
+    const double b = bias ? double(bias[ch]) : 0.0;
+    yr[j] = float((double(xr[j]) - mean) * inv_std * sc + b);
+  }
+}
+
+// normalize_rows_kernel's steps for few long rows (GroupNorm's 64 rows of 40960 at SD's highest
+// resolution kept half the SMs idle): each row in gridDim.x segments of `seg`, a block a segment;
+// the sums per segment (fixed order), written to `part`, combined in segment order by each block
+// that needs them. Three launches: sums; centred sums; the normalisation.
+__device__ inline double segments_total(const double* part, i64 segs, int stride) {
+  double t = 0;
+  for (i64 s = 0; s < segs; ++s) t += part[s * stride];
+  return t;
+}
+
+__global__ void norm_segment_sums_kernel(const float* x, i64 n, i64 seg, double* part) {
+  __shared__ double sd[kThreads];
+  const i64 r = blockIdx.y, sg = blockIdx.x, j1 = min(n, (sg + 1) * seg);
+  const float* xr = x + r * n;
+  double acc = 0;
+  for (i64 j = sg * seg + threadIdx.x; j < j1; j += blockDim.x) acc += double(xr[j]);
+  acc = block_reduce(acc, sd, AddD{});
+  if (threadIdx.x == 0) part[r * gridDim.x + sg] = acc;
+}
+
+__global__ void norm_segment_centred_kernel(const float* x, i64 n, i64 seg, const double* part, double* part2) {
+  __shared__ double sd[kThreads];
+  const i64 r = blockIdx.y, sg = blockIdx.x, segs = gridDim.x, j1 = min(n, (sg + 1) * seg);
+  const float* xr = x + r * n;
+  const double mean0 = segments_total(part + r * segs, segs, 1) / double(n);
+  double c = 0, c2 = 0;
+  for (i64 j = sg * seg + threadIdx.x; j < j1; j += blockDim.x) {
+    const double d = double(xr[j]) - mean0;
+    c += d;
+    c2 += d * d;
+  }
+  c = block_reduce(c, sd, AddD{});
+  c2 = block_reduce(c2, sd, AddD{});
+  if (threadIdx.x == 0) {
+    part2[(r * segs + sg) * 2] = c;
+    part2[(r * segs + sg) * 2 + 1] = c2;
+  }
+}
+
+__global__ void norm_segment_apply_kernel(const float* x, float* y, i64 rows, i64 n, i64 seg, double eps,
+                                          const float* scale, const float* bias, i64 channels, i64 channel_inner,
+                                          const double* part, const double* part2, float* mean_out,
+                                          float* inv_std_out) {
+  const i64 r = blockIdx.y, sg = blockIdx.x, segs = gridDim.x, j1 = min(n, (sg + 1) * seg);
+  const double mean0 = segments_total(part + r * segs, segs, 1) / double(n);
+  const double c = segments_total(part2 + r * segs * 2, segs, 2), c2 = segments_total(part2 + r * segs * 2 + 1, segs, 2);
+  const double mean = mean0 + c / double(n);
+  double var = (c2 - c * c / double(n)) / double(n);
+  if (var < 0) var = 0;
+  const double inv_std = 1.0 / sqrt(var + eps);
+  if (sg == 0 && threadIdx.x == 0) {
+    if (mean_out) mean_out[r] = float(mean);
+    if (inv_std_out) inv_std_out[r] = float(inv_std);
+  }
+  const float* xr = x + r * n;
+  float* yr = y + r * n;
+  for (i64 j = sg * seg + threadIdx.x; j < j1; j += blockDim.x) {
+    const i64 ch = block_index(r * n + j, rows * n, channel_inner, channels);
     const double sc = scale ? double(scale[ch]) : 1.0;
     const double b = bias ? double(bias[ch]) : 0.0;
     yr[j] = float((double(xr[j]) - mean) * inv_std * sc + b);
@@ -1012,7 +1130,7 @@ __global__ void chain_kernel(const __grid_constant__ Chain c, const float* __res
       if (st.kind == ChainStep::kUnary) {
         v = unary_f(st.unary, v, st.p0, st.p1);
       } else {
-        const float o = st.other_scalar ? st.other[0] : (st.period > 0 ? st.other[(i / st.repeat) % st.period] : st.other[i]);
+        const float o = st.other_scalar ? st.other[0] : (st.period > 0 ? st.other[block_index(i, n, st.repeat, st.period)] : st.other[i]);
         v = st.chain_operand == 0 ? arith<float>(st.binary, v, o) : arith<float>(st.binary, o, v);
       }
       if (k + 1 == c.count) {
@@ -1027,7 +1145,8 @@ __global__ void chain_kernel(const __grid_constant__ Chain c, const float* __res
 
 }  // namespace
 
-void strided_copy(const void* src, void* dst, int bytes, const Walk& walk, Stream s) {
+void strided_copy(const void* src, void* dst, int bytes, const Walk& given, Stream s) {
+  const Walk walk = coalesced(given);
   const i64 n = walk_numel(walk);
   if (n == 0) return;
   by_size(bytes, [&](auto t) {
@@ -1097,7 +1216,8 @@ void unary(Unary op, Elem elem, const void* x, void* y, std::int64_t n, float p0
   check_launch("unary");
 }
 
-void binary(Binary op, Elem elem, const void* a, const void* b, void* y, const Walk& walk, Stream s) {
+void binary(Binary op, Elem elem, const void* a, const void* b, void* y, const Walk& given, Stream s) {
+  const Walk walk = coalesced(given);
   const i64 n = walk_numel(walk);
   if (n == 0) return;
   auto go = [&](auto t) {
@@ -1118,7 +1238,8 @@ void binary(Binary op, Elem elem, const void* a, const void* b, void* y, const W
   check_launch("binary");
 }
 
-void where(const void* cond, const void* x, const void* y, void* out, int bytes, const Walk& walk, Stream s) {
+void where(const void* cond, const void* x, const void* y, void* out, int bytes, const Walk& given, Stream s) {
+  const Walk walk = coalesced(given);
   const i64 n = walk_numel(walk);
   if (n == 0) return;
   by_size(bytes, [&](auto t) {
@@ -1164,14 +1285,45 @@ void softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::
   check_launch("softmax");
 }
 
+namespace {
+// Segments a row of normalize_rows is split into: enough blocks for the device's SMs (a few hundred
+// at least) while each segment keeps >= 4096 elements; 1 (a block a row) for many or short rows.
+i64 norm_segments(i64 rows, i64 n) {
+  if (rows <= 0 || rows > 65535) return 1;
+  const i64 want = (512 + rows - 1) / rows, most = n / 4096;
+  return std::max<i64>(1, std::min<i64>({want, most, 1024}));
+}
+}  // namespace
+
+std::size_t normalize_rows_scratch_bytes(std::int64_t rows, std::int64_t n) {
+  const i64 segs = norm_segments(rows, n);
+  return segs > 1 ? std::size_t(rows * segs * 3) * sizeof(double) : 0;
+}
+
 void normalize_rows(const float* x, float* y, std::int64_t rows, std::int64_t n, double epsilon, const float* scale,
                     const float* bias, std::int64_t channels, std::int64_t channel_inner, float* mean, float* inv_std,
-                    Stream s) {
+                    void* scratch, Stream s) {
   if (rows <= 0 || n <= 0) return;
   if (rows > 0x7fffffff) throw std::logic_error("CUDA normalize_rows: too many rows");
-  normalize_rows_kernel<<<unsigned(rows), kThreads, 0, stream_of(s)>>>(
-      x, y, n, epsilon, scale, bias, channels < 1 ? 1 : channels, channel_inner < 1 ? 1 : channel_inner, mean, inv_std);
-  check_launch("normalize_rows");
+  channels = channels < 1 ? 1 : channels;
+  channel_inner = channel_inner < 1 ? 1 : channel_inner;
+  const i64 segs = norm_segments(rows, n);
+  if (segs == 1) {
+    normalize_rows_kernel<<<unsigned(rows), kThreads, 0, stream_of(s)>>>(x, y, n, epsilon, scale, bias, channels,
+                                                                         channel_inner, mean, inv_std);
+    check_launch("normalize_rows");
+    return;
+  }
+  if (!scratch) throw std::logic_error("CUDA normalize_rows: no scratch for segmented rows");
+  double* part = static_cast<double*>(scratch);
+  double* part2 = part + rows * segs;
+  const i64 seg = (n + segs - 1) / segs;
+  const dim3 grid{unsigned(segs), unsigned(rows)};
+  norm_segment_sums_kernel<<<grid, kThreads, 0, stream_of(s)>>>(x, n, seg, part);
+  norm_segment_centred_kernel<<<grid, kThreads, 0, stream_of(s)>>>(x, n, seg, part, part2);
+  norm_segment_apply_kernel<<<grid, kThreads, 0, stream_of(s)>>>(x, y, rows, n, seg, epsilon, scale, bias, channels,
+                                                                 channel_inner, part, part2, mean, inv_std);
+  check_launch("normalize_rows (segments)");
 }
 
 void batch_norm(const float* x, float* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,

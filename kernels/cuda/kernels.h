@@ -114,10 +114,14 @@ void round_bfloat16(float* x, std::int64_t n, Stream s);
 void softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log, Stream s);
 // Rows of n normalised by their moments (double): y = (x - mean) / sqrt(var + eps) * scale + bias,
 // scale/bias (nullable) indexed by (flat index / channel_inner) % channels. mean/inv_std: `rows`
-// values each, nullable (LayerNormalization's optional outputs, float).
+// values each, nullable (LayerNormalization's optional outputs, float). Few long rows are split
+// over several blocks each (sums per segment, combined in order: the same bits every run, not
+// always those of a block a row); `scratch`: normalize_rows_scratch_bytes(rows, n) of device
+// memory (0: none needed, may be null).
+std::size_t normalize_rows_scratch_bytes(std::int64_t rows, std::int64_t n);
 void normalize_rows(const float* x, float* y, std::int64_t rows, std::int64_t n, double epsilon, const float* scale,
                     const float* bias, std::int64_t channels, std::int64_t channel_inner, float* mean, float* inv_std,
-                    Stream s);
+                    void* scratch, Stream s);
 // Inference batch norm over [outer, channels, inner] with double parameters on the device.
 void batch_norm(const float* x, float* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,
                 const double* scale, const double* bias, const double* mean, const double* var, double epsilon,

@@ -329,6 +329,13 @@ TEST(CudaBackend, LargerNodesMatchTheCpuAndGiveTheSameBitsEveryRun) {
       {"ReduceMean", {{4, 4096, 8}}},
       {"Sigmoid", {{1 << 20}}},
       {"Add", {{2, 320, 32, 32}, {320, 1, 1}}},
+      // Few long rows: each split over several blocks (GroupNorm's form at SD's 64x64 latent).
+      {"InstanceNormalization", {{2, 32, 40960}, {32}, {32}}},
+      {"LayerNormalization", {{2, 4, 65536}, {65536}, {65536}}, {{"axis", Attribute::of_int(-1)}}},
+      // Strided walks whose axes merge (and one that stays rank 4).
+      {"Transpose", {{2, 4096, 8, 40}}, {{"perm", Attribute::of_ints({0, 2, 1, 3})}}},
+      {"Add", {{2, 4096, 320}, {320}}},
+      {"Mul", {{2, 8, 77, 40}, {2, 1, 77, 1}}},
   };
   const auto mem = backend->memory();
   std::uint32_t seed = 100;

@@ -979,10 +979,12 @@ std::unique_ptr<StepKernel> compile_layer_norm(const Site& s) {
   if (s.has(1) && s.has(2) && sn != bn) return s.decline("scale and bias of different lengths");
   const double eps = s.node.get_float("epsilon", 1e-5f);
   const bool has_b = s.has(2);
-  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+  const std::size_t scratch = kc::normalize_rows_scratch_bytes(rows, n);
+  return kernel([=, &mem = s.mem, ws = s.work](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     kc::normalize_rows(fptr(in[0]), fptr(out[0]), rows, n, eps, fptr(in[1]), has_b ? fptr(in[2]) : nullptr,
                        std::max(sn, bn), 1, out.size() > 1 ? fptr(out[1]) : nullptr,
-                       out.size() > 2 ? fptr(out[2]) : nullptr, mem.stream());
+                       out.size() > 2 ? fptr(out[2]) : nullptr,
+                       scratch ? ws->get(mem, Workspace::kColumns, scratch) : nullptr, mem.stream());
   });
 }
 
@@ -1000,9 +1002,10 @@ std::unique_ptr<StepKernel> compile_group_norm(const Site& s, bool instance) {
     if (!s.has(i) || shape_numel(s.in[i]->shape) != channels) return s.decline("scale/bias length");
   const double eps = s.node.get_float("epsilon", 1e-5f);
   const i64 rows = batch * groups, n = (c / groups) * spatial;
-  return kernel([=, &mem = s.mem](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+  const std::size_t scratch = kc::normalize_rows_scratch_bytes(rows, n);
+  return kernel([=, &mem = s.mem, ws = s.work](std::span<const Tensor* const> in, std::span<Tensor* const> out) {
     kc::normalize_rows(fptr(in[0]), fptr(out[0]), rows, n, eps, fptr(in[1]), fptr(in[2]), channels, channel_inner,
-                       nullptr, nullptr, mem.stream());
+                       nullptr, nullptr, scratch ? ws->get(mem, Workspace::kColumns, scratch) : nullptr, mem.stream());
   });
 }
 

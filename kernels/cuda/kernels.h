@@ -211,7 +211,7 @@ bool attention_supported(const AttentionShape& s);
 // kernels::attention's contract on the device (q [batch, q_len, head_dim], kt [batch, head_dim,
 // kv_len], v [batch, kv_len, v_dim], out [batch, q_len, v_dim], dense): the scores scaled and
 // rounded as the unfused ops round them, softmax rows, the product with V, without ever storing the
-// scores. FP32 without FMA, in a fixed order (the same bits every run). With round_probs the
+// scores. FP32 with fused multiply-adds in the products, in a fixed order (the same bits every run). With round_probs the
 // probabilities are normalised and rounded before the product, as the unfused Softmax's output is.
 void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out, Stream st);
 // attention() as deployments' flash-attention kernels compute it, for Q, K^T and V exact in the

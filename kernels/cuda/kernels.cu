@@ -104,17 +104,21 @@ __global__ void gather_map_kernel(const T* src, T* dst, const i64* map, i64 n, T
 
 template <class T>
 __global__ void gather_separable_kernel(const T* src, T* dst, SeparableGather g, const i64* tables, i64 n, T fill) {
-  QEVAL_FOR(i, n) {
-    i64 off = g.base, rem = i;
+  auto element = [&](auto rem) {  // 32-bit divisions where n allows (walk_offsets)
+    using U = decltype(rem);
+    i64 off = g.base;
     bool valid = true;
     for (int d = g.rank - 1; d >= 0; --d) {
-      const i64 t = tables[g.offsets[d] + rem % g.counts[d]];
-      rem /= g.counts[d];
+      const U c = U(g.counts[d]), q = rem / c;
+      const i64 t = tables[g.offsets[d] + i64(rem - q * c)];
+      rem = q;
       if (t == INT64_MIN) valid = false;
       else off += t;
     }
-    dst[i] = valid ? src[off] : fill;
-  }
+    return valid ? src[off] : fill;
+  };
+  const bool small = n <= i64(0xffffffffu);
+  QEVAL_FOR(i, n) dst[i] = small ? element(unsigned(i)) : element(i);
 }
 
 template <class T>
@@ -607,20 +611,6 @@ __global__ void reduce_rows_kernel(Reduce op, const float* x, float* y, i64 n) {
 
 // ---- convolution, pooling, resize ---------------------------------------------------------------
 
-__global__ void im2col_kernel(const float* x, float* col, Conv2d p, i64 c0, i64 channels) {
-  const i64 spatial = p.oh * p.ow;
-  const i64 n = channels * p.kh * p.kw * spatial;
-  QEVAL_FOR(i, n) {
-    const i64 s = i % spatial;
-    const i64 row = i / spatial;
-    const i64 kx = row % p.kw, ky = (row / p.kw) % p.kh, c = row / (p.kw * p.kh);
-    const i64 ox = s % p.ow, oy = s / p.ow;
-    const i64 iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
-    col[i] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? x[((c0 + c) * p.h + iy) * p.w + ix] : 0.0f;
-  }
-}
-
-// im2col of `images` consecutive images at once: col [image][c * kh * kw][oh * ow].
 // A float as the element type a kernel stores (float, or a 16-bit format the value is exact in).
 template <class T>
 __device__ T store_as(float v);
@@ -642,18 +632,22 @@ __global__ void to_16bit_kernel(const float* x, T* y, i64 n) {
   QEVAL_FOR(i, n) y[i] = store_as<T>(x[i]);
 }
 
+// im2col of `images` consecutive images at once: col [image][c * kh * kw][oh * ow]. A block a row
+// (image, channel, ky, kx) of the columns at a time, its threads over the row's outputs: the row's
+// indices computed once, one 32-bit division an element (was six 64-bit ones).
 template <class T>
-__global__ void im2col_images_kernel(const float* x, T* col, Conv2d p, i64 n) {
-  const i64 spatial = p.oh * p.ow, per_image = p.c * p.kh * p.kw * spatial;
-  QEVAL_FOR(i, n) {
-    const i64 b = i / per_image, j = i % per_image;
-    const i64 s = j % spatial;
-    const i64 row = j / spatial;
-    const i64 kx = row % p.kw, ky = (row / p.kw) % p.kh, c = row / (p.kw * p.kh);
-    const i64 ox = s % p.ow, oy = s / p.ow;
-    const i64 iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
-    col[i] = store_as<T>((iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? x[((b * p.c + c) * p.h + iy) * p.w + ix]
-                                                                       : 0.0f);
+__global__ void im2col_images_kernel(const float* x, T* col, Conv2d p, i64 rows) {
+  const int ow = int(p.ow), spatial = int(p.oh * p.ow);
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    const i64 kx = r % p.kw, ky = (r / p.kw) % p.kh, plane = r / (p.kw * p.kh);  // plane: image * c + channel
+    const float* xc = x + plane * p.h * p.w;
+    T* out = col + r * spatial;
+    const i64 y0 = ky * p.dh - p.ph, x0 = kx * p.dw - p.pw;
+    for (int s = threadIdx.x; s < spatial; s += blockDim.x) {
+      const int oy = s / ow, ox = s - oy * ow;
+      const i64 iy = oy * p.sh + y0, ix = ox * p.sw + x0;
+      out[s] = store_as<T>((iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? xc[iy * p.w + ix] : 0.0f);
+    }
   }
 }
 
@@ -681,7 +675,7 @@ __global__ void conv2d_direct_kernel(const float* x, const float* w, const float
 }
 
 __global__ void add_channel_bias_kernel(float* y, const float* bias, i64 channels, i64 inner, i64 n) {
-  QEVAL_FOR(i, n) y[i] += bias[(i / inner) % channels];
+  QEVAL_FOR(i, n) y[i] += bias[block_index(i, n, inner, channels)];
 }
 
 __global__ void pool2d_kernel(const float* x, float* y, Pool2d p, i64 n) {
@@ -1344,17 +1338,23 @@ void reduce_rows(Reduce op, const float* x, float* y, std::int64_t rows, std::in
   check_launch("reduce_rows");
 }
 
-void im2col(const float* x, float* col, const Conv2d& p, std::int64_t channel0, std::int64_t channels, Stream s) {
-  const i64 n = channels * p.kh * p.kw * p.oh * p.ow;
-  if (n == 0) return;
-  im2col_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, col, p, channel0, channels);
-  check_launch("im2col");
+namespace {
+// im2col_images_kernel's rows and grid (a block a row, at most 2^20 blocks looping over the rest).
+struct Im2colLaunch {
+  i64 rows;
+  unsigned blocks;
+};
+Im2colLaunch im2col_launch(const Conv2d& p, i64 images) {
+  if (p.oh * p.ow > INT32_MAX) throw std::logic_error("CUDA im2col: output plane beyond int32");
+  const i64 rows = p.oh * p.ow == 0 ? 0 : images * p.c * p.kh * p.kw;
+  return {rows, unsigned(std::min<i64>(std::max<i64>(rows, 1), i64(1) << 20))};
 }
+}  // namespace
 
 void im2col_images(const float* x, float* col, const Conv2d& p, std::int64_t images, Stream s) {
-  const i64 n = images * p.c * p.kh * p.kw * p.oh * p.ow;
-  if (n == 0) return;
-  im2col_images_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, col, p, n);
+  const Im2colLaunch l = im2col_launch(p, images);
+  if (l.rows == 0) return;
+  im2col_images_kernel<<<l.blocks, kThreads, 0, stream_of(s)>>>(x, col, p, l.rows);
   check_launch("im2col_images");
 }
 
@@ -1366,12 +1366,12 @@ void to_16bit(const float* x, void* y, std::int64_t n, bool bf16, Stream s) {
 }
 
 void im2col_images_16bit(const float* x, void* col, const Conv2d& p, std::int64_t images, bool bf16, Stream s) {
-  const i64 n = images * p.c * p.kh * p.kw * p.oh * p.ow;
-  if (n == 0) return;
+  const Im2colLaunch l = im2col_launch(p, images);
+  if (l.rows == 0) return;
   if (bf16)
-    im2col_images_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__nv_bfloat16*>(col), p, n);
+    im2col_images_kernel<<<l.blocks, kThreads, 0, stream_of(s)>>>(x, static_cast<__nv_bfloat16*>(col), p, l.rows);
   else
-    im2col_images_kernel<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(x, static_cast<__half*>(col), p, n);
+    im2col_images_kernel<<<l.blocks, kThreads, 0, stream_of(s)>>>(x, static_cast<__half*>(col), p, l.rows);
   check_launch("im2col_images_16bit");
 }
 

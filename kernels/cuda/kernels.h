@@ -132,14 +132,13 @@ enum class Reduce : std::uint8_t { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSu
 // NaN propagating); n == 0 gives the reduction's identity.
 void reduce_rows(Reduce op, const float* x, float* y, std::int64_t rows, std::int64_t n, Stream s);
 
-// Convolution pieces. im2col of one image [c, h, w] into [c * kh * kw, oh * ow].
+// Convolution pieces.
 struct Conv2d {
   std::int64_t n, c, h, w;  // input
   std::int64_t m, oh, ow;   // output channels and size
   std::int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   std::int64_t group;
 };
-void im2col(const float* x, float* col, const Conv2d& p, std::int64_t channel0, std::int64_t channels, Stream s);
 // im2col of `images` consecutive images [c, h, w] of x (all channels) into col [images][c * kh *
 // kw][oh * ow]: one launch for a batch.
 void im2col_images(const float* x, float* col, const Conv2d& p, std::int64_t images, Stream s);

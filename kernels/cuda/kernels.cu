@@ -903,11 +903,11 @@ __global__ void attention_probs_kernel(const float* s, T* p, i64 n, AttentionArg
 // attention_kernel's two walks over the keys (each row's maximum and sum online, then the
 // normalised probabilities rounded to T times V) with both products on tensor cores: wmma 16x16x16
 // with FP32 accumulators; the exponentials as flash-attention kernels take them (exp2_approx of the
-// scaled score's FMA with log2 e), the normalisation a product with the sum's reciprocal. Q, K^T and V are first copied to T (exact) padded with zeros to whole
-// tiles (tc_pad_kernel), so the tiles arrive in shared memory as aligned 16-byte asynchronous
-// copies. A block: 4 warps, 16 query rows each, key tiles of 64; a tile's scores pass through
-// shared memory (each warp its own rows, two lanes a row) for the softmax. Fixed order
-// everywhere, no atomics.
+// scaled score's FMA with log2 e), the normalisation a product with the sum's reciprocal. Q, K^T
+// and V are first copied to T (exact) padded with zeros to whole tiles (tc_pad_kernel), so the
+// tiles arrive in shared memory as aligned 16-byte asynchronous copies. A block: 4 warps, 16 query
+// rows each, key tiles of 64; a tile's scores pass through shared memory (each warp its own rows,
+// two lanes a row) for the softmax. Fixed order everywhere, no atomics.
 constexpr int kTcRows = 64, kTcKeys = 64, kTcThreads = 128, kTcPad = 8, kTcScoreStride = kTcKeys + 4,
               kTcMaxDim = 256;
 
@@ -949,10 +949,13 @@ __device__ inline float exp2_approx(float x) {
 // y [batch][rows_p][cols_p] (T) = x [batch][rows][cols] (float, exact in T), zeros past rows and cols.
 template <class T>
 __global__ void tc_pad_kernel(const float* x, T* y, i64 rows, i64 cols, i64 rows_p, i64 cols_p, i64 n) {
-  QEVAL_FOR(i, n) {
-    const i64 c = i % cols_p, r = (i / cols_p) % rows_p, b = i / (cols_p * rows_p);
-    y[i] = store_as<T>(r < rows && c < cols ? x[(b * rows + r) * cols + c] : 0.0f);
-  }
+  auto element = [&](auto i) {  // 32-bit divisions where n allows (walk_offsets)
+    using U = decltype(i);
+    const U q = i / U(cols_p), c = i - q * U(cols_p), b = q / U(rows_p), r = q - b * U(rows_p);
+    return store_as<T>(i64(r) < rows && i64(c) < cols ? x[(i64(b) * rows + i64(r)) * cols + i64(c)] : 0.0f);
+  };
+  const bool small = n <= i64(0xffffffffu);
+  QEVAL_FOR(i, n) y[i] = small ? element(unsigned(i)) : element(i);
 }
 
 // `rows` rows of `row_bytes` (a multiple of 16) from global `src` (pitch `src_pitch` bytes) to shared
@@ -1125,7 +1128,9 @@ __global__ void chain_kernel(const __grid_constant__ Chain c, const float* __res
       if (st.kind == ChainStep::kUnary) {
         v = unary_f(st.unary, v, st.p0, st.p1);
       } else {
-        const float o = st.other_scalar ? st.other[0] : (st.period > 0 ? st.other[block_index(i, n, st.repeat, st.period)] : st.other[i]);
+        const float o = st.other_scalar  ? st.other[0]
+                        : st.period > 0  ? st.other[block_index(i, n, st.repeat, st.period)]
+                                         : st.other[i];
         v = st.chain_operand == 0 ? arith<float>(st.binary, v, o) : arith<float>(st.binary, o, v);
       }
       if (k + 1 == c.count) {
@@ -1407,18 +1412,26 @@ void resize_axis(const float* x, float* y, std::int64_t outer, std::int64_t in, 
   check_launch("resize_axis");
 }
 
+namespace {
+// The current device's opt-in shared memory per block, 0 where it cannot be read.
+int shared_memory_optin() {
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return optin;
+}
+}  // namespace
+
 bool attention_supported(const AttentionShape& s) {
   if (s.head_dim <= 0 || s.head_dim % 4 || s.head_dim > kAttMaxDim || s.v_dim <= 0 || s.v_dim % 4 ||
       s.v_dim > kAttMaxDim || s.kv_len <= 0 || s.q_len <= 0 || s.batch <= 0 || s.batch > 65535 ||
       (s.q_len + kAttRows - 1) / kAttRows > INT32_MAX)
     return false;
-  int device = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return attention_shared_bytes(s.head_dim, s.v_dim) <= std::size_t(optin);
+  const int optin = shared_memory_optin();
+  return optin > 0 && attention_shared_bytes(s.head_dim, s.v_dim) <= std::size_t(optin);
 }
 
 void attention(const AttentionShape& s, const float* q, const float* kt, const float* v, float* out, Stream st) {
@@ -1447,13 +1460,8 @@ bool attention16_supported(const AttentionShape& s) {
       s.head_dim <= 0 || s.head_dim > kTcMaxDim || s.v_dim <= 0 || s.v_dim > kTcMaxDim || s.kv_len <= 0 ||
       s.q_len <= 0 || s.batch <= 0 || s.batch > 65535 || (s.q_len + kTcRows - 1) / kTcRows > INT32_MAX)
     return false;
-  int device = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return tc_layout(s.q_len, s.kv_len, int(s.head_dim), int(s.v_dim)).total <= unsigned(optin);
+  const int optin = shared_memory_optin();
+  return optin > 0 && tc_layout(s.q_len, s.kv_len, int(s.head_dim), int(s.v_dim)).total <= unsigned(optin);
 }
 
 namespace {

@@ -58,30 +58,6 @@ i64 walk_numel(const Walk& w) {
   return n;
 }
 
-// The same walk with size-1 axes dropped and adjacent axes merged where every operand steps through
-// them as through one (the same offsets for every index, fewer divisions).
-Walk coalesced(const Walk& w) {
-  Walk c;
-  for (int k = 0; k < 4; ++k) c.base[k] = w.base[k];
-  for (int d = 0; d < w.rank; ++d) {
-    if (w.counts[d] == 1) continue;
-    bool merge = c.rank > 0;
-    for (int k = 0; k < 4 && merge; ++k) merge = c.strides[k][c.rank - 1] == w.strides[k][d] * w.counts[d];
-    if (merge) {
-      c.counts[c.rank - 1] *= w.counts[d];
-      for (int k = 0; k < 4; ++k) c.strides[k][c.rank - 1] = w.strides[k][d];
-      continue;
-    }
-    c.counts[c.rank] = w.counts[d];
-    for (int k = 0; k < 4; ++k) c.strides[k][c.rank] = w.strides[k][d];
-    ++c.rank;
-  }
-  if (c.rank == 0) {
-    c.rank = 1;
-    c.counts[0] = 1;
-  }
-  return c;
-}
 
 // ---- data movement ----------------------------------------------------------------------------
 
@@ -1144,6 +1120,29 @@ __global__ void chain_kernel(const __grid_constant__ Chain c, const float* __res
 }
 
 }  // namespace
+
+Walk coalesced(const Walk& w) {
+  Walk c;
+  for (int k = 0; k < 4; ++k) c.base[k] = w.base[k];
+  for (int d = 0; d < w.rank; ++d) {
+    if (w.counts[d] == 1) continue;
+    bool merge = c.rank > 0;
+    for (int k = 0; k < 4 && merge; ++k) merge = c.strides[k][c.rank - 1] == w.strides[k][d] * w.counts[d];
+    if (merge) {
+      c.counts[c.rank - 1] *= w.counts[d];
+      for (int k = 0; k < 4; ++k) c.strides[k][c.rank - 1] = w.strides[k][d];
+      continue;
+    }
+    c.counts[c.rank] = w.counts[d];
+    for (int k = 0; k < 4; ++k) c.strides[k][c.rank] = w.strides[k][d];
+    ++c.rank;
+  }
+  if (c.rank == 0) {
+    c.rank = 1;
+    c.counts[0] = 1;
+  }
+  return c;
+}
 
 void strided_copy(const void* src, void* dst, int bytes, const Walk& given, Stream s) {
   const Walk walk = coalesced(given);

@@ -27,6 +27,11 @@ struct Walk {
   std::int64_t base[4] = {};
 };
 
+// The same walk with size-1 axes dropped and adjacent axes merged where every operand steps through
+// them as through one: the same offsets for every index, fewer divisions per element. The walking
+// kernels below run the coalesced form of the walk they are given.
+Walk coalesced(const Walk& w);
+
 // dst[walk operand 1] = src[walk operand 0] for every index of the walk; elements of `bytes`.
 void strided_copy(const void* src, void* dst, int bytes, const Walk& walk, Stream s);
 // dst[i] = map[i] >= 0 ? src[map[i]] : *fill (fill: `bytes` of host memory), i < n.

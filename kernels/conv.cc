@@ -319,6 +319,10 @@ void conv_gemm_columns(const ConvParams& p, const Geom& g, const PaddedInput& pa
       tbb::blocked_range<std::int64_t>(0, images * row_chunks * col_tiles, 1),
       [&](const auto& range) {
         float* b_buf = thread_scratch(ScratchSlot::kConvB, std::size_t(packed_b_floats(KC, nt)));
+        // float16 weight panels are widened an A block (MC rows) at a time.
+        float* a_buf = std::any_of(weights.begin(), weights.end(), [](const PackedA& w) { return w.half(); })
+                           ? thread_scratch(ScratchSlot::kConvA, std::size_t(MC) * KC)
+                           : nullptr;
         for (std::int64_t t = range.begin(); t < range.end(); ++t) {
           const std::int64_t img = t / (row_chunks * col_tiles), rest = t % (row_chunks * col_tiles);
           const std::int64_t n = img / p.groups, grp = img % p.groups;
@@ -330,7 +334,8 @@ void conv_gemm_columns(const ConvParams& p, const Geom& g, const PaddedInput& pa
             const std::int64_t kc = std::min<std::int64_t>(KC, kdim - k0);
             im2col_block(g, padded, xg, k0, kc, c0, nc, b_buf);
             for (std::int64_t i = 0; i < mc; i += MC)
-              gemm_packed_block(std::min<std::int64_t>(MC, mc - i), nc, kc, weights[std::size_t(grp)].block(m0 + i, k0),
+              gemm_packed_block(std::min<std::int64_t>(MC, mc - i), nc, kc,
+                                weights[std::size_t(grp)].block(m0 + i, k0, std::min<std::int64_t>(MC, mc - i), a_buf),
                                 b_buf, 1.0f, k0 == 0 ? 0.0f : 1.0f, yt + i * ldc, ldc);
           }
           if (bias)
@@ -449,14 +454,14 @@ double conv_flops(const ConvParams& p) {
          double(p.in_channels / p.groups) * double(product(p.kernel));
 }
 
-PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w) {
+PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w, PanelStorage storage) {
   PackedConvWeights packed;
   if (uses_depthwise(p)) return packed;
   const std::int64_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
   const std::int64_t kdim = cin_g * product(p.kernel);
   packed.groups.reserve(std::size_t(p.groups));
   for (std::int64_t grp = 0; grp < p.groups; ++grp)
-    packed.groups.emplace_back(false, cout_g, kdim, w + grp * cout_g * kdim, kdim);
+    packed.groups.emplace_back(false, cout_g, kdim, w + grp * cout_g * kdim, kdim, storage);
   return packed;
 }
 
@@ -506,12 +511,12 @@ void conv_reference(const ConvParams& p, const float* x, const float* w, const f
     }
 }
 
-PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w) {
+PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w, PanelStorage storage) {
   PackedConvWeights packed;
   const std::int64_t cin_g = p.in_channels / p.groups, rows = p.out_channels / p.groups * product(p.kernel);
   packed.groups.reserve(std::size_t(p.groups));
   for (std::int64_t grp = 0; grp < p.groups; ++grp)
-    packed.groups.emplace_back(true, rows, cin_g, w + grp * cin_g * rows, rows);
+    packed.groups.emplace_back(true, rows, cin_g, w + grp * cin_g * rows, rows, storage);
   return packed;
 }
 

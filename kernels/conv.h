@@ -52,8 +52,10 @@ struct PackedConvWeights {
 };
 // Packs what conv(p, ...) would pack on each call. Only the channel counts, groups and kernel size
 // of p matter: the result serves any batch and spatial size.
-PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w);
-PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w);
+// `storage`: PackedA's (float16 panels where the weights are all exact in float16).
+PackedConvWeights pack_conv_weights(const ConvParams& p, const float* w, PanelStorage storage = PanelStorage::kFloat);
+PackedConvWeights pack_conv_transpose_weights(const ConvParams& p, const float* w,
+                                              PanelStorage storage = PanelStorage::kFloat);
 
 // A conv's padded input larger than this (2-D and 1-D convs) is padded and multiplied a band of
 // output rows at a time: the lent padded buffer stays about this size whatever the image.

@@ -1,6 +1,7 @@
 // GEMM kernels: the reference loops, operand packing, the 14x32 register-blocked micro-kernel
 // (GCC vector extensions: AVX-512 where the target has it), cache blocking and TBB threading.
 #include "kernels/gemm.h"
+#include "kernels/numeric.h"
 
 #include "kernels/scratch.h"
 
@@ -9,6 +10,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -270,13 +272,15 @@ TaskGrid task_grid(std::int64_t m, std::int64_t n, std::int64_t batch) {
 // One task: rows [i0, i0 + mc) by columns [j0, j0 + nc) of one product, over all of k. A comes
 // prepacked (pa) or is packed block by block into a_buf.
 void run_task(const GemmShape& s, float alpha, const float* a, const PackedA* pa, const PackedB& pb, float beta,
-              float* c, std::int64_t i0, std::int64_t mc, std::int64_t j0, std::int64_t nc, float* a_buf) {
+              float* c, std::int64_t i0, std::int64_t mc, std::int64_t j0, std::int64_t nc, float* a_buf,
+              float* b_buf) {
   for (std::int64_t k0 = 0; k0 < s.k; k0 += KC) {
     const std::int64_t kc = std::min<std::int64_t>(KC, s.k - k0);
     const float* a_panels = a_buf;
-    if (pa) a_panels = pa->block(i0, k0);
+    if (pa) a_panels = pa->block(i0, k0, mc, a_buf);  // (a_buf is free when A comes packed)
     else pack_a(s.trans_a, a, s.lda, i0, mc, k0, kc, a_buf);
-    gemm_packed_block(mc, nc, kc, a_panels, pb.block(j0, k0), alpha, k0 == 0 ? beta : 1.0f, c + i0 * s.ldc + j0, s.ldc);
+    gemm_packed_block(mc, nc, kc, a_panels, pb.block(j0, k0, nc, b_buf), alpha, k0 == 0 ? beta : 1.0f,
+                      c + i0 * s.ldc + j0, s.ldc);
   }
 }
 
@@ -445,12 +449,17 @@ void run_packed(const GemmShape& s, std::int64_t batch, float alpha, const float
       tbb::blocked_range<std::int64_t>(0, batch * per, 1),
       [&](const auto& r) {
         float* a_buf = thread_scratch(ScratchSlot::kGemmA, std::size_t(MC) * KC);
+        // float16 panels of a prepacked B are widened a task's block at a time.
+        float* b_buf = prepacked_b && prepacked_b->half()
+                           ? thread_scratch(ScratchSlot::kGemmB, std::size_t(packed_b_floats(KC, g.n_chunk)))
+                           : nullptr;
         for (std::int64_t t = r.begin(); t < r.end(); ++t) {
           const std::int64_t e = t / per, tt = t % per;
           const std::int64_t i0 = (tt / g.n_chunks) * MC, j0 = (tt % g.n_chunks) * g.n_chunk;
           run_task(s, alpha, a[e], prepacked_a,
                    prepacked_b ? *prepacked_b : packed[std::size_t(b_index[std::size_t(e)])], beta, c[e], i0,
-                   std::min<std::int64_t>(MC, s.m - i0), j0, std::min<std::int64_t>(g.n_chunk, s.n - j0), a_buf);
+                   std::min<std::int64_t>(MC, s.m - i0), j0, std::min<std::int64_t>(g.n_chunk, s.n - j0), a_buf,
+                   b_buf);
         }
       },
       tbb::simple_partitioner());
@@ -481,16 +490,13 @@ void gemm_packed_block(std::int64_t mc, std::int64_t nc, std::int64_t kc, const 
   }
 }
 
-PackedB::PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb) {
-  pack(trans, k, n, b, ldb);
-}
-
 void pack_a_panels(bool trans, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t k0,
                    std::int64_t kc, float* dst) {
   pack_a(trans, a, lda, i0, mc, k0, kc, dst);
 }
 
 void PackedB::pack(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb) {
+  half_.codes.reset();
   trans_ = trans;
   k_ = k;
   n_ = n;
@@ -511,12 +517,24 @@ void PackedB::pack(bool trans, std::int64_t k, std::int64_t n, const float* b, s
   });
 }
 
-const float* PackedB::block(std::int64_t j0, std::int64_t k0) const {
-  const std::int64_t kc = std::min<std::int64_t>(KC, k_ - k0);
-  return data_.get() + k0 * n_padded_ + (j0 / NR) * kc * NR;
+PackedB::PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb, PanelStorage storage) {
+  pack(trans, k, n, b, ldb);
+  if (storage == PanelStorage::kFloat16IfExact && half_.take(data_, std::size_t(k * n_padded_))) capacity_ = 0;
 }
 
-PackedA::PackedA(bool trans, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda)
+std::int64_t PackedB::offset(std::int64_t j0, std::int64_t k0) const {
+  const std::int64_t kc = std::min<std::int64_t>(KC, k_ - k0);
+  return k0 * n_padded_ + (j0 / NR) * kc * NR;
+}
+
+const float* PackedB::block(std::int64_t j0, std::int64_t k0) const { return data_.get() + offset(j0, k0); }
+
+const float* PackedB::block(std::int64_t j0, std::int64_t k0, std::int64_t cols, float* scratch) const {
+  if (!half()) return block(j0, k0);
+  return half_.widen(offset(j0, k0), std::min<std::int64_t>(KC, k_ - k0) * round_up(cols, NR), scratch);
+}
+
+PackedA::PackedA(bool trans, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda, PanelStorage storage)
     : trans_(trans), m_(m), k_(k), m_padded_(round_up(m, MR)) {
   data_ = alloc_aligned_floats(std::size_t(std::max<std::int64_t>(1, m_padded_ * k)));
   const std::int64_t k_blocks = (k + KC - 1) / KC, m_blocks = (m + MC - 1) / MC;
@@ -524,14 +542,46 @@ PackedA::PackedA(bool trans, std::int64_t m, std::int64_t k, const float* a, std
     for (std::int64_t t = r.begin(); t < r.end(); ++t) {
       const std::int64_t k0 = (t / m_blocks) * KC, i0 = (t % m_blocks) * MC;
       pack_a(trans, a, lda, i0, std::min<std::int64_t>(MC, m - i0), k0, std::min<std::int64_t>(KC, k - k0),
-             const_cast<float*>(block(i0, k0)));
+             float_block(i0, k0));
     }
   });
+  if (storage == PanelStorage::kFloat16IfExact) half_.take(data_, std::size_t(m_padded_ * k));
 }
 
-const float* PackedA::block(std::int64_t i0, std::int64_t k0) const {
+std::int64_t PackedA::offset(std::int64_t i0, std::int64_t k0) const {
   const std::int64_t kc = std::min<std::int64_t>(KC, k_ - k0);
-  return data_.get() + k0 * m_padded_ + (i0 / MR) * kc * MR;
+  return k0 * m_padded_ + (i0 / MR) * kc * MR;
+}
+
+float* PackedA::float_block(std::int64_t i0, std::int64_t k0) const { return data_.get() + offset(i0, k0); }
+
+const float* PackedA::block(std::int64_t i0, std::int64_t k0, std::int64_t rows, float* scratch) const {
+  if (!half()) return float_block(i0, k0);
+  return half_.widen(offset(i0, k0), std::min<std::int64_t>(KC, k_ - k0) * round_up(rows, MR), scratch);
+}
+
+void HalfPanels::Free::operator()(std::uint16_t* p) const { std::free(p); }
+
+bool HalfPanels::take(AlignedFloats& floats, std::size_t n) {
+  void* p = std::aligned_alloc(64, std::max<std::size_t>(64, (n * 2 + 63) / 64 * 64));
+  if (!p) throw std::bad_alloc();
+  std::unique_ptr<std::uint16_t[], Free> h(static_cast<std::uint16_t*>(p));
+  // In parallel chunks (an SDXL UNet's weights are 2.6 G values); any inexact chunk keeps floats.
+  std::atomic<bool> exact{true};
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t(1) << 16), [&](const auto& r) {
+    if (exact.load(std::memory_order_relaxed) &&
+        !narrow_to_float16_exact(floats.get() + r.begin(), h.get() + r.begin(), r.size()))
+      exact.store(false, std::memory_order_relaxed);
+  });
+  if (!exact.load()) return false;
+  codes = std::move(h);
+  floats.reset();
+  return true;
+}
+
+const float* HalfPanels::widen(std::int64_t offset, std::int64_t n, float* scratch) const {
+  widen_float16(codes.get() + offset, scratch, std::size_t(n));
+  return scratch;
 }
 
 void sgemm_reference(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {

@@ -72,22 +72,46 @@ AlignedFloats alloc_aligned_floats(std::size_t n);
 
 inline std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
+// How a packed operand keeps its panels: floats, or, where every value is exactly a float16 (an FP16
+// model's weights), float16 codes: half the bytes, widened a block at a time where they are read
+// (the products are the same bits either way). Values that are not all exact stay floats.
+enum class PanelStorage : std::uint8_t { kFloat, kFloat16IfExact };
+
+// float16 panels: the codes of a packed operand's floats when they are all exact (else empty).
+struct HalfPanels {
+  struct Free {
+    void operator()(std::uint16_t* p) const;
+  };
+  std::unique_ptr<std::uint16_t[], Free> codes;
+  // Replaces `floats` (n of them) by their codes where every one is exact.
+  bool take(AlignedFloats& floats, std::size_t n);
+  // The n values from `offset` widened into `scratch`.
+  const float* widen(std::int64_t offset, std::int64_t n, float* scratch) const;
+};
+
 // op(A) (m x k) packed once for reuse against many B blocks (conv weights). Layout: for each k block
 // (kGemmKC rows of k, the last one shorter), round_up(m, kGemmMR) / kGemmMR panels of kc x kGemmMR,
 // rows past m zero.
 class PackedA {
  public:
-  PackedA(bool trans, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda);
+  PackedA(bool trans, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda,
+          PanelStorage storage = PanelStorage::kFloat);
   std::int64_t m() const { return m_; }
   std::int64_t k() const { return k_; }
   bool trans() const { return trans_; }
-  // The panels of rows [i0, ...) for k block starting at k0 (i0 a multiple of kGemmMR, k0 of kGemmKC).
-  const float* block(std::int64_t i0, std::int64_t k0) const;
+  bool half() const { return half_.codes != nullptr; }
+  // The panels of rows [i0, i0 + rows) for k block starting at k0 (i0 a multiple of kGemmMR, k0 of
+  // kGemmKC): in place, or (float16 panels) widened into `scratch`, which then holds at least
+  // kGemmKC * round_up(rows, kGemmMR) floats.
+  const float* block(std::int64_t i0, std::int64_t k0, std::int64_t rows, float* scratch) const;
 
  private:
+  float* float_block(std::int64_t i0, std::int64_t k0) const;
+  std::int64_t offset(std::int64_t i0, std::int64_t k0) const;
   bool trans_;
   std::int64_t m_, k_, m_padded_;
   AlignedFloats data_;
+  HalfPanels half_;
 };
 
 // op(B) (k x n) packed once for reuse against many A (constant weights): k blocks of kGemmKC rows,
@@ -95,20 +119,28 @@ class PackedA {
 class PackedB {
  public:
   PackedB() = default;
-  PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb);
-  // Packs another operand, reusing the storage when it is large enough.
+  PackedB(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb,
+          PanelStorage storage = PanelStorage::kFloat);
+  // Packs another operand as floats, reusing the storage when it is large enough.
   void pack(bool trans, std::int64_t k, std::int64_t n, const float* b, std::int64_t ldb);
   std::int64_t k() const { return k_; }
   std::int64_t n() const { return n_; }
   bool trans() const { return trans_; }
+  bool half() const { return half_.codes != nullptr; }
   // The panels of columns [j0, ...) for the k block starting at k0 (j0 a multiple of kGemmNR).
+  // Float panels only.
   const float* block(std::int64_t j0, std::int64_t k0) const;
+  // Those of columns [j0, j0 + cols): in place, or (float16 panels) widened into `scratch`, which
+  // then holds at least kGemmKC * round_up(cols, kGemmNR) floats.
+  const float* block(std::int64_t j0, std::int64_t k0, std::int64_t cols, float* scratch) const;
 
  private:
+  std::int64_t offset(std::int64_t j0, std::int64_t k0) const;
   bool trans_ = false;
   std::int64_t k_ = 0, n_ = 0, n_padded_ = 0;
   std::size_t capacity_ = 0;
   AlignedFloats data_;
+  HalfPanels half_;
 };
 
 // Rows [i0, i0 + mc) and the k range [k0, k0 + kc) of op(A) into kGemmMR-row panels, zero rows

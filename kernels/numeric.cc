@@ -227,6 +227,36 @@ void round_to_float16(float* data, std::size_t n) {
   if (i < n) round_to_float16_portable(data + i, n - i);
 }
 
+bool narrow_to_float16_exact(const float* x, std::uint16_t* out, std::size_t n) {
+  std::size_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+  constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m128i h = _mm256_cvtps_ph(v, kRne);
+    // The round trip's bits (F16C and to_float16 quiet NaNs alike: a signalling one is not exact).
+    const __m256i same = _mm256_cmpeq_epi32(_mm256_castps_si256(_mm256_cvtph_ps(h)), _mm256_castps_si256(v));
+    if (_mm256_movemask_epi8(same) != -1) return false;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+#endif
+  for (; i < n; ++i) {
+    const float16 h = to_float16(x[i]);
+    if (std::bit_cast<std::uint32_t>(to_float(h)) != std::bit_cast<std::uint32_t>(x[i])) return false;
+    out[i] = h.bits;
+  }
+  return true;
+}
+
+void widen_float16(const std::uint16_t* h, float* out, std::size_t n) {
+  std::size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+#endif
+  for (; i < n; ++i) out[i] = to_float(float16{h[i]});
+}
+
 void round_to_bfloat16(float* data, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) data[i] = round_bfloat16(data[i]);
 }

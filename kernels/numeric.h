@@ -96,6 +96,12 @@ void round_to_bfloat16(float* data, std::size_t n);
 // F16C one. `float16_bulk_uses_f16c` says which one round_to_float16(float*, n) runs.
 void round_to_float16_portable(float* data, std::size_t n);
 bool float16_bulk_uses_f16c();
+// out[i] = the float16 code of x[i] for every i when each x[i] is exactly a float16 value (returns
+// true: widening the codes gives back x's bits); false as soon as one is not (out then partly
+// written).
+bool narrow_to_float16_exact(const float* x, std::uint16_t* out, std::size_t n);
+// out[i] = the float value of float16 code h[i] (exact; F16C where compiled with it).
+void widen_float16(const std::uint16_t* h, float* out, std::size_t n);
 
 // int8/uint8 quantize, as ONNX QuantizeLinear:
 // q = saturate(round_half_even(x / scale) + zero_point).

@@ -14,7 +14,7 @@ namespace qeval::kernels {
 // One buffer per (thread, slot), at least n floats, 64-byte aligned, contents undefined. A task may
 // use a slot only while it does not wait on other tasks (no nested parallel loop between taking
 // and last using the buffer): a waiting thread may run another task that takes the same slot.
-enum class ScratchSlot { kGemmA, kConvB, kInt8Rows, kCount };
+enum class ScratchSlot { kGemmA, kGemmB, kConvA, kConvB, kInt8Rows, kCount };
 float* thread_scratch(ScratchSlot slot, std::size_t n);
 
 // Bytes held by this thread's spare lent objects (every Lent<T> type; their capacity_bytes() when

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/numeric.h"
 #include "kernels/scratch.h"
 
 namespace qeval::kernels {
@@ -165,6 +166,16 @@ TEST(Conv, PrepackedWeightsGiveTheSameBits) {
     const PackedConvWeights pw = pack_conv_weights(p, w.data());
     conv(p, x.data(), w.data(), b.data(), packed.data(), &pw);
     EXPECT_EQ(0, std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float))) << describe(p);
+    // Weights exact in float16 packed as float16 panels: the bits of float panels.
+    std::vector<float> w16 = w;
+    round_to_float16(w16.data(), w16.size());
+    const PackedConvWeights pf = pack_conv_weights(p, w16.data()),
+                            ph = pack_conv_weights(p, w16.data(), PanelStorage::kFloat16IfExact);
+    if (!ph.groups.empty()) EXPECT_TRUE(ph.groups[0].half()) << describe(p);
+    std::vector<float> from_float(plain.size()), from_half(plain.size());
+    conv(p, x.data(), w16.data(), b.data(), from_float.data(), &pf);
+    conv(p, x.data(), w16.data(), b.data(), from_half.data(), &ph);
+    EXPECT_EQ(0, std::memcmp(from_float.data(), from_half.data(), plain.size() * sizeof(float))) << describe(p);
   }
   // ConvTranspose at a size where its GEMM takes the packed path.
   ConvParams t = make(1, 8, 6, 2, {16, 16}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1});

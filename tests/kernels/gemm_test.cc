@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/numeric.h"
 
 namespace qeval::kernels {
 namespace {
@@ -214,6 +215,42 @@ TEST(Gemm, PrepackedOperandsGiveTheSameBits) {
   const PackedB wrong(false, 60, 49, o.b.data(), o.s.ldb);
   std::vector<float> c = o.c;
   EXPECT_THROW(sgemm(o.s, 1.0f, o.a.data(), o.b.data(), 0.0f, c.data(), nullptr, &wrong), std::invalid_argument);
+}
+
+// float16 panels (PanelStorage::kFloat16IfExact) of operands exact in float16: half the bytes and
+// the bits of float panels; operands that are not all exact keep float panels.
+TEST(Gemm, Float16PanelsOfExactOperandsGiveTheFloatPanelsBits) {
+  std::mt19937 rng(16);
+  int packed_path = 0;  // cases where sgemm reads the packed operands (the others ignore them)
+  for (const Case& cs : cases()) {
+    Operands o = make_operands(cs, rng);
+    packed_path += sgemm_uses_packing(o.s);
+    round_to_float16(o.a.data(), o.a.size());
+    round_to_float16(o.b.data(), o.b.size());
+    std::vector<float> plain = o.c, half = o.c;
+    const PackedA pa(o.s.trans_a, o.s.m, o.s.k, o.a.data(), o.s.lda);
+    const PackedB pb(o.s.trans_b, o.s.k, o.s.n, o.b.data(), o.s.ldb);
+    sgemm(o.s, cs.alpha, o.a.data(), o.b.data(), cs.beta, plain.data(), &pa, &pb);
+    const PackedA ha(o.s.trans_a, o.s.m, o.s.k, o.a.data(), o.s.lda, PanelStorage::kFloat16IfExact);
+    const PackedB hb(o.s.trans_b, o.s.k, o.s.n, o.b.data(), o.s.ldb, PanelStorage::kFloat16IfExact);
+    EXPECT_TRUE(ha.half() && hb.half()) << describe(cs);
+    EXPECT_FALSE(pa.half() || pb.half());
+    sgemm(o.s, cs.alpha, o.a.data(), o.b.data(), cs.beta, half.data(), &ha, &hb);
+    ASSERT_EQ(0, std::memcmp(plain.data(), half.data(), plain.size() * sizeof(float))) << describe(cs);
+  }
+  EXPECT_GE(packed_path, 3);
+  // One value not exact in float16 (and one NaN): float panels, still the same bits.
+  Operands o = make_operands(Case{false, false, 40, 50, 300, 1.0f, 0.0f}, rng);
+  round_to_float16(o.b.data(), o.b.size());
+  o.b[123] = 1.0f + 0x1p-20f;
+  EXPECT_FALSE(PackedB(false, 300, 50, o.b.data(), o.s.ldb, PanelStorage::kFloat16IfExact).half());
+  o.b[123] = std::numeric_limits<float>::quiet_NaN();
+  const PackedB nan(false, 300, 50, o.b.data(), o.s.ldb, PanelStorage::kFloat16IfExact);
+  const PackedB nan_float(false, 300, 50, o.b.data(), o.s.ldb);
+  std::vector<float> a = o.c, b = o.c;
+  sgemm(o.s, 1.0f, o.a.data(), o.b.data(), 0.0f, a.data(), nullptr, &nan);
+  sgemm(o.s, 1.0f, o.a.data(), o.b.data(), 0.0f, b.data(), nullptr, &nan_float);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 TEST(Gemm, GenericIntegerProductsAreExact) {

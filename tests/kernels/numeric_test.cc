@@ -768,5 +768,22 @@ TEST(NumericEncode, Float8E4M3FNRoundingInFloatEqualsEncodeThenDecode) {
   }
 }
 
+TEST(Numeric, NarrowToFloat16ExactRoundTripsOrRefuses) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, 65504.0f, 0x1p-24f, -3.5f, std::numeric_limits<float>::infinity()};
+  for (int i = 0; i < 40; ++i) x.push_back(float(i) * 0.125f - 2.0f);  // past one 8-wide F16C step
+  std::vector<std::uint16_t> h(x.size());
+  ASSERT_TRUE(narrow_to_float16_exact(x.data(), h.data(), x.size()));
+  std::vector<float> back(x.size());
+  widen_float16(h.data(), back.data(), x.size());
+  EXPECT_EQ(0, std::memcmp(x.data(), back.data(), x.size() * sizeof(float)));
+  for (std::size_t at : {std::size_t(3), std::size_t(20), x.size() - 1}) {  // in a vector step and in the tail
+    std::vector<float> y = x;
+    y[at] = 1.0f + 0x1p-11f;  // between two float16 values
+    EXPECT_FALSE(narrow_to_float16_exact(y.data(), h.data(), y.size())) << at;
+    y[at] = 1e-8f;  // below float16's smallest subnormal
+    EXPECT_FALSE(narrow_to_float16_exact(y.data(), h.data(), y.size())) << at;
+  }
+}
+
 }  // namespace
 }  // namespace qeval

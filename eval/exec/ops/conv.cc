@@ -4,6 +4,7 @@
 
 #include "eval/exec/ops/families.h"
 #include "eval/exec/ops/geometry.h"
+#include "eval/exec/ops/weight_panels.h"
 #include "kernels/conv.h"
 
 namespace qeval::eval {
@@ -128,7 +129,8 @@ class ConvOp final : public Op {
     const kernels::ConvParams p = conv_forward_params(node_, attrs_, in[0]->shape, in[1]->shape);
     if (p.in_channels < 1 || p.out_channels < 1) return;  // an empty weight: nothing to pack
     packed_.prepare(
-        in[1], [&](const Tensor& w) { return kernels::pack_conv_weights(p, w.data<float>()); }, shared_constants(),
+        in[1], [&](const Tensor& w) { return kernels::pack_conv_weights(p, w.data<float>(), panel_storage(*in[1])); },
+        shared_constants(),
         "conv groups " + std::to_string(p.groups));
   }
 
@@ -222,7 +224,8 @@ class ConvTransposeOp final : public Op {
     if (!kernels::sgemm_uses_packing({true, false, rows, in_size, p.in_channels / p.groups, rows, in_size, in_size}))
       return;
     packed_.prepare(
-        in[1], [&](const Tensor& w) { return kernels::pack_conv_transpose_weights(p, w.data<float>()); },
+        in[1],
+        [&](const Tensor& w) { return kernels::pack_conv_transpose_weights(p, w.data<float>(), panel_storage(*in[1])); },
         shared_constants(), "conv-transpose groups " + std::to_string(p.groups));
   }
 

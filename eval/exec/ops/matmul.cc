@@ -8,6 +8,7 @@
 
 #include "eval/exec/ops/families.h"
 #include "eval/exec/ops/geometry.h"
+#include "eval/exec/ops/weight_panels.h"
 #include "kernels/broadcast.h"
 #include "kernels/gemm.h"
 
@@ -116,7 +117,7 @@ class MatMulOp final : public Op {
     const MatMulPlan p = plan_matmul(node_, in[0]->shape, in[1]->shape);
     if (!b_is_matrix(p) || !kernels::sgemm_uses_packing(folded_shape(p))) return;
     packed_b_.prepare(
-        in[1], [&](const Tensor& b) { return kernels::PackedB(false, p.k, p.n, b.data<float>(), p.n); },
+        in[1], [&](const Tensor& b) { return kernels::PackedB(false, p.k, p.n, b.data<float>(), p.n, panel_storage(*in[1])); },
         shared_constants(), "B");
   }
 
@@ -211,7 +212,8 @@ class GemmOp final : public Op {
     const std::int64_t ldb = in[1]->shape[1];
     if (!kernels::sgemm_uses_packing({trans_a_, trans_b_, d.m, d.n, d.k, in[0]->shape[1], ldb, d.n})) return;
     packed_b_.prepare(
-        in[1], [&](const Tensor& b) { return kernels::PackedB(trans_b_, d.k, d.n, b.data<float>(), ldb); },
+        in[1],
+        [&](const Tensor& b) { return kernels::PackedB(trans_b_, d.k, d.n, b.data<float>(), ldb, panel_storage(*in[1])); },
         shared_constants(), trans_b_ ? "B^T" : "B");
   }
 

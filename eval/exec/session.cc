@@ -156,8 +156,10 @@ Session::Session(const Graph& graph, SessionOptions options)
       converted.push_back({&name, &t, r});
   }
   // On the CPU a mapped weight's copy goes to a temporary file, mapped back: once packed, its pages
-  // leave memory as the mapped weight's did (docs/infer.md "Weights in memory"). A device backend
-  // uploads it once: writing it out and reading it back cost seconds per full-size model.
+  // leave memory as the mapped weight's did (docs/infer.md "Weights in memory"). So does a widened
+  // copy (float16/bfloat16 to float32) of any weight: an FP16 export's tensors at unaligned offsets
+  // are copied out of the mapping, and their float32 copies were twice the file in memory. A device
+  // backend uploads it once: writing it out and reading it back cost seconds per full-size model.
   const bool spill = !device_;
   std::vector<std::shared_ptr<const Tensor>> made(converted.size());
   tbb::parallel_for(std::size_t(0), converted.size(), [&](std::size_t k) {
@@ -166,7 +168,8 @@ Session::Session(const Graph& graph, SessionOptions options)
     auto convert = [r, spill](const Tensor& source) {
       Tensor storage = to_storage(source);
       apply_rounding(storage, r);
-      if (spill && source.is_borrowed() && storage.nbytes() >= kSpillBytes) {
+      const bool widened = storage.dtype() != source.dtype();
+      if (spill && (source.is_borrowed() || widened) && storage.nbytes() >= kSpillBytes) {
         std::error_code ec;
         const std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
         if (auto file = ec ? nullptr : base::MappedFile::spill(storage.raw(), storage.nbytes(), dir))

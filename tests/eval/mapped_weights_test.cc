@@ -17,6 +17,7 @@
 #include "eval/exec/session.h"
 #include "input_error.h"
 #include "kernels/error.h"
+#include "kernels/numeric.h"
 #include "onnx_builder.h"
 #include "test_util.h"
 
@@ -282,6 +283,55 @@ TEST(MappedWeights, ASubgraphSessionSharesTheModelSessionsPackedWeights) {
     const auto y = one.run({{"x", x}});
     EXPECT_LT(resident_bytes(), before + kMappedWeightBytes / 2) << "the subgraph's session packed the weight again";
     EXPECT_TRUE(same_bytes(y.at("y"), expected));
+  }
+}
+
+// An FP16 export's weight (float16, at an unaligned offset: copied out of the mapping, not
+// borrowed): the session's float32 widened copy goes to a temporary file and leaves memory once
+// packed, and the packed form keeps float16 panels. In memory after a run: the float16 copy and
+// the float16 panels (~2x the weight's bytes), not also the float32 copy (~4x).
+TEST(MappedWeights, AnFp16ExportsWidenedWeightLeavesMemoryOncePacked) {
+  testing::ScratchDir dir("mapped-fp16");
+  constexpr std::int64_t k = 4096, n = 4096, rows = 16;
+  constexpr std::size_t half_bytes = std::size_t(k * n) * 2;
+  std::vector<float> w(std::size_t(k * n));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 61) - 30) / 64.0f;
+  {
+    std::vector<std::uint16_t> codes(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) codes[i] = to_float16(w[i]).bits;
+    std::ofstream f(dir / "weights.bin", std::ios::binary);
+    f.write("xx", 2);  // the tensor starts at offset 2: not 64-byte aligned
+    f.write(reinterpret_cast<const char*>(codes.data()), std::streamsize(half_bytes));
+  }
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
+  auto cast = [&](const std::string& from, const std::string& to, int type) {
+    auto* a = m.node("Cast", {from}, {to}, "cast_" + to).add_attribute();
+    a->set_name("to");
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(type);
+  };
+  cast("x", "x16", onnx::TensorProto::FLOAT16);
+  m.node("MatMul", {"x16", "w"}, {"y16"}, "matmul");
+  cast("y16", "y", onnx::TensorProto::FLOAT);
+  add_external(m, "w", {k, n}, "weights.bin", 2, onnx::TensorProto::FLOAT16);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+  std::vector<float> xv(std::size_t(rows * k));
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 8.0f;
+  const Tensor x = floats({rows, k}, xv);
+  xv = {};
+  const std::size_t before = resident_bytes();
+  const Graph g = load_onnx(dir / "m.onnx");
+  ASSERT_FALSE(g.initializers.at("w").is_borrowed());
+  Session s(g);
+  const auto out = s.run({{"x", x}});
+  EXPECT_LT(resident_bytes(), before + 3 * half_bytes) << "the float32 copy stayed in memory";
+  // The values: x16 * w in FP32 sums (x is exact in float16), rounded to float16 as the MatMul's
+  // float16 output is.
+  for (std::int64_t j : {std::int64_t(0), n / 2, n - 1}) {
+    float sum = 0;
+    for (std::int64_t p = 0; p < k; ++p) sum += x.data<float>()[p] * w[std::size_t(p * n + j)];
+    EXPECT_NEAR(out.at("y").data<float>()[j], round_to_float16(sum), std::abs(sum) * 2e-3 + 1e-3) << j;
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "eval/exec/ops/moves.h"
 #include "eval/exec/plan.h"
+#include "eval/exec/spill.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 
@@ -164,6 +165,10 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
         int id = step.out[o];
         if (id < 0) continue;
         apply_rounding(outs[o], p.rounding[std::size_t(id)]);
+        // On the CPU a large folded constant (an FP16 export's 722 transposed weights: 9 GB of
+        // float32 at SDXL's size) goes to a temporary file: once packed it leaves memory as the
+        // weights it came from did. A device backend uploads it once.
+        if (!device_) outs[o] = spilled(std::move(outs[o]));
         set_constant(id, std::make_shared<const Tensor>(std::move(outs[o])), p.metas[std::size_t(id)].declared);
       }
       step.folded = true;

@@ -18,6 +18,7 @@
 #include "eval/exec/deploy_fold.h"
 #include "eval/exec/plan.h"
 #include "eval/exec/pool.h"
+#include "eval/exec/spill.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 
@@ -57,7 +58,6 @@ std::optional<Precision> precision_from_name(std::string_view name) {
 namespace {
 
 // Converted copies of mapped weights at least this large go to a temporary file (Session::Session).
-constexpr std::size_t kSpillBytes = std::size_t(1) << 20;
 
 // `nodes` in the order `order` names them, when it names each once and every node then comes after
 // the producers of its inputs; else left as they are.
@@ -169,13 +169,7 @@ Session::Session(const Graph& graph, SessionOptions options)
       Tensor storage = to_storage(source);
       apply_rounding(storage, r);
       const bool widened = storage.dtype() != source.dtype();
-      if (spill && (source.is_borrowed() || widened) && storage.nbytes() >= kSpillBytes) {
-        std::error_code ec;
-        const std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
-        if (auto file = ec ? nullptr : base::MappedFile::spill(storage.raw(), storage.nbytes(), dir))
-          return Tensor::borrowed(storage.dtype(), storage.shape(), file->data(), file);
-      }
-      return storage;
+      return spill && (source.is_borrowed() || widened) ? spilled(std::move(storage)) : storage;
     };
     made[k] = options_.constants ? options_.constants->get<Tensor>(
                                        std::shared_ptr<const Tensor>(&t, [](const Tensor*) {}),

@@ -335,5 +335,41 @@ TEST(MappedWeights, AnFp16ExportsWidenedWeightLeavesMemoryOncePacked) {
   }
 }
 
+// A weight transposed by a node (PyTorch's FP16 exports: 722 such Transposes at SDXL's size): the
+// plan folds it into a new constant, which goes to a temporary file and leaves memory once packed.
+// In memory after a run: the packed weight (~1x its bytes), not also the folded copy (~2x).
+TEST(MappedWeights, AFoldedTransposeOfAWeightLeavesMemoryOncePacked) {
+  testing::ScratchDir dir("mapped-fold");
+  constexpr std::int64_t k = 4096, n = 4096, rows = 16;
+  constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);
+  {
+    std::vector<float> w(std::size_t(k * n));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 59) - 29) / 64.0f;
+    append_floats(dir / "weights.bin", w);
+  }
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
+  m.node("Transpose", {"wt"}, {"w"}, "transpose");
+  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
+  add_external(m, "wt", {n, k}, "weights.bin", 0);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+  std::vector<float> xv(std::size_t(rows * k));
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 8.0f;
+  const Tensor x = floats({rows, k}, xv);
+  xv = {};
+  const std::size_t before = resident_bytes();
+  const Graph g = load_onnx(dir / "m.onnx");
+  Session s(g);
+  const auto out = s.run({{"x", x}});
+  EXPECT_LT(resident_bytes(), before + weight_bytes + weight_bytes / 2) << "the folded transpose stayed in memory";
+  // y[0][j] = sum_p x[0][p] * wt[j][p]
+  const Tensor& wt = g.initializers.at("wt");
+  for (std::int64_t j : {std::int64_t(0), n - 1}) {
+    double sum = 0;
+    for (std::int64_t p = 0; p < k; ++p) sum += double(x.data<float>()[p]) * wt.data<float>()[j * k + p];
+    EXPECT_NEAR(out.at("y").data<float>()[j], sum, std::abs(sum) * 1e-5 + 1e-3) << j;
+  }
+}
+
 }  // namespace
 }  // namespace qeval::eval

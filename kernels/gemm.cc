@@ -1,8 +1,8 @@
 // GEMM kernels: the reference loops, operand packing, the 14x32 register-blocked micro-kernel
 // (GCC vector extensions: AVX-512 where the target has it), cache blocking and TBB threading.
 #include "kernels/gemm.h"
-#include "kernels/numeric.h"
 
+#include "kernels/numeric.h"
 #include "kernels/scratch.h"
 
 #include <tbb/blocked_range.h>
@@ -566,7 +566,7 @@ bool HalfPanels::take(AlignedFloats& floats, std::size_t n) {
   void* p = std::aligned_alloc(64, std::max<std::size_t>(64, (n * 2 + 63) / 64 * 64));
   if (!p) throw std::bad_alloc();
   std::unique_ptr<std::uint16_t[], Free> h(static_cast<std::uint16_t*>(p));
-  // In parallel chunks (an SDXL UNet's weights are 2.6 G values); any inexact chunk keeps floats.
+  // In parallel chunks (a weight can hold tens of millions of values); any inexact one keeps floats.
   std::atomic<bool> exact{true};
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t(1) << 16), [&](const auto& r) {
     if (exact.load(std::memory_order_relaxed) &&

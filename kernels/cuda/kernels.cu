@@ -428,6 +428,39 @@ __global__ void softmax_cols_kernel(const float* x, float* y, i64 outer, i64 n, 
   }
 }
 
+// A row's mean and 1 / sqrt(var + eps) from its first mean and centred sums (kernels::moments'
+// correction of the mean's rounding), and its elements [j0, j1) normalised with scale and bias by
+// channel ((row0 + j) / channel_inner) % channels; `total`: the elements of all rows.
+struct RowMoments {
+  double mean, inv_std;
+  __device__ void write(i64 r, float* mean_out, float* inv_std_out) const {
+    if (mean_out) mean_out[r] = float(mean);
+    if (inv_std_out) inv_std_out[r] = float(inv_std);
+  }
+};
+__device__ inline RowMoments row_moments(double mean0, double c, double c2, i64 n, double eps) {
+  double var = (c2 - c * c / double(n)) / double(n);
+  if (var < 0) var = 0;
+  return {mean0 + c / double(n), 1.0 / sqrt(var + eps)};
+}
+// This thread's share of the sums of (x - mean0) and its squares over [j0, j1) (strided by the block).
+__device__ inline void centred_sums(const float* xr, i64 j0, i64 j1, double mean0, double& c, double& c2) {
+  for (i64 j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const double d = double(xr[j]) - mean0;
+    c += d;
+    c2 += d * d;
+  }
+}
+__device__ inline void normalize_span(const RowMoments& mo, const float* xr, float* yr, i64 row0, i64 total, i64 j0,
+                                      i64 j1, const float* scale, const float* bias, i64 channels, i64 channel_inner) {
+  for (i64 j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const i64 ch = block_index(row0 + j, total, channel_inner, channels);
+    const double sc = scale ? double(scale[ch]) : 1.0;
+    const double b = bias ? double(bias[ch]) : 0.0;
+    yr[j] = float((double(xr[j]) - mo.mean) * mo.inv_std * sc + b);
+  }
+}
+
 // kernels::moments: the mean, then centred sums with the mean's rounding corrected.
 __global__ void normalize_rows_kernel(const float* x, float* y, i64 n, double eps, const float* scale,
                                       const float* bias, i64 channels, i64 channel_inner, float* mean_out,
@@ -440,27 +473,12 @@ __global__ void normalize_rows_kernel(const float* x, float* y, i64 n, double ep
   for (i64 j = threadIdx.x; j < n; j += blockDim.x) s += double(xr[j]);
   const double mean0 = block_reduce(s, sd, AddD{}) / double(n);
   double c = 0, c2 = 0;
-  for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
-    const double d = double(xr[j]) - mean0;
-    c += d;
-    c2 += d * d;
-  }
+  centred_sums(xr, 0, n, mean0, c, c2);
   c = block_reduce(c, sd, AddD{});
   c2 = block_reduce(c2, sd, AddD{});
-  const double mean = mean0 + c / double(n);
-  double var = (c2 - c * c / double(n)) / double(n);
-  if (var < 0) var = 0;
-  const double inv_std = 1.0 / sqrt(var + eps);
-  if (threadIdx.x == 0) {
-    if (mean_out) mean_out[r] = float(mean);
-    if (inv_std_out) inv_std_out[r] = float(inv_std);
-  }
-  for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
-    const i64 ch = block_index(r * n + j, i64(gridDim.x) * n, channel_inner, channels);
-    const double sc = scale ? double(scale[ch]) : 1.0;
-    const double b = bias ? double(bias[ch]) : 0.0;
-    yr[j] = float((double(xr[j]) - mean) * inv_std * sc + b);
-  }
+  const RowMoments mo = row_moments(mean0, c, c2, n, eps);
+  if (threadIdx.x == 0) mo.write(r, mean_out, inv_std_out);
+  normalize_span(mo, xr, yr, r * n, i64(gridDim.x) * n, 0, n, scale, bias, channels, channel_inner);
 }
 
 // normalize_rows_kernel's steps for few long rows (GroupNorm's 64 rows of 40960 at SD's highest
@@ -489,11 +507,7 @@ __global__ void norm_segment_centred_kernel(const float* x, i64 n, i64 seg, cons
   const float* xr = x + r * n;
   const double mean0 = segments_total(part + r * segs, segs, 1) / double(n);
   double c = 0, c2 = 0;
-  for (i64 j = sg * seg + threadIdx.x; j < j1; j += blockDim.x) {
-    const double d = double(xr[j]) - mean0;
-    c += d;
-    c2 += d * d;
-  }
+  centred_sums(xr, sg * seg, j1, mean0, c, c2);
   c = block_reduce(c, sd, AddD{});
   c2 = block_reduce(c2, sd, AddD{});
   if (threadIdx.x == 0) {
@@ -509,22 +523,9 @@ __global__ void norm_segment_apply_kernel(const float* x, float* y, i64 rows, i6
   const i64 r = blockIdx.y, sg = blockIdx.x, segs = gridDim.x, j1 = min(n, (sg + 1) * seg);
   const double mean0 = segments_total(part + r * segs, segs, 1) / double(n);
   const double c = segments_total(part2 + r * segs * 2, segs, 2), c2 = segments_total(part2 + r * segs * 2 + 1, segs, 2);
-  const double mean = mean0 + c / double(n);
-  double var = (c2 - c * c / double(n)) / double(n);
-  if (var < 0) var = 0;
-  const double inv_std = 1.0 / sqrt(var + eps);
-  if (sg == 0 && threadIdx.x == 0) {
-    if (mean_out) mean_out[r] = float(mean);
-    if (inv_std_out) inv_std_out[r] = float(inv_std);
-  }
-  const float* xr = x + r * n;
-  float* yr = y + r * n;
-  for (i64 j = sg * seg + threadIdx.x; j < j1; j += blockDim.x) {
-    const i64 ch = block_index(r * n + j, rows * n, channel_inner, channels);
-    const double sc = scale ? double(scale[ch]) : 1.0;
-    const double b = bias ? double(bias[ch]) : 0.0;
-    yr[j] = float((double(xr[j]) - mean) * inv_std * sc + b);
-  }
+  const RowMoments mo = row_moments(mean0, c, c2, n, eps);
+  if (sg == 0 && threadIdx.x == 0) mo.write(r, mean_out, inv_std_out);
+  normalize_span(mo, x + r * n, y + r * n, r * n, rows * n, sg * seg, j1, scale, bias, channels, channel_inner);
 }
 
 __global__ void batch_norm_kernel(const float* x, float* y, i64 channels, i64 inner, const double* scale,

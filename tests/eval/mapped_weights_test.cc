@@ -58,6 +58,13 @@ void append_floats(const fs::path& file, const std::vector<float>& values) {
   f.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
 }
 
+// The tests' input x [rows, k]: small values exact in float16.
+Tensor pattern_input(std::int64_t rows, std::int64_t k) {
+  std::vector<float> xv(std::size_t(rows * k));
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 8.0f;
+  return floats({rows, k}, xv);
+}
+
 // y = x * a + b, a at offset 0 of weights.bin (64-byte aligned: borrowed), b at offset 68 (copied).
 TEST(MappedWeights, AnAlignedExternalTensorIsAViewOfTheMappedFileAndGivesTheSameValues) {
   testing::ScratchDir dir("mapped-view");
@@ -128,10 +135,7 @@ TEST(MappedWeights, APackedWeightReplacesItsMappedPagesInMemory) {
   m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
   add_external(m, "w", {k, n}, "weights.bin", 0);
   testing::write_bytes(dir / "m.onnx", m.bytes());
-  std::vector<float> xv(std::size_t(rows * k));
-  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 8.0f;
-  const Tensor x = floats({rows, k}, xv);
-  xv = {};
+  const Tensor x = pattern_input(rows, k);
 
   const std::size_t before = resident_bytes();
   const Graph g = load_onnx(dir / "m.onnx");
@@ -316,10 +320,7 @@ TEST(MappedWeights, AnFp16ExportsWidenedWeightLeavesMemoryOncePacked) {
   cast("y16", "y", onnx::TensorProto::FLOAT);
   add_external(m, "w", {k, n}, "weights.bin", 2, onnx::TensorProto::FLOAT16);
   testing::write_bytes(dir / "m.onnx", m.bytes());
-  std::vector<float> xv(std::size_t(rows * k));
-  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 8.0f;
-  const Tensor x = floats({rows, k}, xv);
-  xv = {};
+  const Tensor x = pattern_input(rows, k);
   const std::size_t before = resident_bytes();
   const Graph g = load_onnx(dir / "m.onnx");
   ASSERT_FALSE(g.initializers.at("w").is_borrowed());
@@ -353,10 +354,7 @@ TEST(MappedWeights, AFoldedTransposeOfAWeightLeavesMemoryOncePacked) {
   m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
   add_external(m, "wt", {n, k}, "weights.bin", 0);
   testing::write_bytes(dir / "m.onnx", m.bytes());
-  std::vector<float> xv(std::size_t(rows * k));
-  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 13) - 6) / 8.0f;
-  const Tensor x = floats({rows, k}, xv);
-  xv = {};
+  const Tensor x = pattern_input(rows, k);
   const std::size_t before = resident_bytes();
   const Graph g = load_onnx(dir / "m.onnx");
   Session s(g);

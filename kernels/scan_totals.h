@@ -25,6 +25,8 @@ struct ScanTotals {
   bool plain = true;                 // every value finite and below 2^60
   double sum = 0, sum_sq = 0;        // over the finite values
   double err_sq = 0, err_max = 0;    // against a reference: over values finite on both sides
+  double ref_sq = 0;                 // the reference's sum of squares over the same values
+  std::int64_t first_nonfinite = -1; // index of the first NaN/Inf value; -1 when none
   std::array<std::uint64_t, kBins> hist{};
 };
 

@@ -776,4 +776,13 @@ TensorError add_scan_with_error(ActivationStats& act, ErrorStats& err, const ker
   return e;
 }
 
+TensorError error_from_scan(const kernels::ScanTotals& s) {
+  const std::int64_t bad = std::int64_t(s.nan + s.inf);
+  TensorError e = error_from_energies(std::int64_t(s.finite), s.ref_sq, s.sum_sq, s.err_sq, s.err_max);
+  e.nonfinite_test = bad;
+  e.first_nonfinite = s.first_nonfinite;
+  if (bad) set_diverged(e, bad);
+  return e;
+}
+
 }  // namespace qeval::metrics

@@ -20,5 +20,9 @@ std::optional<double> add_scan(ActivationStats& act, const kernels::ScanTotals& 
 // error of a diverged tensor needs both tensors, tensor_error).
 TensorError add_scan_with_error(ActivationStats& act, ErrorStats& err, const kernels::ScanTotals& s,
                                 double ref_sum_sq, std::int64_t n);
+// As tensor_error(ref, test, n) from a pass against a reference whose values are all finite
+// (ScanTotals::ref_sq, first_nonfinite): the same counts and divergence (a non-finite test value
+// makes every statistic unbounded), the energies in another summation order, the cosine from them.
+TensorError error_from_scan(const kernels::ScanTotals& s);
 
 }  // namespace qeval::metrics

@@ -6,17 +6,28 @@ namespace qeval::eval {
 
 namespace {
 std::atomic<DeviceScan> g_scan{nullptr};
+std::atomic<MakeScanQueue> g_make_queue{nullptr};
+}  // namespace
+
+void register_device_scan(DeviceScan scan, MakeScanQueue make_queue) {
+  g_scan.store(scan);
+  g_make_queue.store(make_queue);
 }
 
-void register_device_scan(DeviceScan scan) { g_scan.store(scan); }
+bool scannable(const Tensor& t, const Tensor* ref) {
+  if (!t.on_device() || t.dtype() != DType::kFloat32) return false;
+  return !ref || (ref->on_device() && ref->device() == t.device() && ref->dtype() == DType::kFloat32 &&
+                  ref->numel() == t.numel());
+}
 
 bool scan_on_device(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out) {
   const DeviceScan scan = g_scan.load();
-  if (!scan || !t.on_device() || t.dtype() != DType::kFloat32) return false;
-  if (ref && (!ref->on_device() || ref->device() != t.device() || ref->dtype() != DType::kFloat32 ||
-              ref->numel() != t.numel()))
-    return false;
-  return scan(t, ref, clip_amax, out);
+  return scan && scannable(t, ref) && scan(t, ref, clip_amax, out);
+}
+
+std::unique_ptr<ScanQueue> make_scan_queue(const std::shared_ptr<DeviceMemory>& device) {
+  const MakeScanQueue make = g_make_queue.load();
+  return make && device ? make(device) : nullptr;
 }
 
 }  // namespace qeval::eval

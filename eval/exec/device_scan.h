@@ -1,8 +1,11 @@
 // Activation statistics of values that live in a device's memory, without copying them to the
 // host (kernels/scan_totals.h): what observers use on a device backend. A device backend
-// registers its scan when it is made (the CUDA backend: kernels/cuda/scan.h); without one, or for
+// registers its scans when it is made (the CUDA backend: kernels/cuda/scan.h); without one, or for
 // a tensor it does not own, observers copy the values to the host instead.
 #pragma once
+
+#include <memory>
+#include <vector>
 
 #include "kernels/scan_totals.h"
 #include "kernels/tensor.h"
@@ -11,10 +14,33 @@ namespace qeval::eval {
 
 // Scans float32 `t` in device memory, against `ref` (null, or a float32 tensor of t's size in the
 // same device's memory with every value finite): fills `out` and returns true; false (nothing
-// done) when no registered scan takes this tensor.
+// done) when no registered scan takes this tensor. Waits for the device.
 bool scan_on_device(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out);
 
+// Scans queued behind a device's work and read back together: one wait for many, where nothing
+// needs an answer before then (a local-error run's comparison). Not thread-safe: one per thread.
+class ScanQueue {
+ public:
+  virtual ~ScanQueue() = default;
+  // Queues the scan scan_on_device would make: false (nothing queued) where it would be false,
+  // or `t` is in another device's memory than the scans queued so far. The tensors may be freed
+  // or reused by later device work once this returns (the scan runs before it).
+  virtual bool add(const Tensor& t, const Tensor* ref, float clip_amax) = 0;
+  virtual std::size_t size() const = 0;
+  // Waits for the device; `out` (replaced) holds every queued scan's totals in the order added,
+  // and the queue is empty.
+  virtual void take(std::vector<kernels::ScanTotals>& out) = 0;
+};
+
+// A queue for scans of values in `device`'s memory; null when no registered scan serves it.
+std::unique_ptr<ScanQueue> make_scan_queue(const std::shared_ptr<DeviceMemory>& device);
+
 using DeviceScan = bool (*)(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out);
-void register_device_scan(DeviceScan scan);
+using MakeScanQueue = std::unique_ptr<ScanQueue> (*)(const std::shared_ptr<DeviceMemory>& device);
+void register_device_scan(DeviceScan scan, MakeScanQueue make_queue);
+
+// Whether scan_on_device / ScanQueue::add take these tensors' types, sizes and places (the
+// registered scan still decides on the device).
+bool scannable(const Tensor& t, const Tensor* ref);
 
 }  // namespace qeval::eval

@@ -319,11 +319,11 @@ class Session::Execution::State final : public ValueLender {
     }
   }
 
-  std::map<std::string, Tensor> finish() {
+  std::map<std::string, Tensor> finish(bool outputs = true) {
     while (!done()) step();
     const Plan& p = *p_;
     std::map<std::string, Tensor> result;
-    for (std::size_t i = 0; i < s_.graph_.outputs.size(); ++i) {
+    for (std::size_t i = 0; outputs && i < s_.graph_.outputs.size(); ++i) {
       int id = p.output_ids[i];
       const ValueMeta& m = p.metas[std::size_t(id)];
       const bool runtime = !p.constants[std::size_t(id)] && !aliased_[std::size_t(id)];
@@ -337,6 +337,11 @@ class Session::Execution::State final : public ValueLender {
       result[s_.graph_.outputs[i].name] = m.declared == m.dtype ? Tensor(*t) : to_declared(*t, m.declared);
     }
     for (Tensor& m : mirrors_) s_.pool_->give(std::move(m));
+    // The outputs' buffers that were copied (a device value, another type) or not read: to the pool
+    // for the next run (freed with the execution, a device buffer would be allocated afresh).
+    if (!retain_)
+      for (int id : p.output_ids)
+        if (id >= 0 && slots_[std::size_t(id)].capacity() > 0) s_.pool_->give(std::move(slots_[std::size_t(id)]));
     if (!s_.options_.keep_buffers) {
       slots_.clear();
       s_.pool_->clear();
@@ -496,5 +501,6 @@ const std::vector<Node>& Session::Execution::nodes() const { return state_->node
 std::size_t Session::Execution::next_index() const { return state_->next_index(); }
 void Session::Execution::step() { state_->step(); }
 std::map<std::string, Tensor> Session::Execution::finish() { return state_->finish(); }
+void Session::Execution::finish_unread() { state_->finish(false); }
 
 }  // namespace qeval::eval

@@ -117,6 +117,9 @@ class Session {
     void step();
     // Runs what is left; the outputs, as run() returns them.
     std::map<std::string, Tensor> finish();
+    // Runs what is left for the observer alone: no output is returned (a device backend's are
+    // not copied to the host).
+    void finish_unread();
 
    private:
     class State;

@@ -359,10 +359,9 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
       const bool comparable =
           ref.tensor && ref.tensor->shape() == out->shape() && ref.tensor->dtype() == DType::kFloat32;
       if (comparable && ref.energy && scan_on_device(*out, ref.tensor, clip, t)) {
-        if (t.nan || t.inf) {  // diverged or not: tensor_error over both tensors says which
+        if (t.nan || t.inf) {  // diverged from the finite reference
           metrics::add_scan(act, t);
-          error = metrics::tensor_error(on_host(ref.tensor, host_ref_)->data<float>(),
-                                        on_host(out, host_out_)->data<float>(), out->numel());
+          error = metrics::error_from_scan(t);
           cell->acc.add(*error, out->numel());
         } else {
           error = metrics::add_scan_with_error(act, cell->acc, t, *ref.energy, out->numel());
@@ -505,6 +504,7 @@ std::vector<std::map<std::string, Tensor>> run_call_in_lockstep(
       hook = [lockstep_local] { lockstep_local->after_reference_step(); };
     }
     run_lockstep(reference, executions, lockstep, ms, window, hook);
+    if (lockstep_local) lockstep_local->finish();
     if (local_errors) local_errors();
   }
   std::vector<std::map<std::string, Tensor>> outputs(nv);
@@ -596,22 +596,22 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
 
 namespace {
 
-// Compares the local run's target node output with the reference's as it is produced: in device
-// memory by a device scan from the energies when both are there and finite (the reference's
-// energy known), else tensor_error over the host's copies.
+// Compares the local run's target node output with the reference's as it is produced: on the
+// device by a scan queued there (LocalSessions::defer) when both are there and the reference is
+// finite (its energy known), else tensor_error over the host's copies into `cell`.
 class LocalCompare : public Observer {
  public:
-  LocalCompare(const std::string& node, const Capture::Value& ref, LayerCell& cell)
-      : node_(node), ref_(*ref.tensor), ref_energy_(ref.energy), cell_(cell) {}
+  LocalCompare(const std::string& node, const Capture::Value& ref, LayerCell& cell, LocalSessions& sessions,
+               UnitObservation& unit, std::size_t variant, std::size_t layer, int step)
+      : node_(node), ref_(*ref.tensor), ref_energy_(ref.energy), cell_(cell), sessions_(sessions), unit_(unit),
+        variant_(variant), layer_(layer), step_(step) {}
   bool reads_device_values() const override { return true; }
   void on_node(const NodeEvent& e) override {
     if (e.node.name != node_ || e.outputs.empty() || !e.outputs[0]) return;
     const Tensor& out = *e.outputs[0];
     if (out.dtype() != DType::kFloat32 || out.shape() != ref_.shape()) return;
-    kernels::ScanTotals t;
-    if (ref_energy_ && scan_on_device(out, &ref_, std::numeric_limits<float>::infinity(), t) && !t.nan && !t.inf) {
-      cell_.local_mut().add(metrics::error_from_energies(out.numel(), *ref_energy_, t.sum_sq, t.err_sq, t.err_max),
-                            out.numel());
+    if (ref_energy_ && sessions_.defer(out, ref_, *ref_energy_, unit_, variant_, layer_, step_)) {
+      deferred_ = true;
       return;
     }
     Tensor host_ref, host_out;
@@ -619,15 +619,48 @@ class LocalCompare : public Observer {
     const Tensor& o = out.on_device() ? (host_out = out.to_host()) : out;
     cell_.local_mut().add(metrics::tensor_error(r.data<float>(), o.data<float>(), out.numel()), out.numel());
   }
+  bool deferred() const { return deferred_; }
 
  private:
   const std::string& node_;
   const Tensor& ref_;
   std::optional<double> ref_energy_;
   LayerCell& cell_;
+  LocalSessions& sessions_;
+  UnitObservation& unit_;
+  std::size_t variant_, layer_;
+  int step_;
+  bool deferred_ = false;
 };
 
 }  // namespace
+
+bool LocalSessions::defer(const Tensor& out, const Tensor& ref, double ref_energy, UnitObservation& unit,
+                          std::size_t variant, std::size_t layer, int step) {
+  if (!scannable(out, &ref)) return false;
+  if (!queue_) queue_ = make_scan_queue(out.device());
+  if (!queue_ || !queue_->add(out, &ref, std::numeric_limits<float>::infinity())) return false;
+  deferred_.push_back(Deferred{&unit, variant, layer, step, out.numel(), ref_energy});
+  constexpr std::size_t kMaxDeferred = 4096;  // ~17 MB of pinned results
+  if (deferred_.size() >= kMaxDeferred) flush();
+  return true;
+}
+
+void LocalSessions::flush() {
+  if (deferred_.empty()) return;
+  queue_->take(totals_);
+  for (std::size_t k = 0; k < deferred_.size(); ++k) {
+    const Deferred& d = deferred_[k];
+    const kernels::ScanTotals& t = totals_[k];
+    LayerCell cell;
+    // A non-finite output: diverged from the finite reference (error_from_scan says so).
+    cell.local_mut().add(t.nan || t.inf ? metrics::error_from_scan(t)
+                                        : metrics::error_from_energies(d.n, d.ref_energy, t.sum_sq, t.err_sq, t.err_max),
+                         d.n);
+    d.unit->calls[d.variant].add(d.layer, d.step, cell);
+  }
+  deferred_.clear();
+}
 
 namespace {
 
@@ -662,9 +695,9 @@ void run_local_error(const RunObservation& run, std::size_t variant, std::size_t
     in[name] = &t;
   }
   LayerCell cell;
-  LocalCompare cmp(e.compared, ref, cell);
-  e.session->run(in, &cmp);
-  unit.calls[variant].add(std::size_t(layer), capture.step, cell);
+  LocalCompare cmp(e.compared, ref, cell, sessions, unit, variant, std::size_t(layer), capture.step);
+  Session::Execution(*e.session, in, &cmp).finish_unread();  // its output is the observer's alone
+  if (!cmp.deferred()) unit.calls[variant].add(std::size_t(layer), capture.step, cell);
 }
 
 }  // namespace
@@ -678,6 +711,7 @@ void run_local_errors(const RunObservation& run, std::size_t variant, const Capt
   if (om.local.empty()) return;
   for (std::size_t i = 0; i < om.graph->nodes.size(); ++i)
     run_local_error(run, variant, std::size_t(m), i, capture, sessions, unit);
+  sessions.flush();
 }
 
 void LockstepLocalErrors::start(std::string_view model, const std::vector<std::size_t>& variants) {

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "eval/exec/device_scan.h"
 #include "eval/exec/graph.h"
 #include "eval/exec/observer.h"
 #include "eval/exec/session.h"
@@ -376,8 +377,27 @@ class LocalSessions {
   };
   Entry& get(const RunObservation& run, std::size_t variant, std::size_t model, std::size_t node,
              const Capture& capture);
+  // A local run's output `out` compared with the reference's `ref` (every value finite, sum of
+  // squares `ref_energy`) by a scan queued on their device (eval/exec/device_scan.h ScanQueue): the
+  // local error is added to `unit` (variant, layer, step) by flush(). False (nothing queued) when
+  // no device scan takes them.
+  bool defer(const Tensor& out, const Tensor& ref, double ref_energy, UnitObservation& unit, std::size_t variant,
+             std::size_t layer, int step);
+  // Waits for the device once and adds every deferred local error to its unit: before the units'
+  // statistics are read, and while they live.
+  void flush();
 
  private:
+  struct Deferred {
+    UnitObservation* unit;
+    std::size_t variant, layer;
+    int step;
+    std::int64_t n;
+    double ref_energy;
+  };
+  std::unique_ptr<ScanQueue> queue_;
+  std::vector<Deferred> deferred_;
+  std::vector<kernels::ScanTotals> totals_;
   std::map<std::tuple<std::size_t, std::size_t, std::size_t>, Entry> entries_;
   // Per (variant, model): its values held in float16/bfloat16 (narrow_float_values).
   std::map<std::pair<std::size_t, std::size_t>, std::unordered_map<std::string, DType>> narrow_;
@@ -505,6 +525,8 @@ class LockstepLocalErrors {
   void start(std::string_view model, const std::vector<std::size_t>& variants);
   // Runs every local run whose reference nodes have all run by now (run_lockstep's hook).
   void after_reference_step();
+  // The call is over: its local errors are in the unit (LocalSessions::flush).
+  void finish() { sessions_.flush(); }
 
  private:
   const RunObservation& run_;

@@ -24,15 +24,25 @@ constexpr int kMinKey = (-32 + 127) << 3;
 
 // One thread's, then one block's, then the tensor's sums: combined in a fixed order.
 struct Part {
-  double sum, sum_sq, err_sq, err_max;
+  double sum, sum_sq, err_sq, err_max, ref_sq;
   u64 finite, nan, inf, clipped;
+  i64 first_bad;  // the first non-finite element's index; n when none
   unsigned max_bits, not_plain;
 };
 
 __device__ Part combine(const Part& a, const Part& b) {
-  return {a.sum + b.sum,         a.sum_sq + b.sum_sq,   a.err_sq + b.err_sq, fmax(a.err_max, b.err_max),
-          a.finite + b.finite,   a.nan + b.nan,         a.inf + b.inf,       a.clipped + b.clipped,
-          max(a.max_bits, b.max_bits), a.not_plain | b.not_plain};
+  return {a.sum + b.sum,
+          a.sum_sq + b.sum_sq,
+          a.err_sq + b.err_sq,
+          fmax(a.err_max, b.err_max),
+          a.ref_sq + b.ref_sq,
+          a.finite + b.finite,
+          a.nan + b.nan,
+          a.inf + b.inf,
+          a.clipped + b.clipped,
+          a.first_bad < b.first_bad ? a.first_bad : b.first_bad,
+          max(a.max_bits, b.max_bits),
+          a.not_plain | b.not_plain};
 }
 
 __device__ Part block_combine(Part p, Part* shared) {
@@ -45,15 +55,42 @@ __device__ Part block_combine(Part p, Part* shared) {
   return shared[0];
 }
 
+// Between scans the scratch is zero: the last block to finish leaves it so.
+struct Scratch {
+  Part parts[kMaxBlocks];
+  u64 hist[Totals::kBins];
+  unsigned done;  // blocks finished
+};
+
+// What a scan leaves for the host (ScanResult).
+struct Result {
+  Part total;
+  u64 hist[Totals::kBins];
+};
+
+// Written by other blocks of this grid: read from L2, not a stale L1 line.
+__device__ Part load_part(const Part* p) {
+  Part q;
+  q.sum = __ldcg(&p->sum), q.sum_sq = __ldcg(&p->sum_sq), q.err_sq = __ldcg(&p->err_sq), q.err_max = __ldcg(&p->err_max);
+  q.ref_sq = __ldcg(&p->ref_sq);
+  q.finite = __ldcg(&p->finite), q.nan = __ldcg(&p->nan), q.inf = __ldcg(&p->inf), q.clipped = __ldcg(&p->clipped);
+  q.first_bad = __ldcg(&p->first_bad);
+  q.max_bits = __ldcg(&p->max_bits), q.not_plain = __ldcg(&p->not_plain);
+  return q;
+}
+
 // Each block: a strided share of the elements; its histogram in shared memory, then added to the
-// tensor's (integer counts: the same totals in any order).
-__global__ void scan_kernel(const float* x, const float* ref, i64 n, unsigned clip_bits, bool sample, Part* parts,
-                            u64* hist) {
+// tensor's (integer counts: the same totals in any order). The last block to finish combines the
+// blocks' sums in block order (deterministic), writes the result and zeroes the scratch.
+__global__ void scan_kernel(const float* x, const float* ref, i64 n, unsigned clip_bits, bool sample, Scratch* s,
+                            Result* out) {
   __shared__ unsigned bins[Totals::kBins];
   __shared__ Part shared[kThreads];
+  __shared__ bool last;
   for (int b = threadIdx.x; b < Totals::kBins; b += blockDim.x) bins[b] = 0;
   __syncthreads();
   Part p{};
+  p.first_bad = n;
   const i64 stride = i64(gridDim.x) * blockDim.x;
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = x[i];
@@ -61,6 +98,7 @@ __global__ void scan_kernel(const float* x, const float* ref, i64 n, unsigned cl
     p.not_plain |= u >= kBigBits;
     if (u >= kInfBits) {
       (u == kInfBits ? p.inf : p.nan) += 1;
+      if (i < p.first_bad) p.first_bad = i;
       continue;
     }
     ++p.finite;
@@ -77,25 +115,36 @@ __global__ void scan_kernel(const float* x, const float* ref, i64 n, unsigned cl
     p.sum += d;
     p.sum_sq += d * d;
     if (ref) {  // the reference is finite (the caller's condition)
-      const double e = d - double(ref[i]);
+      const double r = ref[i];
+      const double e = d - r;
+      p.ref_sq += r * r;
       p.err_sq += e * e;
       p.err_max = fmax(p.err_max, fabs(e));
     }
   }
   const Part total = block_combine(p, shared);
-  if (threadIdx.x == 0) parts[blockIdx.x] = total;
+  if (threadIdx.x == 0) s->parts[blockIdx.x] = total;
   __syncthreads();
   for (int b = threadIdx.x; b < Totals::kBins; b += blockDim.x)
-    if (bins[b]) atomicAdd(&hist[b], u64(bins[b]));
-}
-
-// One block: the blocks' parts in a fixed order.
-__global__ void combine_kernel(Part* parts, int count) {
-  __shared__ Part shared[kThreads];
-  Part p{};
-  for (int k = threadIdx.x; k < count; k += blockDim.x) p = combine(p, parts[k]);
-  const Part total = block_combine(p, shared);
-  if (threadIdx.x == 0) parts[0] = total;
+    if (bins[b]) atomicAdd(&s->hist[b], u64(bins[b]));
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&s->done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  Part q{};
+  q.first_bad = n;
+  for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) q = combine(q, load_part(&s->parts[k]));
+  const Part all = block_combine(q, shared);
+  if (threadIdx.x == 0) {
+    out->total = all;
+    s->done = 0;
+  }
+  for (int b = threadIdx.x; b < Totals::kBins; b += blockDim.x) {
+    out->hist[b] = __ldcg(&s->hist[b]);
+    s->hist[b] = 0;
+  }
 }
 
 void check(cudaError_t e, const char* what) {
@@ -109,31 +158,28 @@ int blocks_for(i64 n) {
 
 }  // namespace
 
-std::size_t scan_scratch_bytes() { return sizeof(Part) * kMaxBlocks + sizeof(u64) * Totals::kBins; }
+std::size_t scan_scratch_bytes() { return sizeof(Scratch); }
+std::size_t scan_result_bytes() { return sizeof(Result); }
 
-void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, void* scratch, ScanTotals& out,
+void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, void* scratch, void* result,
                  void* stream) {
-  out = ScanTotals{};
-  if (n <= 0) return;
-  const cudaStream_t st = static_cast<cudaStream_t>(stream);
-  Part* parts = static_cast<Part*>(scratch);
-  u64* hist = reinterpret_cast<u64*>(parts + kMaxBlocks);
-  check(cudaMemsetAsync(hist, 0, sizeof(u64) * Totals::kBins, st), "scan: memset");
   unsigned clip_bits = kInfBits;
   if (clip_amax == clip_amax) {
     std::memcpy(&clip_bits, &clip_amax, sizeof clip_bits);
     clip_bits &= kAbs;
   }
+  // n == 0: one block that reads nothing and writes zero totals.
   const int blocks = blocks_for(n);
-  scan_kernel<<<blocks, kThreads, 0, st>>>(x, ref, n, clip_bits, n >= Totals::kSampleFrom, parts, hist);
+  scan_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, ref, n < 0 ? 0 : n, clip_bits, n >= Totals::kSampleFrom, static_cast<Scratch*>(scratch),
+      static_cast<Result*>(result));
   check(cudaGetLastError(), "scan kernel");
-  combine_kernel<<<1, kThreads, 0, st>>>(parts, blocks);
-  check(cudaGetLastError(), "scan combine kernel");
-  Part total;
-  check(cudaMemcpyAsync(&total, parts, sizeof total, cudaMemcpyDeviceToHost, st), "scan: copy totals");
-  check(cudaMemcpyAsync(out.hist.data(), hist, sizeof(u64) * Totals::kBins, cudaMemcpyDeviceToHost, st),
-        "scan: copy histogram");
-  check(cudaStreamSynchronize(st), "scan: synchronize");
+}
+
+void read_scan_result(const void* result, ScanTotals& out) {
+  const Result& r = *static_cast<const Result*>(result);
+  const Part& total = r.total;
+  out = ScanTotals{};
   out.finite = total.finite;
   out.nan = total.nan;
   out.inf = total.inf;
@@ -144,6 +190,9 @@ void scan_values(const float* x, const float* ref, std::int64_t n, float clip_am
   out.sum_sq = total.sum_sq;
   out.err_sq = total.err_sq;
   out.err_max = total.err_max;
+  out.ref_sq = total.ref_sq;
+  out.first_nonfinite = total.nan + total.inf ? total.first_bad : -1;
+  std::memcpy(out.hist.data(), r.hist, sizeof r.hist);
 }
 
 }  // namespace qeval::kernels::cuda

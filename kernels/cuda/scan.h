@@ -1,6 +1,6 @@
 // Activation statistics of a float32 tensor in device memory (kernels/scan_totals.h): one pass,
 // only the totals (~4 KB) come back to the host. Deterministic: sums combine in a fixed order
-// (per thread, a shared-memory tree, then the blocks in order); the histogram's integer counts
+// (per thread, a shared-memory tree, then the blocks in order, by the last block to finish); the histogram's integer counts
 // are added with atomics, which gives the same counts in any order. No CUDA header needed.
 #pragma once
 
@@ -11,14 +11,19 @@
 
 namespace qeval::kernels::cuda {
 
-// Device scratch scan_values needs (bytes), whatever the tensor.
+// Device scratch scan_values needs (bytes), whatever the tensor: zeroed once when allocated (each
+// scan leaves it zeroed). Scans that share one scratch must be ordered (one stream).
 std::size_t scan_scratch_bytes();
-// Scans x[0..n) (device memory), and against ref[0..n) when not null (device memory, every value
+// Bytes of one scan's result: memory the device writes and read_scan_result reads (pinned,
+// device-mapped host memory: nothing else crosses to the host).
+std::size_t scan_result_bytes();
+// Queues on `stream` (a cudaStream_t), after the work already there, one launch that scans
+// x[0..n) (device memory), and against ref[0..n) when not null (device memory, every value
 // finite): counts, max |x| bits, clipping (|x| > |clip_amax|; NaN clips nothing), moments in
 // double, the error sums over finite x, the |x| histogram (sampled as metrics::ActivationStats::add
-// samples). Runs on `stream` (a cudaStream_t) after the work already there; returns when `out`
-// holds the totals.
-void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, void* scratch, ScanTotals& out,
+// samples). Writes `result` when it runs: read it after the stream has synchronised.
+void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, void* scratch, void* result,
                  void* stream);
+void read_scan_result(const void* result, ScanTotals& out);
 
 }  // namespace qeval::kernels::cuda

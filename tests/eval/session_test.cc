@@ -713,6 +713,37 @@ TEST(Session, DeadBuffersAreReused) {
   EXPECT_LE(s.last_peak_activation_bytes(), 2u * 1024 * 1024 + 8192);
 }
 
+// A run for its observer alone (local error: one node on the reference's values, thousands of
+// runs a call) returns no output, and its output's buffer goes back to the pool for the next run:
+// freed with the execution, a device buffer was allocated (and zeroed) again at every run.
+TEST(Session, RunsForTheObserverAloneReuseTheirOutputBuffers) {
+  OnnxBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {256, 1024}).output("y", onnx::TensorProto::FLOAT);
+  b.node("Relu", {"x"}, {"y"}, "relu");
+  Graph g = b.graph();
+  std::vector<float> v(256 * 1024);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i % 7) - 3.0f;
+  const std::map<std::string, Tensor> in = {{"x", floats({256, 1024}, v)}};
+  struct Seen : Observer {
+    const void* buffer = nullptr;
+    float first = -1;
+    void on_node(const NodeEvent& e) override {
+      buffer = e.outputs[0]->raw();
+      first = e.outputs[0]->data<float>()[4];
+    }
+  };
+  SessionOptions options;
+  options.pool = Session::make_pool();
+  Session s(g, options);
+  Seen a, b2;
+  Session::Execution(s, in, &a).finish_unread();
+  const std::size_t after_first = Session::pool_allocated_bytes(*options.pool);
+  Session::Execution(s, in, &b2).finish_unread();
+  EXPECT_EQ(a.first, 1.0f);  // Relu(4 % 7 - 3)
+  EXPECT_EQ(b2.buffer, a.buffer) << "the second run's output is the first's buffer";
+  EXPECT_EQ(Session::pool_allocated_bytes(*options.pool), after_first);
+}
+
 // Ops keep no temporaries of their own between runs (each Conv kept its padded input: ~1 GB on a
 // 1024x1024 model, int8 convolutions their im2col matrix): after a run the heap holds the pool's
 // activation buffers and this thread's one lent padded input, not one per Conv.

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "eval/exec/device_scan.h"
 #include "gpu_test_util.h"
 #include "metrics/scan_totals.h"
+#include "metrics/tensor_error.h"
 
 namespace qeval::eval {
 namespace {
@@ -52,6 +55,7 @@ TEST(CudaScan, StatisticsOfDeviceValuesAreTheHostPasses) {
       ASSERT_TRUE(scan_on_device(dx, nullptr, 2.5f, t));
       ASSERT_TRUE(scan_on_device(dx, nullptr, 2.5f, again));
       EXPECT_EQ(std::memcmp(&t, &again, sizeof t), 0) << "not deterministic";
+      EXPECT_EQ(t.first_nonfinite, odd && n > 100 ? 3 : -1);
       metrics::ActivationStats host, dev;
       const std::optional<double> e1 = host.add(x.data<float>(), n, 2.5f);
       const std::optional<double> e2 = metrics::add_scan(dev, t);
@@ -89,6 +93,67 @@ TEST(CudaScan, ErrorOfDeviceValuesAgainstTheReferenceIsTheHostPasses) {
   EXPECT_NEAR(d.sum_err_sq, h.sum_err_sq, 1e-5 * h.sum_err_sq);
   EXPECT_NEAR(*d.sqnr_db, *h.sqnr_db, 1e-4);
   EXPECT_NEAR(d.max_abs, h.max_abs, 1e-6 * h.max_abs);
+  EXPECT_NEAR(t.ref_sq, energy, 1e-6 * energy);
+
+  // A test tensor gone non-finite: error_from_scan gives what tensor_error gives over both tensors.
+  test.data<float>()[1000] = std::numeric_limits<float>::quiet_NaN();
+  test.data<float>()[n - 1] = std::numeric_limits<float>::infinity();
+  test.data<float>()[77] = -std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(scan_on_device(test.to_device(memory), &dref, 1.0f, t));
+  const metrics::TensorError hd = metrics::tensor_error(ref.data<float>(), test.data<float>(), n);
+  const metrics::TensorError dd = metrics::error_from_scan(t);
+  EXPECT_EQ(hd.diverged, 3);
+  EXPECT_EQ(dd.diverged, hd.diverged);
+  EXPECT_EQ(dd.count, hd.count);
+  EXPECT_EQ(dd.nonfinite_ref, hd.nonfinite_ref);
+  EXPECT_EQ(dd.nonfinite_test, hd.nonfinite_test);
+  EXPECT_EQ(dd.first_nonfinite, 77);
+  EXPECT_EQ(dd.first_nonfinite, hd.first_nonfinite);
+  EXPECT_EQ(dd.sqnr_db, hd.sqnr_db);  // -inf
+  EXPECT_EQ(dd.max_abs, hd.max_abs);  // inf
+  EXPECT_EQ(dd.cosine.has_value(), hd.cosine.has_value());
+  EXPECT_NEAR(dd.sum_ref_sq, hd.sum_ref_sq, 1e-6 * hd.sum_ref_sq);
+  EXPECT_NEAR(dd.sum_err_sq, hd.sum_err_sq, 1e-5 * hd.sum_err_sq);
+}
+
+// Scans queued and read back together (ScanQueue, what local error uses): each the totals of the
+// same scan made alone, in the order queued, over more scans than one pinned chunk holds; values
+// reused by later device work once queued are scanned as they were.
+TEST(CudaScan, QueuedScansGiveTheTotalsOfScansMadeAlone) {
+  QEVAL_CUDA_OR_SKIP(cuda);
+  const auto memory = cuda->memory();
+  std::unique_ptr<ScanQueue> queue = make_scan_queue(memory);
+  ASSERT_NE(queue, nullptr);
+  EXPECT_FALSE(queue->add(values(10, 1, false), nullptr, 1.0f)) << "a host tensor";
+  const std::int64_t sizes[] = {1, 300, 8192, 100003};
+  std::vector<kernels::ScanTotals> alone;
+  Tensor buffer(DType::kFloat32, {100003}, memory);  // overwritten (asynchronously) after each scan queued
+  const Tensor junk = values(100003, 12345, false).to_device(memory);
+  const Tensor ref = values(100003, 99, false).to_device(memory);
+  for (int k = 0; k < 300; ++k) {
+    const std::int64_t n = sizes[k % 4];
+    const bool odd = k % 3 == 0;
+    Tensor x = values(n, std::uint32_t(k), odd);
+    Tensor dx = x.to_device(memory);
+    const Tensor* against = n == 100003 && !odd ? &ref : nullptr;
+    kernels::ScanTotals t;
+    ASSERT_TRUE(scan_on_device(dx, against, 2.0f, t));
+    alone.push_back(t);
+    if (n == 100003) {  // queued on a buffer the next upload overwrites
+      memory->copy(buffer.device_data(), dx.device_data(), dx.nbytes());
+      ASSERT_TRUE(queue->add(buffer, against, 2.0f));
+      memory->copy(buffer.device_data(), junk.device_data(), junk.nbytes());
+    } else {
+      ASSERT_TRUE(queue->add(dx, against, 2.0f));
+    }
+  }
+  EXPECT_EQ(queue->size(), 300u);
+  std::vector<kernels::ScanTotals> got;
+  queue->take(got);
+  EXPECT_EQ(queue->size(), 0u);
+  ASSERT_EQ(got.size(), alone.size());
+  for (std::size_t k = 0; k < got.size(); ++k)
+    EXPECT_EQ(std::memcmp(&got[k], &alone[k], sizeof got[k]), 0) << "scan " << k;
 }
 
 }  // namespace

@@ -1645,11 +1645,16 @@ bool scan_cuda_values(const Tensor& t, const Tensor* ref, float clip_amax, kerne
   return memory && memory->scan(t, ref, clip_amax, out);
 }
 
+std::unique_ptr<ScanQueue> cuda_scan_queue(const std::shared_ptr<DeviceMemory>& device) {
+  auto memory = std::dynamic_pointer_cast<CudaMemory>(device);
+  return memory ? make_cuda_scan_queue(std::move(memory)) : nullptr;
+}
+
 }  // namespace
 
 std::shared_ptr<Backend> make_cuda_backend(int device) {
   check_cuda_device(device);
-  register_device_scan(&scan_cuda_values);
+  register_device_scan(&scan_cuda_values, &cuda_scan_queue);
   return std::make_shared<CudaBackend>(device);
 }
 

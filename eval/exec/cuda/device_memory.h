@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "eval/exec/device_scan.h"
 #include "kernels/scan_totals.h"
 #include "kernels/tensor.h"
 
@@ -39,15 +41,34 @@ class CudaMemory final : public DeviceMemory, public std::enable_shared_from_thi
   void* stream() const { return stream_; }  // a cudaStream_t
   void synchronize() override;
   std::shared_ptr<DeviceMemory> shared() { return shared_from_this(); }
+  // Host memory the device writes (page-locked, mapped: cudaHostAlloc); std::bad_alloc when none.
+  void* allocate_pinned(std::size_t bytes);
+  void release_pinned(void* p) noexcept;
   // Activation statistics of a float32 tensor in this memory (eval/exec/device_scan.h; scratch of
-  // its own, made on first use); false for a tensor in another memory.
+  // its own, made on first use); false for a tensor in another memory. Waits for the device.
   bool scan(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out);
+  // The same scan queued on the stream: writes `result` (pinned, kernels::cuda::scan_result_bytes)
+  // when it runs; read it (kernels::cuda::read_scan_result) after synchronize().
+  bool queue_scan(const Tensor& t, const Tensor* ref, float clip_amax, void* result);
 
  private:
   int device_;
   void* stream_ = nullptr;
   std::recursive_mutex mu_;
   void* scan_scratch_ = nullptr;
+  void* scan_result_ = nullptr;  // scan()'s (pinned)
+  // QEVAL_PROFILE_STEPS: calls, bytes and host time of each kind of memory call, printed to
+  // stderr when this memory goes.
+  struct Traffic {
+    std::uint64_t calls = 0, bytes = 0;
+    double ms = 0;
+  };
+  enum TrafficKind { kAllocate, kRelease, kToDevice, kToHost, kScanWait, kTrafficKinds };
+  Traffic traffic_[kTrafficKinds];
+  class Timed;
 };
+
+// eval/exec/device_scan.h's ScanQueue for values in `memory`.
+std::unique_ptr<ScanQueue> make_cuda_scan_queue(std::shared_ptr<CudaMemory> memory);
 
 }  // namespace qeval::eval

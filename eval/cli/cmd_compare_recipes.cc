@@ -53,6 +53,7 @@ int run_compare_recipes(const CompareRecipesArgs& a, const Context& ctx) {
   eval::RunResult result = eval::start_run(spec, *driver, std::move(variants), options);
   eval::CallShapes shapes(spec.reference);
   result.observation.node_hook = shapes.hook();
+  result.observation.node_hook_reads_values = false;  // shapes alone: device values stay there
   result.observation.node_hook_variant = spec.reference;
   if (tty)
     fmt::print(stderr, "qeval compare-recipes: {} ({}), {} units, {} recipe(s) against {}\n",

@@ -72,6 +72,7 @@ int run_run(const RunArgs& a, const Context& ctx) {
   eval::RunResult result = eval::start_run(spec, *driver, std::move(variants), options);
   eval::CallShapes shapes(spec.reference);  // one call of each model: the MACs behind "quantized"
   result.observation.node_hook = shapes.hook();
+  result.observation.node_hook_reads_values = false;  // shapes alone: device values stay there
   result.observation.node_hook_variant = spec.reference;
 
   // The result cache: a state of the same run in --out holds units that need not run again.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <unordered_map>
@@ -76,12 +77,13 @@ class Session::Execution::State final : public ValueLender {
 
     // Small integer/bool inputs are planned as constants (shape tensors fed as
     // inputs, as the ONNX node tests do); larger ones stay runtime data.
+    // (Read on the host: one in device memory, a local run's input, is copied there first.)
     std::map<std::string, const Tensor*> int_values;
     for (const auto& [name, t] : inputs)
       if (((t->dtype() == DType::kInt64 || t->dtype() == DType::kInt32 || t->dtype() == DType::kBool) &&
            t->numel() <= 64) ||
           s_.constant_graph_inputs_.count(name))
-        int_values[name] = t;
+        int_values[name] = t->on_device() ? &host_inputs_.emplace_back(t->to_host()) : t;
     p_ = &s_.plan_for(shapes, int_values);
     Plan& p = *p_;
     ++p.executions;
@@ -102,13 +104,22 @@ class Session::Execution::State final : public ValueLender {
         continue;
       }
       Tensor& slot = slots_[std::size_t(id)];
-      if (storage_type(given.dtype()) == given.dtype()) {  // float32 to round: a pooled copy
-        if (!slot.reuse_as(given.dtype(), given.shape())) slot = s_.pool_->take(given.dtype(), given.shape());
+      if (given.on_device() && storage_type(given.dtype()) == given.dtype()) {
+        // float32 in device memory (a local run on the reference's values): rounded there
+        if (slot.device() != given.device() || !slot.reuse_as(given.dtype(), given.shape())) {
+          if (slot.capacity() > 0) s_.pool_->give(std::move(slot));
+          slot = s_.pool_->take(given.dtype(), given.shape(), given.device());
+        }
+        given.device()->copy(slot.device_data(), given.device_data(), given.nbytes());
+        if (r != Rounding::kNone) s_.backend_->round(slot, r);
+      } else if (storage_type(given.dtype()) == given.dtype()) {  // float32 to round: a pooled copy
+        if (slot.on_device() || !slot.reuse_as(given.dtype(), given.shape())) slot = s_.pool_->take(given.dtype(), given.shape());
         std::memcpy(slot.raw(), given.raw(), given.nbytes());
+        apply_rounding(slot, r);
       } else {
-        slot = to_storage(given);
+        slot = to_storage(given.on_device() ? given.to_host() : given);
+        apply_rounding(slot, r);
       }
-      apply_rounding(slot, r);
       // Inputs converted to storage form are activations too (their release subtracts them).
       // Retained buffers of other values count when a step takes them.
       live_ += slot.capacity();
@@ -302,11 +313,13 @@ class Session::Execution::State final : public ValueLender {
       Tensor& t = slots_[std::size_t(id)];
       live_ -= t.capacity();
       live_exact_ -= t.nbytes();
-      // What an observer was given: its slot, or a device value's host copy.
-      const bool copied = t.on_device() && !(observer_ && observer_->reads_device_values());
-      Tensor& given = copied ? mirrors_[std::size_t(id)] : t;
-      Tensor& other = copied ? t : mirrors_[std::size_t(id)];
-      if (const std::shared_ptr<KeptValue::State> k = kept_[std::size_t(id)].lock(); k && k->wanted) {
+      // What an observer keeps: its slot, or its copy in the other memory (a device value's host
+      // copy, or a host value's device copy: a graph input a device step read).
+      const std::shared_ptr<KeptValue::State> k = kept_[std::size_t(id)].lock();
+      const bool copy_kept = k && k->live == &mirrors_[std::size_t(id)];
+      Tensor& given = copy_kept ? mirrors_[std::size_t(id)] : t;
+      Tensor& other = copy_kept ? t : mirrors_[std::size_t(id)];
+      if (k && k->wanted) {
         k->owned = std::move(given);  // the observer still reads it: the buffer is the handle's now
         k->live = &k->owned;
         k->pool = s_.pool_;
@@ -473,6 +486,7 @@ class Session::Execution::State final : public ValueLender {
   std::vector<Tensor> mirrors_;
   std::vector<std::weak_ptr<KeptValue::State>> kept_;  // per value id: a handle's, if any
   std::vector<const Tensor*> aliased_;
+  std::deque<Tensor> host_inputs_;  // host copies of device inputs planned as constants
   std::size_t live_ = 0, live_exact_ = 0;
   std::vector<const Tensor*> ins_, member_ins_, out_views_;
   std::vector<Shape> member_shapes_;  // a streamed group's members' (StreamedGroup)

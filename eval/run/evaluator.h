@@ -204,7 +204,7 @@ class RunDriver : public PipelineGraphs, public CalibrationSource, public UnitRu
 std::unique_ptr<RunDriver> make_run_driver(const RunSpec& spec);
 
 // Units run at once on a device backend when EvaluatorOptions::workers is 0 and the reference's
-// models hold at least kDeviceLargeModelBytes of weights (run_units says why).
+// models hold at least kDeviceLargeModelBytes of weights (run_units says why); one when observed.
 inline constexpr int kDeviceWorkers = 2;
 inline constexpr std::size_t kDeviceLargeModelBytes = std::size_t(1) << 30;
 

@@ -32,9 +32,13 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
   PieceObserver* pieces() override { return this; }
   // A device backend's values are scanned where they are (eval/exec/device_scan.h), the totals
   // alone crossing to the host (local error's sessions take the captured values where they are
-  // too), unless something here reads whole tensors: a tensor sink or a node hook (every
-  // variant's observer alike: the reference's captured values are where the variants' are).
-  bool reads_device_values() const override { return !o_.run_.full_tensors && !o_.run_.node_hook; }
+  // too), unless something here reads whole tensors: a tensor sink or a node hook that reads
+  // values (every variant's observer alike: the reference's captured values are where the
+  // variants' are). `qeval run`'s hook (CallShapes) reads shapes: with it every observed value
+  // crossed to the host, 221 GB in a two-step full-size run.
+  bool reads_device_values() const override {
+    return !o_.run_.full_tensors && !(o_.run_.node_hook && o_.run_.node_hook_reads_values);
+  }
 
  private:
   bool begin_stream(const std::vector<Node>& nodes, const StreamedGroup& group) override;

@@ -354,6 +354,9 @@ struct RunObservation {
   void count_readers();
   TensorSink full_tensors;  // empty: not kept
   NodeHook node_hook;       // empty: none
+  // Whether node_hook reads tensor values, not only shapes: on a device backend every observed
+  // value then crosses to the host for it (CallShapes' hook reads shapes: false).
+  bool node_hook_reads_values = true;
   // Only this variant's events reach node_hook ("" = every variant's); the others' observers keep
   // their fast paths (streamed chains, views taking over buffers).
   std::string node_hook_variant;

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "eval/pipelines/txt2img.h"
+#include "eval/fake_device.h"
 #include "metrics/tensor_error.h"
 #include "test_util.h"
 
@@ -30,6 +31,13 @@ VariantSpec precision(const std::string& name, Precision p) {
   VariantSpec v;
   v.name = name;
   v.precision = p;
+  return v;
+}
+
+VariantSpec int8_level3() {  // a recipe variant: quantized nodes between the float ones
+  VariantSpec v;
+  v.name = "int8";
+  v.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
   return v;
 }
 
@@ -163,9 +171,7 @@ TEST(Evaluator, ResultsAreIdenticalForAnyThreadCount) {
 // order differs from the reference's, with local error and teacher forcing.
 TEST(Evaluator, InterleavedModelCallsGiveTheSameResultsAsOneAfterTheOther) {
   testing::ScratchDir cache("run-interleave-cache");
-  VariantSpec int8;
-  int8.name = "int8";
-  int8.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  const VariantSpec int8 = int8_level3();
   RunSpec spec = tiny_sd_spec(1, 2, {precision("fp32", Precision::kFp32), precision("fp16", Precision::kFp16), int8});
   spec.calibration.count = 2;
   spec.calibration.cache = cache.path();
@@ -220,9 +226,7 @@ TEST(Evaluator, InterleavedModelCallsGiveTheSameResultsAsOneAfterTheOther) {
 // the same cells as a run with a node hook, which sees every node's output and so streams nothing.
 TEST(Evaluator, StreamedChainStatisticsEqualThoseOfWrittenOutputs) {
   testing::ScratchDir cache("run-stream-cache");
-  VariantSpec int8;  // a recipe: quantized nodes between the chains
-  int8.name = "int8";
-  int8.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  const VariantSpec int8 = int8_level3();
   RunSpec spec = tiny_sd_spec(1, 2, {precision("fp32", Precision::kFp32), precision("fp16", Precision::kFp16), int8});
   spec.calibration.count = 2;
   spec.calibration.cache = cache.path();
@@ -241,6 +245,61 @@ TEST(Evaluator, StreamedChainStatisticsEqualThoseOfWrittenOutputs) {
   });
   EXPECT_GT(events, 1000u);
   for (std::size_t v = 0; v < 3; ++v) EXPECT_TRUE(streamed.layers[v] == written.layers[v]) << v;
+}
+
+// On a device backend every observer sees the values in device memory (qeval run's shape hook
+// reads shapes alone): the fake device (tests/eval/fake_device.h) refuses host access to them, so
+// a path that reads device bytes on the host throws; its kernels are the CPU ops, so the
+// statistics, accumulated and local error must be the CPU run's, bit for bit.
+TEST(Evaluator, ObservedRunOnADeviceReadsNoDeviceBytesOnTheHostAndGivesTheCpuStatistics) {
+  testing::ScratchDir cache("run-device-cache");
+  const VariantSpec int8 = int8_level3();
+  RunSpec sam;  // segmentation: its calls in lockstep, local runs as soon as their inputs exist
+  sam.pipeline = testing::source_dir() / "models" / "tiny-sam";
+  sam.kind = "segmentation";
+  sam.count = 2;
+  for (RunSpec spec : {tiny_sd_spec(1, 2, {precision("fp32", Precision::kFp32)}), sam}) {
+    SCOPED_TRACE(spec.pipeline.filename().string());
+    spec.variants = {precision("fp32", Precision::kFp32), precision("fp16", Precision::kFp16), int8};
+    spec.reference = "fp32";
+    spec.calibration.count = 2;
+    spec.calibration.cache = cache.path();
+    spec.observe.local_error = true;
+    const auto driver = make_run_driver(spec);
+    EvaluatorOptions o;
+    o.workers = 1;
+    auto observed = [&] {
+      RunResult r = start_run(spec, *driver, build_variants(spec, *driver), o);
+      r.observation.node_hook = [](const std::string&, const ModelCall&, const NodeEvent&) {};
+      r.observation.node_hook_reads_values = false;
+      tbb::task_arena(1).execute([&] { run_units(spec, *driver, r, o); });
+      return r;
+    };
+    const RunResult cpu = observed();
+    // Every node on the device (with nodes on the CPU between them, a view there does not find
+    // its input's statistics by address and computes its own: the same values, other sampled bins).
+    const auto fake = std::make_shared<testing_fake::FakeDeviceBackend>(false);
+    set_default_backend(fake);
+    struct Restore {
+      ~Restore() { set_default_backend(nullptr); }
+    } restore;
+    const RunResult device = observed();
+    EXPECT_GT(fake->device_runs, 1000);
+    const LayerSpace& space = *cpu.observation.space;
+    for (std::size_t v = 0; v < 3; ++v) {
+      EXPECT_TRUE(cpu.layers[v] == device.layers[v]) << v;
+      std::size_t local = 0, shown = 0;
+      for (std::size_t l = 0; l < space.layers(); ++l)
+        for (int t = 0; t < space.cells_of(l); ++t) {
+          const LayerCell *a = cpu.layers[v].find(l, t), *b = device.layers[v].find(l, t);
+          if (a) local += a->local().calls > 0;
+          if ((!a && !b) || (a && b && *a == *b) || ++shown > 5) continue;
+          ADD_FAILURE() << "variant " << v << " layer " << l << " " << space.node_of(l).name << " step " << t
+                        << (!a || !b ? ": missing" : !(a->act == b->act) ? ": act" : !(a->acc == b->acc) ? ": acc" : ": local");
+        }
+      if (v) EXPECT_GT(local, 20u) << v;
+    }
+  }
 }
 
 // Views (Reshape, Transpose, ...) take their input's statistics instead of computing them: they
@@ -284,9 +343,7 @@ TEST(Evaluator, ViewStatisticsEqualThoseOfTheirOwnOutput) {
 
 TEST(Evaluator, Txt2ImgRecipeVariantIsCalibratedPerStepAndQuantizesTheUnet) {
   testing::ScratchDir cache("run-recipe-cache");
-  VariantSpec int8;
-  int8.name = "int8";
-  int8.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  const VariantSpec int8 = int8_level3();
   RunSpec spec = tiny_sd_spec(1, 2, {precision("fp32", Precision::kFp32), int8});
   spec.calibration.count = 2;
   spec.calibration.cache = cache.path();
@@ -344,9 +401,7 @@ TEST(Evaluator, SegmentationComparesMasksPerPrompt) {
 // statistics to the bit, local error of the int8 recipe's and the FP16 variant's layers included.
 TEST(Evaluator, SegmentationCallsInLockstepGiveTheSameResultsAsOneAfterTheOther) {
   testing::ScratchDir cache("run-segmentation-lockstep-cache");
-  VariantSpec int8;
-  int8.name = "int8";
-  int8.recipe = testing::source_dir() / "recipes" / "int8-level3.json";
+  const VariantSpec int8 = int8_level3();
   RunSpec spec;
   spec.pipeline = testing::source_dir() / "models" / "tiny-sam";
   spec.kind = "segmentation";

@@ -89,6 +89,38 @@ Outcome observed_call(const Graph& g, bool local_error, bool written) {
   return out;
 }
 
+// A device backend's values stay on the device for observers (device scans) unless something
+// reads whole tensors: a tensor sink, or a node hook that reads values; one that reads shapes
+// alone (qeval run's CallShapes) does not bring them to the host.
+TEST(LockstepAttention, OnlyHooksThatReadValuesBringDeviceValuesToTheHost) {
+  const Graph g = attention_graph();
+  RunObservation obs;
+  obs.space = std::make_shared<const LayerSpace>(std::vector<LayerSpace::Model>{{"model", &g, false, 0}}, 1);
+  ObservedVariant ov;
+  ov.name = "fp32";
+  ov.reference = true;
+  ov.models.push_back(observe_model(*obs.space, 0, g, false));
+  obs.variants.push_back(std::move(ov));
+  obs.count_readers();
+  UnitObservation unit = obs.make_unit();
+  Capture capture;
+  ObservedNodes nodes;
+  const ModelCall call{"model", "s", 0, -1};
+  auto reads_device_values = [&] {
+    LockstepObserver o(obs, 0, unit, capture, nodes, "s", 0);
+    const bool device = o.begin(call)->reads_device_values();
+    o.end(call, {});
+    return device;
+  };
+  EXPECT_TRUE(reads_device_values());
+  obs.node_hook = [](const std::string&, const ModelCall&, const NodeEvent&) {};
+  EXPECT_FALSE(reads_device_values());
+  obs.node_hook_reads_values = false;
+  EXPECT_TRUE(reads_device_values());
+  obs.full_tensors = [](const std::string&, const ModelCall&, const Node&, const Tensor&) {};
+  EXPECT_FALSE(reads_device_values());
+}
+
 TEST(LockstepAttention, StreamedMembersGiveTheStatisticsOfWrittenOnesWithoutThemInMemory) {
   const Graph g = attention_graph();
   for (bool local_error : {false, true}) {

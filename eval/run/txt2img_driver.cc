@@ -192,9 +192,11 @@ class Txt2ImgDriver : public RunDriver {
         observers[v] = std::make_unique<LockstepObserver>(*ctx.observation, v, out.layers, *ctx.capture, *ctx.nodes,
                                                           info.id, index);
     auto observer = [&](std::size_t v) -> ModelCallObserver* { return observers[v].get(); };
-    auto local_errors = [&] {
+    // Local error of the variants in `who` that ran the call (one after the other: after the
+    // reference's call, while the capture holds its values).
+    auto local_errors = [&](const std::vector<std::size_t>& who) {
       if (!ctx.observation) return;
-      for (std::size_t v : order)
+      for (std::size_t v : who)
         if (v != r) run_local_errors(*ctx.observation, v, *ctx.capture, *ctx.local, out.layers);
     };
     using Clock = std::chrono::steady_clock;
@@ -206,23 +208,25 @@ class Txt2ImgDriver : public RunDriver {
     };
 
     // Observed: one model call of every variant runs together, node by node (run_lockstep), and
-    // the capture borrows the reference's values for the comparisons. For local error (after the
-    // call) the reference's execution retains every buffer; without it a value goes back to the
-    // pool once its readers have compared, as in an unobserved run. `model`: which of a
-    // variant's sessions runs; inputs_of(v, graph) the inputs of variant v's call; `who`: the
-    // variants that run it, the reference first (outputs of the others stay empty).
+    // the capture borrows the reference's values for the comparisons. Local error runs node by
+    // node too (LockstepLocalErrors), so a reference value goes back to the pool once its readers
+    // (comparisons, local runs) are done, as in an unobserved run: the reference's execution
+    // retained every buffer of the call for local error after it until the twenty-fourth session
+    // (a full-size UNet call's observed peak on an H100: 64 GB). `model`: which of a variant's
+    // sessions runs; inputs_of(v, graph) the inputs of variant v's call; `who`: the variants that
+    // run it, the reference first (outputs of the others stay empty).
     auto lockstep_call = [&](const ModelCall& call, std::shared_ptr<Session> Txt2ImgSessions::*model, auto&& inputs_of,
                              const std::vector<std::size_t>& who) {
       std::vector<std::map<std::string, Tensor>> inputs(nv);  // alive until the executions finish
+      LockstepLocalErrors lockstep_local(*ctx.observation, *ctx.capture, *ctx.local, out.layers);
       return run_call_in_lockstep(
           call, who, r, observers, *ctx.capture,
           [&](std::size_t v, Observer* watching) {
             Session& session = *(th.sessions[v].*model);
             inputs[v] = inputs_of(v, session.graph());
-            return std::make_unique<Session::Execution>(session, inputs[v], watching,
-                                                        v == r && ctx.observation->local_error);
+            return std::make_unique<Session::Execution>(session, inputs[v], watching);
           },
-          local_errors, ms, ctx.lockstep_window);
+          {}, ms, ctx.lockstep_window, &lockstep_local);
     };
     // Text encoder(s) (SDXL: text_encoder, then text_encoder_2). A variant whose text encoders
     // are the reference's (same graphs, same options) reuses its embeddings; the others run them,
@@ -252,7 +256,7 @@ class Txt2ImgDriver : public RunDriver {
         } else {
           for (std::size_t v : encoding) {
             timed(v, [&] { runs[v].encode_one(*(th.sessions[v].*member), e, observer(v), info.id); });
-            if (v == r) local_errors();
+            if (v == r) local_errors(encoding);
           }
         }
       }
@@ -311,7 +315,7 @@ class Txt2ImgDriver : public RunDriver {
         predictions.resize(nv);
         for (std::size_t v : order) {
           predictions[v] = step(v);
-          if (v == r) local_errors();
+          if (v == r) local_errors(order);
         }
       }
       const Txt2ImgRun::Prediction& ref_pred = predictions[r];
@@ -348,7 +352,7 @@ class Txt2ImgDriver : public RunDriver {
     } else {
       for (std::size_t v : order) {
         timed(v, [&] { decoded[v] = runs[v].decode(*th.sessions[v].vae_decoder, observer(v), info.id); });
-        if (v == r) local_errors();
+        if (v == r) local_errors(order);
       }
     }
     const datasets::Rgb8 ref_image = image_to_rgb8(decoded[r]);

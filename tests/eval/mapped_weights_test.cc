@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -366,6 +367,37 @@ TEST(MappedWeights, AFoldedTransposeOfAWeightLeavesMemoryOncePacked) {
     double sum = 0;
     for (std::int64_t p = 0; p < k; ++p) sum += double(x.data<float>()[p]) * wt.data<float>()[j * k + p];
     EXPECT_NEAR(out.at("y").data<float>()[j], sum, std::abs(sum) * 1e-5 + 1e-3) << j;
+  }
+}
+
+// An FP32 model run as an fp16 precision variant: its weights rounded to float16 values are packed
+// as float16 panels (half the bytes), whatever their declared type; the products are the same.
+TEST(MappedWeights, AnFp16VariantOfAnFp32ModelPacksHalfPanels) {
+  testing::ScratchDir dir("mapped-fp16-variant");
+  constexpr std::int64_t k = 4096, n = 4096, rows = 16;
+  constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);
+  std::vector<float> w(std::size_t(k * n));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 59) - 29) / 64.0f * 1.0001f;  // not float16 values
+  append_floats(dir / "weights.bin", w);
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
+  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
+  add_external(m, "w", {k, n}, "weights.bin", 0);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+  const Tensor x = pattern_input(rows, k);
+  const std::size_t before = resident_bytes();
+  const Graph g = load_onnx(dir / "m.onnx");
+  Session s(g, SessionOptions{Precision::kFp16});
+  const auto out = s.run({{"x", x}});
+  const std::size_t grew = resident_bytes() - before;
+  std::printf("  resident after an fp16 run: +%.1f MB (float32 weight %.1f MB)\n", double(grew) / 1e6,
+              double(weight_bytes) / 1e6);
+  EXPECT_LT(grew, weight_bytes * 3 / 4) << "float panels (or the rounded copy) stayed in memory";
+  for (std::int64_t j : {std::int64_t(0), n - 1}) {
+    float sum = 0;
+    for (std::int64_t p = 0; p < k; ++p)
+      sum += round_to_float16(x.data<float>()[p]) * round_to_float16(w[std::size_t(p * n + j)]);
+    EXPECT_NEAR(out.at("y").data<float>()[j], round_to_float16(sum), std::abs(sum) * 2e-3 + 1e-3) << j;
   }
 }
 

@@ -6,10 +6,10 @@
 
 namespace qeval::eval {
 
-// An FP16 model's float16 weights (widened to f32 storage) keep float16 panels: half the bytes of
-// float ones, the same products.
-inline kernels::PanelStorage panel_storage(const ValueMeta& weight) {
-  return weight.declared == DType::kFloat16 ? kernels::PanelStorage::kFloat16IfExact : kernels::PanelStorage::kFloat;
-}
+// Weights whose values are all float16 values keep float16 panels: half the bytes of float ones,
+// the same products. An FP16 model's (widened to f32 storage), and an fp16 or bf16 precision
+// variant's after rounding (bfloat16 values within float16's range and precision). Any other
+// weight's first chunk has an inexact value and keeps float panels (the check stops there).
+inline kernels::PanelStorage panel_storage(const ValueMeta&) { return kernels::PanelStorage::kFloat16IfExact; }
 
 }  // namespace qeval::eval

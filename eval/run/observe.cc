@@ -525,8 +525,10 @@ void Capture::fill(Slot& s, const Tensor& value, KeptValue kept, std::optional<d
   s.whole = Tensor();
   s.kept = borrowing ? std::move(kept) : KeptValue();
   if (s.kept) return;
-  if (s.tensor.reuse_as(value.dtype(), value.shape())) {
-    std::memcpy(s.tensor.raw(), value.raw(), value.nbytes());
+  // A copy where the value is (a device's memory, or the host's), in the slot's buffer when it fits.
+  if (s.tensor.device() == value.device() && s.tensor.reuse_as(value.dtype(), value.shape())) {
+    if (value.on_device()) value.device()->copy(s.tensor.device_data(), value.device_data(), value.nbytes());
+    else std::memcpy(s.tensor.raw(), value.raw(), value.nbytes());
     return;
   }
   s.tensor = value;

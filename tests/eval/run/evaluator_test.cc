@@ -282,14 +282,15 @@ TEST(Evaluator, ObservedRunOnADeviceReadsNoDeviceBytesOnTheHostAndGivesTheCpuSta
     const auto driver = make_run_driver(spec);
     EvaluatorOptions o;
     o.workers = 1;
-    auto observed = [&] {
+    auto observed = [&](bool interleave) {
+      o.interleave = interleave;  // false: the variants' calls one after the other, the capture copying
       RunResult r = start_run(spec, *driver, build_variants(spec, *driver), o);
       r.observation.node_hook = [](const std::string&, const ModelCall&, const NodeEvent&) {};
       r.observation.node_hook_reads_values = false;
       tbb::task_arena(1).execute([&] { run_units(spec, *driver, r, o); });
       return r;
     };
-    const RunResult cpu = observed();
+    const RunResult cpu = observed(true);
     // Every node on the device (with nodes on the CPU between them, a view there does not find
     // its input's statistics by address and computes its own: the same values, other sampled bins).
     const auto fake = std::make_shared<testing_fake::FakeDeviceBackend>(false);
@@ -297,11 +298,12 @@ TEST(Evaluator, ObservedRunOnADeviceReadsNoDeviceBytesOnTheHostAndGivesTheCpuSta
     struct Restore {
       ~Restore() { set_default_backend(nullptr); }
     } restore;
-    const RunResult device = observed();
+    const RunResult device = observed(true), device_in_turn = observed(false);
     EXPECT_GT(fake->device_runs, 1000);
     const LayerSpace& space = *cpu.observation.space;
     for (std::size_t v = 0; v < 3; ++v) {
       expect_same_cells(cpu, device, v);
+      expect_same_cells(cpu, device_in_turn, v);
       std::size_t local = 0;
       for (std::size_t l = 0; l < space.layers(); ++l)
         for (int t = 0; t < space.cells_of(l); ++t)

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "eval/exec/pool.h"
 #include "eval/pipelines/prompt_set.h"
 #include "eval/pipelines/txt2img.h"
 #include "eval/quant/txt2img_calibration.h"
@@ -143,9 +144,12 @@ class Txt2ImgDriver : public RunDriver {
   std::unique_ptr<DriverThread> make_thread(const std::vector<BuiltVariant>& variants) const override {
     auto t = std::make_unique<Txt2ImgThread>();
     // One buffer pool for all of this thread's sessions: they run one at a time or interleaved
-    // on this thread, and a buffer one model freed (the UNet's retained ones after the last step)
-    // serves the next (the VAE decoder, the next unit's UNet) without new pages.
-    const std::shared_ptr<BufferPool> pool = Session::make_pool();
+    // on this thread, and a buffer one model freed serves the next (the VAE decoder, the next
+    // unit's UNet) without new pages. Bounded (eval/exec/pool.h): the VAE decoder's 512x512
+    // activations, none of which a UNet buffer fits, no longer come on top of every UNet buffer
+    // kept (full-size pipeline, observed at 2 threads: 13.13 -> 10.36 GB peak RSS; tiny-sd's
+    // default run at 1 thread the same CPU time within noise, bench/README.md).
+    const std::shared_ptr<BufferPool> pool = make_bounded_pool();
     for (const auto& v : variants) {
       Txt2ImgSessions s;
       for (Txt2ImgModel m : models_.models()) {

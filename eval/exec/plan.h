@@ -61,7 +61,10 @@ std::uint64_t max_tensor_bytes();
 // buffers given back longest ago are freed first. Keeping every buffer that fitted no request held
 // ~0.3 GB more than the live values at the peak of a 1024x1024 model's lockstep run (bench/README.md).
 // Not the default: repeated runs of one plan then take other buffers each run (best fit up to twice
-// the request) and free and fault in some every run (unet_block at 1 thread: +11% CPU time).
+// the request) and free and fault in some every run (unet_block at 1 thread: +11% CPU time). The
+// evaluator's single-model and txt2img workers use one (txt2img: the VAE decoder's activations on
+// top of every UNet buffer kept made a full-size observed run 13.1 GB, bounded 10.4 GB; tiny-sd's
+// default run took the same CPU time within noise).
 class BufferPool {
  public:
   explicit BufferPool(bool bounded = false) : bounded_(bounded) {}

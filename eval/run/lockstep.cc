@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "eval/exec/device_scan.h"
+#include "eval/exec/pool.h"
 #include "eval/run/observe.h"
 #include "kernels/numeric.h"
 #include "metrics/scan_totals.h"
@@ -586,8 +587,8 @@ LocalSessions::Entry& LocalSessions::get(const RunObservation& run, std::size_t 
   if (auto p = v.model_precision.find(run.space->models()[model].name); p != v.model_precision.end())
     options.precision = p->second;
   // Thousands of these per worker, run one at a time: one pool for all (no buffers held per
-  // session, no allocation per run).
-  if (!pool_) pool_ = Session::make_pool();
+  // session, no allocation per run), bounded (LocalSessions::pool_).
+  if (!pool_) pool_ = make_bounded_pool();
   options.pool = pool_;
   // Its graph copies the model's tensors: the forms of mapped weights (converted, packed, on the
   // device) come from the model sessions' store, those of its own tensors from one that goes with

@@ -404,7 +404,10 @@ class LocalSessions {
   std::map<std::tuple<std::size_t, std::size_t, std::size_t>, Entry> entries_;
   // Per (variant, model): its values held in float16/bfloat16 (narrow_float_values).
   std::map<std::pair<std::size_t, std::size_t>, std::unordered_map<std::string, DType>> narrow_;
-  std::shared_ptr<BufferPool> pool_;  // shared by the sessions (they run one at a time)
+  // Shared by the sessions (they run one at a time); bounded (eval/exec/pool.h): the full-size
+  // pipeline's local runs of the VAE decoder's 512x512 nodes kept every size they had taken
+  // (observed with local error: 13.61 -> 11.89 GB peak RSS).
+  std::shared_ptr<BufferPool> pool_;
   // Theirs, with the variants' store as its parent (SharedConstants(parent)).
   std::shared_ptr<SharedConstants> constants_;
 };

@@ -178,15 +178,20 @@ std::string render_summary_text(const RunReport& r, const std::filesystem::path&
   }
 
   std::vector<std::pair<std::string, std::vector<std::string>>> worst;  // variant, its worst layers
+  std::size_t by_local = 0;  // of them, ranked by local SQNR (else accumulated: no local error)
   for (const auto& t : r.layer_tables) {
     const Variant* v = r.variant(t.variant);
     if (!v || v->reference) continue;
     std::vector<std::string> items;
-    if (worst_layers(r, t, items)) worst.emplace_back(t.variant, std::move(items));
+    if (!worst_layers(r, t, items)) continue;
+    worst.emplace_back(t.variant, std::move(items));
+    by_local += !t.stats.local_sqnr_db.empty();
   }
   if (!worst.empty()) {
     lines.emplace_back();
-    lines.push_back("worst layers (local SQNR dB):");
+    lines.push_back(by_local == worst.size() ? "worst layers (local SQNR dB):"
+                    : by_local == 0          ? "worst layers (accumulated SQNR dB: no local error):"
+                                             : "worst layers (local SQNR dB; accumulated where a variant has none):");
     // Layers joined by " | ", wrapped between layers under the first one.
     for (std::size_t i = 0; i < worst.size() && i < 4; ++i) {
       const auto& [variant, items] = worst[i];

@@ -291,6 +291,14 @@ TEST(RunReport, SummaryTextFitsOneScreen) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("report: out/run/report.html"), std::string::npos);
+  EXPECT_NE(text.find("worst layers (local SQNR dB):"), std::string::npos) << text;
+  {  // Without local error the layers are ranked by accumulated SQNR, and the heading says so.
+    RunReport acc = r;
+    for (auto& t : acc.layer_tables) t.stats.local_sqnr_db.clear();
+    const std::string a = render_summary_text(acc);
+    EXPECT_NE(a.find("worst layers (accumulated SQNR dB: no local error):"), std::string::npos) << a;
+    EXPECT_EQ(a.find("worst layers (local SQNR dB)"), std::string::npos) << a;
+  }
   // Many variants and failed checks are listed up to a count ("... and N more"), not scrolled.
   for (int i = 0; i < 12; ++i) {
     Variant v = r.variants[2];

@@ -256,9 +256,11 @@ void run_units(const RunSpec& spec, const RunDriver& driver, RunResult& result, 
     std::size_t weights = 0;
     for (const auto& [model, graph] : result.variants[result.reference].graphs)
       for (const auto& [name, t] : graph->initializers) weights += t.nbytes();
-    // An observed unit holds far more than its activations (the reference retains every value for
-    // local error; the capture holds the reference's values for the variants): the full-size
-    // SD-1.5-like UNet's observed call peaked at 64 GB of an H100's 80, and two ran out of memory.
+    // An observed unit holds more than its activations (the capture holds the reference's values
+    // until the variants and local runs have read them): the full-size SD-1.5-like UNet's observed
+    // call peaked at 64 GB of an H100's 80 while its reference retained every value for local
+    // error, and two units at once ran out of memory. Not yet measured since txt2img's local error
+    // runs node by node (d09a402): one unit at a time until it is.
     if (weights >= kDeviceLargeModelBytes) concurrency = std::min(concurrency, spec.observe.layers ? 1 : kDeviceWorkers);
   }
   const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(n, std::size_t(concurrency)));

@@ -66,6 +66,20 @@ Tensor pattern_input(std::int64_t rows, std::int64_t k) {
   return floats({rows, k}, xv);
 }
 
+// Writes dir/m.onnx: y [rows, n] = x [rows, k] * w, w's float32 values `weights` in the external
+// file dir/weights.bin; `transposed`: the file holds w^T [n, k] and a Transpose node makes w.
+void write_external_matmul(const fs::path& dir, std::int64_t rows, std::int64_t k, std::int64_t n,
+                           const std::vector<float>& weights, bool transposed = false) {
+  append_floats(dir / "weights.bin", weights);
+  OnnxBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
+  if (transposed) m.node("Transpose", {"wt"}, {"w"}, "transpose");
+  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
+  if (transposed) add_external(m, "wt", {n, k}, "weights.bin", 0);
+  else add_external(m, "w", {k, n}, "weights.bin", 0);
+  testing::write_bytes(dir / "m.onnx", m.bytes());
+}
+
 // y = x * a + b, a at offset 0 of weights.bin (64-byte aligned: borrowed), b at offset 68 (copied).
 TEST(MappedWeights, AnAlignedExternalTensorIsAViewOfTheMappedFileAndGivesTheSameValues) {
   testing::ScratchDir dir("mapped-view");
@@ -129,13 +143,8 @@ TEST(MappedWeights, APackedWeightReplacesItsMappedPagesInMemory) {
   {
     std::vector<float> w(std::size_t(k * n));
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 61) - 30) / 64.0f;
-    append_floats(dir / "weights.bin", w);
+    write_external_matmul(dir.path(), rows, k, n, w);
   }
-  OnnxBuilder m;
-  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
-  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
-  add_external(m, "w", {k, n}, "weights.bin", 0);
-  testing::write_bytes(dir / "m.onnx", m.bytes());
   const Tensor x = pattern_input(rows, k);
 
   const std::size_t before = resident_bytes();
@@ -347,14 +356,8 @@ TEST(MappedWeights, AFoldedTransposeOfAWeightLeavesMemoryOncePacked) {
   {
     std::vector<float> w(std::size_t(k * n));
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 59) - 29) / 64.0f;
-    append_floats(dir / "weights.bin", w);
+    write_external_matmul(dir.path(), rows, k, n, w, /*transposed=*/true);
   }
-  OnnxBuilder m;
-  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
-  m.node("Transpose", {"wt"}, {"w"}, "transpose");
-  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
-  add_external(m, "wt", {n, k}, "weights.bin", 0);
-  testing::write_bytes(dir / "m.onnx", m.bytes());
   const Tensor x = pattern_input(rows, k);
   const std::size_t before = resident_bytes();
   const Graph g = load_onnx(dir / "m.onnx");
@@ -378,12 +381,7 @@ TEST(MappedWeights, AnFp16VariantOfAnFp32ModelPacksHalfPanels) {
   constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);
   std::vector<float> w(std::size_t(k * n));
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 59) - 29) / 64.0f * 1.0001f;  // not float16 values
-  append_floats(dir / "weights.bin", w);
-  OnnxBuilder m;
-  m.input("x", onnx::TensorProto::FLOAT, {rows, k}).output("y", onnx::TensorProto::FLOAT, {rows, n});
-  m.node("MatMul", {"x", "w"}, {"y"}, "matmul");
-  add_external(m, "w", {k, n}, "weights.bin", 0);
-  testing::write_bytes(dir / "m.onnx", m.bytes());
+  write_external_matmul(dir.path(), rows, k, n, w);
   const Tensor x = pattern_input(rows, k);
   const std::size_t before = resident_bytes();
   const Graph g = load_onnx(dir / "m.onnx");

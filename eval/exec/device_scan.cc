@@ -7,11 +7,18 @@ namespace qeval::eval {
 namespace {
 std::atomic<DeviceScan> g_scan{nullptr};
 std::atomic<MakeScanQueue> g_make_queue{nullptr};
+std::atomic<ChannelAmax> g_channel_amax{nullptr};
 }  // namespace
 
-void register_device_scan(DeviceScan scan, MakeScanQueue make_queue) {
+void register_device_scan(DeviceScan scan, MakeScanQueue make_queue, ChannelAmax channel_amax) {
   g_scan.store(scan);
   g_make_queue.store(make_queue);
+  g_channel_amax.store(channel_amax);
+}
+
+bool channel_amax_on_device(const Tensor& t, Tensor& amax) {
+  const ChannelAmax f = g_channel_amax.load();
+  return f && t.on_device() && amax.on_device() && t.device() == amax.device() && f(t, amax);
 }
 
 bool scannable(const Tensor& t, const Tensor* ref) {

@@ -35,9 +35,16 @@ class ScanQueue {
 // A queue for scans of values in `device`'s memory; null when no registered scan serves it.
 std::unique_ptr<ScanQueue> make_scan_queue(const std::shared_ptr<DeviceMemory>& device);
 
+// Folds the largest finite |x| of each channel (the last axis) of float32 `t` in device memory
+// into `amax` (float32 [channels] in the same memory, >= 0: the larger stays), queued behind the
+// device's work: no wait, nothing crosses to the host (calibration's per-channel ranges). False
+// (nothing done) when no registered scan serves `t` and `amax`.
+bool channel_amax_on_device(const Tensor& t, Tensor& amax);
+
 using DeviceScan = bool (*)(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out);
 using MakeScanQueue = std::unique_ptr<ScanQueue> (*)(const std::shared_ptr<DeviceMemory>& device);
-void register_device_scan(DeviceScan scan, MakeScanQueue make_queue);
+using ChannelAmax = bool (*)(const Tensor& t, Tensor& amax);
+void register_device_scan(DeviceScan scan, MakeScanQueue make_queue, ChannelAmax channel_amax);
 
 // Whether scan_on_device / ScanQueue::add take these tensors' types, sizes and places (the
 // registered scan still decides on the device).

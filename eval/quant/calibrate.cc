@@ -93,6 +93,7 @@ struct RangeCollector::Slot {
   std::unique_ptr<metrics::AbsHistogram> hist;
   bool smooth = false;
   std::vector<float> channel_amax;  // SmoothQuant: per last-axis channel
+  Tensor device_channel_amax;       // the same, folded on a device (merged at finish)
   int search_rows = 0;              // alpha search: rows kept (reservoir sample)
   std::vector<float> rows;
   long rows_seen = 0;
@@ -133,42 +134,83 @@ void RangeCollector::on_node(const NodeEvent& e) {
     Slot& s = *slots_[si];
     const Tensor* x = s.act.input < e.inputs.size() ? e.inputs[s.act.input] : nullptr;
     if (!x || x->dtype() != DType::kFloat32 || x->numel() == 0) continue;
-    const auto v = x->span<float>();
     s.seen = true;
-    s.steps.collect(step_, finite_abs_max(v));
-    if (s.hist) s.hist->collect(v);
-    if (s.smooth) {
-      const auto k = static_cast<std::size_t>(x->shape().back());
-      if (s.channel_amax.empty()) s.channel_amax.assign(k, 0.0f);
-      if (s.channel_amax.size() != k)
-        throw InputError(e.node.describe() + ": input " + std::to_string(s.act.input) +
-                         " changed its channel count during calibration (" + std::to_string(s.channel_amax.size()) +
-                         " -> " + std::to_string(k) + ")");
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        const float a = std::fabs(v[i]);
-        float& m = s.channel_amax[i % k];
-        if (a > m && std::isfinite(a)) m = a;
-      }
-      if (s.search_rows > 0) {
-        const std::size_t rows = v.size() / k;
-        for (std::size_t r = 0; r < rows; ++r) {
-          const long seen = s.rows_seen++;
-          std::size_t dst;
-          if (seen < s.search_rows) {
-            dst = static_cast<std::size_t>(seen);
-            s.rows.resize((dst + 1) * k);
-          } else {
-            const std::uint64_t j = splitmix64(s.rng) % static_cast<std::uint64_t>(seen + 1);
-            if (j >= static_cast<std::uint64_t>(s.search_rows)) continue;
-            dst = static_cast<std::size_t>(j);
-          }
-          std::copy(v.begin() + static_cast<std::ptrdiff_t>(r * k),
-                    v.begin() + static_cast<std::ptrdiff_t>((r + 1) * k),
-                    s.rows.begin() + static_cast<std::ptrdiff_t>(dst * k));
-        }
-      }
+    if (!x->on_device()) {
+      collect_on_host(s, *x, true, true);
+      continue;
+    }
+    // In device memory: what the device measures stays there; the rest from one host copy.
+    const bool amax = !queue_amax(si, *x);
+    const bool channels = s.smooth && !channel_amax_on_device(s, *x);
+    if (amax || channels || s.hist || s.search_rows > 0) {
+      host_copy_ = x->to_host();
+      collect_on_host(s, host_copy_, amax, channels);
     }
   }
+}
+
+void RangeCollector::collect_on_host(Slot& s, const Tensor& x, bool amax, bool channels) {
+  const auto v = x.span<float>();
+  if (amax) s.steps.collect(step_, finite_abs_max(v));
+  if (s.hist) s.hist->collect(v);
+  if (!s.smooth) return;
+  const auto k = static_cast<std::size_t>(x.shape().back());
+  if (s.channel_amax.empty()) s.channel_amax.assign(k, 0.0f);
+  if (s.channel_amax.size() != k)
+    throw InputError(graph_.source + ": node '" + targets_[s.target].node + "': input " + std::to_string(s.act.input) +
+                     " changed its channel count during calibration (" + std::to_string(s.channel_amax.size()) +
+                     " -> " + std::to_string(k) + ")");
+  if (channels)
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const float a = std::fabs(v[i]);
+      float& m = s.channel_amax[i % k];
+      if (a > m && std::isfinite(a)) m = a;
+    }
+  if (s.search_rows > 0) {
+    const std::size_t rows = v.size() / k;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const long seen = s.rows_seen++;
+      std::size_t dst;
+      if (seen < s.search_rows) {
+        dst = static_cast<std::size_t>(seen);
+        s.rows.resize((dst + 1) * k);
+      } else {
+        const std::uint64_t j = splitmix64(s.rng) % static_cast<std::uint64_t>(seen + 1);
+        if (j >= static_cast<std::uint64_t>(s.search_rows)) continue;
+        dst = static_cast<std::size_t>(j);
+      }
+      std::copy(v.begin() + static_cast<std::ptrdiff_t>(r * k), v.begin() + static_cast<std::ptrdiff_t>((r + 1) * k),
+                s.rows.begin() + static_cast<std::ptrdiff_t>(dst * k));
+    }
+  }
+}
+
+bool RangeCollector::queue_amax(std::size_t slot, const Tensor& x) {
+  if (!queue_) queue_ = make_scan_queue(x.device());
+  if (!queue_ || !queue_->add(x, nullptr, std::numeric_limits<float>::infinity())) return false;
+  pending_.push_back({slot, step_});
+  if (queue_->size() >= 4096) flush();
+  return true;
+}
+
+bool RangeCollector::channel_amax_on_device(Slot& s, const Tensor& x) {
+  const auto k = x.shape().back();
+  if (s.channel_amax.empty()) s.channel_amax.assign(static_cast<std::size_t>(k), 0.0f);
+  if (s.channel_amax.size() != static_cast<std::size_t>(k)) return false;  // the host path says so
+  if (s.device_channel_amax.numel() != k || s.device_channel_amax.device() != x.device())
+    s.device_channel_amax = Tensor(DType::kFloat32, {k}).to_device(x.device());  // zeros
+  return eval::channel_amax_on_device(x, s.device_channel_amax);
+}
+
+void RangeCollector::flush() {
+  if (!queue_ || queue_->size() == 0) return;
+  queue_->take(totals_);
+  for (std::size_t k = 0; k < pending_.size(); ++k) {
+    float amax = 0;
+    std::memcpy(&amax, &totals_[k].max_bits, sizeof amax);
+    slots_[pending_[k].slot]->steps.collect(pending_[k].step, amax);
+  }
+  pending_.clear();
 }
 
 namespace {
@@ -217,7 +259,16 @@ double smoothed_layer_mse(const std::vector<float>& x, std::int64_t rows, const 
 
 }  // namespace
 
-CalibrationResult RangeCollector::finish(int total_steps) const {
+CalibrationResult RangeCollector::finish(int total_steps) {
+  flush();
+  for (auto& slot : slots_) {
+    Slot& s = *slot;
+    if (s.device_channel_amax.numel() == 0) continue;
+    const Tensor device = s.device_channel_amax.to_host();
+    for (std::size_t c = 0; c < s.channel_amax.size(); ++c)
+      s.channel_amax[c] = std::max(s.channel_amax[c], device.data<float>()[c]);
+    s.device_channel_amax = Tensor();
+  }
   CalibrationResult r;
   r.recipe_name = recipe_.name;
   r.method = calibration_method_name(recipe_.calibration.method);

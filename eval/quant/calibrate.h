@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/exec/device_scan.h"
 #include "eval/exec/graph.h"
 #include "eval/exec/session.h"
 #include "eval/quant/recipe.h"
@@ -59,20 +60,37 @@ struct CalibrationResult {
 
 // Observes FP32 runs: for every selected node, the statistics of its quantized inputs, filed under
 // the current step.
+// On a device backend the ranges are measured where the values are: each input's largest |x| by a
+// scan queued on the device (eval/exec/device_scan.h, read back every few thousand scans), and
+// SmoothQuant's per-channel ranges folded into device buffers read once at finish(); what only
+// the host computes (histograms, the alpha search's rows) gets a host copy.
 class RangeCollector : public Observer {
  public:
   RangeCollector(const Graph& graph, const Selection& selection, const Recipe& recipe);
   ~RangeCollector() override;
   void set_step(int step) { step_ = step; }
   void on_node(const NodeEvent& event) override;
+  bool reads_device_values() const override { return true; }
   long calls() const { return calls_; }
   // Computes amax values (and SmoothQuant scales) from what was collected over `total_steps`
   // steps. Throws InputError when a selected node was never seen (the calibration set does not
   // reach it).
-  CalibrationResult finish(int total_steps) const;
+  CalibrationResult finish(int total_steps);
 
  private:
   struct Slot;
+  struct Pending {  // a queued scan's slot and step
+    std::size_t slot;
+    int step;
+  };
+  void collect_on_host(Slot& s, const Tensor& x, bool amax, bool channels);
+  bool queue_amax(std::size_t slot, const Tensor& x);
+  bool channel_amax_on_device(Slot& s, const Tensor& x);
+  void flush();  // the queued scans' amax into their slots, in the order queued
+  std::unique_ptr<ScanQueue> queue_;
+  std::vector<Pending> pending_;
+  std::vector<kernels::ScanTotals> totals_;
+  Tensor host_copy_;
   const Graph& graph_;
   const Recipe& recipe_;
   std::vector<std::unique_ptr<Slot>> slots_;

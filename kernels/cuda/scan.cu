@@ -156,7 +156,37 @@ int blocks_for(i64 n) {
   return int(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
 }
 
+// Each thread the largest finite |x| of one channel over a slice of rows; the slice maxima meet by
+// atomicMax on the bits (non-negative floats order as their bits: any order gives the same bits).
+__global__ void channel_abs_max_kernel(const float* x, i64 rows, i64 channels, i64 rows_per_block,
+                                       unsigned* amax_bits) {
+  const i64 c = i64(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const i64 r0 = i64(blockIdx.y) * rows_per_block, r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+  unsigned m = 0;
+  for (i64 r = r0; r < r1; ++r) {
+    const unsigned b = __float_as_uint(x[r * channels + c]) & kAbs;
+    if (b < kInfBits && b > m) m = b;
+  }
+  if (m) atomicMax(&amax_bits[c], m);
+}
+
 }  // namespace
+
+void channel_abs_max(const float* x, std::int64_t rows, std::int64_t channels, void* amax, void* stream) {
+  if (rows <= 0 || channels <= 0) return;
+  const int threads = channels < kThreads ? int((channels + 31) / 32 * 32) : kThreads;
+  const i64 column_blocks = (channels + threads - 1) / threads;
+  // About 64 rows a thread, at most 65535 row slices.
+  i64 slices = (rows + 63) / 64;
+  if (slices > 65535) slices = 65535;
+  const i64 rows_per_block = (rows + slices - 1) / slices;
+  slices = (rows + rows_per_block - 1) / rows_per_block;
+  const dim3 grid{unsigned(column_blocks), unsigned(slices), 1u};
+  channel_abs_max_kernel<<<grid, threads, 0, static_cast<cudaStream_t>(stream)>>>(x, rows, channels, rows_per_block,
+                                                                                static_cast<unsigned*>(amax));
+  check(cudaGetLastError(), "channel abs max kernel");
+}
 
 std::size_t scan_scratch_bytes() { return sizeof(Scratch); }
 std::size_t scan_result_bytes() { return sizeof(Result); }

@@ -25,5 +25,9 @@ std::size_t scan_result_bytes();
 void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, void* scratch, void* result,
                  void* stream);
 void read_scan_result(const void* result, ScanTotals& out);
+// Queues on `stream`: folds the largest finite |x| of each channel c of x[rows][channels] (device
+// memory, row-major) into amax[c] (float32 in device memory, >= 0: the larger of the two stays).
+// Deterministic (a maximum, whatever the order); nothing crosses to the host.
+void channel_abs_max(const float* x, std::int64_t rows, std::int64_t channels, void* amax, void* stream);
 
 }  // namespace qeval::kernels::cuda

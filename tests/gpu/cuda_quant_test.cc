@@ -16,6 +16,7 @@
 #include "eval/exec/cuda/cuda_backend.h"
 #include "eval/exec/graph.h"
 #include "eval/exec/qdq_fusion.h"
+#include "eval/quant/device_calibration.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/numeric.h"
 
@@ -256,6 +257,14 @@ TEST_P(CudaQuantProducts, FusedMatMulGivesTheCpuBits) {
 
 INSTANTIATE_TEST_SUITE_P(Gemms, CudaQuantProducts, ::testing::Values("", "own"),
                          [](const auto& p) { return std::string(*p.param ? "own_gemm" : "cublas"); });
+
+// Calibration on the GPU (amax by queued device scans, SmoothQuant's channel ranges folded on the
+// device, histograms and alpha-search rows from host copies): the CPU's ranges and scales within
+// the FP32 kernels' differences.
+TEST(CudaQuant, CalibrationOnTheDeviceGivesTheCpuRanges) {
+  QEVAL_CUDA_OR_SKIP(cuda);
+  quant::testing_device::expect_device_calibration_is_the_cpus(cuda, 1e-5);
+}
 
 }  // namespace
 }  // namespace qeval::eval

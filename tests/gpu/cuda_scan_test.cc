@@ -156,5 +156,37 @@ TEST(CudaScan, QueuedScansGiveTheTotalsOfScansMadeAlone) {
     EXPECT_EQ(std::memcmp(&got[k], &alone[k], sizeof got[k]), 0) << "scan " << k;
 }
 
+// Calibration's per-channel ranges (eval/quant/calibrate.cc on a device): the largest finite |x|
+// of each channel folded into a device buffer over several tensors, exactly the host's maxima.
+TEST(CudaScan, ChannelAmaxFoldsEachChannelsLargestFiniteMagnitude) {
+  QEVAL_CUDA_OR_SKIP(cuda);
+  const auto memory = cuda->memory();
+  for (const auto& [rows, channels] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {7, 333}, {9000, 320},
+                                       {70000, 40}, {4096, 1280}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << channels);
+    std::vector<float> want(std::size_t(channels), 0.0f);
+    Tensor amax = Tensor(DType::kFloat32, {channels}).to_device(memory);
+    for (std::uint32_t call = 0; call < 3; ++call) {
+      Tensor x = gpu_test::normal({rows, channels}, std::uint32_t(rows * 31 + channels + call), 1.0f + float(call));
+      float* v = x.data<float>();
+      if (x.numel() > 100) {
+        v[5] = std::numeric_limits<float>::quiet_NaN();
+        v[17] = -std::numeric_limits<float>::infinity();
+      }
+      for (std::int64_t k = 0; k < x.numel(); ++k) {
+        const float a = std::fabs(v[k]);
+        float& m = want[std::size_t(k % channels)];
+        if (std::isfinite(a) && a > m) m = a;
+      }
+      const Tensor dx = x.to_device(memory);
+      ASSERT_TRUE(channel_amax_on_device(dx, amax));
+    }
+    const Tensor got = amax.to_host();
+    for (std::int64_t c = 0; c < channels; ++c) ASSERT_EQ(got.data<float>()[c], want[std::size_t(c)]) << c;
+    Tensor wrong = Tensor(DType::kFloat32, {channels + 1}).to_device(memory);
+    EXPECT_FALSE(channel_amax_on_device(Tensor(DType::kFloat32, {rows, channels}).to_device(memory), wrong));
+  }
+}
+
 }  // namespace
 }  // namespace qeval::eval

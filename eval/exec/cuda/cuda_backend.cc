@@ -1645,6 +1645,11 @@ bool scan_cuda_values(const Tensor& t, const Tensor* ref, float clip_amax, kerne
   return memory && memory->scan(t, ref, clip_amax, out);
 }
 
+bool channel_amax_cuda(const Tensor& t, Tensor& amax) {
+  auto* memory = dynamic_cast<CudaMemory*>(t.device().get());
+  return memory && memory->channel_amax(t, amax);
+}
+
 std::unique_ptr<ScanQueue> cuda_scan_queue(const std::shared_ptr<DeviceMemory>& device) {
   auto memory = std::dynamic_pointer_cast<CudaMemory>(device);
   return memory ? make_cuda_scan_queue(std::move(memory)) : nullptr;
@@ -1654,7 +1659,7 @@ std::unique_ptr<ScanQueue> cuda_scan_queue(const std::shared_ptr<DeviceMemory>& 
 
 std::shared_ptr<Backend> make_cuda_backend(int device) {
   check_cuda_device(device);
-  register_device_scan(&scan_cuda_values, &cuda_scan_queue);
+  register_device_scan(&scan_cuda_values, &cuda_scan_queue, &channel_amax_cuda);
   return std::make_shared<CudaBackend>(device);
 }
 

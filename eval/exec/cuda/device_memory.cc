@@ -118,6 +118,17 @@ bool CudaMemory::queue_scan(const Tensor& t, const Tensor* ref, float clip_amax,
   return true;
 }
 
+bool CudaMemory::channel_amax(const Tensor& t, Tensor& amax) {
+  if (t.device().get() != this || amax.device().get() != this || t.dtype() != DType::kFloat32 ||
+      amax.dtype() != DType::kFloat32 || t.rank() == 0 || amax.numel() != t.shape().back())
+    return false;
+  const auto held = lock();
+  const std::int64_t channels = t.shape().back();
+  kernels::cuda::channel_abs_max(static_cast<const float*>(t.device_data()), channels ? t.numel() / channels : 0,
+                                 channels, amax.device_data(), stream_);
+  return true;
+}
+
 bool CudaMemory::scan(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out) {
   const auto held = lock();
   if (!scan_result_) scan_result_ = allocate_pinned(kernels::cuda::scan_result_bytes());

@@ -50,6 +50,9 @@ class CudaMemory final : public DeviceMemory, public std::enable_shared_from_thi
   // The same scan queued on the stream: writes `result` (pinned, kernels::cuda::scan_result_bytes)
   // when it runs; read it (kernels::cuda::read_scan_result) after synchronize().
   bool queue_scan(const Tensor& t, const Tensor* ref, float clip_amax, void* result);
+  // Queues kernels::cuda::channel_abs_max of float32 `t` (its last axis the channels) into
+  // float32 `amax` [channels], both in this memory; false otherwise. No wait.
+  bool channel_amax(const Tensor& t, Tensor& amax);
 
  private:
   int device_;

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "base/json_config.h"
+#include "eval/fake_device.h"
+#include "eval/quant/device_calibration.h"
 #include "eval/quant/mini_block.h"
 #include "kernels/error.h"
 #include "test_util.h"
@@ -231,6 +233,12 @@ TEST(Calibrate, BadScalesInACalibrationFileNameTheNode) {
     EXPECT_EQ(std::string(e.what()),
               "scales.json: activations[0] (node '/conv1/Conv' input 0): amax must be finite and > 0, got 0.0");
   }
+}
+
+// On a device backend the collector reads the values where they are (host copies where the
+// device has no scan, as the fake's): the CPU's ranges and scales, bit for bit.
+TEST(Calibrate, OnADeviceTheRangesAreTheCpus) {
+  testing_device::expect_device_calibration_is_the_cpus(std::make_shared<testing_fake::FakeDeviceBackend>(false), 0);
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <functional>
 #include <limits>
+#include <string_view>
+#include <utility>
 
 #include "base/files.h"
 #include "eval/exec/onnx_import.h"
@@ -70,9 +73,14 @@ void fill_attribute(onnx::AttributeProto* p, const std::string& name, const Attr
   }
 }
 
-}  // namespace
+// Offsets of external data: page-aligned, so a reader may map each tensor in place.
+constexpr std::uint64_t kExternalAlignment = 4096;
 
-std::string serialize_onnx(const Graph& g, const ExportOptions& options) {
+// The ModelProto of `g`; `external` (may be null) writes an initializer elsewhere and fills its
+// proto's external_data instead of raw_data, returning false to have it inline.
+using ExternalWriter = std::function<bool(const Tensor&, onnx::TensorProto*)>;
+
+std::string serialize(const Graph& g, const ExportOptions& options, const ExternalWriter& external) {
   onnx::ModelProto model;
   int default_opset = 0;
   for (const auto& [domain, version] : g.opsets) {
@@ -91,7 +99,17 @@ std::string serialize_onnx(const Graph& g, const ExportOptions& options) {
   std::vector<const std::string*> names;
   for (const auto& [name, t] : g.initializers) names.push_back(&name);
   std::sort(names.begin(), names.end(), [](const auto* a, const auto* b) { return *a < *b; });
-  for (const auto* name : names) fill_tensor(graph->add_initializer(), *name, g.initializers.at(*name));
+  for (const auto* name : names) {
+    const Tensor& t = g.initializers.at(*name);
+    onnx::TensorProto* p = graph->add_initializer();
+    if (!external || !external(t, p)) {
+      fill_tensor(p, *name, t);
+      continue;
+    }
+    p->set_name(*name);
+    p->set_data_type(onnx_type_of(t.dtype()));
+    for (auto d : t.shape()) p->add_dims(d);
+  }
   for (const auto& n : g.nodes) {
     auto* p = graph->add_node();
     p->set_name(n.name);
@@ -104,14 +122,48 @@ std::string serialize_onnx(const Graph& g, const ExportOptions& options) {
   const std::size_t size = model.ByteSizeLong();
   if (size > static_cast<std::size_t>(std::numeric_limits<int>::max()))
     throw InputError(g.source + ": the exported model would be " + std::to_string(size) +
-                     " bytes, over protobuf's 2 GiB limit (external data is not written yet)");
+                     " bytes, over protobuf's 2 GiB limit" +
+                     (external ? std::string(" even with its initializers in external data")
+                               : std::string(" (save_onnx writes such a graph's weights as external data)")));
   std::string bytes;
   model.SerializeToString(&bytes);
   return bytes;
 }
 
+}  // namespace
+
+std::string serialize_onnx(const Graph& g, const ExportOptions& options) { return serialize(g, options, nullptr); }
+
 void save_onnx(const Graph& graph, const std::filesystem::path& path, const ExportOptions& options) {
-  base::write_file_atomic(path, serialize_onnx(graph, options));
+  std::uint64_t initializer_bytes = 0;
+  for (const auto& [name, t] : graph.initializers) initializer_bytes += t.nbytes();
+  if (initializer_bytes < options.external_from_bytes) {
+    base::write_file_atomic(path, serialize_onnx(graph, options));
+    return;
+  }
+  const std::string data_name = path.filename().string() + ".data";
+  base::AtomicFileWriter data(path.parent_path() / data_name);
+  std::uint64_t offset = 0;
+  const std::string zeros(kExternalAlignment, '\0');
+  const std::string model = serialize(graph, options, [&](const Tensor& t, onnx::TensorProto* p) {
+    if (t.nbytes() < options.external_min_bytes) return false;
+    const std::uint64_t pad = (kExternalAlignment - offset % kExternalAlignment) % kExternalAlignment;
+    data.write(std::string_view(zeros.data(), pad));
+    offset += pad;
+    data.write(std::string_view(reinterpret_cast<const char*>(t.raw()), t.nbytes()));  // little-endian host
+    p->set_data_location(onnx::TensorProto::EXTERNAL);
+    const std::pair<const char*, std::string> entries[] = {
+        {"location", data_name}, {"offset", std::to_string(offset)}, {"length", std::to_string(t.nbytes())}};
+    for (const auto& [key, value] : entries) {
+      auto* e = p->add_external_data();
+      e->set_key(key);
+      e->set_value(value);
+    }
+    offset += t.nbytes();
+    return true;
+  });
+  data.commit();  // before the model that names it
+  base::write_file_atomic(path, model);
 }
 
 }  // namespace qeval::eval

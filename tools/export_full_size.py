@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Exports full-size random-weight benchmark models (SD-1.5-like and SDXL-like UNets, a CLIP-L-size text encoder, an SD VAE decoder) and the pipeline.json around them, as ONNX with external data."""
+"""Exports full-size random-weight benchmark models (SD-1.5-like and SDXL-like UNets, a CLIP-L-size text encoder, an SD VAE decoder, SDXL's two text encoders and VAE decoder), the pipeline.json around the SD-1.5-like ones and an Optimum-layout SDXL folder, as ONNX with external data."""
 
 # Usage (Debian's python3-torch + python3-onnx here; the GPU machine's python3 there):
 #   /usr/bin/python3 tools/export_full_size.py --out /tmp/full [--only unet,sdxl-unet,text-encoder,vae-decoder,pipeline]
+#   /usr/bin/python3 tools/export_full_size.py --out /tmp/full --fp16 --no-shape-inference \
+#       --only sdxl-unet,sdxl-text-encoder,sdxl-text-encoder-2,sdxl-vae-decoder,sdxl-pipeline
 #                                              [--widths-scale 0.1] [--fp16] [--seed 0] [--check build/qeval]
 #
 # Random weights, never trained: these models exist for speed, memory and scale tests (issues 23 and 24). They
@@ -19,6 +21,14 @@
 #   vae_decoder/model.onnx + model.onnx.data   latent_sample -> sample (SD's VAE decoder, 8x upsampling)
 #   pipeline.json + tokenizer/                 qeval's txt2img pipeline over unet, text_encoder and vae_decoder
 #                                              (tiny-sd's tokenizer: its ids are < 622, inside CLIP's vocabulary)
+#   sdxl/text_encoder/, sdxl/text_encoder_2/   SDXL's text encoders at full size (CLIP ViT-L: 12 layers of 768;
+#                                              OpenCLIP bigG's role: 32 layers of 1280, 20 heads, its 1280-wide pooled
+#                                              projection), as Optimum exports them: input_ids int64 ->
+#                                              last_hidden_state, pooler_output / text_embeds, hidden_states.0 .. N
+#   sdxl/vae_decoder/                          SDXL's VAE decoder (SD's architecture, its own weights)
+#   sdxl/ (sdxl-pipeline)                      the Optimum SDXL layout around them (tools/export_tiny_sdxl.py's
+#                                              configs, tokenizers, scheduler and model_index.json; scaling factor
+#                                              0.13025, force_upcast), sdxl/unet/ hard links to sdxl_unet/'s files
 #   manifest.json                              per model: parameters, bytes, export seconds, configuration
 # Each graph: TorchScript exporter (dynamo=False where the keyword exists), opset 17, constant folding, dynamic
 # batch and spatial sizes (diffusers' convert_stable_diffusion_checkpoint_to_onnx.py names), traced at a small
@@ -55,13 +65,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import tiny_sd_model as M  # noqa: E402
+import tiny_sdxl_model as X  # noqa: E402
 
 OPSET = 17
-MODELS = ("unet", "sdxl-unet", "text-encoder", "vae-decoder")
-DIRS = {"unet": "unet", "sdxl-unet": "sdxl_unet", "text-encoder": "text_encoder", "vae-decoder": "vae_decoder"}
-SEED_OFFSET = {"unet": 1, "sdxl-unet": 2, "text-encoder": 3, "vae-decoder": 4}  # weights of one model never
-# depend on which others a call builds
-DEFAULT_LATENT = {"unet": 64, "sdxl-unet": 128, "text-encoder": None, "vae-decoder": 64}
+MODELS = ("unet", "sdxl-unet", "text-encoder", "vae-decoder", "sdxl-text-encoder", "sdxl-text-encoder-2",
+          "sdxl-vae-decoder")
+TEXT_MODELS = ("text-encoder", "sdxl-text-encoder", "sdxl-text-encoder-2")
+DIRS = {"unet": "unet", "sdxl-unet": "sdxl_unet", "text-encoder": "text_encoder", "vae-decoder": "vae_decoder",
+        "sdxl-text-encoder": "sdxl/text_encoder", "sdxl-text-encoder-2": "sdxl/text_encoder_2",
+        "sdxl-vae-decoder": "sdxl/vae_decoder"}
+SEED_OFFSET = {"unet": 1, "sdxl-unet": 2, "text-encoder": 3, "vae-decoder": 4, "sdxl-text-encoder": 5,
+               "sdxl-text-encoder-2": 6, "sdxl-vae-decoder": 7}  # weights of one model never depend on which
+# others a call builds
+DEFAULT_LATENT = {"unet": 64, "sdxl-unet": 128, "text-encoder": None, "vae-decoder": 64, "sdxl-text-encoder": None,
+                  "sdxl-text-encoder-2": None, "sdxl-vae-decoder": 128}
+SDXL_SCALING_FACTOR = 0.13025
 TRACE_LATENT = 16  # spatial sizes are dynamic: tracing small is as good and much faster
 SD15_SCALING_FACTOR = 0.18215
 
@@ -76,6 +94,8 @@ SDXL_UNET = dict(in_channels=4, out_channels=4, block_out_channels=(320, 640, 12
 SDXL_TEXT_EMBEDS = 1280  # OpenCLIP bigG's pooled projection
 CLIP_L_TEXT = dict(vocab_size=49408, max_position_embeddings=77, hidden_size=768, num_layers=12, num_heads=12,
                    intermediate_size=3072)
+BIGG_TEXT = dict(vocab_size=49408, max_position_embeddings=77, hidden_size=1280, num_layers=32, num_heads=20,
+                 intermediate_size=5120)
 SD_VAE = dict(in_channels=3, latent_channels=4, block_out_channels=(128, 256, 512, 512), layers_per_block=2,
               norm_num_groups=32)
 
@@ -92,13 +112,17 @@ def configs(scale=1.0):
     sd15 = dict(SD15_UNET, block_out_channels=tuple(ch(c) for c in SD15_UNET["block_out_channels"]),
                 cross_attention_dim=text_width)
     time_dim = scaled(SDXL_UNET["addition_time_embed_dim"], scale, 8)
-    text_embeds = ch(SDXL_TEXT_EMBEDS)
+    # SDXL's context is the two encoders' hidden states side by side, its text_embeds bigG's pooled projection.
+    big_width = scaled(BIGG_TEXT["hidden_size"], scale, 80)  # 20 heads of a multiple of 4
+    big = dict(BIGG_TEXT, hidden_size=big_width, intermediate_size=4 * big_width, projection_dim=big_width)
+    text_embeds = big_width
     sdxl = dict(SDXL_UNET, block_out_channels=tuple(ch(c) for c in SDXL_UNET["block_out_channels"]),
-                cross_attention_dim=ch(SDXL_UNET["cross_attention_dim"]),
+                cross_attention_dim=text_width + big_width,
                 attention_head_dim=scaled(SDXL_UNET["attention_head_dim"], scale, 8),
                 addition_time_embed_dim=time_dim, projection_class_embeddings_input_dim=text_embeds + 6 * time_dim)
     vae = dict(SD_VAE, block_out_channels=tuple(ch(c) for c in SD_VAE["block_out_channels"]))
-    return {"unet": sd15, "sdxl-unet": sdxl, "text-encoder": text, "vae-decoder": vae}
+    return {"unet": sd15, "sdxl-unet": sdxl, "text-encoder": text, "vae-decoder": vae, "sdxl-text-encoder": text,
+            "sdxl-text-encoder-2": big, "sdxl-vae-decoder": vae}
 
 
 def build_model(name, scale=1.0, seed=0):
@@ -109,13 +133,17 @@ def build_model(name, scale=1.0, seed=0):
         m = M.UNet2DConditionModel(**cfg)
     elif name == "text-encoder":
         m = M.TextEncoderExport(M.ClipTextModel(**cfg))
+    elif name == "sdxl-text-encoder":
+        m = X.TextEncoderExport(X.ClipTextModel(**cfg))
+    elif name == "sdxl-text-encoder-2":
+        m = X.TextEncoder2Export(X.ClipTextModelWithProjection(**cfg))
     else:
         m = M.VaeDecoderExport(M.AutoencoderKL(**cfg))
     return m.eval()
 
 
 def param_count(name, module):
-    if name == "vae-decoder":  # the encoder is built (same seeds as a whole VAE) but not exported
+    if name in ("vae-decoder", "sdxl-vae-decoder"):  # the encoder is built (same seeds as a whole VAE) but not exported
         return M.param_count(module.vae.decoder) + M.param_count(module.vae.post_quant_conv)
     return M.param_count(module)
 
@@ -128,7 +156,12 @@ def io_names(name):
         return ["input_ids"], ["last_hidden_state", "pooler_output"], {
             "input_ids": {0: "batch", 1: "sequence"}, "last_hidden_state": {0: "batch", 1: "sequence"},
             "pooler_output": {0: "batch"}}
-    if name == "vae-decoder":
+    if name in ("sdxl-text-encoder", "sdxl-text-encoder-2"):  # Optimum's names (tools/export_tiny_sdxl.py)
+        seq = {0: "batch_size", 1: "sequence_length"}
+        outs = X.text_output_names(1 if name == "sdxl-text-encoder" else 2, configs()[name]["num_layers"])
+        return ["input_ids"], outs, dict({"input_ids": seq}, **{
+            n: ({0: "batch_size"} if n in ("pooler_output", "text_embeds") else seq) for n in outs})
+    if name in ("vae-decoder", "sdxl-vae-decoder"):
         return ["latent_sample"], ["sample"], {"latent_sample": img, "sample": img}
     ins = ["sample", "timestep", "encoder_hidden_states"]
     dyn = {"sample": img, "timestep": {0: "batch"}, "encoder_hidden_states": {0: "batch", 1: "sequence"},
@@ -144,11 +177,11 @@ def make_inputs(name, scale=1.0, latent=None, batch=2, seed=0):
     cfg = configs(scale)[name]
     rng = np.random.RandomState(seed * 1000 + 100 + SEED_OFFSET[name])
     latent = latent or DEFAULT_LATENT[name]
-    if name == "text-encoder":
-        ids = rng.randint(1, 600, (batch, 77)).astype(np.int32)
+    if name in TEXT_MODELS:  # int64 ids as Optimum's SDXL exports take them
+        ids = rng.randint(1, 600, (batch, 77)).astype(np.int32 if name == "text-encoder" else np.int64)
         ids[:, 40:] = 621  # EOS (the largest id, so that pooler_output takes it) and padding, as the tokenizer
         return [ids]
-    if name == "vae-decoder":
+    if name in ("vae-decoder", "sdxl-vae-decoder"):
         return [rng.randn(batch, 4, latent, latent).astype(np.float32)]
     ins = [rng.randn(batch, 4, latent, latent).astype(np.float32),
            np.array([981.0, 21.0] * batch, dtype=np.float32)[:batch],
@@ -304,7 +337,7 @@ def export_fp16_on_cpu(name, module, out_dir, scale, shape_inference=True):
             f.write(b)
             # A distinct value each: the exporter merges parameters of equal values into one (Identity nodes).
             p.data = torch.full((1,), float(len(params)), dtype=p.dtype).expand(p.shape)
-    inputs = to_torch(make_inputs(name, scale, latent=TRACE_LATENT if name != "text-encoder" else None),
+    inputs = to_torch(make_inputs(name, scale, latent=None if name in TEXT_MODELS else TRACE_LATENT),
                       torch.float32, "cpu")
     kwargs = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     export = torch.onnx.export
@@ -362,7 +395,7 @@ def export_onnx(name, module, out_dir, fp16, scale, shape_inference=True):
         print("  --fp16 without CUDA: tracing float16 on the CPU (PyTorch %s may lack float16 kernels)"
               % torch.__version__, flush=True)
     module = module.to(device=device, dtype=dtype)
-    inputs = to_torch(make_inputs(name, scale, latent=TRACE_LATENT if name != "text-encoder" else None), dtype,
+    inputs = to_torch(make_inputs(name, scale, latent=None if name in TEXT_MODELS else TRACE_LATENT), dtype,
                       device)
     kwargs = {}
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
@@ -470,11 +503,37 @@ def pipeline_json(latent):
     }
 
 
+def write_sdxl_folder(out, scale, latent):
+    """out/sdxl/ as Optimum's `optimum-cli export onnx` writes an SDXL pipeline (tools/export_tiny_sdxl.py's configs,
+    tokenizers, scheduler and model_index.json), over the SDXL models exported into it and sdxl_unet/'s files
+    (hard links). Returns the sub-folders still missing a model.onnx."""
+    import export_tiny_sdxl as E
+    d = os.path.join(out, "sdxl")
+    cfg = configs(scale)
+    os.makedirs(os.path.join(d, "unet"), exist_ok=True)
+    for f in ("model.onnx", "model.onnx.data"):
+        src, dst = os.path.join(out, DIRS["sdxl-unet"], f), os.path.join(d, "unet", f)
+        if os.path.exists(src):
+            if os.path.exists(dst):
+                os.remove(dst)
+            os.link(src, dst)
+    E.write_json(os.path.join(d, "model_index.json"), E.model_index())
+    E.write_json(os.path.join(d, "scheduler", "scheduler_config.json"), E.P.SCHEDULER_CONFIG)
+    E.write_json(os.path.join(d, "text_encoder", "config.json"), E.clip_config(cfg["sdxl-text-encoder"], False, 621))
+    E.write_json(os.path.join(d, "text_encoder_2", "config.json"), E.clip_config(cfg["sdxl-text-encoder-2"], True, 0))
+    E.write_json(os.path.join(d, "unet", "config.json"), E.unet_config(cfg["sdxl-unet"], latent))
+    E.write_json(os.path.join(d, "vae_decoder", "config.json"),
+                 E.vae_config(SDXL_SCALING_FACTOR, 8 * latent, cfg["sdxl-vae-decoder"]))
+    E.write_tokenizers(d)
+    return [s for s in ("text_encoder", "text_encoder_2", "unet", "vae_decoder")
+            if not os.path.exists(os.path.join(d, s, "model.onnx"))]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="output folder (outside the repository: GBs at full size)")
     ap.add_argument("--only", default="unet,sdxl-unet,text-encoder,vae-decoder,pipeline",
-                    help="comma-separated subset of: unet, sdxl-unet, text-encoder, vae-decoder, pipeline")
+                    help="comma-separated subset of: " + ", ".join(MODELS + ("pipeline", "sdxl-pipeline")))
     ap.add_argument("--widths-scale", type=float, default=1.0, help="multiply every width (toy models for tests)")
     ap.add_argument("--fp16", action="store_true", help="export in float16 (traced on CUDA when available)")
     ap.add_argument("--seed", type=int, default=0)
@@ -489,8 +548,8 @@ def main():
     a = ap.parse_args()
     only = [s.strip() for s in a.only.split(",") if s.strip()]
     for s in only:
-        if s not in MODELS + ("pipeline",):
-            ap.error("--only: '%s' is not one of %s" % (s, ", ".join(MODELS + ("pipeline",))))
+        if s not in MODELS + ("pipeline", "sdxl-pipeline"):
+            ap.error("--only: '%s' is not one of %s" % (s, ", ".join(MODELS + ("pipeline", "sdxl-pipeline"))))
     if a.widths_scale <= 0 or a.widths_scale > 1:
         ap.error("--widths-scale must be in (0, 1]")
     torch.set_num_threads(a.threads)
@@ -548,6 +607,12 @@ def main():
         missing = [DIRS[n] for n in ("unet", "text-encoder", "vae-decoder")
                    if not os.path.exists(os.path.join(a.out, DIRS[n], "model.onnx"))]
         print("pipeline.json: %dx%d images from a %dx%d latent%s" % (
+            8 * latent, 8 * latent, latent, latent,
+            "" if not missing else " (export %s too before running it)" % ", ".join(missing)))
+    if "sdxl-pipeline" in only:
+        latent = a.latent or DEFAULT_LATENT["sdxl-unet"]
+        missing = write_sdxl_folder(a.out, a.widths_scale, latent)
+        print("sdxl/: an Optimum-layout SDXL folder, %dx%d images from a %dx%d latent%s" % (
             8 * latent, 8 * latent, latent, latent,
             "" if not missing else " (export %s too before running it)" % ", ".join(missing)))
     with open(manifest_path + ".tmp", "w") as f:

@@ -145,16 +145,20 @@ def clip_config(cfg, with_projection, pad_id):
     return c
 
 
-def unet_config():
-    u = X.UNET_CONFIG
+def unet_config(u=None, sample_size=None):
+    """diffusers' config.json of a UNet of tools/tiny_sd_model.py's config `u` (default tiny-sdxl's), with
+    num_attention_heads per level (or attention_head_dim, the head size, as tools/export_full_size.py's)."""
+    u = u or X.UNET_CONFIG
+    sample_size = sample_size or X.SAMPLE_SIZE
     depth = list(u["transformer_layers_per_block"])
+    heads = u.get("num_attention_heads") or [max(1, c // u["attention_head_dim"]) for c in u["block_out_channels"]]
     down = ["CrossAttnDownBlock2D" if d else "DownBlock2D" for d in depth]
     return {
         "_class_name": "UNet2DConditionModel", "_diffusers_version": DIFFUSERS_VERSION, "act_fn": "silu",
         "addition_embed_type": "text_time", "addition_embed_type_num_heads": 64,
         "addition_time_embed_dim": u["addition_time_embed_dim"],
         # SDXL's config names the head counts attention_head_dim (diffusers reads it as num_attention_heads).
-        "attention_head_dim": list(u["num_attention_heads"]), "block_out_channels": list(u["block_out_channels"]),
+        "attention_head_dim": list(heads), "block_out_channels": list(u["block_out_channels"]),
         "center_input_sample": False, "class_embed_type": None, "class_embeddings_concat": False,
         "conv_in_kernel": 3, "conv_out_kernel": 3, "cross_attention_dim": u["cross_attention_dim"],
         "cross_attention_norm": None, "down_block_types": down, "downsample_padding": 1, "dual_cross_attention": False,
@@ -165,7 +169,7 @@ def unet_config():
         "only_cross_attention": False, "out_channels": u["out_channels"],
         "projection_class_embeddings_input_dim": u["projection_class_embeddings_input_dim"],
         "resnet_out_scale_factor": 1.0, "resnet_skip_time_act": False, "resnet_time_scale_shift": "default",
-        "sample_size": X.SAMPLE_SIZE, "time_cond_proj_dim": None, "time_embedding_act_fn": None,
+        "sample_size": sample_size, "time_cond_proj_dim": None, "time_embedding_act_fn": None,
         "time_embedding_dim": None, "time_embedding_type": "positional", "timestep_post_act": None,
         # diffusers' mid block takes the last level's depth: tiny-sdxl's mid_block_layers equals it.
         "transformer_layers_per_block": [max(1, d) for d in depth],
@@ -174,8 +178,8 @@ def unet_config():
     }
 
 
-def vae_config(scaling, sample_size):
-    v = X.VAE_CONFIG
+def vae_config(scaling, sample_size, v=None):
+    v = v or X.VAE_CONFIG
     n = len(v["block_out_channels"])
     return {"_class_name": "AutoencoderKL", "_diffusers_version": DIFFUSERS_VERSION, "act_fn": "silu",
             "block_out_channels": list(v["block_out_channels"]), "down_block_types": ["DownEncoderBlock2D"] * n,

@@ -973,10 +973,13 @@ LocalGraph local_graph(const Graph& variant, const LocalPlan& plan, const std::m
     const std::string& y = g.nodes.back().outputs.at(0);
     out.compared = out.compared + "/qeval_DequantizeLinear";
     g.nodes.push_back(quant_node("DequantizeLinear", out.compared, y, *plan.dequantize, y + "/qeval_dequantized"));
-    ValueInfo o;
-    o.name = g.nodes.back().outputs[0];
-    g.outputs.push_back(std::move(o));
   }
+  // The compared node's outputs alone: the rest die where they are read, and a DequantizeLinear
+  // whose readers are all fused no longer runs (an int8 layer's activation DQ ran in every local
+  // run, its float output kept as a graph output nobody read).
+  g.outputs.clear();
+  for (const std::string& v : g.nodes.back().outputs)
+    if (!v.empty()) g.outputs.push_back(ValueInfo{v});
   return out;
 }
 

@@ -94,7 +94,8 @@ struct LocalPlan {
 
 // The graph a local run executes: the plan's nodes (extract_subgraph, inputs of `input_types`),
 // with a QuantizeLinear before each input of plan.quantize that is fed a float (the node's readers
-// read its output) and a DequantizeLinear after the node's output when plan.dequantize is set.
+// read its output) and a DequantizeLinear after the node's output when plan.dequantize is set;
+// its outputs are the last node's (the compared one's).
 // `compared`: the node whose first output is compared with the reference's (the node itself, or
 // that DequantizeLinear).
 struct LocalGraph {

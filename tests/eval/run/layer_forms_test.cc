@@ -286,6 +286,9 @@ TEST(LayerForms, QLinearLocalPlansQuantizeInputsAndDequantizeOutputs) {
   EXPECT_EQ(lg.graph.nodes[1].inputs[0], lg.graph.nodes[0].outputs[0]);
   EXPECT_EQ(lg.graph.nodes[2].op_type, "DequantizeLinear");
   EXPECT_EQ(lg.compared, lg.graph.nodes[2].name);
+  // Its only output is the compared one (the QuantizeLinear's and the MatMul's die where read).
+  ASSERT_EQ(lg.graph.outputs.size(), 1u);
+  EXPECT_EQ(lg.graph.outputs[0].name, lg.graph.nodes[2].outputs[0]);
   // c = 0.05 * (code - 120) for codes 120..143: exact in uint8 of that scale; the MatMul's int32
   // sums requantized to sy = 0.1 (zero point 128) and dequantized.
   std::vector<float> c(1 * 3 * 4 * 4);

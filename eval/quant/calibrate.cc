@@ -197,8 +197,10 @@ bool RangeCollector::channel_amax_on_device(Slot& s, const Tensor& x) {
   const auto k = x.shape().back();
   if (s.channel_amax.empty()) s.channel_amax.assign(static_cast<std::size_t>(k), 0.0f);
   if (s.channel_amax.size() != static_cast<std::size_t>(k)) return false;  // the host path says so
-  if (s.device_channel_amax.numel() != k || s.device_channel_amax.device() != x.device())
+  if (s.device_channel_amax.numel() == 0)
     s.device_channel_amax = Tensor(DType::kFloat32, {k}).to_device(x.device());  // zeros
+  else if (s.device_channel_amax.device() != x.device())
+    return false;  // another device's values: this one's on the host
   return eval::channel_amax_on_device(x, s.device_channel_amax);
 }
 

@@ -16,10 +16,15 @@ namespace qeval::eval {
 
 namespace {
 
-void fill_tensor(onnx::TensorProto* p, const std::string& name, const Tensor& t) {
+// Name, type and dimensions; the values are raw data (fill_tensor) or external data (save_onnx).
+void fill_tensor_header(onnx::TensorProto* p, const std::string& name, const Tensor& t) {
   p->set_name(name);
   p->set_data_type(onnx_type_of(t.dtype()));
   for (auto d : t.shape()) p->add_dims(d);
+}
+
+void fill_tensor(onnx::TensorProto* p, const std::string& name, const Tensor& t) {
+  fill_tensor_header(p, name, t);
   p->set_raw_data(reinterpret_cast<const char*>(t.raw()), t.nbytes());  // little-endian host
 }
 
@@ -102,13 +107,8 @@ std::string serialize(const Graph& g, const ExportOptions& options, const Extern
   for (const auto* name : names) {
     const Tensor& t = g.initializers.at(*name);
     onnx::TensorProto* p = graph->add_initializer();
-    if (!external || !external(t, p)) {
-      fill_tensor(p, *name, t);
-      continue;
-    }
-    p->set_name(*name);
-    p->set_data_type(onnx_type_of(t.dtype()));
-    for (auto d : t.shape()) p->add_dims(d);
+    if (external && external(t, p)) fill_tensor_header(p, *name, t);
+    else fill_tensor(p, *name, t);
   }
   for (const auto& n : g.nodes) {
     auto* p = graph->add_node();

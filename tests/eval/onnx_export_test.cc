@@ -64,6 +64,16 @@ void expect_bitwise_equal(const std::map<std::string, Tensor>& a, const std::map
   }
 }
 
+// Two tiny-sd UNet graphs give the same output bits on seeded inputs.
+void expect_tiny_sd_unets_run_identically(const Graph& g, const Graph& back) {
+  std::map<std::string, Tensor> in{
+      {"sample", testing::floats({1, 4, 16, 16}, testing::seeded_values(1024, 2, 1.0f))},
+      {"timestep", testing::floats({1}, {500.0f})},
+      {"encoder_hidden_states", testing::floats({1, 77, 128}, testing::seeded_values(77 * 128, 3, 0.5f))}};
+  Session a(g), b(back);
+  expect_bitwise_equal(a.run(in), b.run(in));
+}
+
 TEST(OnnxExport, MiniBlockRoundTripsAndRunsIdentically) {
   const Graph g = testing::mini_unet_block().graph();
   const Graph back = reimport(g);
@@ -82,12 +92,7 @@ TEST(OnnxExport, TinySdUnetRoundTripsAndRunsIdentically) {
   save_onnx(g, dir / "unet.onnx");
   const Graph back = load_onnx(dir / "unet.onnx");
   expect_same_graph(g, back);
-  std::map<std::string, Tensor> in{
-      {"sample", testing::floats({1, 4, 16, 16}, testing::seeded_values(1024, 2, 1.0f))},
-      {"timestep", testing::floats({1}, {500.0f})},
-      {"encoder_hidden_states", testing::floats({1, 77, 128}, testing::seeded_values(77 * 128, 3, 0.5f))}};
-  Session a(g), b(back);
-  expect_bitwise_equal(a.run(in), b.run(in));
+  expect_tiny_sd_unets_run_identically(g, back);
 }
 
 // A graph past external_from_bytes keeps its large initializers in <model>.data (page-aligned,
@@ -102,26 +107,21 @@ TEST(OnnxExport, LargeGraphsKeepTheirWeightsInAnExternalDataFile) {
   o.external_min_bytes = 4096;  // a 1024-float weight and larger
   save_onnx(g, dir / "unet.onnx", o);
   ASSERT_TRUE(std::filesystem::exists(dir / "unet.onnx.data"));
-  std::uint64_t large = 0, small = 0;
-  for (const auto& [name, t] : g.initializers) (t.nbytes() >= 4096 ? large : small) += 1;
+  std::uint64_t large = 0, small = 0, large_bytes = 0;
+  for (const auto& [name, t] : g.initializers) {
+    (t.nbytes() >= 4096 ? large : small) += 1;
+    if (t.nbytes() >= 4096) large_bytes += t.nbytes();
+  }
   ASSERT_GT(large, 10u);
   ASSERT_GT(small, 10u);
   const auto model_bytes = std::filesystem::file_size(dir / "unet.onnx");
   const auto data_bytes = std::filesystem::file_size(dir / "unet.onnx.data");
-  std::uint64_t large_bytes = 0;
-  for (const auto& [name, t] : g.initializers)
-    if (t.nbytes() >= 4096) large_bytes += t.nbytes();
   EXPECT_GE(data_bytes, large_bytes);
   EXPECT_LT(data_bytes, large_bytes + 4096 * large);  // padding below one page a tensor
   EXPECT_LT(model_bytes, 1u << 20);
   const Graph back = load_onnx(dir / "unet.onnx");
   expect_same_graph(g, back);
-  std::map<std::string, Tensor> in{
-      {"sample", testing::floats({1, 4, 16, 16}, testing::seeded_values(1024, 2, 1.0f))},
-      {"timestep", testing::floats({1}, {500.0f})},
-      {"encoder_hidden_states", testing::floats({1, 77, 128}, testing::seeded_values(77 * 128, 3, 0.5f))}};
-  Session a(g), b(back);
-  expect_bitwise_equal(a.run(in), b.run(in));
+  expect_tiny_sd_unets_run_identically(g, back);
   // Written again without external data: one file, the same graph.
   save_onnx(back, dir / "inline.onnx");
   EXPECT_FALSE(std::filesystem::exists(dir / "inline.onnx.data"));

@@ -14,8 +14,11 @@ namespace qeval::eval {
 
 // Scans float32 `t` in device memory, against `ref` (null, or a float32 tensor of t's size in the
 // same device's memory with every value finite): fills `out` and returns true; false (nothing
-// done) when no registered scan takes this tensor. Waits for the device.
-bool scan_on_device(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out);
+// done) when no registered scan takes this tensor. Waits for the device. With `channel_clip`
+// (float32 [channels] in t's memory, channels = t's last axis) the clip count is per channel, each
+// element against its channel's threshold, and clip_amax is not used.
+bool scan_on_device(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out,
+                    const Tensor* channel_clip = nullptr);
 
 // Scans queued behind a device's work and read back together: one wait for many, where nothing
 // needs an answer before then (a local-error run's comparison). Not thread-safe: one per thread.
@@ -25,7 +28,7 @@ class ScanQueue {
   // Queues the scan scan_on_device would make: false (nothing queued) where it would be false,
   // or `t` is in another device's memory than the scans queued so far. The tensors may be freed
   // or reused by later device work once this returns (the scan runs before it).
-  virtual bool add(const Tensor& t, const Tensor* ref, float clip_amax) = 0;
+  virtual bool add(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip) = 0;
   virtual std::size_t size() const = 0;
   // Waits for the device; `out` (replaced) holds every queued scan's totals in the order added,
   // and the queue is empty.
@@ -41,13 +44,14 @@ std::unique_ptr<ScanQueue> make_scan_queue(const std::shared_ptr<DeviceMemory>& 
 // (nothing done) when no registered scan serves `t` and `amax`.
 bool channel_amax_on_device(const Tensor& t, Tensor& amax);
 
-using DeviceScan = bool (*)(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out);
+using DeviceScan = bool (*)(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip,
+                            kernels::ScanTotals& out);
 using MakeScanQueue = std::unique_ptr<ScanQueue> (*)(const std::shared_ptr<DeviceMemory>& device);
 using ChannelAmax = bool (*)(const Tensor& t, Tensor& amax);
 void register_device_scan(DeviceScan scan, MakeScanQueue make_queue, ChannelAmax channel_amax);
 
 // Whether scan_on_device / ScanQueue::add take these tensors' types, sizes and places (the
 // registered scan still decides on the device).
-bool scannable(const Tensor& t, const Tensor* ref);
+bool scannable(const Tensor& t, const Tensor* ref, const Tensor* channel_clip = nullptr);
 
 }  // namespace qeval::eval

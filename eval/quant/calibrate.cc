@@ -187,7 +187,7 @@ void RangeCollector::collect_on_host(Slot& s, const Tensor& x, bool amax, bool c
 
 bool RangeCollector::queue_amax(std::size_t slot, const Tensor& x) {
   if (!queue_) queue_ = make_scan_queue(x.device());
-  if (!queue_ || !queue_->add(x, nullptr, std::numeric_limits<float>::infinity())) return false;
+  if (!queue_ || !queue_->add(x, nullptr, std::numeric_limits<float>::infinity(), nullptr)) return false;
   pending_.push_back({slot, step_});
   if (queue_->size() >= 4096) flush();
   return true;

@@ -27,6 +27,9 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
     compare_ = compare;
   }
   void on_node(const NodeEvent& e) override;
+  // Adds the deferred comparisons' statistics to the unit (one wait for the device): at the end of
+  // each call, before the unit's statistics are read.
+  void flush();
   // A view's statistics come from its input's by address (Recent) or from its own output; the
   // reference's inputs are captured for local error, and a node hook may read any event.
   bool reads_view_inputs() const override { return (capture_ && o_.run_.local_error) || o_.run_.hooks(o_.variant_); }
@@ -49,6 +52,11 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
   bool end_reference_stream();
   // The rows [r0, r1) of every member of `group` into recomputed_ (when it holds other rows).
   bool recompute(RecomputedGroup& group, std::int64_t r0, std::int64_t r1);
+  // A variant's output compared with the reference's finite one by a scan queued on the device
+  // (ScanQueue) and read at flush(): its statistics, error and non-finite check go to the unit
+  // then, in order. False (nothing queued) when no device scan takes them.
+  bool defer(const Tensor& out, const Tensor& ref, double ref_energy, float clip, const Tensor* channel,
+             std::size_t layer, const Node& node);
   // t's values in host memory: t itself, or its copy in `scratch`.
   static const Tensor* on_host(const Tensor* t, Tensor& scratch) {
     if (!t || !t->on_device()) return t;
@@ -86,7 +94,52 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
   RecomputedGroup* recomputed_group_ = nullptr;
   std::int64_t recomputed_r0_ = 0, recomputed_r1_ = 0;
   std::vector<std::vector<float>> recomputed_;
+  // Deferred comparisons (defer), in the order of their events.
+  struct Pending {
+    std::size_t layer;
+    std::int64_t n;
+    double ref_energy;
+    const Node* node;  // the session's, alive until the call ends
+  };
+  std::unique_ptr<ScanQueue> queue_;
+  std::vector<Pending> pending_;
+  std::vector<kernels::ScanTotals> totals_;
+  LayerCell flushed_;
 };
+
+bool LockstepObserver::NodeObserver::defer(const Tensor& out, const Tensor& ref, double ref_energy, float clip,
+                                           const Tensor* channel, std::size_t layer, const Node& node) {
+  if (!scannable(out, &ref, channel)) return false;
+  if (!queue_) queue_ = make_scan_queue(out.device());
+  if (!queue_ || !queue_->add(out, &ref, clip, channel)) return false;
+  pending_.push_back(Pending{layer, out.numel(), ref_energy, &node});
+  constexpr std::size_t kMaxPending = 1024;  // ~4 MB of pinned results
+  if (pending_.size() >= kMaxPending) flush();
+  return true;
+}
+
+void LockstepObserver::NodeObserver::flush() {
+  if (pending_.empty()) return;
+  queue_->take(totals_);
+  for (std::size_t k = 0; k < pending_.size(); ++k) {
+    const Pending& d = pending_[k];
+    const kernels::ScanTotals& t = totals_[k];
+    LayerCell& cell = flushed_;
+    cell.clear();
+    if (t.nan || t.inf) {  // diverged from the finite reference
+      metrics::add_scan(cell.act, t);
+      cell.acc.add(metrics::error_from_scan(t), d.n);
+    } else {
+      metrics::add_scan_with_error(cell.act, cell.acc, t, d.ref_energy, d.n);
+    }
+    o_.unit_.calls[o_.variant_].add(d.layer, call_.step, cell);
+    // The reference is finite: any NaN or infinity here is the variant's own.
+    if ((t.nan || t.inf) && !o_.unit_.first_nonfinite[o_.variant_])
+      o_.unit_.first_nonfinite[o_.variant_] = NonFiniteHit{
+          o_.unit_index_, o_.sample_, call_.step, std::string(call_.model), d.node->name, d.node->op_type, t.nan, t.inf};
+  }
+  pending_.clear();
+}
 
 // A variant's group members are streamed when all that their events would do is the one-pass
 // error against the reference's output: no node hook, no full tensors, no per-channel clipping (it
@@ -319,6 +372,14 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   const bool per_channel =
       out && channel_clip && out->rank() > 0 && out->shape().back() == std::int64_t(channel_clip->size());
   const float clip = per_channel ? std::numeric_limits<float>::infinity() : info->clip_amax;
+  // Per channel on a device: counted by the scans below (`channel`), else by a host pass at the end.
+  const Tensor* channel = per_channel && out->on_device() ? o_.channel_clip_on(*channel_clip, *out) : nullptr;
+  bool channel_counted = false;
+  auto scan = [&](const Tensor* ref, kernels::ScanTotals& t) {
+    const bool ok = scan_on_device(*out, ref, clip, t, channel);
+    channel_counted |= ok && channel;
+    return ok;
+  };
   const Node* ref_node = layer >= 0 ? &run.space->node_of(std::size_t(layer)) : nullptr;
   // A view of a value whose statistics this call has: the same values, so the same statistics
   // (and, against the reference's view of the reference's same value, the same error).
@@ -335,13 +396,12 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   if (from) {
     metrics::ActivationStats& call = o_.scratch_;
     call = from->act;
-    if (call.clipped || clip != std::numeric_limits<float>::infinity()) {
+    if (call.clipped || clip != std::numeric_limits<float>::infinity() || per_channel) {
       call.clipped = 0;
       kernels::ScanTotals t;
-      if (!per_channel) {  // (per channel: below, for every path)
-        if (scan_on_device(*out, nullptr, clip, t)) call.clipped = t.clipped;
-        else call.add_clipped(on_host(out, host_out_)->data<float>(), out->numel(), clip);
-      }
+      if (scan(nullptr, t)) call.clipped = t.clipped;
+      else if (!per_channel)  // (per channel on the host: below, for every path)
+        call.add_clipped(on_host(out, host_out_)->data<float>(), out->numel(), clip);
     }
     cell->act.merge(call);
     energy = from->energy;
@@ -355,15 +415,18 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
     // A value in device memory: its totals from the device (metrics/scan_totals.h).
     kernels::ScanTotals t;
     if (capture_) {
-      energy = scan_on_device(*out, nullptr, clip, t) ? metrics::add_scan(act, t)
-                                                      : act.add(on_host(out, host_out_)->data<float>(), out->numel(), clip);
+      energy = scan(nullptr, t) ? metrics::add_scan(act, t)
+                                : act.add(on_host(out, host_out_)->data<float>(), out->numel(), clip);
     } else {
       // Against the reference's same output when there is one: one pass for the statistics and
       // the error when the reference's energy is known.
       const Capture::Value ref = compare_ ? cap.output(std::size_t(layer)) : Capture::Value{};
       const bool comparable =
           ref.tensor && ref.tensor->shape() == out->shape() && ref.tensor->dtype() == DType::kFloat32;
-      if (comparable && ref.energy && scan_on_device(*out, ref.tensor, clip, t)) {
+      if (comparable && ref.energy && !keep_recent && (!per_channel || channel) &&
+          defer(*out, *ref.tensor, *ref.energy, clip, channel, std::size_t(layer), e.node)) {
+        return;  // the rest at flush()
+      } else if (comparable && ref.energy && scan(ref.tensor, t)) {
         if (t.nan || t.inf) {  // diverged from the finite reference
           metrics::add_scan(act, t);
           error = metrics::error_from_scan(t);
@@ -375,7 +438,7 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
         error = metrics::add_with_error(act, cell->acc, on_host(out, host_out_)->data<float>(),
                                         on_host(ref.tensor, host_ref_)->data<float>(), *ref.energy, out->numel(), clip);
       } else {
-        if (scan_on_device(*out, nullptr, clip, t)) metrics::add_scan(act, t);
+        if (scan(nullptr, t)) metrics::add_scan(act, t);
         else act.add(on_host(out, host_out_)->data<float>(), out->numel(), clip);
         if (comparable) {
           error = metrics::tensor_error(on_host(ref.tensor, host_ref_)->data<float>(),
@@ -416,10 +479,11 @@ void LockstepObserver::NodeObserver::on_node(const NodeEvent& e) {
   }
   if (!out) return;
   if (run.full_tensors) run.full_tensors(variant.name, call_, e.node, *out);
-  if (per_channel)
+  if (per_channel && !channel_counted)
     cell->act.add_clipped(on_host(out, host_out_)->data<float>(), out->numel(), std::span<const float>(*channel_clip));
   o_.unit_.calls[o_.variant_].add(std::size_t(layer), call_.step, *cell);
   const std::uint64_t nan = cell->act.nan, inf = cell->act.inf;
+  if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) flush();  // an earlier deferred one first
   // A NaN is always reported; an infinity only when the reference's same output has fewer (an
   // attention mask's -inf is by design).
   if ((nan || inf) && !o_.unit_.first_nonfinite[o_.variant_]) {
@@ -450,6 +514,17 @@ LockstepObserver::LockstepObserver(const RunObservation& run, std::size_t varian
 
 LockstepObserver::~LockstepObserver() = default;
 
+const Tensor* LockstepObserver::channel_clip_on(const std::vector<float>& thresholds, const Tensor& like) {
+  auto key = std::make_pair(&thresholds, like.device().get());
+  auto it = channel_clip_device_.find(key);
+  if (it == channel_clip_device_.end()) {
+    Tensor host(DType::kFloat32, {std::int64_t(thresholds.size())});
+    std::copy(thresholds.begin(), thresholds.end(), host.data<float>());
+    it = channel_clip_device_.emplace(key, host.to_device(like.device())).first;
+  }
+  return &it->second;
+}
+
 Observer* LockstepObserver::begin(const ModelCall& call) {
   const int m = run_.space->model_index(call.model);
   if (m < 0) {
@@ -463,7 +538,7 @@ Observer* LockstepObserver::begin(const ModelCall& call) {
   return node_observer_.get();
 }
 
-void LockstepObserver::end(const ModelCall&, const std::map<std::string, Tensor>&) {}
+void LockstepObserver::end(const ModelCall&, const std::map<std::string, Tensor>&) { node_observer_->flush(); }
 
 bool LockstepObserver::ready(const Session::Execution& next) {
   if (variant_ == run_.reference || node_observer_->model() < 0) return true;
@@ -644,7 +719,7 @@ bool LocalSessions::defer(const Tensor& out, const Tensor& ref, double ref_energ
                           std::size_t variant, std::size_t layer, int step) {
   if (!scannable(out, &ref)) return false;
   if (!queue_) queue_ = make_scan_queue(out.device());
-  if (!queue_ || !queue_->add(out, &ref, std::numeric_limits<float>::infinity())) return false;
+  if (!queue_ || !queue_->add(out, &ref, std::numeric_limits<float>::infinity(), nullptr)) return false;
   deferred_.push_back(Deferred{&unit, variant, layer, step, out.numel(), ref_energy});
   constexpr std::size_t kMaxDeferred = 4096;  // ~17 MB of pinned results
   if (deferred_.size() >= kMaxDeferred) flush();

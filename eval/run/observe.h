@@ -475,6 +475,10 @@ class LockstepObserver : public ModelCallObserver {
   std::size_t recent_next_ = 0;
   metrics::ActivationStats scratch_;  // one call's statistics
   Tensor dequantized_;                // a quantized output's values (ObservedModel::dequantize)
+  // Per-channel clip thresholds (ObservedModel::channel_clip_amax) in the memory of the device
+  // whose values they count, uploaded once: the device scan counts them, no output to the host.
+  const Tensor* channel_clip_on(const std::vector<float>& thresholds, const Tensor& like);
+  std::map<std::pair<const std::vector<float>*, const DeviceMemory*>, Tensor> channel_clip_device_;
   LayerCell event_;                   // one node event's statistics, then appended to the log
   const RunObservation& run_;
   std::size_t variant_;

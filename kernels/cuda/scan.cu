@@ -82,8 +82,8 @@ __device__ Part load_part(const Part* p) {
 // Each block: a strided share of the elements; its histogram in shared memory, then added to the
 // tensor's (integer counts: the same totals in any order). The last block to finish combines the
 // blocks' sums in block order (deterministic), writes the result and zeroes the scratch.
-__global__ void scan_kernel(const float* x, const float* ref, i64 n, unsigned clip_bits, bool sample, Scratch* s,
-                            Result* out) {
+__global__ void scan_kernel(const float* x, const float* ref, i64 n, unsigned clip_bits, const float* channel_clip,
+                            i64 channels, bool sample, Scratch* s, Result* out) {
   __shared__ unsigned bins[Totals::kBins];
   __shared__ Part shared[kThreads];
   __shared__ bool last;
@@ -110,7 +110,8 @@ __global__ void scan_kernel(const float* x, const float* ref, i64 n, unsigned cl
       atomicAdd(&bins[b], 1u);
     }
     p.max_bits = max(p.max_bits, u);
-    p.clipped += u > clip_bits;
+    // Per channel (the last axis): clipped beyond its own |threshold| (a NaN one clips nothing).
+    p.clipped += u > (channel_clip ? __float_as_uint(channel_clip[i % channels]) & kAbs : clip_bits);
     const double d = v;
     p.sum += d;
     p.sum_sq += d * d;
@@ -191,8 +192,8 @@ void channel_abs_max(const float* x, std::int64_t rows, std::int64_t channels, v
 std::size_t scan_scratch_bytes() { return sizeof(Scratch); }
 std::size_t scan_result_bytes() { return sizeof(Result); }
 
-void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, void* scratch, void* result,
-                 void* stream) {
+void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, const float* channel_clip,
+                 std::int64_t channels, void* scratch, void* result, void* stream) {
   unsigned clip_bits = kInfBits;
   if (clip_amax == clip_amax) {
     std::memcpy(&clip_bits, &clip_amax, sizeof clip_bits);
@@ -201,7 +202,8 @@ void scan_values(const float* x, const float* ref, std::int64_t n, float clip_am
   // n == 0: one block that reads nothing and writes zero totals.
   const int blocks = blocks_for(n);
   scan_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, ref, n < 0 ? 0 : n, clip_bits, n >= Totals::kSampleFrom, static_cast<Scratch*>(scratch),
+      x, ref, n < 0 ? 0 : n, clip_bits, channels > 0 ? channel_clip : nullptr, channels, n >= Totals::kSampleFrom,
+      static_cast<Scratch*>(scratch),
       static_cast<Result*>(result));
   check(cudaGetLastError(), "scan kernel");
 }

@@ -21,9 +21,12 @@ std::size_t scan_result_bytes();
 // x[0..n) (device memory), and against ref[0..n) when not null (device memory, every value
 // finite): counts, max |x| bits, clipping (|x| > |clip_amax|; NaN clips nothing), moments in
 // double, the error sums over finite x, the |x| histogram (sampled as metrics::ActivationStats::add
-// samples). Writes `result` when it runs: read it after the stream has synchronised.
-void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, void* scratch, void* result,
-                 void* stream);
+// samples). With `channel_clip` (device memory, `channels` > 0 thresholds, x's last axis that
+// long) element i clips beyond |channel_clip[i % channels]| instead of |clip_amax| (SmoothQuant's
+// per-channel ranges; the host's ActivationStats::add_clipped with a span). Writes `result` when
+// it runs: read it after the stream has synchronised.
+void scan_values(const float* x, const float* ref, std::int64_t n, float clip_amax, const float* channel_clip,
+                 std::int64_t channels, void* scratch, void* result, void* stream);
 void read_scan_result(const void* result, ScanTotals& out);
 // Queues on `stream`: folds the largest finite |x| of each channel c of x[rows][channels] (device
 // memory, row-major) into amax[c] (float32 in device memory, >= 0: the larger of the two stays).

@@ -199,6 +199,19 @@ TEST(CudaModels, QevalRunOnTheGpuGivesTheCpuVerdicts) {
             diffs.push_back(std::abs(la[i].get<double>() - lb[i].get<double>()));
         }
         if (ta[v]["variant"] == "int8-l3") {
+          // Clip rates at the calibrated ranges (per channel behind SmoothQuant's pre-scales:
+          // counted by the device scan) as the CPU counts them, up to elements that the two
+          // machines' kernels put on either side of a threshold.
+          const auto &ca = ta[v]["stats"]["clip_rate"], &cb = tb[v]["stats"]["clip_rate"];
+          ASSERT_EQ(ca.size(), cb.size());
+          std::size_t clipping = 0;
+          for (std::size_t i = 0; i < ca.size(); ++i) {
+            if (!ca[i].is_number() || ca[i].get<double>() < 1e-4) continue;
+            ++clipping;
+            ASSERT_TRUE(cb[i].is_number()) << "layer " << i;
+            EXPECT_NEAR(cb[i].get<double>(), ca[i].get<double>(), 0.1 * ca[i].get<double>() + 1e-4) << "layer " << i;
+          }
+          EXPECT_GT(clipping, 0u);
           ASSERT_GT(diffs.size(), 20u);
           std::sort(diffs.begin(), diffs.end());
           std::printf("  int8-l3: %zu layers of local SQNR < 45 dB, median |cpu - gpu| %.3f dB, largest %.3f dB\n",

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "eval/exec/device_scan.h"
@@ -116,6 +117,48 @@ TEST(CudaScan, ErrorOfDeviceValuesAgainstTheReferenceIsTheHostPasses) {
   EXPECT_NEAR(dd.sum_err_sq, hd.sum_err_sq, 1e-5 * hd.sum_err_sq);
 }
 
+// SmoothQuant's per-channel clip thresholds (the observer's clip rate behind a pre-scale Mul):
+// counted by the device scan, element by element against its channel's threshold, exactly the
+// host's ActivationStats::add_clipped; the other totals as without thresholds. Thresholds of the
+// wrong length or in host memory are refused.
+TEST(CudaScan, PerChannelClippingCountsWhatTheHostCounts) {
+  QEVAL_CUDA_OR_SKIP(cuda);
+  const auto memory = cuda->memory();
+  for (const auto& [rows, channels] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {37, 7}, {4096, 320},
+                                       {2, 1280}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << channels);
+    Tensor x = gpu_test::normal({rows, channels}, std::uint32_t(rows + channels), 2.0f);
+    if (x.numel() > 100) {
+      x.data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+      x.data<float>()[50] = std::numeric_limits<float>::infinity();
+    }
+    std::vector<float> thresholds(static_cast<std::size_t>(channels));
+    for (std::size_t c = 0; c < thresholds.size(); ++c)
+      thresholds[c] = c % 5 == 4 ? std::numeric_limits<float>::infinity() : 0.5f + 0.25f * float(c % 9);
+    Tensor th(DType::kFloat32, {channels});
+    std::copy(thresholds.begin(), thresholds.end(), th.data<float>());
+    const Tensor dx = x.to_device(memory), dth = th.to_device(memory);
+    kernels::ScanTotals per, plain;
+    ASSERT_TRUE(scan_on_device(dx, nullptr, 1.0f, per, &dth));
+    ASSERT_TRUE(scan_on_device(dx, nullptr, std::numeric_limits<float>::infinity(), plain));
+    metrics::ActivationStats host;
+    host.add_clipped(x.data<float>(), x.numel(), std::span<const float>(thresholds));
+    EXPECT_EQ(per.clipped, host.clipped);
+    EXPECT_GT(per.clipped, 0u);
+    const std::unique_ptr<ScanQueue> queue = make_scan_queue(memory);
+    ASSERT_TRUE(queue->add(dx, nullptr, 1.0f, &dth));
+    std::vector<kernels::ScanTotals> queued;
+    queue->take(queued);
+    ASSERT_EQ(queued.size(), 1u);
+    EXPECT_EQ(std::memcmp(&queued[0], &per, sizeof per), 0) << "queued, not the scan made alone";
+    plain.clipped = per.clipped;
+    EXPECT_EQ(std::memcmp(&per, &plain, sizeof per), 0) << "the other totals changed";
+    const Tensor longer = Tensor(DType::kFloat32, {channels + 1}).to_device(memory);
+    EXPECT_FALSE(scan_on_device(dx, nullptr, 1.0f, per, &longer));
+    EXPECT_FALSE(scan_on_device(dx, nullptr, 1.0f, per, &th)) << "host thresholds";
+  }
+}
+
 // Scans queued and read back together (ScanQueue, what local error uses): each the totals of the
 // same scan made alone, in the order queued, over more scans than one pinned chunk holds; values
 // reused by later device work once queued are scanned as they were.
@@ -124,7 +167,7 @@ TEST(CudaScan, QueuedScansGiveTheTotalsOfScansMadeAlone) {
   const auto memory = cuda->memory();
   std::unique_ptr<ScanQueue> queue = make_scan_queue(memory);
   ASSERT_NE(queue, nullptr);
-  EXPECT_FALSE(queue->add(values(10, 1, false), nullptr, 1.0f)) << "a host tensor";
+  EXPECT_FALSE(queue->add(values(10, 1, false), nullptr, 1.0f, nullptr)) << "a host tensor";
   const std::int64_t sizes[] = {1, 300, 8192, 100003};
   std::vector<kernels::ScanTotals> alone;
   Tensor buffer(DType::kFloat32, {100003}, memory);  // overwritten (asynchronously) after each scan queued
@@ -141,10 +184,10 @@ TEST(CudaScan, QueuedScansGiveTheTotalsOfScansMadeAlone) {
     alone.push_back(t);
     if (n == 100003) {  // queued on a buffer the next upload overwrites
       memory->copy(buffer.device_data(), dx.device_data(), dx.nbytes());
-      ASSERT_TRUE(queue->add(buffer, against, 2.0f));
+      ASSERT_TRUE(queue->add(buffer, against, 2.0f, nullptr));
       memory->copy(buffer.device_data(), junk.device_data(), junk.nbytes());
     } else {
-      ASSERT_TRUE(queue->add(dx, against, 2.0f));
+      ASSERT_TRUE(queue->add(dx, against, 2.0f, nullptr));
     }
   }
   EXPECT_EQ(queue->size(), 300u);

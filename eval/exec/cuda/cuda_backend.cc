@@ -1640,9 +1640,10 @@ class CudaBackend final : public Backend {
 };
 
 // Observers' statistics of values in a CUDA device's memory (eval/exec/device_scan.h).
-bool scan_cuda_values(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out) {
+bool scan_cuda_values(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip,
+                      kernels::ScanTotals& out) {
   auto* memory = dynamic_cast<CudaMemory*>(t.device().get());
-  return memory && memory->scan(t, ref, clip_amax, out);
+  return memory && memory->scan(t, ref, clip_amax, channel_clip, out);
 }
 
 bool channel_amax_cuda(const Tensor& t, Tensor& amax) {

@@ -108,13 +108,17 @@ void CudaMemory::release_pinned(void* p) noexcept {
   cudaFreeHost(p);
 }
 
-bool CudaMemory::queue_scan(const Tensor& t, const Tensor* ref, float clip_amax, void* result) {
-  if (t.device().get() != this || (ref && ref->device().get() != this)) return false;
+bool CudaMemory::queue_scan(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip,
+                            void* result) {
+  if (t.device().get() != this || (ref && ref->device().get() != this) ||
+      (channel_clip && channel_clip->device().get() != this))
+    return false;
   const auto held = lock();
   if (!scan_scratch_) scan_scratch_ = allocate(kernels::cuda::scan_scratch_bytes());  // zeroed
   kernels::cuda::scan_values(static_cast<const float*>(t.device_data()),
                              ref ? static_cast<const float*>(ref->device_data()) : nullptr, t.numel(), clip_amax,
-                             scan_scratch_, result, stream_);
+                             channel_clip ? static_cast<const float*>(channel_clip->device_data()) : nullptr,
+                             channel_clip ? channel_clip->numel() : 0, scan_scratch_, result, stream_);
   return true;
 }
 
@@ -129,10 +133,11 @@ bool CudaMemory::channel_amax(const Tensor& t, Tensor& amax) {
   return true;
 }
 
-bool CudaMemory::scan(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out) {
+bool CudaMemory::scan(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip,
+                      kernels::ScanTotals& out) {
   const auto held = lock();
   if (!scan_result_) scan_result_ = allocate_pinned(kernels::cuda::scan_result_bytes());
-  if (!queue_scan(t, ref, clip_amax, scan_result_)) return false;
+  if (!queue_scan(t, ref, clip_amax, channel_clip, scan_result_)) return false;
   const Timed timed(*this, kScanWait, 0);
   synchronize();
   kernels::cuda::read_scan_result(scan_result_, out);
@@ -153,10 +158,10 @@ class CudaScanQueue final : public ScanQueue {
     }
     for (void* c : chunks_) memory_->release_pinned(c);
   }
-  bool add(const Tensor& t, const Tensor* ref, float clip_amax) override {
-    if (!scannable(t, ref) || t.device().get() != memory_.get()) return false;
+  bool add(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip) override {
+    if (!scannable(t, ref, channel_clip) || t.device().get() != memory_.get()) return false;
     if (queued_ == chunks_.size() * kPerChunk) chunks_.push_back(memory_->allocate_pinned(kPerChunk * bytes_));
-    if (!memory_->queue_scan(t, ref, clip_amax, slot(queued_))) return false;
+    if (!memory_->queue_scan(t, ref, clip_amax, channel_clip, slot(queued_))) return false;
     ++queued_;
     return true;
   }

@@ -46,10 +46,10 @@ class CudaMemory final : public DeviceMemory, public std::enable_shared_from_thi
   void release_pinned(void* p) noexcept;
   // Activation statistics of a float32 tensor in this memory (eval/exec/device_scan.h; scratch of
   // its own, made on first use); false for a tensor in another memory. Waits for the device.
-  bool scan(const Tensor& t, const Tensor* ref, float clip_amax, kernels::ScanTotals& out);
+  bool scan(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip, kernels::ScanTotals& out);
   // The same scan queued on the stream: writes `result` (pinned, kernels::cuda::scan_result_bytes)
   // when it runs; read it (kernels::cuda::read_scan_result) after synchronize().
-  bool queue_scan(const Tensor& t, const Tensor* ref, float clip_amax, void* result);
+  bool queue_scan(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip, void* result);
   // Queues kernels::cuda::channel_abs_max of float32 `t` (its last axis the channels) into
   // float32 `amax` [channels], both in this memory; false otherwise. No wait.
   bool channel_amax(const Tensor& t, Tensor& amax);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "eval/exec/ops/moves.h"
@@ -34,6 +35,55 @@ bool moves_exact_values(const P& p, const typename P::Step& step, const Node& no
     if (id >= 0 && p.metas[std::size_t(id)].dtype == DType::kFloat32 && exact_format(p, id, precision) != r)
       return false;
   return true;
+}
+
+// A fold that every session given the same SharedConstants can take from it: one input of 1 MiB
+// or more (a weight: its form is the store's, the same tensor in every such session), any others
+// small constants, one output. Returns that input's id and the store key (the node's op and
+// attributes, the small inputs' bytes, the output's type and rounding); nullopt for any other fold.
+template <class P>
+std::optional<std::pair<int, std::string>> shared_fold(const P& p, const typename P::Step& step, const Node& node) {
+  constexpr std::size_t kLarge = std::size_t(1) << 20;
+  constexpr std::int64_t kSmall = 64;
+  if (step.out.size() != 1 || step.out[0] < 0) return std::nullopt;
+  auto bytes_of = [](const Tensor& t) {
+    std::string b = std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) + ":";
+    b.append(reinterpret_cast<const char*>(t.raw()), t.nbytes());
+    return b;
+  };
+  int large = -1;
+  std::string key = "fold " + node.domain + "." + node.op_type + " " + std::to_string(node.opset);
+  for (int id : step.in) {
+    if (id < 0) {
+      key += "|-";
+      continue;
+    }
+    const Tensor& t = *p.constants[std::size_t(id)];
+    if (t.nbytes() >= kLarge && large < 0) {
+      large = id;
+      key += "|W";
+    } else if (t.numel() <= kSmall) {
+      key += "|" + bytes_of(t);
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (large < 0) return std::nullopt;
+  for (const auto& [name, a] : node.attributes) {
+    key += "|" + name + "=" + std::to_string(int(a.kind)) + ":" + std::to_string(a.i) + ":" + std::to_string(a.f) + ":" +
+           a.s;
+    for (std::int64_t v : a.ints) key += "," + std::to_string(v);
+    for (float v : a.floats) key += "," + std::to_string(v);
+    for (const auto& v : a.strings) key += "," + v;
+    if (a.kind == Attribute::Kind::kTensor) {
+      if (a.t.numel() > kSmall) return std::nullopt;
+      key += bytes_of(a.t);
+    }
+  }
+  const auto& m = p.metas[std::size_t(step.out[0])];
+  key += "|out " + std::string(dtype_name(m.dtype)) + " " + std::string(dtype_name(m.declared)) + " rounding " +
+         std::to_string(int(p.rounding[std::size_t(step.out[0])]));
+  return std::make_pair(large, std::move(key));
 }
 
 }  // namespace
@@ -144,32 +194,50 @@ Session::Plan& Session::plan_for(const std::map<std::string, Shape>& input_shape
     }
     if (folds_now) {
       // Constant sub-graph: compute it once now.
-      std::vector<const Tensor*> ins;
-      for (int id : step.in) ins.push_back(id < 0 ? nullptr : p.constants[std::size_t(id)].get());
-      std::vector<Tensor> outs;
-      try {
-        for (int id : step.out)
-          outs.emplace_back(id < 0 ? Tensor() : Tensor(p.metas[std::size_t(id)].dtype, p.metas[std::size_t(id)].shape));
-        std::vector<Tensor*> out_ptrs;
-        for (std::size_t o = 0; o < outs.size(); ++o) out_ptrs.push_back(step.out[o] < 0 ? nullptr : &outs[o]);
-        ops_[n]->run(ins, out_ptrs);
-      } catch (const std::bad_alloc&) {
-        std::vector<std::pair<std::string, const ValueMeta*>> outputs;
-        for (std::size_t o = 0; o < step.out.size(); ++o)
-          if (step.out[o] >= 0) outputs.emplace_back(node.outputs[o], &p.metas[std::size_t(step.out[o])]);
-        fail_out_of_memory(graph_.source, node, outputs);
-      }
-      for (const Tensor* in : ins)  // mapped weights folded into new constants (a Transpose of one)
-        if (in) in->release_pages();
-      for (std::size_t o = 0; o < outs.size(); ++o) {
-        int id = step.out[o];
-        if (id < 0) continue;
-        apply_rounding(outs[o], p.rounding[std::size_t(id)]);
-        // On the CPU a large folded constant (an FP16 export's 722 transposed weights: 9 GB of
-        // float32 at SDXL's size) goes to a temporary file: once packed it leaves memory as the
-        // weights it came from did. A device backend uploads it once.
-        if (!device_) outs[o] = spilled(std::move(outs[o]));
-        set_constant(id, std::make_shared<const Tensor>(std::move(outs[o])), p.metas[std::size_t(id)].declared);
+      auto fold = [&] {
+        std::vector<const Tensor*> ins;
+        for (int id : step.in) ins.push_back(id < 0 ? nullptr : p.constants[std::size_t(id)].get());
+        std::vector<Tensor> outs;
+        try {
+          for (int id : step.out)
+            outs.emplace_back(id < 0 ? Tensor() : Tensor(p.metas[std::size_t(id)].dtype, p.metas[std::size_t(id)].shape));
+          std::vector<Tensor*> out_ptrs;
+          for (std::size_t o = 0; o < outs.size(); ++o) out_ptrs.push_back(step.out[o] < 0 ? nullptr : &outs[o]);
+          ops_[n]->run(ins, out_ptrs);
+        } catch (const std::bad_alloc&) {
+          std::vector<std::pair<std::string, const ValueMeta*>> outputs;
+          for (std::size_t o = 0; o < step.out.size(); ++o)
+            if (step.out[o] >= 0) outputs.emplace_back(node.outputs[o], &p.metas[std::size_t(step.out[o])]);
+          fail_out_of_memory(graph_.source, node, outputs);
+        }
+        for (const Tensor* in : ins)  // mapped weights folded into new constants (a Transpose of one)
+          if (in) in->release_pages();
+        for (std::size_t o = 0; o < outs.size(); ++o) {
+          if (step.out[o] < 0) continue;
+          apply_rounding(outs[o], p.rounding[std::size_t(step.out[o])]);
+          // On the CPU a large folded constant (an FP16 export's 722 transposed weights: 9 GB of
+          // float32 at SDXL's size) goes to a temporary file: once packed it leaves memory as the
+          // weights it came from did. A device backend uploads it once.
+          if (!device_) outs[o] = spilled(std::move(outs[o]));
+        }
+        return outs;
+      };
+      // A weight's fold (a Transpose of it) is made once for every session of the run's store, so
+      // its packed form and device copy are shared too: an fp16 variant of an FP16 SDXL export
+      // folded and packed 6 GB again beside the reference's.
+      const auto shared = options_.constants ? shared_fold(p, step, node) : std::nullopt;
+      if (shared) {
+        const int id = step.out[0];
+        auto form = options_.constants->get<Tensor>(p.constants[std::size_t(shared->first)], shared->second,
+                                                    [&](const Tensor&) { return std::move(fold()[0]); });
+        if (device_) shared_weights_.insert(form.get());
+        set_constant(id, std::move(form), p.metas[std::size_t(id)].declared);
+      } else {
+        std::vector<Tensor> outs = fold();
+        for (std::size_t o = 0; o < outs.size(); ++o)
+          if (step.out[o] >= 0)
+            set_constant(step.out[o], std::make_shared<const Tensor>(std::move(outs[o])),
+                         p.metas[std::size_t(step.out[o])].declared);
       }
       step.folded = true;
     } else if (op_gave_values) {

@@ -373,6 +373,40 @@ TEST(MappedWeights, AFoldedTransposeOfAWeightLeavesMemoryOncePacked) {
   }
 }
 
+// The variants of a run (sessions given one store) fold a transposed weight once: the second
+// session's plan takes the first's folded constant, so its packed form too, and nothing grows;
+// the output bits are those of a session of its own. A session whose fold rounds otherwise (fp16
+// of an FP32 weight) makes its own.
+TEST(MappedWeights, SessionsSharingConstantsFoldATransposedWeightOnce) {
+  testing::ScratchDir dir("mapped-fold-shared");
+  constexpr std::int64_t k = 2048, n = 2048, rows = 16;
+  constexpr std::size_t weight_bytes = std::size_t(k * n) * sizeof(float);
+  {
+    std::vector<float> w(std::size_t(k * n));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 59) - 29) / 64.0f * 1.0001f;
+    write_external_matmul(dir.path(), rows, k, n, w, /*transposed=*/true);
+  }
+  const Tensor x = pattern_input(rows, k);
+  const Graph g = load_onnx(dir / "m.onnx");  // one graph for every variant, as the evaluator's
+  const auto alone = Session(g).run({{"x", x}}).at("y");
+  SessionOptions shared;
+  shared.constants = std::make_shared<SharedConstants>();
+  Session first(g, shared);
+  const auto y1 = first.run({{"x", x}}).at("y");
+  const std::size_t before = resident_bytes();
+  Session second(g, shared);
+  const auto y2 = second.run({{"x", x}}).at("y");
+  EXPECT_LT(resident_bytes(), before + weight_bytes / 4) << "the second session folded or packed the weight again";
+  EXPECT_TRUE(same_bytes(y1, alone));
+  EXPECT_TRUE(same_bytes(y2, alone));
+  SessionOptions half = shared;
+  half.precision = Precision::kFp16;
+  const auto y16 = Session(g, half).run({{"x", x}}).at("y");
+  SessionOptions half_alone;
+  half_alone.precision = Precision::kFp16;
+  EXPECT_TRUE(same_bytes(y16, Session(g, half_alone).run({{"x", x}}).at("y"))) << "fp16 took the fp32 fold";
+}
+
 // An FP32 model run as an fp16 precision variant: its weights rounded to float16 values are packed
 // as float16 panels (half the bytes), whatever their declared type; the products are the same.
 TEST(MappedWeights, AnFp16VariantOfAnFp32ModelPacksHalfPanels) {

@@ -941,6 +941,19 @@ LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
 LocalGraph local_graph(const Graph& variant, const LocalPlan& plan, const std::map<std::string, DType>& input_types) {
   LocalGraph out{extract_subgraph(variant, plan.nodes, input_types), variant.nodes.at(plan.nodes.back()).name};
   Graph& g = out.graph;
+  // Its weights are the variant graph's own bytes (borrowed views: that graph outlives the local
+  // sessions), not copies: the model sessions' store then serves their converted, folded, packed
+  // and device forms (SharedConstants keys by the bytes). Copies made every form again, per node:
+  // an FP16 SDXL export's weights (copied out of their file, as it is not aligned) twice more.
+  struct View final : BorrowedMemory {
+    void release_pages(const std::byte*, std::size_t) const noexcept override {}
+  };
+  const auto view = std::make_shared<const View>();
+  for (auto& [name, t] : g.initializers) {
+    const Tensor& source = variant.initializers.at(name);
+    if (!source.is_borrowed() && !source.on_device() && source.numel() > 0)
+      t = Tensor::borrowed(source.dtype(), source.shape(), source.raw(), view);
+  }
   auto add_initializer = [&](const std::string& v) {
     if (!v.empty() && !g.initializers.count(v)) g.initializers.emplace(v, variant.initializers.at(v));
   };

@@ -266,6 +266,14 @@ TEST(MappedWeights, AChildStoreTakesBorrowedTensorsAndTheParentsFormsFromThePare
   EXPECT_NE(c1.get(), c2.get());
   EXPECT_EQ(made, 4);
   EXPECT_EQ(c1->data<float>()[1], 4.0f);
+  // A borrowed view of a tensor in memory (a local-error graph's weight, eval/run/node_match.cc
+  // local_graph) is that tensor: the parent's form, through the child.
+  struct View final : BorrowedMemory {
+    void release_pages(const std::byte*, std::size_t) const noexcept override {}
+  };
+  const Tensor view = Tensor::borrowed(own->dtype(), own->shape(), own->raw(), std::make_shared<const View>());
+  EXPECT_EQ(child.get<Tensor>(alias(view), "x2", twice).get(), c2.get());
+  EXPECT_EQ(made, 4);
   // Another borrowed tensor over other bytes is another entry.
   struct Owner final : BorrowedMemory {
     void release_pages(const std::byte*, std::size_t) const noexcept override {}

@@ -5,11 +5,13 @@
 
 namespace qeval::eval {
 
+// By the address of the bytes, whoever owns them (with the type and shape: the same bytes seen
+// as another tensor are another): a borrowed view of a tensor (a local-error graph's weight) is
+// that tensor.
 SharedConstants::Key SharedConstants::key_of(const Tensor& t, std::type_index type, const std::string& key) {
-  if (!t.is_borrowed()) return {&t, false, std::string(), type, key};
   std::string form(dtype_name(t.dtype()));
   for (std::int64_t d : t.shape()) form += " " + std::to_string(d);
-  return {t.raw(), true, std::move(form), type, key};
+  return {t.raw(), std::move(form), type, key};
 }
 
 DType storage_type(DType declared) {

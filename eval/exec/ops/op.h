@@ -81,8 +81,8 @@ class SharedConstants {
     std::shared_ptr<const Tensor> tensor;
     std::shared_ptr<const void> form;
   };
-  // (address, borrowed, "dtype shape" of a borrowed tensor, form type, key)
-  using Key = std::tuple<const void*, bool, std::string, std::type_index, std::string>;
+  // (address of the bytes, "dtype shape", form type, key)
+  using Key = std::tuple<const void*, std::string, std::type_index, std::string>;
   static Key key_of(const Tensor& t, std::type_index type, const std::string& key);
   bool made(const void* form) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -289,6 +289,12 @@ TEST(LayerForms, QLinearLocalPlansQuantizeInputsAndDequantizeOutputs) {
   // Its only output is the compared one (the QuantizeLinear's and the MatMul's die where read).
   ASSERT_EQ(lg.graph.outputs.size(), 1u);
   EXPECT_EQ(lg.graph.outputs[0].name, lg.graph.nodes[2].outputs[0]);
+  // Its weights are the variant graph's bytes (views, not copies: the model sessions' store serves
+  // their forms).
+  for (const auto& [name, t] : lg.graph.initializers) {
+    EXPECT_EQ(t.raw(), var.initializers.at(name).raw()) << name;
+    EXPECT_TRUE(t.is_borrowed()) << name;
+  }
   // c = 0.05 * (code - 120) for codes 120..143: exact in uint8 of that scale; the MatMul's int32
   // sums requantized to sy = 0.1 (zero point 128) and dequantized.
   std::vector<float> c(1 * 3 * 4 * 4);

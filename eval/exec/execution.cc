@@ -311,6 +311,13 @@ class Session::Execution::State final : public ValueLender {
         notify(st, member_ins_);
       }
     }
+    struct Traced {
+      const Session& s;
+      const Node& node;
+      ~Traced() {
+        if (tracing_memory()) trace_memory(s.graph_.source, node);
+      }
+    } traced{s_, s_.nodes_[step.node]};
     if (retain_) return;  // every value stays readable until finish()
     for (int id : step.release) {
       Tensor& t = slots_[std::size_t(id)];

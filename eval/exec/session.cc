@@ -3,6 +3,7 @@
 #include "eval/exec/session.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 
 #include <tbb/parallel_for.h>
+#include <unistd.h>
 
 #include "base/mapped_file.h"
 #include "eval/exec/deploy_fold.h"
@@ -96,6 +98,30 @@ bool profiling_steps() {
     return v && *v && std::string_view(v) != "0";
   }();
   return on;
+}
+
+bool tracing_memory() {
+  static const bool on = [] {
+    const char* v = std::getenv("QEVAL_PROFILE_MEMORY");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+void trace_memory(const std::string& model, const Node& node) {
+  static std::atomic<long> last_mb{0};
+  long pages = 0, resident = 0, shared = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld %ld", &pages, &resident, &shared) != 3) resident = shared = 0;
+    std::fclose(f);
+  }
+  const long mb = (resident - shared) * (::sysconf(_SC_PAGESIZE) / 1024) / 1024;
+  long seen = last_mb.load();
+  if (mb >= seen + 256 || mb + 1024 <= seen) {
+    last_mb.store(mb);
+    std::fprintf(stderr, "QEVAL_PROFILE_MEMORY %ld MB not file-backed (%+ld) after %s in %s\n", mb, mb - seen,
+                 node.describe().c_str(), model.c_str());
+  }
 }
 
 void Session::add_profile(const std::string& kind, std::chrono::steady_clock::time_point since) {

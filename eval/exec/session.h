@@ -76,6 +76,11 @@ struct HostStep {
 
 // QEVAL_PROFILE_STEPS is set and not "0" (read once): sessions time their steps and set-up.
 bool profiling_steps();
+// QEVAL_PROFILE_MEMORY is set and not "0" (read once): after each step, when the process's
+// resident memory not backed by files has grown by 256 MB or more since the last line, a line on
+// stderr names the model and node (where a run's memory goes, step by step).
+bool tracing_memory();
+void trace_memory(const std::string& model, const Node& node);
 
 // Not thread-safe: one Session per thread (sessions over the same Graph share its weights).
 class Session {

@@ -863,7 +863,8 @@ namespace {
 
 LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
                    const std::unordered_map<std::string, Producer>& var_producers,
-                   const std::unordered_map<std::string, std::optional<QuantParams>>& quantized, std::size_t node) {
+                   const std::unordered_map<std::string, std::optional<QuantParams>>& quantized,
+                   const std::vector<char>& var_constant, std::size_t node) {
   LocalPlan plan;
   std::set<std::size_t> nodes;
   std::vector<std::size_t> todo = {node};
@@ -878,7 +879,11 @@ LocalPlan plan_one(const Graph& ref, const Graph& var, const NodeMatch& match,
       // What was set aside (plumbing, an FP16 export's float Casts, the rest of the layer's
       // rewritten form) runs with the node: the reference value enters where the variant's own
       // data enters.
-      if (p != var_producers.end() && match.set_aside[p->second.node]) {
+      // So does a computation on the variant's weights alone (a Transpose of a MatMul's weight): its
+      // own values, folded in the local session as in the model's, whose store then gives the
+      // fold and its packed form (fed the reference's folded copy, each local session planned it
+      // as a constant input and packed it again: 3.6 GB for SDXL's second text encoder).
+      if (p != var_producers.end() && (match.set_aside[p->second.node] || var_constant[p->second.node])) {
         todo.push_back(p->second.node);
         continue;
       }
@@ -1021,6 +1026,7 @@ std::unordered_map<std::string, DType> narrow_float_values(const Graph& g) {
 std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const NodeMatch& match) {
   const auto var_producers = producers(var);
   const auto quantized = quantized_values(var);
+  const std::vector<char> var_constant = computes_constant(var);
   std::vector<LocalPlan> plans(var.nodes.size());
   for (std::size_t i = 0; i < var.nodes.size(); ++i) {
     if (match.ref_of_variant[i] < 0) {
@@ -1028,7 +1034,7 @@ std::vector<LocalPlan> plan_local_runs(const Graph& ref, const Graph& var, const
                                           : "no reference counterpart";
       continue;
     }
-    plans[i] = plan_one(ref, var, match, var_producers, quantized, i);
+    plans[i] = plan_one(ref, var, match, var_producers, quantized, var_constant, i);
   }
   return plans;
 }

@@ -546,6 +546,22 @@ TEST(LayerForms, GemmMatchesMatMulPlusAddBothWays) {
   EXPECT_EQ(no_bias.ref_of_variant[0], -1);
 }
 
+// A MatMul whose weight a Transpose computes (PyTorch's FP16 exports: every linear layer), run
+// against the same graph (a precision variant): its local run computes the transposed weight
+// itself from the variant's weight (folded when planned, packed once through the run's store),
+// rather than taking the reference's folded value as an input.
+TEST(LayerForms, ALocalRunComputesAWeightsTransposeItself) {
+  const Graph g = matmul_add_graph(/*transpose_node=*/true, /*bias_first=*/false);
+  const NodeMatch m = match_nodes(g, g);
+  const auto plans = plan_local_runs(g, g, m);
+  const LocalPlan& mm = plans[index_of(g, "/fc/MatMul")];
+  ASSERT_TRUE(mm.ok()) << mm.error;
+  EXPECT_EQ(mm.inputs, (std::vector<std::pair<std::string, std::string>>{{"x", "x"}}));
+  EXPECT_EQ(mm.nodes, (std::vector<std::size_t>{index_of(g, "/fc/Transpose"), index_of(g, "/fc/MatMul")}));
+  const LocalGraph lg = local_graph(g, mm, {{"x", DType::kFloat32}});
+  EXPECT_TRUE(lg.graph.initializers.count("W_0"));
+}
+
 // ModelOpt's Q/DQ form (float weights behind QuantizeLinear -> DequantizeLinear, int8 or FP8 in
 // TensorRT's custom ops) on MatMul + Add layers, every name changed: matched by structure.
 TEST(LayerForms, ModelOptQdqAndFp8QdqFormsMatchByStructure) {

@@ -40,6 +40,22 @@ TEST(BufferPool, BuffersThatFitNoRequestAreFreedBeforeThePoolGrowsPastItsPeak) {
   EXPECT_LE(pool.allocated_bytes(), pool.peak_lent_bytes());
 }
 
+// Buffers the pool did not make, given to it (an execution's inputs converted to their storage
+// type, host copies of device values), come under its bound too: a pool that has lent 1 MiB at
+// most and is given 20 such buffers of 1 MiB keeps no more than its bound once it must grow.
+TEST(BufferPool, BuffersGivenThatThePoolDidNotMakeComeUnderItsBound) {
+  BufferPool pool(true);
+  pool.give(pool.take(DType::kFloat32, {256, 1024}));
+  EXPECT_EQ(pool.peak_lent_bytes(), kMiB);
+  for (int k = 0; k < 20; ++k) pool.give(Tensor(DType::kFloat32, {256, 1024}));
+  EXPECT_EQ(pool.free_bytes(), 21 * kMiB);
+  EXPECT_EQ(pool.allocated_bytes(), 21 * kMiB);
+  // 3 MiB fits none: the pool frees the oldest until the new buffer keeps it within 3 MiB.
+  Tensor big = pool.take(DType::kFloat32, {768, 1024});
+  EXPECT_EQ(pool.free_bytes(), 0u);
+  EXPECT_EQ(pool.allocated_bytes(), 3 * kMiB);
+}
+
 TEST(BufferPool, OldestFreeBuffersGoFirst) {
   BufferPool pool(true);
   Tensor a = pool.take(DType::kFloat32, {1024, 1024}), b = pool.take(DType::kFloat32, {256, 1024});

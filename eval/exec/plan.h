@@ -121,10 +121,14 @@ class BufferPool {
     if (!t.on_device()) held_ -= std::min(held_, t.capacity());
   }
   void clear() {
-    for (const auto& [cap, f] : free_) forget(cap);
+    clear_host();
     for (const auto& [cap, f] : device_free_) allocated_ -= std::min(allocated_, cap);
-    free_.clear();
     device_free_.clear();
+  }
+  // The free host buffers go (device ones stay: freeing them waits for the device).
+  void clear_host() {
+    for (const auto& [cap, f] : free_) forget(cap);
+    free_.clear();
     free_bytes_ = 0;
   }
 

@@ -9,5 +9,7 @@ namespace qeval::eval {
 
 class BufferPool;
 std::shared_ptr<BufferPool> make_bounded_pool();
+// Frees `pool`'s free host buffers when they pass `max_free_bytes` (device buffers stay).
+void trim_free_host_buffers(BufferPool& pool, std::size_t max_free_bytes);
 
 }  // namespace qeval::eval

@@ -238,6 +238,10 @@ Session::~Session() {
 std::shared_ptr<BufferPool> Session::make_pool() { return std::make_shared<BufferPool>(); }
 std::shared_ptr<BufferPool> make_bounded_pool() { return std::make_shared<BufferPool>(true); }
 
+void trim_free_host_buffers(BufferPool& pool, std::size_t max_free_bytes) {
+  if (pool.free_bytes() > max_free_bytes) pool.clear_host();
+}
+
 std::size_t Session::pool_allocated_bytes(const BufferPool& pool) { return pool.allocated_bytes(); }
 
 std::vector<HostStep> Session::host_steps(const std::map<std::string, Shape>& input_shapes) {

@@ -726,6 +726,10 @@ bool LocalSessions::defer(const Tensor& out, const Tensor& ref, double ref_energ
   return true;
 }
 
+void LocalSessions::trim() {
+  if (pool_) trim_free_host_buffers(*pool_, kMaxFreeBytes);
+}
+
 void LocalSessions::flush() {
   if (deferred_.empty()) return;
   queue_->take(totals_);
@@ -778,6 +782,7 @@ void run_local_error(const RunObservation& run, std::size_t variant, std::size_t
   LocalCompare cmp(e.compared, ref, cell, sessions, unit, variant, std::size_t(layer), capture.step);
   Session::Execution(*e.session, in, &cmp).finish_unread();  // its output is the observer's alone
   if (!cmp.deferred()) unit.calls[variant].add(std::size_t(layer), capture.step, cell);
+  sessions.trim();
 }
 
 }  // namespace

@@ -389,6 +389,12 @@ class LocalSessions {
   // Waits for the device once and adds every deferred local error to its unit: before the units'
   // statistics are read, and while they live.
   void flush();
+  // After a local run: the pool's free host buffers go when they pass kMaxFreeBytes. The bounded
+  // pool alone keeps up to the most one run ever had lent (a 4096-token attention member's local
+  // run: ~4 GB), refilled afterwards by every later node's sizes: an observed SDXL run grew ~1.5 GB
+  // a transformer block at 32x32 after its 64x64 attention.
+  void trim();
+  static constexpr std::size_t kMaxFreeBytes = std::size_t(1) << 30;
 
  private:
   struct Deferred {

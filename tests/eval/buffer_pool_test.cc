@@ -56,6 +56,20 @@ TEST(BufferPool, BuffersGivenThatThePoolDidNotMakeComeUnderItsBound) {
   EXPECT_EQ(pool.allocated_bytes(), 3 * kMiB);
 }
 
+// Local error's pool after each local run (eval/run/observe.h LocalSessions::trim): its free host
+// buffers go once they pass the cap, and stay below it.
+TEST(BufferPool, TrimmingFreesTheFreeHostBuffersOncePastTheCap) {
+  BufferPool pool(true);
+  Tensor lent = pool.take(DType::kFloat32, {256, 1024});
+  for (int k = 0; k < 3; ++k) pool.give(pool.take(DType::kFloat32, {256 * (k + 2), 1024}));
+  const std::size_t free = pool.free_bytes();
+  trim_free_host_buffers(pool, free);
+  EXPECT_EQ(pool.free_bytes(), free) << "at the cap: kept";
+  trim_free_host_buffers(pool, free - 1);
+  EXPECT_EQ(pool.free_bytes(), 0u);
+  EXPECT_EQ(pool.allocated_bytes(), kMiB) << "the lent buffer is still the pool's";
+}
+
 TEST(BufferPool, OldestFreeBuffersGoFirst) {
   BufferPool pool(true);
   Tensor a = pool.take(DType::kFloat32, {1024, 1024}), b = pool.take(DType::kFloat32, {256, 1024});

@@ -11,7 +11,7 @@ namespace qeval::eval {
 SharedConstants::Key SharedConstants::key_of(const Tensor& t, std::type_index type, const std::string& key) {
   std::string form(dtype_name(t.dtype()));
   for (std::int64_t d : t.shape()) form += " " + std::to_string(d);
-  return {t.raw(), std::move(form), type, key};
+  return {t.on_device() ? t.device_data() : static_cast<const void*>(t.raw()), std::move(form), type, key};
 }
 
 DType storage_type(DType declared) {

@@ -54,4 +54,33 @@ void register_device_scan(DeviceScan scan, MakeScanQueue make_queue, ChannelAmax
 // registered scan still decides on the device).
 bool scannable(const Tensor& t, const Tensor* ref, const Tensor* channel_clip = nullptr);
 
+// Scans queued with what each one is for (`Item`), read back together in the order queued: the
+// ScanQueue of the first tensor's device, made on the first add. Not thread-safe.
+template <class Item>
+class QueuedScans {
+ public:
+  // Queues t's scan (ScanQueue::add) with `item`; false (nothing queued) where it would not go.
+  bool add(const Tensor& t, const Tensor* ref, float clip_amax, const Tensor* channel_clip, Item item) {
+    if (!scannable(t, ref, channel_clip)) return false;
+    if (!queue_) queue_ = make_scan_queue(t.device());
+    if (!queue_ || !queue_->add(t, ref, clip_amax, channel_clip)) return false;
+    items_.push_back(std::move(item));
+    return true;
+  }
+  std::size_t size() const { return items_.size(); }
+  // Waits for the device once, then each(item, totals) for every queued scan, in order; empty after.
+  template <class Each>
+  void take(Each&& each) {
+    if (items_.empty()) return;
+    queue_->take(totals_);
+    for (std::size_t k = 0; k < items_.size(); ++k) each(items_[k], totals_[k]);
+    items_.clear();
+  }
+
+ private:
+  std::unique_ptr<ScanQueue> queue_;
+  std::vector<Item> items_;
+  std::vector<kernels::ScanTotals> totals_;
+};
+
 }  // namespace qeval::eval

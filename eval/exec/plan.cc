@@ -1,6 +1,7 @@
 // Planning: shapes and types inferred node by node, constant sub-graphs folded on the CPU, value
 // lifetimes (which buffers die after which step), rounding points, and the fused step lists.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -70,10 +71,11 @@ std::optional<std::pair<int, std::string>> shared_fold(const P& p, const typenam
   }
   if (large < 0) return std::nullopt;
   for (const auto& [name, a] : node.attributes) {
-    key += "|" + name + "=" + std::to_string(int(a.kind)) + ":" + std::to_string(a.i) + ":" + std::to_string(a.f) + ":" +
-           a.s;
+    // Floats by their bits: two attributes that print alike are not the same fold.
+    key += "|" + name + "=" + std::to_string(int(a.kind)) + ":" + std::to_string(a.i) + ":" +
+           std::to_string(std::bit_cast<std::uint32_t>(a.f)) + ":" + a.s;
     for (std::int64_t v : a.ints) key += "," + std::to_string(v);
-    for (float v : a.floats) key += "," + std::to_string(v);
+    for (float v : a.floats) key += "," + std::to_string(std::bit_cast<std::uint32_t>(v));
     for (const auto& v : a.strings) key += "," + v;
     if (a.kind == Attribute::Kind::kTensor) {
       if (a.t.numel() > kSmall) return std::nullopt;

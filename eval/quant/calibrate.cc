@@ -186,10 +186,8 @@ void RangeCollector::collect_on_host(Slot& s, const Tensor& x, bool amax, bool c
 }
 
 bool RangeCollector::queue_amax(std::size_t slot, const Tensor& x) {
-  if (!queue_) queue_ = make_scan_queue(x.device());
-  if (!queue_ || !queue_->add(x, nullptr, std::numeric_limits<float>::infinity(), nullptr)) return false;
-  pending_.push_back({slot, step_});
-  if (queue_->size() >= 4096) flush();
+  if (!queued_.add(x, nullptr, std::numeric_limits<float>::infinity(), nullptr, Pending{slot, step_})) return false;
+  if (queued_.size() >= 4096) flush();
   return true;
 }
 
@@ -205,14 +203,11 @@ bool RangeCollector::channel_amax_on_device(Slot& s, const Tensor& x) {
 }
 
 void RangeCollector::flush() {
-  if (!queue_ || queue_->size() == 0) return;
-  queue_->take(totals_);
-  for (std::size_t k = 0; k < pending_.size(); ++k) {
+  queued_.take([&](const Pending& p, const kernels::ScanTotals& t) {
     float amax = 0;
-    std::memcpy(&amax, &totals_[k].max_bits, sizeof amax);
-    slots_[pending_[k].slot]->steps.collect(pending_[k].step, amax);
-  }
-  pending_.clear();
+    std::memcpy(&amax, &t.max_bits, sizeof amax);
+    slots_[p.slot]->steps.collect(p.step, amax);
+  });
 }
 
 namespace {

@@ -87,9 +87,7 @@ class RangeCollector : public Observer {
   bool queue_amax(std::size_t slot, const Tensor& x);
   bool channel_amax_on_device(Slot& s, const Tensor& x);
   void flush();  // the queued scans' amax into their slots, in the order queued
-  std::unique_ptr<ScanQueue> queue_;
-  std::vector<Pending> pending_;
-  std::vector<kernels::ScanTotals> totals_;
+  QueuedScans<Pending> queued_;
   Tensor host_copy_;
   const Graph& graph_;
   const Recipe& recipe_;

@@ -101,29 +101,20 @@ class LockstepObserver::NodeObserver final : public Observer, private PieceObser
     double ref_energy;
     const Node* node;  // the session's, alive until the call ends
   };
-  std::unique_ptr<ScanQueue> queue_;
-  std::vector<Pending> pending_;
-  std::vector<kernels::ScanTotals> totals_;
+  QueuedScans<Pending> pending_;
   LayerCell flushed_;
 };
 
 bool LockstepObserver::NodeObserver::defer(const Tensor& out, const Tensor& ref, double ref_energy, float clip,
                                            const Tensor* channel, std::size_t layer, const Node& node) {
-  if (!scannable(out, &ref, channel)) return false;
-  if (!queue_) queue_ = make_scan_queue(out.device());
-  if (!queue_ || !queue_->add(out, &ref, clip, channel)) return false;
-  pending_.push_back(Pending{layer, out.numel(), ref_energy, &node});
+  if (!pending_.add(out, &ref, clip, channel, Pending{layer, out.numel(), ref_energy, &node})) return false;
   constexpr std::size_t kMaxPending = 1024;  // ~4 MB of pinned results
   if (pending_.size() >= kMaxPending) flush();
   return true;
 }
 
 void LockstepObserver::NodeObserver::flush() {
-  if (pending_.empty()) return;
-  queue_->take(totals_);
-  for (std::size_t k = 0; k < pending_.size(); ++k) {
-    const Pending& d = pending_[k];
-    const kernels::ScanTotals& t = totals_[k];
+  pending_.take([&](const Pending& d, const kernels::ScanTotals& t) {
     LayerCell& cell = flushed_;
     cell.clear();
     if (t.nan || t.inf) {  // diverged from the finite reference
@@ -137,8 +128,7 @@ void LockstepObserver::NodeObserver::flush() {
     if ((t.nan || t.inf) && !o_.unit_.first_nonfinite[o_.variant_])
       o_.unit_.first_nonfinite[o_.variant_] = NonFiniteHit{
           o_.unit_index_, o_.sample_, call_.step, std::string(call_.model), d.node->name, d.node->op_type, t.nan, t.inf};
-  }
-  pending_.clear();
+  });
 }
 
 // A variant's group members are streamed when all that their events would do is the one-pass
@@ -717,10 +707,9 @@ class LocalCompare : public Observer {
 
 bool LocalSessions::defer(const Tensor& out, const Tensor& ref, double ref_energy, UnitObservation& unit,
                           std::size_t variant, std::size_t layer, int step) {
-  if (!scannable(out, &ref)) return false;
-  if (!queue_) queue_ = make_scan_queue(out.device());
-  if (!queue_ || !queue_->add(out, &ref, std::numeric_limits<float>::infinity(), nullptr)) return false;
-  deferred_.push_back(Deferred{&unit, variant, layer, step, out.numel(), ref_energy});
+  if (!deferred_.add(out, &ref, std::numeric_limits<float>::infinity(), nullptr,
+                     Deferred{&unit, variant, layer, step, out.numel(), ref_energy}))
+    return false;
   constexpr std::size_t kMaxDeferred = 4096;  // ~17 MB of pinned results
   if (deferred_.size() >= kMaxDeferred) flush();
   return true;
@@ -731,19 +720,14 @@ void LocalSessions::trim() {
 }
 
 void LocalSessions::flush() {
-  if (deferred_.empty()) return;
-  queue_->take(totals_);
-  for (std::size_t k = 0; k < deferred_.size(); ++k) {
-    const Deferred& d = deferred_[k];
-    const kernels::ScanTotals& t = totals_[k];
+  deferred_.take([](const Deferred& d, const kernels::ScanTotals& t) {
     LayerCell cell;
     // A non-finite output: diverged from the finite reference (error_from_scan says so).
     cell.local_mut().add(t.nan || t.inf ? metrics::error_from_scan(t)
                                         : metrics::error_from_energies(d.n, d.ref_energy, t.sum_sq, t.err_sq, t.err_max),
                          d.n);
     d.unit->calls[d.variant].add(d.layer, d.step, cell);
-  }
-  deferred_.clear();
+  });
 }
 
 namespace {

@@ -404,9 +404,7 @@ class LocalSessions {
     std::int64_t n;
     double ref_energy;
   };
-  std::unique_ptr<ScanQueue> queue_;
-  std::vector<Deferred> deferred_;
-  std::vector<kernels::ScanTotals> totals_;
+  QueuedScans<Deferred> deferred_;
   std::map<std::tuple<std::size_t, std::size_t, std::size_t>, Entry> entries_;
   // Per (variant, model): its values held in float16/bfloat16 (narrow_float_values).
   std::map<std::pair<std::size_t, std::size_t>, std::unordered_map<std::string, DType>> narrow_;
